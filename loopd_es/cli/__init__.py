@@ -1,0 +1,1 @@
+"""The ``loopd-es`` command line: one module per command group, each exposing ``register(subparsers)``."""

@@ -1,0 +1,3 @@
+from loopd_es.cli.main import entry
+
+entry()

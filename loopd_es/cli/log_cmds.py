@@ -1,0 +1,290 @@
+"""Log commands: ``append``, ``read``, ``streams``, ``verify``, ``export`` and ``import``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..errors import EXIT_OK, EXIT_STORAGE, StreamNotFoundError, UsageError
+from ..events.envelope import ANY, ENVELOPE_ENCODER, Envelope, NewEvent
+from ..log import LogStore, open_store
+from ..log.base import parse_expected_version
+from .main import store_url
+
+_JSON = msgspec.json.Decoder()
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the log commands to the ``loopd-es`` parser."""
+    p = sub.add_parser(
+        "append",
+        help="append events to a stream",
+        description="Append one event (--type/--data) or, without --type, a batch read as NDJSON from stdin "
+        '(one {"type", "data", "event_id"?} per line; all to --stream, atomically). '
+        "Prints the recorded envelopes as NDJSON.",
+    )
+    p.add_argument("--stream", required=True, help="the stream to append to, e.g. goal-42")
+    p.add_argument("--type", help="the event type, e.g. goal.created (`loopd-es events` lists them)")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--data", help="the payload as a JSON object")
+    data.add_argument("--data-file", type=Path, help="read the payload from this JSON file")
+    p.add_argument(
+        "--expected-version",
+        default=ANY,
+        help="append only if the stream is at this version: a number, no_stream, exists or any (default)",
+    )
+    p.add_argument("--event-id", help="the event's UUID (the idempotency key; default: a fresh one)")
+    p.add_argument("--causation-id", help="the id of the event that caused this one")
+    p.add_argument("--correlation-id", help="the id shared by every event of one flow")
+    p.set_defaults(handler=_append)
+
+    p = sub.add_parser("read", help="read events, as a table or as NDJSON envelopes")
+    p.add_argument("--stream", help="read only this stream (--from is then a stream version)")
+    p.add_argument("--from", dest="start", type=_positive, default=1, help="first position (or version)")
+    p.add_argument("--limit", type=_non_negative, default=None, help="at most this many events")
+    p.add_argument("--json", action="store_true", help="print envelopes as NDJSON")
+    p.set_defaults(handler=_read)
+
+    p = sub.add_parser("streams", help="list the streams with their versions")
+    p.set_defaults(handler=_streams)
+
+    p = sub.add_parser(
+        "verify",
+        help="check every invariant of the log",
+        description="Checks gapless positions, contiguous versions, unique ids and decodable lines. "
+        "Exit 0 only when clean, 4 otherwise.",
+    )
+    p.add_argument(
+        "--repair", action="store_true", help="truncate a torn tail (an incomplete write; never a complete event)"
+    )
+    p.set_defaults(handler=_verify)
+
+    p = sub.add_parser("export", help="copy the whole log into a new, empty log (another backend too)")
+    p.add_argument("--to", required=True, metavar="URL", help="the target, e.g. ndjson:backup.ndjson")
+    p.set_defaults(handler=_export)
+
+    p = sub.add_parser("import", help="copy a whole log from URL into this (empty) log")
+    p.add_argument("--from", dest="source", required=True, metavar="URL", help="the source log")
+    p.set_defaults(handler=_import)
+
+
+def _positive(text: str) -> int:
+    value = _non_negative(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
+async def _open(args: argparse.Namespace, create: bool = True) -> LogStore:
+    return await open_store(store_url(args), create=create)
+
+
+# -- append -------------------------------------------------------------------------------------------
+
+
+async def _append(args: argparse.Namespace) -> int:
+    expected = parse_expected_version(args.expected_version)
+    if args.type is None:
+        if args.data is not None or args.data_file is not None or args.event_id is not None:
+            raise UsageError("--data, --data-file and --event-id need --type; for a batch, pipe NDJSON to stdin")
+        events = _batch_from_stdin(args)
+    else:
+        events = [_single_event(args)]
+    store = await _open(args)
+    try:
+        recorded = await store.append(args.stream, events, expected)
+        _report_repairs(store)
+    finally:
+        await store.aclose()
+    out = sys.stdout.buffer
+    for env in recorded:
+        out.write(ENVELOPE_ENCODER.encode(env) + b"\n")
+    out.flush()
+    return EXIT_OK
+
+
+def _single_event(args: argparse.Namespace) -> NewEvent:
+    if args.data_file is not None:
+        try:
+            raw = args.data_file.read_bytes()
+        except OSError as e:
+            raise UsageError(f"cannot read --data-file {args.data_file}: {e.strerror}") from e
+        data = _parse_object(raw, f"--data-file {args.data_file}")
+    elif args.data is not None:
+        data = _parse_object(args.data.encode(), "--data")
+    else:
+        data = {}
+    return _new_event(args.type, data, args.event_id, args.causation_id, args.correlation_id, "the event")
+
+
+def _batch_from_stdin(args: argparse.Namespace) -> list[NewEvent]:
+    if sys.stdin.isatty():
+        raise UsageError("no --type given and stdin is a terminal: pass --type T, or pipe NDJSON events to stdin")
+    events = []
+    for number, line in enumerate(sys.stdin.buffer.read().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"stdin line {number}"
+        item = _parse_object(line, where)
+        unknown = set(item) - {"type", "data", "event_id", "causation_id", "correlation_id"}
+        if unknown:
+            raise UsageError(f"{where}: unknown key(s) {sorted(unknown)}; use type, data, event_id")
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            raise UsageError(f'{where}: "type" must be a string, e.g. "goal.created"')
+        data = item.get("data", {})
+        if not isinstance(data, dict):
+            raise UsageError(f'{where}: "data" must be a JSON object')
+        events.append(
+            _new_event(
+                kind,
+                data,
+                _optional_str(item, "event_id", where),
+                _optional_str(item, "causation_id", where) or args.causation_id,
+                _optional_str(item, "correlation_id", where) or args.correlation_id,
+                where,
+            )
+        )
+    if not events:
+        raise UsageError("stdin held no events; nothing was appended")
+    return events
+
+
+def _new_event(
+    kind: str, data: dict[str, Any], event_id: str | None, causation: str | None, correlation: str | None,
+    where: str,
+) -> NewEvent:
+    """Check the type and payload against the catalogue, then build the event at its current schema version."""
+    from ..events import catalogue
+
+    payload = msgspec.json.encode(data)
+    try:
+        catalogue.validate(kind, payload)
+    except UsageError as e:
+        raise type(e)(f"{where}: {e}") from None
+    fields: dict[str, Any] = {"type": kind, "data": msgspec.Raw(payload), "causation_id": causation,
+                              "correlation_id": correlation,
+                              "schema_version": catalogue.CATALOGUE[kind].schema_version}
+    if event_id is not None:
+        fields["event_id"] = event_id
+    return NewEvent(**fields)
+
+
+def _parse_object(raw: bytes, where: str) -> dict[str, Any]:
+    try:
+        value = _JSON.decode(raw)
+    except msgspec.DecodeError as e:
+        raise UsageError(f"invalid JSON in {where}: {e}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f'{where} must be a JSON object, e.g. {{"name": "x"}}')
+    return value
+
+
+def _optional_str(item: dict[str, Any], key: str, where: str) -> str | None:
+    value = item.get(key)
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f'{where}: "{key}" must be a string')
+    return value
+
+
+def _report_repairs(store: LogStore) -> None:
+    for message in getattr(store, "repairs", []):
+        print(f"loopd-es: {message}", file=sys.stderr)
+
+
+# -- read, streams ------------------------------------------------------------------------------------
+
+
+async def _read(args: argparse.Namespace) -> int:
+    store = await _open(args, create=False)
+    try:
+        if args.stream is not None and await store.stream_version(args.stream) == 0:
+            raise StreamNotFoundError(args.stream)
+        batches = store.read_batches(
+            from_position=args.start, from_version=args.start, stream=args.stream, limit=args.limit
+        )
+        if args.json:
+            out = sys.stdout.buffer
+            async for batch in batches:
+                out.write(ENVELOPE_ENCODER.encode_lines(batch))
+            out.flush()
+        else:
+            print(f"{'POSITION':>8}  {'STREAM':<24} {'VER':>5}  {'TYPE':<28} {'RECORDED AT':<27} DATA")
+            async for batch in batches:
+                for env in batch:
+                    print(_row(env))
+    finally:
+        await store.aclose()
+    return EXIT_OK
+
+
+def _row(env: Envelope) -> str:
+    data = bytes(env.data).decode("utf-8", "replace")
+    if len(data) > 60:
+        data = data[:57] + "..."
+    return f"{env.position:>8}  {env.stream:<24} {env.version:>5}  {env.type:<28} {env.recorded_at:<27} {data}"
+
+
+async def _streams(args: argparse.Namespace) -> int:
+    store = await _open(args, create=False)
+    try:
+        for name in await store.streams():
+            print(f"{name}\t{await store.stream_version(name)}")
+    finally:
+        await store.aclose()
+    return EXIT_OK
+
+
+# -- verify, export, import ---------------------------------------------------------------------------
+
+
+async def _verify(args: argparse.Namespace) -> int:
+    store = await _open(args, create=False)
+    try:
+        report = await store.verify(repair=args.repair)
+    finally:
+        await store.aclose()
+    for message in report.repaired:
+        print(message)
+    for problem in report.problems:
+        print(f"problem: {problem}")
+    print(report.summary())
+    return EXIT_OK if report.ok else EXIT_STORAGE
+
+
+async def _export(args: argparse.Namespace) -> int:
+    return await _copy(store_url(args), args.to)
+
+
+async def _import(args: argparse.Namespace) -> int:
+    return await _copy(args.source, store_url(args))
+
+
+async def _copy(source_url: str, target_url: str) -> int:
+    source = await open_store(source_url, create=False)
+    try:
+        target = await open_store(target_url)
+        try:
+            batches: AsyncIterator[list[Envelope]] = source.read_batches()
+            count = await target.import_envelopes(batches)
+        finally:
+            await target.aclose()
+    finally:
+        await source.aclose()
+    print(f"copied {count} events from {source.url} to {target.url}")
+    return EXIT_OK

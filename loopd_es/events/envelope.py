@@ -1,0 +1,132 @@
+"""The envelope: what the log stores around every event, and what an append asks for.
+
+On disk (NDJSON) and on ``loopd-es read --json`` an envelope is one JSON object per line with exactly
+these keys, in this order: ``position``, ``stream``, ``version``, ``event_id``, ``type``,
+``schema_version``, ``recorded_at``, ``causation_id``, ``correlation_id``, ``data``.
+
+``data`` is kept as :class:`msgspec.Raw` (the payload's JSON bytes) so that readers that only need the
+envelope never pay for decoding payloads; :func:`loopd_es.events.decode_payload` turns it into a typed event.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+import msgspec
+
+NO_STREAM: Final = "no_stream"
+EXISTS: Final = "exists"
+ANY: Final = "any"
+
+ExpectedVersion = int | Literal["no_stream", "exists", "any"]
+"""An exact stream version (0 means "no events yet"), or one of ``no_stream``, ``exists``, ``any``."""
+
+
+class Envelope(msgspec.Struct, frozen=True):
+    """One recorded event: its place in the log, its identity, its causal links and its payload."""
+
+    position: int
+    stream: str
+    version: int
+    event_id: str
+    type: str
+    schema_version: int
+    recorded_at: str
+    causation_id: str | None
+    correlation_id: str | None
+    data: msgspec.Raw
+
+    def data_dict(self) -> dict[str, Any]:
+        """Decode the payload as a plain JSON object."""
+        value = _DICT_DECODER.decode(self.data)
+        return value
+
+    def same_content(self, other: NewEvent, stream: str) -> bool:
+        """True when ``other`` is an exact retry of this event (same id, stream, type, payload, links)."""
+        if (
+            self.stream != stream
+            or self.type != other.type
+            or self.schema_version != other.schema_version
+            or self.causation_id != other.causation_id
+            or self.correlation_id != other.correlation_id
+        ):
+            return False
+        mine = bytes(self.data)
+        theirs = other.data_bytes()
+        return mine == theirs or _DICT_DECODER.decode(mine) == _DICT_DECODER.decode(theirs)
+
+
+class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An event to append. ``data`` is a JSON object: a dict, a payload Struct, or raw JSON bytes."""
+
+    type: str
+    data: Any = msgspec.field(default_factory=dict)
+    event_id: str = msgspec.field(default_factory=lambda: new_event_id())
+    schema_version: int = 1
+    causation_id: str | None = None
+    correlation_id: str | None = None
+
+    def data_bytes(self) -> bytes:
+        """The payload as compact JSON bytes, as it will be stored."""
+        data = self.data
+        if isinstance(data, msgspec.Raw):
+            return bytes(data)
+        if isinstance(data, bytes | bytearray | memoryview):
+            return bytes(data)
+        return _ENCODER.encode(data)
+
+
+def new_event_id() -> str:
+    """A fresh, time-ordered UUID (version 7, RFC 9562) string.
+
+    Time-ordered ids land at the right edge of the log's unique event-id index, so a commit touches a
+    few index pages instead of one random page per event (about 3x faster batch appends on SQLite).
+    """
+    global _last_ms, _counter
+    ms = time.time_ns() // 1_000_000
+    if ms <= _last_ms:  # same millisecond (or clock step back): keep ids increasing with a counter
+        ms = _last_ms
+        _counter += 1
+        if _counter > 0xFFF:
+            ms += 1
+            _counter = 0
+    else:
+        _counter = 0
+    _last_ms = ms
+    rand = int.from_bytes(os.urandom(8), "big") & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+    h = f"{(ms << 80) | (0x7000 | _counter) << 64 | rand:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+_last_ms = 0
+_counter = 0
+
+
+def now_rfc3339() -> str:
+    """The current UTC time as RFC 3339 with microseconds, e.g. ``2026-12-02T12:56:47.123456Z``."""
+    global _second_cache
+    now = time.time()
+    second = int(now)
+    if _second_cache[0] != second:  # strftime costs microseconds; appends happen many times a second
+        _second_cache = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{_second_cache[1]}.{int((now - second) * 1_000_000):06d}Z"
+
+
+_second_cache: tuple[int, str] = (-1, "")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """Parse a timestamp written by :func:`now_rfc3339` (or any ISO 8601 UTC time)."""
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
+
+
+_ENCODER: Final = msgspec.json.Encoder()
+_DICT_DECODER: Final = msgspec.json.Decoder(dict[str, Any])
+ENVELOPE_ENCODER: Final = msgspec.json.Encoder()
+ENVELOPE_DECODER: Final = msgspec.json.Decoder(Envelope)

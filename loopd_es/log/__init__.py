@@ -1,0 +1,63 @@
+"""The append-only log: one contract (:class:`LogStore`), two backends, opened by URL.
+
+``sqlite:PATH`` (the default, ``sqlite:.loopd/events.db``) and ``ndjson:PATH``; a bare path ending in
+``.ndjson``/``.jsonl`` means NDJSON and any other bare path means SQLite. NDJSON takes a durability mode as a
+query: ``ndjson:events.ndjson?durability=batch`` (``always`` by default, ``batch``, ``none``);
+SQLite takes ``?synchronous=FULL|NORMAL|OFF``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+from ..errors import UsageError
+from .base import LogStore as LogStore
+
+
+async def open_store(url: str, *, create: bool = True) -> LogStore:
+    """Open (and, with ``create``, create) the log at ``url``.
+
+    :raises UsageError: for an unknown scheme or option.
+    :raises StoreUnavailableError: when the path cannot be opened.
+    :raises StreamNotFoundError: never; a missing file with ``create=False`` raises StoreUnavailableError.
+    """
+    scheme, path, options = parse_store_url(url)
+    if scheme == "ndjson":
+        from .ndjson import NdjsonLog
+
+        durability = options.pop("durability", "always")
+        _no_more(url, options)
+        return await NdjsonLog.open(Path(path), durability=durability, create=create)
+    from .sqlite import SqliteLog
+
+    synchronous = options.pop("synchronous", "FULL")
+    _no_more(url, options)
+    return await SqliteLog.open(Path(path), synchronous=synchronous, create=create)
+
+
+def parse_store_url(url: str) -> tuple[str, str, dict[str, str]]:
+    """Split ``scheme:PATH?k=v`` into its parts.
+
+    :raises UsageError: for an empty path or an unknown scheme.
+    """
+    text = url.strip()
+    query = ""
+    if "?" in text:
+        text, query = text.split("?", 1)
+    if ":" in text and text.split(":", 1)[0] in ("sqlite", "ndjson"):
+        scheme, path = text.split(":", 1)
+    elif ":" in text and len(text.split(":", 1)[0]) > 1 and "/" not in text.split(":", 1)[0]:
+        raise UsageError(f"unknown store scheme in {url!r}: use sqlite:PATH or ndjson:PATH")
+    else:
+        path = text
+        scheme = "ndjson" if path.endswith((".ndjson", ".jsonl")) else "sqlite"
+    path = path.removeprefix("//")
+    if not path:
+        raise UsageError(f"store URL {url!r} has no path: use e.g. sqlite:.loopd/events.db")
+    return scheme, path, dict(parse_qsl(query))
+
+
+def _no_more(url: str, options: dict[str, str]) -> None:
+    if options:
+        raise UsageError(f"unknown store option(s) {sorted(options)} in {url!r}")

@@ -1,0 +1,206 @@
+"""The store contract every log backend keeps.
+
+A log is a sequence of :class:`~loopd_es.events.Envelope` with gapless global positions (1, 2, 3, ...),
+split into streams whose versions are contiguous (1, 2, 3, ...). It only grows: nothing is ever edited,
+deleted or reordered, and an acknowledged append survives a crash of the process that made it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from typing import Self
+
+from ..errors import StreamNotFoundError, UsageError
+from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
+
+READ_BATCH = 4096
+"""Events read per storage round trip: large enough to amortise a thread hop, small enough for bounded memory."""
+
+
+class LogStore(abc.ABC):
+    """An append-only event log; use it as an async context manager (or call :meth:`aclose`)."""
+
+    url: str
+
+    @abc.abstractmethod
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+    ) -> list[Envelope]:
+        """Append ``events`` to ``stream`` atomically and return their recorded envelopes.
+
+        The batch lands whole or not at all, and only if the stream is at ``expected_version``: an exact
+        version (0 means the stream has no events), ``no_stream``, ``exists`` or ``any``. Resending a batch
+        whose event ids are all already recorded with identical content returns the original envelopes
+        and writes nothing, whatever the expected version. An empty batch writes nothing and returns ``[]``.
+
+        :raises WrongExpectedVersionError: when the stream is not at the expected version.
+        :raises DuplicateEventIdError: when an event id is already recorded with different content, or a
+            batch mixes recorded and new ids.
+        :raises UsageError: for an invalid stream name, event type or expected version.
+        :raises StorageError: when the log cannot be written durably.
+        """
+
+    @abc.abstractmethod
+    def read_batches(
+        self, *, from_position: int = 1, limit: int | None = None, stream: str | None = None,
+        from_version: int = 1,
+    ) -> AsyncIterator[list[Envelope]]:
+        """Yield envelopes in global order, a bounded batch at a time.
+
+        With ``stream``, yield only that stream's events from ``from_version`` on (``from_position`` is then
+        ignored). ``limit`` bounds the number of events in total.
+
+        :raises CorruptLogError: when a complete record cannot be decoded or breaks the log's invariants.
+        """
+
+    @abc.abstractmethod
+    async def head(self) -> int:
+        """The position of the last recorded event, 0 for an empty log."""
+
+    @abc.abstractmethod
+    async def stream_version(self, stream: str) -> int:
+        """The version of the last event of ``stream``, 0 when it has none."""
+
+    @abc.abstractmethod
+    async def streams(self) -> list[str]:
+        """Every stream with at least one event, sorted by name."""
+
+    @abc.abstractmethod
+    async def verify(self, *, repair: bool = False) -> VerifyReport:
+        """Check every invariant of the whole log: gapless positions, contiguous versions, unique ids,
+        decodable records, no torn tail. With ``repair``, truncate a torn tail (never a complete event).
+        """
+
+    @abc.abstractmethod
+    async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
+        """Copy a whole log into this empty one verbatim (positions, ids, timestamps, payload bytes).
+
+        All or nothing: on any error the target is left empty. Returns the number of events copied.
+
+        :raises UsageError: when this log is not empty.
+        :raises CorruptLogError: when the source breaks the log's invariants (gaps, version jumps).
+        """
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Flush what the durability mode allows to be pending and release files and threads."""
+
+    # -- conveniences shared by every backend -----------------------------------------------------
+
+    async def read_all(self, from_position: int = 1, limit: int | None = None) -> AsyncIterator[Envelope]:
+        """Every event from ``from_position`` on, in global order, streamed with bounded memory."""
+        async for batch in self.read_batches(from_position=from_position, limit=limit):
+            for envelope in batch:
+                yield envelope
+
+    async def read_stream(
+        self, stream: str, from_version: int = 1, limit: int | None = None
+    ) -> AsyncIterator[Envelope]:
+        """One stream's events from ``from_version`` on, in version order.
+
+        :raises StreamNotFoundError: when the stream has no events.
+        """
+        if await self.stream_version(stream) == 0:
+            raise StreamNotFoundError(stream)
+        async for batch in self.read_batches(stream=stream, from_version=from_version, limit=limit):
+            for envelope in batch:
+                yield envelope
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class SequenceChecker:
+    """Checks that copied envelopes keep the log's invariants: positions 1, 2, 3 ... and contiguous versions."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.position = 0
+        self.versions: dict[str, int] = {}
+
+    def check(self, env: Envelope) -> None:
+        from ..errors import CorruptLogError
+
+        if env.position != self.position + 1:
+            raise CorruptLogError(self.where, None, f"expected position {self.position + 1}, got {env.position}")
+        expected = self.versions.get(env.stream, 0) + 1
+        if env.version != expected:
+            raise CorruptLogError(
+                self.where, None, f"stream {env.stream!r}: expected version {expected}, got {env.version}"
+            )
+        self.position = env.position
+        self.versions[env.stream] = env.version
+
+
+def check_expected_version(stream: str, expected: ExpectedVersion, actual: int) -> None:
+    """Refuse an append whose expectation the stream's ``actual`` version does not meet.
+
+    :raises WrongExpectedVersionError: on a mismatch.
+    """
+    from ..errors import WrongExpectedVersionError
+
+    if expected == ANY:
+        return
+    if expected == NO_STREAM:
+        ok = actual == 0
+    elif expected == EXISTS:
+        ok = actual > 0
+    else:
+        ok = actual == expected
+    if not ok:
+        raise WrongExpectedVersionError(stream, expected, actual)
+
+
+def parse_expected_version(text: str | int) -> ExpectedVersion:
+    """Turn a CLI or API value into an expected version.
+
+    :raises UsageError: for anything but a non-negative integer, ``no_stream``, ``exists`` or ``any``.
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise UsageError(f"expected version must be >= 0, got {text}")
+        return text
+    value = str(text).strip()
+    if value in (NO_STREAM, EXISTS, ANY):
+        return value  # type: ignore[return-value]
+    if value.isdigit():
+        return int(value)
+    raise UsageError(
+        f"invalid expected version {text!r}: use a version number (0 for a new stream), "
+        "'no_stream', 'exists' or 'any'"
+    )
+
+
+def check_stream_name(stream: str) -> None:
+    """Stream names are non-empty printable text without newlines, at most 200 characters.
+
+    :raises UsageError: otherwise.
+    """
+    if not stream or len(stream) > 200 or not stream.isprintable():
+        raise UsageError(
+            f"invalid stream name {stream!r}: use 1 to 200 printable characters, e.g. 'goal-42'"
+        )
+
+
+class VerifyReport:
+    """What ``verify`` found: counts, problems (each a sentence saying where), and what a repair did."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.events = 0
+        self.streams = 0
+        self.problems: list[str] = []
+        self.repaired: list[str] = []
+        self.torn_offset: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        state = "clean" if self.ok else f"{len(self.problems)} problem(s)"
+        return f"{self.url}: {self.events} events in {self.streams} streams: {state}"

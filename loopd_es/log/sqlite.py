@@ -1,0 +1,437 @@
+"""The SQLite backend (the default): WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE`` with a busy timeout.
+
+Each append transaction — id checks, version check, inserts, commit — runs as one function on
+aiosqlite's connection thread, so a commit costs one thread hand-off, not one per statement; appends
+that arrive while a commit is in flight are gathered into the next transaction (group commit).
+Reads fetch :data:`~loopd_es.log.base.READ_BATCH` rows per hand-off.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import aiosqlite
+import anyio
+import anyio.lowlevel
+import msgspec
+
+from ..errors import (
+    CorruptLogError,
+    LockTimeoutError,
+    LoopdError,
+    StorageError,
+    StoreUnavailableError,
+    UsageError,
+    WrongExpectedVersionError,
+)
+from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent, now_rfc3339
+from .base import (
+    READ_BATCH,
+    LogStore,
+    SequenceChecker,
+    VerifyReport,
+    check_expected_version,
+    check_stream_name,
+)
+from .validation import check_new_events, resolve_retry
+
+T = TypeVar("T")
+
+SYNCHRONOUS: Final = ("FULL", "NORMAL", "OFF", "EXTRA")
+BUSY_TIMEOUT_MS: Final = 60_000
+_COLUMNS: Final = (
+    "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
+)
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS events (
+    position       INTEGER PRIMARY KEY,
+    stream         TEXT    NOT NULL,
+    version        INTEGER NOT NULL,
+    event_id       TEXT    NOT NULL UNIQUE,
+    type           TEXT    NOT NULL,
+    schema_version INTEGER NOT NULL,
+    recorded_at    TEXT    NOT NULL,
+    causation_id   TEXT,
+    correlation_id TEXT,
+    data           BLOB    NOT NULL,
+    UNIQUE (stream, version)
+);
+CREATE TABLE IF NOT EXISTS streams (
+    stream  TEXT PRIMARY KEY,
+    version INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
+
+class _Request:
+    __slots__ = ("error", "event", "events", "expected", "result", "stream")
+
+    def __init__(self, stream: str, events: Sequence[NewEvent], expected: ExpectedVersion) -> None:
+        self.stream = stream
+        self.events = events
+        self.expected = expected
+        self.event = anyio.Event()
+        self.result: list[Envelope] = []
+        self.error: BaseException | None = None
+
+
+class SqliteLog(LogStore):
+    """An append-only log in one SQLite database, safe for many processes appending at once."""
+
+    def __init__(self, path: Path, conn: aiosqlite.Connection) -> None:
+        self.path = path
+        self.url = f"sqlite:{path}"
+        self._conn = conn
+        self._pending: list[_Request] = []
+        self._committing = False
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path, *, synchronous: str = "FULL", create: bool = True) -> SqliteLog:
+        """Open (or create) the database at ``path`` and make sure its schema exists.
+
+        :raises UsageError: for an unknown ``synchronous`` level.
+        :raises StoreUnavailableError: when the file cannot be opened or is not a loopd-es database.
+        """
+        level = synchronous.upper()
+        if level not in SYNCHRONOUS:
+            raise UsageError(f"unknown synchronous level {synchronous!r}: use one of {', '.join(SYNCHRONOUS)}")
+        if not create and not path.exists():
+            raise StoreUnavailableError(f"no log at {path}; append an event first or check --store")
+        if create:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise StoreUnavailableError(f"cannot create {path.parent}: {e.strerror}") from e
+        try:
+            conn = await aiosqlite.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error as e:
+            raise StoreUnavailableError(f"cannot open {path}: {e}; check --store and permissions") from e
+        store = cls(path, conn)
+        try:
+            await store._run(_setup, level)
+        except BaseException:
+            await conn.close()
+            raise
+        return store
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(sqlite3_connection, *args)`` on the connection thread: one hand-off, errors translated."""
+        if self._closed:
+            raise StorageError(f"{self.url} is closed; open the store again")
+        conn = self._conn
+        try:
+            # aiosqlite's public API costs one hand-off per statement; _execute runs a whole function.
+            return await conn._execute(lambda: fn(conn._conn, *args))  # type: ignore[no-any-return]
+        except LoopdError:
+            raise
+        except sqlite3.Error as e:
+            raise _translate(e, self.path) from e
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+    ) -> list[Envelope]:
+        check_stream_name(stream)
+        check_new_events(events)
+        if not events:
+            return []
+        request = _Request(stream, events, expected_version)
+        self._pending.append(request)
+        if self._committing:
+            await request.event.wait()
+        else:
+            self._committing = True
+            try:
+                while True:
+                    await anyio.lowlevel.checkpoint()  # let concurrent appenders join this group commit
+                    if not self._pending:
+                        break
+                    group, self._pending = self._pending, []
+                    try:
+                        await self._run(_commit_group, group)
+                    except LoopdError as e:
+                        for waiting in group:
+                            waiting.error = waiting.error or e
+                            waiting.result = []
+                    finally:
+                        for waiting in group:
+                            waiting.event.set()
+            finally:
+                self._committing = False
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    async def read_batches(
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
+        from_version: int = 1,
+    ) -> AsyncIterator[list[Envelope]]:
+        remaining = limit if limit is not None else -1
+        after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
+        while remaining != 0:
+            size = READ_BATCH if remaining < 0 else min(READ_BATCH, remaining)
+            batch = await self._run(_read_rows, stream, after, size)
+            if not batch:
+                return
+            yield batch
+            if len(batch) < size:
+                return
+            after = batch[-1].position if stream is None else batch[-1].version
+            if remaining > 0:
+                remaining -= len(batch)
+            await anyio.lowlevel.checkpoint()
+
+    async def head(self) -> int:
+        return await self._run(_head)
+
+    async def stream_version(self, stream: str) -> int:
+        return await self._run(_stream_version, stream)
+
+    async def streams(self) -> list[str]:
+        return await self._run(_streams)
+
+    async def verify(self, *, repair: bool = False) -> VerifyReport:
+        report = VerifyReport(self.url)
+        await self._run(_verify, report)
+        if repair and not report.ok:
+            report.repaired.append("SQLite logs are repaired by SQLite itself; nothing to truncate")
+        return report
+
+    async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
+        await self._run(_begin_import, self.url)
+        checker = SequenceChecker(self.url)
+        try:
+            async for batch in batches:
+                for env in batch:
+                    checker.check(env)
+                await self._run(_insert_verbatim, batch)
+            await self._run(_finish_import, checker.versions)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._run(_rollback)
+            raise
+        return checker.position
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._conn.close()
+
+
+# -- functions that run on the connection thread ----------------------------------------------------
+
+
+def _setup(conn: sqlite3.Connection, synchronous: str) -> None:
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreUnavailableError(f"cannot switch the database to WAL mode (it stays in {mode!r})")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
+        if columns != [c.strip() for c in _COLUMNS.split(",")]:
+            raise StoreUnavailableError(
+                f"the database has an 'events' table that is not a loopd-es log (columns {columns})"
+            )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _commit_group(conn: sqlite3.Connection, group: list[_Request]) -> None:
+    """One transaction for every request of the group; a refused request does not affect the others."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        recorded_at = now_rfc3339()
+        for request in group:
+            try:
+                head = _stage(conn, request, head, recorded_at)
+            except LoopdError as e:
+                request.error = e
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        for request in group:
+            request.result = []
+        raise
+
+
+def _stage(conn: sqlite3.Connection, request: _Request, head: int, recorded_at: str) -> int:
+    """Insert one request's events; ids are checked by the UNIQUE constraint, retries resolved on a hit."""
+    stream = request.stream
+    row = conn.execute("SELECT version FROM streams WHERE stream = ?", (stream,)).fetchone()
+    version = row[0] if row else 0
+    try:
+        check_expected_version(stream, request.expected, version)
+    except WrongExpectedVersionError:
+        retried = _retry_of(conn, request)  # a retry of an appended batch wins over the version check
+        if retried is None:
+            raise
+        request.result = retried
+        return head
+    rows = []
+    envelopes = []
+    for new in request.events:
+        head += 1
+        version += 1
+        data = new.data_bytes()
+        rows.append(
+            (head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+             new.causation_id, new.correlation_id, data)
+        )
+        envelopes.append(
+            Envelope(
+                head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                new.causation_id, new.correlation_id, _Raw(data),
+            )
+        )
+    conn.execute("SAVEPOINT request")
+    try:
+        conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+    except sqlite3.IntegrityError:
+        conn.execute("ROLLBACK TO request")
+        conn.execute("RELEASE request")
+        retried = _retry_of(conn, request)
+        if retried is None:
+            raise
+        request.result = retried
+        return head - len(rows)
+    conn.execute(
+        "INSERT INTO streams (stream, version) VALUES (?, ?) "
+        "ON CONFLICT (stream) DO UPDATE SET version = excluded.version",
+        (stream, version),
+    )
+    conn.execute("RELEASE request")
+    request.result = envelopes
+    return head
+
+
+def _retry_of(conn: sqlite3.Connection, request: _Request) -> list[Envelope] | None:
+    ids = [new.event_id for new in request.events]
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE event_id IN ({marks})", ids)
+    found = {env.event_id: env for env in map(_row_to_envelope, rows)}
+    if not found:
+        return None
+    return resolve_retry(request.stream, request.events, [found.get(i) for i in ids])
+
+
+def _row_to_envelope(row: tuple[Any, ...]) -> Envelope:
+    return Envelope(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], _Raw(row[9]))
+
+
+_Raw: Final = msgspec.Raw
+
+
+def _read_rows(conn: sqlite3.Connection, stream: str | None, after: int, size: int) -> list[Envelope]:
+    if stream is None:
+        cursor = conn.execute(
+            f"SELECT {_COLUMNS} FROM events WHERE position > ? ORDER BY position LIMIT ?", (after, size)
+        )
+    else:
+        cursor = conn.execute(
+            f"SELECT {_COLUMNS} FROM events WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
+            (stream, after, size),
+        )
+    return list(map(_row_to_envelope, cursor.fetchall()))
+
+
+def _begin_import(conn: sqlite3.Connection, url: str) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    if count:
+        conn.execute("ROLLBACK")
+        raise UsageError(f"{url} is not empty ({count} events); import only into a new log")
+
+
+def _insert_verbatim(conn: sqlite3.Connection, batch: list[Envelope]) -> None:
+    conn.executemany(
+        f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        [
+            (e.position, e.stream, e.version, e.event_id, e.type, e.schema_version, e.recorded_at,
+             e.causation_id, e.correlation_id, bytes(e.data))
+            for e in batch
+        ],
+    )
+
+
+def _finish_import(conn: sqlite3.Connection, versions: dict[str, int]) -> None:
+    conn.executemany("INSERT INTO streams (stream, version) VALUES (?, ?)", list(versions.items()))
+    conn.execute("COMMIT")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+def _head(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+
+
+def _stream_version(conn: sqlite3.Connection, stream: str) -> int:
+    row = conn.execute("SELECT version FROM streams WHERE stream = ?", (stream,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _streams(conn: sqlite3.Connection) -> list[str]:
+    return [row[0] for row in conn.execute("SELECT stream FROM streams ORDER BY stream")]
+
+
+def _verify(conn: sqlite3.Connection, report: VerifyReport) -> None:
+    where = str(report.url)
+    check = conn.execute("PRAGMA quick_check").fetchone()[0]
+    if check != "ok":
+        report.problems.append(f"{where}: SQLite quick_check: {check}")
+    count, low, high = conn.execute("SELECT count(*), min(position), max(position) FROM events").fetchone()
+    report.events = count
+    if count and (low != 1 or high != count):
+        report.problems.append(f"{where}: positions are not gapless: {count} events span {low}..{high}")
+    rows = conn.execute(
+        "SELECT e.stream, count(*), min(e.version), max(e.version), s.version "
+        "FROM events e LEFT JOIN streams s ON s.stream = e.stream GROUP BY e.stream"
+    ).fetchall()
+    report.streams = len(rows)
+    for stream, n, vmin, vmax, recorded in rows:
+        if vmin != 1 or vmax != n:
+            report.problems.append(f"{where}: stream {stream!r}: {n} events span versions {vmin}..{vmax}")
+        if recorded != vmax:
+            report.problems.append(f"{where}: stream {stream!r}: streams table says {recorded}, events say {vmax}")
+    decoder = msgspec.json.Decoder()
+    for position, data in conn.execute("SELECT position, data FROM events ORDER BY position"):
+        try:
+            value = decoder.decode(data)
+        except msgspec.DecodeError as e:
+            report.problems.append(f"{where}: event at position {position}: data does not decode: {e}")
+            continue
+        if not isinstance(value, dict):
+            report.problems.append(f"{where}: event at position {position}: data is not a JSON object")
+        if len(report.problems) >= 20:
+            report.problems.append("... stopping after 20 problems")
+            return
+
+
+def _translate(error: sqlite3.Error, path: Path) -> LoopdError:
+    text = str(error)
+    if "locked" in text or "busy" in text:
+        return LockTimeoutError(str(path), BUSY_TIMEOUT_MS / 1000)
+    if "malformed" in text or "not a database" in text:
+        return CorruptLogError(str(path), None, f"SQLite says: {text}")
+    return StoreUnavailableError(f"SQLite error on {path}: {text}; check the path, permissions and free space")
