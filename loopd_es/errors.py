@@ -48,6 +48,13 @@ class StreamNotFoundError(UsageError):
         super().__init__(f"stream {stream!r} does not exist; `loopd-es streams` lists the streams in this log")
 
 
+class LogNotFoundError(UsageError):
+    """Raised when a command that only reads is pointed at a log that does not exist."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(f"no log at {where}; check --store (or $LOOPD_ES_STORE), or append an event first")
+
+
 class InvalidEventError(UsageError):
     """Raised when an event's type or payload does not match the catalogue."""
 

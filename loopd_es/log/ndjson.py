@@ -25,6 +25,7 @@ import msgspec
 
 from ..errors import (
     CorruptLogError,
+    LogNotFoundError,
     LoopdError,
     StorageError,
     StoreUnavailableError,
@@ -116,7 +117,7 @@ class NdjsonLog(LogStore):
         if durability not in DURABILITY:
             raise UsageError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITY)}")
         if not create and not path.exists():
-            raise StoreUnavailableError(f"no log at {path}; append an event first or check --store")
+            raise LogNotFoundError(str(path))
         if create:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ import msgspec
 
 from ..errors import (
     CorruptLogError,
+    LogNotFoundError,
     LockTimeoutError,
     LoopdError,
     StorageError,
@@ -100,7 +101,7 @@ class SqliteLog(LogStore):
         if level not in SYNCHRONOUS:
             raise UsageError(f"unknown synchronous level {synchronous!r}: use one of {', '.join(SYNCHRONOUS)}")
         if not create and not path.exists():
-            raise StoreUnavailableError(f"no log at {path}; append an event first or check --store")
+            raise LogNotFoundError(str(path))
         if create:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
