@@ -171,6 +171,7 @@ def _new_event(
 ) -> NewEvent:
     """Check the type and payload against the catalogue, then build the event at its current schema version."""
     from ..events import catalogue
+    from ..events.base import CATALOGUE
 
     payload = msgspec.json.encode(data)
     try:
@@ -179,7 +180,7 @@ def _new_event(
         raise type(e)(f"{where}: {e}") from None
     fields: dict[str, Any] = {"type": kind, "data": msgspec.Raw(payload), "causation_id": causation,
                               "correlation_id": correlation,
-                              "schema_version": catalogue.CATALOGUE[kind].schema_version}
+                              "schema_version": CATALOGUE[kind].schema_version}
     if event_id is not None:
         fields["event_id"] = event_id
     return NewEvent(**fields)

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from types import ModuleType
 from typing import NoReturn
 
 import anyio
@@ -57,8 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _command_modules(*always: object) -> list[object]:
-    modules: list[object] = list(always)
+def _command_modules(*always: ModuleType) -> list[ModuleType]:
+    modules: list[ModuleType] = list(always)
     import importlib
 
     for name in ("domain_cmds", "saga_cmds", "query_cmds", "cmd_cmds"):

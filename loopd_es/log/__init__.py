@@ -12,7 +12,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl
 
 from ..errors import UsageError
-from .base import LogStore as LogStore
+from .base import LogStore as LogStore  # noqa: TC001 - a runtime re-export
 
 
 async def open_store(url: str, *, create: bool = True) -> LogStore:

@@ -160,7 +160,9 @@ def parse_expected_version(text: str | int) -> ExpectedVersion:
 
     :raises UsageError: for anything but a non-negative integer, ``no_stream``, ``exists`` or ``any``.
     """
-    if isinstance(text, int) and not isinstance(text, bool):
+    if isinstance(text, bool) or not isinstance(text, int | str):
+        raise UsageError(f"invalid expected version {text!r}: use a version number, 'no_stream', 'exists' or 'any'")
+    if isinstance(text, int):
         if text < 0:
             raise UsageError(f"expected version must be >= 0, got {text}")
         return text

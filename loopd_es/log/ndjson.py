@@ -29,6 +29,7 @@ from ..errors import (
     LoopdError,
     StorageError,
     StoreUnavailableError,
+    StreamNotFoundError,
     UsageError,
 )
 from ..events.envelope import (
@@ -47,6 +48,7 @@ from .base import (
     VerifyReport,
     check_expected_version,
     check_stream_name,
+    parse_expected_version,
 )
 from .ndjson_files import RECORD, RECORD_FIELDS, IndexFile, LockFile, StreamNames, event_id_key
 from .validation import check_new_events, resolve_retry
@@ -102,6 +104,7 @@ class NdjsonLog(LogStore):
         self._committing = False
         self._unsynced_since: float | None = None
         self._closed = False
+        self._index_suspect = False
 
     # -- opening ------------------------------------------------------------------------------------
 
@@ -116,7 +119,7 @@ class NdjsonLog(LogStore):
         """
         if durability not in DURABILITY:
             raise UsageError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITY)}")
-        if not create and not path.exists():
+        if not create and not path.exists():  # noqa: ASYNC240 - one stat, cheaper than a thread hop
             raise LogNotFoundError(str(path))
         if create:
             try:
@@ -143,7 +146,14 @@ class NdjsonLog(LogStore):
         count = self._index.count()
         if count and not (self._record_matches(1) and self._record_matches(count)):
             log.warning("%s: index does not match the log; rebuilding it from the log", self.path)
-            count = self._rebuild_index()
+            if self._lock.try_acquire():
+                try:
+                    count = self._rebuild_index()
+                finally:
+                    self._lock.release()
+            else:  # a writer is busy: read from the log alone, and rebuild under the lock on our first write
+                self._index_suspect = True
+                count = 0
         self._indexed = self._head = count
         if count:
             offset, length, *_ = self._index.record(count)
@@ -279,8 +289,8 @@ class NdjsonLog(LogStore):
         if remaining == 0:
             return
         if stream is not None:
-            async for batch in self._read_stream_batches(stream, from_version, remaining):
-                yield batch
+            async for stream_batch in self._read_stream_batches(stream, from_version, remaining):
+                yield stream_batch
             return
         position = max(from_position, 1)
         if position > self._head:
@@ -307,10 +317,25 @@ class NdjsonLog(LogStore):
             return self._index.record(position)[0]
         return self._tail[position - self._indexed - 1].offset
 
+    async def read_stream(
+        self, stream: str, from_version: int = 1, limit: int | None = None
+    ) -> AsyncIterator[Envelope]:
+        self._check_open()
+        self._refresh()
+        spans = self._stream_spans(stream, 1)
+        if not spans:
+            raise StreamNotFoundError(stream)
+        async for batch in self._read_stream_batches(stream, from_version, -1 if limit is None else limit, spans):
+            for envelope in batch:
+                yield envelope
+
     async def _read_stream_batches(
-        self, stream: str, from_version: int, remaining: int
+        self, stream: str, from_version: int, remaining: int, spans: list[tuple[int, int]] | None = None
     ) -> AsyncIterator[list[Envelope]]:
-        spans = self._stream_spans(stream, max(from_version, 1))
+        if spans is None:
+            spans = self._stream_spans(stream, max(from_version, 1))
+        elif from_version > 1:
+            spans = spans[from_version - 1 :]  # versions are contiguous from 1
         for i in range(0, len(spans), READ_BATCH):
             chunk = spans[i : i + READ_BATCH]
             if remaining >= 0:
@@ -407,6 +432,7 @@ class NdjsonLog(LogStore):
     ) -> list[Envelope]:
         self._check_open()
         check_stream_name(stream)
+        expected_version = parse_expected_version(expected_version)
         check_new_events(events)
         if not events:
             return []
@@ -455,11 +481,15 @@ class NdjsonLog(LogStore):
 
     def _sync_locked(self) -> None:
         """Under the lock: repair a crashed writer's leftovers, catch up, bring the index up to date."""
+        if self._index_suspect:
+            self._index_suspect = False
+            self._rebuild_index()
         size = os.fstat(self._fd).st_size
         if size != self._end:
             intent = self._lock.intent()
             if intent is not None and self._end <= intent[0] < size:
                 self._truncate(intent[0], size, "an unacknowledged write of a crashed writer")
+                self._lock.clear_intent()
                 size = intent[0]
             if size < self._end:
                 raise CorruptLogError(
@@ -468,7 +498,6 @@ class NdjsonLog(LogStore):
             self._catch_up(size)
             if self._end < size:
                 self._truncate(self._end, size, "a torn last line (an incomplete write)")
-        self._lock.clear_intent()
         self._ensure_writer_state()
         self._flush_tail()
 

@@ -117,7 +117,7 @@ class IndexFile:
     def record(self, position: int) -> tuple[int, int, int, int, int]:
         """The record of one position (1-based); the caller checks ``position <= count()``."""
         raw = os.pread(self.fd, RECORD.size, (position - 1) * RECORD.size)
-        return RECORD.unpack(raw)  # type: ignore[return-value]
+        return RECORD.unpack(raw)
 
     def chunks(self, start: int = 0, count: int | None = None, per_chunk: int = 65536) -> list[array[int]]:
         """The records from index ``start`` (0-based), ``per_chunk`` records per array, flat int64 fields."""

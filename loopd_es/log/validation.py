@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from ..errors import DuplicateEventIdError, UsageError
-from ..events.envelope import Envelope, NewEvent
+
+if TYPE_CHECKING:
+    from ..events.envelope import Envelope, NewEvent
 
 
 def check_new_events(events: Sequence[NewEvent]) -> None:
