@@ -1,0 +1,101 @@
+"""Rules shared by the deciders: model references, the single-writer rule, ownership, number formatting.
+
+Every message is the reference system's own text (§3), because users and their scripts match on it.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+from ..errors import DomainError
+
+if TYPE_CHECKING:
+    from .goal_commands import Facts
+    from .state import GoalState
+
+
+MAX_FALLBACK_MODELS: Final = 16
+DEFAULT_MAX_FAILURES: Final = 5
+DEFAULT_MAX_REJECTIONS: Final = 3
+DEFAULT_TIMEOUT_MS: Final = 300_000
+RETRY_BACKOFF_CAP_MS: Final = 30_000
+
+GOAL_NOT_FOUND: Final = "Goal not found."
+NOT_OWNED: Final = "Goal not found or not owned by this session."
+NO_MATCHING_ACTIVE: Final = "No matching active goal for this session."
+
+
+class RuleError(DomainError):
+    """Raised when a command breaks a goal rule; ``code`` is the reference's ``errorCode`` when it has one."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def is_model_ref(value: str) -> bool:
+    """``providerID/modelID``: split at the first ``/``, both parts non-empty, no whitespace."""
+    provider, slash, model = value.partition("/")
+    return bool(slash and provider and model) and not any(ch.isspace() for ch in value)
+
+
+def invalid_model(value: str, *, long: bool = False) -> str:
+    examples = '"openai/gpt-5.6-sol", "ollama/qwen3.8:27b"' if long else '"openai/gpt-5.6-sol"'
+    text = f'Invalid model "{value}". Use "providerID/modelID" (e.g. {examples}).'
+    return text + " Discover with `opencode models`." if long else text
+
+
+def assert_writer_slot(state: GoalState, facts: Facts, session: str | None) -> None:
+    """The single-writer rule: a writer goal may not become active while another writer is active.
+
+    :raises RuleError: with the reference's message naming the other goal (and its owner if not ``session``).
+    """
+    if not state.config.workspace_write:
+        return
+    for other in facts.active_writers:
+        if other.goal_id == state.goal_id:
+            continue
+        raise RuleError(writer_conflict(other.name, other.goal_id, other.owner_session_id, session))
+
+
+def writer_conflict(name: str, goal_id: str, owner: str, session: str | None) -> str:
+    foreign = session is not None and owner != session
+    text = f'Workspace-writing goal "{name}" ({goal_id}) is already active'
+    if foreign:
+        text += f" (owned by session {owner}, not this session)"
+    text += ". Pause, block, complete, or clear it before activating another workspace-writing goal."
+    if foreign:
+        text += " Note: list_background_goals shows only this session's goals; clear/pause it from its owning session."
+    return text
+
+
+def require_goal(state: GoalState, caller: str | None, not_owned: str = NO_MATCHING_ACTIVE) -> None:
+    """:raises RuleError: ``Goal not found.`` or the owner-tool targeting message."""
+    if not state.exists:
+        raise RuleError(GOAL_NOT_FOUND, "not_found")
+    if caller is not None and caller != state.owner_session_id:
+        raise RuleError(not_owned, "not_found")
+
+
+def js_number(value: float) -> str:
+    """A number as JavaScript prints it (``5``, ``0.5``), for messages copied from the reference."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def lease_valid(state: GoalState, now: datetime) -> bool:
+    from .provider_limit import iso
+
+    return state.lease_expires_at is not None and iso(now) < state.lease_expires_at
+
+
+def after_ms(now: datetime, ms: float) -> datetime:
+    return now + timedelta(milliseconds=ms)
+
+
+def backoff_ms(failures: int) -> int:
+    """``min(30000, 1000 * 2^failures)``: 2 s, 4 s, 8 s, 16 s, then 30 s."""
+    return int(min(RETRY_BACKOFF_CAP_MS, 1000 * 2 ** min(failures, 16)))

@@ -1,0 +1,201 @@
+"""The folded state of one goal: the reference's Goal and GoalRuntimeState in one frozen Struct.
+
+Only :func:`loopd_es.domain.evolve.evolve` builds new states; everything here is data. Lists are tuples so
+a state can be shared between folds and snapshots without copying.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
+
+REDUCER_VERSION: Final = 1
+"""Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
+
+MAX_ANOMALIES: Final = 50
+MAX_ACCOUNTED_IDS: Final = 200
+"""The usage watermark: the last 200 counted message ids (reference §3.12)."""
+
+Phase = Literal["idle", "queued", "running", "compacting", "waiting_retry", "stopping"]
+FallbackStatus = Literal["prepared", "exhausted", "unsupported", "unavailable", "disabled"]
+
+
+class _S(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class Blocker(_S, frozen=True):
+    """Why a blocked goal needs its owner; ``kind`` is only set by a provider-limit observation."""
+
+    reason: str
+    needed: str
+    kind: Literal["provider-limit"] | None = None
+    at: str = ""
+
+
+class Progress(_S, frozen=True):
+    summary: str
+    next: str | None = None
+    at: str = ""
+
+
+class Evidence(_S, frozen=True):
+    summary: str
+    evidence: str
+    at: str = ""
+
+
+class PendingModel(_S, frozen=True):
+    model: str
+    requested_at: str
+    reason: Literal["owner", "quota"] = "owner"
+
+
+class PendingAgent(_S, frozen=True):
+    agent: str
+    requested_at: str
+
+
+class PendingIdentity(_S, frozen=True):
+    """A deferred model *and* agent switch, applied as one transaction."""
+
+    model: str
+    agent: str
+
+
+class SwitchRecord(_S, frozen=True):
+    to: str
+    at: str
+    outcome: Literal["applied", "next-prompt"]
+    from_: str | None = msgspec.field(default=None, name="from")
+    reason: Literal["owner", "quota"] | None = None
+
+
+class SwitchFailure(_S, frozen=True):
+    at: str
+    reason: Literal["host-rejected", "catalog-unavailable"]
+
+
+class SwitchInFlight(_S, frozen=True):
+    """A switch the host is being asked to apply (between ``switch_requested`` and its outcome)."""
+
+    switch_id: str
+    model: str | None
+    agent: str | None
+    resume: bool
+    reason: Literal["owner", "quota"]
+    pending: bool
+
+
+class ProviderLimit(_S, frozen=True):
+    kind: Literal["quota", "rate-limit"]
+    source: Literal["prompt-delivery", "session-error"]
+    observed_at: str
+    model: str | None = None
+    status_code: int | None = None
+    retry_at: str | None = None
+
+
+class ModelFallback(_S, frozen=True):
+    attempted: tuple[str, ...] = ()
+    status: FallbackStatus = "disabled"
+
+
+class InboxItem(_S, frozen=True):
+    input_id: str
+    text: str
+    sender: Literal["user", "worker"] = "user"
+    at: str = ""
+
+
+class Anomaly(_S, frozen=True):
+    """An event that could not apply (unknown goal, cleared goal, stale run...): kept, never raised."""
+
+    type: str
+    reason: str
+    version: int = 0
+
+
+class GoalState(_S, frozen=True):
+    """Everything the deciders and the CLI need to know about one goal, folded from its stream."""
+
+    goal_id: str
+    exists: bool = False
+    cleared: bool = False
+    version: int = 0
+    position: int = 0
+    name: str = ""
+    objective: str = ""
+    owner_session_id: str = ""
+    status: GoalStatus = "active"
+    config: GoalConfig = GoalConfig()
+    worker_session_id: str | None = None
+    topology: WorkerTopology | None = None
+    parent_model: str | None = None
+    parent_agent: str | None = None
+    interactive: bool = False
+    blocker: Blocker | None = None
+    last_progress: Progress | None = None
+    completion_evidence: Evidence | None = None
+    tokens_used: int = 0
+    cost_used: float = 0.0
+    time_used_seconds: float = 0.0
+    created_at: str = ""
+    # identity
+    pending_identity: PendingIdentity | None = None
+    model_pending: PendingModel | None = None
+    agent_pending: PendingAgent | None = None
+    model_last: SwitchRecord | None = None
+    agent_last: SwitchRecord | None = None
+    model_last_failure: SwitchFailure | None = None
+    agent_last_failure: SwitchFailure | None = None
+    switch_in_flight: SwitchInFlight | None = None
+    last_provider_limit: ProviderLimit | None = None
+    model_fallback: ModelFallback | None = None
+    inbox: tuple[InboxItem, ...] = ()
+    # runtime
+    phase: Phase = "queued"
+    active_run_id: str | None = None
+    active_prompt_message_id: str | None = None
+    run_generation: int = 0
+    lease_expires_at: str | None = None
+    run_count: int = 0
+    budget_turn_count: int = 0
+    consecutive_failures: int = 0
+    last_error: str | None = None
+    retry_after: str | None = None
+    no_progress_count: int = 0
+    progress_during_turn: bool = False
+    turn_tokens_used: int = 0
+    accounted_message_ids: tuple[str, ...] = ()
+    force_finish_requested: bool | None = None
+    evaluator_rejection_count: int = 0
+    last_rejection_details: str | None = None
+    free_retry_pending: bool = False
+    idle_candidate_generation: int | None = None
+    confirm_failed_generation: int | None = None
+    stuck_notified_run_id: str | None = None
+    worker_aborted_at: str | None = None
+    schedule_run_count: int = 0
+    next_run_at: str | None = None
+    anomaly_count: int = 0
+    anomalies: tuple[Anomaly, ...] = ()
+
+    @property
+    def is_writer(self) -> bool:
+        return self.config.workspace_write
+
+    def summary(self) -> str:
+        """One line for ``loopd-es replay``: status, phase, turns, usage and anomalies."""
+        if not self.exists:
+            state = "cleared" if self.cleared else "missing"
+            return f"goal {self.goal_id}: {state} (v{self.version}, {self.anomaly_count} anomalies)"
+        return (
+            f"goal {self.goal_id} {self.name!r}: {self.status}/{self.phase}, turns {self.budget_turn_count}"
+            f"/{self.config.max_turns or '-'}, tokens {self.tokens_used}, cost ${self.cost_used:.4f}, "
+            f"model {self.config.model or '-'}, v{self.version}"
+            + (f", {self.anomaly_count} anomalies" if self.anomaly_count else "")
+        )

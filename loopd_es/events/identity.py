@@ -1,0 +1,158 @@
+"""Identity events: switching a goal's worker model/agent, provider limits and model fallback.
+
+They live on the goal's stream (``goal-<goal_id>``) because every decision about them reads the goal.
+A switch is identified by ``switch_id`` so the saga that calls the host can pair its outcome with the
+request. Raw host errors are never recorded: failures carry a ``stage`` and a fixed ``reason``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .base import Event, event
+
+SwitchReason = Literal["owner", "quota"]
+SwitchOutcome = Literal["applied", "next-prompt"]
+SwitchTarget = Literal["model", "agent", "identity"]
+"""Which half was asked for: only the model, only the agent, or both as one transaction."""
+
+
+@event("identity.switch_requested")
+class IdentitySwitchRequested(Event, frozen=True):
+    """The owner (or the fallback) asked for a new model and/or agent; the worker is idle, so apply now."""
+
+    goal_id: str
+    switch_id: str
+    model: str | None = None
+    agent: str | None = None
+    resume: bool = False
+    requested_by: str = ""
+    reason: SwitchReason = "owner"
+    pending: bool = False
+    at: str = ""
+
+
+@event("identity.switch_deferred")
+class IdentitySwitchDeferred(Event, frozen=True):
+    """The worker was busy: the switch is pending until the next permitted idle turn (config unchanged).
+
+    A deferred model *and* agent is one pending pair; it replaces both single pendings.
+    """
+
+    goal_id: str
+    switch_id: str
+    model: str | None = None
+    agent: str | None = None
+    reason: SwitchReason = "owner"
+    at: str = ""
+
+
+@event("identity.switch_unsupported")
+class IdentitySwitchUnsupported(Event, frozen=True):
+    """The host or its catalog cannot switch this goal; nothing else changed."""
+
+    goal_id: str
+    switch_id: str
+    model: str | None = None
+    agent: str | None = None
+
+
+@event("identity.switch_applied")
+class IdentitySwitchApplied(Event, frozen=True):
+    """The host accepted the switch; the only fact that changes ``config.model``/``config.agent``.
+
+    ``outcome`` is ``next-prompt`` when the host takes the new identity with the next prompt (v1).
+    """
+
+    goal_id: str
+    switch_id: str
+    target: SwitchTarget
+    to_model: str | None = None
+    to_agent: str | None = None
+    from_model: str | None = None
+    from_agent: str | None = None
+    outcome: SwitchOutcome = "applied"
+    reason: SwitchReason = "owner"
+    at: str = ""
+
+
+@event("identity.switch_failed")
+class IdentitySwitchFailed(Event, frozen=True):
+    """The switch was not accepted; a failed *pending* switch also blocks an active goal (a separate event)."""
+
+    goal_id: str
+    switch_id: str
+    target: SwitchTarget
+    stage: Literal["validation", "catalog", "host", "persist"]
+    reason: Literal["host-rejected", "catalog-unavailable"]
+    pending: bool = False
+    at: str = ""
+
+
+@event("identity.switch_rolled_back")
+class IdentitySwitchRolledBack(Event, frozen=True):
+    """A half that the host had applied was switched back after the other half failed."""
+
+    goal_id: str
+    switch_id: str
+    model: str | None = None
+    agent: str | None = None
+
+
+@event("identity.rollback_failed")
+class IdentityRollbackFailed(Event, frozen=True):
+    """Switching back failed: the live session may hold a partial identity; the owner must inspect it."""
+
+    goal_id: str
+    switch_id: str
+    model: str | None = None
+    agent: str | None = None
+
+
+@event("identity.provider_limit_observed")
+class ProviderLimitObserved(Event, frozen=True):
+    """A provider error classified as a quota or rate limit (§6); never a balance claim, never the raw error."""
+
+    goal_id: str
+    kind: Literal["quota", "rate-limit"]
+    source: Literal["prompt-delivery", "session-error"]
+    observed_at: str
+    model: str | None = None
+    status_code: int | None = None
+    retry_at: str | None = None
+    marks_blocker: bool = False
+
+
+@event("identity.fallback_prepared")
+class FallbackPrepared(Event, frozen=True):
+    """A fallback model is pending (reason ``quota``) for the next idle turn; ``attempted`` only grows."""
+
+    goal_id: str
+    model: str
+    attempted: tuple[str, ...]
+    at: str = ""
+    reused: bool = False
+
+
+@event("identity.fallback_exhausted")
+class FallbackExhausted(Event, frozen=True):
+    """Every fallback model was tried (or none is usable)."""
+
+    goal_id: str
+    attempted: tuple[str, ...]
+
+
+@event("identity.fallback_unsupported")
+class FallbackUnsupported(Event, frozen=True):
+    """The host cannot switch models, so no fallback can be prepared."""
+
+    goal_id: str
+    attempted: tuple[str, ...]
+
+
+@event("identity.fallback_unavailable")
+class FallbackUnavailable(Event, frozen=True):
+    """The model catalog could not be read, so no fallback could be chosen."""
+
+    goal_id: str
+    attempted: tuple[str, ...]

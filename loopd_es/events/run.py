@@ -1,0 +1,91 @@
+"""Run events: one prompt to the worker and how it ended, recorded on the goal's stream.
+
+A run is fenced by its ``generation`` (the reference's ``runGeneration``): a run-scoped event whose
+generation is not the current one is stale and folds to nothing (§2.3, §10).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .base import Event, event
+
+RunKind = Literal["steer", "bare", "force_finish"]
+
+
+@event("run.started")
+class RunStarted(Event, frozen=True):
+    """A turn was acquired and its prompt is being sent; ``charged`` is false for a free retry turn."""
+
+    goal_id: str
+    run_id: str
+    generation: int
+    prompt_message_id: str
+    turn_count: int
+    charged: bool = True
+    kind: RunKind = "steer"
+    lease_expires_at: str | None = None
+    at: str = ""
+
+
+@event("run.idle_candidate")
+class RunIdleCandidate(Event, frozen=True):
+    """The first of the two idle signals that confirm a run's end was seen."""
+
+    goal_id: str
+    run_id: str
+    generation: int
+    at: str = ""
+
+
+@event("run.completed")
+class RunCompleted(Event, frozen=True):
+    """The run's idle was confirmed: lease released, run cleared."""
+
+    goal_id: str
+    run_id: str
+    generation: int | None = None
+
+
+@event("run.failed")
+class RunFailed(Event, frozen=True):
+    """A session error or a failed prompt delivery; below the failure limit the goal waits until ``retry_after``."""
+
+    goal_id: str
+    run_id: str
+    error: str
+    consecutive_failures: int
+    retry_after: str | None = None
+    source: Literal["session-error", "prompt-delivery"] = "session-error"
+
+
+@event("run.recovered")
+class RunRecovered(Event, frozen=True):
+    """Maintenance released a running phase whose worker had been idle and quiet too long."""
+
+    goal_id: str
+    run_id: str
+    quiet_seconds: float
+    cleared_tool_calls: int = 0
+    generation: int | None = None
+
+
+@event("run.stuck")
+class RunStuck(Event, frozen=True):
+    """A watchdog found the run stuck (idle but unconfirmable, or busy with no activity); notified once."""
+
+    goal_id: str
+    run_id: str
+    stuck_seconds: float
+    watchdog: Literal["idle-unconfirmed", "busy"] = "busy"
+    generation: int | None = None
+
+
+@event("run.confirm_failed")
+class RunConfirmFailed(Event, frozen=True):
+    """The idle could not be confirmed against the transcript (recorded once per generation)."""
+
+    goal_id: str
+    generation: int
+    reason: Literal["prompt-outside-window", "assistant-incomplete", "worker-active"]
+    run_id: str | None = None

@@ -1,0 +1,51 @@
+"""Upcasters: how an event stored with an old ``schema_version`` is read as the current payload.
+
+Stored events are never rewritten. When a payload change cannot be absorbed by a defaulted field, the
+type's version is bumped (``@event("goal.created", version=2)``) and a function from the old JSON object
+to the next version's object is registered here. Reading applies the chain ``v -> v+1 -> ... -> current``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from ..errors import InvalidEventError
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+_UPCASTERS: Final[dict[tuple[str, int], Upcaster]] = {}
+
+
+def register_upcaster(type_: str, from_version: int, fn: Upcaster) -> Upcaster:
+    """Register ``fn`` to turn a ``type_`` payload of ``from_version`` into ``from_version + 1``."""
+    key = (type_, from_version)
+    if key in _UPCASTERS and _UPCASTERS[key] is not fn:
+        raise ValueError(f"an upcaster for {type_} v{from_version} is already registered")
+    _UPCASTERS[key] = fn
+    return fn
+
+
+def upcast(type_: str, from_version: int, to_version: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Apply the registered chain from ``from_version`` up to ``to_version``.
+
+    :raises InvalidEventError: when a step of the chain is missing or the stored version is newer than ours.
+    """
+    if from_version > to_version:
+        raise InvalidEventError(
+            f"{type_} has schema version {from_version}, newer than this loopd-es knows ({to_version}); "
+            "upgrade loopd-es to read this log"
+        )
+    version = from_version
+    while version < to_version:
+        step = _UPCASTERS.get((type_, version))
+        if step is None:
+            raise InvalidEventError(f"no upcaster from {type_} v{version} to v{version + 1}")
+        data = step(dict(data))
+        version += 1
+    return data
+
+
+def registered() -> list[tuple[str, int]]:
+    """Every ``(type, from_version)`` with an upcaster, sorted; used by docs and tests."""
+    return sorted(_UPCASTERS)

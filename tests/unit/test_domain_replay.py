@@ -1,0 +1,128 @@
+"""Replay through a real SQLite log: one stream, a cut by position or time, snapshots, the whole log, the CLI."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+import pytest
+
+from loopd_es.cli.main import main
+from loopd_es.domain.evolve import fold, initial
+from loopd_es.domain.replay import reducer_versions, replay_all, replay_goal, replay_stream
+from loopd_es.domain.snapshots import SnapshotStore
+from loopd_es.events import goal as g
+from loopd_es.events import run as r
+from loopd_es.events.catalogue import decode_payload, new_event
+from loopd_es.events.envelope import parse_rfc3339
+from loopd_es.log import open_store
+
+if TYPE_CHECKING:
+    from loopd_es.log.base import LogStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[LogStore]:
+    async with await open_store(f"sqlite:{tmp_path / 'log.db'}") as s:
+        yield s
+
+
+async def _fill(store: LogStore, goal_id: str = "a", runs: int = 30) -> None:
+    stream = f"goal-{goal_id}"
+    await store.append(stream, [new_event(g.GoalCreated(goal_id=goal_id, name="A", objective="o",
+                                                        owner_session_id="o"))], "no_stream")
+    for n in range(1, runs + 1):
+        batch = [
+            r.RunStarted(goal_id=goal_id, run_id=f"r{n}", generation=n, prompt_message_id=f"m{n}", turn_count=n),
+            g.GoalUsageAccounted(goal_id=goal_id, message_ids=(f"a{n}",), token_delta=10, cost_delta=0.01),
+            r.RunCompleted(goal_id=goal_id, run_id=f"r{n}", generation=n),
+        ]
+        await store.append(stream, [new_event(e) for e in batch], "exists")
+
+
+async def test_snapshot_plus_tail_equals_full_replay(store: LogStore, tmp_path: Path) -> None:
+    await _fill(store)
+    full = await replay_stream(store, "goal-a")
+    assert full.state.tokens_used == 300 and full.version == 91 and full.snapshot_version is None
+    snaps = SnapshotStore(tmp_path / "snaps", reducer_versions(), every=40)
+    first = await replay_stream(store, "goal-a", snapshots=snaps)
+    assert first.state == full.state and snaps.load("goal-a") is not None
+    await _fill(store, "b", 2)
+    await store.append("goal-a", [new_event(g.GoalPaused(goal_id="a"))], "exists")
+    again = await replay_stream(store, "goal-a", snapshots=snaps)
+    assert again.snapshot_version == 91 and again.folded == 1
+    assert again.state == (await replay_stream(store, "goal-a")).state
+    assert again.state.status == "paused"
+
+
+async def test_cut_by_position_and_time(store: LogStore, tmp_path: Path) -> None:
+    await _fill(store, runs=3)
+    cut = await replay_stream(store, "goal-a", until=3)
+    assert cut.position == 3 and cut.state.phase == "running" and cut.state.tokens_used == 10
+    envelopes = [e async for e in store.read_stream("goal-a")]
+    assert fold(envelopes[:3], initial("a")) == cut.state
+    at = parse_rfc3339(envelopes[1].recorded_at)
+    timed = await replay_stream(store, "goal-a", at=at)
+    assert timed.position <= 4 and timed.state.run_generation >= 1
+    assert (await replay_stream(store, "goal-a", at=at - timedelta(days=1))).folded == 0
+    snaps = SnapshotStore(tmp_path / "snaps", reducer_versions(), every=2)
+    await replay_stream(store, "goal-a", snapshots=snaps)
+    early = await replay_stream(store, "goal-a", until=2, snapshots=snaps)
+    assert early.snapshot_version is None and early.position == 2  # a later snapshot is never used for a cut
+
+
+async def test_stale_snapshots_are_discarded(tmp_path: Path) -> None:
+    old = SnapshotStore(tmp_path / "snaps", {"goal": 0})
+    old.save("goal-a", 1, 1, "2026-01-01T00:00:00Z", initial("a"))
+    new = SnapshotStore(tmp_path / "snaps", reducer_versions())
+    assert new.load("goal-a") is None
+    assert new.discard_stale() == [old.key] and not old.dir.exists()
+
+
+async def test_whole_log_and_goal_with_links(store: LogStore) -> None:
+    await _fill(store, "a", 2)
+    await _fill(store, "b", 1)
+    await store.append("misc", [new_event(g.GoalCleared(goal_id="zz"))], "any")
+    states = await replay_all(store)
+    assert sorted(states) == ["goal-a", "goal-b", "misc"]
+    assert states["misc"].summary() == "misc: 1 events, last goal.cleared"
+    assert (await replay_all(store, until=1))["goal-a"].state.exists
+    goal, linked = await replay_goal(store, "a")
+    assert goal.state.name == "A" and goal.state.budget_turn_count == 2 and linked == []
+
+
+async def test_envelope_payloads_decode_to_typed_events(store: LogStore) -> None:
+    await _fill(store, runs=1)
+    types = [type(decode_payload(e)).__name__ async for e in store.read_all()]
+    assert types == ["GoalCreated", "RunStarted", "GoalUsageAccounted", "RunCompleted"]
+
+
+def test_cli_replay_and_events(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import anyio
+
+    url = f"sqlite:{tmp_path / 'log.db'}"
+
+    async def fill() -> None:
+        async with await open_store(url) as s:
+            await _fill(s, runs=2)
+
+    anyio.run(fill)
+    assert main("--store", url, "replay") == 0
+    assert "goal a 'A': active/idle, turns 2/50" in capsys.readouterr().out
+    assert main("--store", url, "replay", "--stream", "goal-a", "--json") == 0
+    state = msgspec.json.decode(capsys.readouterr().out)
+    assert state["tokens_used"] == 20 and state["version"] == 7
+    assert main("--store", url, "replay", "--stream", "goal-a", "--until", "3") == 0
+    assert "position 3" in capsys.readouterr().out
+    assert main("--store", url, "replay", "--stream", "goal-nope") == 2
+    assert main("--store", url, "replay", "--at", "yesterday") == 2
+    assert "invalid --at" in capsys.readouterr().err
+    assert main("events") == 0
+    assert "goal.created (v2)" in capsys.readouterr().out
+    assert main("events", "--schema") == 0
+    assert '"goal.created"' in capsys.readouterr().out

@@ -1,0 +1,190 @@
+"""Replay speed: decode+fold of 1M events, a 10k-event goal from scratch and from its snapshot, and the
+``eventsourcing`` library rebuilding an aggregate from the same 10k events, measured in the same run.
+
+Usage: ``python tools/bench_replay.py [--events 1000000] [--goal-events 10000]`` (needs ``pip install
+eventsourcing`` for the comparison; it is not a loopd-es dependency). Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loopd_es.domain.evolve import evolve, initial
+from loopd_es.domain.replay import reducer_versions, replay_stream
+from loopd_es.domain.snapshots import SnapshotStore
+from loopd_es.events import goal as g
+from loopd_es.events import run as r
+from loopd_es.events.catalogue import new_event
+from loopd_es.events.envelope import ENVELOPE_DECODER, ENVELOPE_ENCODER, Envelope
+from loopd_es.log import open_store
+
+if TYPE_CHECKING:
+    from loopd_es.domain.state import GoalState
+    from loopd_es.events.base import Event
+
+
+def goal_traffic(goal_id: str, count: int) -> list[Event]:
+    """A realistic goal: created, then turns of start / progress / usage / completion, the odd failure."""
+    events: list[Event] = [
+        g.GoalCreated(goal_id=goal_id, name=f"goal {goal_id}", objective="make the tests pass",
+                      owner_session_id="ses_owner", config=g.GoalConfig(model="openai/gpt-5", checks=("make test",)))
+    ]
+    n = 0
+    while len(events) < count:
+        n += 1
+        events.append(r.RunStarted(goal_id=goal_id, run_id=f"run-{n}", generation=n,
+                                   prompt_message_id=f"msg_{n:08d}", turn_count=n,
+                                   lease_expires_at="2026-12-02T12:05:00.000Z", at="2026-12-02T12:00:00.000Z"))
+        events.append(g.GoalProgressReported(goal_id=goal_id, summary=f"step {n} done: refactored the parser",
+                                             next="wire the CLI", at="2026-12-02T12:01:00.000Z"))
+        events.append(g.GoalUsageAccounted(goal_id=goal_id, message_ids=(f"asst-{n}",), token_delta=1234,
+                                           cost_delta=0.0123, time_delta_seconds=12.5))
+        if n % 10 == 0:
+            events.append(r.RunFailed(goal_id=goal_id, run_id=f"run-{n}", error="overloaded",
+                                      consecutive_failures=1, retry_after="2026-12-02T12:00:02.000Z"))
+        else:
+            events.append(r.RunCompleted(goal_id=goal_id, run_id=f"run-{n}", generation=n))
+    return events[:count]
+
+
+def encoded_log(total: int, goals: int) -> list[bytes]:
+    """NDJSON envelope lines for ``total`` events spread over ``goals`` interleaved goal streams."""
+    per = total // goals
+    streams = [goal_traffic(f"g{k}", per) for k in range(goals)]
+    lines = []
+    position = 0
+    for version in range(per):
+        for k in range(goals):
+            position += 1
+            e = streams[k][version]
+            env = Envelope(position=position, stream=f"goal-g{k}", version=version + 1,
+                           event_id=f"00000000-0000-4000-8000-{position:012d}", type=e.event_type,
+                           schema_version=e.schema_version, recorded_at="2026-12-02T12:00:00.000000Z",
+                           causation_id=None, correlation_id=None, data=_raw(e))
+            lines.append(ENVELOPE_ENCODER.encode(env))
+    return lines
+
+
+def _raw(e: Event) -> Any:
+    import msgspec
+
+    return msgspec.Raw(msgspec.json.encode(e))
+
+
+def bench_decode_fold(lines: list[bytes]) -> dict[str, Any]:
+    states: dict[str, GoalState] = {}
+    t0 = time.perf_counter()
+    for line in lines:
+        env = ENVELOPE_DECODER.decode(line)
+        state = states.get(env.stream)
+        if state is None:
+            state = initial(env.stream[5:])
+        states[env.stream] = evolve(state, env)
+    dt = time.perf_counter() - t0
+    anomalies = sum(s.anomaly_count for s in states.values())
+    return {"events": len(lines), "seconds": round(dt, 3), "events_per_s": round(len(lines) / dt),
+            "aggregates": len(states), "anomalies": anomalies}
+
+
+async def bench_goal(path: Path, count: int, repeats: int) -> dict[str, Any]:
+    events = goal_traffic("big", count)
+    async with await open_store(f"sqlite:{path}") as store:
+        for i in range(0, count, 1000):
+            await store.append("goal-big", [new_event(e) for e in events[i:i + 1000]], "any")
+        scratch = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            folded = await replay_stream(store, "goal-big")
+            scratch.append(time.perf_counter() - t0)
+        snaps = SnapshotStore.beside(path, reducer_versions(), every=1)
+        await replay_stream(store, "goal-big", snapshots=snaps)
+        snapped = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            from_snap = await replay_stream(store, "goal-big", snapshots=snaps)
+            snapped.append(time.perf_counter() - t0)
+        assert from_snap.state == folded.state and from_snap.snapshot_version == count
+    return {"events": count, "from_scratch_ms": round(statistics.median(scratch) * 1000, 2),
+            "from_snapshot_ms": round(statistics.median(snapped) * 1000, 3), "tokens": folded.state.tokens_used}
+
+
+def bench_eventsourcing(path: Path, count: int, repeats: int) -> dict[str, Any] | None:
+    try:
+        from eventsourcing.application import Application
+        from eventsourcing.domain import Aggregate, event
+    except ImportError:
+        return None
+
+    class Goal(Aggregate):
+        @event("Created")
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.tokens = 0
+            self.turns = 0
+
+        @event("Turn")
+        def turn(self, run_id: str, tokens: int, summary: str) -> None:
+            self.turns += 1
+            self.tokens += tokens
+
+    os.environ.update({"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)})
+
+    class Goals(Application[Any]):
+        pass
+
+    app = Goals()
+    goal = Goal(name="big")
+    for n in range(1, count):
+        goal.turn(run_id=f"run-{n}", tokens=1234, summary=f"step {n} done: refactored the parser")
+        if n % 1000 == 0:
+            app.save(goal)
+    app.save(goal)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        got: Any = app.repository.get(goal.id)
+        times.append(time.perf_counter() - t0)
+    assert got.turns == count - 1
+    return {"events": count, "rebuild_ms": round(statistics.median(times) * 1000, 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--goals", type=int, default=2000)
+    parser.add_argument("--goal-events", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    result: dict[str, Any] = {}
+    lines = encoded_log(args.events, args.goals)
+    result["decode_fold"] = bench_decode_fold(lines)
+    del lines
+    with tempfile.TemporaryDirectory() as tmp:
+        result["goal_10k"] = anyio.run(bench_goal, Path(tmp) / "log.db", args.goal_events, args.repeats)
+        es = bench_eventsourcing(Path(tmp) / "es.db", args.goal_events, args.repeats)
+    result["eventsourcing"] = es
+    if es:
+        result["ratio_eventsourcing_over_scratch"] = round(es["rebuild_ms"] / result["goal_10k"]["from_scratch_ms"], 2)
+        result["ratio_eventsourcing_over_snapshot"] = round(
+            es["rebuild_ms"] / result["goal_10k"]["from_snapshot_ms"], 1)
+    result["targets"] = {
+        "decode_fold_events_per_s": 400_000, "scratch_vs_eventsourcing": 10, "snapshot_ms": 2,
+    }
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
