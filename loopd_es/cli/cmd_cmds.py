@@ -1,0 +1,371 @@
+"""``loopd-es cmd ...``: command sessions — start, list, show, read, write, signal, watch, await, attach.
+
+``cmd start`` prints the new command's id and returns at once; a detached owner process runs the command
+in a PTY and records every transition on the log (see :mod:`loopd_es.procs.service`). Ids may be given as
+any unique prefix of at least 4 characters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from ..domain.command import CommandNotFoundError, CommandStateError, compile_read_pattern
+from ..errors import UsageError
+from ..events.command import WatchSpec
+from ..log import open_store
+from ..procs import service
+from ..procs.outlog import read_pattern, read_plain
+from ..procs.paths import CommandPaths
+from .main import store_url
+
+if TYPE_CHECKING:
+    from ..log.base import LogStore
+
+DETACH_KEY = b"\x1d"  # Ctrl-]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``cmd`` group to the top-level parser."""
+    cmd = subparsers.add_parser("cmd", help="command sessions: long-running processes in a PTY")
+    sub = cmd.add_subparsers(dest="cmd_command", metavar="ACTION", required=True)
+
+    p = sub.add_parser("start", help="start COMMAND in a PTY; prints its id and returns at once")
+    p.add_argument("--title", help="a name for the command (default: the command line)")
+    p.add_argument("--cwd", help="working directory (default: the current one)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="set an environment variable (only the key is recorded)",
+    )
+    p.add_argument("--timeout", type=int, metavar="S", help="terminate after S seconds (end reason timeout)")
+    p.add_argument("--shell", action="store_true", help="run through /bin/sh -c with every word quoted")
+    p.add_argument("--watch-filter", metavar="RE", help="push output lines matching RE (coalesced every 2 s)")
+    p.add_argument("--watch-until", metavar="RE", help="the first line matching RE ends the watch")
+    p.add_argument("--watch-ignore-case", action="store_true")
+    p.add_argument(
+        "--until-action",
+        choices=("stop", "keep"),
+        default="stop",
+        help="on the until line: stop the command (default) or keep it running",
+    )
+    p.add_argument("--goal", help="the goal this command belongs to (a display link)")
+    p.add_argument("--cols", type=int, default=80)
+    p.add_argument("--rows", type=int, default=24)
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
+    p.set_defaults(handler=_start)
+
+    p = sub.add_parser("list", help="every command: id, status, end reason, title")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_list)
+
+    p = sub.add_parser("show", help="one command's full record as JSON")
+    p.add_argument("id")
+    p.set_defaults(handler=_show)
+
+    p = sub.add_parser(
+        "read", help="print retained output (the last 512 KiB): a byte range or matching lines"
+    )
+    p.add_argument("id")
+    p.add_argument(
+        "--offset", type=int, help="bytes to skip (with --pattern: matches to skip); default: the tail"
+    )
+    p.add_argument(
+        "--limit", type=int, help="bytes (default 64 KiB, max 256 KiB); with --pattern: matches (≤500)"
+    )
+    p.add_argument("--pattern", metavar="RE", help="only lines whose ANSI-stripped text matches RE")
+    p.add_argument("--ignore-case", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=_read)
+
+    p = sub.add_parser("write", help="type TEXT into the command's terminal (a newline is added)")
+    p.add_argument("id")
+    p.add_argument("text", nargs="+")
+    p.add_argument("-n", "--no-newline", action="store_true")
+    p.set_defaults(handler=_write)
+
+    for name, text in (
+        ("interrupt", "send SIGINT (the command may trap it)"),
+        ("kill", "send SIGKILL at once"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("id")
+        p.set_defaults(handler=_signal, op=name)
+    p = sub.add_parser("terminate", help="SIGTERM, 3 s grace, then SIGKILL")
+    p.add_argument("id")
+    p.add_argument("--remove", action="store_true", help="also remove the record and its output")
+    p.set_defaults(handler=_signal, op="terminate")
+
+    p = sub.add_parser("resize", help="set the terminal size")
+    p.add_argument("id")
+    p.add_argument("cols", type=int)
+    p.add_argument("rows", type=int)
+    p.set_defaults(handler=_resize)
+
+    p = sub.add_parser("remove", help="remove a finished command and its output (refused while running)")
+    p.add_argument("id")
+    p.set_defaults(handler=_remove)
+
+    p = sub.add_parser("watch", help="set, replace or clear the watch of a running command")
+    p.add_argument("id")
+    p.add_argument("--filter", metavar="RE")
+    p.add_argument("--until", metavar="RE")
+    p.add_argument("--ignore-case", action="store_true")
+    p.add_argument("--until-action", choices=("stop", "keep"), default="stop")
+    p.add_argument("--clear", action="store_true")
+    p.set_defaults(handler=_watch)
+
+    p = sub.add_parser("await", help="make GOAL wait for the command's exit (or a line matching --until)")
+    p.add_argument("id")
+    p.add_argument("--goal", required=True)
+    p.add_argument("--until", metavar="RE")
+    p.add_argument("--ignore-case", action="store_true")
+    p.set_defaults(handler=_await)
+
+    p = sub.add_parser("attach", help="stream live output and forward typed input; Ctrl-] detaches")
+    p.add_argument("id")
+    p.set_defaults(handler=_attach)
+
+    p = sub.add_parser("reconcile", help="mark commands whose owner is gone as missing")
+    p.set_defaults(handler=_reconcile)
+
+
+def _parse_env(items: list[str]) -> dict[str, str]:
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env {item!r}: use KEY=VALUE")
+        env[key] = value
+    return env
+
+
+async def _start(args: argparse.Namespace) -> int:
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        raise UsageError("cmd start: command is required (give it after --, e.g. `cmd start -- make test`)")
+    watch = WatchSpec(
+        filter=args.watch_filter or "",
+        until=args.watch_until or "",
+        ignore_case=args.watch_ignore_case,
+        until_action=args.until_action,
+    )
+    spec = service.StartSpec(
+        title=args.title or " ".join(argv),
+        command=argv[0],
+        args=argv[1:],
+        cwd=args.cwd,
+        env=_parse_env(args.env),
+        timeout_seconds=args.timeout,
+        shell=args.shell,
+        watch=watch,
+        goal_id=args.goal,
+        cols=args.cols,
+        rows=args.rows,
+    )
+    url = store_url(args)
+    async with await open_store(url) as store:
+        command_id, _ = await service.start_command(store, url, spec)
+    print(command_id)
+    return 0
+
+
+async def _list(args: argparse.Namespace) -> int:
+    async with await open_store(store_url(args)) as store:
+        states = await service.list_states(store)
+    states = [s for s in states if not s.removed]
+    if args.json:
+        print(json.dumps([_record(s) for s in states], indent=2))
+        return 0
+    for s in states:
+        print(
+            f"{s.id[:8]}  {s.status:<10}  {s.end_reason or '-':<9}  {s.exit_code if s.exit_code is not None else '-':>4}"
+            f"  {s.title}"
+        )
+    return 0
+
+
+def _record(s: Any) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(s)
+    out["awaits"] = [msgspec.to_builtins(a) for a in s.awaits]
+    return out
+
+
+async def _with_command(args: argparse.Namespace) -> tuple[str, LogStore, CommandPaths, str]:
+    url = store_url(args)
+    store = await open_store(url)
+    try:
+        return url, store, CommandPaths(url), await service.resolve_id(store, args.id)
+    except BaseException:
+        await store.aclose()
+        raise
+
+
+async def _show(args: argparse.Namespace) -> int:
+    _, store, paths, cid = await _with_command(args)
+    async with store:
+        state = await service.load_state(store, cid)
+        if state is None or state.removed:
+            raise CommandNotFoundError()
+        record = _record(state)
+        if state.running:
+            live = await service.owner_request(paths, cid, {"op": "status"})
+            if live is not None:
+                record["live"] = {k: v for k, v in live.items() if k not in ("ok", "message")}
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+async def _read(args: argparse.Namespace) -> int:
+    _, store, paths, cid = await _with_command(args)
+    async with store:
+        state = await service.load_state(store, cid)
+    if state is None or state.removed:
+        raise CommandNotFoundError("Command not found for this session.")
+    if args.pattern is not None:
+        pattern = compile_read_pattern(args.pattern, args.ignore_case)
+        result = await anyio.to_thread.run_sync(
+            read_pattern, paths.log(cid), pattern, args.offset, args.limit
+        )
+    else:
+        result = await anyio.to_thread.run_sync(read_plain, paths.log(cid), args.offset, args.limit)
+    if args.json:
+        print(json.dumps({**msgspec.to_builtins(result), "live": state.running}))
+    else:
+        sys.stdout.write(result.text if result.text.endswith("\n") or not result.text else result.text + "\n")
+    return 0
+
+
+async def _request(args: argparse.Namespace, request: dict[str, Any]) -> int:
+    _, store, paths, cid = await _with_command(args)
+    async with store:
+        print(await service.command_request(store, paths, cid, request))
+    return 0
+
+
+async def _write(args: argparse.Namespace) -> int:
+    text = " ".join(args.text) + ("" if args.no_newline else "\n")
+    return await _request(args, {"op": "write", "data": base64.b64encode(text.encode()).decode()})
+
+
+async def _signal(args: argparse.Namespace) -> int:
+    return await _request(args, {"op": args.op, "remove": bool(getattr(args, "remove", False))})
+
+
+async def _resize(args: argparse.Namespace) -> int:
+    return await _request(args, {"op": "resize", "cols": args.cols, "rows": args.rows})
+
+
+async def _watch(args: argparse.Namespace) -> int:
+    if not args.clear and not args.filter and not args.until:
+        raise UsageError("cmd watch: give --filter and/or --until, or --clear")
+    return await _request(
+        args,
+        {
+            "op": "watch",
+            "filter": args.filter,
+            "until": args.until,
+            "clear": args.clear,
+            "ignore_case": args.ignore_case,
+            "until_action": args.until_action,
+        },
+    )
+
+
+async def _remove(args: argparse.Namespace) -> int:
+    _, store, paths, cid = await _with_command(args)
+    async with store:
+        print(await service.remove_command(store, paths, cid))
+    return 0
+
+
+async def _await(args: argparse.Namespace) -> int:
+    _, store, paths, cid = await _with_command(args)
+    async with store:
+        _, message = await service.request_await(
+            store, paths, cid, goal_id=args.goal, until=args.until, ignore_case=args.ignore_case
+        )
+    print(message)
+    return 0
+
+
+async def _reconcile(args: argparse.Namespace) -> int:
+    url = store_url(args)
+    async with await open_store(url) as store:
+        marked = await service.reconcile(store, CommandPaths(url))
+    print(f"marked {marked} command(s) missing")
+    return 0
+
+
+async def _attach(args: argparse.Namespace) -> int:
+    _, store, paths, cid = await _with_command(args)
+    async with store:
+        state = await service.load_state(store, cid)
+    if state is None or not state.running:
+        raise CommandStateError(f"Command is {state.status if state else 'gone'}; nothing to attach to.")
+    try:
+        stream = await anyio.connect_unix(paths.socket(cid))
+    except OSError:
+        raise CommandStateError("No live handle (host restarted?); nothing to attach to.") from None
+    from anyio.streams.buffered import BufferedByteReceiveStream
+
+    async with stream:
+        await stream.send(b'{"op": "attach"}\n')
+        buffered = BufferedByteReceiveStream(stream)
+        json.loads(await buffered.receive_until(b"\n", 1 << 16))
+        print(f'[attached to "{state.title}"; Ctrl-] detaches]', file=sys.stderr)
+        with _raw_stdin():
+            async with anyio.create_task_group() as tg:
+
+                async def output() -> None:
+                    out = sys.stdout.buffer
+                    try:
+                        while True:
+                            out.write(await buffered.receive())
+                            out.flush()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(output)
+                fd = sys.stdin.fileno()
+                while True:
+                    await anyio.wait_readable(fd)
+                    data = os.read(fd, 4096)
+                    if not data or DETACH_KEY in data:
+                        data = data.split(DETACH_KEY, 1)[0]
+                        if data:
+                            await stream.send(data)
+                        break
+                    await stream.send(data)
+                tg.cancel_scope.cancel()
+    print("\r\n[detached]", file=sys.stderr)
+    return 0
+
+
+class _raw_stdin:
+    """Put a terminal stdin into raw mode (keys go through unchanged, Ctrl-C included) and restore it."""
+
+    def __enter__(self) -> None:
+        import termios
+        import tty
+
+        self._saved: list[Any] | None = None
+        if sys.stdin.isatty():
+            self._saved = termios.tcgetattr(sys.stdin.fileno())
+            tty.setraw(sys.stdin.fileno())
+
+    def __exit__(self, *exc: object) -> None:
+        import termios
+
+        if self._saved is not None:
+            termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, self._saved)

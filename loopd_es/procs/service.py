@@ -1,0 +1,455 @@
+"""The application layer of command sessions: read state from the log, decide, append, reach the owner.
+
+Owner design: ``start`` records ``command.started`` and launches a detached per-command supervisor
+(``python -m loopd_es.procs.supervisor``) that owns the PTY, appends every later transition, and serves
+requests (write, interrupt, terminate, kill, resize, watch, attach) on a Unix socket beside the log. The
+owner's liveness is an ``flock`` it holds for life: the CLI takes it *before* recording the start and hands
+the locked descriptor to the supervisor, so a command is never recorded running without a lock holder,
+and a reconciler that can take the lock knows the owner is gone and marks the command ``missing``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from ..domain.command import (
+    CommandNotFoundError,
+    CommandState,
+    CommandStateError,
+    compile_watch_regex,
+    deadline_for,
+    decide_await,
+    decide_cancel_goal_awaits,
+    decide_fire_outstanding,
+    decide_missing,
+    decide_remove,
+    evolve,
+    validate_start,
+)
+from ..errors import ConflictError, LoopdError, StreamNotFoundError, UsageError, WrongExpectedVersionError
+from ..events.base import Event
+from ..events.catalogue import decode_payload
+from ..events.command import STREAM_PREFIX, CommandStarted, WatchSpec, command_stream
+from ..events.envelope import NO_STREAM, NewEvent
+from .outlog import stored_facts, until_matches
+from .paths import CommandPaths, absolute_store_url, owner_alive, take_lock
+
+if TYPE_CHECKING:
+    from ..log.base import LogStore
+
+OWNER_CONNECT_WAIT_S = 10.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+async def load_state(store: LogStore, command_id: str) -> CommandState | None:
+    """Fold one command's stream (``None`` when there is no such command)."""
+    state: CommandState | None = None
+    try:
+        async for env in store.read_stream(command_stream(command_id)):
+            try:
+                payload = decode_payload(env)
+            except LoopdError:
+                payload = Event()  # a type this version does not know still counts for the version
+            state = evolve(state, payload, env.version)
+    except StreamNotFoundError:
+        return None
+    return state
+
+
+async def list_states(store: LogStore) -> list[CommandState]:
+    """Every command ever started in this log, oldest first."""
+    out = []
+    for stream in await store.streams():
+        if stream.startswith(STREAM_PREFIX):
+            s = await load_state(store, stream[len(STREAM_PREFIX) :])
+            if s is not None:
+                out.append(s)
+    return sorted(out, key=lambda s: s.created_at)
+
+
+async def append_decided(
+    store: LogStore,
+    command_id: str,
+    decide: Callable[[CommandState], list[Event]],
+    state: CommandState | None = None,
+) -> tuple[list[Event], CommandState]:
+    """Decide on the current state and append at its version; on a conflict re-read and decide again.
+
+    This is what makes firing exactly-once across processes: whoever loses the race re-decides on a
+    state in which the transition already happened, and the decider then returns nothing.
+
+    :raises CommandNotFoundError: when there is no such command; decider errors propagate.
+    """
+    for _ in range(50):
+        if state is None:
+            state = await load_state(store, command_id)
+            if state is None:
+                raise CommandNotFoundError()
+        events = decide(state)
+        if not events:
+            return [], state
+        new = [NewEvent(type=e.event_type, data=e, correlation_id=command_id) for e in events]
+        try:
+            await store.append(command_stream(command_id), new, state.version)
+        except WrongExpectedVersionError:
+            state = None
+            continue
+        for e in events:
+            state = evolve(state, e)
+        assert state is not None
+        return events, state
+    raise ConflictError(f"command {command_id}: gave up after 50 version conflicts; retry")
+
+
+# -- start ----------------------------------------------------------------------------------------
+
+
+class StartSpec:
+    """What ``cmd start`` asks for (env values stay here and go only to the process)."""
+
+    def __init__(
+        self,
+        *,
+        title: str,
+        command: str,
+        args: Sequence[str] = (),
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout_seconds: int | None = None,
+        shell: bool = False,
+        watch: WatchSpec | None = None,
+        goal_id: str | None = None,
+        cols: int = 80,
+        rows: int = 24,
+        notify_on_exit: bool | None = None,
+    ) -> None:
+        self.title, self.command, self.args = title.strip(), command.strip(), list(args)
+        self.cwd, self.env, self.timeout_seconds, self.shell = cwd, dict(env or {}), timeout_seconds, shell
+        self.watch = None if watch is None or watch.empty else watch
+        self.goal_id, self.cols, self.rows, self.notify_on_exit = goal_id, cols, rows, notify_on_exit
+
+
+def _check_runnable(spec: StartSpec, env: Mapping[str, str]) -> Path:
+    """The resolved working directory, once it and the program are known to exist."""
+    cwd = Path(spec.cwd or os.getcwd()).resolve()
+    if not cwd.is_dir():
+        raise UsageError(f"cwd {str(cwd)!r} is not a directory")
+    if spec.shell:
+        return cwd
+    if "/" in spec.command:
+        target = (cwd / spec.command) if not spec.command.startswith("/") else Path(spec.command)
+        ok = target.is_file() and os.access(target, os.X_OK)
+    else:
+        ok = shutil.which(spec.command, path=env.get("PATH", os.defpath)) is not None
+    if not ok:
+        raise UsageError(f"command {spec.command!r} was not found or is not executable (cwd {str(cwd)!r})")
+    return cwd
+
+
+async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tuple[str, int]:
+    """Validate, record ``command.started``, launch the owner; returns ``(command_id, supervisor_pid)`` at once.
+
+    :raises UsageError: for invalid input (nothing recorded, nothing spawned).
+    """
+    validate_start(spec.title, spec.command, spec.timeout_seconds, spec.watch)
+    paths = CommandPaths(store_url)
+    child_env = {**os.environ, **spec.env}
+    cwd = _check_runnable(spec, child_env)
+    paths.ensure()
+    await reconcile(store, paths)
+    command_id = str(uuid.uuid4())
+    lock_fd = take_lock(paths.lock(command_id))
+    assert lock_fd is not None  # a fresh uuid has no owner
+    try:
+        now = utcnow()
+        started = CommandStarted(
+            command_id=command_id,
+            title=spec.title,
+            command=spec.command,
+            args=spec.args,
+            cwd=str(cwd),
+            shell=spec.shell,
+            env_keys=sorted(spec.env),
+            timeout_seconds=spec.timeout_seconds,
+            deadline_at=deadline_for(now, spec.timeout_seconds),
+            cols=spec.cols,
+            rows=spec.rows,
+            watch=spec.watch,
+            goal_id=spec.goal_id,
+            notify_on_exit=spec.notify_on_exit,
+            started_at=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        )
+        await store.append(
+            command_stream(command_id),
+            [NewEvent(type=started.event_type, data=started, correlation_id=command_id)],
+            NO_STREAM,
+        )
+        pid = await anyio.to_thread.run_sync(_launch_owner, store_url, paths, command_id, child_env, lock_fd)
+    finally:
+        os.close(lock_fd)  # the owner holds its own copy of the locked descriptor now
+    return command_id, pid
+
+
+def _launch_owner(
+    store_url: str, paths: CommandPaths, command_id: str, env: dict[str, str], lock_fd: int
+) -> int:
+    """Start the detached supervisor; the env reaches it on stdin, never on its command line."""
+    root = str(Path(__file__).resolve().parents[2])
+    owner_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
+    }
+    with paths.supervisor_log(command_id).open("ab") as err:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loopd_es.procs.supervisor",
+                "--store",
+                absolute_store_url(store_url),
+                "--id",
+                command_id,
+                "--lock-fd",
+                str(lock_fd),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            pass_fds=(lock_fd,),
+            start_new_session=True,
+            env=owner_env,
+            cwd="/",
+        )
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps({"env": env}).encode())
+    proc.stdin.close()
+    threading.Thread(target=proc.wait, daemon=True, name=f"reap-{command_id[:8]}").start()
+    return proc.pid
+
+
+# -- reconcile ------------------------------------------------------------------------------------
+
+
+async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = None) -> int:
+    """Mark running commands whose owner is gone ``missing`` (``timeout`` past their deadline); fire awaits.
+
+    Safe to run from many processes at once: each transition is a version-checked append.
+    Returns how many commands were marked missing.
+    """
+    marked = 0
+    states = [s for s in [await load_state(store, only)] if s] if only else await list_states(store)
+    for s in states:
+        if s.removed or (not s.running and not s.awaits):
+            continue
+        if s.running:
+            lock = paths.lock(s.id)
+            fd = take_lock(lock) if lock.exists() else -1
+            if fd is None:
+                continue  # a live owner
+            try:
+                facts = stored_facts(paths.log(s.id))
+                events, _ = await append_decided(
+                    store, s.id, partial(decide_missing, now=utcnow(), output=facts), s
+                )
+                marked += bool(events)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+        else:  # terminal with outstanding awaits (an await raced an exit): fire them now
+            facts = stored_facts(paths.log(s.id))
+            await append_decided(store, s.id, partial(decide_fire_outstanding, output=facts), s)
+    return marked
+
+
+# -- requests to the owner -----------------------------------------------------------------------
+
+
+async def owner_request(
+    paths: CommandPaths, command_id: str, request: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Send one request to the command's owner and return its answer; ``None`` when no owner is alive.
+
+    Waits (bounded) for a freshly started owner to open its socket.
+    """
+    sock = paths.socket(command_id)
+    lock = paths.lock(command_id)
+    with anyio.move_on_after(OWNER_CONNECT_WAIT_S):
+        while True:
+            try:
+                stream = await anyio.connect_unix(sock)
+            except OSError:
+                if not owner_alive(lock):
+                    return None
+                await anyio.sleep(0.05)
+                continue
+            async with stream:
+                await stream.send(json.dumps(request).encode() + b"\n")
+                buffered = BufferedByteReceiveStream(stream)
+                try:
+                    line = await buffered.receive_until(b"\n", 1 << 20)
+                except (anyio.EndOfStream, anyio.IncompleteRead, OSError):
+                    return None  # the owner ended while answering
+                answer: dict[str, Any] = json.loads(line)
+                return answer
+    return None
+
+
+def raise_for(answer: dict[str, Any]) -> str:
+    """The answer's message, or the matching error when the owner refused the request."""
+    message = str(answer.get("message", ""))
+    if answer.get("ok"):
+        return message
+    if answer.get("code") == 2:
+        raise UsageError(message)
+    raise CommandStateError(message)
+
+
+# -- operations that need no live owner -----------------------------------------------------------
+
+
+async def remove_command(store: LogStore, paths: CommandPaths, command_id: str) -> str:
+    """Remove a finished command (refused while running) and delete its output log."""
+    await reconcile(store, paths, only=command_id)
+    _, state = await append_decided(store, command_id, decide_remove)
+    for p in (paths.log(command_id), paths.lock(command_id), paths.supervisor_log(command_id)):
+        p.unlink(missing_ok=True)
+    return f'Command "{state.title}" removed.'
+
+
+async def request_await(
+    store: LogStore,
+    paths: CommandPaths,
+    command_id: str,
+    *,
+    goal_id: str,
+    until: str | None,
+    ignore_case: bool,
+) -> tuple[list[Event], str]:
+    """Register an await (or fire it at once when its condition already holds); tells the owner to look."""
+    await reconcile(store, paths, only=command_id)
+    pattern = compile_watch_regex("until", until, ignore_case) if until else None
+    message = ""
+    raced = False
+    state = await load_state(store, command_id)
+
+    def decide(s: CommandState) -> list[Event]:
+        nonlocal message
+        facts = stored_facts(paths.log(command_id), s.stream_bytes)
+        matched = until_matches(paths.log(command_id), pattern) if pattern is not None and s.running else None
+        events, message = decide_await(
+            s,
+            goal_id=goal_id,
+            until=until,
+            ignore_case=ignore_case,
+            output=facts,
+            matched=matched,
+            raced=raced and not s.running,
+        )
+        return events
+
+    if state is None or state.removed:
+        raise CommandNotFoundError()
+    raced = state.running
+    events, state = await append_decided(store, command_id, decide, state)
+    if state.running and state.await_for(goal_id) is not None:
+        await owner_request(paths, command_id, {"op": "refresh"})
+    return events, message
+
+
+async def cancel_goal_awaits(store: LogStore, goal_id: str, reason: str) -> int:
+    """Cancel every await of a goal (``goal paused`` / ``goal cleared``); returns how many were cancelled."""
+    count = 0
+    for s in await list_states(store):
+        if s.await_for(goal_id) is not None:
+            events, _ = await append_decided(
+                store, s.id, lambda st: decide_cancel_goal_awaits(st, goal_id, reason), s
+            )
+            count += len(events)
+    return count
+
+
+_NOT_RUNNING = {
+    "write": "only running commands accept input",
+    "interrupt": "nothing to interrupt",
+    "kill": "nothing to kill",
+    "terminate": "nothing to terminate",
+    "watch": "watch is meaningless after exit",
+    "resize": "nothing to resize",
+}
+_NO_HANDLE = {
+    "write": "Process input unavailable (no live handle — host may have restarted; reconcile marks it honestly).",
+    "interrupt": "No live handle (host restarted?). Reconcile will mark it missing; use terminate/remove to clean up.",
+}
+
+
+async def resolve_id(store: LogStore, text: str) -> str:
+    """A full command id from an id or a unique prefix of at least 4 characters (as ``cmd list`` shows)."""
+    if await store.stream_version(command_stream(text)) > 0:
+        return text
+    if len(text) >= 4:
+        hits = [s[len(STREAM_PREFIX) :] for s in await store.streams() if s.startswith(STREAM_PREFIX + text)]
+        if len(hits) == 1:
+            return hits[0]
+        if len(hits) > 1:
+            raise UsageError(
+                f"command id prefix {text!r} is ambiguous ({len(hits)} commands); give more characters"
+            )
+    raise CommandNotFoundError()
+
+
+async def command_request(
+    store: LogStore, paths: CommandPaths, command_id: str, request: dict[str, Any]
+) -> str:
+    """Send write/interrupt/terminate/kill/resize/watch to the live owner, with the reference's messages.
+
+    ``terminate`` with ``remove`` also removes the command, whether it was still running or not.
+
+    :raises CommandNotFoundError, CommandStateError, UsageError: as the reference words them.
+    """
+    op = str(request["op"])
+    remove = bool(request.get("remove"))
+    state = await load_state(store, command_id)
+    if state is None or state.removed:
+        raise CommandNotFoundError()
+    if state.running:
+        answer = await owner_request(paths, command_id, request)
+        if answer is not None and answer.get("ok"):
+            message = str(answer["message"])
+            if remove:
+                await remove_command(store, paths, command_id)
+                message = message.rstrip(".") + "; removed."
+            return message
+        if answer is not None and answer.get("code") == 2:
+            raise UsageError(str(answer.get("message")))
+        if answer is None:
+            await reconcile(store, paths, only=command_id)
+            if op in _NO_HANDLE:
+                raise CommandStateError(_NO_HANDLE[op])
+        state = await load_state(store, command_id)
+        assert state is not None
+        if state.running:  # the owner refused for another reason
+            raise CommandStateError(str(answer.get("message") if answer else "no live owner"))
+    if op == "terminate" and remove:
+        try:
+            await remove_command(store, paths, command_id)
+        except LoopdError as e:
+            raise CommandStateError(f"Command is {state.status}; remove failed: {e}") from None
+        return f"Command was already {state.status}; removed."
+    raise CommandStateError(f"Command is {state.status}; {_NOT_RUNNING.get(op, 'nothing to do')}.")

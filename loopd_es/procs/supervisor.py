@@ -1,0 +1,471 @@
+"""The owner of one command: ``python -m loopd_es.procs.supervisor --store URL --id ID --lock-fd N``.
+
+Launched detached by ``cmd start`` (see :mod:`loopd_es.procs.service`), it inherits the locked owner
+lock, reads the child's environment from stdin, spawns the PTY, and until the child ends: copies output
+to the output log, runs the watch and until-awaits on each line, enforces the deadline, serves requests
+on its socket, and appends every transition through :func:`append_decided`. It exits once the terminal
+event is recorded and the requests in flight are answered.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import SocketStream, TaskGroup
+from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.memory import MemoryObjectSendStream
+
+from ..domain.command import (
+    MAX_OUTPUT_BYTES,
+    TERMINATE_GRACE_S,
+    CommandState,
+    CommandStateError,
+    compile_watch_regex,
+    decide_exit,
+    decide_signal,
+    decide_until_fired,
+    decide_until_stop,
+    decide_watch,
+    decide_write,
+    shell_join,
+    validate_size,
+)
+from ..errors import LoopdError, UsageError
+from ..events.command import CommandResized, CommandSpawned, SignalReason, WatchSpec
+from ..events.envelope import parse_rfc3339
+from ..log import open_store
+from .outlog import OutputLog, until_matches
+from .paths import CommandPaths
+from .pty import PtyChild
+from .service import append_decided, load_state, reconcile, utcnow
+from .text import LineAssembler, clean_line
+from .watch import Watcher
+
+if TYPE_CHECKING:
+    from ..events.base import Event
+    from ..log.base import LogStore
+
+log = logging.getLogger("loopd_es.procs")
+
+
+class Supervisor:
+    """Everything one command's owner holds in memory (rebuilt from the log where it matters)."""
+
+    def __init__(
+        self, store: LogStore, paths: CommandPaths, state: CommandState, env: dict[str, str]
+    ) -> None:
+        self.store, self.paths, self.state, self.env = store, paths, state, env
+        self.id = state.id
+        self.out = OutputLog(paths.log(self.id))
+        self.lines = LineAssembler()
+        self.watcher: Watcher | None = None
+        self.until_awaits: dict[str, re.Pattern[str]] = {}
+        self.child: PtyChild | None = None
+        self.lock = anyio.Lock()
+        self.finished = anyio.Event()
+        self.reader_done = anyio.Event()
+        self.wake_timer = anyio.Event()
+        self.attached: set[MemoryObjectSendStream[bytes]] = set()
+        self.pending = 0
+        self.idle = anyio.Event()
+        self._tg: TaskGroup | None = None
+        self._set_watch(state.watch)
+        self._load_awaits()
+
+    # -- bookkeeping --------------------------------------------------------------------------------
+
+    async def append(self, decide: Callable[[CommandState], list[Event]]) -> list[Event]:
+        """Decide and append, serialised within this owner and shielded from cancellation."""
+        with anyio.CancelScope(shield=True):
+            async with self.lock:
+                events, self.state = await append_decided(self.store, self.id, decide, self.state)
+        return events
+
+    def _set_watch(self, spec: WatchSpec | None) -> None:
+        self.watcher = None if spec is None or spec.empty else Watcher(self.id, self.state.title, spec)
+        self.wake_timer.set()
+
+    def _load_awaits(self) -> None:
+        self.until_awaits = {
+            a.goal_id: compile_watch_regex("until", a.until, a.ignore_case)
+            for a in self.state.awaits
+            if a.until
+        }
+
+    # -- the run ------------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        s = self.state
+        argv = ["/bin/sh", "-c", shell_join(s.command, s.args)] if s.shell else [s.command, *s.args]
+        try:
+            self.child = PtyChild.spawn(argv, cwd=s.cwd, env=self.env, cols=s.cols, rows=s.rows)
+        except (OSError, ValueError) as e:
+            msg = f"spawn failed: {e}"
+            await self.append(
+                lambda st: decide_exit(
+                    st, exit_code=127, signal=None, now=utcnow(), output=self.out.facts(), error=msg
+                )
+            )
+            return 1
+        child = self.child
+        await self.append(
+            lambda st: (
+                [CommandSpawned(command_id=self.id, pid=child.pid, supervisor_pid=os.getpid())]
+                if st.running
+                else []
+            )
+        )
+        sock = self.paths.socket(self.id)
+        sock.unlink(missing_ok=True)
+        listener = await anyio.create_unix_listener(sock)
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._pump)
+                tg.start_soon(self._flush_timer)
+                tg.start_soon(self._deadline)
+                tg.start_soon(listener.serve, self._handle, tg)
+                tg.start_soon(reconcile, self.store, self.paths)  # an owner's start reconciles the others
+                await self._reap()
+                with anyio.move_on_after(TERMINATE_GRACE_S + 3):
+                    while self.pending:
+                        self.idle = anyio.Event()
+                        await self.idle.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            await listener.aclose()
+            sock.unlink(missing_ok=True)
+            child.close()
+            self.out.close()
+        return 0
+
+    async def _pump(self) -> None:
+        assert self.child is not None
+        while True:
+            data = await self.child.read()
+            if not data:
+                break
+            await self._on_output(data)
+        self.reader_done.set()
+
+    async def _on_output(self, data: bytes) -> None:
+        self.out.append(data)
+        for client in list(self.attached):
+            try:
+                client.send_nowait(data)
+            except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                self.attached.discard(client)  # a client that cannot keep up is detached
+                client.close()
+        lines = self.lines.feed(data)
+        if lines and (self.watcher is not None or self.until_awaits):
+            await self._on_lines(lines)
+
+    async def _on_lines(self, raw_lines: list[str]) -> None:
+        now = time.monotonic()
+        for raw in raw_lines:
+            line = clean_line(raw)
+            if not line.strip():
+                continue
+            w = self.watcher
+            if w is not None and not w.suspended:
+                events = w.feed(line, now)
+                if events:
+                    await self.append(_if_running(events))
+                    if w.until_matched and w.spec.until_action == "stop":
+                        w.until_matched = False
+                        assert self._tg is not None
+                        self._tg.start_soon(self._terminate, "until")
+                if w.deadline is not None:
+                    self.wake_timer.set()
+            for goal_id, pattern in list(self.until_awaits.items()):
+                if pattern.search(line):
+                    del self.until_awaits[goal_id]
+                    await self.append(
+                        partial(
+                            decide_until_fired, goal_id=goal_id, matched=[line], tail=self.out.facts().tail
+                        )
+                    )
+
+    async def _flush_timer(self) -> None:
+        while True:
+            w = self.watcher
+            deadline = None if w is None else w.deadline
+            self.wake_timer = anyio.Event()
+            if deadline is None:
+                await self.wake_timer.wait()
+                continue
+            with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                await self.wake_timer.wait()
+            if w is self.watcher and w is not None:
+                events = w.due(time.monotonic())
+                if events:
+                    await self.append(_if_running(events))
+
+    async def _deadline(self) -> None:
+        if self.state.deadline_at is None:
+            return
+        end = _parse(self.state.deadline_at)
+        await anyio.sleep(max(0.0, (end - utcnow()).total_seconds()))
+        if not self.finished.is_set():
+            await self._terminate("timeout")
+
+    async def _reap(self) -> None:
+        assert self.child is not None
+        code, sig = await self.child.wait()
+        with anyio.move_on_after(0.5):  # output still in the PTY after the exit
+            await self.reader_done.wait()
+        tail = self.lines.flush()
+        if tail and (self.watcher is not None or self.until_awaits):
+            await self._on_lines(tail)
+        if self.watcher is not None and self.state.watch_state != "until-matched":
+            events = self.watcher.at_exit()
+            if events:
+                await self.append(lambda st: events if st.running else [])
+        facts = self.out.facts()
+        await self.append(lambda st: decide_exit(st, exit_code=code, signal=sig, now=utcnow(), output=facts))
+        self.finished.set()
+        for client in list(self.attached):
+            client.close()
+
+    # -- signals ------------------------------------------------------------------------------------
+
+    async def _terminate(self, reason: SignalReason) -> None:
+        """SIGTERM, a 3 s grace, then SIGKILL; returns once the exit is recorded."""
+        assert self.child is not None
+        if reason == "until":
+            claimed = await self.append(decide_until_stop)
+        else:
+            claimed = await self.append(lambda st: decide_signal(st, "SIGTERM", reason))
+        if not claimed:
+            await self.finished.wait()
+            return
+        self.child.send_signal(signal.SIGTERM)
+        with anyio.move_on_after(TERMINATE_GRACE_S):
+            await self.finished.wait()
+        if not self.finished.is_set():
+            await self.append(lambda st: decide_signal(st, "SIGKILL", reason) if st.running else [])
+            self.child.send_signal(signal.SIGKILL)
+            await self.finished.wait()
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    async def _handle(self, stream: SocketStream) -> None:
+        self.pending += 1
+        try:
+            async with stream:
+                buffered = BufferedByteReceiveStream(stream)
+                try:
+                    request = json.loads(await buffered.receive_until(b"\n", 1 << 20))
+                except (anyio.EndOfStream, anyio.IncompleteRead, ValueError, OSError):
+                    return
+                if request.get("op") == "attach":
+                    self.pending -= 1
+                    try:
+                        await self._attach(stream, buffered)
+                    finally:
+                        self.pending += 1
+                    return
+                try:
+                    answer = await self._dispatch(request)
+                except LoopdError as e:
+                    answer = {"ok": False, "message": str(e), "code": e.exit_code}
+                except (KeyError, TypeError, ValueError) as e:
+                    answer = {"ok": False, "message": f"bad request: {e}", "code": 2}
+                with anyio.move_on_after(5):
+                    await stream.send(json.dumps(answer).encode() + b"\n")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass
+        finally:
+            self.pending -= 1
+            self.idle.set()
+
+    async def _dispatch(self, r: dict[str, Any]) -> dict[str, Any]:
+        op = r["op"]
+        title = self.state.title
+        child = self.child
+        assert child is not None
+        if op == "status":
+            w = self.watcher
+            return {
+                "ok": True,
+                "message": self.state.status,
+                "pid": child.pid,
+                "stream_bytes": self.out.stream_bytes,
+                "output_bytes": min(self.out.size, MAX_OUTPUT_BYTES),
+                "watch_state": w.state if w else None,
+                "dropped": w.dropped if w else 0,
+            }
+        if op == "refresh":
+            async with self.lock:
+                fresh = await load_state(self.store, self.id)
+                if fresh is not None:
+                    self.state = fresh
+            known = set(self.until_awaits)
+            self._load_awaits()
+            for goal_id, pattern in list(self.until_awaits.items()):
+                if goal_id in known:
+                    continue
+                matched = until_matches(self.out.path, pattern)
+                if matched:
+                    del self.until_awaits[goal_id]
+                    await self.append(
+                        partial(
+                            decide_until_fired, goal_id=goal_id, matched=matched, tail=self.out.facts().tail
+                        )
+                    )
+            return {"ok": True, "message": "refreshed"}
+        if self.finished.is_set() or not self.state.running:
+            await self.finished.wait()
+            raise _state_error(op, self.state)
+        if op == "write":
+            data = base64.b64decode(r["data"])
+            await self.append(lambda st: decide_write(st, len(data)))
+            await child.write(data)
+            return {"ok": True, "message": f'Sent {len(data)} byte(s) to "{title}".'}
+        if op == "interrupt":
+            await self.append(lambda st: decide_signal(st, "SIGINT", "interrupt"))
+            if not child.send_signal(signal.SIGINT):
+                return {"ok": False, "message": "Failed to deliver SIGINT.", "code": 3}
+            return {
+                "ok": True,
+                "message": f'SIGINT delivered to "{title}" (process may continue if it traps the signal).',
+            }
+        if op == "terminate":
+            await self._terminate("terminate")
+            return {
+                "ok": True,
+                "message": f'Command "{title}" {self.state.status}.',
+                "status": self.state.status,
+            }
+        if op == "kill":
+            await self.append(lambda st: decide_signal(st, "SIGKILL", "kill"))
+            child.send_signal(signal.SIGKILL)
+            await self.finished.wait()
+            return {"ok": True, "message": f'Command "{title}" killed (SIGKILL).'}
+        if op == "resize":
+            cols, rows = int(r["cols"]), int(r["rows"])
+            validate_size(cols, rows)
+            child.resize(cols, rows)
+            await self.append(
+                lambda st: [CommandResized(command_id=self.id, cols=cols, rows=rows)] if st.running else []
+            )
+            return {"ok": True, "message": f'Terminal resized to {cols}x{rows} for "{title}".'}
+        if op == "watch":
+            spec = (
+                None
+                if r.get("clear")
+                else WatchSpec(
+                    filter=r.get("filter") or "",
+                    until=r.get("until") or "",
+                    ignore_case=bool(r.get("ignore_case")),
+                    until_action=r.get("until_action") or "stop",
+                )
+            )
+            await self.append(lambda st: decide_watch(st, spec))
+            self._set_watch(spec)
+            if spec is None:
+                return {"ok": True, "message": f'Watch cleared for "{title}".'}
+            shown = (
+                (f'filter="{spec.filter}"' if spec.filter else "filter=—")
+                + "  "
+                + (f'until="{spec.until}"' if spec.until else "until=—")
+            )
+            return {
+                "ok": True,
+                "message": f'Watch set for "{title}" ({shown}  action={spec.until_action}; '
+                "counters reset to active).",
+            }
+        raise UsageError(f"unknown request {op!r}")
+
+    async def _attach(self, stream: SocketStream, buffered: BufferedByteReceiveStream) -> None:
+        """Stream live output to the client and its keystrokes to the child until either side ends."""
+        assert self.child is not None
+        send, receive = anyio.create_memory_object_stream[bytes](1024)
+        self.attached.add(send)
+        typed = 0
+        await stream.send(json.dumps({"ok": True, "message": "attached"}).encode() + b"\n")
+        try:
+            async with anyio.create_task_group() as tg, receive:
+
+                async def forward_output() -> None:
+                    async for chunk in receive:
+                        await stream.send(chunk)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(forward_output)
+                while True:
+                    try:
+                        data = await buffered.receive()
+                    except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                        break
+                    if self.finished.is_set():
+                        continue
+                    await self.child.write(data)
+                    typed += len(data)
+                tg.cancel_scope.cancel()
+        finally:
+            self.attached.discard(send)
+            send.close()
+            if typed and not self.finished.is_set():
+                await self.append(lambda st: decide_write(st, typed) if st.running else [])
+
+
+def _if_running(events: list[Event]) -> Callable[[CommandState], list[Event]]:
+    return lambda st: events if st.running else []
+
+
+def _state_error(op: str, s: CommandState) -> LoopdError:
+    what = {
+        "write": "only running commands accept input",
+        "interrupt": "nothing to interrupt",
+        "kill": "nothing to kill",
+        "watch": "watch is meaningless after exit",
+        "resize": "nothing to resize",
+    }.get(op, "nothing to terminate")
+    return CommandStateError(f"Command is {s.status}; {what}.")
+
+
+def _parse(text: str) -> datetime:
+    return parse_rfc3339(text)
+
+
+async def _main(store_url: str, command_id: str, lock_fd: int, env: dict[str, str]) -> int:
+    paths = CommandPaths(store_url)
+    async with await open_store(store_url) as store:
+        state = await load_state(store, command_id)
+        if state is None or not state.running:
+            return 0
+        return await Supervisor(store, paths, state, env).run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="loopd_es.procs.supervisor")
+    parser.add_argument("--store", required=True)
+    parser.add_argument("--id", required=True)
+    parser.add_argument("--lock-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    spec = json.loads(sys.stdin.buffer.read() or b"{}")
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        return anyio.run(_main, args.store, args.id, args.lock_fd, dict(spec.get("env", {})))
+    finally:
+        os.close(args.lock_fd)  # the kernel would drop it anyway; say it explicitly
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

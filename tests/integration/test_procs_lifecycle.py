@@ -1,0 +1,184 @@
+"""Real processes in real PTYs: exit, terminate, kill, interrupt, timeout, shell, env, write (§7 G S65-S69)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from loopd_es.domain.command import CommandStateError
+from loopd_es.errors import UsageError
+from loopd_es.procs import service
+
+from .test_procs_support import PY, Env, env, run_cli, store
+
+if TYPE_CHECKING:
+    from loopd_es.log.base import LogStore
+
+pytestmark = pytest.mark.anyio
+__all__ = ["env", "store"]
+
+SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+
+
+async def test_natural_exit_zero_records_output_and_pid(env: Env, store: LogStore) -> None:
+    t0 = time.monotonic()
+    cid = await env.start(store, "-c", "print('hello from pty')")
+    assert time.monotonic() - t0 < 1.0  # start never waits for the child
+    s = await env.until(store, cid, lambda s: not s.running)
+    assert (s.status, s.end_reason, s.exit_code) == ("exited", "exit", 0)
+    assert s.pid and s.stream_bytes > 0
+    assert b"hello from pty" in env.paths.log(cid).read_bytes()
+    assert (await env.types(store, cid))[:2] == ["command.started", "command.spawned"]
+
+
+async def test_terminate_then_kill_and_a_trapping_child(env: Env, store: LogStore) -> None:
+    cid = await env.start(store, "-c", SLEEPER, title="sleeper")
+    await env.until(store, cid, lambda s: b"ready" in env.output(cid))
+    msg = await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    assert msg == 'Command "sleeper" terminated.'
+    s = await env.state(store, cid)
+    assert (s.status, s.end_reason, s.signal, s.exit_code) == ("terminated", "terminate", "SIGTERM", 143)
+
+    trap = env.script(
+        "trap",
+        "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: print('trapped', flush=True))\n"
+        "print('ready', flush=True)\nwhile True: time.sleep(1)\n",
+    )
+    cid = await env.start(store, trap, title="trap")
+    await env.until(store, cid, lambda s: b"ready" in env.output(cid))
+    t0 = time.monotonic()
+    await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    assert 2.8 < time.monotonic() - t0 < 6  # the 3 s grace, then SIGKILL
+    s = await env.state(store, cid)
+    assert (s.status, s.end_reason, s.signal) == ("terminated", "terminate", "SIGKILL")
+    assert b"trapped" in env.paths.log(cid).read_bytes()
+
+
+async def test_kill_and_interrupt(env: Env, store: LogStore) -> None:
+    cid = await env.start(store, "-c", SLEEPER, title="k")
+    assert (
+        await service.command_request(store, env.paths, cid, {"op": "kill"})
+        == 'Command "k" killed (SIGKILL).'
+    )
+    s = await env.state(store, cid)
+    assert (s.status, s.end_reason, s.signal, s.exit_code) == ("terminated", "terminate", "SIGKILL", 137)
+    with pytest.raises(CommandStateError, match="^Command is terminated; nothing to kill.$"):
+        await service.command_request(store, env.paths, cid, {"op": "kill"})
+
+    cid = await env.start(store, "-c", SLEEPER, title="i")
+    await env.until(store, cid, lambda s: b"ready" in env.output(cid))
+    msg = await service.command_request(store, env.paths, cid, {"op": "interrupt"})
+    assert msg == 'SIGINT delivered to "i" (process may continue if it traps the signal).'
+    s = await env.until(store, cid, lambda s: not s.running)
+    assert (s.status, s.end_reason, s.signal) == ("exited", "exit", "SIGINT")
+
+
+async def test_timeout_terminates_with_end_reason_timeout(env: Env, store: LogStore) -> None:
+    t0 = time.monotonic()
+    cid = await env.start(store, "-c", SLEEPER, timeout_seconds=1)
+    s = await env.until(store, cid, lambda s: not s.running, within=8)
+    assert time.monotonic() - t0 < 4
+    assert (s.status, s.end_reason) == ("terminated", "timeout") and s.ended_at and s.deadline_at
+    assert s.last_error and "timed out after 1s" in s.last_error
+    assert (await env.types(store, cid)).count("command.exited") == 1
+
+
+async def test_shell_quoting_and_env_values_never_logged(env: Env, store: LogStore) -> None:
+    spec = service.StartSpec(title="sh", command="echo", args=["hi there", "a|b", "it's"], shell=True)
+    cid, pid = await service.start_command(store, env.url, spec)
+    env.pids.add(pid)
+    s = await env.until(store, cid, lambda s: not s.running)
+    assert (s.command, s.args, s.shell) == ("echo", ("hi there", "a|b", "it's"), True)
+    assert b"hi there a|b it's" in env.paths.log(cid).read_bytes()
+
+    cid = await env.start(
+        store,
+        "-c",
+        "import os; print(os.environ['SECRET_TOKEN'], os.environ['PLAIN'])",
+        env={"SECRET_TOKEN": "s3cr3t-value", "PLAIN": "yes"},
+    )
+    s = await env.until(store, cid, lambda s: not s.running)
+    assert s.env_keys == ("PLAIN", "SECRET_TOKEN")
+    assert b"s3cr3t-value yes" in env.paths.log(cid).read_bytes()
+    db = (env.tmp / "ev.db").read_bytes() + b"".join(p.read_bytes() for p in env.tmp.glob("ev.db*"))
+    assert b"s3cr3t-value" not in db and b"SECRET_TOKEN" in db
+
+
+async def test_write_resize_and_attach(env: Env, store: LogStore) -> None:
+    body = (
+        "import os, sys\nprint('ready', flush=True)\nfor line in sys.stdin:\n"
+        "    print('got', line.strip(), os.get_terminal_size().columns, flush=True)\n"
+    )
+    cid = await env.start(store, "-c", body, title="repl")
+    assert await service.command_request(
+        store, env.paths, cid, {"op": "resize", "cols": 120, "rows": 40}
+    ) == ('Terminal resized to 120x40 for "repl".')
+    import base64
+
+    data = base64.b64encode(b"abc\n").decode()
+    assert await service.command_request(store, env.paths, cid, {"op": "write", "data": data}) == (
+        'Sent 4 byte(s) to "repl".'
+    )
+    await env.until(store, cid, lambda s: b"got abc 120" in env.output(cid))
+    stream = await anyio.connect_unix(env.paths.socket(cid))
+    async with stream:
+        await stream.send(b'{"op": "attach"}\n')
+        seen = b""
+        with anyio.fail_after(5):
+            while b"attached" not in seen:
+                seen += await stream.receive()
+            await stream.send(b"xyz\n")
+            while b"got xyz" not in seen:
+                seen += await stream.receive()
+    with pytest.raises(UsageError, match="Invalid size 0x5"):
+        await service.command_request(store, env.paths, cid, {"op": "resize", "cols": 0, "rows": 5})
+    await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    assert "command.input-written" in await env.types(store, cid)
+    assert "command.resized" in await env.types(store, cid)
+
+
+def test_cli_remove_rules_and_pattern_read(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        run_cli(
+            env.url,
+            "start",
+            "--title",
+            "dev",
+            "--",
+            PY,
+            "-c",
+            "import time\nprint('\\x1b[31mERROR boom\\x1b[0m')\nprint('info fine', flush=True)\ntime.sleep(60)",
+        )
+        == 0
+    )
+    cid = capsys.readouterr().out.strip()
+    deadline = time.monotonic() + 10
+    while b"info fine" not in env.output(cid):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert run_cli(env.url, "remove", cid[:8]) == 3
+    assert "is still running — terminate it first (terminate ≠ remove)." in capsys.readouterr().err
+    assert run_cli(env.url, "read", cid, "--pattern", "ERROR", "--json") == 0
+    out = capsys.readouterr().out
+    assert '"total_matches": 1' in out and "\\u001b[31mERROR boom" in out and "info fine" not in out
+    assert run_cli(env.url, "read", cid, "--pattern", "error") == 0 and capsys.readouterr().out.strip() == ""
+    assert run_cli(env.url, "read", cid, "--pattern", "error", "--ignore-case") == 0
+    assert "ERROR boom" in capsys.readouterr().out
+    assert run_cli(env.url, "read", cid, "--pattern", "(a+)+") == 2
+    assert "Potentially dangerous regex pattern rejected: '(a+)+'" in capsys.readouterr().err
+    assert run_cli(env.url, "list") == 0 and "running" in capsys.readouterr().out
+    assert run_cli(env.url, "terminate", "--remove", cid) == 0
+    assert capsys.readouterr().out.strip() == 'Command "dev" terminated; removed.'
+    assert not env.paths.log(cid).exists()
+    assert run_cli(env.url, "show", cid) == 2 and "Command not found." in capsys.readouterr().err
+    assert run_cli(env.url, "start", "--timeout", "0", "--", PY) == 2
+    assert "timeoutSeconds must be a positive integer in seconds" in capsys.readouterr().err
+    assert run_cli(env.url, "start", "--watch-filter", "(unclosed", "--", PY) == 2
+    assert "Invalid watch filter" in capsys.readouterr().err
+    assert os.listdir(env.paths.root) == [] or all(
+        not n.endswith(".sock") for n in os.listdir(env.paths.root)
+    )

@@ -1,0 +1,118 @@
+"""Owner loss and restart: missing commands, deadlines already past, awaits fired once; a flooding child."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from loopd_es.domain.command import CommandStateError
+from loopd_es.events.command import WatchSpec
+from loopd_es.procs import service
+from loopd_es.procs.paths import owner_alive
+from loopd_es.procs.pty import PtyChild
+
+from .test_procs_support import Env, env, store
+
+if TYPE_CHECKING:
+    from loopd_es.log.base import LogStore
+
+pytestmark = pytest.mark.anyio
+__all__ = ["env", "store"]
+
+SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+
+
+async def _lose_owner(env: Env, store: LogStore, cid: str) -> None:
+    s = await env.until(store, cid, lambda s: s.supervisor_pid is not None and b"ready" in env.output(cid))
+    assert s.supervisor_pid and s.pid
+    os.kill(s.supervisor_pid, signal.SIGKILL)
+    os.killpg(s.pid, signal.SIGKILL)
+    with anyio.fail_after(5):
+        while True:
+            if not owner_alive(env.paths.lock(cid)):
+                break
+            await anyio.sleep(0.02)
+
+
+async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogStore) -> None:
+    cid = await env.start(store, "-c", SLEEPER, watch=WatchSpec(filter="x"))
+    late = await env.start(store, "-c", SLEEPER, timeout_seconds=1)
+    await service.request_await(store, env.paths, cid, goal_id="g", until=None, ignore_case=False)
+    await _lose_owner(env, store, cid)
+    await _lose_owner(env, store, late)
+    await anyio.sleep(1.1)  # the second command's deadline passes while nobody owns it
+    results = []
+
+    async def reconciler() -> None:
+        results.append(await service.reconcile(store, env.paths))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(reconciler)
+    assert sum(results) == 2
+    s = await env.state(store, cid)
+    assert (s.status, s.end_reason) == ("missing", "missing") and s.watch == WatchSpec(filter="x")
+    assert s.last_error and "no live execution" in s.last_error.lower()
+    s2 = await env.state(store, late)
+    assert (s2.status, s2.end_reason) == ("missing", "timeout") and "timeout" in (s2.last_error or "")
+    fired = [e async for e in store.read_stream(f"command-{cid}") if e.type == "command.await-fired"]
+    assert len(fired) == 1 and fired[0].data_dict()["status"] == "missing"
+    with pytest.raises(CommandStateError, match="^Command is missing; nothing to terminate.$"):
+        await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    assert await service.command_request(store, env.paths, cid, {"op": "terminate", "remove": True}) == (
+        "Command was already missing; removed."
+    )
+
+
+async def test_owner_loop_stays_responsive_while_a_child_floods(env: Env, store: LogStore) -> None:
+    flood = "import sys\nwhile True: sys.stdout.write('flood line with some text ERROR\\n')\n"
+    cid = await env.start(store, "-c", flood, watch=WatchSpec(filter="ERROR"))
+    await env.until(store, cid, lambda s: s.watch_state == "flood-suspended")
+    worst = 0.0
+    for _ in range(10):
+        t0 = time.monotonic()
+        live = await service.owner_request(env.paths, cid, {"op": "status"})
+        worst = max(worst, time.monotonic() - t0)
+        assert live is not None and live["ok"]
+    assert worst < 0.5, worst
+    assert (await service.owner_request(env.paths, cid, {"op": "status"}) or {})["stream_bytes"] > 1_000_000
+    assert env.paths.log(cid).stat().st_size <= (512 + 128) * 1024
+    await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    s = await env.state(store, cid)
+    assert s.status == "terminated" and s.truncated and s.output_bytes == 512 * 1024
+
+
+async def test_pty_reads_never_block_the_event_loop() -> None:
+    child = PtyChild.spawn(
+        [sys.executable, "-c", "import sys\nfor i in range(300000): sys.stdout.write('x' * 60 + '\\n')"],
+        cwd="/",
+        env=dict(os.environ),
+        cols=80,
+        rows=24,
+    )
+    total = 0
+    lags: list[float] = []
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def ticker() -> None:
+                while True:
+                    t0 = time.monotonic()
+                    await anyio.sleep(0.005)
+                    lags.append(time.monotonic() - t0 - 0.005)
+
+            tg.start_soon(ticker)
+            while data := await child.read():
+                total += len(data)
+            tg.cancel_scope.cancel()
+        assert await child.wait() == (0, None)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.close()
+    assert total >= 300000 * 61 and len(lags) > 5 and max(lags) < 0.1
