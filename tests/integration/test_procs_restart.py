@@ -115,4 +115,7 @@ async def test_pty_reads_never_block_the_event_loop() -> None:
     finally:
         child.send_signal(signal.SIGKILL)
         child.close()
-    assert total >= 300000 * 61 and len(lags) > 5 and max(lags) < 0.1
+    # A blocking read would starve the ticker for the whole flood (seconds); scheduling noise on a loaded
+    # 2-core machine can delay one tick by ~0.1 s, so judge the median and a generous maximum.
+    assert total >= 300000 * 61 and len(lags) > 5
+    assert sorted(lags)[len(lags) // 2] < 0.02 and max(lags) < 0.5, lags

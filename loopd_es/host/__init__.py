@@ -1,0 +1,68 @@
+"""Worker hosts: the port (:class:`WorkerHost`) and its backends, opened by URL.
+
+``sim:PATH`` is the simulated host scripted by ``PATH`` (JSON, or TOML when it ends in ``.toml``; a missing
+file gives the default catalog), with its live state in ``<stem>.state.json`` beside it. It is the default
+(``sim:.loopd/host.json``, or ``$LOOPD_ES_HOST``). The OpenCode HTTP host will be ``http://HOST:PORT``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Final
+
+import anyio.to_thread
+
+from .base import AgentCatalog as AgentCatalog
+from .base import ModelCatalog as ModelCatalog
+from .base import SessionIdentity as SessionIdentity
+from .base import WorkerHost as WorkerHost
+from .errors import HostConfigError as HostConfigError
+from .errors import HostError as HostError
+from .errors import ProviderError as ProviderError
+from .errors import ProviderErrorInfo as ProviderErrorInfo
+from .simulated import SimulatedHost as SimulatedHost
+
+DEFAULT_HOST: Final = "sim:.loopd/host.json"
+HOST_ENV: Final = "LOOPD_ES_HOST"
+
+__all__ = (
+    "DEFAULT_HOST",
+    "HOST_ENV",
+    "AgentCatalog",
+    "HostConfigError",
+    "HostError",
+    "ModelCatalog",
+    "ProviderError",
+    "ProviderErrorInfo",
+    "SessionIdentity",
+    "SimulatedHost",
+    "WorkerHost",
+    "host_url",
+    "open_host",
+)
+
+
+def host_url(explicit: str | None = None) -> str:
+    """The host the user asked for: ``explicit`` (``--host``), then ``$LOOPD_ES_HOST``, then the default."""
+    return explicit or os.environ.get(HOST_ENV) or DEFAULT_HOST
+
+
+async def open_host(url: str) -> WorkerHost:
+    """Open the host at ``url``.
+
+    :raises HostConfigError: for an unknown scheme, an empty path or an invalid simulated-host script.
+    """
+    text = url.strip()
+    scheme, sep, rest = text.partition(":")
+    if sep and scheme == "sim":
+        path = rest.removeprefix("//")
+    elif not sep or (len(scheme) <= 1 and text.endswith((".json", ".toml"))):
+        path = text  # a bare script path (a one-letter "scheme" is a Windows drive)
+    elif scheme in ("http", "https"):
+        raise HostConfigError(url, "the OpenCode HTTP host is not available yet; use sim:FILE")
+    else:
+        raise HostConfigError(url, f"unknown host scheme {scheme!r}; use sim:FILE (e.g. {DEFAULT_HOST})")
+    if not path:
+        raise HostConfigError(url, f"no script path; use e.g. {DEFAULT_HOST}")
+    return await anyio.to_thread.run_sync(SimulatedHost.from_file, Path(path))
