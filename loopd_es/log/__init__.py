@@ -19,8 +19,8 @@ async def open_store(url: str, *, create: bool = True) -> LogStore:
     """Open (and, with ``create``, create) the log at ``url``.
 
     :raises UsageError: for an unknown scheme or option.
+    :raises LogNotFoundError: when the log does not exist and ``create`` is false.
     :raises StoreUnavailableError: when the path cannot be opened.
-    :raises StreamNotFoundError: never; a missing file with ``create=False`` raises StoreUnavailableError.
     """
     scheme, path, options = parse_store_url(url)
     if scheme == "ndjson":
