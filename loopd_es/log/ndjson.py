@@ -77,7 +77,7 @@ class _Request:
         self.stream = stream
         self.events = events
         self.expected = expected
-        self.event = anyio.Event()
+        self.event: anyio.Event | None = None  # only appenders that wait for a leader need one
         self.result: list[Envelope] = []
         self.error: BaseException | None = None
 
@@ -305,10 +305,10 @@ class NdjsonLog(LogStore):
                 if remaining == 0:
                     yield batch
                     return
-            if len(batch) >= READ_BATCH:
-                yield batch
-                batch = []
-                await anyio.lowlevel.checkpoint()
+                if len(batch) == READ_BATCH:
+                    yield batch
+                    batch = []
+            await anyio.lowlevel.checkpoint()
         if batch:
             yield batch
 
@@ -439,14 +439,15 @@ class NdjsonLog(LogStore):
         request = _Request(stream, events, expected_version)
         self._pending.append(request)
         if self._committing:
+            request.event = anyio.Event()
             await request.event.wait()
         else:
             self._committing = True
             try:
-                while True:
-                    await anyio.lowlevel.checkpoint()  # let concurrent appenders join this group commit
-                    if not self._pending:
-                        break
+                # Let appenders that are ready join this group commit; the fsync blocks the loop, so
+                # nothing arrives while it runs and the next group forms around the next leader.
+                await anyio.lowlevel.checkpoint()
+                while self._pending:
                     group, self._pending = self._pending, []
                     await self._commit(group)
             finally:
@@ -461,7 +462,8 @@ class NdjsonLog(LogStore):
         except LoopdError as e:
             for request in group:
                 request.error = e
-                request.event.set()
+                if request.event is not None:
+                    request.event.set()
             return
         try:
             self._sync_locked()
@@ -477,7 +479,8 @@ class NdjsonLog(LogStore):
         finally:
             self._lock.release()
             for request in group:
-                request.event.set()
+                if request.event is not None:
+                    request.event.set()
 
     def _sync_locked(self) -> None:
         """Under the lock: repair a crashed writer's leftovers, catch up, bring the index up to date."""
