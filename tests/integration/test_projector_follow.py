@@ -1,0 +1,138 @@
+"""Follow mode for real: watchfiles on the log, appends made by another process, a bounded lag, a clean stop.
+
+The poll interval is set far beyond the bounds asserted here, so only real file events can pass these
+tests; the appender prints ``time.monotonic()`` when each append is acknowledged (CLOCK_MONOTONIC is
+shared by every process on Linux), and the projector's commit hook records when each row became visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from loopd_es.log import open_store
+from loopd_es.projector import BatchResult, Projector
+from projections import StreamStats
+from tests.unit.test_projector_base import BACKENDS, Recorder, checkpoints, dump, fill, url_for
+from tests.unit.test_projector_wakeups import until
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
+APPENDS = 40
+APPENDER = textwrap.dedent(
+    """
+    import json, sys, time, anyio
+    from loopd_es.events.envelope import NewEvent
+    from loopd_es.log import open_store
+
+    async def main(url, count, gap):
+        async with await open_store(url) as store:
+            for i in range(count):
+                await anyio.sleep(gap)
+                (env,) = await store.append(f"live-{i % 3}", [NewEvent(type="test.live", data={"i": i})])
+                print(json.dumps({"position": env.position, "ack": time.monotonic()}), flush=True)
+
+    anyio.run(main, sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("LOOPD_ES_STORE", None)
+    return env
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_follow_sees_another_process_append_within_a_bounded_lag(backend: str, tmp_path: Path) -> None:
+    url = url_for(backend, tmp_path)
+    read_db = tmp_path / "read.db"
+    visible: dict[int, float] = {}  # checkpoint reached -> when its commit returned
+
+    def committed(result: BatchResult, at: float) -> None:
+        visible.setdefault(result.low, at)
+
+    async with await open_store(url) as store:
+        await fill(store, 500)  # history, then live: no seam between them
+        async with await Projector.open(store, [Recorder(), StreamStats()], read_db) as projector:
+            projector.on_commit = committed
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: projector.follow(poll_interval=30))
+                await until(lambda: checkpoints(read_db)["recorder"] >= 500, 10)
+                appender = await anyio.run_process(
+                    [sys.executable, "-c", APPENDER, url, str(APPENDS), "0.02"], env=_env(), cwd=tmp_path
+                )
+                await until(lambda: checkpoints(read_db)["recorder"] >= 500 + APPENDS, 5)
+                cancelled_at = time.monotonic()
+                tg.cancel_scope.cancel()
+            stopped_in = time.monotonic() - cancelled_at
+
+    acks = [json.loads(line) for line in appender.stdout.decode().splitlines()]
+    assert [a["position"] for a in acks] == list(range(501, 501 + APPENDS))
+    lags = []
+    for ack in acks:
+        seen = min(at for low, at in visible.items() if low >= ack["position"])
+        lags.append(max(seen - ack["ack"], 0.0))
+    assert max(lags) < 0.5, f"lags {sorted(lags)[-5:]}"  # the poll is 30 s away: this was a file event
+    assert statistics.median(lags) < 0.05
+    assert stopped_in < 0.5
+    rows = dump(read_db)
+    assert rows["parked"] == [] and [r[0] for r in rows["recorder"]] == list(range(1, 501 + APPENDS))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_cli_follows_and_stops_cleanly_on_sigterm(backend: str, tmp_path: Path) -> None:
+    url = url_for(backend, tmp_path)
+    runner = (
+        "import sys\n"
+        "from loopd_es.cli import main as m, projector_cmds\n"
+        "original = m._command_modules\n"
+        "m._command_modules = lambda *a: [*(mods := original(*a)), *([] if projector_cmds in mods else [projector_cmds])]\n"
+        "raise SystemExit(m.main(*sys.argv[1:]))\n"
+    )
+
+    async def seed() -> None:
+        async with await open_store(url) as store:
+            await fill(store, 10)
+
+    anyio.run(seed)
+    with subprocess.Popen(
+        [sys.executable, "-c", runner, "--store", url, "project", "--follow", "--poll", "30"],
+        env=_env(),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as follower:
+        try:
+            assert follower.stderr is not None
+            assert "following" in follower.stderr.readline()
+            subprocess.run(
+                [sys.executable, "-c", APPENDER, url, "3", "0.01"],
+                env=_env(),
+                cwd=tmp_path,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 5
+            while checkpoints(tmp_path / "read.db").get("stream_stats", 0) < 13:
+                assert time.monotonic() < deadline, "the follower did not pick up the appends"
+                time.sleep(0.01)
+            started = time.monotonic()
+            follower.send_signal(signal.SIGTERM)
+            assert follower.wait(timeout=5) == 0
+            assert time.monotonic() - started < 2
+        finally:
+            if follower.poll() is None:
+                follower.kill()
