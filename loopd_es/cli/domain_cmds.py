@@ -60,9 +60,9 @@ def _parse_at(text: str | None) -> datetime | None:
 
 
 async def _replay(args: argparse.Namespace) -> int:
-    from ..domain.replay import reducer_versions, replay_all, replay_stream
-    from ..domain.snapshots import SnapshotStore
+    from ..domain.reducers import reducer_versions
     from ..log import open_store, parse_store_url
+    from ..replay import SnapshotStore, replay_all, replay_stream
     from .main import store_url
 
     if args.until is not None and args.until < 0:

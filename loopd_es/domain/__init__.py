@@ -1,6 +1,7 @@
 """The pure core: goal state, ``evolve`` (fold) and ``decide`` (rules); no I/O, no anyio, no log.
 
-:mod:`~loopd_es.domain.replay` is the one module here that reads a store, through its protocol only.
+Reading a log and the snapshot files to fold it is :mod:`loopd_es.replay`'s job; the folds it feeds live here
+(:mod:`.evolve`, :mod:`.reducers`).
 """
 
 from __future__ import annotations

@@ -5,21 +5,28 @@ evolve refuses are those that *cannot* apply: anything before ``goal.created`` o
 second ``goal.created``, a run event of another generation (the stale-event fence of reference §2.3), an
 event of another goal, or a payload that does not decode. Those are recorded as anomalies on the state and
 folding goes on: evolve never raises.
+
+Speed (``tools/bench_replay.py``): a fold copies the state twice in all, not once per event. A
+:class:`GoalFold` thaws the frozen :class:`~loopd_es.domain.state.GoalState` into its mutable
+:class:`~loopd_es.domain.state.GoalDraft`, each handler stores only the fields its event changes, and
+:meth:`GoalFold.result` freezes the draft. Stored envelopes are routed by type string to a cached typed
+decoder and handler, and the stream version and position are written once per batch, not per event.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections import deque
+from collections.abc import Callable, Container, Iterable
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
-from msgspec.structs import replace
+from msgspec.structs import astuple, replace
 
 from ..errors import InvalidEventError
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
-from ..events.base import CATALOGUE, payload_decoder
+from ..events.base import payload_decoder
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope
 from .state import (
@@ -28,6 +35,7 @@ from .state import (
     Anomaly,
     Blocker,
     Evidence,
+    GoalDraft,
     GoalState,
     InboxItem,
     ModelFallback,
@@ -44,9 +52,87 @@ from .state import (
 if TYPE_CHECKING:
     from ..events.base import Event
 
-
-_Handler = Callable[[GoalState, Any], GoalState]
+_Handler = Callable[[GoalDraft, Any, "_Memo"], None]
 _HANDLERS: Final[dict[type[Event], _Handler]] = {}
+
+
+class _Route(NamedTuple):
+    """How a stored envelope of one type string is read and applied: one dict lookup per event."""
+
+    schema_version: int
+    decode: Callable[[Any], Any]
+    handler: _Handler
+
+
+_ROUTES: Final[dict[str, _Route]] = {}
+"""Goal, run and identity type strings to their route; filled at the end of this module."""
+
+
+class _Refused(Exception):
+    """Raised before a handler changes anything, when its event cannot apply; folded as an anomaly."""
+
+    def __init__(self, type_: str, reason: str) -> None:
+        self.type_ = type_
+        self.reason = reason
+
+
+class _Memo:
+    """Scratch owned by one fold: the usage watermark as a queue of ids and a count per id.
+
+    The state keeps the last 200 accounted message ids as a tuple (what snapshots and ``--json`` show), so
+    checking an id against it is a 200-item scan and appending one copies it: that made usage events four times
+    dearer than any other. From a fold's second usage event on, the memo holds the watermark instead and
+    writes the tuple back once, at the end of :meth:`GoalFold.apply`; a single :func:`evolve` never pays for
+    building it.
+    """
+
+    __slots__ = ("counts", "dirty", "ids", "order", "uses")
+
+    def __init__(self) -> None:
+        self.ids: tuple[str, ...] | None = None
+        self.order: deque[str] = deque()
+        self.counts: dict[str, int] = {}
+        self.dirty = False
+        self.uses = 0
+
+    def _live(self, d: GoalDraft) -> bool:
+        return self.dirty or d.accounted_message_ids is self.ids
+
+    def seen(self, d: GoalDraft) -> Container[str]:
+        """The ids ``d`` has accounted (a tuple built by hand may repeat one, hence counts)."""
+        if self._live(d):
+            return self.counts
+        self.uses += 1
+        if self.uses == 1:
+            return d.accounted_message_ids
+        self.ids = d.accounted_message_ids
+        self.order = deque(self.ids)
+        self.counts = {}
+        for mid in self.ids:
+            self.counts[mid] = self.counts.get(mid, 0) + 1
+        return self.counts
+
+    def account(self, d: GoalDraft, fresh: tuple[str, ...]) -> None:
+        """Append ``fresh`` (none of them seen) and keep the last ``MAX_ACCOUNTED_IDS``."""
+        if not self._live(d):
+            d.accounted_message_ids = (*d.accounted_message_ids, *fresh)[-MAX_ACCOUNTED_IDS:]
+            return
+        order, counts = self.order, self.counts
+        for mid in fresh:
+            order.append(mid)
+            counts[mid] = counts.get(mid, 0) + 1
+        for _ in range(len(order) - MAX_ACCOUNTED_IDS):
+            mid = order.popleft()
+            if counts[mid] == 1:
+                del counts[mid]
+            else:
+                counts[mid] -= 1
+        self.dirty = True
+
+    def write_back(self, d: GoalDraft) -> None:
+        if self.dirty:
+            d.accounted_message_ids = self.ids = tuple(self.order)
+            self.dirty = False
 
 
 def _on(cls: type[Event]) -> Callable[[_Handler], _Handler]:
@@ -63,399 +149,432 @@ def initial(goal_id: str) -> GoalState:
 
 
 def evolve(state: GoalState, item: Event | Envelope) -> GoalState:
-    """Fold one event (or a stored envelope) into ``state``; never raises."""
-    event: Event
-    if type(item) is Envelope:
-        decoded = _decode(item)
-        if isinstance(decoded, str):
-            return _anomaly(replace(state, version=item.version, position=item.position), item.type, decoded)
-        event = decoded
-        state = replace(state, version=item.version, position=item.position)
-    else:
-        assert not isinstance(item, Envelope)
-        event = item
-    handler = _HANDLERS.get(type(event))
-    if handler is None:
-        return _anomaly(state, event.event_type, "not a goal event")
-    goal_id = getattr(event, "goal_id", None)
-    if goal_id != state.goal_id:
-        return _anomaly(state, event.event_type, f"event of goal {goal_id!r} on the stream of {state.goal_id!r}")
-    if not state.exists and not isinstance(event, g.GoalCreated):
-        why = "goal was cleared" if state.cleared else "goal does not exist"
-        return _anomaly(state, event.event_type, why)
-    return handler(state, event)
+    """Fold one event (or a stored envelope, which also sets the version and position); never raises."""
+    folding = GoalFold(state)
+    folding.apply((item,))
+    return folding.result()
 
 
-def _decode(env: Envelope) -> Event | str:
-    """The payload, or the reason it cannot be read; the current-version path skips the catalogue's checks."""
-    cls = CATALOGUE.get(env.type)
-    if cls is not None and env.schema_version == cls.schema_version:
-        try:
-            result: Event = payload_decoder(env.type).decode(env.data)
-            return result
-        except msgspec.ValidationError:
-            pass
+def fold(events: Iterable[Event | Envelope], state: GoalState) -> GoalState:
+    """Fold events or envelopes left to right: the same result as :func:`evolve` on each in turn."""
+    folding = GoalFold(state)
+    folding.apply(events)
+    return folding.result()
+
+
+class GoalFold:
+    """A goal fold in progress; a replay keeps one per stream and feeds it a batch at a time.
+
+    The draft it mutates is its own copy, so the states it was given and has returned never change.
+    """
+
+    __slots__ = ("_draft", "_memo")
+
+    def __init__(self, state: GoalState) -> None:
+        self._draft = GoalDraft(*astuple(state))
+        self._memo = _Memo()
+
+    def apply(self, items: Iterable[Event | Envelope]) -> None:
+        """Fold ``items`` in order; an envelope also moves the version and position. Never raises."""
+        d, memo, routes, handlers = self._draft, self._memo, _ROUTES, _HANDLERS
+        envelope, created = Envelope, _created  # locals: this loop runs once per event of a replay
+        version, position = d.version, d.position
+        event: Any
+        for item in items:
+            try:
+                if type(item) is envelope:
+                    version, position = item.version, item.position
+                    route = routes.get(item.type)
+                    if route is not None and item.schema_version == route[0]:
+                        handler: _Handler | None = route[2]
+                        try:
+                            event = route[1](item.data)
+                        except msgspec.DecodeError:  # let the catalogue word the message
+                            event = _decode(item)
+                    else:  # an older schema version to upcast, or not a goal event
+                        event = _decode(item)
+                        handler = handlers.get(type(event))
+                else:
+                    event = item
+                    handler = handlers.get(type(event))
+                if handler is None:
+                    raise _Refused(event.event_type, "not a goal event")
+                if event.goal_id != d.goal_id:
+                    raise _Refused(event.event_type, f"event of goal {event.goal_id!r} on the stream of {d.goal_id!r}")
+                if not d.exists and handler is not created:
+                    raise _Refused(event.event_type, "goal was cleared" if d.cleared else "goal does not exist")
+                handler(d, event, memo)
+            except _Refused as refused:
+                anomaly = Anomaly(type=refused.type_, reason=refused.reason, version=version)
+                d.anomalies = (*d.anomalies, anomaly)[-MAX_ANOMALIES:]
+                d.anomaly_count += 1
+        memo.write_back(d)
+        d.version, d.position = version, position
+
+    def result(self) -> GoalState:
+        """The state after everything applied so far (folding may go on afterwards)."""
+        return GoalState(*astuple(self._draft))
+
+
+def _decode(env: Envelope) -> Any:
+    """The slow path: the catalogue's full decode with upcasting; a payload it cannot read is refused."""
     try:
         return decode_payload(env)
     except InvalidEventError as e:
-        return str(e)
+        raise _Refused(env.type, str(e)) from None
 
 
-def fold(events: Any, state: GoalState) -> GoalState:
-    """Fold an iterable of events or envelopes, left to right."""
-    for item in events:
-        state = evolve(state, item)
-    return state
-
-
-def _anomaly(state: GoalState, type_: str, reason: str) -> GoalState:
-    kept = (*state.anomalies, Anomaly(type=type_, reason=reason, version=state.version))[-MAX_ANOMALIES:]
-    return replace(state, anomalies=kept, anomaly_count=state.anomaly_count + 1)
-
-
-def _released(state: GoalState, **changes: Any) -> GoalState:
+def _release(d: GoalDraft) -> None:
     """The reference's ``releaseLease`` plus clearing the run (every caller here clears ``activeRunID``)."""
-    return replace(
-        state,
-        phase="idle",
-        lease_expires_at=None,
-        active_run_id=None,
-        active_prompt_message_id=None,
-        idle_candidate_generation=None,
-        **changes,
-    )
+    d.phase = "idle"
+    d.lease_expires_at = None
+    d.active_run_id = None
+    d.active_prompt_message_id = None
+    d.idle_candidate_generation = None
 
 
-def _stale(state: GoalState, event: Any) -> bool:
-    generation = getattr(event, "generation", None)
-    if generation is not None and generation != state.run_generation:
+def _stale(d: GoalDraft, event: r.RunIdleCandidate | r.RunCompleted | r.RunRecovered) -> bool:
+    generation = event.generation
+    if generation is not None and generation != d.run_generation:
         return True
-    return state.active_run_id is not None and event.run_id != state.active_run_id
+    return d.active_run_id is not None and event.run_id != d.active_run_id
 
 
 # -- goal lifecycle ---------------------------------------------------------------------------------
 
 
 @_on(g.GoalCreated)
-def _created(s: GoalState, e: g.GoalCreated) -> GoalState:
-    if s.exists:
-        return _anomaly(s, e.event_type, "goal already exists")
-    return replace(
-        s,
-        exists=True,
-        name=e.name,
-        objective=e.objective,
-        owner_session_id=e.owner_session_id,
-        config=e.config,
-        interactive=e.config.interactive,
-        parent_model=e.parent_model,
-        parent_agent=e.parent_agent,
-        status="active",
-        phase="queued",
-        created_at=e.at,
-    )
+def _created(d: GoalDraft, e: g.GoalCreated, m: _Memo) -> None:
+    if d.exists:
+        raise _Refused(e.event_type, "goal already exists")
+    d.exists = True
+    d.name = e.name
+    d.objective = e.objective
+    d.owner_session_id = e.owner_session_id
+    d.config = e.config
+    d.interactive = e.config.interactive
+    d.parent_model = e.parent_model
+    d.parent_agent = e.parent_agent
+    d.status = "active"
+    d.phase = "queued"
+    d.created_at = e.at
 
 
 @_on(g.GoalWorkerAssigned)
-def _worker(s: GoalState, e: g.GoalWorkerAssigned) -> GoalState:
-    return replace(s, worker_session_id=e.worker_session_id, topology=e.topology)
+def _worker(d: GoalDraft, e: g.GoalWorkerAssigned, m: _Memo) -> None:
+    d.worker_session_id = e.worker_session_id
+    d.topology = e.topology
 
 
 @_on(g.GoalStatusChanged)
-def _status(s: GoalState, e: g.GoalStatusChanged) -> GoalState:
+def _status(d: GoalDraft, e: g.GoalStatusChanged, m: _Memo) -> None:
     if e.to_status in ("budget_limited", "paused"):
-        return _released(s, status=e.to_status)
-    return replace(s, status=e.to_status)
+        _release(d)
+    d.status = e.to_status
 
 
 @_on(g.GoalPaused)
-def _paused(s: GoalState, e: g.GoalPaused) -> GoalState:
-    return _released(s, status="paused")
+def _paused(d: GoalDraft, e: g.GoalPaused, m: _Memo) -> None:
+    _release(d)
+    d.status = "paused"
 
 
 @_on(g.GoalResumed)
-def _resumed(s: GoalState, e: g.GoalResumed) -> GoalState:
+def _resumed(d: GoalDraft, e: g.GoalResumed, m: _Memo) -> None:
+    d.status = "active"
     if e.by == "switch":
-        return replace(s, status="active", blocker=None)
-    return replace(s, status="active")
+        d.blocker = None
 
 
 @_on(g.GoalRetried)
-def _retried(s: GoalState, e: g.GoalRetried) -> GoalState:
-    return _released(
-        s,
-        status="active",
-        consecutive_failures=0,
-        last_error=None,
-        force_finish_requested=None,
-        evaluator_rejection_count=0,
-        last_rejection_details=None,
-        free_retry_pending=False,
-    )
+def _retried(d: GoalDraft, e: g.GoalRetried, m: _Memo) -> None:
+    _release(d)
+    d.status = "active"
+    d.consecutive_failures = 0
+    d.last_error = None
+    d.force_finish_requested = None
+    d.evaluator_rejection_count = 0
+    d.last_rejection_details = None
+    d.free_retry_pending = False
 
 
 @_on(g.GoalCleared)
-def _cleared(s: GoalState, e: g.GoalCleared) -> GoalState:
-    return _released(s, exists=False, cleared=True, inbox=())
+def _cleared(d: GoalDraft, e: g.GoalCleared, m: _Memo) -> None:
+    _release(d)
+    d.exists = False
+    d.cleared = True
+    d.inbox = ()
 
 
 @_on(g.GoalProgressReported)
-def _progress(s: GoalState, e: g.GoalProgressReported) -> GoalState:
-    return replace(
-        s,
-        progress_during_turn=True,
-        no_progress_count=0,
-        consecutive_failures=0,
-        last_progress=Progress(summary=e.summary, next=e.next, at=e.at),
-    )
+def _progress(d: GoalDraft, e: g.GoalProgressReported, m: _Memo) -> None:
+    d.progress_during_turn = True
+    d.no_progress_count = 0
+    d.consecutive_failures = 0
+    d.last_progress = Progress(summary=e.summary, next=e.next, at=e.at)
 
 
 @_on(g.GoalCompletionRejected)
-def _rejected(s: GoalState, e: g.GoalCompletionRejected) -> GoalState:
-    s = replace(s, evaluator_rejection_count=e.rejection_count, last_rejection_details=e.details or None)
+def _rejected(d: GoalDraft, e: g.GoalCompletionRejected, m: _Memo) -> None:
+    d.evaluator_rejection_count = e.rejection_count
+    d.last_rejection_details = e.details or None
     if e.free_retry:
-        return replace(s, force_finish_requested=False, free_retry_pending=True)
-    return _released(s, free_retry_pending=False, force_finish_requested=None)
+        d.force_finish_requested = False
+        d.free_retry_pending = True
+    else:
+        _release(d)
+        d.free_retry_pending = False
+        d.force_finish_requested = None
 
 
 @_on(g.GoalCompleted)
-def _completed(s: GoalState, e: g.GoalCompleted) -> GoalState:
-    s = _released(
-        s, status="complete", completion_evidence=Evidence(summary=e.summary, evidence=e.evidence, at=e.at),
-        last_error=None,
-    )
-    if s.config.schedule is not None and not e.forced:
-        s = replace(s, schedule_run_count=s.schedule_run_count + 1, next_run_at=e.next_run_at)
-    return s
+def _completed(d: GoalDraft, e: g.GoalCompleted, m: _Memo) -> None:
+    _release(d)
+    d.status = "complete"
+    d.completion_evidence = Evidence(summary=e.summary, evidence=e.evidence, at=e.at)
+    d.last_error = None
+    if d.config.schedule is not None and not e.forced:
+        d.schedule_run_count += 1
+        d.next_run_at = e.next_run_at
 
 
 @_on(g.GoalBlocked)
-def _blocked(s: GoalState, e: g.GoalBlocked) -> GoalState:
-    blocker = Blocker(reason=e.reason, needed=e.needed, kind=e.kind, at=e.at)
-    s = _released(s, status="blocked", blocker=blocker, force_finish_requested=None, retry_after=None)
-    return replace(s, last_error=e.last_error) if e.last_error is not None else s
+def _blocked(d: GoalDraft, e: g.GoalBlocked, m: _Memo) -> None:
+    _release(d)
+    d.status = "blocked"
+    d.blocker = Blocker(reason=e.reason, needed=e.needed, kind=e.kind, at=e.at)
+    d.force_finish_requested = None
+    d.retry_after = None
+    if e.last_error is not None:
+        d.last_error = e.last_error
 
 
 @_on(g.GoalWorkerAborted)
-def _aborted(s: GoalState, e: g.GoalWorkerAborted) -> GoalState:
-    return _released(s, worker_aborted_at=e.at)
+def _aborted(d: GoalDraft, e: g.GoalWorkerAborted, m: _Memo) -> None:
+    _release(d)
+    d.worker_aborted_at = e.at
 
 
 @_on(g.GoalInteractiveChanged)
-def _interactive(s: GoalState, e: g.GoalInteractiveChanged) -> GoalState:
-    return replace(s, interactive=e.interactive)
+def _interactive(d: GoalDraft, e: g.GoalInteractiveChanged, m: _Memo) -> None:
+    d.interactive = e.interactive
 
 
 @_on(g.GoalUsageAccounted)
-def _usage(s: GoalState, e: g.GoalUsageAccounted) -> GoalState:
-    seen = s.accounted_message_ids
-    fresh = tuple(m for m in dict.fromkeys(e.message_ids) if m not in seen)
+def _usage(d: GoalDraft, e: g.GoalUsageAccounted, m: _Memo) -> None:
+    ids = e.message_ids
+    seen = m.seen(d)
+    fresh: tuple[str, ...]
+    if len(ids) == 1:  # the usual case, without the de-duplication below
+        fresh = ids if ids[0] not in seen else ()
+    else:
+        fresh = tuple(mid for mid in dict.fromkeys(ids) if mid not in seen)
     if not fresh:
-        return _anomaly(s, e.event_type, "every message id was already accounted")
-    if len(fresh) != len(e.message_ids):
-        return _anomaly(s, e.event_type, "some message ids were already accounted; deltas not applied")
-    return replace(
-        s,
-        tokens_used=s.tokens_used + e.token_delta,
-        cost_used=s.cost_used + e.cost_delta,
-        time_used_seconds=s.time_used_seconds + e.time_delta_seconds,
-        turn_tokens_used=s.turn_tokens_used + e.token_delta,
-        accounted_message_ids=(*s.accounted_message_ids, *fresh)[-MAX_ACCOUNTED_IDS:],
-    )
+        raise _Refused(e.event_type, "every message id was already accounted")
+    if len(fresh) != len(ids):
+        raise _Refused(e.event_type, "some message ids were already accounted; deltas not applied")
+    m.account(d, fresh)
+    d.tokens_used += e.token_delta
+    d.cost_used += e.cost_delta
+    d.time_used_seconds += e.time_delta_seconds
+    d.turn_tokens_used += e.token_delta
 
 
 @_on(g.GoalInputQueued)
-def _queued(s: GoalState, e: g.GoalInputQueued) -> GoalState:
-    if any(item.input_id == e.input_id for item in s.inbox):
-        return _anomaly(s, e.event_type, f"input {e.input_id} is already queued")
-    return replace(s, inbox=(*s.inbox, InboxItem(input_id=e.input_id, text=e.text, sender=e.sender, at=e.at)))
+def _queued(d: GoalDraft, e: g.GoalInputQueued, m: _Memo) -> None:
+    if any(item.input_id == e.input_id for item in d.inbox):
+        raise _Refused(e.event_type, f"input {e.input_id} is already queued")
+    d.inbox = (*d.inbox, InboxItem(input_id=e.input_id, text=e.text, sender=e.sender, at=e.at))
 
 
 @_on(g.GoalInputDelivered)
-def _delivered(s: GoalState, e: g.GoalInputDelivered) -> GoalState:
+def _delivered(d: GoalDraft, e: g.GoalInputDelivered, m: _Memo) -> None:
     ids = set(e.input_ids)
-    return replace(s, inbox=tuple(item for item in s.inbox if item.input_id not in ids))
+    d.inbox = tuple(item for item in d.inbox if item.input_id not in ids)
 
 
 @_on(g.GoalNudged)
-def _nudged(s: GoalState, e: g.GoalNudged) -> GoalState:
-    return replace(s, phase="idle", active_run_id=None, idle_candidate_generation=None, active_prompt_message_id=None)
+def _nudged(d: GoalDraft, e: g.GoalNudged, m: _Memo) -> None:
+    d.phase = "idle"
+    d.active_run_id = None
+    d.idle_candidate_generation = None
+    d.active_prompt_message_id = None
 
 
 @_on(g.GoalForceFinishRequested)
-def _force_finish(s: GoalState, e: g.GoalForceFinishRequested) -> GoalState:
-    return replace(s, force_finish_requested=True)
+def _force_finish(d: GoalDraft, e: g.GoalForceFinishRequested, m: _Memo) -> None:
+    d.force_finish_requested = True
 
 
 @_on(g.GoalBudgetExhausted)
-def _budget(s: GoalState, e: g.GoalBudgetExhausted) -> GoalState:
-    return _released(s, status="budget_limited")
+def _budget(d: GoalDraft, e: g.GoalBudgetExhausted, m: _Memo) -> None:
+    _release(d)
+    d.status = "budget_limited"
 
 
 # -- runs ---------------------------------------------------------------------------------------------
 
 
 @_on(r.RunStarted)
-def _run_started(s: GoalState, e: r.RunStarted) -> GoalState:
-    if e.generation <= s.run_generation:
-        return _anomaly(s, e.event_type, f"generation {e.generation} is not after {s.run_generation}")
-    return replace(
-        s,
-        phase="running",
-        active_run_id=e.run_id,
-        active_prompt_message_id=e.prompt_message_id,
-        run_generation=e.generation,
-        lease_expires_at=e.lease_expires_at,
-        run_count=e.turn_count,
-        budget_turn_count=s.budget_turn_count + (1 if e.charged else 0),
-        free_retry_pending=False if not e.charged else s.free_retry_pending,
-        progress_during_turn=False,
-        turn_tokens_used=0,
-        idle_candidate_generation=None,
-        retry_after=None,
-    )
+def _run_started(d: GoalDraft, e: r.RunStarted, m: _Memo) -> None:
+    if e.generation <= d.run_generation:
+        raise _Refused(e.event_type, f"generation {e.generation} is not after {d.run_generation}")
+    d.phase = "running"
+    d.active_run_id = e.run_id
+    d.active_prompt_message_id = e.prompt_message_id
+    d.run_generation = e.generation
+    d.lease_expires_at = e.lease_expires_at
+    d.run_count = e.turn_count
+    if e.charged:
+        d.budget_turn_count += 1
+    else:
+        d.free_retry_pending = False
+    d.progress_during_turn = False
+    d.turn_tokens_used = 0
+    d.idle_candidate_generation = None
+    d.retry_after = None
 
 
 @_on(r.RunIdleCandidate)
-def _idle_candidate(s: GoalState, e: r.RunIdleCandidate) -> GoalState:
-    if _stale(s, e):
-        return _anomaly(s, e.event_type, "stale run")
-    return replace(s, idle_candidate_generation=e.generation)
+def _idle_candidate(d: GoalDraft, e: r.RunIdleCandidate, m: _Memo) -> None:
+    if _stale(d, e):
+        raise _Refused(e.event_type, "stale run")
+    d.idle_candidate_generation = e.generation
 
 
 @_on(r.RunCompleted)
-def _run_completed(s: GoalState, e: r.RunCompleted) -> GoalState:
-    if s.active_run_id != e.run_id or _stale(s, e):
-        return _anomaly(s, e.event_type, "stale run")
-    return _released(s, confirm_failed_generation=None)
+def _run_completed(d: GoalDraft, e: r.RunCompleted, m: _Memo) -> None:
+    if d.active_run_id != e.run_id or _stale(d, e):
+        raise _Refused(e.event_type, "stale run")
+    _release(d)
+    d.confirm_failed_generation = None
 
 
 @_on(r.RunFailed)
-def _run_failed(s: GoalState, e: r.RunFailed) -> GoalState:
-    s = _released(s, consecutive_failures=e.consecutive_failures, last_error=e.error)
+def _run_failed(d: GoalDraft, e: r.RunFailed, m: _Memo) -> None:
+    _release(d)
+    d.consecutive_failures = e.consecutive_failures
+    d.last_error = e.error
     if e.retry_after is not None:
-        return replace(s, phase="waiting_retry", retry_after=e.retry_after)
-    return s
+        d.phase = "waiting_retry"
+        d.retry_after = e.retry_after
 
 
 @_on(r.RunRecovered)
-def _run_recovered(s: GoalState, e: r.RunRecovered) -> GoalState:
-    if _stale(s, e):
-        return _anomaly(s, e.event_type, "stale run")
-    return _released(s, confirm_failed_generation=None)
+def _run_recovered(d: GoalDraft, e: r.RunRecovered, m: _Memo) -> None:
+    if _stale(d, e):
+        raise _Refused(e.event_type, "stale run")
+    _release(d)
+    d.confirm_failed_generation = None
 
 
 @_on(r.RunStuck)
-def _run_stuck(s: GoalState, e: r.RunStuck) -> GoalState:
-    return replace(s, stuck_notified_run_id=e.run_id)
+def _run_stuck(d: GoalDraft, e: r.RunStuck, m: _Memo) -> None:
+    d.stuck_notified_run_id = e.run_id
 
 
 @_on(r.RunConfirmFailed)
-def _confirm_failed(s: GoalState, e: r.RunConfirmFailed) -> GoalState:
-    if e.generation != s.run_generation:
-        return _anomaly(s, e.event_type, "stale run")
-    return replace(s, confirm_failed_generation=e.generation)
+def _confirm_failed(d: GoalDraft, e: r.RunConfirmFailed, m: _Memo) -> None:
+    if e.generation != d.run_generation:
+        raise _Refused(e.event_type, "stale run")
+    d.confirm_failed_generation = e.generation
 
 
 # -- identity -----------------------------------------------------------------------------------------
 
 
 @_on(i.IdentitySwitchRequested)
-def _switch_requested(s: GoalState, e: i.IdentitySwitchRequested) -> GoalState:
-    flight = SwitchInFlight(
+def _switch_requested(d: GoalDraft, e: i.IdentitySwitchRequested, m: _Memo) -> None:
+    d.switch_in_flight = SwitchInFlight(
         switch_id=e.switch_id, model=e.model, agent=e.agent, resume=e.resume, reason=e.reason, pending=e.pending
     )
-    return replace(s, switch_in_flight=flight)
 
 
 @_on(i.IdentitySwitchDeferred)
-def _switch_deferred(s: GoalState, e: i.IdentitySwitchDeferred) -> GoalState:
+def _switch_deferred(d: GoalDraft, e: i.IdentitySwitchDeferred, m: _Memo) -> None:
     if e.model is not None and e.agent is not None:
-        pair = PendingIdentity(model=e.model, agent=e.agent)
-        return replace(s, pending_identity=pair, model_pending=None, agent_pending=None)
-    if e.model is not None:
-        return replace(s, model_pending=PendingModel(model=e.model, requested_at=e.at, reason=e.reason))
-    if e.agent is not None:
-        return replace(s, agent_pending=PendingAgent(agent=e.agent, requested_at=e.at))
-    return _anomaly(s, e.event_type, "neither model nor agent")
+        d.pending_identity = PendingIdentity(model=e.model, agent=e.agent)
+        d.model_pending = None
+        d.agent_pending = None
+    elif e.model is not None:
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason=e.reason)
+    elif e.agent is not None:
+        d.agent_pending = PendingAgent(agent=e.agent, requested_at=e.at)
+    else:
+        raise _Refused(e.event_type, "neither model nor agent")
 
 
 @_on(i.IdentitySwitchUnsupported)
-def _switch_unsupported(s: GoalState, e: i.IdentitySwitchUnsupported) -> GoalState:
-    if s.switch_in_flight is not None and s.switch_in_flight.switch_id == e.switch_id:
-        return replace(s, switch_in_flight=None)
-    return s
+def _switch_unsupported(d: GoalDraft, e: i.IdentitySwitchUnsupported, m: _Memo) -> None:
+    if d.switch_in_flight is not None and d.switch_in_flight.switch_id == e.switch_id:
+        d.switch_in_flight = None
 
 
 @_on(i.IdentitySwitchApplied)
-def _switch_applied(s: GoalState, e: i.IdentitySwitchApplied) -> GoalState:
-    config = s.config
-    changes: dict[str, Any] = {"switch_in_flight": None}
+def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
+    d.switch_in_flight = None
     if e.to_model is not None:
-        config = replace(config, model=e.to_model)
-        changes["model_last"] = SwitchRecord(to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model,
-                                             reason=e.reason)
-        changes["model_pending"] = None
-        changes["model_last_failure"] = None
+        d.config = replace(d.config, model=e.to_model)
+        d.model_last = SwitchRecord(to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model, reason=e.reason)
+        d.model_pending = None
+        d.model_last_failure = None
     if e.to_agent is not None:
-        config = replace(config, agent=e.to_agent)
-        changes["agent_last"] = SwitchRecord(to=e.to_agent, at=e.at, outcome=e.outcome, from_=e.from_agent)
-        changes["agent_pending"] = None
-        changes["agent_last_failure"] = None
+        d.config = replace(d.config, agent=e.to_agent)
+        d.agent_last = SwitchRecord(to=e.to_agent, at=e.at, outcome=e.outcome, from_=e.from_agent)
+        d.agent_pending = None
+        d.agent_last_failure = None
     if e.target == "identity":
-        changes["pending_identity"] = None
-    return replace(s, config=config, **changes)
+        d.pending_identity = None
 
 
 @_on(i.IdentitySwitchFailed)
-def _switch_failed(s: GoalState, e: i.IdentitySwitchFailed) -> GoalState:
+def _switch_failed(d: GoalDraft, e: i.IdentitySwitchFailed, m: _Memo) -> None:
     failure = SwitchFailure(at=e.at, reason=e.reason)
-    changes: dict[str, Any] = {"switch_in_flight": None}
+    d.switch_in_flight = None
     if e.target == "model":
-        changes.update(model_last_failure=failure, model_pending=None if e.pending else s.model_pending)
+        d.model_last_failure = failure
+        if e.pending:
+            d.model_pending = None
     elif e.target == "agent":
-        changes.update(agent_last_failure=failure, agent_pending=None if e.pending else s.agent_pending)
+        d.agent_last_failure = failure
+        if e.pending:
+            d.agent_pending = None
     elif e.pending:
-        changes["pending_identity"] = None
-    return replace(s, **changes)
+        d.pending_identity = None
 
 
 @_on(i.IdentitySwitchRolledBack)
-def _rolled_back(s: GoalState, e: i.IdentitySwitchRolledBack) -> GoalState:
-    return s
+def _rolled_back(d: GoalDraft, e: i.IdentitySwitchRolledBack, m: _Memo) -> None:
+    """Nothing to fold: the rollback restored what the failed switch had left as it was."""
 
 
 @_on(i.IdentityRollbackFailed)
-def _rollback_failed(s: GoalState, e: i.IdentityRollbackFailed) -> GoalState:
-    return s
+def _rollback_failed(d: GoalDraft, e: i.IdentityRollbackFailed, m: _Memo) -> None:
+    """Nothing to fold: recorded for the owner and the sagas, not for the goal's state."""
 
 
 @_on(i.ProviderLimitObserved)
-def _provider_limit(s: GoalState, e: i.ProviderLimitObserved) -> GoalState:
-    limit = ProviderLimit(
+def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
+    d.last_provider_limit = ProviderLimit(
         kind=e.kind, source=e.source, observed_at=e.observed_at, model=e.model, status_code=e.status_code,
         retry_at=e.retry_at,
     )
-    changes: dict[str, Any] = {"last_provider_limit": limit}
-    if e.marks_blocker and s.blocker is not None:
-        changes["blocker"] = replace(s.blocker, kind="provider-limit")
-    if s.phase == "waiting_retry" and e.retry_at and s.retry_after and e.retry_at > s.retry_after:
-        changes["retry_after"] = e.retry_at
-    return replace(s, **changes)
+    if e.marks_blocker and d.blocker is not None:
+        d.blocker = replace(d.blocker, kind="provider-limit")
+    if d.phase == "waiting_retry" and e.retry_at and d.retry_after and e.retry_at > d.retry_after:
+        d.retry_after = e.retry_at
 
 
 @_on(i.FallbackPrepared)
-def _fallback_prepared(s: GoalState, e: i.FallbackPrepared) -> GoalState:
-    fallback = ModelFallback(attempted=e.attempted, status="prepared")
-    if e.reused and s.model_pending is not None:
-        return replace(s, model_fallback=fallback)
-    return replace(s, model_fallback=fallback,
-                   model_pending=PendingModel(model=e.model, requested_at=e.at, reason="quota"))
+def _fallback_prepared(d: GoalDraft, e: i.FallbackPrepared, m: _Memo) -> None:
+    d.model_fallback = ModelFallback(attempted=e.attempted, status="prepared")
+    if not (e.reused and d.model_pending is not None):
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason="quota")
 
 
 def _fallback_status(status: Any) -> _Handler:
-    def apply(s: GoalState, e: Any) -> GoalState:
-        return replace(s, model_fallback=ModelFallback(attempted=e.attempted, status=status))
+    def apply(d: GoalDraft, e: Any, m: _Memo) -> None:
+        d.model_fallback = ModelFallback(attempted=e.attempted, status=status)
 
     return apply
 
@@ -463,3 +582,8 @@ def _fallback_status(status: Any) -> _Handler:
 _HANDLERS[i.FallbackExhausted] = _fallback_status("exhausted")
 _HANDLERS[i.FallbackUnsupported] = _fallback_status("unsupported")
 _HANDLERS[i.FallbackUnavailable] = _fallback_status("unavailable")
+
+_ROUTES.update(
+    (cls.event_type, _Route(cls.schema_version, payload_decoder(cls.event_type).decode, fn))
+    for cls, fn in _HANDLERS.items()
+)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..errors import InvalidEventError
-from . import goal, identity, run
+from . import goal, identity, run, saga
 from .base import CATALOGUE, Event, payload_decoder
 from .envelope import NewEvent
 from .upcasting import upcast
@@ -23,7 +23,7 @@ from .upcasting import upcast
 if TYPE_CHECKING:
     from .envelope import Envelope
 
-PAYLOAD_MODULES: Final = (goal, run, identity)
+PAYLOAD_MODULES: Final = (goal, run, identity, saga)
 """The payload modules this module always imports (the command catalogue is optional)."""
 
 

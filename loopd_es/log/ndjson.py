@@ -501,8 +501,10 @@ class NdjsonLog(LogStore):
             self._catch_up(size)
             if self._end < size:
                 self._truncate(self._end, size, "a torn last line (an incomplete write)")
+            self._flush_tail()
+        elif self._tail:
+            self._flush_tail()
         self._ensure_writer_state()
-        self._flush_tail()
 
     def _truncate(self, offset: int, size: int, what: str) -> None:
         os.ftruncate(self._fd, offset)
@@ -594,7 +596,7 @@ class NdjsonLog(LogStore):
         if not accepted:
             return
         self._write_durably(bytes(buffer))
-        self._index.append(bytes(records), self._head)
+        self._index.write_at(bytes(records), self._head)  # _sync_locked left the index at _head records
         self._head = self._indexed = position
         self._end = offset
         for request, envelopes, keys in accepted:

@@ -140,6 +140,10 @@ class IndexFile:
         if records:
             os.pwrite(self.fd, records, offset)
 
+    def write_at(self, records: bytes, at_count: int) -> None:
+        """Write records at record ``at_count`` when the caller knows the file holds exactly that many."""
+        os.pwrite(self.fd, records, at_count * RECORD.size)
+
     def reset(self) -> None:
         os.ftruncate(self.fd, 0)
 
