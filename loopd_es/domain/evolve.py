@@ -82,8 +82,7 @@ class _Memo:
     The state keeps the last 200 accounted message ids as a tuple (what snapshots and ``--json`` show), so
     checking an id against it is a 200-item scan and appending one copies it: that made usage events four times
     dearer than any other. From a fold's second usage event on, the memo holds the watermark instead and
-    writes the tuple back once, at the end of :meth:`GoalFold.apply`; a single :func:`evolve` never pays for
-    building it.
+    writes the tuple back once, in :meth:`GoalFold.result`; a single :func:`evolve` never pays for building it.
     """
 
     __slots__ = ("counts", "dirty", "ids", "order", "uses")
@@ -208,11 +207,11 @@ class GoalFold:
                 anomaly = Anomaly(type=refused.type_, reason=refused.reason, version=version)
                 d.anomalies = (*d.anomalies, anomaly)[-MAX_ANOMALIES:]
                 d.anomaly_count += 1
-        memo.write_back(d)
         d.version, d.position = version, position
 
     def result(self) -> GoalState:
         """The state after everything applied so far (folding may go on afterwards)."""
+        self._memo.write_back(self._draft)
         return GoalState(*astuple(self._draft))
 
 

@@ -2,6 +2,7 @@
 
 - fold never raises on arbitrary schema-valid event sequences;
 - fold(all) == fold(snapshot) + fold(tail), with the snapshot through its msgpack encoding;
+- folding in batches (as a replay does) == evolving one event or envelope at a time;
 - decide-then-evolve keeps the invariants: never a pending pair beside a pending single switch;
   ``config.model`` changes only with ``identity.switch_applied``; a fallback model is never prepared twice;
   a completed goal never switches.
@@ -9,6 +10,7 @@
 
 from __future__ import annotations
 
+import random
 import types
 import typing
 from typing import Any
@@ -18,13 +20,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loopd_es.domain import goal_commands as c
-from loopd_es.domain.evolve import evolve, fold, initial
-from loopd_es.domain.state import GoalState
+from loopd_es.domain.evolve import GoalFold, evolve, fold, initial
+from loopd_es.domain.state import MAX_ACCOUNTED_IDS, GoalState
 from loopd_es.errors import DomainError
 from loopd_es.events import goal as g
 from loopd_es.events import identity as i
 from loopd_es.events import run as r
 from loopd_es.events.base import CATALOGUE, Event
+from loopd_es.events.envelope import Envelope
 
 from ._domain_harness import OWNER, Goal
 
@@ -82,6 +85,78 @@ def test_snapshot_plus_tail_equals_full_fold(events: list[Event], cut: int) -> N
     snap = msgspec.msgpack.encode(fold(seq[:cut], initial("g1")))
     restored = msgspec.msgpack.decode(snap, type=GoalState)
     assert fold(seq[cut:], restored) == fold(seq, initial("g1"))
+
+
+def _envelope(version: int, type_: str, data: bytes, schema_version: int = 1) -> Envelope:
+    return Envelope(
+        position=version + 100, stream="goal-g1", version=version, event_id=f"e{version}", type=type_,
+        schema_version=schema_version, recorded_at="2026-12-02T12:00:00Z", causation_id=None, correlation_id=None,
+        data=msgspec.Raw(data),
+    )
+
+
+def _stored(k: int, e: Event) -> Envelope:
+    return _envelope(k, e.event_type, msgspec.json.encode(e), e.schema_version)
+
+
+@given(events_st, st.lists(st.integers(0, 41), max_size=4), st.integers(0, 3))
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_batched_fold_equals_evolving_one_at_a_time(events: list[Event], cuts: list[int], stored: int) -> None:
+    seq = [created, *events]
+    items: list[Event | Envelope] = [_stored(k + 1, e) if (k + stored) % 3 else e for k, e in enumerate(seq)]
+    one_by_one = initial("g1")
+    for item in items:
+        one_by_one = evolve(one_by_one, item)
+    folding = GoalFold(initial("g1"))
+    bounds = sorted({0, len(items), *(min(c, len(items)) for c in cuts)})
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        folding.apply(items[lo:hi])
+        assert folding.result() == fold(items[:hi], initial("g1"))  # a result midway changes nothing
+    assert folding.result() == one_by_one == fold(items, initial("g1"))
+
+
+def test_usage_watermark_keeps_the_last_ids_across_long_folds() -> None:
+    rand = random.Random(20261202)
+    events: list[Event] = [created]
+    accounted: list[str] = []
+    tokens = refused = 0
+    for _ in range(3 * MAX_ACCOUNTED_IDS):  # ids come back after they leave the watermark, and while in it
+        ids = tuple(f"m{rand.randrange(400)}" for _ in range(rand.choice([0, 1, 1, 1, 2, 3])))
+        events.append(g.GoalUsageAccounted(goal_id="g1", message_ids=ids, token_delta=1))
+        fresh = [m for m in dict.fromkeys(ids) if m not in accounted]
+        if fresh and len(fresh) == len(ids):
+            accounted = (accounted + fresh)[-MAX_ACCOUNTED_IDS:]
+            tokens += 1
+        else:
+            refused += 1
+    state = fold(events, initial("g1"))
+    assert state.accounted_message_ids == tuple(accounted)
+    assert (state.tokens_used, state.anomaly_count) == (tokens, refused)
+    one_by_one = initial("g1")
+    for e in events:
+        one_by_one = evolve(one_by_one, e)
+    assert one_by_one == state
+    halves = fold(events[400:], fold(events[:400], initial("g1")))
+    assert halves == state
+
+
+def test_unreadable_envelopes_are_anomalies_at_their_version() -> None:
+    envelopes = [
+        _stored(1, created),
+        _envelope(2, "run.started", b"{not json"),
+        _envelope(3, "run.completed", b'{"goal_id": 1, "run_id": "r"}'),
+        _envelope(4, "goal.exploded", b"{}"),
+        _envelope(5, "goal.paused", b'{"goal_id": "g1"}', schema_version=9),
+    ]
+    state = fold(envelopes, initial("g1"))
+    assert [a.version for a in state.anomalies] == [2, 3, 4, 5]
+    assert "invalid payload for run.started" in state.anomalies[0].reason
+    assert "`$.goal_id`" in state.anomalies[1].reason
+    assert (state.version, state.position, state.status) == (5, 105, "active")
+    one_by_one = initial("g1")
+    for env in envelopes:
+        one_by_one = evolve(one_by_one, env)
+    assert one_by_one == state
 
 
 # -- decide-then-evolve invariants -------------------------------------------------------------------------

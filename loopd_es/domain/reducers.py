@@ -1,0 +1,239 @@
+"""Folding streams of any kind, purely: the reducer of each stream kind, and folds fed a batch at a time.
+
+:mod:`loopd_es.replay` reads the log and feeds these; nothing here does I/O. Each stream kind has a
+:class:`Reducer`; a stream of an unknown kind is still folded into an :class:`OtherState` (a count), so a
+replay never refuses a log. A reducer folds through a :class:`Folder`, a fold in progress that lives as long
+as the replay, so a long stream's state is not rebuilt for every event or batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from ..errors import InvalidEventError
+from ..events.catalogue import decode_payload
+from ..events.envelope import Envelope, parse_rfc3339
+from .evolve import GoalFold
+from .evolve import initial as goal_initial
+from .state import REDUCER_VERSION, GoalState
+from .streams import aggregate_of
+
+
+class Folder(Protocol):
+    """A fold in progress: ``apply`` envelopes in order, then take the ``result`` (and maybe go on)."""
+
+    def apply(self, items: Iterable[Envelope]) -> None: ...
+
+    def result(self) -> Any: ...
+
+
+class OtherState(msgspec.Struct, frozen=True, kw_only=True):
+    """A stream of a kind no reducer knows: how many events, the last type."""
+
+    stream: str
+    version: int = 0
+    events: int = 0
+    last_type: str | None = None
+
+
+class Reducer(msgspec.Struct, frozen=True, kw_only=True):
+    """How to fold one kind of stream: ``initial(aggregate id)``, ``start(state) -> Folder``, ``summary``."""
+
+    kind: str
+    version: int
+    state_type: Any
+    initial: Callable[[str], Any]
+    start: Callable[[Any], Folder]
+    summary: Callable[[str, Any], str]
+
+
+class _EachFold:
+    """A :class:`Folder` over a reducer that applies one envelope at a time (``step(state, env) -> state``)."""
+
+    __slots__ = ("state", "step")
+
+    def __init__(self, step: Callable[[Any, Envelope], Any], state: Any) -> None:
+        self.step = step
+        self.state = state
+
+    def apply(self, items: Iterable[Envelope]) -> None:
+        state, step = self.state, self.step
+        for env in items:
+            state = step(state, env)
+        self.state = state
+
+    def result(self) -> Any:
+        return self.state
+
+
+def _other_step(state: OtherState, env: Envelope) -> OtherState:
+    return OtherState(stream=state.stream, version=env.version, events=state.events + 1, last_type=env.type)
+
+
+def _goal_summary(stream: str, state: GoalState) -> str:
+    return state.summary()
+
+
+REDUCERS: Final[dict[str, Reducer]] = {
+    "goal": Reducer(
+        kind="goal", version=REDUCER_VERSION, state_type=GoalState, initial=goal_initial, start=GoalFold,
+        summary=_goal_summary,
+    ),
+    "other": Reducer(
+        kind="other", version=1, state_type=OtherState, initial=lambda s: OtherState(stream=s),
+        start=lambda state: _EachFold(_other_step, state),
+        summary=lambda stream, s: f"{stream}: {s.events} events, last {s.last_type}",
+    ),
+}
+
+
+def _register_command_reducer() -> None:
+    """Fold ``command-*`` streams with the command domain when it is installed (it lands separately)."""
+    try:
+        module = importlib.import_module(f"{__package__}.command")
+    except ModuleNotFoundError:
+        return
+    evolve_cmd = module.evolve
+
+    def step(state: Any, env: Envelope) -> Any:
+        try:
+            event = decode_payload(env)
+        except InvalidEventError:
+            return state
+        return evolve_cmd(state, event, env.version)
+
+    def summary(stream: str, state: Any) -> str:
+        if state is None:
+            return f"{stream}: no command.started"
+        goal = f", goal {state.goal_id}" if getattr(state, "goal_id", None) else ""
+        return f"command {state.id} {state.title!r}: {getattr(state, 'status', '?')}{goal}, v{state.version}"
+
+    REDUCERS["command"] = Reducer(
+        kind="command", version=1, state_type=module.CommandState | None, initial=lambda _id: None,
+        start=lambda state: _EachFold(step, state), summary=summary,
+    )
+
+
+_register_command_reducer()
+
+
+def reducer_versions() -> dict[str, int]:
+    """Every reducer's version, the key of the snapshot store."""
+    return {kind: r.version for kind, r in REDUCERS.items()}
+
+
+def reducer_for(stream: str) -> tuple[Reducer, str]:
+    """The reducer of ``stream`` and the aggregate id its ``initial`` takes."""
+    kind, ident = aggregate_of(stream)
+    return REDUCERS.get(kind, REDUCERS["other"]), ident if kind in REDUCERS else stream
+
+
+class Folded(msgspec.Struct, kw_only=True):
+    """One stream's folded state and how it was obtained: the version and position live here, per fold."""
+
+    stream: str
+    kind: str
+    state: Any
+    version: int = 0
+    position: int = 0
+    recorded_at: str = ""
+    folded: int = 0
+    snapshot_version: int | None = None
+
+    def summary(self) -> str:
+        reducer, _ = reducer_for(self.stream)
+        return reducer.summary(self.stream, self.state)
+
+
+def start(stream: str) -> Folded:
+    """A stream before its first event."""
+    reducer, ident = reducer_for(stream)
+    return Folded(stream=stream, kind=reducer.kind, state=reducer.initial(ident))
+
+
+class Cut:
+    """Where a replay stops: after global position ``until``, or after the events recorded at or before ``at``."""
+
+    def __init__(self, until: int | None = None, at: datetime | None = None) -> None:
+        self.until = until
+        self.at = at
+
+    @property
+    def open(self) -> bool:
+        return self.until is None and self.at is None
+
+    def passed(self, position: int, recorded_at: str) -> bool:
+        """True for an event (or a snapshot) recorded beyond the cut."""
+        if self.until is not None and position > self.until:
+            return True
+        return self.at is not None and parse_rfc3339(recorded_at) > self.at
+
+    def keep(self, batch: Sequence[Envelope]) -> int:
+        """How many envelopes at the head of ``batch`` (in log order) come before the cut."""
+        if self.open:
+            return len(batch)
+        for k, env in enumerate(batch):
+            if self.passed(env.position, env.recorded_at):
+                return k
+        return len(batch)
+
+
+class StreamFold:
+    """One stream's fold in progress; its driver feeds it the stream's envelopes in order, a batch at a time."""
+
+    __slots__ = ("_count", "_folder", "_last", "folded")
+
+    def __init__(self, folded: Folded) -> None:
+        self.folded = folded
+        self._folder = reducer_for(folded.stream)[0].start(folded.state)
+        self._last: Envelope | None = None
+        self._count = 0
+
+    def feed(self, envelopes: Sequence[Envelope]) -> None:
+        if envelopes:
+            self._folder.apply(envelopes)
+            self._last = envelopes[-1]
+            self._count += len(envelopes)
+
+    def result(self) -> Folded:
+        """The :class:`Folded` it was given, as of everything fed so far."""
+        folded, last = self.folded, self._last
+        if last is not None:
+            folded.version, folded.position, folded.recorded_at = last.version, last.position, last.recorded_at
+        folded.folded += self._count
+        self._count = 0
+        folded.state = self._folder.result()
+        return folded
+
+
+class LogFold:
+    """Every stream of a log folded at once; its driver feeds it envelopes in global order."""
+
+    __slots__ = ("_streams",)
+
+    def __init__(self) -> None:
+        self._streams: dict[str, StreamFold] = {}
+
+    def feed(self, envelopes: Sequence[Envelope]) -> None:
+        groups: dict[str, list[Envelope]] = {}
+        for env in envelopes:  # streams are independent, so each stream's part is folded in one call
+            group = groups.get(env.stream)
+            if group is None:
+                groups[env.stream] = [env]
+            else:
+                group.append(env)
+        streams = self._streams
+        for stream, group in groups.items():
+            folding = streams.get(stream)
+            if folding is None:
+                folding = streams[stream] = StreamFold(start(stream))
+            folding.feed(group)
+
+    def result(self) -> dict[str, Folded]:
+        """Every stream fed so far, by name, in order of first appearance."""
+        return {stream: folding.result() for stream, folding in self._streams.items()}
