@@ -1,13 +1,12 @@
 """The catalogue: every event type this version knows, how to validate it and how to read it back.
 
-Importing this module imports every payload module (goal, run, identity, and command when present), so
+Importing this module imports every payload module (goal, run, identity, command, saga, imported), so
 :data:`~loopd_es.events.base.CATALOGUE` is complete afterwards. ``loopd-es append`` calls :func:`validate`
 before anything is written; readers call :func:`decode_payload`, which upcasts old schema versions.
 """
 
 from __future__ import annotations
 
-import importlib
 import types
 import typing
 from typing import TYPE_CHECKING, Any, Final
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..errors import InvalidEventError
-from . import goal, identity, run, saga
+from . import command, goal, identity, imported, run, saga
 from .base import CATALOGUE, Event, payload_decoder
 from .envelope import NewEvent
 from .upcasting import upcast
@@ -23,19 +22,8 @@ from .upcasting import upcast
 if TYPE_CHECKING:
     from .envelope import Envelope
 
-PAYLOAD_MODULES: Final = (goal, run, identity, saga)
-"""The payload modules this module always imports (the command catalogue is optional)."""
-
-
-def _import_optional(name: str) -> None:
-    try:
-        importlib.import_module(f"{__package__}.{name}")
-    except ModuleNotFoundError as e:  # the command catalogue lands separately
-        if e.name != f"{__package__}.{name}":
-            raise
-
-
-_import_optional("command")
+PAYLOAD_MODULES: Final = (goal, run, identity, saga, command, imported)
+"""Every payload module; importing this module registers all their event types."""
 
 _DICT: Final = msgspec.json.Decoder(dict[str, Any])
 

@@ -1,0 +1,65 @@
+"""``loopd-es import-loopd DIR``: bring an existing opencode-loopd project's goals and commands into the log.
+
+Reading and mapping run in a worker thread (two file reads, then pure work) before the store is opened,
+so a corrupt project fails fast without creating a log. Warnings (a torn last ledger line, history that
+could not be carried over) go to stderr; they never change the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+
+
+def register(subparsers: Any) -> None:
+    """Add ``import-loopd`` to the command tree."""
+    p = subparsers.add_parser(
+        "import-loopd",
+        help="import an opencode-loopd project (state.json + events.ndjson) into the log",
+        description="Read DIR/.opencode/loopd/state.json (versions 1-9) and events.ndjson and append the "
+        "equivalent events: one goal-<id> stream per goal, one command-<id> stream per command, and an "
+        "import-<id> stream recording what came from the ledger and what was synthesised from the snapshot. "
+        "Importing the same unchanged project again appends nothing.",
+    )
+    p.add_argument("directory", metavar="DIR", help="the project directory (the one holding .opencode/loopd)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="read and map everything, print the plan, write nothing"
+    )
+    p.set_defaults(handler=_import)
+
+
+async def _import(args: argparse.Namespace) -> int:
+    from ..importer import apply_plan, build_plan
+    from ..log import open_store
+    from .main import store_url
+
+    plan = await anyio.to_thread.run_sync(build_plan, Path(args.directory))
+    for warning in plan.warnings:
+        print(f"loopd-es: warning: {warning}", file=sys.stderr)
+    ledger = sum(b.from_ledger for b in plan.batches)
+    shape = (
+        f"{plan.goals} goal(s), {plan.commands} command(s), {plan.event_count} events "
+        f"({ledger} from the ledger, {plan.event_count - 2 - ledger} synthesised from state.json)"
+    )
+    if args.dry_run:
+        print(f"would import {plan.directory}: {shape} on stream {plan.stream}")
+        for batch in plan.batches:
+            print(f"  {batch.stream}: {len(batch.events)} events ({batch.from_ledger} from the ledger)")
+        return 0
+    url = store_url(args)
+    async with await open_store(url) as store:
+        result = await apply_plan(store, plan)
+    if result.appended_events == 0:
+        print(f"{plan.directory} is already imported into {url} (stream {plan.stream}): nothing to add")
+    else:
+        finished = (
+            f", finishing an interrupted import ({len(result.already)} streams were there)"
+            if result.already
+            else ""
+        )
+        print(f"imported {plan.directory} into {url}: {shape} on stream {plan.stream}{finished}")
+    return 0

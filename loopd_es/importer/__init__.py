@@ -1,0 +1,26 @@
+"""Import an ``opencode-loopd`` project (``.opencode/loopd/state.json`` + ``events.ndjson``) into the log.
+
+``build_plan(DIR)`` reads and maps everything in memory; ``apply_plan(store, plan)`` appends it. How each
+piece maps is in the module docstrings: :mod:`.source` (formats, version upgrade), :mod:`.goals`,
+:mod:`.commands`, :mod:`.plan` (ids, idempotency, atomicity), :mod:`loopd_es.events.imported` (marking).
+"""
+
+from __future__ import annotations
+
+from .plan import ImportConflictError as ImportConflictError
+from .plan import ImportIncompleteError as ImportIncompleteError
+from .plan import ImportPlan as ImportPlan
+from .plan import ImportResult as ImportResult
+from .plan import apply_plan as apply_plan
+from .plan import build_plan as build_plan
+from .source import ImportSourceError as ImportSourceError
+
+__all__ = (
+    "ImportConflictError",
+    "ImportIncompleteError",
+    "ImportPlan",
+    "ImportResult",
+    "ImportSourceError",
+    "apply_plan",
+    "build_plan",
+)

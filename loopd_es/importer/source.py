@@ -1,0 +1,519 @@
+"""Read an ``opencode-loopd`` project: ``state.json`` (versions 1-9, upgraded in memory) and ``events.ndjson``.
+
+The reference (``loopd-domain.md`` §1, §4.1) is loosely typed JSON written by TypeScript; here every field
+the import uses is a typed Struct, so a wrong shape is refused with msgspec's path (``at `$.goals[0].name```)
+instead of surfacing later as a half-built event. Keys keep the reference's spelling (``goalID``). Fields the
+import does not use are ignored, never rejected: loopd adds fields without bumping the version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Final, Literal, TypeVar
+
+import msgspec
+
+from ..errors import UsageError
+from ..events.command import EndReason, Status, UntilAction
+from ..events.goal import GoalStatus, WorkerTopology
+
+STATE_VERSION: Final = 9
+LOOPD_DIR: Final = Path(".opencode") / "loopd"
+
+
+class ImportSourceError(UsageError):
+    """Raised when a loopd project's ``state.json`` or ``events.ndjson`` is missing, unreadable or malformed."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path = path
+        super().__init__(f"cannot import {path}: {problem}; nothing was imported")
+
+
+def _f(name: str, default: Any = msgspec.NODEFAULT) -> Any:
+    """A field spelled ``name`` in the reference (``goalID``, ``from``), optional when ``default`` is given."""
+    if isinstance(default, list):
+        return msgspec.field(name=name, default_factory=list)
+    return msgspec.field(name=name, default=default)
+
+
+class _R(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    pass
+
+
+# -- state.json -----------------------------------------------------------------------------------
+
+
+class RefSchedule(_R, frozen=True):
+    every_ms: int
+    max_runs: int | None = None
+
+
+class RefConfig(_R, frozen=True):
+    progress_file: str | None = None
+    checks: list[str] | None = None
+    check_cwd: str | None = None
+    workspace_write: bool | None = None
+    max_turns: int | None = None
+    max_no_progress: int | None = None
+    max_failures: int | None = None
+    compact_every: int | None = None
+    timeout_ms: int | None = None
+    max_evaluator_rejections: int | None = None
+    artifact_dir: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    fallback_models: list[str] | None = None
+    schedule: RefSchedule | None = None
+
+
+class RefBlocker(_R, frozen=True):
+    reason: str = ""
+    needed: str = ""
+    kind: Literal["provider-limit"] | None = None
+    at: str = ""
+
+
+class RefProgress(_R, frozen=True):
+    summary: str
+    next: str | None = None
+    at: str = ""
+
+
+class RefEvidence(_R, frozen=True):
+    summary: str
+    evidence: str
+    at: str = ""
+
+
+class RefPending(_R, frozen=True):
+    requested_at: str = ""
+    model: str | None = None
+    agent: str | None = None
+    reason: Literal["owner", "quota"] = "owner"
+
+
+class RefLastSwitch(_R, frozen=True):
+    to: str
+    at: str = ""
+    outcome: Literal["applied", "next-prompt"] = "applied"
+    from_: str | None = _f("from", None)
+    reason: Literal["owner", "quota"] = "owner"
+
+
+class RefSwitchFailure(_R, frozen=True):
+    at: str = ""
+    reason: Literal["host-rejected", "catalog-unavailable"] = "host-rejected"
+
+
+class RefSwitch(_R, frozen=True):
+    pending: RefPending | None = None
+    last: RefLastSwitch | None = None
+    last_failure: RefSwitchFailure | None = None
+
+
+class RefIdentity(_R, frozen=True):
+    model: str
+    agent: str
+
+
+class RefProviderLimit(_R, frozen=True):
+    kind: Literal["quota", "rate-limit"]
+    source: Literal["prompt-delivery", "session-error"]
+    observed_at: str
+    model: str | None = None
+    status_code: int | None = None
+    retry_at: str | None = None
+
+
+class RefFallback(_R, frozen=True):
+    attempted: list[str] = []
+    status: Literal["prepared", "exhausted", "unsupported", "unavailable", "disabled"] = "disabled"
+
+
+class RefGoal(_R, frozen=True):
+    id: str
+    name: str
+    objective: str
+    status: GoalStatus
+    owner_session_id: str = _f("ownerSessionID", "")
+    worker_session_id: str | None = _f("workerSessionID", None)
+    worker_topology: WorkerTopology | None = None
+    native_parent_id: str | None = _f("nativeParentID", None)
+    token_budget: int | None = None
+    cost_budget: float | None = None
+    parent_model: str | None = None
+    parent_agent: str | None = None
+    interactive: bool | None = None
+    pending_identity: RefIdentity | None = None
+    agent_switch: RefSwitch | None = None
+    model_switch: RefSwitch | None = None
+    last_provider_limit: RefProviderLimit | None = None
+    model_fallback: RefFallback | None = None
+    tokens_used: int = 0
+    cost_used: float | None = None
+    time_used_seconds: float = 0.0
+    config: RefConfig = RefConfig()
+    last_progress: RefProgress | None = None
+    completion_evidence: RefEvidence | None = None
+    blocker: RefBlocker | None = None
+    created_at: str = ""
+    updated_at: str = ""
+
+
+class RefAttempt(_R, frozen=True):
+    id: str
+    status: Literal["running", "passed", "failed"]
+    checks: list[dict[str, Any]] = []
+
+
+class RefRuntime(_R, frozen=True):
+    goal_id: str = _f("goalID")
+    phase: Literal["idle", "queued", "running", "compacting", "waiting_retry", "stopping"] = "idle"
+    active_run_id: str | None = _f("activeRunID", None)
+    lease_expires_at: str | None = None
+    consecutive_failures: int = 0
+    last_error: str | None = None
+    retry_after: str | None = None
+    run_count: int = 0
+    budget_turn_count: int = 0
+    evaluator_rejection_count: int | None = None
+    last_rejection_details: str | None = None
+    last_verification_attempt: RefAttempt | None = None
+    free_retry_pending: bool | None = None
+    run_generation: int = 0
+    active_prompt_message_id: str | None = _f("activePromptMessageID", None)
+    accounted_message_ids: list[str] = _f("accountedMessageIDs", [])
+    schedule_run_count: int | None = None
+    next_run_at: str | None = None
+
+
+class RefWatchState(_R, frozen=True):
+    state: Literal["active", "until-matched", "flood-suspended", "budget-exhausted"] = "active"
+    matches: int = 0
+    pushes: int = 0
+    dropped_lines: int = 0
+
+
+class RefCommand(_R, frozen=True):
+    id: str
+    title: str
+    command: str
+    args: list[str] = []
+    shell: bool | None = None
+    end_reason: EndReason | None = None
+    timeout_seconds: int | None = None
+    deadline_at: str | None = None
+    env_keys: list[str] = []
+    watch_filter: str | None = None
+    watch_until: str | None = None
+    watch_ignore_case: bool | None = None
+    watch_until_action: UntilAction | None = None
+    watch_state: RefWatchState | None = None
+    cwd: str = ""
+    owner_session_id: str = _f("ownerSessionID", "")
+    goal_id: str | None = _f("goalID", None)
+    notify_on_exit: bool | None = None
+    status: Status = "running"
+    exit_code: int | None = None
+    signal: str | None = None
+    cols: int | None = None
+    rows: int | None = None
+    output_bytes: int = 0
+    stream_bytes: int = 0
+    truncated: bool = False
+    created_at: str = ""
+    ended_at: str | None = None
+    last_error: str | None = None
+
+
+class RefAwait(_R, frozen=True):
+    goal_id: str = _f("goalID")
+    command_id: str = _f("commandID")
+    created_at: str = ""
+    until: str | None = None
+    ignore_case: bool | None = None
+
+
+class RefState(_R, frozen=True):
+    version: int
+    revision: int = 0
+    goals: list[RefGoal] = []
+    runtimes: list[RefRuntime] = []
+    commands: list[RefCommand] = []
+    command_awaits: list[RefAwait] = []
+
+
+class LoadedState(msgspec.Struct, frozen=True, kw_only=True):
+    """The typed, upgraded snapshot and where it came from (``source_version`` before the upgrade)."""
+
+    path: Path
+    state: RefState
+    source_version: int
+    sha256: str
+
+
+def load_state(path: Path) -> LoadedState:
+    """Read, upgrade (in memory) and type-check ``state.json``.
+
+    :raises ImportSourceError: when the file is missing, not JSON, not a loopd state of a known version, or
+        a field has the wrong type (the message has the JSON path).
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ImportSourceError(
+            path, "the file does not exist (is this an opencode-loopd project?)"
+        ) from None
+    except OSError as e:
+        raise ImportSourceError(path, f"cannot read it ({e.strerror or e})") from None
+    try:
+        doc = msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
+        raise ImportSourceError(path, f"not valid JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise ImportSourceError(path, f"expected a JSON object, got {type(doc).__name__}")
+    version = doc.get("version")
+    if type(version) is not int or not 1 <= version <= STATE_VERSION:
+        raise ImportSourceError(
+            path,
+            f"unknown state version {version!r}: this import reads opencode-loopd state versions 1 to "
+            f"{STATE_VERSION}",
+        )
+    for key in ("goals", "runtimes"):
+        if not isinstance(doc.get(key, []), list):
+            raise ImportSourceError(path, f"expected `{key}` to be an array, got {type(doc[key]).__name__}")
+    if "goals" not in doc:
+        raise ImportSourceError(path, "no `goals` array: this is not an opencode-loopd state file")
+    upgraded = upgrade(doc)
+    try:
+        state = msgspec.convert(upgraded, RefState)
+    except msgspec.ValidationError as e:
+        raise ImportSourceError(path, f"wrong shape: {e}") from None
+    return LoadedState(path=path, state=state, source_version=version, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
+    """Bring a state document of version 1-8 to version 9 the way loopd's reader does (reference §1.11).
+
+    Works on a copy; malformed nested entries are left for the typed conversion to report.
+    """
+    doc = msgspec.json.decode(msgspec.json.encode(doc))  # a deep copy of plain JSON
+    version: int = doc["version"]
+    runtimes = [rt for rt in doc.get("runtimes", []) if isinstance(rt, dict)]
+    goals = [g for g in doc.get("goals", []) if isinstance(g, dict)]
+    if version < 2:
+        doc.setdefault("commandLedger", [])
+        for rt in runtimes:
+            rt.setdefault("progressDuringTurn", False)
+    if version < 3:
+        for rt in runtimes:
+            if "turnCount" in rt:
+                turns = rt.pop("turnCount")
+                rt["budgetTurnCount"] = turns
+                rt["runCount"] = turns
+            rt.setdefault("runGeneration", 0)
+            rt.setdefault("freeRetryPending", False)
+            rt.setdefault("activeToolCallIDs", [])
+    if version < 4:
+        for rt in runtimes:
+            rt.setdefault("recentVerificationAttempts", [])
+    if version < 5:
+        for goal in goals:
+            config = goal.get("config")
+            if isinstance(config, dict):
+                config.setdefault("workspaceWrite", True)
+        for rt in runtimes:
+            rt.setdefault("unknownStatusCount", 0)
+    if version < 6:
+        for goal in goals:
+            config = goal.get("config")
+            if isinstance(config, dict) and "schedule" in config and not _valid_schedule(config["schedule"]):
+                del config["schedule"]
+        for rt in runtimes:
+            if not isinstance(rt.get("scheduleRunCount"), int | float) or isinstance(
+                rt.get("scheduleRunCount"), bool
+            ):
+                rt["scheduleRunCount"] = 0
+    if version < 7:
+        doc.setdefault("commands", [])
+    if version < 8:
+        doc.setdefault("commandAwaits", [])
+    doc["version"] = STATE_VERSION
+    return doc
+
+
+def _valid_schedule(value: Any) -> bool:
+    if not isinstance(value, dict):
+        return False
+    every = value.get("everyMs")
+    return isinstance(every, int | float) and not isinstance(every, bool) and every >= 1000
+
+
+class _L(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+L = TypeVar("L", bound=_L)
+
+
+# -- events.ndjson --------------------------------------------------------------------------------
+
+
+class LedgerLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One ledger line: its 1-based line number, type, timestamp and the whole object for the mapper."""
+
+    line: int
+    type: str
+    timestamp: str
+    goal_id: str | None
+    command_id: str | None
+    event_id: str | None
+    fields: dict[str, Any]
+
+
+class LoadedLedger(msgspec.Struct, frozen=True, kw_only=True):
+    """The ledger's complete lines, the number of lines read, and a torn last line if there was one."""
+
+    path: Path
+    lines: tuple[LedgerLine, ...]
+    count: int
+    sha256: str
+    torn_line: int | None = None
+
+
+def load_ledger(path: Path) -> LoadedLedger:
+    """Read ``events.ndjson``; a missing file is an empty ledger, a torn last line is left out (and reported).
+
+    A complete line that is not a JSON object with string ``type`` and ``timestamp`` is an error: the
+    ledger is appended without a lock, so a bad line in the middle means the file was damaged, and
+    guessing past it could misattribute history.
+
+    :raises ImportSourceError: naming the line and what is wrong with it.
+    """
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return LoadedLedger(path=path, lines=(), count=0, sha256="")
+    except OSError as e:
+        raise ImportSourceError(path, f"cannot read it ({e.strerror or e})") from None
+    chunks = raw.split(b"\n")
+    torn: int | None = None
+    result: list[LedgerLine] = []
+    for number, chunk in enumerate(chunks, start=1):
+        if not chunk.strip():
+            continue
+        last = number == len(chunks)  # no newline after it: the writer may have died mid-line
+        try:
+            obj = msgspec.json.decode(chunk)
+        except msgspec.DecodeError as e:
+            if last:
+                torn = number
+                continue
+            raise ImportSourceError(path, f"line {number} is not valid JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise ImportSourceError(path, f"line {number}: expected a JSON object, got {type(obj).__name__}")
+        type_, ts = obj.get("type"), obj.get("timestamp")
+        if not isinstance(type_, str) or not isinstance(ts, str):
+            raise ImportSourceError(path, f"line {number}: expected string `type` and `timestamp`")
+        goal_id, command_id, event_id = obj.get("goalID"), obj.get("commandID"), obj.get("eventID")
+        result.append(
+            LedgerLine(
+                line=number,
+                type=type_,
+                timestamp=ts,
+                goal_id=goal_id if isinstance(goal_id, str) else None,
+                command_id=command_id if isinstance(command_id, str) else None,
+                event_id=event_id if isinstance(event_id, str) else None,
+                fields=obj,
+            )
+        )
+    count = len(chunks) - (1 if chunks and not chunks[-1] else 0)
+    return LoadedLedger(
+        path=path, lines=tuple(result), count=count, sha256=hashlib.sha256(raw).hexdigest(), torn_line=torn
+    )
+
+
+def typed(line: LedgerLine, cls: type[L], where: Path) -> L:
+    """The line as its typed Struct.
+
+    :raises ImportSourceError: when a field the import needs is missing or of the wrong type.
+    """
+    try:
+        return msgspec.convert(line.fields, cls)
+    except msgspec.ValidationError as e:
+        raise ImportSourceError(where, f"line {line.line} ({line.type}): {e}") from None
+
+
+class LGoalCreated(_L, frozen=True):
+    name: str
+    objective: str
+    owner_session_id: str = _f("ownerSessionID")
+
+
+class LStatusChanged(_L, frozen=True):
+    to: GoalStatus
+    from_: GoalStatus = _f("from")
+
+
+class LProgress(_L, frozen=True):
+    summary: str
+    next: str | None = None
+
+
+class LCompleted(_L, frozen=True):
+    summary: str
+    evidence: str
+
+
+class LBlocked(_L, frozen=True):
+    reason: str
+    needed: str
+
+
+class LRejected(_L, frozen=True):
+    attempt_id: str = _f("attemptID")
+    rejection_count: int = _f("rejectionCount")
+    failed_check_count: int = _f("failedCheckCount")
+    failure_summary: str = _f("failureSummary")
+
+
+class LInteractive(_L, frozen=True):
+    interactive: bool
+
+
+class LRun(_L, frozen=True):
+    run_id: str = _f("runID")
+    turn_count: int | None = _f("turnCount", None)
+    error: str | None = None
+    consecutive_failures: int | None = _f("consecutiveFailures", None)
+    quiet_seconds: float | None = _f("quietSeconds", None)
+    cleared_tool_calls: int | None = _f("clearedToolCalls", None)
+    stuck_seconds: float | None = _f("stuckSeconds", None)
+
+
+class LConfirmFailed(_L, frozen=True):
+    reason: Literal["prompt-outside-window", "assistant-incomplete", "worker-active"]
+
+
+class LCommand(_L, frozen=True):
+    command_id: str = _f("commandID")
+    title: str | None = None
+    goal_id: str | None = _f("goalID", None)
+    exit_code: int | None = _f("exitCode", None)
+    lines: int = 0
+    matches: int | None = None
+    pushes: int = 0
+    until: str | None = None
+    at_exit: bool = _f("atExit", False)
+    reason: str | None = None
+    dropped: int = 0
+    status: Status | None = None
+    signal: str | None = None
+    matched_lines: list[str] | int | None = _f("matchedLines", None)
+
+
+class LAwaitCancelled(_L, frozen=True):
+    goal_id: str = _f("goalID")
+    reason: str = ""
+    command_id: str | None = _f("commandID", None)

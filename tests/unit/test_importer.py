@@ -1,0 +1,375 @@
+"""Importing opencode-loopd projects: formats and upgrades, the mapping, marking, idempotency, atomicity.
+
+The fixture projects in ``tests/fixtures/loopd_projects`` are written in the reference's formats
+(``loopd-domain.md`` §1, §4.1). Folded states are checked field by field against values written here,
+not only against the importer's own comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pytest
+
+from loopd_es.domain import command as dc
+from loopd_es.domain.evolve import evolve, fold, initial
+from loopd_es.errors import StorageError
+from loopd_es.events.catalogue import decode_data
+from loopd_es.importer import (
+    ImportConflictError,
+    ImportIncompleteError,
+    ImportPlan,
+    ImportSourceError,
+    apply_plan,
+    build_plan,
+)
+from loopd_es.importer.check import differences
+from loopd_es.importer.source import load_state, upgrade
+from loopd_es.log import LogStore, open_store
+
+if TYPE_CHECKING:
+    from loopd_es.domain.state import GoalState
+    from loopd_es.events.envelope import ExpectedVersion, NewEvent
+
+pytestmark = pytest.mark.anyio
+
+PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "loopd_projects"
+V9 = PROJECTS / "v9_project"
+DONE, LIMIT, RUNNING, PAUSED, BUDGET, RETRY, GONE = (
+    f"{i}1111111-aaaa-4bbb-8ccc-00000000000{i}" for i in range(1, 8)
+)
+BUILD, SERVER, LOST, REMOVED = (f"c{i}222222-aaaa-4bbb-8ccc-00000000000{i}" for i in range(1, 5))
+
+
+def _fold_goal(plan: ImportPlan, goal_id: str) -> GoalState:
+    batch = next(b for b in plan.batches if b.stream == f"goal-{goal_id}")
+    state = initial(goal_id)
+    for event in batch.events:
+        state = evolve(state, decode_data(event.type, event.data_bytes()))
+    assert state.anomaly_count == 0, state.anomalies
+    return state
+
+
+def _fold_command(plan: ImportPlan, command_id: str) -> dc.CommandState:
+    batch = next(b for b in plan.batches if b.stream == f"command-{command_id}")
+    state = dc.fold(decode_data(e.type, e.data_bytes()) for e in batch.events)
+    assert state is not None
+    return state
+
+
+@pytest.fixture(scope="module")
+def plan() -> ImportPlan:
+    return build_plan(V9)
+
+
+async def _store(tmp_path: Path) -> LogStore:
+    return await open_store(f"sqlite:{tmp_path / 'log.db'}")
+
+
+# -- the mapping ------------------------------------------------------------------------------------
+
+
+def test_v9_goals_fold_to_the_snapshot(plan: ImportPlan) -> None:
+    assert plan.warnings == ()
+    done = _fold_goal(plan, DONE)
+    assert (done.status, done.run_count, done.budget_turn_count, done.evaluator_rejection_count) == (
+        "complete",
+        3,
+        2,
+        1,
+    )
+    assert (done.tokens_used, round(done.cost_used, 4), done.time_used_seconds) == (15400, 0.4215, 312.5)
+    assert done.accounted_message_ids == ("msg_a1", "msg_a2", "msg_a3")
+    assert done.completion_evidence is not None and done.completion_evidence.evidence == "bun test: 120 pass"
+    assert done.config.checks == ("bun test",) and done.config.max_turns == 50
+    assert done.worker_session_id == "ses_worker_done" and done.topology == "v1-child"
+
+    limit = _fold_goal(plan, LIMIT)
+    assert limit.status == "blocked" and limit.blocker is not None
+    assert limit.blocker.kind == "provider-limit" and limit.blocker.reason.startswith(
+        "Provider quota exhausted"
+    )
+    assert (limit.run_count, limit.budget_turn_count, limit.run_generation, limit.consecutive_failures) == (
+        4,
+        4,
+        6,
+        1,
+    )
+    assert limit.config.model == "openai/gpt-5"
+    assert limit.model_last is not None and limit.model_last.from_ == "anthropic/claude-opus-4"
+    assert limit.model_pending is not None and (limit.model_pending.model, limit.model_pending.reason) == (
+        "anthropic/claude-sonnet-4",
+        "quota",
+    )
+    assert limit.model_fallback is not None and limit.model_fallback.status == "prepared"
+    assert limit.model_fallback.attempted == ("anthropic/claude-sonnet-4",)
+    assert (
+        limit.last_provider_limit is not None
+        and limit.last_provider_limit.retry_at == "2026-11-20T10:59:00.000Z"
+    )
+    assert limit.config.fallback_models == ("anthropic/claude-sonnet-4", "google/gemini-2.5-pro")
+
+    running = _fold_goal(plan, RUNNING)
+    assert (running.status, running.phase, running.active_run_id, running.run_generation) == (
+        "active",
+        "running",
+        "run-r2",
+        7,
+    )
+    assert running.active_prompt_message_id == "msg_prompt_r2" and running.interactive
+    assert running.agent_pending is not None and running.agent_pending.agent == "docs-writer"
+    assert running.agent_last_failure is not None and running.agent_last_failure.reason == "host-rejected"
+
+    paused = _fold_goal(plan, PAUSED)
+    assert (paused.status, paused.phase, paused.run_count) == ("paused", "idle", 1)
+    assert not paused.config.workspace_write and paused.config.checks == ()
+
+    budget = _fold_goal(plan, BUDGET)
+    assert (budget.status, budget.run_count, budget.tokens_used) == ("budget_limited", 3, 1200)
+    assert budget.config.token_budget == 1000 and budget.config.schedule is not None
+    assert budget.pending_identity is not None and budget.pending_identity.agent == "plan"
+
+    retry = _fold_goal(plan, RETRY)
+    assert (retry.phase, retry.consecutive_failures, retry.retry_after) == (
+        "waiting_retry",
+        2,
+        "2026-11-20T10:26:04.000Z",
+    )
+
+
+def test_goal_gone_from_the_state_ends_cleared(plan: ImportPlan) -> None:
+    gone = _fold_goal(plan, GONE)
+    assert gone.cleared and not gone.exists and gone.name == "Scratch experiment"
+
+
+def test_the_importers_own_comparison_finds_nothing_but_catches_a_change(plan: ImportPlan) -> None:
+    state = load_state(V9 / ".opencode" / "loopd" / "state.json").state
+    for snap in state.goals:
+        runtime = next(rt for rt in state.runtimes if rt.goal_id == snap.id)
+        batch = next(b for b in plan.batches if b.stream == f"goal-{snap.id}")
+        items = [_emitted(e) for e in batch.events]
+        assert differences(snap, runtime, items) == []
+    changed = msgspec.structs.replace(state.goals[0], tokens_used=1)
+    batch = next(b for b in plan.batches if b.stream == f"goal-{DONE}")
+    found = differences(changed, state.runtimes[0], [_emitted(e) for e in batch.events])
+    assert found == ["tokens_used: folded 15400, state.json 1"]
+
+
+def _emitted(event: NewEvent) -> Any:
+    from loopd_es.importer.builder import Emitted
+
+    return Emitted(decode_data(event.type, event.data_bytes()), "test")
+
+
+def test_commands_and_awaits_fold_to_the_snapshot(plan: ImportPlan) -> None:
+    build = _fold_command(plan, BUILD)
+    assert (build.status, build.end_reason, build.exit_code, build.awaits) == ("exited", "exit", 0, ())
+    assert (build.watch_matches, build.watch_pushes) == (
+        2,
+        1,
+    ) and build.ended_at == "2026-11-20T10:23:00.000Z"
+    server = _fold_command(plan, SERVER)
+    assert server.running and server.args == ("run", "dev") and server.env_keys == ("PORT",)
+    assert [(a.goal_id, a.until) for a in server.awaits] == [(RUNNING, "listening on")]
+    assert server.watch is not None and server.watch.until_action == "keep" and server.watch.ignore_case
+    lost = _fold_command(plan, LOST)
+    assert (lost.status, lost.end_reason) == ("missing", "missing") and lost.shell
+    removed = _fold_command(plan, REMOVED)
+    assert removed.removed and removed.status == "exited" and removed.awaits == ()
+    types = [e.type for e in next(b for b in plan.batches if b.stream == f"command-{REMOVED}").events]
+    assert "command.await-cancelled" in types  # the pause line names no command: matched by its goal
+
+
+def test_ledger_facts_and_timestamps_reach_the_payloads(plan: ImportPlan) -> None:
+    batch = next(b for b in plan.batches if b.stream == f"goal-{LIMIT}")
+    by_source = {src: e for e, src in zip(batch.events, batch.sources, strict=True)}
+    created = json.loads(by_source["ledger:19"].data_bytes())
+    assert created["at"] == "2026-11-20T10:10:00.000Z"
+    blocked = json.loads(by_source["ledger:23"].data_bytes())
+    assert (blocked["at"], blocked["kind"]) == ("2026-11-20T10:14:01.000Z", "provider-limit")
+    assert "state:runtime.runCount#2" in by_source and "state:runtime.runCount#4" in by_source
+    assert batch.from_ledger == sum(1 for s in batch.sources if s.startswith("ledger:"))
+
+
+def test_every_event_names_the_import_and_chains_its_causes(plan: ImportPlan) -> None:
+    assert plan.started.correlation_id == plan.stream and plan.stream.startswith("import-")
+    for batch in plan.batches:
+        cause = plan.started.event_id
+        for event in batch.events:
+            assert (event.correlation_id, event.causation_id) == (plan.stream, cause)
+            cause = event.event_id
+    completed = json.loads(plan.completed.data_bytes())
+    sources = {e["event_id"]: e["source"] for s in completed["streams"] for e in s["events"]}
+    assert len(sources) == plan.event_count - 2
+    assert all(src.startswith(("ledger:", "state:")) for src in sources.values())
+
+
+def test_plans_are_deterministic(plan: ImportPlan) -> None:
+    again = build_plan(V9)
+    assert [e.event_id for b in again.batches for e in b.events] == [
+        e.event_id for b in plan.batches for e in b.events
+    ]
+    assert [e.data_bytes() for b in again.batches for e in b.events] == [
+        e.data_bytes() for b in plan.batches for e in b.events
+    ]
+
+
+# -- formats ----------------------------------------------------------------------------------------
+
+
+def test_old_state_versions_are_upgraded_in_memory() -> None:
+    raw = json.loads((PROJECTS / "v2_project" / ".opencode" / "loopd" / "state.json").read_text())
+    doc = upgrade(raw)
+    rt = doc["runtimes"][0]
+    assert (rt["runCount"], rt["budgetTurnCount"], rt["runGeneration"], "turnCount" in rt) == (4, 4, 0, False)
+    assert doc["goals"][0]["config"]["workspaceWrite"] is True and "schedule" not in doc["goals"][0]["config"]
+    assert doc["commands"] == [] and doc["commandAwaits"] == [] and doc["version"] == 9
+    assert raw["version"] == 2 and "turnCount" in raw["runtimes"][0]  # the input is not modified
+    plan = build_plan(PROJECTS / "v2_project")
+    assert plan.warnings == ()
+    old = _fold_goal(plan, DONE)
+    assert (old.status, old.run_count, old.budget_turn_count, old.config.schedule) == ("complete", 4, 4, None)
+    assert json.loads(plan.started.data_bytes())["state_version"] == 2
+    assert _fold_goal(plan, PAUSED).status == "paused"
+
+
+def test_a_torn_last_ledger_line_is_skipped_and_reported() -> None:
+    plan = build_plan(PROJECTS / "torn_ledger")
+    assert plan.torn_line == 4
+    assert any("line 4 is an incomplete write" in w for w in plan.warnings)
+    assert json.loads(plan.completed.data_bytes())["skipped_ledger_lines"] == [4]
+    state = _fold_goal(plan, DONE)
+    assert state.last_progress is None and state.run_count == 1
+
+
+@pytest.mark.parametrize(
+    ("project", "expected"),
+    [
+        ("corrupt_json", "not valid JSON"),
+        ("wrong_shape", "at `$.goals[0].status`"),
+        ("unknown_version", "unknown state version 12"),
+    ],
+)
+def test_a_corrupt_state_file_is_a_clear_error(project: str, expected: str) -> None:
+    with pytest.raises(ImportSourceError) as info:
+        build_plan(PROJECTS / project)
+    message = str(info.value)
+    assert expected in message and "state.json" in message and "nothing was imported" in message
+    assert info.value.exit_code == 2
+
+
+def test_a_corrupt_complete_ledger_line_is_an_error(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    shutil.copytree(PROJECTS / "torn_ledger", project)
+    ledger = project / ".opencode" / "loopd" / "events.ndjson"
+    lines = ledger.read_text().splitlines()
+    ledger.write_text("\n".join([lines[0], "{oops", *lines[1:3]]) + "\n")
+    with pytest.raises(ImportSourceError, match=r"events.ndjson: line 2 is not valid JSON"):
+        build_plan(project)
+    ledger.write_text('{"type": "goal.progress", "goalID": "x"}\n')
+    with pytest.raises(ImportSourceError, match="line 1: expected string `type` and `timestamp`"):
+        build_plan(project)
+
+
+def test_a_missing_state_file_or_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ImportSourceError, match="does not exist"):
+        build_plan(tmp_path)
+    with pytest.raises(ImportSourceError, match="no such directory"):
+        build_plan(tmp_path / "nowhere")
+
+
+def test_a_missing_ledger_means_everything_comes_from_the_snapshot() -> None:
+    plan = build_plan(PROJECTS / "v2_project")
+    assert all(src.startswith("state:") for b in plan.batches for src in b.sources)
+
+
+# -- writing ----------------------------------------------------------------------------------------
+
+
+async def test_import_then_replay_matches_and_a_second_import_adds_nothing(
+    tmp_path: Path, plan: ImportPlan
+) -> None:
+    async with await _store(tmp_path) as store:
+        result = await apply_plan(store, plan)
+        assert result.appended_events == plan.event_count
+        head = await store.head()
+        envelopes = [env async for env in store.read_stream(f"goal-{LIMIT}")]
+        folded = fold(envelopes, initial(LIMIT))
+        assert (folded.status, folded.budget_turn_count, folded.anomaly_count) == ("blocked", 4, 0)
+        assert await store.stream_version(plan.stream) == 2
+        again = await apply_plan(store, build_plan(V9))
+        assert (again.appended_events, again.written) == (0, ())
+        assert await store.head() == head
+
+
+async def test_an_interrupted_import_is_finished_by_running_it_again(
+    tmp_path: Path, plan: ImportPlan
+) -> None:
+    async with await _store(tmp_path) as store:
+        failing = _FailingStore(store, fail_on=plan.batches[2].stream)
+        with pytest.raises(ImportIncompleteError) as info:
+            await apply_plan(failing, plan)
+        message = str(info.value)
+        assert plan.batches[0].stream in message and plan.batches[2].stream in message
+        assert "run the same `loopd-es import-loopd` again" in message
+        assert await store.stream_version(plan.batches[2].stream) == 0
+        assert await store.stream_version(plan.stream) == 1
+        result = await apply_plan(store, plan)
+        assert set(result.already) == {plan.batches[0].stream, plan.batches[1].stream}
+        assert await store.head() == plan.event_count
+
+
+async def test_a_changed_project_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    shutil.copytree(V9, project)
+    async with await _store(tmp_path) as store:
+        await apply_plan(store, build_plan(project))
+        head = await store.head()
+        state_file = project / ".opencode" / "loopd" / "state.json"
+        doc = json.loads(state_file.read_text())
+        doc["revision"] += 1
+        doc["goals"][0]["tokensUsed"] += 10
+        state_file.write_text(json.dumps(doc))
+        with pytest.raises(ImportConflictError, match="already holds other events"):
+            await apply_plan(store, build_plan(project))
+        assert await store.head() == head
+
+
+class _FailingStore(LogStore):
+    """Delegates to a real store, but fails the append of one stream."""
+
+    def __init__(self, inner: LogStore, fail_on: str) -> None:
+        self.inner, self.fail_on, self.url = inner, fail_on, inner.url
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = "any"
+    ) -> Any:
+        if stream == self.fail_on:
+            raise StorageError("disk full (simulated)")
+        return await self.inner.append(stream, events, expected_version)
+
+    def read_batches(self, **kw: Any) -> AsyncIterator[Any]:
+        return self.inner.read_batches(**kw)
+
+    async def head(self) -> int:
+        return await self.inner.head()
+
+    async def stream_version(self, stream: str) -> int:
+        return await self.inner.stream_version(stream)
+
+    async def streams(self) -> list[str]:
+        return await self.inner.streams()
+
+    async def verify(self, *, repair: bool = False) -> Any:
+        return await self.inner.verify(repair=repair)
+
+    async def import_envelopes(self, batches: AsyncIterator[Any]) -> int:
+        return await self.inner.import_envelopes(batches)
+
+    async def aclose(self) -> None:
+        pass
