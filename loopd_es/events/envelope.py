@@ -11,6 +11,7 @@ envelope never pay for decoding payloads; :func:`loopd_es.events.decode_payload`
 from __future__ import annotations
 
 import os
+import random
 import time
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -96,13 +97,17 @@ def new_event_id() -> str:
     else:
         _counter = 0
     _last_ms = ms
-    rand = int.from_bytes(os.urandom(8), "big") & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+    rand = _rng.getrandbits(62) | 0x8000_0000_0000_0000
     h = f"{(ms << 80) | (0x7000 | _counter) << 64 | rand:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 _last_ms = 0
 _counter = 0
+# 62 random bits beside the millisecond and counter keep ids unique across processes; a urandom-seeded
+# generator gives them without a system call per id, and is re-seeded in forked children.
+_rng = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(32)))
 
 
 def now_rfc3339() -> str:

@@ -637,7 +637,7 @@ class NdjsonLog(LogStore):
         """The original envelopes when the request is an exact retry; None when all ids are new."""
         assert self._keys is not None
         known = self._keys
-        if not any(key in known or key in staged for key in keys):
+        if known.isdisjoint(keys) and (not staged or staged.keys().isdisjoint(keys)):
             return None
         originals: list[Envelope | None] = []
         for new, key in zip(request.events, keys, strict=True):
