@@ -113,20 +113,14 @@ def _word(value: bool | str) -> str:
 
 
 async def _assigned_goals(args: argparse.Namespace) -> list[dict[str, Any]]:
-    # TODO(issue 4, sagas/read models): fold the goals from the store (`store_url(args)`) and return, per goal,
-    # {id, model, agent, worker_session_id, pending_identity, model_switch (pending/last/last_failure),
-    #  agent_switch, model_fallback, fallback_models, last_provider_limit} (reference §3.21 assignedGoals),
-    # then print them in _render_goals. Until the goal read model exists there is nothing to show.
-    return []
+    """Each goal's identity and pending switch (reference §3.21 ``assignedGoals``), folded from the log."""
+    from .main import store_url
+    from .saga_cmds import assigned_goals
+
+    return await assigned_goals(store_url(argparse.Namespace(store=getattr(args, "store", None))))
 
 
 def _render_goals(goals: list[dict[str, Any]]) -> list[str]:
-    if not goals:
-        return ["Goals: (per-goal identity and pending switches are not shown yet)"]
-    lines = ["Goals:"]
-    for goal in goals:
-        pending = goal.get("pending_identity") or goal.get("model_switch", {}).get("pending") or "-"
-        lines.append(
-            f"  {goal['id']}  {goal.get('model') or '-'} / {goal.get('agent') or '-'}  pending: {pending}"
-        )
-    return lines
+    from .saga_cmds import render_goal_rows
+
+    return render_goal_rows(goals)

@@ -1,0 +1,299 @@
+"""``Goals``: the use cases the CLI offers, each a short flow of decided commands, host calls and sagas.
+
+Explicit owner actions (create's first turn, resume, retry, a switch with ``resume``) may start a turn on any
+goal; the engine's own continuation (``idle``) never prompts an interactive goal. Every flow takes one
+:class:`~loopd_es.app.service.Ctx`: the events it writes share one correlation id, and each step names the
+event that caused it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
+
+from ..domain import goal_commands as c
+from ..domain.rules import lease_valid
+from ..errors import ConflictError
+from ..events import goal as g
+from ..events.envelope import Envelope, new_event_id
+from ..host.errors import HostError, ProviderError
+from ..sagas.fallback import Source, observe_provider_error, safe_error_text
+from ..sagas.identity_switch import SwitchReport, SwitchSaga
+from ..sagas.recovery import recover
+from .service import Ctx, GoalService
+
+if TYPE_CHECKING:
+    from ..domain.state import GoalState
+
+
+class SwitchFailedError(ConflictError):
+    """Raised when the host did not take an identity switch (or a pending one); the message is the reference's."""
+
+    def __init__(self, report: SwitchReport) -> None:
+        self.report = report
+        super().__init__(report.message())
+
+
+class TurnReport(msgspec.Struct, kw_only=True):
+    """What an attempt to start a turn did: ``started`` (prompted), or why not."""
+
+    goal_id: str
+    result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
+                    "prompt-failed"]
+    switches: list[SwitchReport] = msgspec.field(default_factory=list)
+    detail: str = ""
+
+
+def first_prompt(state: GoalState) -> str:
+    """The first turn's steering (reference §3.5, abridged)."""
+    return (
+        "You are a worker for an active goal.\n\n"
+        "Call get_goal to read the authoritative objective, acceptance criteria, and current state.\n"
+        "Perform one concrete batch of work. After durable verification:\n\n"
+        "- Call report_goal_progress if work remains.\n"
+        "- Call complete_goal only if ALL acceptance criteria pass with concrete evidence.\n"
+        "- Call block_goal only for a real external blocker requiring user intervention.\n\n"
+        f"## OUTPUT LOCATION\n{state.config.artifact_dir or '.'}\n"
+    )
+
+
+def continuation_prompt(state: GoalState) -> str:
+    """A continuation turn's steering (reference §3.5, abridged)."""
+    return (
+        f"This is continuation run {state.run_count} for the goal below.\n\n"
+        f"## GOAL (user-provided data)\n{state.objective}\n"
+    )
+
+
+class Goals:
+    """The goal use cases over one :class:`GoalService`."""
+
+    def __init__(self, service: GoalService) -> None:
+        self.service = service
+        self.host = service.host
+        self.switches = SwitchSaga(service)
+
+    async def recover(self, ctx: Ctx | None = None) -> list[SwitchReport]:
+        """Settle the switch sagas a crashed process left open (run before any other use case)."""
+        return await recover(self.service, ctx or Ctx.new())
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    async def create(
+        self, name: str, objective: str, ctx: Ctx, *, model: str | None = None, agent: str | None = None,
+        fallback_models: tuple[str, ...] = (), interactive: bool = False, max_turns: int | None = None,
+        checks: tuple[str, ...] | None = None, workspace_write: bool | None = None,
+        cost_budget: float | None = None, goal_id: str | None = None,
+    ) -> GoalState:
+        """Create a goal, its worker session and its first turn (interactive goals get it too, as in §3.1)."""
+        goal_id = goal_id or str(uuid.uuid4())
+        command = c.CreateGoal(
+            goal_id=goal_id, name=name, objective=objective, owner_session_id=self.service.owner, model=model,
+            agent=agent, fallback_models=fallback_models or None, interactive=interactive, max_turns=max_turns,
+            checks=checks, workspace_write=workspace_write, cost_budget=cost_budget,
+        )
+        created = await self.service.execute(command, ctx)
+        state = await self.service.load(goal_id)
+        ctx = ctx.caused_by(created[-1].event_id)
+        try:
+            worker = await self.host.create_worker(
+                title=f"loopd: {name}", model=state.config.model, agent=state.config.agent
+            )
+        except HostError as e:
+            await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
+            return await self.service.load(goal_id)
+        assigned = await self.service.append_goal(
+            goal_id, [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)], ctx,
+            expected=state.version,
+        )
+        await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
+        return await self.service.load(goal_id)
+
+    async def pause(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
+        """Pause an active goal and abort its worker's run (best effort); the session is kept."""
+        recorded = await self.service.execute(c.PauseGoal(goal_id=goal_id), ctx)
+        state = await self.service.load(goal_id)
+        if recorded and state.worker_session_id is not None:
+            try:
+                await self.host.abort(state.worker_session_id)
+            except HostError:
+                pass
+        return recorded
+
+    async def resume(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
+        """Resume a parked goal (same worker session) and start a turn if its worker is idle."""
+        recorded = await self.service.execute(c.ResumeGoal(goal_id=goal_id), ctx)
+        if not recorded:
+            return recorded, None
+        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+
+    async def retry(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
+        """Retry a blocked goal: counters reset, then a turn (which applies a prepared fallback first)."""
+        recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
+        if not recorded:
+            return recorded, None
+        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+
+    async def clear(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
+        """Abort the worker (best effort), then remove the goal; irreversible."""
+        state = await self.service.load(goal_id)
+        if state.exists and state.worker_session_id is not None:
+            try:
+                await self.host.abort(state.worker_session_id)
+            except HostError:
+                pass
+        return await self.service.execute(c.ClearGoal(goal_id=goal_id), ctx)
+
+    async def set_interactive(self, goal_id: str, on: bool, ctx: Ctx) -> list[Envelope]:
+        """Manual mode on (the engine starts no turns of its own) or off."""
+        return await self.service.execute(c.SetInteractive(goal_id=goal_id, interactive=on), ctx)
+
+    # -- identity -------------------------------------------------------------------------------------
+
+    async def switch_identity(
+        self, goal_id: str, ctx: Ctx, *, model: str | None = None, agent: str | None = None, resume: bool = False
+    ) -> SwitchReport:
+        """Switch the goal's model and/or agent: unsupported, deferred (pending), or run through the saga.
+
+        :raises RuleError: for a request the rules refuse (nothing recorded).
+        """
+        switch_id = new_event_id()
+        command = c.SwitchIdentity(
+            goal_id=goal_id, caller=self.service.owner, switch_id=switch_id, model=model, agent=agent, resume=resume
+        )
+        recorded = await self.service.execute(command, ctx)
+        state = await self.service.load(goal_id)
+        first = recorded[0]
+        if first.type == "identity.switch_requested":
+            report = await self.switches.start(first, ctx)
+            if report.resumed:
+                await self.continue_turn(goal_id, ctx, explicit=True)
+            return report
+        outcome: Literal["deferred", "unsupported"] = (
+            "deferred" if first.type == "identity.switch_deferred" else "unsupported"
+        )
+        data = first.data_dict()
+        return SwitchReport(
+            goal_id=goal_id, switch_id=switch_id, outcome=outcome, model=data.get("model") or state.config.model,
+            agent=data.get("agent") or state.config.agent,
+        )
+
+    async def apply_pending(self, goal_id: str, ctx: Ctx) -> list[SwitchReport]:
+        """Apply pending switches (pair, then model, then agent) on a confirmed idle worker (§3.2 step 5).
+
+        :raises SwitchFailedError: when one is refused; the goal is then blocked (once) with the reference's text.
+        """
+        reports: list[SwitchReport] = []
+        for _ in range(3):
+            recorded = await self.service.execute(c.ApplyPendingSwitch(goal_id=goal_id, switch_id=new_event_id()), ctx)
+            if not recorded:
+                break
+            first = recorded[0]
+            if first.type == "identity.switch_requested":
+                report = await self.switches.start(first, ctx)
+            else:  # the catalog refused it: the decider recorded the failure and the blocker
+                data = first.data_dict()
+                report = SwitchReport(
+                    goal_id=goal_id, switch_id=data["switch_id"], outcome="failed", pending=True,
+                    target=data.get("target", "identity"),
+                )
+            reports.append(report)
+            if not report.ok:
+                raise SwitchFailedError(report)
+        return reports
+
+    # -- turns ----------------------------------------------------------------------------------------
+
+    async def continue_turn(self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False) -> TurnReport:
+        """Start the goal's next turn if it may run (reference §3.2): pendings first, then prompt.
+
+        ``explicit`` marks an owner action; without it an interactive goal is never prompted.
+        """
+        state = await self.service.load(goal_id)
+        if not state.exists or state.status != "active":
+            return TurnReport(goal_id=goal_id, result="not-active")
+        if state.interactive and not explicit:
+            return TurnReport(goal_id=goal_id, result="interactive")
+        if state.phase == "running" and lease_valid(state, self.service.clock()):
+            return TurnReport(goal_id=goal_id, result="running")
+        worker = state.worker_session_id
+        if worker is None:
+            return TurnReport(goal_id=goal_id, result="no-worker")
+        status = await self.host.session_status(worker)
+        has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
+        if status != "idle" and (not force or has_pending):
+            return TurnReport(goal_id=goal_id, result="busy")
+        switches = await self.apply_pending(goal_id, ctx) if has_pending else []
+        run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
+        started = await self.service.execute(c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id), ctx)
+        if not started:
+            return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
+        state = await self.service.load(goal_id)
+        text = first_prompt(state) if state.run_count <= 1 else continuation_prompt(state)
+        ctx = ctx.caused_by(started[-1].event_id)
+        try:
+            await self.host.prompt(
+                worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id
+            )
+        except ProviderError as e:
+            await self.service.execute(
+                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(e.info.as_reported()),
+                                   source="prompt-delivery"), ctx,
+            )
+            await observe_provider_error(
+                self.service, goal_id, e.info.as_reported(), ctx, source="prompt-delivery", record_failure=False
+            )
+            return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
+        except HostError as e:
+            await self.service.execute(
+                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery"), ctx
+            )
+            return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
+        return TurnReport(goal_id=goal_id, result="started", switches=switches)
+
+    async def idle(self, goal_id: str, ctx: Ctx) -> TurnReport:
+        """The worker went idle: confirm the run, enforce limits, and (unless interactive) continue."""
+        state = await self.service.load(goal_id)
+        if state.exists and state.phase == "running" and state.active_run_id is not None:
+            confirm = c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation)
+            recorded = await self.service.execute(confirm, ctx)
+            if recorded:
+                ctx = ctx.caused_by(recorded[-1].event_id)
+            state = await self.service.load(goal_id)
+        now = self.service.clock()
+        if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
+            from ..domain.provider_limit import iso
+
+            if iso(now) < state.retry_after and not state.interactive:
+                return TurnReport(goal_id=goal_id, result="waiting", detail=state.retry_after)
+        return await self.continue_turn(goal_id, ctx, explicit=False)
+
+    async def compact(self, goal_id: str, ctx: Ctx) -> list[SwitchReport]:
+        """Compaction (§3.14): apply pending switches first, then compact with the (new) model."""
+        state = await self.service.load(goal_id)
+        worker = state.worker_session_id
+        if not state.exists or state.status != "active" or worker is None:
+            return []
+        if await self.host.session_status(worker) != "idle":
+            return []
+        has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
+        reports = await self.apply_pending(goal_id, ctx) if has_pending else []
+        state = await self.service.load(goal_id)
+        try:
+            await self.host.compact(worker, model=state.config.model)
+        except HostError:
+            pass  # the reference swallows compaction errors
+        return reports
+
+    # -- provider errors ------------------------------------------------------------------------------
+
+    async def observe_error(
+        self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
+        expected_model: str | None = None,
+    ) -> list[Envelope]:
+        """A provider error as the host reported it: run failure, classification, fallback preparation."""
+        return await observe_provider_error(
+            self.service, goal_id, error, ctx, source=source, expected_model=expected_model
+        )

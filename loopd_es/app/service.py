@@ -1,0 +1,210 @@
+"""``GoalService``: load a goal by folding its stream, read the facts a decision needs, decide, append.
+
+Every event it writes carries a ``correlation_id`` (one per user request or flow, :class:`Ctx`) and a
+``causation_id`` (the request, or the event that triggered the write), so ``explain`` can walk any fact back
+to the request that caused it. Appends are conditional on the version the decision was made on; when another
+process appended in between, the goal is read again and the command decided again (the facts too), so a
+decision is never recorded against a state it did not see.
+
+Folded goals are cached and caught up from their last version, so a flow that touches one goal many times
+reads each event once; the cache is dropped on a version conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from ..domain import goal_commands as c
+from ..domain.decide import decide
+from ..domain.evolve import evolve, fold, initial
+from ..domain.streams import GOAL_PREFIX, goal_stream
+from ..errors import ConflictError, UsageError, WrongExpectedVersionError
+from ..events.catalogue import new_event
+from ..events.envelope import ANY, Envelope, ExpectedVersion, new_event_id
+from .crashpoints import crashpoint
+
+if TYPE_CHECKING:
+    from ..domain.state import GoalState
+    from ..events.base import Event
+    from ..host.base import AgentCatalog, ModelCatalog, WorkerHost
+    from ..log.base import LogStore
+
+MAX_ATTEMPTS: Final = 8
+"""Decide-and-append attempts before a goal that keeps changing underneath is reported as a conflict."""
+
+_CATALOG_COMMANDS: Final = (c.CreateGoal, c.SwitchIdentity, c.ApplyPendingSwitch, c.ObserveProviderError)
+_WRITER_COMMANDS: Final = (c.CreateGoal, c.ResumeGoal, c.RetryGoal, c.SwitchIdentity, c.RecordSwitchOutcome)
+
+
+class Ctx(msgspec.Struct, frozen=True):
+    """The causal links of what is being written: the flow (correlation) and the direct cause (causation)."""
+
+    correlation_id: str
+    causation_id: str
+
+    @classmethod
+    def new(cls) -> Ctx:
+        """A fresh flow whose root cause is the request itself (both ids the same)."""
+        request = new_event_id()
+        return cls(request, request)
+
+    def caused_by(self, event_id: str) -> Ctx:
+        """The same flow, caused by the event ``event_id``."""
+        return Ctx(self.correlation_id, event_id)
+
+
+def domain_model_catalog(catalog: ModelCatalog) -> c.ModelCatalog:
+    """The host's catalog as the deciders see it: capability, switching and usability by ``provider/model``."""
+    return c.ModelCatalog(
+        capability=catalog.capability,
+        switching=catalog.switching,
+        models={m.ref: c.ModelInfo(usable=m.usable) for m in catalog.models},
+    )
+
+
+def domain_agent_catalog(catalog: AgentCatalog) -> c.AgentCatalog:
+    """The host's agent catalog as the deciders see it: capability, switching and the names."""
+    return c.AgentCatalog(capability=catalog.capability, switching=catalog.switching, agents=catalog.names())
+
+
+class GoalService:
+    """Decide goal commands against the log and the host; the only writer of goal streams in the app layer."""
+
+    def __init__(
+        self, store: LogStore, host: WorkerHost, *, clock: Callable[[], datetime] | None = None,
+        directory: str = ".", owner: str = "cli",
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.directory = directory
+        self.owner = owner
+        self._cache: dict[str, GoalState] = {}
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    async def load(self, goal_id: str) -> GoalState:
+        """The goal folded from its stream (caught up from the cache); a missing goal has ``exists=False``."""
+        state = self._cache.get(goal_id) or initial(goal_id)
+        stream = goal_stream(goal_id)
+        if await self.store.stream_version(stream) > state.version:
+            batch = [e async for e in self.store.read_stream(stream, from_version=state.version + 1)]
+            state = fold(batch, state)
+        self._cache[goal_id] = state
+        return state
+
+    async def goal_ids(self) -> list[str]:
+        """Every goal id in the log, in stream-name order."""
+        return [s[len(GOAL_PREFIX):] for s in await self.store.streams() if s.startswith(GOAL_PREFIX)]
+
+    async def goals(self) -> list[GoalState]:
+        """Every goal that exists (cleared goals are left out)."""
+        states = [await self.load(goal_id) for goal_id in await self.goal_ids()]
+        return [s for s in states if s.exists]
+
+    async def resolve_id(self, text: str) -> str:
+        """The goal whose id is ``text`` or starts with it.
+
+        :raises UsageError: when no goal or more than one goal matches.
+        """
+        ids = await self.goal_ids()
+        if text in ids:
+            return text
+        matches = [goal_id for goal_id in ids if goal_id.startswith(text)] if text else []
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise UsageError(f"no goal matches {text!r}; `loopd-es models` lists the goals and their ids")
+        raise UsageError(f"goal id prefix {text!r} is ambiguous ({len(matches)} goals); give more characters")
+
+    async def facts(self, state: GoalState, command: Any = None, *, catalogs: bool | None = None) -> c.Facts:
+        """What ``command`` needs from outside the stream: worker status, catalogs, active writers, the time.
+
+        A switch already in flight counts as a busy worker, so a second request made meanwhile is deferred
+        instead of racing the first one's host calls.
+        """
+        status: Any = "unknown"
+        if state.worker_session_id is not None:
+            status = await self.host.session_status(state.worker_session_id)
+        if state.switch_in_flight is not None:
+            status = "busy"
+        want_catalogs = isinstance(command, _CATALOG_COMMANDS) if catalogs is None else catalogs
+        model_catalog = agent_catalog = None
+        if want_catalogs:
+            model_catalog = domain_model_catalog(await self.host.list_models())
+            agent_catalog = domain_agent_catalog(await self.host.list_agents())
+        writers: tuple[c.WriterGoal, ...] = ()
+        if isinstance(command, _WRITER_COMMANDS):
+            writers = tuple(
+                c.WriterGoal(goal_id=g.goal_id, name=g.name, owner_session_id=g.owner_session_id)
+                for g in await self.goals()
+                if g.goal_id != state.goal_id and g.status == "active" and g.config.workspace_write
+            )
+        return c.Facts(
+            now=self.clock(),
+            active_writers=writers,
+            worker_status=status,
+            model_catalog=model_catalog,
+            agent_catalog=agent_catalog,
+            can_switch_model=model_catalog is not None and model_catalog.switching != "unsupported",
+            can_switch_agent=agent_catalog is not None and agent_catalog.switching != "unsupported",
+            defaults=c.CreationDefaults(directory=self.directory),
+        )
+
+    # -- writing --------------------------------------------------------------------------------------
+
+    async def execute(self, command: c.GoalCommand, ctx: Ctx) -> list[Envelope]:
+        """Decide ``command`` on the goal's current state and append the result; ``[]`` when nothing happens.
+
+        :raises DomainError: when the command breaks a rule (nothing is appended).
+        :raises ConflictError: when the goal kept changing for :data:`MAX_ATTEMPTS` attempts.
+        """
+        goal_id = command.goal_id
+        for _ in range(MAX_ATTEMPTS):
+            state = await self.load(goal_id)
+            facts = await self.facts(state, command)
+            events = decide(command, state, facts)
+            if not events:
+                return []
+            try:
+                return await self.append_goal(goal_id, events, ctx, expected=state.version)
+            except WrongExpectedVersionError:
+                self._cache.pop(goal_id, None)
+        raise ConflictError(
+            f"goal {goal_id} changed {MAX_ATTEMPTS} times while {type(command).__name__} was being decided; "
+            "retry the command"
+        )
+
+    async def append_goal(
+        self, goal_id: str, events: Sequence[Event], ctx: Ctx, *, expected: ExpectedVersion
+    ) -> list[Envelope]:
+        """Append decided events to the goal's stream and fold them into the cached state."""
+        recorded = await self.append(goal_stream(goal_id), events, ctx, expected=expected)
+        cached = self._cache.get(goal_id)
+        if cached is not None and recorded and recorded[0].version == cached.version + 1:
+            for envelope in recorded:
+                cached = evolve(cached, envelope)
+            self._cache[goal_id] = cached
+        else:
+            self._cache.pop(goal_id, None)
+        return recorded
+
+    async def append(
+        self, stream: str, events: Sequence[Event], ctx: Ctx, *, expected: ExpectedVersion = ANY
+    ) -> list[Envelope]:
+        """Append payloads to any stream with the flow's causal links (a crash point on either side)."""
+        batch = [
+            new_event(e, causation_id=ctx.causation_id, correlation_id=ctx.correlation_id) for e in events
+        ]
+        crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
+        recorded = await self.store.append(stream, batch, expected)
+        crashpoint(f"after append {stream}")
+        return recorded
+
+    def forget(self, goal_id: str) -> None:
+        """Drop the cached state of a goal (the next :meth:`load` folds its stream from the start)."""
+        self._cache.pop(goal_id, None)

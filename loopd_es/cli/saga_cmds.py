@@ -1,0 +1,348 @@
+"""``loopd-es goal ...``: goals, identity switches and provider errors, through the deciders and the sagas.
+
+Every command opens the log (``--store``) and the worker host (``--host``, the simulated host by default),
+first settles any switch saga a crashed process left open (:func:`loopd_es.sagas.recovery.recover`), then
+runs its use case. Outcomes print as the reference words them; a rule violation exits 3 with the reference's
+message; a refused switch exits 3 too (nothing half-done stays recorded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, LoopdError, UsageError
+from ..host import host_url, open_host
+from .host_cmds import add_host_option
+from .main import store_url
+
+if TYPE_CHECKING:
+    from ..app.goals import Goals, TurnReport
+    from ..app.service import Ctx
+    from ..domain.state import GoalState
+
+_Action = Callable[["Goals", argparse.Namespace, "Ctx"], Awaitable[int]]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``goal`` and its subcommands to the ``loopd-es`` parser."""
+    goal = sub.add_parser(
+        "goal", help="create goals, switch their worker identity, pause/resume, feed provider errors",
+        description="Goals and their worker identity, recorded as events; identity switches run as sagas "
+        "against the worker host (default: the simulated host).",
+    )
+    cmds = goal.add_subparsers(dest="goal_command", metavar="ACTION", required=True)
+
+    def add(name: str, help_: str, action: _Action, *, goal_arg: bool = True) -> argparse.ArgumentParser:
+        p = cmds.add_parser(name, help=help_, description=help_[0].upper() + help_[1:] + ".")
+        if goal_arg:
+            p.add_argument("goal", metavar="GOAL", help="the goal id, or a unique prefix of it")
+        add_host_option(p)
+        p.set_defaults(handler=_handler(action))
+        return p
+
+    p = add("create", "create a goal, its worker session and its first turn", _create, goal_arg=False)
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--objective", required=True, metavar="TEXT")
+    p.add_argument("--model", metavar="P/M", help="providerID/modelID")
+    p.add_argument("--agent", metavar="A")
+    p.add_argument("--fallback-model", action="append", default=[], metavar="P/M",
+                   help="an ordered fallback for provider limits (repeat, at most 16)")
+    p.add_argument("--interactive", action="store_true", help="manual mode: the engine starts no turns itself")
+    p.add_argument("--max-turns", type=int, metavar="N", help="turn limit (default 50, 0 = unlimited)")
+    p.add_argument("--check", action="append", default=None, metavar="CMD", help="a completion check (repeat)")
+    p.add_argument("--read-only", action="store_true", help="the goal does not write the workspace")
+    p.add_argument("--cost-budget", type=float, metavar="USD")
+
+    p = add("switch-identity", "switch the worker's model and/or agent (same goal, same session)", _switch)
+    p.add_argument("--model", metavar="P/M")
+    p.add_argument("--agent", metavar="A")
+    p.add_argument("--resume", action="store_true", help="also resume a blocked goal")
+    add("pause", "pause an active goal and abort its worker's run", _pause)
+    add("resume", "resume a paused (or retry a blocked) goal", _resume)
+    add("retry", "retry a blocked goal (failure counters reset)", _retry)
+    add("clear", "remove a goal (irreversible)", _clear)
+    p = add("interactive", "turn manual mode on or off", _interactive)
+    p.add_argument("mode", choices=("on", "off"))
+    p = add("observe-error", "feed a provider error as the host reports it (a session error)", _observe)
+    p.add_argument("--error", required=True, metavar="JSON", help='e.g. \'{"statusCode": 429}\'')
+    p.add_argument("--source", choices=("session-error", "prompt-delivery"), default="session-error")
+    p.add_argument("--model", metavar="P/M", help="the model the error was for (default: the goal's)")
+    add("idle", "the worker went idle: finish the run, apply pending switches, continue", _idle)
+    add("compact", "compact the worker session (applies pending switches first)", _compact)
+    p = add("show", "the goal's status, identity and pending switches", _show)
+    p.add_argument("--json", action="store_true")
+    add("recover", "settle identity switches a crashed process left open", _recover, goal_arg=False)
+
+
+def _handler(action: _Action) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    async def run(args: argparse.Namespace) -> int:
+        from ..app.service import Ctx
+
+        async with _goals(args) as goals:
+            for report in await goals.recover():
+                print(f"recovered identity switch {report.switch_id} of goal {report.goal_id}: {report.outcome}",
+                      file=sys.stderr)
+            if getattr(args, "goal", None) is not None:
+                args.goal = await goals.service.resolve_id(args.goal)
+            return await action(goals, args, Ctx.new())
+
+    return run
+
+
+@asynccontextmanager
+async def _goals(args: argparse.Namespace) -> AsyncIterator[Goals]:
+    from ..app.goals import Goals
+    from ..app.service import GoalService
+    from ..log import open_store
+
+    store = await open_store(store_url(args))
+    try:
+        host = await open_host(host_url(args.host))
+        try:
+            yield Goals(GoalService(store, host))
+        finally:
+            await host.aclose()
+    finally:
+        await store.aclose()
+
+
+def _say(*lines: str) -> None:
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+
+
+async def _state(goals: Goals, goal_id: str) -> GoalState:
+    return await goals.service.load(goal_id)
+
+
+# -- actions ----------------------------------------------------------------------------------------------
+
+
+async def _create(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    state = await goals.create(
+        args.name, args.objective, ctx, model=args.model, agent=args.agent,
+        fallback_models=tuple(args.fallback_model), interactive=args.interactive, max_turns=args.max_turns,
+        checks=tuple(args.check) if args.check else None, workspace_write=False if args.read_only else None,
+        cost_budget=args.cost_budget,
+    )
+    _say(state.goal_id)
+    if state.status == "blocked":
+        _say(f'Goal "{state.name}" could not start: {state.blocker.reason if state.blocker else "worker failed"}',
+             f'Resume the persisted goal with `loopd-es goal resume {state.goal_id}` after fixing the cause — '
+             "do not create another goal for the same task.")
+        return EXIT_STORAGE
+    _say(f'Goal "{state.name}" created and started in the background. Artifacts: {state.config.artifact_dir}.')
+    return EXIT_OK
+
+
+async def _switch(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    from ..app.goals import SwitchFailedError
+
+    report = await goals.switch_identity(args.goal, ctx, model=args.model, agent=args.agent, resume=args.resume)
+    if report.outcome in ("failed", "rolled-back", "rollback-failed"):
+        raise SwitchFailedError(report)
+    _say(f"Identity switch: {'deferred' if report.outcome == 'next-prompt' else report.outcome}", report.message())
+    if report.resumed:
+        _say("Goal resumed.")
+    return EXIT_OK if report.ok else EXIT_CONFLICT
+
+
+async def _pause(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    before = await _state(goals, args.goal)
+    recorded = await goals.pause(args.goal, ctx)
+    if recorded:
+        _say(f'Goal "{before.name}" paused. Resume with resume_goal.')
+    elif before.status == "paused":
+        _say(f'Goal "{before.name}" is already paused.')
+    else:
+        _say(f'Goal "{before.name}" is {before.status}; only an active goal can be paused.')
+    return EXIT_OK
+
+
+async def _resume(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    before = await _state(goals, args.goal)
+    if before.status == "active":
+        _say(f'Goal "{before.name}" is already active.')
+        return EXIT_OK
+    if before.status == "blocked":
+        _recorded, turn = await goals.retry(args.goal, ctx)
+    else:
+        _recorded, turn = await goals.resume(args.goal, ctx)
+    _say(f'Goal "{before.name}" resumed.', *_turn_lines(turn))
+    return EXIT_OK
+
+
+async def _retry(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    before = await _state(goals, args.goal)
+    recorded, turn = await goals.retry(args.goal, ctx)
+    if not recorded:
+        _say(f'Goal "{before.name}" is {before.status}; only a blocked goal can be retried.')
+        return EXIT_OK
+    _say(f'Goal "{before.name}" retried.', *_turn_lines(turn))
+    return EXIT_OK
+
+
+async def _clear(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    before = await _state(goals, args.goal)
+    await goals.clear(args.goal, ctx)
+    _say(f'Goal "{before.name}" cleared and removed.')
+    return EXIT_OK
+
+
+async def _interactive(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    on = args.mode == "on"
+    await goals.set_interactive(args.goal, on, ctx)
+    name = (await _state(goals, args.goal)).name
+    if on:
+        _say(f'Goal "{name}" is now manual: the engine will not start turns — steer it with :send/nudge.')
+    else:
+        _say(f'Goal "{name}" is back on auto: the engine resumes idle recovery and retries.')
+    return EXIT_OK
+
+
+async def _observe(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    try:
+        error: Any = msgspec.json.decode(args.error)
+    except msgspec.DecodeError as e:
+        raise UsageError(f"--error is not valid JSON ({e}); e.g. --error '{{\"statusCode\": 429}}'") from None
+    recorded = await goals.observe_error(args.goal, error, ctx, source=args.source, expected_model=args.model)
+    lines: list[str] = []
+    for envelope in recorded:
+        data = envelope.data_dict()
+        if envelope.type == "run.failed":
+            retry = f", retry after {data['retry_after']}" if data.get("retry_after") else ""
+            lines.append(f"run failed ({data['consecutive_failures']} consecutive{retry})")
+        elif envelope.type == "goal.blocked":
+            lines.append(f"goal blocked: {data['reason']}")
+        elif envelope.type == "identity.provider_limit_observed":
+            retry = f", retry at {data['retry_at']}" if data.get("retry_at") else ""
+            status = f", status {data['status_code']}" if data.get("status_code") is not None else ""
+            lines.append(f"provider limit: {data['kind']} ({data['source']}{status}{retry}) on {data.get('model')}")
+        elif envelope.type == "identity.fallback_prepared":
+            lines.append(f"fallback prepared: {data['model']} (applies on the next permitted idle turn)")
+        elif envelope.type.startswith("identity.fallback_"):
+            lines.append(f"fallback {envelope.type.rsplit('_', 1)[-1]}: nothing prepared")
+    if not any(e.type == "identity.provider_limit_observed" for e in recorded):
+        lines.append("not a provider limit: no observation recorded")
+    _say(*lines)
+    return EXIT_OK
+
+
+async def _idle(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    _say(*_turn_lines(await goals.idle(args.goal, ctx)))
+    return EXIT_OK
+
+
+async def _compact(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    reports = await goals.compact(args.goal, ctx)
+    _say(*(f"pending switch: {r.message()}" for r in reports), "compacted")
+    return EXIT_OK
+
+
+async def _show(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    state = await _state(goals, args.goal)
+    row = goal_row(state)
+    if args.json:
+        _say(msgspec.json.encode(row).decode())
+    else:
+        _say(state.summary(), f"  identity: {row['model'] or '-'} / {row['agent'] or '-'}"
+             f"  pending: {_pending_text(row)}  worker: {row['worker_session_id'] or '-'}")
+    return EXIT_OK
+
+
+async def _recover(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    _say("recovery done")
+    return EXIT_OK
+
+
+def _turn_lines(turn: TurnReport | None) -> list[str]:
+    if turn is None:
+        return []
+    lines = [f"pending switch: {r.message()}" for r in turn.switches]
+    text = {
+        "started": "turn started",
+        "not-active": "goal is not active: no turn",
+        "running": "a turn is running: nothing to do",
+        "no-worker": "goal has no worker session",
+        "busy": "worker is not idle: pending switches wait for the next idle turn",
+        "waiting": f"waiting for retry until {turn.detail}",
+        "interactive": "goal is interactive: the engine starts no turn (pending switches wait for an explicit "
+        "turn)",
+        "prompt-failed": f"prompt failed: {turn.detail}",
+    }[turn.result]
+    return [*lines, text]
+
+
+# -- the per-goal part of `loopd-es models` ------------------------------------------------------------------
+
+
+def goal_row(state: GoalState) -> dict[str, Any]:
+    """One goal's identity, pending switches and fallback bookkeeping (reference §3.21 ``assignedGoals``)."""
+    return {
+        "id": state.goal_id,
+        "name": state.name,
+        "status": state.status,
+        "model": state.config.model,
+        "agent": state.config.agent,
+        "worker_session_id": state.worker_session_id,
+        "interactive": state.interactive,
+        "pending_identity": msgspec.to_builtins(state.pending_identity),
+        "model_switch": msgspec.to_builtins(
+            {"pending": state.model_pending, "last": state.model_last, "last_failure": state.model_last_failure}
+        ),
+        "agent_switch": msgspec.to_builtins(
+            {"pending": state.agent_pending, "last": state.agent_last, "last_failure": state.agent_last_failure}
+        ),
+        "model_fallback": msgspec.to_builtins(state.model_fallback),
+        "fallback_models": list(state.config.fallback_models),
+        "last_provider_limit": msgspec.to_builtins(state.last_provider_limit),
+    }
+
+
+def _pending_text(row: dict[str, Any]) -> str:
+    pair = row["pending_identity"]
+    if pair:
+        return f"{pair['model']} / {pair['agent']}"
+    parts = []
+    if row["model_switch"]["pending"]:
+        parts.append(f"model {row['model_switch']['pending']['model']} ({row['model_switch']['pending']['reason']})")
+    if row["agent_switch"]["pending"]:
+        parts.append(f"agent {row['agent_switch']['pending']['agent']}")
+    return ", ".join(parts) or "-"
+
+
+async def assigned_goals(url: str) -> list[dict[str, Any]]:
+    """Every goal of the log at ``url`` as :func:`goal_row` describes it; ``[]`` when there is no log."""
+    from ..app.service import GoalService
+    from ..log import open_store
+
+    try:
+        store = await open_store(url, create=False)
+    except LoopdError:
+        return []
+    try:
+        service = GoalService(store, _NoHost())  # reading goals needs no host
+        return [goal_row(state) for state in await service.goals()]
+    finally:
+        await store.aclose()
+
+
+def render_goal_rows(goals: list[dict[str, Any]]) -> list[str]:
+    """``Goals:`` then one line per goal: id, identity, pending switch."""
+    return ["Goals:" if goals else "Goals: none"] + [
+        f"  {row['id']}  {row['name']!r}  {row['status']}  {row['model'] or '-'} / {row['agent'] or '-'}  "
+        f"pending: {_pending_text(row)}"
+        for row in goals
+    ]
+
+
+class _NoHost:
+    """A host stand-in for read-only use of :class:`GoalService` (never called)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"no host for read-only goal queries ({name})")

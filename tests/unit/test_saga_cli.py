@@ -1,0 +1,142 @@
+"""``loopd-es goal ...`` and the goal part of ``loopd-es models``, run in-process through ``main``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loopd_es.app.crashpoints import Crash, arm
+from loopd_es.cli.main import main
+
+SCRIPT = {
+    "models": [{"provider": "p", "id": m} for m in ("old", "new", "last")],
+    "agents": [{"name": a} for a in ("old", "new", "last")],
+}
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "host.json").write_text(json.dumps(SCRIPT))
+    monkeypatch.setenv("LOOPD_ES_STORE", f"sqlite:{tmp_path / 'events.db'}")
+    monkeypatch.setenv("LOOPD_ES_HOST", f"sim:{tmp_path / 'host.json'}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _create(capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    code = main("goal", "create", "demo", "--objective", "do it", "--model", "p/old", "--agent", "old",
+                "--read-only", *extra)
+    out = capsys.readouterr().out.splitlines()
+    assert code == 0 and out[1].startswith('Goal "demo" created and started in the background.')
+    return out[0]
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(*args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_switch_deferred_then_applied_at_idle_via_a_prefix(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gid = _create(capsys, "--fallback-model", "p/last")
+    code, out, _ = _run(capsys, "goal", "switch-identity", gid[:8], "--model", "p/new", "--agent", "new")
+    assert code == 0
+    assert out.splitlines() == [
+        "Identity switch: deferred",
+        "Identity switch deferred until the next permitted idle turn/prompt; no implicit wake.",
+    ]
+    code, out, _ = _run(capsys, "models")
+    assert f"{gid}  'demo'  active  p/old / old  pending: p/new / new" in out
+    code, out, _ = _run(capsys, "goal", "idle", gid[:8])
+    assert code == 0
+    assert out.splitlines() == [
+        "pending switch: Identity switched to p/new / new on the same worker/session.", "turn started"
+    ]
+    code, out, _ = _run(capsys, "goal", "show", gid, "--json")
+    row = json.loads(out)
+    assert (row["model"], row["agent"], row["pending_identity"]) == ("p/new", "new", None)
+
+
+def test_applied_on_an_idle_interactive_goal(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gid = _create(capsys, "--interactive")
+    assert _run(capsys, "goal", "idle", gid)[1].strip().endswith("goal is interactive: the engine starts no turn "
+                                                                   "(pending switches wait for an explicit turn)")
+    code, out, _ = _run(capsys, "goal", "switch-identity", gid, "--agent", "new")
+    assert code == 0 and out.splitlines()[-1] == "Identity switched to p/old / new on the same worker/session."
+
+
+def test_rule_violations_exit_3_with_the_reference_message(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gid = _create(capsys, "--interactive")
+    code, _, err = _run(capsys, "goal", "switch-identity", gid, "--agent", "missing")
+    assert code == 3 and err.strip() == "loopd-es: Agent is unavailable. Discover agents with loopd_list_models first."
+    code, _, err = _run(capsys, "goal", "switch-identity", gid)
+    assert code == 3 and "At least one of model or agent is required." in err
+    code, _, err = _run(capsys, "goal", "switch-identity", gid, "--model", "p/new", "--resume")
+    assert code == 3 and "resume is only valid for a provider-limit-blocked goal." in err
+    code, _, err = _run(capsys, "goal", "create", "x", "--objective", "o", "--model", "bad model")
+    assert code == 3 and 'Invalid model "bad model"' in err
+
+
+def test_unknown_goal_and_bad_json_are_usage_errors(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gid = _create(capsys)
+    code, _, err = _run(capsys, "goal", "pause", "zzz")
+    assert code == 2 and "no goal matches 'zzz'" in err
+    code, _, err = _run(capsys, "goal", "observe-error", gid, "--error", "{nope")
+    assert code == 2 and "--error is not valid JSON" in err
+
+
+def test_unsupported_host_exits_3_and_says_so(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (env / "host.json").write_text(json.dumps({**SCRIPT, "model_switching": "unsupported"}))
+    gid = _create(capsys, "--interactive")
+    code, out, _ = _run(capsys, "goal", "switch-identity", gid, "--model", "p/new")
+    assert code == 3 and out.splitlines() == [
+        "Identity switch: unsupported",
+        "Identity switch unsupported on this host (see loopd_list_models). Goal/session retained.",
+    ]
+
+
+def test_owner_controls_print_the_reference_messages(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gid = _create(capsys)
+    assert _run(capsys, "goal", "pause", gid)[1] == 'Goal "demo" paused. Resume with resume_goal.\n'
+    assert _run(capsys, "goal", "pause", gid)[1] == 'Goal "demo" is already paused.\n'
+    assert _run(capsys, "goal", "resume", gid)[1].startswith('Goal "demo" resumed.')
+    assert _run(capsys, "goal", "resume", gid)[1] == 'Goal "demo" is already active.\n'
+    assert "only a blocked goal can be retried" in _run(capsys, "goal", "retry", gid)[1]
+    assert _run(capsys, "goal", "interactive", gid, "on")[1] == (
+        'Goal "demo" is now manual: the engine will not start turns — steer it with :send/nudge.\n'
+    )
+    assert _run(capsys, "goal", "interactive", gid, "off")[1] == (
+        'Goal "demo" is back on auto: the engine resumes idle recovery and retries.\n'
+    )
+    assert _run(capsys, "goal", "clear", gid)[1] == 'Goal "demo" cleared and removed.\n'
+    assert "Goals: none" in _run(capsys, "models")[1]
+
+
+def test_observe_error_prepares_the_fallback(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gid = _create(capsys, "--fallback-model", "p/new")
+    error = json.dumps({"statusCode": 429, "message": "SECRET", "responseHeaders": {"retry-after": "60"}})
+    code, out, _ = _run(capsys, "goal", "observe-error", gid, "--error", error)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("run failed (1 consecutive, retry after ")
+    assert lines[1].startswith("provider limit: rate-limit (session-error, status 429, retry at ")
+    assert lines[2] == "fallback prepared: p/new (applies on the next permitted idle turn)"
+    code, out, _ = _run(capsys, "goal", "observe-error", gid, "--error", '"ECONNRESET"')
+    assert out.splitlines()[-1] == "not a provider limit: no observation recorded"
+    assert b"SECRET" not in (env / "events.db").read_bytes()
+
+
+def test_a_crashed_switch_is_recovered_by_the_next_command(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gid = _create(capsys, "--interactive")
+    _run(capsys, "goal", "idle", gid)
+    arm(8)  # between the model and the agent host calls
+    try:
+        with pytest.raises(Crash):
+            main("goal", "switch-identity", gid, "--model", "p/new", "--agent", "new")
+    finally:
+        arm(None)
+    code, out, err = _run(capsys, "goal", "show", gid)
+    assert code == 0 and "recovered identity switch" in err and "rolled-back" in err
+    assert "identity: p/old / old  pending: -" in out
