@@ -19,6 +19,7 @@ from ..errors import ConflictError
 from ..events import goal as g
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError, ProviderError
+from ..procs.service import cancel_goal_awaits
 from ..sagas.fallback import Source, observe_provider_error, safe_error_text
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
@@ -120,7 +121,15 @@ class Goals:
                 await self.host.abort(state.worker_session_id)
             except HostError:
                 pass
+        if recorded:
+            await self._cancel_awaits(goal_id, "goal paused", ctx.caused_by(recorded[-1].event_id))
         return recorded
+
+    async def _cancel_awaits(self, goal_id: str, reason: str, ctx: Ctx) -> None:
+        """A paused or cleared goal waits for no command any more (reference §2.5)."""
+        await cancel_goal_awaits(
+            self.service.store, goal_id, reason, causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
+        )
 
     async def resume(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
         """Resume a parked goal (same worker session) and start a turn if its worker is idle."""
@@ -144,7 +153,10 @@ class Goals:
                 await self.host.abort(state.worker_session_id)
             except HostError:
                 pass
-        return await self.service.execute(c.ClearGoal(goal_id=goal_id), ctx)
+        recorded = await self.service.execute(c.ClearGoal(goal_id=goal_id), ctx)
+        if recorded:
+            await self._cancel_awaits(goal_id, "goal cleared", ctx.caused_by(recorded[-1].event_id))
+        return recorded
 
     async def set_interactive(self, goal_id: str, on: bool, ctx: Ctx) -> list[Envelope]:
         """Manual mode on (the engine starts no turns of its own) or off."""

@@ -89,6 +89,9 @@ async def append_decided(
     command_id: str,
     decide: Callable[[CommandState], list[Event]],
     state: CommandState | None = None,
+    *,
+    causation_id: str | None = None,
+    correlation_id: str | None = None,
 ) -> tuple[list[Event], CommandState]:
     """Decide on the current state and append at its version; on a conflict re-read and decide again.
 
@@ -105,7 +108,10 @@ async def append_decided(
         events = decide(state)
         if not events:
             return [], state
-        new = [NewEvent(type=e.event_type, data=e, correlation_id=command_id) for e in events]
+        new = [
+            NewEvent(type=e.event_type, data=e, causation_id=causation_id, correlation_id=correlation_id or command_id)
+            for e in events
+        ]
         try:
             await store.append(command_stream(command_id), new, state.version)
         except WrongExpectedVersionError:
@@ -373,13 +379,23 @@ async def request_await(
     return events, message
 
 
-async def cancel_goal_awaits(store: LogStore, goal_id: str, reason: str) -> int:
-    """Cancel every await of a goal (``goal paused`` / ``goal cleared``); returns how many were cancelled."""
+async def cancel_goal_awaits(
+    store: LogStore, goal_id: str, reason: str, *, causation_id: str | None = None, correlation_id: str | None = None
+) -> int:
+    """Cancel every await of a goal (``goal paused`` / ``goal cleared``); returns how many were cancelled.
+
+    The causal ids link each cancellation to the pause or clear that caused it, for ``explain``.
+    """
     count = 0
     for s in await list_states(store):
         if s.await_for(goal_id) is not None:
             events, _ = await append_decided(
-                store, s.id, lambda st: decide_cancel_goal_awaits(st, goal_id, reason), s
+                store,
+                s.id,
+                lambda st: decide_cancel_goal_awaits(st, goal_id, reason),
+                s,
+                causation_id=causation_id,
+                correlation_id=correlation_id,
             )
             count += len(events)
     return count
