@@ -62,7 +62,10 @@ def _command_modules(*always: ModuleType) -> list[ModuleType]:
     modules: list[ModuleType] = list(always)
     import importlib
 
-    for name in ("domain_cmds", "host_cmds", "saga_cmds", "projector_cmds", "query_cmds", "import_cmds", "cmd_cmds"):
+    for name in (
+        "domain_cmds", "host_cmds", "saga_cmds", "projector_cmds", "query_cmds", "postmortem_cmds", "import_cmds",
+        "cmd_cmds", "demo_cmds",
+    ):
         try:
             modules.append(importlib.import_module(f"{__package__}.{name}"))
         except ModuleNotFoundError as e:

@@ -234,7 +234,13 @@ async def _observe(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
 
 
 async def _idle(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
-    _say(*_turn_lines(await goals.idle(args.goal, ctx)))
+    turn = await goals.idle(args.goal, ctx)
+    lines = _turn_lines(turn)
+    if turn.result == "not-active":  # say why: the idle confirmation may just have stopped it
+        state = await goals.service.load(turn.goal_id)
+        reason = f": {state.blocker.reason}" if state.status == "blocked" and state.blocker else ""
+        lines[-1] = f"goal is {state.status}{reason}: no turn"
+    _say(*lines)
     return EXIT_OK
 
 

@@ -1,0 +1,158 @@
+"""``loopd-es demo``: a short scripted story on the embedded defaults, told by the real commands.
+
+Every step runs an ordinary ``loopd-es`` command against a fresh SQLite log and the simulated host, so
+every line the demo prints comes from the real log and read models; only the host's behaviour (a busy
+worker, a refused agent switch) is scripted, through the simulated host's own test controls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from ..errors import EXIT_OK, UsageError
+from ..host.sim_script import FailureRule
+from ..host.simulated import SimulatedHost
+
+_MARKER = ".loopd-demo"
+_HOST_SCRIPT: dict[str, Any] = {
+    "models": [
+        {"provider": "openai", "id": "gpt-5"},
+        {"provider": "openai", "id": "gpt-5-mini"},
+        {"provider": "anthropic", "id": "claude-sonnet-4-5"},
+        {"provider": "anthropic", "id": "claude-haiku-4-5"},
+    ],
+    "agents": [{"name": "build"}, {"name": "plan"}, {"name": "review"}],
+}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``demo`` to the ``loopd-es`` parser."""
+    p = sub.add_parser(
+        "demo",
+        help="play a short scripted story (switches, a 429 and fallback, a rollback, a budget stop)",
+        description="Creates DIR (default ./loopd-demo, replaced if an earlier demo made it) with a SQLite log "
+        "and a simulated host, plays a story through the ordinary commands, then prints the goals, one goal's "
+        "history and explanation, and where its HTML timeline was written.",
+    )
+    p.add_argument("--dir", type=Path, default=Path("loopd-demo"), help="where to put the demo's log and files")
+    p.set_defaults(handler=_demo)
+
+
+class _Story:
+    """Runs ``loopd-es`` commands in-process against the demo's log and host, printing what they print."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.store = f"sqlite:{root / 'events.db'}"
+        self.host = f"sim:{root / 'host.json'}"
+
+    async def say(self, text: str) -> None:
+        print(f"\n== {text}", flush=True)
+
+    async def run(self, *args: str, show: bool = True) -> str:
+        """Run one command; print its output (indented) and return it. A failing step stops the demo."""
+        from .main import main
+
+        argv = ("--store", self.store, *args)
+        if args[0] in ("goal", "models"):
+            argv = (*argv, "--host", self.host)
+
+        def call() -> tuple[int, str, str]:
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(*argv)
+            return code, out.getvalue(), err.getvalue()
+
+        code, out, err = await anyio.to_thread.run_sync(call)
+        if show:
+            print(f"$ loopd-es {' '.join(_quote(a) for a in args)}")
+            for line in (out + err).rstrip().splitlines():
+                print(f"  {line}")
+        if code not in (0, 3):
+            raise UsageError(f"demo step `loopd-es {' '.join(args)}` failed ({code}): {err.strip()}")
+        return out
+
+    async def session_of(self, goal: str) -> str:
+        shown = json.loads(await self.run("goal", "show", goal, "--json", show=False))
+        return str(shown["worker_session_id"])
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    root: Path = args.dir
+    if root.exists() and any(root.iterdir()):
+        if not (root / _MARKER).exists():
+            raise UsageError(f"{root} exists and is not an earlier demo; pass --dir NEW_DIR")
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / _MARKER).write_text("made by loopd-es demo; safe to delete\n")
+    (root / "host.json").write_text(json.dumps(_HOST_SCRIPT, indent=2))
+    story = _Story(root)
+    host = SimulatedHost.from_file(root / "host.json")
+    try:
+        await _play(story, host)
+    finally:
+        await host.aclose()
+    return EXIT_OK
+
+
+async def _play(story: _Story, host: SimulatedHost) -> None:
+    await story.say("Two goals on the simulated host")
+    docs = (await story.run(
+        "goal", "create", "docs", "--objective", "Write the user guide", "--model", "openai/gpt-5",
+        "--agent", "build", "--fallback-model", "anthropic/claude-sonnet-4-5",
+        "--fallback-model", "openai/gpt-5-mini",
+    )).splitlines()[0]
+    tests = (await story.run(
+        "goal", "create", "tests", "--objective", "Make the test suite pass", "--model", "openai/gpt-5-mini",
+        "--agent", "build", "--max-turns", "2", "--read-only", "--interactive",
+    )).splitlines()[0]
+
+    await story.say("A switch while the worker is busy is deferred, then applied at the next idle turn")
+    await host.set_status(await story.session_of(docs), "busy")
+    await story.run("goal", "switch-identity", docs, "--agent", "plan")
+    await host.set_status(await story.session_of(docs), "idle")
+    await story.run("goal", "idle", docs)
+
+    await story.say("A 429 from the provider prepares the first usable fallback, applied once the wait is over")
+    error = {"statusCode": 429, "message": "Rate limit reached", "responseHeaders": {"retry-after": "1"}}
+    await story.run("goal", "observe-error", docs, "--error", json.dumps(error))
+    await anyio.sleep(2.2)  # the run's back-off (2 s) and the provider's Retry-After (1 s)
+    await story.run("goal", "idle", docs)
+
+    await story.say("A combined switch whose agent half the host refuses: the model half is rolled back")
+    await story.run("goal", "idle", tests)  # the first turn ends; an interactive goal starts no other
+    await host.inject(FailureRule(op="switch_agent", session=await story.session_of(tests), error="rejected"))
+    await story.run("goal", "switch-identity", tests, "--model", "anthropic/claude-haiku-4-5", "--agent", "review")
+    await host.clear_failures()
+    await story.run("identities", tests)
+
+    await story.say("Back on auto, the second goal runs out of turns")
+    await story.run("goal", "interactive", tests, "off")
+    for _ in range(4):
+        out = await story.run("goal", "idle", tests)
+        if "blocked" in out or "not active" in out:
+            break
+
+    await story.say("What the read models say")
+    await story.run("goals")
+    await story.say("The history of the docs goal")
+    await story.run("history", docs)
+    await story.say("Why the tests goal is where it is")
+    await story.run("explain", tests)
+    html = story.root / "timeline.html"
+    await story.run("history", docs, "--html", str(html), show=False)
+    print(f"\nThe HTML timeline of the docs goal is in {html}; the log is {story.store}.")
+    print(f"Explore: loopd-es --store {story.store} read | goals | history GOAL | explain GOAL")
+
+
+def _quote(arg: str) -> str:
+    return arg if arg and all(c.isalnum() or c in "-_/.:=@" for c in arg) else "'" + arg.replace("'", "'\\''") + "'"
