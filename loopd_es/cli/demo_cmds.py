@@ -63,7 +63,7 @@ class _Story:
         from .main import main
 
         argv = ("--store", self.store, *args)
-        if args[0] in ("goal", "models"):
+        if args[0] == "models" or (args[0] == "goal" and args[1] != "show"):
             argv = (*argv, "--host", self.host)
 
         def call() -> tuple[int, str, str]:
@@ -83,7 +83,7 @@ class _Story:
 
     async def session_of(self, goal: str) -> str:
         shown = json.loads(await self.run("goal", "show", goal, "--json", show=False))
-        return str(shown["worker_session_id"])
+        return str(shown["goal"]["worker_session_id"])
 
 
 async def _demo(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, LoopdError, UsageErro
 from ..host import host_url, open_host
 from .host_cmds import add_host_option
 from .main import store_url
+from .query_cmds import add_goal_show
 
 if TYPE_CHECKING:
     from ..app.goals import Goals, TurnReport
@@ -75,8 +76,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--model", metavar="P/M", help="the model the error was for (default: the goal's)")
     add("idle", "the worker went idle: finish the run, apply pending switches, continue", _idle)
     add("compact", "compact the worker session (applies pending switches first)", _compact)
-    p = add("show", "the goal's status, identity and pending switches", _show)
-    p.add_argument("--json", action="store_true")
+    add_goal_show(cmds)  # answered from the read models (query_cmds)
     add("recover", "settle identity switches a crashed process left open", _recover, goal_arg=False)
 
 
@@ -247,17 +247,6 @@ async def _idle(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
 async def _compact(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     reports = await goals.compact(args.goal, ctx)
     _say(*(f"pending switch: {r.message()}" for r in reports), "compacted")
-    return EXIT_OK
-
-
-async def _show(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
-    state = await _state(goals, args.goal)
-    row = goal_row(state)
-    if args.json:
-        _say(msgspec.json.encode(row).decode())
-    else:
-        _say(state.summary(), f"  identity: {row['model'] or '-'} / {row['agent'] or '-'}"
-             f"  pending: {_pending_text(row)}  worker: {row['worker_session_id'] or '-'}")
     return EXIT_OK
 
 

@@ -1,0 +1,462 @@
+"""Queries from the read models: ``goals``, ``goal show``, ``commands``, ``identities GOAL``.
+
+A query answers from the read database, never by folding the log itself, so it stays fast on a large log.
+First it brings the read models up to date (``Projector.run_once``: only what they have not seen yet); with
+``--no-catch-up`` it answers from what they hold and says on stderr how far behind the log they are.
+Readable tables by default; ``--json`` prints one JSON document for machines.
+
+``goal show`` lives under the ``goal`` command of :mod:`.saga_cmds`; :func:`add_goal_show` adds it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import anyio.to_thread
+import msgspec
+
+from ..errors import EXIT_OK, UsageError
+from ..log import open_store
+from ..projector import Projector, default_read_db, load_registry
+from .main import store_url
+
+T = TypeVar("T")
+Row = dict[str, Any]
+
+STATUSES: Final = ("active", "paused", "blocked", "budget_limited", "usage_limited", "complete", "cleared")
+QUERY_PROJECTIONS: Final = ("goals", "runs", "identities", "provider_limits", "commands", "awaits")
+"""The read models the queries read; their lowest checkpoint is what "behind" is measured from."""
+
+
+# -- the command tree -------------------------------------------------------------------------------------
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON document")
+    common.add_argument(
+        "--read-db", type=Path, default=None, metavar="PATH",
+        help="the read database (default: read.db beside the log, e.g. .loopd/read.db)",
+    )  # fmt: skip
+    common.add_argument(
+        "--no-catch-up", action="store_true",
+        help="answer from the read models as they are, saying how far behind the log they are",
+    )  # fmt: skip
+    return common
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``goals``, ``commands``, ``identities`` and ``goal show`` to the ``loopd-es`` parser."""
+    common = _common()
+    p = sub.add_parser(
+        "goals", parents=[common], help="list goals: status, phase, model, budgets",
+        description="Every goal with its status, phase, identity and budgets, from the read models. "
+        "Cleared goals are left out unless --all or --status cleared.",
+    )  # fmt: skip
+    p.add_argument("--status", choices=STATUSES, metavar="S", help=f"only this status: {', '.join(STATUSES)}")
+    p.add_argument("--owner", metavar="O", help="only goals of this owner session")
+    p.add_argument("--all", action="store_true", help="include cleared goals")
+    p.set_defaults(handler=_goals)
+
+    p = sub.add_parser(
+        "commands", parents=[common], help="list command sessions: status, end reason, exit code, watch",
+        description="Every command session with its status, end reason, exit code, watch state and linked "
+        "goal, from the read models. Removed commands are left out unless --all.",
+    )  # fmt: skip
+    p.add_argument("--all", action="store_true", help="include removed commands")
+    p.set_defaults(handler=_commands)
+
+    p = sub.add_parser(
+        "identities", parents=[common], help="a goal's identity switches: who asked, why, how they ended",
+        description="Every identity switch of a goal (requested, deferred, applied, failed, rolled back...) "
+        "with who requested it and why, and the switch sagas' host calls, in log order.",
+    )  # fmt: skip
+    p.add_argument("goal", metavar="GOAL", help="the goal id, or a unique prefix of it")
+    p.set_defaults(handler=_identities)
+
+    goal = sub.choices.get("goal")
+    if goal is None:
+        goal = sub.add_parser("goal", help="goals: show one", description="One goal, from the read models.")
+        actions = goal.add_subparsers(dest="goal_command", metavar="ACTION", required=True)
+    else:
+        found = [a for a in goal._actions if isinstance(a, argparse._SubParsersAction)]
+        if not found:
+            return
+        actions = found[0]
+    if "show" not in actions.choices:
+        add_goal_show(actions)
+
+
+def add_goal_show(
+    goal_subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse.ArgumentParser:
+    """Add ``show`` to the ``goal`` command's subparsers (called by whichever module builds ``goal``)."""
+    p = goal_subparsers.add_parser(
+        "show", parents=[_common()], help="one goal: status, identity, budgets, runs, switches, commands",
+        description="One goal from the read models: status and why, identity and pending switches, budgets "
+        "used and limits, last progress, its runs, identity switches, fallback state, commands and awaits.",
+    )  # fmt: skip
+    p.add_argument("goal", metavar="GOAL", help="the goal id, or a unique prefix of it")
+    p.set_defaults(handler=_goal_show)
+    return p
+
+
+# -- reading the read models ------------------------------------------------------------------------------
+
+
+async def read_models(args: argparse.Namespace, query: Callable[[sqlite3.Connection], T]) -> T:
+    """Catch the read models up (unless ``--no-catch-up``), warn when behind, then run ``query`` on them.
+
+    :raises LogNotFoundError: when there is no log.
+    :raises ProjectionError: when the read database cannot be used.
+    """
+    url = store_url(args)
+    store = await open_store(url, create=False)
+    try:
+        read_db = args.read_db if args.read_db is not None else default_read_db(url)
+        async with await Projector.open(store, load_registry(), read_db) as projector:
+            if not args.no_catch_up:
+                await projector.run_once()
+            head, rows = await projector.status()
+    finally:
+        await store.aclose()
+    used = [r for r in rows if r.name in QUERY_PROJECTIONS]
+    behind = head - min((r.position for r in used), default=head)
+    if behind > 0:
+        print(
+            f"loopd-es: read models are {behind} event{'s' if behind != 1 else ''} behind the log "
+            "(run `loopd-es project`)",
+            file=sys.stderr,
+        )
+    parked = sum(r.parked for r in used)
+    if parked:
+        print(
+            f"loopd-es: {parked} event(s) are parked and missing from these answers; "
+            "see `loopd-es projections status`",
+            file=sys.stderr,
+        )
+    return await anyio.to_thread.run_sync(_run_query, Path(read_db), query)
+
+
+def _run_query(path: Path, query: Callable[[sqlite3.Connection], T]) -> T:
+    conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    try:
+        conn.row_factory = sqlite3.Row
+        conn.execute("BEGIN")  # one snapshot for every table a query reads
+        return query(conn)
+    finally:
+        conn.close()
+
+
+def _rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+    return [dict(row) for row in conn.execute(sql, params)]
+
+
+def resolve_goal(conn: sqlite3.Connection, text: str) -> Row:
+    """The ``goals`` row whose id is ``text`` or the one id starting with it.
+
+    :raises UsageError: when no goal or several goals match.
+    """
+    exact = _rows(conn, "SELECT * FROM goals WHERE goal_id = ?", (text,))
+    if exact:
+        return exact[0]
+    found = _rows(
+        conn, "SELECT * FROM goals WHERE substr(goal_id, 1, ?) = ? ORDER BY goal_id", (len(text), text)
+    )
+    if len(found) == 1 and text:
+        return found[0]
+    if not found or not text:
+        raise UsageError(f"no goal matches {text!r}; `loopd-es goals --all` lists the goals and their ids")
+    raise UsageError(
+        f"goal id prefix {text!r} is ambiguous ({len(found)} goals: "
+        f"{', '.join(r['goal_id'] for r in found[:5])}); give more characters"
+    )
+
+
+def _list_goals(conn: sqlite3.Connection, status: str | None, owner: str | None, all_: bool) -> list[Row]:
+    where, params = [], []
+    if status == "cleared":
+        where.append("cleared = 1")
+    elif status is not None:
+        where += ["status = ?", "cleared = 0"]
+        params.append(status)
+    elif not all_:
+        where.append("cleared = 0")
+    if owner is not None:
+        where.append("owner = ?")
+        params.append(owner)
+    sql = (
+        "SELECT * FROM goals"
+        + (f" WHERE {' AND '.join(where)}" if where else "")
+        + " ORDER BY created_at, goal_id"
+    )
+    return _rows(conn, sql, params)
+
+
+def _show_goal(conn: sqlite3.Connection, text: str) -> Row:
+    goal = resolve_goal(conn, text)
+    gid = goal["goal_id"]
+    fallback = _rows(conn, "SELECT * FROM provider_fallbacks WHERE goal_id = ?", (gid,))
+    if fallback:
+        fallback[0]["fallback_models"] = msgspec.json.decode(fallback[0]["fallback_models"])
+        fallback[0]["attempted"] = msgspec.json.decode(fallback[0]["attempted"])
+    return {
+        "goal": goal,
+        "runs": _rows(conn, "SELECT * FROM runs WHERE goal_id = ? ORDER BY started_position", (gid,)),
+        "switches": _rows(
+            conn, "SELECT * FROM identity_switches WHERE goal_id = ? ORDER BY last_position", (gid,)
+        ),
+        "fallback": fallback[0] if fallback else None,
+        "provider_limits": _rows(
+            conn, "SELECT * FROM provider_limit_observations WHERE goal_id = ? ORDER BY position", (gid,)
+        ),
+        "commands": _rows(
+            conn, "SELECT * FROM commands WHERE goal_id = ? ORDER BY started_at, command_id", (gid,)
+        ),
+        "awaits": _rows(
+            conn,
+            "SELECT a.*, c.title AS command_title FROM awaits a LEFT JOIN commands c USING (command_id) "
+            "WHERE a.goal_id = ? ORDER BY a.await_id",
+            (gid,),
+        ),
+    }
+
+
+def _goal_identities(conn: sqlite3.Connection, text: str) -> Row:
+    goal = resolve_goal(conn, text)
+    gid = goal["goal_id"]
+    return {
+        "goal": {k: goal[k] for k in ("goal_id", "name", "status", "model", "agent", "pending_switch")},
+        "switches": _rows(
+            conn, "SELECT * FROM identity_switches WHERE goal_id = ? ORDER BY requested_at, switch_id", (gid,)
+        ),
+        "history": _rows(conn, "SELECT * FROM identity_history WHERE goal_id = ? ORDER BY position", (gid,)),
+    }
+
+
+# -- handlers ---------------------------------------------------------------------------------------------
+
+
+async def _goals(args: argparse.Namespace) -> int:
+    rows = await read_models(args, lambda c: _list_goals(c, args.status, args.owner, args.all))
+    if args.json:
+        return _json(rows)
+    if not rows:
+        _say("no goals" + (" match" if args.status or args.owner else ""))
+        return EXIT_OK
+    ids = short_ids([r["goal_id"] for r in rows])
+    _say(
+        *table(
+            ("ID", "NAME", "STATUS", "PHASE", "MODEL", "TURNS", "TOKENS", "COST", "OWNER", "UPDATED"),
+            [
+                (
+                    ids[r["goal_id"]],
+                    r["name"],
+                    "cleared" if r["cleared"] else r["status"],
+                    r["phase"],
+                    r["model"],
+                    _of(r["turns_used"], r["max_turns"]),
+                    _of(r["tokens_used"], r["token_budget"]),
+                    _cost(r["cost_used"], r["cost_budget"]),
+                    r["owner"],
+                    _time(r["updated_at"]),
+                )
+                for r in rows
+            ],
+        )  # fmt: skip
+    )
+    return EXIT_OK
+
+
+async def _goal_show(args: argparse.Namespace) -> int:
+    doc = await read_models(args, lambda c: _show_goal(c, args.goal))
+    if args.json:
+        return _json(doc)
+    _say(*render_goal(doc))
+    return EXIT_OK
+
+
+async def _commands(args: argparse.Namespace) -> int:
+    where = "" if args.all else " WHERE removed = 0"
+    rows = await read_models(
+        args, lambda c: _rows(c, f"SELECT * FROM commands{where} ORDER BY started_at, command_id")
+    )
+    if args.json:
+        return _json(rows)
+    if not rows:
+        _say("no commands")
+        return EXIT_OK
+    _say(*command_rows(rows))
+    return EXIT_OK
+
+
+async def _identities(args: argparse.Namespace) -> int:
+    doc = await read_models(args, lambda c: _goal_identities(c, args.goal))
+    if args.json:
+        return _json(doc)
+    _say(*render_identities(doc))
+    return EXIT_OK
+
+
+# -- rendering ----------------------------------------------------------------------------------------
+
+
+def _json(doc: Any) -> int:
+    sys.stdout.buffer.write(msgspec.json.encode(doc) + b"\n")
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _say(*lines: str) -> None:
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+
+
+def short_ids(ids: Sequence[str], least: int = 8) -> dict[str, str]:
+    """Each id cut to the shortest prefix (at least ``least`` characters) no other id shares."""
+    result = {}
+    for i in ids:
+        n = min(least, len(i))
+        while n < len(i) and any(o != i and o.startswith(i[:n]) for o in ids):
+            n += 1
+        result[i] = i[:n]
+    return result
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40) -> list[str]:
+    """Left-aligned columns, ``-`` for nothing, cells cut to ``width`` characters."""
+    cells = [[_cell(v, width) for v in row] for row in rows]
+    widths = [max([len(h), *(len(r[k]) for r in cells)]) for k, h in enumerate(headers)]
+    return [
+        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+        for line in [list(headers), *cells]
+    ]
+
+
+def _cell(value: Any, width: int) -> str:
+    text = "-" if value is None or value == "" else str(value).replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _of(used: Any, limit: Any) -> str:
+    return f"{used}/{limit if limit else '-'}"
+
+
+def _cost(used: float, limit: float | None) -> str:
+    return f"${used:.4f}" + (f"/${limit:.2f}" if limit else "")
+
+
+def _time(stamp: str | None) -> str:
+    """``2026-12-02T13:00:01.123456Z`` -> ``2026-12-02 13:00:01``."""
+    return "-" if not stamp else stamp.replace("T", " ")[:19]
+
+
+def command_rows(rows: Sequence[Row]) -> list[str]:
+    """The ``commands`` table: one line per command session."""
+    return table(
+        ("ID", "TITLE", "STATUS", "END", "EXIT", "WATCH", "AWAITS", "GOAL", "STARTED"),
+        [
+            (r["command_id"], r["title"], r["status"] + (" (removed)" if r["removed"] else ""), r["end_reason"],
+             r["exit_code"] if r["signal"] is None else f"{r['exit_code'] if r['exit_code'] is not None else '-'}"
+             f" {r['signal']}", r["watch_state"], r["awaits"], r["goal_id"], _time(r["started_at"]))
+            for r in rows
+        ],
+    )  # fmt: skip
+
+
+def render_goal(doc: Row) -> list[str]:
+    """``goal show``: the goal's facts, then its runs, switches, provider limits, commands and awaits."""
+    g = doc["goal"]
+    status = f"cleared (was {g['status']})" if g["cleared"] else f"{g['status']}, phase {g['phase']}"
+    lines = [f"goal {g['goal_id']}  {g['name']!r}", f"  status      {status}"]
+    if g["blocker_reason"]:
+        kind = f" [{g['blocker_kind']}]" if g["blocker_kind"] else ""
+        lines.append(f"  blocker     {g['blocker_reason']}{kind} — needed: {g['blocker_needed']}")
+    lines += [
+        f"  objective   {_cell(g['objective'], 100)}",
+        f"  owner       {g['owner']}   worker session {g['worker_session_id'] or '-'}   "
+        f"interactive {'yes' if g['interactive'] else 'no'}",
+        f"  identity    model {g['model'] or '-'}  agent {g['agent'] or '-'}   pending {g['pending_switch'] or '-'}"
+        + (f"   in flight {g['switch_in_flight']}" if g["switch_in_flight"] else ""),
+        f"  budgets     turns {_of(g['turns_used'], g['max_turns'])}   tokens {_of(g['tokens_used'], g['token_budget'])}"
+        f"   cost {_cost(g['cost_used'], g['cost_budget'])}   time {g['time_used_seconds']:.1f}s"
+        + (f"/{g['timeout_ms'] / 1000:g}s" if g["timeout_ms"] else ""),
+    ]
+    if g["last_progress"]:
+        nxt = f" (next: {g['last_progress_next']})" if g["last_progress_next"] else ""
+        lines.append(
+            f"  progress    {_cell(g['last_progress'], 100)}{nxt}  at {_time(g['last_progress_at'])}"
+        )
+    if g["last_error"]:
+        lines.append(f"  last error  {_cell(g['last_error'], 100)}")
+    fb = doc["fallback"]
+    if fb and (fb["status"] or fb["observations"] or fb["fallback_models"]):
+        prepared = f" {fb['prepared_model']}" if fb["prepared_model"] else ""
+        tried = f", attempted {', '.join(fb['attempted'])}" if fb["attempted"] else ""
+        seen = (
+            f"; {fb['observations']} provider limit(s), last {fb['last_kind']} on {fb['last_model'] or '-'}"
+            f" at {_time(fb['last_observed_at'])}"
+            if fb["observations"]
+            else ""
+        )
+        order = ", ".join(fb["fallback_models"]) or "none"
+        lines.append(f"  fallback    {fb['status'] or 'not needed'}{prepared}{tried}{seen} (order: {order})")
+    lines.append(
+        f"  created     {_time(g['created_at'])}   updated {_time(g['updated_at'])}   version {g['version']}"
+    )
+    if doc["runs"]:
+        lines += ["", f"runs ({len(doc['runs'])}):"]
+        lines += _indent(table(
+            ("TURN", "GEN", "KIND", "STATUS", "ENDED BY", "TOKENS", "STARTED", "ENDED", "ERROR"),
+            [(r["turn"], r["generation"], r["kind"], r["status"], r["end_event"], r["tokens"],
+              _time(r["started_at"]), _time(r["ended_at"]), r["error"]) for r in doc["runs"][-20:]],
+        ))  # fmt: skip
+    if doc["switches"]:
+        lines += ["", "identity switches:", *_indent(_switch_rows(doc["switches"]))]
+    if doc["commands"]:
+        lines += ["", "commands:", *_indent(command_rows(doc["commands"]))]
+    if doc["awaits"]:
+        lines += ["", "awaits:"]
+        lines += _indent(table(
+            ("COMMAND", "TITLE", "STATUS", "UNTIL", "EXIT", "REQUESTED", "ENDED"),
+            [(a["command_id"], a["command_title"], a["status"] + (" (immediate)" if a["immediate"] else ""),
+              a["until"], a["exit_code"], _time(a["requested_at"]), _time(a["ended_at"])) for a in doc["awaits"]],
+        ))  # fmt: skip
+    return lines
+
+
+def _switch_rows(switches: Sequence[Row]) -> list[str]:
+    ids = short_ids([s["switch_id"] for s in switches])
+    return table(
+        ("SWITCH", "STATUS", "TARGET", "MODEL", "AGENT", "BY", "WHY", "REQUESTED"),
+        [(ids[s["switch_id"]], s["status"] + (f" → {s['continued_as'][:13]}" if s["continued_as"] else ""), s["target"],
+          s["model"], s["agent"], s["requested_by"], s["reason"], _time(s["requested_at"])) for s in switches],
+    )  # fmt: skip
+
+
+def render_identities(doc: Row) -> list[str]:
+    """``identities GOAL``: the switches, then every identity and saga event in log order."""
+    g = doc["goal"]
+    lines = [
+        f"goal {g['goal_id']}  {g['name']!r}: {g['status']}, model {g['model'] or '-'}, agent {g['agent'] or '-'},"
+        f" pending {g['pending_switch'] or '-'}"
+    ]
+    if not doc["switches"]:
+        return [*lines, "no identity switches"]
+    lines += ["", "switches:", *_indent(_switch_rows(doc["switches"])), "", "history:"]
+    ids = short_ids([s["switch_id"] for s in doc["switches"]])
+    lines += _indent(table(
+        ("POSITION", "AT", "SWITCH", "EVENT", "MODEL", "AGENT", "BY", "WHY", "DETAIL"),
+        [(h["position"], _time(h["at"]), ids.get(h["switch_id"], h["switch_id"]), h["event"], h["model"], h["agent"], h["requested_by"],
+          h["reason"], h["detail"]) for h in doc["history"]],
+        width=60,
+    ))  # fmt: skip
+    return lines
+
+
+def _indent(lines: Sequence[str]) -> list[str]:
+    return [f"  {line}" for line in lines]

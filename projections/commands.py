@@ -1,0 +1,94 @@
+"""``commands``: one row per command session: status, end reason, exit code, watch state and linked goal.
+
+Rows come from the command domain's own fold (:func:`loopd_es.domain.command.evolve`, state kept in
+``commands_fold``), so a second exit or a stray event changes nothing here either. A removed command keeps
+its row (``removed = 1``): its stream stays as history.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from loopd_es.domain.command import CommandState, argv_text, evolve
+from loopd_es.domain.streams import COMMAND_PREFIX
+from loopd_es.events.catalogue import decode_payload
+
+from ._fold import by_stream
+
+if TYPE_CHECKING:
+    from loopd_es.events.envelope import Envelope
+
+COLUMNS: Final = (
+    "command_id", "title", "command_line", "cwd", "goal_id", "status", "end_reason", "exit_code", "signal",
+    "last_error", "claim", "timeout_seconds", "watch_filter", "watch_until", "watch_state", "watch_pushes",
+    "watch_matches", "awaits", "pid", "output_bytes", "truncated", "removed", "started_at", "ended_at",
+    "updated_at", "version", "position",
+)  # fmt: skip
+_DDL: Final = (
+    """CREATE TABLE IF NOT EXISTS commands (
+        command_id TEXT PRIMARY KEY, title TEXT NOT NULL, command_line TEXT NOT NULL, cwd TEXT NOT NULL,
+        goal_id TEXT, status TEXT NOT NULL, end_reason TEXT, exit_code INTEGER, signal TEXT, last_error TEXT,
+        claim TEXT, timeout_seconds INTEGER, watch_filter TEXT, watch_until TEXT, watch_state TEXT NOT NULL,
+        watch_pushes INTEGER NOT NULL, watch_matches INTEGER NOT NULL, awaits INTEGER NOT NULL, pid INTEGER,
+        output_bytes INTEGER NOT NULL, truncated INTEGER NOT NULL, removed INTEGER NOT NULL,
+        started_at TEXT NOT NULL, ended_at TEXT, updated_at TEXT NOT NULL, version INTEGER NOT NULL,
+        position INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE TABLE IF NOT EXISTS commands_fold (command_id TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID",
+)
+_UPSERT: Final = (
+    f"INSERT OR REPLACE INTO commands ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+)
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_DECODER: Final = msgspec.msgpack.Decoder(CommandState)
+
+
+def command_row(s: CommandState, updated_at: str, position: int) -> tuple[Any, ...]:
+    """The ``commands`` row of a folded command, in :data:`COLUMNS` order."""
+    watch = s.watch
+    return (
+        s.id, s.title, argv_text(s), s.cwd, s.goal_id, s.status, s.end_reason, s.exit_code, s.signal,
+        s.last_error, s.claim, s.timeout_seconds, watch.filter or None if watch else None,
+        watch.until or None if watch else None, s.watch_state if watch is not None else "none",
+        s.watch_pushes, s.watch_matches, len(s.awaits), s.pid, s.output_bytes, int(s.truncated),
+        int(s.removed), s.created_at, s.ended_at, updated_at, s.version, position,
+    )  # fmt: skip
+
+
+class Commands:
+    """Rows of ``commands`` (see :data:`COLUMNS`), folded from ``command-<id>`` streams."""
+
+    name = "commands"
+    version = 1
+
+    def schema(self, conn: sqlite3.Connection) -> None:
+        for ddl in _DDL:
+            conn.execute(ddl)
+
+    def apply(self, conn: sqlite3.Connection, envelope: Envelope) -> None:
+        self.apply_batch(conn, (envelope,))
+
+    def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
+        """One load and one write per command of the batch."""
+        for command_id, group in by_stream(envelopes, COMMAND_PREFIX).items():
+            row = conn.execute(
+                "SELECT state FROM commands_fold WHERE command_id = ?", (command_id,)
+            ).fetchone()
+            state: CommandState | None = None if row is None else _DECODER.decode(row[0])
+            for env in group:
+                state = evolve(state, decode_payload(env), env.version)
+            if state is None:
+                continue  # no command.started yet: nothing to show
+            conn.execute(
+                "INSERT OR REPLACE INTO commands_fold (command_id, state) VALUES (?, ?)",
+                (command_id, _ENCODER.encode(state)),
+            )
+            conn.execute(_UPSERT, command_row(state, group[-1].recorded_at, group[-1].position))
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        conn.execute("DROP TABLE IF EXISTS commands")
+        conn.execute("DROP TABLE IF EXISTS commands_fold")

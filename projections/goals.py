@@ -1,0 +1,111 @@
+"""``goals``: one row per goal with what ``loopd-es goals`` and ``goal show`` answer at a glance.
+
+Rows come from the domain's own fold of the goal stream (state kept in ``goals_fold``), so status, phase,
+identity, pending switches and budgets are exactly what the deciders see; nothing here re-states a rule.
+A cleared goal keeps its row (``cleared = 1``): queries hide it unless asked.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from loopd_es.domain.evolve import GoalFold
+
+from ._fold import GoalFolds, goal_groups
+
+if TYPE_CHECKING:
+    from loopd_es.domain.state import GoalState
+    from loopd_es.events.envelope import Envelope
+
+COLUMNS: Final = (
+    "goal_id", "name", "objective", "owner", "status", "phase", "cleared", "interactive",
+    "model", "agent", "pending_switch", "switch_in_flight", "worker_session_id",
+    "turns_used", "max_turns", "runs", "tokens_used", "token_budget", "cost_used", "cost_budget",
+    "time_used_seconds", "timeout_ms", "blocker_reason", "blocker_needed", "blocker_kind", "last_error",
+    "last_progress", "last_progress_next", "last_progress_at", "fallback_status",
+    "created_at", "updated_at", "version", "position", "anomalies",
+)  # fmt: skip
+_DDL: Final = """CREATE TABLE IF NOT EXISTS goals (
+    goal_id TEXT PRIMARY KEY, name TEXT NOT NULL, objective TEXT NOT NULL, owner TEXT NOT NULL,
+    status TEXT NOT NULL, phase TEXT NOT NULL, cleared INTEGER NOT NULL, interactive INTEGER NOT NULL,
+    model TEXT, agent TEXT, pending_switch TEXT, switch_in_flight TEXT, worker_session_id TEXT,
+    turns_used INTEGER NOT NULL, max_turns INTEGER, runs INTEGER NOT NULL,
+    tokens_used INTEGER NOT NULL, token_budget INTEGER, cost_used REAL NOT NULL, cost_budget REAL,
+    time_used_seconds REAL NOT NULL, timeout_ms INTEGER,
+    blocker_reason TEXT, blocker_needed TEXT, blocker_kind TEXT, last_error TEXT,
+    last_progress TEXT, last_progress_next TEXT, last_progress_at TEXT, fallback_status TEXT,
+    created_at TEXT NOT NULL, updated_at TEXT NOT NULL, version INTEGER NOT NULL, position INTEGER NOT NULL,
+    anomalies INTEGER NOT NULL
+) WITHOUT ROWID"""
+# created_at is written once, by the insert: later batches never move it.
+_UPSERT: Final = (
+    f"INSERT INTO goals ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))}) "
+    "ON CONFLICT (goal_id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in COLUMNS if c not in ("goal_id", "created_at"))
+)
+
+
+def pending_text(state: GoalState) -> str | None:
+    """The pending switch in one phrase: ``model M (quota)``, ``agent A``, ``M / A`` (a pair), or None."""
+    if state.pending_identity is not None:
+        return f"{state.pending_identity.model} / {state.pending_identity.agent}"
+    parts = []
+    if state.model_pending is not None:
+        parts.append(f"model {state.model_pending.model} ({state.model_pending.reason})")
+    if state.agent_pending is not None:
+        parts.append(f"agent {state.agent_pending.agent}")
+    return ", ".join(parts) or None
+
+
+def goal_row(state: GoalState, created_at: str, updated_at: str) -> tuple[Any, ...]:
+    """The ``goals`` row of a folded state, in :data:`COLUMNS` order."""
+    cfg, blocker, progress = state.config, state.blocker, state.last_progress
+    return (
+        state.goal_id, state.name, state.objective, state.owner_session_id, state.status, state.phase,
+        int(state.cleared), int(state.interactive), cfg.model, cfg.agent, pending_text(state),
+        state.switch_in_flight.switch_id if state.switch_in_flight else None, state.worker_session_id,
+        state.budget_turn_count, cfg.max_turns, state.run_count, state.tokens_used, cfg.token_budget,
+        state.cost_used, cfg.cost_budget, state.time_used_seconds, cfg.timeout_ms,
+        blocker.reason if blocker else None, blocker.needed if blocker else None,
+        blocker.kind if blocker else None, state.last_error,
+        progress.summary if progress else None, progress.next if progress else None,
+        progress.at if progress else None,
+        state.model_fallback.status if state.model_fallback else None,
+        created_at, updated_at, state.version, state.position, state.anomaly_count,
+    )  # fmt: skip
+
+
+class Goals:
+    """Rows of ``goals`` (see :data:`COLUMNS`), folded from ``goal-<id>`` streams."""
+
+    name = "goals"
+    version = 1
+    folds = GoalFolds("goals_fold")
+
+    def schema(self, conn: sqlite3.Connection) -> None:
+        conn.execute(_DDL)
+        conn.execute("CREATE INDEX IF NOT EXISTS goals_by_status ON goals (status, owner)")
+        self.folds.schema(conn)
+
+    def apply(self, conn: sqlite3.Connection, envelope: Envelope) -> None:
+        self.apply_batch(conn, (envelope,))
+
+    def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
+        """One load, one fold and one write per goal of the batch: the same rows as event by event."""
+        for goal_id, group in goal_groups(envelopes).items():
+            folding = GoalFold(self.folds.load(conn, goal_id))
+            folding.apply(group)
+            state = folding.result()
+            self.folds.save(conn, state)
+            if not (state.exists or state.cleared):
+                continue  # only anomalies so far (events before goal.created): no goal to show
+            created = state.created_at or next(
+                (e.recorded_at for e in group if e.type == "goal.created"), group[0].recorded_at
+            )
+            conn.execute(_UPSERT, goal_row(state, created, group[-1].recorded_at))
+
+    def reset(self, conn: sqlite3.Connection) -> None:
+        conn.execute("DROP TABLE IF EXISTS goals")
+        self.folds.reset(conn)
