@@ -67,10 +67,12 @@ class _Story:
             argv = (*argv, "--host", self.host)
 
         def call() -> tuple[int, str, str]:
-            out, err = io.StringIO(), io.StringIO()
+            # commands may write to sys.stdout.buffer, so capture through a real text layer over bytes
+            out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+            err = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = main(*argv)
-            return code, out.getvalue(), err.getvalue()
+            return code, _text(out), _text(err)
 
         code, out, err = await anyio.to_thread.run_sync(call)
         if show:
@@ -152,6 +154,13 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
     await story.run("history", docs, "--html", str(html), show=False)
     print(f"\nThe HTML timeline of the docs goal is in {html}; the log is {story.store}.")
     print(f"Explore: loopd-es --store {story.store} read | goals | history GOAL | explain GOAL")
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    buffer = stream.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue().decode("utf-8", "replace")
 
 
 def _quote(arg: str) -> str:
