@@ -90,13 +90,7 @@ class _Story:
 
 async def _demo(args: argparse.Namespace) -> int:
     root: Path = args.dir
-    if root.exists() and any(root.iterdir()):
-        if not (root / _MARKER).exists():
-            raise UsageError(f"{root} exists and is not an earlier demo; pass --dir NEW_DIR")
-        shutil.rmtree(root)
-    root.mkdir(parents=True)
-    (root / _MARKER).write_text("made by loopd-es demo; safe to delete\n")
-    (root / "host.json").write_text(json.dumps(_HOST_SCRIPT, indent=2))
+    await anyio.to_thread.run_sync(_prepare, root)
     story = _Story(root)
     host = SimulatedHost.from_file(root / "host.json")
     try:
@@ -104,6 +98,17 @@ async def _demo(args: argparse.Namespace) -> int:
     finally:
         await host.aclose()
     return EXIT_OK
+
+
+def _prepare(root: Path) -> None:
+    """A fresh directory: replace an earlier demo's, never anything else."""
+    if root.exists() and any(root.iterdir()):
+        if not (root / _MARKER).exists():
+            raise UsageError(f"{root} exists and is not an earlier demo; pass --dir NEW_DIR")
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / _MARKER).write_text("made by loopd-es demo; safe to delete\n")
+    (root / "host.json").write_text(json.dumps(_HOST_SCRIPT, indent=2))
 
 
 async def _play(story: _Story, host: SimulatedHost) -> None:
