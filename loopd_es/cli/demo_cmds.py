@@ -19,6 +19,7 @@ import anyio
 import anyio.to_thread
 
 from ..errors import EXIT_OK, UsageError
+from ..host import open_host
 from ..host.sim_script import FailureRule
 from ..host.simulated import SimulatedHost
 
@@ -92,7 +93,8 @@ async def _demo(args: argparse.Namespace) -> int:
     root: Path = args.dir
     await anyio.to_thread.run_sync(_prepare, root)
     story = _Story(root)
-    host = SimulatedHost.from_file(root / "host.json")
+    host = await open_host(story.host)
+    assert isinstance(host, SimulatedHost)  # the demo scripts the simulated host's behaviour
     try:
         await _play(story, host)
     finally:
