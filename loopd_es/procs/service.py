@@ -33,6 +33,7 @@ from ..domain.command import (
     compile_watch_regex,
     deadline_for,
     decide_await,
+    decide_discard,
     decide_cancel_goal_awaits,
     decide_fire_outstanding,
     decide_missing,
@@ -264,6 +265,7 @@ async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = Non
     for s in states:
         if s.removed or (not s.running and not s.awaits):
             continue
+        s = await _discard_awaits_of_cleared_goals(store, s)
         if s.running:
             lock = paths.lock(s.id)
             fd = take_lock(lock) if lock.exists() else -1
@@ -282,6 +284,25 @@ async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = Non
             facts = stored_facts(paths.log(s.id))
             await append_decided(store, s.id, partial(decide_fire_outstanding, output=facts), s)
     return marked
+
+
+async def _discard_awaits_of_cleared_goals(store: LogStore, s: CommandState) -> CommandState:
+    """Discard awaits whose goal was cleared (a crash between the clear and its cancellations leaves them).
+
+    Only a goal whose own stream ends in ``goal.cleared`` is gone; an await for a goal this log does not
+    know is left alone (goals may live in another tool).
+    """
+    for waiting in s.awaits:
+        stream = f"goal-{waiting.goal_id}"
+        version = await store.stream_version(stream)
+        if not version:
+            continue
+        last = [e async for e in store.read_stream(stream, from_version=version)]
+        if last and last[-1].type == "goal.cleared":
+            _, s = await append_decided(
+                store, s.id, partial(decide_discard, goal_id=waiting.goal_id, reason="goal gone"), s
+            )
+    return s
 
 
 # -- requests to the owner -----------------------------------------------------------------------

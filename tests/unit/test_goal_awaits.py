@@ -74,3 +74,43 @@ def test_pause_and_clear_cancel_the_goals_awaits(
             return [e async for e in store.read_stream("command-c1")][-1].data_dict()
 
     assert anyio.run(payload)["reason"] == reason
+
+
+def test_reconcile_discards_awaits_of_a_goal_cleared_without_its_cancellations(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The crash window between ``goal.cleared`` and the cancellations: reconcile discards, never fires."""
+    from loopd_es.events.goal import GoalCleared
+    from loopd_es.procs import service
+    from loopd_es.procs.paths import CommandPaths
+
+    url = f"sqlite:{env / 'events.db'}"
+    assert main("goal", "create", "g", "--objective", "o", "--model", "p/m", "--agent", "build") == 0
+    goal_id = capsys.readouterr().out.splitlines()[0]
+    _waiting_command(url, goal_id)
+
+    async def clear_and_reconcile() -> list[str]:
+        async with await open_store(url) as store:
+            await store.append(f"goal-{goal_id}", [new_event(GoalCleared(goal_id=goal_id))])
+            await service.reconcile(store, CommandPaths(url))  # the owner is gone: the command is missing
+            return [e.type async for e in store.read_stream("command-c1")]
+
+    types = anyio.run(clear_and_reconcile)
+    assert "command.await-discarded" in types
+    assert "command.await-fired" not in types
+    assert types[-1] == "command.exited"
+
+
+def test_reconcile_leaves_awaits_of_goals_it_does_not_know(env: Path) -> None:
+    from loopd_es.procs import service
+    from loopd_es.procs.paths import CommandPaths
+
+    url = f"sqlite:{env / 'events.db'}"
+    _waiting_command(url, "a-goal-of-another-tool")
+
+    async def reconcile() -> list[str]:
+        async with await open_store(url) as store:
+            await service.reconcile(store, CommandPaths(url))
+            return [e.type async for e in store.read_stream("command-c1")]
+
+    assert "command.await-fired" in anyio.run(reconcile)
