@@ -6,7 +6,8 @@ This package depends on ``loopd_es``, never the reverse: ``loopd-es project`` fi
 add an instance to ``ALL``.
 
 The query commands (``loopd-es goals``, ``goal show``, ``commands``, ``identities``) read the tables of
-``goals``, ``runs``, ``identities``, ``provider_limits``, ``commands`` and ``awaits``.
+``goals``, ``runs``, ``identities``, ``provider_limits``, ``commands`` and ``awaits``; ``history`` and
+``explain`` find a goal's streams through ``goal_links``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from .awaits import Awaits
 from .commands import Commands
+from .goal_links import GoalLinks
 from .goals import Goals
 from .identities import Identities
 from .provider_limits import ProviderLimits
@@ -32,6 +34,7 @@ ALL: list[Projection] = [
     ProviderLimits(),
     Commands(),
     Awaits(),
+    GoalLinks(),
 ]
 
-__all__ = ("ALL", "Awaits", "Commands", "Goals", "Identities", "ProviderLimits", "Runs", "StreamStats")
+__all__ = ("ALL", "Awaits", "Commands", "GoalLinks", "Goals", "Identities", "ProviderLimits", "Runs", "StreamStats")

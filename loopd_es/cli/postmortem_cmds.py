@@ -1,0 +1,164 @@
+"""Post-mortem commands: ``history GOAL [--json] [--until POSITION | --at TIME] [--html FILE]`` and
+``explain GOAL [--json]``.
+
+Both are read-only. They find the goal's streams through the ``goal_links`` read model when the projection
+registry has it (catching it up first), else by one scan of the log; everything heavy is imported inside the
+handlers so that the rest of the CLI does not pay for it at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from ..log.base import LogStore
+    from ..postmortem.links import GoalStreams
+    from ..projector.base import Projection
+
+log = logging.getLogger("loopd_es.postmortem")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``history`` and ``explain`` to the command tree."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("goal", metavar="GOAL", help="the goal id, or a prefix that matches exactly one goal")
+    common.add_argument("--json", action="store_true", help="print one JSON document")
+    common.add_argument(
+        "--read-db",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the read database holding goal_links (default: read.db beside the log)",
+    )
+    common.add_argument(
+        "--registry",
+        default="projections",
+        metavar="MODULE",
+        help="the module whose ALL list holds the projections (default: projections)",
+    )
+
+    p = subparsers.add_parser(
+        "history",
+        parents=[common],
+        help="a goal's whole timeline, with what each event changed",
+        description="Print the goal's timeline: its own stream plus its switch sagas and linked commands, in "
+        "global order; for each event of the goal's stream, the fields of the folded goal state it changed, "
+        "for other events a summary of the payload. --until/--at cut the timeline; --html writes it as a "
+        "self-contained page (status, identity and run lanes on a time axis).",
+    )
+    cut = p.add_mutually_exclusive_group()
+    cut.add_argument("--until", type=int, metavar="POSITION", help="stop after this global position")
+    cut.add_argument(
+        "--at", metavar="TIME", help="stop after events recorded at or before TIME (ISO 8601, UTC)"
+    )
+    p.add_argument("--html", type=Path, metavar="FILE", help="write the timeline as one HTML file instead")
+    p.set_defaults(handler=_history)
+
+    p = subparsers.add_parser(
+        "explain",
+        parents=[common],
+        help="why a goal is in its current status: the causal chain",
+        description="Walk from the event that set the goal's status back to its first cause along causation "
+        "ids (and from an applied pending switch to the event that set it up), naming the events of the same "
+        "reaction and flow; where a link is missing, say so.",
+    )
+    p.set_defaults(handler=_explain)
+
+
+async def _goal(store: LogStore, args: argparse.Namespace, url: str) -> GoalStreams:
+    from ..postmortem.links import find_goal
+    from ..projector import default_read_db
+
+    links = _links_projection(args.registry)
+    read_db = args.read_db or default_read_db(url)
+    if links is None:
+        log.warning(
+            "note: the goal_links read model is not in %s.ALL: reading the whole log to find the goal's streams",
+            args.registry,
+        )
+    return await find_goal(store, args.goal, read_db=read_db if links is not None else None, links=links)
+
+
+def _links_projection(registry: str) -> Projection | None:
+    from ..postmortem.links import LINKS_NAME
+    from ..projector import load_registry
+
+    try:
+        projections = load_registry(registry)
+    except UsageError:
+        return None
+    return next((p for p in projections if p.name == LINKS_NAME), None)
+
+
+async def _history(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from ..log import open_store
+    from ..postmortem.history import build_history, render_text, to_json
+    from .main import store_url
+
+    if args.until is not None and args.until < 0:
+        raise UsageError(f"--until must be a position >= 0, got {args.until}")
+    at = _parse_time(args.at)
+    url = store_url(args)
+    async with await open_store(url, create=False) as store:
+        goal = await _goal(store, args, url)
+        history = await build_history(store, goal, until=args.until, at=at, provenance=args.html is not None)
+        if args.html is not None:
+            from ..postmortem.explain import explain
+
+            explanation = await explain(store, history)
+    if args.html is not None:
+        from ..postmortem.timeline_html import render_html
+
+        try:
+            args.html.write_text(render_html(history, explanation), encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"cannot write the HTML timeline to {args.html}: {e.strerror}") from None
+        print(f"wrote the timeline of goal {goal.goal_id} ({len(history.entries)} events) to {args.html}")
+        return 0
+    out = sys.stdout
+    if args.json:
+        out.write(msgspec.json.encode(to_json(history)).decode() + "\n")
+    else:
+        out.write("\n".join(render_text(history)) + "\n")
+    return 0
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    from ..events.envelope import parse_rfc3339
+
+    if text is None:
+        return None
+    try:
+        return parse_rfc3339(text)
+    except ValueError:
+        raise UsageError(f"invalid --at {text!r}: use an ISO 8601 time, e.g. 2026-12-02T12:00:00Z") from None
+
+
+async def _explain(args: argparse.Namespace) -> int:
+    import msgspec
+
+    from ..log import open_store
+    from ..postmortem.explain import explain, render_text, to_json
+    from ..postmortem.history import build_history
+    from .main import store_url
+
+    url = store_url(args)
+    async with await open_store(url, create=False) as store:
+        goal = await _goal(store, args, url)
+        history = await build_history(store, goal, provenance=True)
+        result = await explain(store, history)
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(to_json(result)).decode() + "\n")
+    else:
+        sys.stdout.write("\n".join(render_text(result)) + "\n")
+    return 0

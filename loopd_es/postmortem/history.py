@@ -1,0 +1,366 @@
+"""A goal's whole timeline: its stream and every linked stream, in global order, with what each event changed.
+
+Events on the goal's own stream are folded with the domain's reducer (:class:`~loopd_es.domain.evolve.GoalFold`)
+one at a time, and each is shown as the field-level difference between the goal state before and after it, so
+the timeline is the reducer's own account, never a re-interpretation. Events on other streams (switch sagas,
+commands) do not change the goal's state; they get a one-line summary of their payload. ``until``/``at`` cut
+the timeline the way ``loopd-es replay`` cuts a fold.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import compress
+from operator import is_not
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+from msgspec.structs import astuple
+
+from ..domain.evolve import GoalFold, initial
+from ..domain.reducers import Cut
+from ..domain.state import GoalState
+from ..domain.streams import goal_stream
+
+if TYPE_CHECKING:
+    from ..events.envelope import Envelope
+    from ..log.base import LogStore
+    from .links import GoalStreams
+
+_FIELDS: Final = GoalState.__struct_fields__
+_SKIPPED: Final = frozenset({"version", "position", "anomaly_count", "anomalies"})
+"""Fields every event moves (shown in the envelope) or that a refusal moves (shown as ``refused``)."""
+_INDICES: Final = tuple(range(len(_FIELDS)))
+_SKIPPED_AT: Final = frozenset(k for k, name in enumerate(_FIELDS) if name in _SKIPPED)
+_ANOMALIES: Final = _FIELDS.index("anomaly_count")
+_DICT: Final = msgspec.json.Decoder(dict[str, Any])
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+class Change(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One field of the goal state an event changed; a sequence shows what it gained and lost instead."""
+
+    field: str
+    before: Any = msgspec.UNSET
+    after: Any = msgspec.UNSET
+    added: Any = msgspec.UNSET
+    removed: Any = msgspec.UNSET
+
+
+class Entry:
+    """One event of the timeline: its envelope and what it did (``changes`` only on the goal's stream)."""
+
+    __slots__ = ("changes", "envelope", "own", "refused", "set_by")
+
+    def __init__(self, envelope: Envelope, own: bool) -> None:
+        self.envelope = envelope
+        self.own = own
+        self.changes: list[Change] = []
+        self.refused: str | None = None
+        self.set_by: dict[str, Envelope] = {}
+        """For each top-level field, the event that last set it *before* this one (only when asked for)."""
+
+    @property
+    def position(self) -> int:
+        return self.envelope.position
+
+    def data(self) -> dict[str, Any]:
+        return _DICT.decode(self.envelope.data)
+
+    def summary(self) -> str:
+        """One line saying what the event says (the changes say what it did)."""
+        return summarize(self.envelope.type, self.data())
+
+
+@dataclass(kw_only=True)
+class History:
+    """The timeline of one goal, as of the cut."""
+
+    goal_id: str
+    streams: tuple[str, ...]
+    source: str
+    entries: list[Entry]
+    state: GoalState
+    until: int | None = None
+    at: str | None = None
+
+    def by_id(self) -> dict[str, Entry]:
+        return {e.envelope.event_id: e for e in self.entries}
+
+
+async def build_history(
+    store: LogStore,
+    goal: GoalStreams,
+    *,
+    until: int | None = None,
+    at: datetime | None = None,
+    provenance: bool = False,
+) -> History:
+    """Read the goal's streams, merge them by position, fold the goal's own events and diff each.
+
+    With ``provenance``, every goal event also records which earlier event last set each field
+    (:attr:`Entry.set_by`); ``explain`` follows those links, ``history`` does not need them.
+    """
+    cut = Cut(until, at)
+    per_stream = [await _read(store, stream, cut) for stream in goal.streams]
+    own = goal_stream(goal.goal_id)
+    entries: list[Entry] = []
+    fold = GoalFold(initial(goal.goal_id))
+    state = initial(goal.goal_id)
+    before = astuple(state)
+    setters: dict[str, Envelope] = {}
+    for env in heapq.merge(*per_stream, key=_position):
+        entry = Entry(env, env.stream == own)
+        entries.append(entry)
+        if not entry.own:
+            continue
+        fold.apply((env,))
+        state = fold.result()
+        after = astuple(state)
+        if provenance:
+            entry.set_by = dict(setters)
+        changes = entry.changes
+        for k in compress(
+            _INDICES, map(is_not, before, after)
+        ):  # C-speed scan: most fields are the same object
+            if k in _SKIPPED_AT:
+                continue
+            a, b = before[k], after[k]
+            if a != b:
+                _diff(_FIELDS[k], a, b, changes)
+                if provenance:
+                    setters[_FIELDS[k]] = env
+        if after[_ANOMALIES] != before[_ANOMALIES]:
+            entry.refused = state.anomalies[-1].reason if state.anomalies else "refused"
+        before = after
+    return History(
+        goal_id=goal.goal_id,
+        streams=goal.streams,
+        source=goal.source,
+        entries=entries,
+        state=state,
+        until=until,
+        at=at.isoformat() if at is not None else None,
+    )
+
+
+def _position(env: Envelope) -> int:
+    return env.position
+
+
+async def _read(store: LogStore, stream: str, cut: Cut) -> list[Envelope]:
+    """One stream's events before the cut (a stream's positions grow with its versions, so stop early)."""
+    out: list[Envelope] = []
+    async for batch in store.read_batches(stream=stream):
+        keep = cut.keep(batch)
+        out += batch if keep == len(batch) else batch[:keep]
+        if keep < len(batch):
+            break
+    return out
+
+
+def _diff(path: str, a: Any, b: Any, out: list[Change]) -> None:
+    """Append the changes from ``a`` to ``b``: structs field by field, sequences as gains and losses."""
+    if isinstance(a, msgspec.Struct) and type(a) is type(b):
+        for name in a.__struct_fields__:
+            x, y = getattr(a, name), getattr(b, name)
+            if x is not y and x != y:
+                _diff(f"{path}.{name}", x, y, out)
+        return
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        added, removed = _shift(a, b)
+        if added or removed:
+            out.append(Change(path, added=added or msgspec.UNSET, removed=removed or msgspec.UNSET))
+            return
+    out.append(Change(path, before=a, after=b))
+
+
+def _shift(a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[list[Any], list[Any]]:
+    """What ``b`` gained and lost from ``a``; a window that slid or grew (the usual case) costs one compare."""
+    if a:
+        try:
+            k = a.index(b[0]) if b else len(a)
+        except ValueError:
+            k = -1
+        if k >= 0 and a[k:] == b[: len(a) - k]:
+            return list(b[len(a) - k :]), list(a[:k])
+    old = {_key(x) for x in a}
+    new = {_key(y) for y in b}
+    return [y for y in b if _key(y) not in old], [x for x in a if _key(x) not in new]
+
+
+def _key(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        return _ENCODER.encode(value)
+    return value
+
+
+# -- words --------------------------------------------------------------------------------------------
+
+_SALIENT: Final[dict[str, tuple[str, ...]]] = {
+    "goal.created": ("name",),
+    "goal.status_changed": ("from", "to", "reason"),
+    "goal.blocked": ("reason", "kind"),
+    "goal.completed": ("summary", "forced"),
+    "goal.progress": ("summary",),
+    "goal.budget_exhausted": ("reason",),
+    "goal.completion_rejected": ("failure_summary", "rejection_count"),
+    "run.started": ("turn_count", "kind", "charged"),
+    "run.failed": ("error", "consecutive_failures", "retry_after"),
+    "identity.switch_requested": ("model", "agent", "reason", "pending"),
+    "identity.switch_deferred": ("model", "agent", "reason"),
+    "identity.switch_applied": ("target", "from_model", "to_model", "from_agent", "to_agent", "outcome"),
+    "identity.switch_failed": ("target", "stage", "reason", "pending"),
+    "identity.provider_limit_observed": ("kind", "status_code", "model", "source", "retry_at"),
+    "identity.fallback_prepared": ("model", "attempted"),
+    "saga.switch_started": ("model", "agent", "from_model", "from_agent", "pending"),
+    "saga.host_call_intended": ("purpose", "op", "arg"),
+    "saga.host_call_succeeded": ("result",),
+    "saga.host_call_failed": ("reason",),
+    "saga.host_call_resolved": ("landed", "live_model", "live_agent"),
+    "saga.switch_finished": ("outcome", "recovered"),
+    "command.started": ("title", "command"),
+    "command.exited": ("status", "end_reason", "exit_code"),
+    "command.await-fired": ("status", "exit_code", "until"),
+}
+_NOISE: Final = frozenset({"at", "key", "owner_pid", "session_id", "prompt_message_id", "message_ids"})
+
+
+def summarize(type_: str, data: dict[str, Any]) -> str:
+    """``key=value`` for the fields that say what the event is about (ids and timestamps left out)."""
+    keys = _SALIENT.get(type_)
+    if keys is None:
+        keys = tuple(k for k in data if not k.endswith("_id") and k not in _NOISE)
+    parts = []
+    for k in keys:
+        value = data.get(k)
+        if value is None or value == "" or value == []:
+            continue
+        parts.append(f"{k}={show(value, 60)}")
+    return " ".join(parts)
+
+
+def show(value: Any, width: int = 80) -> str:
+    """A short, readable rendering of a state or payload value (``-`` for none)."""
+    if value is None:
+        return "-"
+    kind = type(value)
+    if kind is int or kind is float:
+        return str(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is str:
+        text = value if value and value.isprintable() and " " not in value else repr(value)
+    elif isinstance(value, msgspec.Struct):
+        fields = [
+            f"{name}: {show(getattr(value, name), width)}"
+            for name in value.__struct_fields__
+            if getattr(value, name) not in (None, "", (), False)
+        ]
+        text = "{" + ", ".join(fields) + "}"
+    elif isinstance(value, list | tuple):
+        text = "[" + ", ".join(show(v, width) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{k}: {show(v, width)}" for k, v in value.items()) + "}"
+    else:
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def show_change(change: Change, width: int = 80) -> str:
+    """``field: before → after``, or ``field: +[gained] -[lost]`` for a sequence."""
+    if change.added is not msgspec.UNSET or change.removed is not msgspec.UNSET:
+        parts = []
+        if change.added is not msgspec.UNSET:
+            parts.append("+" + show(change.added, width))
+        if change.removed is not msgspec.UNSET:
+            parts.append("-" + show(change.removed, width))
+        return f"{change.field}: {' '.join(parts)}"
+    return f"{change.field}: {show(change.before, width)} → {show(change.after, width)}"
+
+
+def short_stream(stream: str, goal_id: str) -> str:
+    """``goal`` for the goal's own stream, else the stream name cut to its kind and an id prefix."""
+    if stream == goal_stream(goal_id):
+        return "goal"
+    kind, _, ident = stream.partition("-")
+    return f"{kind}-{ident[:8]}" if ident else stream
+
+
+def short_time(recorded_at: str) -> str:
+    """``2026-12-02 12:56:47.123`` from an RFC 3339 time with microseconds."""
+    return recorded_at.replace("T", " ").rstrip("Z")[:23]
+
+
+# -- output -------------------------------------------------------------------------------------------
+
+
+def render_text(history: History) -> Iterator[str]:
+    """The timeline for a terminal: a header, then per event one line and its changes indented below."""
+    h, st = history, history.state
+    cut = f", cut at position {h.until}" if h.until is not None else (f", cut at {h.at}" if h.at else "")
+    if st.exists:
+        where = f"{st.name!r}: {st.status}/{st.phase}, model {st.config.model or '-'}, agent {st.config.agent or '-'}"
+    else:
+        where = "cleared" if st.cleared else "not created yet"
+    yield f"goal {h.goal_id} {where} — {len(h.entries)} events on {len(h.streams)} streams{cut}"
+    refs = {e.envelope.event_id: e.position for e in h.entries}
+    for e in h.entries:
+        env = e.envelope
+        cause = refs.get(env.causation_id or "")
+        because = f"  ← #{cause}" if cause is not None else ""
+        yield (
+            f"#{env.position:<6} {short_time(env.recorded_at)}  {short_stream(env.stream, h.goal_id):<15} "
+            f"v{env.version:<5} {env.type}{because}"
+        )
+        if e.refused is not None:
+            yield f"{'':8}refused by the reducer: {e.refused}"
+        if e.own:
+            for change in e.changes:
+                yield f"{'':8}{show_change(change, 100)}"
+            if not e.changes and e.refused is None:
+                yield f"{'':8}(no change to the goal's state)"
+        else:
+            summary = e.summary()
+            if summary:
+                yield f"{'':8}{summary}"
+
+
+def to_json(history: History) -> dict[str, Any]:
+    """The timeline as one JSON document: envelopes with decoded payloads, changes, and the final state."""
+    events = []
+    for e in history.entries:
+        env = e.envelope
+        item: dict[str, Any] = {
+            "position": env.position,
+            "stream": env.stream,
+            "version": env.version,
+            "type": env.type,
+            "recorded_at": env.recorded_at,
+            "event_id": env.event_id,
+            "causation_id": env.causation_id,
+            "correlation_id": env.correlation_id,
+            "data": e.data(),
+        }
+        if e.own:
+            item["changes"] = [msgspec.to_builtins(c) for c in e.changes]
+        else:
+            item["summary"] = e.summary()
+        if e.refused is not None:
+            item["refused"] = e.refused
+        events.append(item)
+    return {
+        "goal_id": history.goal_id,
+        "streams": list(history.streams),
+        "found_by": history.source,
+        "until": history.until,
+        "at": history.at,
+        "status": history.state.status,
+        "state": msgspec.to_builtins(history.state),
+        "events": events,
+    }
