@@ -8,11 +8,11 @@ Every command group lives in its own module and exposes ``register(subparsers)``
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from types import ModuleType
 from typing import NoReturn
 
 import anyio
@@ -36,14 +36,29 @@ class _UsageExit(Exception):
     pass
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command tree; each command module adds its own subcommands."""
-    from . import log_cmds
+COMMAND_MODULES: dict[str, str] = {
+    "append": "log_cmds", "read": "log_cmds", "streams": "log_cmds", "verify": "log_cmds",
+    "export": "log_cmds", "import": "log_cmds",
+    "events": "domain_cmds", "replay": "domain_cmds",
+    "models": "host_cmds",
+    "goal": "saga_cmds",
+    "project": "projector_cmds", "projections": "projector_cmds",
+    "goals": "query_cmds", "commands": "query_cmds", "identities": "query_cmds",
+    "history": "postmortem_cmds", "explain": "postmortem_cmds",
+    "import-loopd": "import_cmds",
+    "cmd": "cmd_cmds",
+    "demo": "demo_cmds",
+}  # fmt: skip
+"""Which module defines each command, so one command imports only its own module (start-up time matters
+for a CLI that agents call many times); ``tests/unit/test_cli_main.py`` checks it against the modules."""
 
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command tree: every command, or (given ``command``) only what that command needs."""
     parser = _Parser(
         prog="loopd-es",
-        description="An event-sourced engine for background AI work: goals, command sessions, loops and "
-        "worker identity, recorded as events on an append-only log.",
+        description="An event-sourced engine for background AI work: goals, command sessions and worker "
+        "identity, recorded as events on an append-only log.",
         epilog="Exit codes: 0 ok, 1 internal error, 2 bad usage or input, 3 conflict, 4 storage problem.",
     )
     parser.add_argument(
@@ -53,25 +68,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--verbose", action="store_true", help="log progress and show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in _command_modules(log_cmds):
-        module.register(sub)
+    if command in COMMAND_MODULES:
+        names = [COMMAND_MODULES[command]]
+    else:
+        names = list(dict.fromkeys(COMMAND_MODULES.values()))
+    for name in names:
+        importlib.import_module(f"{__package__}.{name}").register(sub)
     return parser
 
 
-def _command_modules(*always: ModuleType) -> list[ModuleType]:
-    modules: list[ModuleType] = list(always)
-    import importlib
-
-    for name in (
-        "domain_cmds", "host_cmds", "saga_cmds", "projector_cmds", "query_cmds", "postmortem_cmds", "import_cmds",
-        "cmd_cmds", "demo_cmds",
-    ):
-        try:
-            modules.append(importlib.import_module(f"{__package__}.{name}"))
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{name}":
-                raise
-    return modules
+def _command_of(args: list[str]) -> str | None:
+    """The command word of a command line: the first argument that is not a global option or its value."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--store":
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        return arg
+    return None
 
 
 def store_url(args: argparse.Namespace) -> str:
@@ -82,7 +100,7 @@ def store_url(args: argparse.Namespace) -> str:
 def main(*argv: str) -> int:
     """Run one command and return its exit code; tests call this in-process."""
     args_list = list(argv) if argv else sys.argv[1:]
-    parser = build_parser()
+    parser = build_parser(_command_of(args_list))
     verbose = "--verbose" in args_list
     try:
         args = parser.parse_args(args_list)
