@@ -27,15 +27,8 @@ def _show_handler() -> Any:
 
 @pytest.fixture(autouse=True)
 def our_goal_show(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Route ``goal show`` to the read-model query while ``saga_cmds`` still registers its own ``show``."""
+    """``goal show`` (registered by ``saga_cmds``) answers from the read models."""
     monkeypatch.delenv(cli.STORE_ENV, raising=False)
-    if _show_handler() is not query_cmds._goal_show:
-        original: Any = cli._command_modules
-        monkeypatch.setattr(
-            cli,
-            "_command_modules",
-            lambda *always: [m for m in original(*always) if m.__name__ != f"{cli.__package__}.saga_cmds"],
-        )
     assert _show_handler() is query_cmds._goal_show
     yield
 
@@ -172,7 +165,6 @@ def test_queries_on_a_log_written_by_the_goal_commands(
 ) -> None:
     """Real decider output (the simulated host): a switch deferred while the worker is busy, then listed."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_command_modules", _all_modules)
     code, out, _ = _run(capsys, "goal", "create", "docs", "--objective", "write the docs")
     assert code == 0
     goal_id = out.splitlines()[0]
@@ -191,13 +183,6 @@ def test_queries_on_a_log_written_by_the_goal_commands(
         "model openai/gpt-5-mini (owner)",
         "running",
     )
-
-
-_ORIGINAL_MODULES: Any = cli._command_modules
-
-
-def _all_modules(*always: Any) -> Any:
-    return _ORIGINAL_MODULES(*always)
 
 
 def test_goal_show_joins_an_existing_goal_parser() -> None:
