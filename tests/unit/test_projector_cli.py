@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -21,14 +20,8 @@ REGISTRY = ["--registry", "tests.unit.test_projector_base"]
 
 @pytest.fixture(autouse=True)
 def with_projector_commands(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Plug the projector commands in, whether or not main.py lists them yet."""
-    original: Any = cli._command_modules
-
-    def modules(*always: object) -> list[object]:
-        found = original(*always)
-        return found if projector_cmds in found else [*found, projector_cmds]
-
-    monkeypatch.setattr(cli, "_command_modules", modules)
+    """A clean environment for the projector commands."""
+    assert cli.COMMAND_MODULES["project"] == projector_cmds.__name__.rsplit(".", 1)[-1]
     monkeypatch.delenv(cli.STORE_ENV, raising=False)
     Picky.allow = False
     yield
