@@ -25,7 +25,6 @@ import msgspec
 
 from ..errors import (
     CorruptLogError,
-    LogNotFoundError,
     LoopdError,
     StorageError,
     StoreUnavailableError,
@@ -50,6 +49,7 @@ from .base import (
     check_stream_name,
     parse_expected_version,
 )
+from .group_commit import GroupCommitter, Request, prepare_path
 from .ndjson_files import RECORD, RECORD_FIELDS, IndexFile, LockFile, StreamNames, event_id_key
 from .validation import check_new_events, resolve_retry
 
@@ -70,18 +70,6 @@ class _Rec(msgspec.Struct, array_like=True):
     key: int
 
 
-class _Request:
-    __slots__ = ("error", "event", "events", "expected", "result", "stream")
-
-    def __init__(self, stream: str, events: Sequence[NewEvent], expected: ExpectedVersion) -> None:
-        self.stream = stream
-        self.events = events
-        self.expected = expected
-        self.event: anyio.Event | None = None  # only appenders that wait for a leader need one
-        self.result: list[Envelope] = []
-        self.error: BaseException | None = None
-
-
 class NdjsonLog(LogStore):
     """An append-only log in one NDJSON file, safe for many processes appending at once."""
 
@@ -100,8 +88,7 @@ class NdjsonLog(LogStore):
         self._tail: list[_Rec] = []  # positions _indexed+1.._head
         self._versions: dict[str, int] | None = None  # writer state, built on the first append
         self._keys: set[int] | None = None
-        self._pending: list[_Request] = []
-        self._committing = False
+        self._group = GroupCommitter(self._commit, rejoin=False)  # the fsync blocks the loop: no rejoin
         self._unsynced_since: float | None = None
         self._closed = False
         self._index_suspect = False
@@ -119,13 +106,7 @@ class NdjsonLog(LogStore):
         """
         if durability not in DURABILITY:
             raise UsageError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITY)}")
-        if not create and not path.exists():  # noqa: ASYNC240 - one stat, cheaper than a thread hop
-            raise LogNotFoundError(str(path))
-        if create:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise StoreUnavailableError(f"cannot create {path.parent}: {e.strerror}") from e
+        prepare_path(path, create=create)
         store = cls(path, durability, lock_timeout)
         try:
             store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -436,51 +417,18 @@ class NdjsonLog(LogStore):
         check_new_events(events)
         if not events:
             return []
-        request = _Request(stream, events, expected_version)
-        self._pending.append(request)
-        if self._committing:
-            request.event = anyio.Event()
-            await request.event.wait()
-        else:
-            self._committing = True
-            try:
-                # Let appenders that are ready join this group commit; the fsync blocks the loop, so
-                # nothing arrives while it runs and the next group forms around the next leader.
-                await anyio.lowlevel.checkpoint()
-                while self._pending:
-                    group, self._pending = self._pending, []
-                    await self._commit(group)
-            finally:
-                self._committing = False
-        if request.error is not None:
-            raise request.error
-        return request.result
+        return await self._group.submit(Request(stream, events, expected_version))
 
-    async def _commit(self, group: list[_Request]) -> None:
-        try:
+    async def _commit(self, group: list[Request]) -> None:
+        if not self._lock.try_acquire():
             await self._lock.acquire()
-        except LoopdError as e:
-            for request in group:
-                request.error = e
-                if request.event is not None:
-                    request.event.set()
-            return
         try:
             self._sync_locked()
             self._write_group(group)
-        except LoopdError as e:
-            for request in group:
-                if request.error is None and not request.result:
-                    request.error = e
         except OSError as e:
-            error = StoreUnavailableError(f"cannot write {self.path}: {e.strerror}; nothing was appended")
-            for request in group:
-                request.error = error
+            raise StoreUnavailableError(f"cannot write {self.path}: {e.strerror}; nothing was appended") from e
         finally:
             self._lock.release()
-            for request in group:
-                if request.event is not None:
-                    request.event.set()
 
     def _sync_locked(self) -> None:
         """Under the lock: repair a crashed writer's leftovers, catch up, bring the index up to date."""
@@ -548,14 +496,14 @@ class NdjsonLog(LogStore):
             keys.add(rec.key)
         self._versions, self._keys = by_name, keys
 
-    def _write_group(self, group: list[_Request]) -> None:
+    def _write_group(self, group: list[Request]) -> None:
         assert self._versions is not None and self._keys is not None
         recorded_at = now_rfc3339()
         buffer = bytearray()
         records = bytearray()
         staged_versions: dict[str, int] = {}
         staged: dict[int, Envelope] = {}
-        accepted: list[tuple[_Request, list[Envelope], list[int]]] = []
+        accepted: list[tuple[Request, list[Envelope], list[int]]] = []
         encode = ENVELOPE_ENCODER.encode
         Raw = msgspec.Raw
         pack = RECORD.pack
@@ -632,7 +580,7 @@ class NdjsonLog(LogStore):
                 self._unsynced_since = None
 
     def _find_retry(
-        self, request: _Request, keys: list[int], staged: dict[int, Envelope]
+        self, request: Request, keys: list[int], staged: dict[int, Envelope]
     ) -> list[Envelope] | None:
         """The original envelopes when the request is an exact retry; None when all ids are new."""
         assert self._keys is not None

@@ -21,7 +21,6 @@ import msgspec
 from ..errors import (
     CorruptLogError,
     LockTimeoutError,
-    LogNotFoundError,
     LoopdError,
     StorageError,
     StoreUnavailableError,
@@ -38,6 +37,7 @@ from .base import (
     check_stream_name,
     parse_expected_version,
 )
+from .group_commit import GroupCommitter, Request, prepare_path
 from .validation import check_new_events, resolve_retry
 
 T = TypeVar("T")
@@ -64,18 +64,6 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
-class _Request:
-    __slots__ = ("error", "event", "events", "expected", "result", "stream")
-
-    def __init__(self, stream: str, events: Sequence[NewEvent], expected: ExpectedVersion) -> None:
-        self.stream = stream
-        self.events = events
-        self.expected = expected
-        self.event = anyio.Event()
-        self.result: list[Envelope] = []
-        self.error: BaseException | None = None
-
-
 class SqliteLog(LogStore):
     """An append-only log in one SQLite database, safe for many processes appending at once."""
 
@@ -83,8 +71,7 @@ class SqliteLog(LogStore):
         self.path = path
         self.url = f"sqlite:{path}"
         self._conn = conn
-        self._pending: list[_Request] = []
-        self._committing = False
+        self._group = GroupCommitter(self._commit, rejoin=True)  # commits may yield: let writers rejoin
         self._closed = False
         self._in_flight = 0  # calls queued on the connection thread; inline commits need it idle
         self._busy_timeout = BUSY_TIMEOUT_MS
@@ -99,13 +86,7 @@ class SqliteLog(LogStore):
         level = synchronous.upper()
         if level not in SYNCHRONOUS:
             raise UsageError(f"unknown synchronous level {synchronous!r}: use one of {', '.join(SYNCHRONOUS)}")
-        if not create and not path.exists():  # noqa: ASYNC240 - one stat, cheaper than a thread hop
-            raise LogNotFoundError(str(path))
-        if create:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise StoreUnavailableError(f"cannot create {path.parent}: {e.strerror}") from e
+        prepare_path(path, create=create)
         try:
             conn = await aiosqlite.connect(
                 path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
@@ -136,7 +117,7 @@ class SqliteLog(LogStore):
         finally:
             self._in_flight -= 1
 
-    async def _commit(self, group: list[_Request]) -> None:
+    async def _commit(self, group: list[Request]) -> None:
         """Commit a group: inline when the connection is idle and the write lock is free, else on its thread.
 
         A thread hand-off costs about half an fsync here, so an uncontended commit runs on the event-loop
@@ -171,32 +152,7 @@ class SqliteLog(LogStore):
         check_new_events(events)
         if not events:
             return []
-        request = _Request(stream, events, expected_version)
-        self._pending.append(request)
-        if self._committing:
-            await request.event.wait()
-        else:
-            self._committing = True
-            try:
-                while True:
-                    await anyio.lowlevel.checkpoint()  # let concurrent appenders join this group commit
-                    if not self._pending:
-                        break
-                    group, self._pending = self._pending, []
-                    try:
-                        await self._commit(group)
-                    except LoopdError as e:
-                        for waiting in group:
-                            waiting.error = waiting.error or e
-                            waiting.result = []
-                    finally:
-                        for waiting in group:
-                            waiting.event.set()
-            finally:
-                self._committing = False
-        if request.error is not None:
-            raise request.error
-        return request.result
+        return await self._group.submit(Request(stream, events, expected_version))
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -285,13 +241,13 @@ def _setup(conn: sqlite3.Connection, synchronous: str) -> None:
         raise
 
 
-def _commit_group_waiting(conn: sqlite3.Connection, group: list[_Request]) -> None:
+def _commit_group_waiting(conn: sqlite3.Connection, group: list[Request]) -> None:
     """The commit on the connection thread, willing to wait out another writer."""
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     _commit_group(conn, group)
 
 
-def _commit_group(conn: sqlite3.Connection, group: list[_Request]) -> None:
+def _commit_group(conn: sqlite3.Connection, group: list[Request]) -> None:
     """One transaction for every request of the group; a refused request does not affect the others.
 
     Savepoints isolate requests only when the group has several: a lone request whose ids hit the
@@ -329,7 +285,7 @@ class _SeenIds(Exception):
     """A lone request's event ids are already recorded: resolve it as a retry outside the transaction."""
 
 
-def _stage(conn: sqlite3.Connection, request: _Request, head: int, recorded_at: str, isolate: bool) -> int:
+def _stage(conn: sqlite3.Connection, request: Request, head: int, recorded_at: str, isolate: bool) -> int:
     """Insert one request's events; ids are checked by the UNIQUE constraint, retries resolved on a hit."""
     stream = request.stream
     version = conn.execute("SELECT coalesce(max(version), 0) FROM events WHERE stream = ?", (stream,)).fetchone()[0]
@@ -377,7 +333,7 @@ def _stage(conn: sqlite3.Connection, request: _Request, head: int, recorded_at: 
     return head
 
 
-def _retry_of(conn: sqlite3.Connection, request: _Request) -> list[Envelope] | None:
+def _retry_of(conn: sqlite3.Connection, request: Request) -> list[Envelope] | None:
     ids = [new.event_id for new in request.events]
     marks = ",".join("?" * len(ids))
     rows = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE event_id IN ({marks})", ids)
