@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Final
 
 from loopd_es.domain.streams import COMMAND_PREFIX
 from loopd_es.events import command as c
-from loopd_es.events.catalogue import decode_payload
 
-from ._fold import json_list
+from ._fold import json_list, payload
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -59,7 +58,7 @@ class Awaits:
     def apply(self, conn: sqlite3.Connection, envelope: Envelope) -> None:
         if envelope.type not in _TYPES or not envelope.stream.startswith(COMMAND_PREFIX):
             return
-        env, e = envelope, decode_payload(envelope)
+        env, e = envelope, payload(envelope)
         if isinstance(e, c.CommandRemoved):  # the fold drops what is left; removal cancels it first
             conn.execute(
                 _CLOSE, ("cancelled", "command removed", env.recorded_at, env.position, e.command_id)

@@ -15,9 +15,8 @@ import msgspec
 
 from loopd_es.domain.command import CommandState, argv_text, evolve
 from loopd_es.domain.streams import COMMAND_PREFIX
-from loopd_es.events.catalogue import decode_payload
 
-from ._fold import by_stream
+from ._fold import by_stream, payload
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -73,21 +72,22 @@ class Commands:
         self.apply_batch(conn, (envelope,))
 
     def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
-        """One load and one write per command of the batch."""
+        """One load and one write per command of the batch (the writes in one executemany each)."""
+        folds: list[tuple[str, bytes]] = []
+        rows: list[tuple[Any, ...]] = []
         for command_id, group in by_stream(envelopes, COMMAND_PREFIX).items():
             row = conn.execute(
                 "SELECT state FROM commands_fold WHERE command_id = ?", (command_id,)
             ).fetchone()
             state: CommandState | None = None if row is None else _DECODER.decode(row[0])
             for env in group:
-                state = evolve(state, decode_payload(env), env.version)
+                state = evolve(state, payload(env), env.version)
             if state is None:
                 continue  # no command.started yet: nothing to show
-            conn.execute(
-                "INSERT OR REPLACE INTO commands_fold (command_id, state) VALUES (?, ?)",
-                (command_id, _ENCODER.encode(state)),
-            )
-            conn.execute(_UPSERT, command_row(state, group[-1].recorded_at, group[-1].position))
+            folds.append((command_id, _ENCODER.encode(state)))
+            rows.append(command_row(state, group[-1].recorded_at, group[-1].position))
+        conn.executemany("INSERT OR REPLACE INTO commands_fold (command_id, state) VALUES (?, ?)", folds)
+        conn.executemany(_UPSERT, rows)
 
     def reset(self, conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE IF EXISTS commands")

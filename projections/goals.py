@@ -11,8 +11,6 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from loopd_es.domain.evolve import GoalFold
-
 from ._fold import GoalFolds, goal_groups
 
 if TYPE_CHECKING:
@@ -93,18 +91,17 @@ class Goals:
         self.apply_batch(conn, (envelope,))
 
     def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
-        """One load, one fold and one write per goal of the batch: the same rows as event by event."""
-        for goal_id, group in goal_groups(envelopes).items():
-            folding = GoalFold(self.folds.load(conn, goal_id))
-            folding.apply(group)
-            state = folding.result()
-            self.folds.save(conn, state)
+        """One load, one fold and one write per goal of the batch (rows written in one executemany)."""
+        rows = []
+        for folded in self.folds.fold(conn, goal_groups(envelopes)):
+            state, group = folded.state, folded.group
             if not (state.exists or state.cleared):
                 continue  # only anomalies so far (events before goal.created): no goal to show
             created = state.created_at or next(
                 (e.recorded_at for e in group if e.type == "goal.created"), group[0].recorded_at
             )
-            conn.execute(_UPSERT, goal_row(state, created, group[-1].recorded_at))
+            rows.append(goal_row(state, created, group[-1].recorded_at))
+        conn.executemany(_UPSERT, rows)
 
     def reset(self, conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE IF EXISTS goals")

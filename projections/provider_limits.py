@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 from loopd_es.domain.streams import GOAL_PREFIX
 from loopd_es.events import goal as g
 from loopd_es.events import identity as i
-from loopd_es.events.catalogue import decode_payload
 
-from ._fold import json_list
+from ._fold import json_list, payload
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -64,6 +63,22 @@ _TYPES: Final = frozenset(
 )
 
 
+_FALLBACK_COLUMNS: Final = (
+    "goal_id", "fallback_models", "current_model", "status", "prepared_model", "attempted", "reused", "observations",
+    "last_kind", "last_model", "last_status_code", "last_observed_at", "retry_at", "updated_at", "position",
+)  # fmt: skip
+_COL: Final = {name: k for k, name in enumerate(_FALLBACK_COLUMNS)}
+_SELECT: Final = f"SELECT {', '.join(_FALLBACK_COLUMNS)} FROM provider_fallbacks WHERE goal_id = ?"
+_WRITE: Final = (
+    f"INSERT OR REPLACE INTO provider_fallbacks ({', '.join(_FALLBACK_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(_FALLBACK_COLUMNS))})"
+)
+_OBSERVE: Final = (
+    "INSERT INTO provider_limit_observations (position, goal_id, kind, source, model, status_code, retry_at, "
+    "observed_at, marks_blocker, correlation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
 class ProviderLimits:
     """Rows of ``provider_limit_observations`` and ``provider_fallbacks`` (see the module docstring)."""
 
@@ -74,59 +89,52 @@ class ProviderLimits:
         for ddl in _DDL:
             conn.execute(ddl)
 
-    def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
-        for env in envelopes:
-            self.apply(conn, env)
-
     def apply(self, conn: sqlite3.Connection, envelope: Envelope) -> None:
-        if envelope.type not in _TYPES or not envelope.stream.startswith(GOAL_PREFIX):
-            return
-        e = decode_payload(envelope)
-        goal_id: str = getattr(e, "goal_id", "")
-        if isinstance(e, g.GoalCreated):
-            _touch(conn, envelope, goal_id, fallback_models=e.config.fallback_models, model=e.config.model)
-            return
-        _touch(conn, envelope, goal_id)
-        if isinstance(e, i.IdentitySwitchApplied):
-            if e.to_model is not None:
-                _set(conn, goal_id, current_model=e.to_model)
-        elif isinstance(e, i.ProviderLimitObserved):
-            conn.execute(
-                "INSERT INTO provider_limit_observations (position, goal_id, kind, source, model, status_code, "
-                "retry_at, observed_at, marks_blocker, correlation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (envelope.position, goal_id, e.kind, e.source, e.model, e.status_code, e.retry_at, e.observed_at,
-                 int(e.marks_blocker), envelope.correlation_id),
-            )  # fmt: skip
-            conn.execute(
-                "UPDATE provider_fallbacks SET observations = observations + 1 WHERE goal_id = ?", (goal_id,)
-            )
-            _set(conn, goal_id, last_kind=e.kind, last_model=e.model, last_status_code=e.status_code,
-                 last_observed_at=e.observed_at, retry_at=e.retry_at)  # fmt: skip
-        elif isinstance(e, i.FallbackPrepared):
-            _set(conn, goal_id, status="prepared", prepared_model=e.model, attempted=json_list(e.attempted),
-                 reused=int(e.reused))  # fmt: skip
-        elif isinstance(e, i.FallbackExhausted | i.FallbackUnsupported | i.FallbackUnavailable):
-            _set(conn, goal_id, status=_FALLBACK_STATUS[type(e)], prepared_model=None,
-                 attempted=json_list(e.attempted), reused=0)  # fmt: skip
+        self.apply_batch(conn, (envelope,))
+
+    def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
+        """Each goal's fallback row read at most once and written once per batch; observations in one go."""
+        fallbacks: dict[str, list[Any] | None] = {}
+        observations: list[tuple[Any, ...]] = []
+        for env in envelopes:
+            if env.type not in _TYPES or not env.stream.startswith(GOAL_PREFIX):
+                continue
+            e = payload(env)
+            goal_id: str = getattr(e, "goal_id", "")
+            if goal_id not in fallbacks:
+                found = conn.execute(_SELECT, (goal_id,)).fetchone()
+                fallbacks[goal_id] = None if found is None else list(found)
+            row = fallbacks[goal_id]
+            if row is None:  # _touch: the goal's row, created by its first event here
+                models = e.config.fallback_models if isinstance(e, g.GoalCreated) else ()
+                model = e.config.model if isinstance(e, g.GoalCreated) else None
+                row = fallbacks[goal_id] = [goal_id, json_list(models), model, None, None, "[]", 0, 0, None, None,
+                                            None, None, None, env.recorded_at, env.position]  # fmt: skip
+            else:
+                row[_COL["updated_at"]], row[_COL["position"]] = env.recorded_at, env.position
+            if isinstance(e, i.IdentitySwitchApplied):
+                if e.to_model is not None:
+                    row[_COL["current_model"]] = e.to_model
+            elif isinstance(e, i.ProviderLimitObserved):
+                observations.append((env.position, goal_id, e.kind, e.source, e.model, e.status_code, e.retry_at,
+                                     e.observed_at, int(e.marks_blocker), env.correlation_id))  # fmt: skip
+                row[_COL["observations"]] += 1
+                _set(row, last_kind=e.kind, last_model=e.model, last_status_code=e.status_code,
+                     last_observed_at=e.observed_at, retry_at=e.retry_at)  # fmt: skip
+            elif isinstance(e, i.FallbackPrepared):
+                _set(row, status="prepared", prepared_model=e.model, attempted=json_list(e.attempted),
+                     reused=int(e.reused))  # fmt: skip
+            elif isinstance(e, i.FallbackExhausted | i.FallbackUnsupported | i.FallbackUnavailable):
+                _set(row, status=_FALLBACK_STATUS[type(e)], prepared_model=None, attempted=json_list(e.attempted),
+                     reused=0)  # fmt: skip
+        conn.executemany(_OBSERVE, observations)
+        conn.executemany(_WRITE, [row for row in fallbacks.values() if row is not None])
 
     def reset(self, conn: sqlite3.Connection) -> None:
         for table in _TABLES:
             conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-def _touch(
-    conn: sqlite3.Connection, env: Envelope, goal_id: str, *, fallback_models: Sequence[str] = (),
-    model: str | None = None,
-) -> None:  # fmt: skip
-    """Create the goal's row if needed and move its ``updated_at``/``position`` to this event."""
-    conn.execute(
-        "INSERT INTO provider_fallbacks (goal_id, fallback_models, current_model, attempted, reused, "
-        "observations, updated_at, position) VALUES (?, ?, ?, '[]', 0, 0, ?, ?) "
-        "ON CONFLICT (goal_id) DO UPDATE SET updated_at = excluded.updated_at, position = excluded.position",
-        (goal_id, json_list(fallback_models), model, env.recorded_at, env.position),
-    )
-
-
-def _set(conn: sqlite3.Connection, goal_id: str, **columns: Any) -> None:
-    names = ", ".join(f"{name} = ?" for name in columns)
-    conn.execute(f"UPDATE provider_fallbacks SET {names} WHERE goal_id = ?", (*columns.values(), goal_id))
+def _set(row: list[Any], **columns: Any) -> None:
+    for name, value in columns.items():
+        row[_COL[name]] = value

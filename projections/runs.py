@@ -14,17 +14,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from loopd_es.domain.evolve import GoalFold
 from loopd_es.events import goal as g
 from loopd_es.events import run as r
-from loopd_es.events.catalogue import decode_payload
 
-from ._fold import GoalFolds, goal_groups, when
+from ._fold import GoalFolds, goal_groups, payload, when
 
 if TYPE_CHECKING:
-    from loopd_es.domain.state import GoalState
     from loopd_es.events.envelope import Envelope
 
 _DDL: Final = """CREATE TABLE IF NOT EXISTS runs (
@@ -47,6 +44,22 @@ _RUN_TYPES: Final = frozenset(
 ) | {g.GoalUsageAccounted.event_type}
 
 
+_COLUMNS: Final = (
+    "goal_id", "run_id", "generation", "turn", "kind", "charged", "prompt_message_id", "status", "end_event",
+    "error", "failure_source", "consecutive_failures", "retry_after", "tokens", "cost", "idle_candidate_at",
+    "stuck_seconds", "watchdog", "confirm_failed", "started_at", "ended_at", "started_position", "ended_position",
+)  # fmt: skip
+_SELECT: Final = f"SELECT {', '.join(_COLUMNS)} FROM runs WHERE goal_id = ? AND run_id = ?"
+_INSERT: Final = f"INSERT INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+_WRITE: Final = (
+    f"INSERT OR REPLACE INTO runs ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
+(_STATUS, _END_EVENT, _ERROR, _SOURCE, _FAILURES, _RETRY, _TOKENS, _COST, _IDLE, _STUCK, _WATCHDOG, _ENDED_AT,
+ _ENDED_POSITION) = (_COLUMNS.index(c) for c in (
+    "status", "end_event", "error", "failure_source", "consecutive_failures", "retry_after", "tokens", "cost",
+    "idle_candidate_at", "stuck_seconds", "watchdog", "ended_at", "ended_position"))  # fmt: skip
+
+
 class Runs:
     """Rows of ``runs``: (goal_id, run_id) -> generation, turn, kind, status, end, failure, usage, times."""
 
@@ -62,65 +75,98 @@ class Runs:
         self.apply_batch(conn, (envelope,))
 
     def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
-        """Fold each goal's events one at a time (one load and save per goal) and record each effect."""
-        for goal_id, group in goal_groups(envelopes).items():
-            state = self.folds.load(conn, goal_id)
-            folding = GoalFold(state)
-            for env in group:
-                folding.apply((env,))
-                after = folding.result()
-                if after.anomaly_count == state.anomaly_count:  # refused events change no run
-                    _effect(conn, env, state, after)
-                state = after
-            self.folds.save(conn, state)
+        """Fold each goal's group once, read each event's effect off the fold's marks, write each row once."""
+        rows = _Rows(conn)
+        for folded in self.folds.fold(conn, goal_groups(envelopes)):
+            goal_id = folded.goal_id
+            before, refused = folded.start
+            for env, after, anomalies in zip(folded.group, folded.runs, folded.anomalies, strict=True):
+                if anomalies == refused:  # refused events change no run
+                    _effect(rows, goal_id, env, before, after)
+                before, refused = after, anomalies
+        rows.flush()
 
     def reset(self, conn: sqlite3.Connection) -> None:
         conn.execute("DROP TABLE IF EXISTS runs")
         self.folds.reset(conn)
 
 
-def _effect(conn: sqlite3.Connection, env: Envelope, before: GoalState, after: GoalState) -> None:
-    goal_id = after.goal_id
-    ended = before.active_run_id
-    if ended is not None and after.active_run_id != ended:
-        conn.execute(
-            "UPDATE runs SET status = ?, end_event = ?, ended_at = ?, ended_position = ? "
-            "WHERE goal_id = ? AND run_id = ? AND status = 'running'",
-            (_ENDED_BY.get(env.type, "interrupted"), env.type, env.recorded_at, env.position, goal_id, ended),
-        )
+class _Rows:
+    """The ``runs`` rows one batch touches, read at most once and written once (as ``UPDATE``s would leave them).
+
+    A started run is not looked up first: it is written with a plain ``INSERT``, so a run that already exists
+    fails the batch exactly as the event-by-event ``INSERT`` would fail (the projector then parks that event).
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.rows: dict[tuple[str, str], list[Any] | None] = {}
+        self.dirty: set[tuple[str, str]] = set()
+        self.new: set[tuple[str, str]] = set()
+
+    def touch(self, goal_id: str, run_id: str) -> list[Any] | None:
+        """The row to change in place (None when there is none, as an ``UPDATE`` would match nothing)."""
+        key = (goal_id, run_id)
+        try:
+            row = self.rows[key]
+        except KeyError:
+            found = self.conn.execute(_SELECT, key).fetchone()
+            row = self.rows[key] = None if found is None else list(found)
+        if row is not None:
+            self.dirty.add(key)
+        return row
+
+    def insert(self, row: list[Any]) -> None:
+        key = (row[0], row[1])
+        if self.rows.get(key) is not None:
+            raise sqlite3.IntegrityError("UNIQUE constraint failed: runs.goal_id, runs.run_id")
+        self.rows[key] = row
+        self.new.add(key)
+
+    def flush(self) -> None:
+        rows, new = self.rows, self.new
+        self.conn.executemany(_INSERT, [row for key in new if (row := rows[key]) is not None])
+        self.conn.executemany(_WRITE, [row for key in self.dirty - new if (row := rows[key]) is not None])
+        self.dirty.clear()
+        new.clear()
+
+    def sql(self, statement: str, params: tuple[Any, ...]) -> None:
+        """A statement on rows not found by key: write what is pending first, then forget it."""
+        self.flush()
+        self.rows.clear()
+        self.conn.execute(statement, params)
+
+
+def _effect(rows: _Rows, goal_id: str, env: Envelope, before: str | None, after: str | None) -> None:
+    if before is not None and after != before:
+        row = rows.touch(goal_id, before)
+        if row is not None and row[_STATUS] == "running":
+            row[_STATUS] = _ENDED_BY.get(env.type, "interrupted")
+            row[_END_EVENT], row[_ENDED_AT], row[_ENDED_POSITION] = env.type, env.recorded_at, env.position
     if env.type not in _RUN_TYPES:
         return
-    e = decode_payload(env)
+    e = payload(env)
     if isinstance(e, r.RunStarted):
-        conn.execute(
-            "INSERT INTO runs (goal_id, run_id, generation, turn, kind, charged, prompt_message_id, status, "
-            "tokens, cost, started_at, started_position) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', 0, 0.0, ?, ?)",
-            (goal_id, e.run_id, e.generation, e.turn_count, e.kind, int(e.charged), e.prompt_message_id,
-             when(e.at, env), env.position),
-        )  # fmt: skip
+        rows.insert([
+            goal_id, e.run_id, e.generation, e.turn_count, e.kind, int(e.charged), e.prompt_message_id, "running",
+            None, None, None, None, None, 0, 0.0, None, None, None, None, when(e.at, env), None, env.position, None,
+        ])  # fmt: skip
     elif isinstance(e, r.RunFailed):
-        conn.execute(
-            "UPDATE runs SET error = ?, failure_source = ?, consecutive_failures = ?, retry_after = ? "
-            "WHERE goal_id = ? AND run_id = ?",
-            (e.error, e.source, e.consecutive_failures, e.retry_after, goal_id, e.run_id),
-        )
+        if (row := rows.touch(goal_id, e.run_id)) is not None:
+            row[_ERROR], row[_SOURCE], row[_FAILURES] = e.error, e.source, e.consecutive_failures
+            row[_RETRY] = e.retry_after
     elif isinstance(e, r.RunIdleCandidate):
-        conn.execute(
-            "UPDATE runs SET idle_candidate_at = ? WHERE goal_id = ? AND run_id = ?",
-            (when(e.at, env), goal_id, e.run_id),
-        )
+        if (row := rows.touch(goal_id, e.run_id)) is not None:
+            row[_IDLE] = when(e.at, env)
     elif isinstance(e, r.RunStuck):
-        conn.execute(
-            "UPDATE runs SET stuck_seconds = ?, watchdog = ? WHERE goal_id = ? AND run_id = ?",
-            (e.stuck_seconds, e.watchdog, goal_id, e.run_id),
-        )
+        if (row := rows.touch(goal_id, e.run_id)) is not None:
+            row[_STUCK], row[_WATCHDOG] = e.stuck_seconds, e.watchdog
     elif isinstance(e, r.RunConfirmFailed):
-        conn.execute(
+        rows.sql(
             "UPDATE runs SET confirm_failed = ? WHERE goal_id = ? AND generation = ?",
             (e.reason, goal_id, e.generation),
         )
-    elif isinstance(e, g.GoalUsageAccounted) and before.active_run_id is not None:
-        conn.execute(
-            "UPDATE runs SET tokens = tokens + ?, cost = cost + ? WHERE goal_id = ? AND run_id = ?",
-            (e.token_delta, e.cost_delta, goal_id, before.active_run_id),
-        )
+    elif isinstance(e, g.GoalUsageAccounted) and before is not None:
+        if (row := rows.touch(goal_id, before)) is not None:
+            row[_TOKENS] += e.token_delta
+            row[_COST] += e.cost_delta

@@ -209,6 +209,15 @@ class GoalFold:
                 d.anomaly_count += 1
         d.version, d.position = version, position
 
+    def peek(self) -> tuple[str | None, int]:
+        """The draft's active run id and anomaly count now, without the copy :meth:`result` makes.
+
+        For readers that need each event's effect on the run (``projections.runs``): two attribute reads
+        between events instead of a sixty-field copy per event. Pure: changes nothing.
+        """
+        d = self._draft
+        return d.active_run_id, d.anomaly_count
+
     def result(self) -> GoalState:
         """The state after everything applied so far (folding may go on afterwards)."""
         self._memo.write_back(self._draft)
