@@ -94,13 +94,7 @@ async def test_follow_sees_another_process_append_within_a_bounded_lag(backend: 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_the_cli_follows_and_stops_cleanly_on_sigterm(backend: str, tmp_path: Path) -> None:
     url = url_for(backend, tmp_path)
-    runner = (
-        "import sys\n"
-        "from loopd_es.cli import main as m, projector_cmds\n"
-        "original = m._command_modules\n"
-        "m._command_modules = lambda *a: [*(mods := original(*a)), *([] if projector_cmds in mods else [projector_cmds])]\n"
-        "raise SystemExit(m.main(*sys.argv[1:]))\n"
-    )
+    runner = "import sys\nfrom loopd_es.cli.main import main\nraise SystemExit(main(*sys.argv[1:]))\n"
 
     async def seed() -> None:
         async with await open_store(url) as store:
