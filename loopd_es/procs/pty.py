@@ -17,6 +17,7 @@ import termios
 from collections.abc import Mapping, Sequence
 
 import anyio
+import anyio.lowlevel
 from ptyprocess import PtyProcess  # the only import of ptyprocess in the package
 
 
@@ -58,6 +59,9 @@ class PtyChild:
                 data = b""  # Linux reports a closed slave side as EIO
             if not data:
                 self.eof = True
+            # When the child floods, data is always ready and nothing above awaits: yield here, or the
+            # owner's loop never answers a request until the flood pauses.
+            await anyio.lowlevel.checkpoint()
             return data
         return b""
 
