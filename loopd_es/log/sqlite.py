@@ -258,6 +258,9 @@ def _commit_group(conn: sqlite3.Connection, group: list[Request]) -> None:
     try:
         head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
         recorded_at = now_rfc3339()
+        if isolate and _stage_group(conn, group, head, recorded_at):
+            conn.execute("COMMIT")
+            return
         for request in group:
             request.error = None
             try:
@@ -279,6 +282,60 @@ def _commit_group(conn: sqlite3.Connection, group: list[Request]) -> None:
         for request in group:
             request.result = []
         raise
+
+
+def _stage_group(conn: sqlite3.Connection, group: list[Request], head: int, recorded_at: str) -> bool:
+    """Stage a whole group with a handful of statements when no id in it is already taken.
+
+    Returns False (having written nothing) when an id is already in the log or repeats across the group,
+    so that the caller resolves those retries request by request, with savepoints.
+    """
+    ids = [new.event_id for request in group for new in request.events]
+    if len(set(ids)) != len(ids):
+        return False
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        if conn.execute(f"SELECT 1 FROM events WHERE event_id IN ({marks}) LIMIT 1", chunk).fetchone():
+            return False
+    streams = list({request.stream for request in group})
+    marks = ",".join("?" * len(streams))
+    versions: dict[str, int] = dict(
+        conn.execute(f"SELECT stream, max(version) FROM events WHERE stream IN ({marks}) GROUP BY stream", streams)
+    )
+    rows = []
+    staged = []
+    for request in group:
+        request.error = None
+        stream = request.stream
+        version = versions.get(stream, 0)
+        try:
+            check_expected_version(stream, request.expected, version)
+        except WrongExpectedVersionError as e:  # no id of the group is recorded, so this is no retry
+            request.error = e
+            continue
+        envelopes = []
+        for new in request.events:
+            head += 1
+            version += 1
+            data = new.data_bytes()
+            rows.append(
+                (head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                 new.causation_id, new.correlation_id, data)
+            )
+            envelopes.append(
+                Envelope(
+                    head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                    new.causation_id, new.correlation_id, _Raw(data),
+                )
+            )
+        versions[stream] = version
+        staged.append((request, envelopes))
+    # ids are unused and versions were read under the write lock: the insert cannot hit a unique index
+    conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+    for request, envelopes in staged:
+        request.result = envelopes
+    return True
 
 
 class _SeenIds(Exception):

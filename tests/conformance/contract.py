@@ -668,3 +668,57 @@ class LogStoreContract:
             assert await store.head() == base + 2
             assert wins[0].position == base + 1
         assert_log_invariants(await everything(store))
+
+    async def test_one_group_commit_gives_each_append_its_own_outcome(self, store: LogStore) -> None:
+        """Appends that land in one group commit: new, exact retry, stale version, reused id, within-group race."""
+        first = [new(k=1), new(k=2)]
+        original = await store.append("retried", first, NO_STREAM)
+        taken = await store.append("taken", [new(k=3)])
+        reused = NewEvent(type="test.other", data={"k": 4}, event_id=taken[0].event_id)
+        twin = new(k=5)
+        outcomes: dict[str, list[Envelope] | Exception] = {}
+
+        async def attempt(name: str, stream: str, events: list[NewEvent], expected: ExpectedVersion) -> None:
+            try:
+                outcomes[name] = await store.append(stream, events, expected)
+            except Exception as e:  # the outcome under test
+                outcomes[name] = e
+
+        base = await store.head()
+        async with anyio.create_task_group() as tg:  # started together: they share a group commit
+            tg.start_soon(attempt, "new", "fresh", [new(k=6), new(k=7)], NO_STREAM)
+            tg.start_soon(attempt, "retry", "retried", first, NO_STREAM)
+            tg.start_soon(attempt, "stale", "taken", [new(k=8)], 0)
+            tg.start_soon(attempt, "reused", "other", [reused], ANY)
+            tg.start_soon(attempt, "twin-a", "twins", [twin], ANY)
+            tg.start_soon(attempt, "twin-b", "twins", [twin], ANY)
+        assert outcomes["retry"] == original
+        assert isinstance(outcomes["stale"], WrongExpectedVersionError)
+        assert isinstance(outcomes["reused"], DuplicateEventIdError)
+        fresh = outcomes["new"]
+        assert isinstance(fresh, list) and [e.version for e in fresh] == [1, 2]
+        twin_a, twin_b = outcomes["twin-a"], outcomes["twin-b"]
+        assert isinstance(twin_a, list) and twin_a == twin_b, "a concurrent exact retry returns the original"
+        envs = await everything(store)
+        assert len(envs) == base + 3  # the two fresh events and one twin, nothing else
+        assert_log_invariants(envs)
+
+    async def test_a_group_of_fresh_ids_still_checks_each_expected_version(self, store: LogStore) -> None:
+        await store.append("s", [new()])
+        outcomes: dict[int, list[Envelope] | Exception] = {}
+
+        async def attempt(k: int, expected: ExpectedVersion) -> None:
+            try:
+                outcomes[k] = await store.append(f"s{k % 2}" if k else "s", [new(k=k)], expected)
+            except WrongExpectedVersionError as e:
+                outcomes[k] = e
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(attempt, 0, 0)  # stale: "s" is at version 1
+            for k in range(1, 9):
+                tg.start_soon(attempt, k, ANY)
+        assert isinstance(outcomes[0], WrongExpectedVersionError) and outcomes[0].actual == 1
+        assert all(isinstance(outcomes[k], list) for k in range(1, 9))
+        envs = await everything(store)
+        assert len(envs) == 9
+        assert_log_invariants(envs)
