@@ -88,7 +88,7 @@ class NdjsonLog(LogStore):
         self._tail: list[_Rec] = []  # positions _indexed+1.._head
         self._versions: dict[str, int] | None = None  # writer state, built on the first append
         self._keys: set[int] | None = None
-        self._group = GroupCommitter(self._commit, rejoin=False)  # the fsync blocks the loop: no rejoin
+        self._group = GroupCommitter(self._commit)
         self._unsynced_since: float | None = None
         self._closed = False
         self._index_suspect = False

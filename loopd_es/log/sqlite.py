@@ -71,7 +71,7 @@ class SqliteLog(LogStore):
         self.path = path
         self.url = f"sqlite:{path}"
         self._conn = conn
-        self._group = GroupCommitter(self._commit, rejoin=True)  # commits may yield: let writers rejoin
+        self._group = GroupCommitter(self._commit)
         self._closed = False
         self._in_flight = 0  # calls queued on the connection thread; inline commits need it idle
         self._busy_timeout = BUSY_TIMEOUT_MS
