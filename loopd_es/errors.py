@@ -29,6 +29,8 @@ class LoopdError(Exception):
     """Raised for every failure loopd-es expects and can explain; the root of all our errors."""
 
     exit_code: ClassVar[int] = EXIT_INTERNAL
+    hint: ClassVar[str] = ""
+    """What to do next, added by the CLI after a message that must stay word for word (the reference's)."""
 
 
 # -- usage / input (exit 2) -----------------------------------------------------------------------

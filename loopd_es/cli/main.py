@@ -122,7 +122,8 @@ def main(*argv: str) -> int:
     except LoopdError as e:
         if verbose:
             logging.exception("failed")
-        print(f"loopd-es: {e}", file=sys.stderr)
+        hint = f" ({e.hint})" if e.hint else ""
+        print(f"loopd-es: {e}{hint}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130

@@ -57,6 +57,8 @@ EXIT_CODE_KILL: Final = 137
 class CommandNotFoundError(UsageError):
     """Raised when a command id names no command (or a removed one)."""
 
+    hint = "`loopd-es cmd list` lists the commands; ids may be shortened to a unique prefix"
+
     def __init__(self, message: str = "Command not found.") -> None:
         super().__init__(message)
 
