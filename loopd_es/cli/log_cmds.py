@@ -229,6 +229,13 @@ async def _read(args: argparse.Namespace) -> int:
             async for batch in batches:
                 for env in batch:
                     print(_row(env))
+        torn = getattr(store, "torn_tail", None)
+        if torn is not None:
+            print(
+                f"loopd-es: note: the log ends in an incomplete write ({torn[1]} bytes at byte offset {torn[0]}), "
+                "not shown; `loopd-es verify --repair` cuts it",
+                file=sys.stderr,
+            )
     finally:
         await store.aclose()
     return EXIT_OK

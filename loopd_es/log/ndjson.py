@@ -78,6 +78,9 @@ class NdjsonLog(LogStore):
         self.url = f"ndjson:{path}"
         self.durability = durability
         self.repairs: list[str] = []
+        self.torn_tail: tuple[int, int] | None = None
+        """(byte offset, size) of an incomplete last write readers skip, until a writer or ``verify --repair``
+        cuts it."""
         self._fd = -1
         self._lock = LockFile(path.with_name(path.name + ".lock"), lock_timeout)
         self._index = IndexFile(path.with_name(path.name + ".idx"))
@@ -194,6 +197,8 @@ class NdjsonLog(LogStore):
             )
         if visible > self._end:
             self._catch_up(visible)
+        # what is left past the last complete event is a torn write (an in-flight one is not visible)
+        self.torn_tail = (self._end, visible - self._end) if visible > self._end else None
 
     def _catch_up(self, visible: int) -> None:
         offset = self._end

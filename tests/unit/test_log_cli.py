@@ -490,3 +490,15 @@ def test_unwritable_store_is_a_storage_error(cli: Any, tmp_path: Path, scheme: s
 
 def test_unknown_store_scheme_is_a_usage_error(cli: Any) -> None:
     assert_one_line_error(cli("--store", "postgres://nowhere/db", "read"), 2)
+
+
+def test_read_notes_a_torn_tail_it_skips(cli: Any, tmp_path: Path) -> None:
+    url = f"ndjson:{tmp_path / 'torn.ndjson'}"
+    seed(url, "s", paused())
+    size = (tmp_path / "torn.ndjson").stat().st_size
+    with (tmp_path / "torn.ndjson").open("ab") as f:
+        f.write(b'{"position":2,"stre')
+    r = cli("--store", url, "read", "--json")
+    assert r.code == 0 and len(r.lines()) == 1
+    assert f"incomplete write (19 bytes at byte offset {size})" in r.err and "verify --repair" in r.err
+    assert (tmp_path / "torn.ndjson").stat().st_size == size + 19, "reading repairs nothing"
