@@ -9,8 +9,11 @@ handlers so that the rest of the CLI does not pay for it at start-up.
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +27,28 @@ if TYPE_CHECKING:
     from ..projector.base import Projection
 
 log = logging.getLogger("loopd_es.postmortem")
+
+
+def _gc_paused(
+    handler: Callable[[argparse.Namespace], Awaitable[int]],
+) -> Callable[[argparse.Namespace], Awaitable[int]]:
+    """Run ``handler`` with the cyclic garbage collector paused.
+
+    A timeline is tens of thousands of small objects that refcounting alone frees (no cycles); with the
+    collector on, a 10k-event history spends ~20 ms in collections that find nothing.
+    """
+
+    @functools.wraps(handler)
+    async def run(args: argparse.Namespace) -> int:
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return await handler(args)
+        finally:
+            if enabled:
+                gc.enable()
+
+    return run
 
 
 def register(subparsers: Any) -> None:
@@ -88,9 +113,22 @@ async def _goal(store: LogStore, args: argparse.Namespace, url: str) -> GoalStre
 
 
 def _links_projection(registry: str) -> Projection | None:
-    from ..postmortem.links import LINKS_NAME
-    from ..projector import load_registry
+    """The registry's ``goal_links``: from its ``projection_named(name)`` when it has one (which imports no
+    other read model), else found by name in its ``ALL`` list."""
+    import importlib
 
+    from ..postmortem.links import LINKS_NAME
+    from ..projector import Projection, load_registry
+
+    try:
+        module = importlib.import_module(registry)
+    except ModuleNotFoundError:
+        return None
+    named = getattr(module, "projection_named", None)
+    if callable(named):
+        found = named(LINKS_NAME)
+        if found is None or isinstance(found, Projection):
+            return found
     try:
         projections = load_registry(registry)
     except UsageError:
@@ -98,6 +136,7 @@ def _links_projection(registry: str) -> Projection | None:
     return next((p for p in projections if p.name == LINKS_NAME), None)
 
 
+@_gc_paused
 async def _history(args: argparse.Namespace) -> int:
     import msgspec
 
@@ -144,6 +183,7 @@ def _parse_time(text: str | None) -> datetime | None:
         raise UsageError(f"invalid --at {text!r}: use an ISO 8601 time, e.g. 2026-12-02T12:00:00Z") from None
 
 
+@_gc_paused
 async def _explain(args: argparse.Namespace) -> int:
     import msgspec
 

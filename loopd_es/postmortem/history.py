@@ -9,23 +9,21 @@ the timeline the way ``loopd-es replay`` cuts a fold.
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import compress
-from operator import is_not
+from itertools import chain, compress
+from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 from msgspec.structs import astuple
 
 from ..domain.evolve import GoalFold, initial
-from ..domain.reducers import Cut
 from ..domain.state import GoalState
 from ..domain.streams import goal_stream
 
 if TYPE_CHECKING:
+    from ..domain.reducers import Cut
     from ..events.envelope import Envelope
     from ..log.base import LogStore
     from .links import GoalStreams
@@ -38,6 +36,9 @@ _SKIPPED_AT: Final = frozenset(k for k, name in enumerate(_FIELDS) if name in _S
 _ANOMALIES: Final = _FIELDS.index("anomaly_count")
 _DICT: Final = msgspec.json.Decoder(dict[str, Any])
 _ENCODER: Final = msgspec.json.Encoder()
+_UNSET: Final = msgspec.UNSET
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+"""Types :func:`_diff` shows as ``before → after`` without looking inside (when either side is one)."""
 
 
 class Change(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -104,7 +105,11 @@ async def build_history(
     With ``provenance``, every goal event also records which earlier event last set each field
     (:attr:`Entry.set_by`); ``explain`` follows those links, ``history`` does not need them.
     """
-    cut = Cut(until, at)
+    cut = None
+    if until is not None or at is not None:
+        from ..domain.reducers import Cut  # only for a cut: the replay's folds are not needed here
+
+        cut = Cut(until, at)
     per_stream = [await _read(store, stream, cut) for stream in goal.streams]
     own = goal_stream(goal.goal_id)
     entries: list[Entry] = []
@@ -112,7 +117,10 @@ async def build_history(
     state = initial(goal.goal_id)
     before = astuple(state)
     setters: dict[str, Envelope] = {}
-    for env in heapq.merge(*per_stream, key=_position):
+    # one stream is already in order; several are sorted runs, which sort merges in C (positions are unique)
+    merged = per_stream[0] if len(per_stream) == 1 else sorted(chain.from_iterable(per_stream), key=_position)
+    fields, skipped, scalars, change = _FIELDS, _SKIPPED_AT, _SCALARS, Change  # locals: once per event
+    for env in merged:
         entry = Entry(env, env.stream == own)
         entries.append(entry)
         if not entry.own:
@@ -123,16 +131,18 @@ async def build_history(
         if provenance:
             entry.set_by = dict(setters)
         changes = entry.changes
-        for k in compress(
-            _INDICES, map(is_not, before, after)
-        ):  # C-speed scan: most fields are the same object
-            if k in _SKIPPED_AT:
+        # a C-speed scan: most fields are the same object before and after
+        for k in compress(_INDICES, map(is_not, before, after)):
+            if k in skipped:
                 continue
             a, b = before[k], after[k]
             if a != b:
-                _diff(_FIELDS[k], a, b, changes)
+                if type(a) in scalars or type(b) in scalars:  # _diff's usual case, without the call
+                    changes.append(change(fields[k], a, b))
+                else:
+                    _diff(fields[k], a, b, changes)
                 if provenance:
-                    setters[_FIELDS[k]] = env
+                    setters[fields[k]] = env
         if after[_ANOMALIES] != before[_ANOMALIES]:
             entry.refused = state.anomalies[-1].reason if state.anomalies else "refused"
         before = after
@@ -147,15 +157,14 @@ async def build_history(
     )
 
 
-def _position(env: Envelope) -> int:
-    return env.position
+_position: Final = attrgetter("position")
 
 
-async def _read(store: LogStore, stream: str, cut: Cut) -> list[Envelope]:
+async def _read(store: LogStore, stream: str, cut: Cut | None) -> list[Envelope]:
     """One stream's events before the cut (a stream's positions grow with its versions, so stop early)."""
     out: list[Envelope] = []
     async for batch in store.read_batches(stream=stream):
-        keep = cut.keep(batch)
+        keep = len(batch) if cut is None else cut.keep(batch)
         out += batch if keep == len(batch) else batch[:keep]
         if keep < len(batch):
             break
@@ -164,6 +173,9 @@ async def _read(store: LogStore, stream: str, cut: Cut) -> list[Envelope]:
 
 def _diff(path: str, a: Any, b: Any, out: list[Change]) -> None:
     """Append the changes from ``a`` to ``b``: structs field by field, sequences as gains and losses."""
+    if type(a) in _SCALARS or type(b) in _SCALARS:  # the usual case, decided without isinstance
+        out.append(Change(path, a, b))
+        return
     if isinstance(a, msgspec.Struct) and type(a) is type(b):
         for name in a.__struct_fields__:
             x, y = getattr(a, name), getattr(b, name)
@@ -247,16 +259,17 @@ def summarize(type_: str, data: dict[str, Any]) -> str:
 
 def show(value: Any, width: int = 80) -> str:
     """A short, readable rendering of a state or payload value (``-`` for none)."""
+    kind = type(value)
+    if kind is str:  # the usual case first
+        text = value if value and value.isprintable() and " " not in value else repr(value)
+        return text if len(text) <= width else text[: width - 1] + "…"
     if value is None:
         return "-"
-    kind = type(value)
     if kind is int or kind is float:
         return str(value)
     if kind is bool:
         return "true" if value else "false"
-    if kind is str:
-        text = value if value and value.isprintable() and " " not in value else repr(value)
-    elif isinstance(value, msgspec.Struct):
+    if isinstance(value, msgspec.Struct):
         fields = [
             f"{name}: {show(getattr(value, name), width)}"
             for name in value.__struct_fields__
@@ -274,14 +287,15 @@ def show(value: Any, width: int = 80) -> str:
 
 def show_change(change: Change, width: int = 80) -> str:
     """``field: before → after``, or ``field: +[gained] -[lost]`` for a sequence."""
-    if change.added is not msgspec.UNSET or change.removed is not msgspec.UNSET:
-        parts = []
-        if change.added is not msgspec.UNSET:
-            parts.append("+" + show(change.added, width))
-        if change.removed is not msgspec.UNSET:
-            parts.append("-" + show(change.removed, width))
-        return f"{change.field}: {' '.join(parts)}"
-    return f"{change.field}: {show(change.before, width)} → {show(change.after, width)}"
+    added, removed = change.added, change.removed
+    if added is _UNSET and removed is _UNSET:
+        return f"{change.field}: {show(change.before, width)} → {show(change.after, width)}"
+    parts = []
+    if added is not _UNSET:
+        parts.append("+" + show(added, width))
+    if removed is not _UNSET:
+        parts.append("-" + show(removed, width))
+    return f"{change.field}: {' '.join(parts)}"
 
 
 def short_stream(stream: str, goal_id: str) -> str:
@@ -300,7 +314,7 @@ def short_time(recorded_at: str) -> str:
 # -- output -------------------------------------------------------------------------------------------
 
 
-def render_text(history: History) -> Iterator[str]:
+def render_text(history: History) -> list[str]:
     """The timeline for a terminal: a header, then per event one line and its changes indented below."""
     h, st = history, history.state
     cut = f", cut at position {h.until}" if h.until is not None else (f", cut at {h.at}" if h.at else "")
@@ -308,27 +322,54 @@ def render_text(history: History) -> Iterator[str]:
         where = f"{st.name!r}: {st.status}/{st.phase}, model {st.config.model or '-'}, agent {st.config.agent or '-'}"
     else:
         where = "cleared" if st.cleared else "not created yet"
-    yield f"goal {h.goal_id} {where} — {len(h.entries)} events on {len(h.streams)} streams{cut}"
-    refs = {e.envelope.event_id: e.position for e in h.entries}
+    lines = [f"goal {h.goal_id} {where} — {len(h.entries)} events on {len(h.streams)} streams{cut}"]
+    add = lines.append  # locals: this loop runs once per event (and per change) of the timeline
+    indent, unset, goal_id = " " * 8, _UNSET, h.goal_id
+    refs = {e.envelope.event_id: e.envelope.position for e in h.entries}
+    labels: dict[str, str] = {}  # stream -> its column, padded
+    texts: dict[str, str] = {}  # string value -> show(value, 100)
     for e in h.entries:
         env = e.envelope
+        label = labels.get(env.stream)
+        if label is None:
+            label = labels[env.stream] = f"{short_stream(env.stream, goal_id):<15}"
         cause = refs.get(env.causation_id or "")
         because = f"  ← #{cause}" if cause is not None else ""
-        yield (
-            f"#{env.position:<6} {short_time(env.recorded_at)}  {short_stream(env.stream, h.goal_id):<15} "
+        add(  # the time is short_time(env.recorded_at), inlined
+            f"#{env.position:<6} {env.recorded_at.replace('T', ' ').rstrip('Z')[:23]}  {label} "
             f"v{env.version:<5} {env.type}{because}"
         )
         if e.refused is not None:
-            yield f"{'':8}refused by the reducer: {e.refused}"
+            add(f"{indent}refused by the reducer: {e.refused}")
         if e.own:
             for change in e.changes:
-                yield f"{'':8}{show_change(change, 100)}"
+                if change.added is not unset or change.removed is not unset:
+                    add(indent + show_change(change, 100))
+                    continue
+                # show(value, 100) for both sides, with its usual cases inline (strings repeat: memoized)
+                a, b = change.before, change.after
+                kind = type(a)
+                if kind is str:
+                    sa = texts.get(a)
+                    if sa is None:
+                        sa = texts[a] = show(a, 100)
+                else:
+                    sa = "-" if a is None else str(a) if kind is int else show(a, 100)
+                kind = type(b)
+                if kind is str:
+                    sb = texts.get(b)
+                    if sb is None:
+                        sb = texts[b] = show(b, 100)
+                else:
+                    sb = "-" if b is None else str(b) if kind is int else show(b, 100)
+                add(f"{indent}{change.field}: {sa} → {sb}")
             if not e.changes and e.refused is None:
-                yield f"{'':8}(no change to the goal's state)"
+                add(f"{indent}(no change to the goal's state)")
         else:
             summary = e.summary()
             if summary:
-                yield f"{'':8}{summary}"
+                add(indent + summary)
+    return lines
 
 
 def to_json(history: History) -> dict[str, Any]:

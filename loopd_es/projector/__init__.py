@@ -9,18 +9,34 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import UsageError
 from .base import BatchProjection as BatchProjection
 from .base import Projection as Projection
 from .base import ProjectionError as ProjectionError
 from .base import UnknownProjectionError as UnknownProjectionError
-from .readdb import BatchResult as BatchResult
-from .readdb import ProjectionStatus as ProjectionStatus
-from .runner import Projector as Projector
 from .watch import default_read_db as default_read_db
 
+if TYPE_CHECKING:
+    from .readdb import BatchResult as BatchResult
+    from .readdb import ProjectionStatus as ProjectionStatus
+    from .runner import Projector as Projector
+
 DEFAULT_REGISTRY = "projections"
+
+_LAZY: Final = {"BatchResult": "readdb", "ProjectionStatus": "readdb", "Projector": "runner"}
+"""Re-exports imported on first use: a command that only reads a read model (``history``) need not load
+the projector's machinery."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def load_registry(module: str = DEFAULT_REGISTRY) -> Sequence[Projection]:
