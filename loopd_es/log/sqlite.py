@@ -303,7 +303,7 @@ def _stage_group(conn: sqlite3.Connection, group: list[Request], head: int, reco
     versions: dict[str, int] = dict(
         conn.execute(f"SELECT stream, max(version) FROM events WHERE stream IN ({marks}) GROUP BY stream", streams)
     )
-    rows = []
+    rows: list[tuple[Any, ...]] = []
     staged = []
     for request in group:
         request.error = None
@@ -314,28 +314,37 @@ def _stage_group(conn: sqlite3.Connection, group: list[Request], head: int, reco
         except WrongExpectedVersionError as e:  # no id of the group is recorded, so this is no retry
             request.error = e
             continue
-        envelopes = []
-        for new in request.events:
-            head += 1
-            version += 1
-            data = new.data_bytes()
-            rows.append(
-                (head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                 new.causation_id, new.correlation_id, data)
-            )
-            envelopes.append(
-                Envelope(
-                    head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                    new.causation_id, new.correlation_id, _Raw(data),
-                )
-            )
-        versions[stream] = version
+        envelopes = _envelopes(request, head, version, recorded_at, rows)
+        head, versions[stream] = envelopes[-1].position, envelopes[-1].version
         staged.append((request, envelopes))
     # ids are unused and versions were read under the write lock: the insert cannot hit a unique index
     conn.executemany(f"INSERT INTO events ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
     for request, envelopes in staged:
         request.result = envelopes
     return True
+
+
+def _envelopes(
+    request: Request, head: int, version: int, recorded_at: str, rows: list[tuple[Any, ...]]
+) -> list[Envelope]:
+    """The envelopes of a request placed after ``head`` and ``version``; their rows are added to ``rows``."""
+    stream = request.stream
+    envelopes = []
+    for new in request.events:
+        head += 1
+        version += 1
+        data = new.data_bytes()
+        rows.append(
+            (head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+             new.causation_id, new.correlation_id, data)
+        )
+        envelopes.append(
+            Envelope(
+                head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                new.causation_id, new.correlation_id, _Raw(data),
+            )
+        )
+    return envelopes
 
 
 class _SeenIds(Exception):
@@ -354,22 +363,9 @@ def _stage(conn: sqlite3.Connection, request: Request, head: int, recorded_at: s
             raise
         request.result = retried
         return head
-    rows = []
-    envelopes = []
-    for new in request.events:
-        head += 1
-        version += 1
-        data = new.data_bytes()
-        rows.append(
-            (head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-             new.causation_id, new.correlation_id, data)
-        )
-        envelopes.append(
-            Envelope(
-                head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                new.causation_id, new.correlation_id, _Raw(data),
-            )
-        )
+    rows: list[tuple[Any, ...]] = []
+    envelopes = _envelopes(request, head, version, recorded_at, rows)
+    head = envelopes[-1].position
     if isolate:
         conn.execute("SAVEPOINT request")
     try:
