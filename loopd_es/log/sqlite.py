@@ -450,8 +450,19 @@ def _stream_version(conn: sqlite3.Connection, stream: str) -> int:
     return int(conn.execute("SELECT coalesce(max(version), 0) FROM events WHERE stream = ?", (stream,)).fetchone()[0])
 
 
+_DISTINCT_STREAMS: Final = """
+WITH RECURSIVE s(stream) AS (
+    SELECT min(stream) FROM events
+    UNION ALL
+    SELECT (SELECT min(stream) FROM events WHERE stream > s.stream) FROM s WHERE s.stream IS NOT NULL
+)
+SELECT stream FROM s WHERE stream IS NOT NULL
+"""
+
+
 def _streams(conn: sqlite3.Connection) -> list[str]:
-    return [row[0] for row in conn.execute("SELECT DISTINCT stream FROM events ORDER BY stream")]
+    # a skip-scan of the (stream, version) index: one seek per stream, not one step per event
+    return [row[0] for row in conn.execute(_DISTINCT_STREAMS)]
 
 
 def _verify(conn: sqlite3.Connection, report: VerifyReport) -> None:
