@@ -131,7 +131,7 @@ class TornTailError(StorageError):
         self.size = size
         super().__init__(
             f"torn tail in {where}: {size} bytes from byte offset {offset} are an incomplete write; "
-            "run `loopd-es verify --repair` (or any append) to truncate them; no complete event is dropped"
+            "run `loopd-es verify --repair` (or any append) to truncate them; no acknowledged event is ever dropped"
         )
 
 

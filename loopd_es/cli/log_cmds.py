@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Exit 0 only when clean, 4 otherwise.",
     )
     p.add_argument(
-        "--repair", action="store_true", help="truncate a torn tail (an incomplete write; never a complete event)"
+        "--repair", action="store_true", help="cut a torn tail or a crashed writer's unacknowledged write (never an acknowledged event)"
     )
     p.set_defaults(handler=_verify)
 

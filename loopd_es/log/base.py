@@ -69,7 +69,8 @@ class LogStore(abc.ABC):
     @abc.abstractmethod
     async def verify(self, *, repair: bool = False) -> VerifyReport:
         """Check every invariant of the whole log: gapless positions, contiguous versions, unique ids,
-        decodable records, no torn tail. With ``repair``, truncate a torn tail (never a complete event).
+        decodable records, no torn tail. With ``repair``, cut a torn tail or a crashed writer's
+        unacknowledged write, never an acknowledged event.
         """
 
     @abc.abstractmethod
