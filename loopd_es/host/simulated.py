@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -270,31 +270,29 @@ class SimulatedHost:
         return await self._transact(run)
 
     async def switch_model(self, session_id: str, model: str) -> SwitchResult:
-        def run(state: SimState) -> SwitchResult:
-            forced = self._enter(state, "switch_model", session_id, model)
-            session = self._session(state, "switch_model", session_id)
-            result = forced or self.script.model_switching
-            if result == "session":
-                self._check_idle(state, session, "switch_model", model)
-                self._check_model(state, "switch_model", session_id, model)
-                session.model = model
-            outcome: SwitchResult = "applied" if result == "session" else result
-            self._record(state, "switch_model", session_id, model, outcome)
-            return outcome
-
-        return await self._transact(run)
+        return await self._switch("switch_model", session_id, model)
 
     async def switch_agent(self, session_id: str, agent: str) -> SwitchResult:
+        return await self._switch("switch_agent", session_id, agent)
+
+    async def _switch(self, op: Literal["switch_model", "switch_agent"], session_id: str, value: str) -> SwitchResult:
+        """One model or agent switch: forced results first, then the scripted switching mode."""
+
         def run(state: SimState) -> SwitchResult:
-            forced = self._enter(state, "switch_agent", session_id, agent)
-            session = self._session(state, "switch_agent", session_id)
-            result = forced or self.script.agent_switching
+            forced = self._enter(state, op, session_id, value)
+            session = self._session(state, op, session_id)
+            mode = self.script.model_switching if op == "switch_model" else self.script.agent_switching
+            result = forced or mode
             if result == "session":
-                self._check_idle(state, session, "switch_agent", agent)
-                self._check_agent(state, "switch_agent", session_id, agent)
-                session.agent = agent
+                self._check_idle(state, session, op, value)
+                if op == "switch_model":
+                    self._check_model(state, op, session_id, value)
+                    session.model = value
+                else:
+                    self._check_agent(state, op, session_id, value)
+                    session.agent = value
             outcome: SwitchResult = "applied" if result == "session" else result
-            self._record(state, "switch_agent", session_id, agent, outcome)
+            self._record(state, op, session_id, value, outcome)
             return outcome
 
         return await self._transact(run)
