@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from array import array
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -26,7 +25,6 @@ import msgspec
 
 from ..errors import (
     CorruptLogError,
-    LoopdError,
     StorageError,
     StoreUnavailableError,
     StreamNotFoundError,
@@ -35,23 +33,22 @@ from ..errors import (
 from ..events.envelope import (
     ANY,
     ENVELOPE_DECODER,
-    ENVELOPE_ENCODER,
     Envelope,
     ExpectedVersion,
     NewEvent,
-    now_rfc3339,
 )
 from .base import (
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
-    check_expected_version,
     check_stream_name,
     parse_expected_version,
 )
 from .group_commit import GroupCommitter, Request, prepare_path
 from .ndjson_files import RECORD, RECORD_FIELDS, IndexFile, LockFile, StreamNames, event_id_key
+from .ndjson_scan import read_spans, scan
+from .ndjson_write import stage_group, stage_import
 from .validation import check_new_events, resolve_retry
 
 log = logging.getLogger("loopd_es.log")
@@ -168,7 +165,7 @@ class NdjsonLog(LogStore):
         records = bytearray()
         position = 0
         offset = 0
-        for lines, envs in self._scan(0, self._visible_end(), 1):
+        for lines, envs in scan(self.path, self._fd, 0, self._visible_end(), 1):
             for line, env in zip(lines, envs, strict=True):
                 number = self._names.number(env.stream)
                 if number is None:
@@ -203,7 +200,7 @@ class NdjsonLog(LogStore):
 
     def _catch_up(self, visible: int) -> None:
         offset = self._end
-        for lines, envs in self._scan(offset, visible, first_position=self._head + 1):
+        for lines, envs in scan(self.path, self._fd, offset, visible, first_position=self._head + 1):
             for line, env in zip(lines, envs, strict=True):
                 key = event_id_key(env.event_id)
                 self._tail.append(_Rec(offset, len(line), env.stream, env.version, key))
@@ -214,53 +211,6 @@ class NdjsonLog(LogStore):
                 if self._keys is not None:
                     self._keys.add(key)
         self._end = offset
-
-    def _scan(self, start: int, stop: int, first_position: int) -> Iterator[tuple[list[bytes], list[Envelope]]]:
-        """Yield (lines, envelopes) of the complete lines in [start, stop), a chunk at a time.
-
-        An incomplete or undecodable *last* line is a torn tail and is left out (``verify`` reports it
-        and the next writer cuts it); any other bad line raises CorruptLogError naming the line.
-        """
-        expected = first_position
-        offset = start
-        carry = b""
-        while offset < stop:
-            data = os.pread(self._fd, min(_CHUNK, stop - offset), offset)
-            if not data:
-                break
-            offset += len(data)
-            data = carry + data if carry else data
-            cut = data.rfind(b"\n") + 1
-            complete, carry = data[:cut], data[cut:]
-            if not complete:
-                continue
-            lines = complete.splitlines(keepends=True)
-            envs = self._decode_lines(complete, lines, offset >= stop and not carry, expected)
-            del lines[len(envs) :]
-            for env in envs:
-                if env.position != expected:
-                    raise CorruptLogError(
-                        str(self.path), expected, f"expected position {expected}, found {env.position}"
-                    )
-                expected += 1
-            yield lines, envs
-
-    def _decode_lines(
-        self, complete: bytes, lines: list[bytes], at_end: bool, line_base: int
-    ) -> list[Envelope]:
-        try:
-            return ENVELOPE_DECODER.decode_lines(complete)
-        except msgspec.DecodeError:
-            pass
-        envs: list[Envelope] = []
-        for i, line in enumerate(lines):
-            try:
-                envs.append(ENVELOPE_DECODER.decode(line))
-            except msgspec.DecodeError as e:
-                if at_end and i == len(lines) - 1:
-                    return envs  # a torn last line: not an event yet
-                raise CorruptLogError(str(self.path), line_base + i, str(e)) from e
-        return envs
 
     async def read_batches(
         self,
@@ -285,7 +235,7 @@ class NdjsonLog(LogStore):
         offset = self._offset_of(position)
         stop = self._end
         batch: list[Envelope] = []
-        for _lines, envs in self._scan(offset, stop, first_position=position):
+        for _lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
             for env in envs:
                 batch.append(env)
                 remaining -= 1
@@ -327,7 +277,7 @@ class NdjsonLog(LogStore):
             chunk = spans[i : i + READ_BATCH]
             if remaining >= 0:
                 chunk = chunk[:remaining]
-            envs = self._read_spans(chunk)
+            envs = read_spans(self.path, self._fd, chunk)
             for env in envs:
                 if env.stream != stream:
                     raise CorruptLogError(
@@ -345,37 +295,13 @@ class NdjsonLog(LogStore):
         spans: list[tuple[int, int]] = []
         number = self._names.number(stream)
         if number is not None:
-            for chunk, base in self._indexed_matches(2, number):
+            for chunk, base in self._index.matches(2, number, self._indexed):
                 if chunk[base + 3] >= from_version:
                     spans.append((chunk[base], chunk[base + 1]))
         spans.extend(
             (rec.offset, rec.length) for rec in self._tail if rec.stream == stream and rec.version >= from_version
         )
         return spans
-
-    def _read_spans(self, spans: list[tuple[int, int]]) -> list[Envelope]:
-        parts: list[bytes] = []
-        i = 0
-        while i < len(spans):
-            start, length = spans[i]
-            end = start + length
-            j = i + 1
-            while j < len(spans) and spans[j][0] == end:  # coalesce adjacent lines into one read
-                end += spans[j][1]
-                j += 1
-            parts.append(os.pread(self._fd, end - start, start))
-            i = j
-        data = b"".join(parts)
-        try:
-            return ENVELOPE_DECODER.decode_lines(data)
-        except msgspec.DecodeError:
-            envs = []
-            for line in data.splitlines():
-                try:
-                    envs.append(ENVELOPE_DECODER.decode(line))
-                except msgspec.DecodeError as e:
-                    raise CorruptLogError(str(self.path), None, f"an indexed line does not decode: {e}") from e
-            return envs
 
     async def head(self) -> int:
         self._check_open()
@@ -495,56 +421,14 @@ class NdjsonLog(LogStore):
 
     def _write_group(self, group: list[Request]) -> None:
         assert self._versions is not None and self._keys is not None
-        recorded_at = now_rfc3339()
-        buffer = bytearray()
-        records = bytearray()
-        staged_versions: dict[str, int] = {}
-        staged: dict[int, Envelope] = {}
-        accepted: list[tuple[Request, list[Envelope], list[int]]] = []
-        encode = ENVELOPE_ENCODER.encode
-        Raw = msgspec.Raw
-        pack = RECORD.pack
-        position = self._head
-        offset = self._end
-        for request in group:
-            keys = [event_id_key(new.event_id) for new in request.events]
-            try:
-                originals = self._find_retry(request, keys, staged)
-                if originals is not None:
-                    request.result = originals
-                    continue
-                stream = request.stream
-                version = staged_versions.get(stream, self._versions.get(stream, 0))
-                check_expected_version(stream, request.expected, version)
-            except LoopdError as e:
-                request.error = e
-                continue
-            number = self._names.number(stream)
-            if number is None:
-                number = self._names.add(stream)
-            envelopes = []
-            for new, key in zip(request.events, keys, strict=True):
-                position += 1
-                version += 1
-                env = Envelope(  # positional: this is the hot path
-                    position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                    new.causation_id, new.correlation_id, Raw(new.data_bytes()),
-                )
-                line = encode(env) + b"\n"
-                buffer += line
-                records += pack(offset, len(line), number, version, key)
-                offset += len(line)
-                envelopes.append(env)
-            staged.update(zip(keys, envelopes, strict=True))
-            staged_versions[stream] = version
-            accepted.append((request, envelopes, keys))
-        if not accepted:
+        staged = stage_group(group, self._head, self._end, self._versions, self._names, self._find_retry)
+        if not staged.accepted:
             return
-        self._write_durably(bytes(buffer))
-        self._index.write_at(bytes(records), self._head)  # _sync_locked left the index at _head records
-        self._head = self._indexed = position
-        self._end = offset
-        for request, envelopes, keys in accepted:
+        self._write_durably(staged.data)
+        self._index.write_at(staged.records, self._head)  # _sync_locked left the index at _head records
+        self._head = self._indexed = staged.head
+        self._end = staged.end
+        for request, envelopes, keys in staged.accepted:
             request.result = envelopes
             self._versions[request.stream] = envelopes[-1].version
             self._keys.update(keys)
@@ -601,28 +485,11 @@ class NdjsonLog(LogStore):
                 env = ENVELOPE_DECODER.decode(os.pread(self._fd, rec.length, rec.offset))
                 if env.event_id == event_id:
                     return env
-        for chunk, base in self._indexed_matches(4, key):
+        for chunk, base in self._index.matches(4, key, self._indexed):
             env = ENVELOPE_DECODER.decode(os.pread(self._fd, chunk[base + 1], chunk[base]))
             if env.event_id == event_id:
                 return env
         return None
-
-    def _indexed_matches(self, field: int, value: int) -> Iterator[tuple[array[int], int]]:
-        """(chunk, record start) of every indexed record whose ``field`` equals ``value``.
-
-        Searches the field's column as bytes (C speed) and keeps only 8-byte-aligned hits, so a match that
-        straddles two values is never taken for one.
-        """
-        needle = value.to_bytes(8, "little", signed=True)
-        for chunk in self._index.chunks(0, self._indexed):
-            column = chunk[field::RECORD_FIELDS].tobytes()
-            at = column.find(needle)
-            while at != -1:
-                if at % 8 == 0:
-                    yield chunk, (at // 8) * RECORD_FIELDS
-                    at = column.find(needle, at + 8)
-                else:
-                    at = column.find(needle, at + 1)
 
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
         self._check_open()
@@ -635,19 +502,9 @@ class NdjsonLog(LogStore):
             offset = 0
             try:
                 async for batch in batches:
-                    buffer = bytearray()
-                    records = bytearray()
-                    for env in batch:
-                        checker.check(env)
-                        number = self._names.number(env.stream)
-                        if number is None:
-                            number = self._names.add(env.stream)
-                        line = ENVELOPE_ENCODER.encode(env) + b"\n"
-                        records += RECORD.pack(offset + len(buffer), len(line), number, env.version,
-                                               event_id_key(env.event_id))
-                        buffer += line
-                    os.pwrite(self._fd, bytes(buffer), offset)
-                    self._index.append(bytes(records), self._index.count())
+                    buffer, records = stage_import(batch, checker, self._names, offset)
+                    os.pwrite(self._fd, buffer, offset)
+                    self._index.append(records, self._index.count())
                     offset += len(buffer)
                 os.fsync(self._fd)
             except BaseException:
