@@ -292,7 +292,7 @@ class NdjsonState:
             if settled < size:
                 self._truncate(settled, size, "an unfinished write (never acknowledged)")
             self._flush_tail()
-        elif self._tail or self._index.count() != self._indexed:
+        elif self._tail:
             self._flush_tail()
         self.torn_tail = None
         self._ensure_writer_state()
