@@ -32,8 +32,9 @@ from .base import (
     parse_expected_version,
 )
 from .group_commit import Request, prepare_path
-from .ndjson_files import event_id_key
+from .ndjson_files import event_id_key, id_time
 from .ndjson_foreign import check_is_log
+from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, VERSION
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
 from .ndjson_write import stage_group, stage_import
@@ -127,7 +128,7 @@ class NdjsonLog(NdjsonState, LogStore):
     ) -> AsyncIterator[Envelope]:
         self._check_usable()
         self._refresh()
-        spans = self._stream_spans(stream, 1)
+        spans = self._checked_spans(stream, 1)
         if not spans:
             raise StreamNotFoundError(stream)
         async for batch in self._read_stream_batches(stream, from_version, -1 if limit is None else limit, spans):
@@ -138,7 +139,7 @@ class NdjsonLog(NdjsonState, LogStore):
         self, stream: str, from_version: int, remaining: int, spans: list[Span] | None = None
     ) -> AsyncIterator[list[Envelope]]:
         if spans is None:
-            spans = self._stream_spans(stream, max(from_version, 1))
+            spans = self._checked_spans(stream, max(from_version, 1))
         elif from_version > 1:
             spans = spans[from_version - 1 :]  # versions are contiguous from 1
         i = 0
@@ -155,7 +156,7 @@ class NdjsonLog(NdjsonState, LogStore):
                 rebuilt = True
                 self._index_broken(str(e))
                 self._refresh()
-                spans = spans[:i] + self._stream_spans(stream, max(from_version, 1) + i)
+                spans = spans[:i] + self._checked_spans(stream, max(from_version, 1) + i)
                 continue
             for env in envs:
                 if env.stream != stream:
@@ -169,21 +170,39 @@ class NdjsonLog(NdjsonState, LogStore):
             await anyio.lowlevel.checkpoint()
 
     def _stream_spans(self, stream: str, from_version: int) -> list[Span]:
-        """(offset, length, checksum, position) of the stream's events from ``from_version``: index scan
-        plus the tail."""
+        """(offset, length, checksum, position) of the stream's events from ``from_version``, found by
+        following each event's link to the previous one of its stream: the cost is the stream's, not the log's.
+
+        :raises IndexMismatch: when a link leads to a record of another stream or version.
+        """
+        version, position = self._stream_head(stream)
         spans: list[Span] = []
+        while position > self._indexed and version >= from_version:
+            rec = self._tail[position - self._indexed - 1]
+            if rec.stream != stream or rec.version != version:
+                raise IndexMismatch(str(self.path), position, f"the tail does not hold version {version}")
+            spans.append((rec.offset, rec.length, rec.crc, position))
+            position, version = rec.prev, version - 1
         number = self._names.number(stream)
-        if number is not None:
-            for chunk, base, position in self._index.matches(2, number, self._indexed):
-                if chunk[base + 3] >= from_version:
-                    spans.append((chunk[base], chunk[base + 1], chunk[base + 5] & 0xFFFFFFFF, position))
-        first_tail = self._indexed + 1
-        spans.extend(
-            (rec.offset, rec.length, rec.crc, first_tail + i)
-            for i, rec in enumerate(self._tail)
-            if rec.stream == stream and rec.version >= from_version
-        )
+        while position > 0 and version >= from_version:
+            r = self._index.record(position)
+            if r[NUMBER] != number or r[VERSION] != version:
+                raise IndexMismatch(str(self.path), position, f"the index does not hold version {version} here")
+            spans.append((r[OFFSET], r[LENGTH], r[CRC] & 0xFFFFFFFF, position))
+            position, version = r[PREV], version - 1
+        if position == 0 and version >= max(from_version, 1):
+            raise IndexMismatch(str(self.path), None, f"stream {stream!r} ends at version {version + 1}, not 1")
+        spans.reverse()
         return spans
+
+    def _checked_spans(self, stream: str, from_version: int) -> list[Span]:
+        """:meth:`_stream_spans`, rebuilding the index (or reading from the log alone) once when it is wrong."""
+        try:
+            return self._stream_spans(stream, from_version)
+        except IndexMismatch as e:
+            self._index_broken(str(e))
+            self._refresh()
+            return self._stream_spans(stream, from_version)
 
     def _corrupt(self, position: int | None, why: str) -> Exception:
         from ..errors import CorruptLogError
@@ -198,22 +217,17 @@ class NdjsonLog(NdjsonState, LogStore):
     async def stream_version(self, stream: str) -> int:
         self._check_usable()
         self._refresh()
-        if self._versions is not None:
-            return self._versions.get(stream, 0)
-        for rec in reversed(self._tail):
-            if rec.stream == stream:
-                return rec.version
-        spans = self._stream_spans(stream, 1)
-        if not spans:
-            return 0
-        return read_spans(self.path, self._fd, spans[-1:])[0].version
+        try:
+            return self._stream_head(stream)[0]
+        except IndexMismatch as e:
+            self._index_broken(str(e))
+            self._refresh()
+            return self._stream_head(stream)[0]
 
     async def streams(self) -> list[str]:
         self._check_usable()
         self._refresh()
-        self._ensure_writer_state()
-        assert self._versions is not None
-        return sorted(name for name, version in self._versions.items() if version > 0)
+        return sorted(name for name, version in self._all_versions().items() if version > 0)
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -240,27 +254,43 @@ class NdjsonLog(NdjsonState, LogStore):
             self._lock.release()
 
     def _write_group(self, group: list[Request]) -> None:
-        assert self._versions is not None and self._keys is not None
+        if self._keys is None and not all(
+            id_time(new.event_id) > self._max_time for request in group for new in request.events
+        ):
+            self._ensure_keys()  # an id that may be recorded already: check it against every id
+        try:
+            for request in group:
+                self._stream_head(request.stream)  # staging then finds each stream's head in the cache
+        except IndexMismatch as e:
+            self._index_broken(str(e))  # we hold the lock: this rebuilds it
+            self._refresh()
         staged = stage_group(
-            group, self._head, self._end, self._chain, self._versions, self._names, self._find_retry
-        )
+            group, self._head, self._end, self._chain, self._max_time, self._stream_head, self._names,
+            self._find_retry,
+        )  # fmt: skip
         if not staged.accepted:
             return
         self._write_durably(staged.data)
         # from here on the events are appended: whatever happens to the index, the callers are told so
+        before = (self._indexed, self._chain)
         try:
             self._index.write_at(staged.records, self._head)  # _sync_locked left the index at _head records
-            self._indexed, self._chain = staged.head, staged.chain
         except OSError as e:
             log.warning("%s: cannot write the index (%s); the next writer brings it up to date", self.path, e)
             names = self._names.names
-            self._tail.extend(Rec(o, n, names[s], v, k, c) for o, n, s, v, k, c in staged.fields)
+            self._tail.extend(Rec(o, n, names[s], v, k, c, p, t) for o, n, s, v, k, p, t, c in staged.fields)
+        else:
+            self._indexed, self._chain = staged.head, staged.chain
+            first = before[0] + 1
+            self._update_heads({f[2]: first + i for i, f in enumerate(staged.fields)}, before)
         self._head = staged.head
         self._end = staged.end
+        self._max_time = staged.max_time
         for request, envelopes, keys in staged.accepted:
             request.result = envelopes
-            self._versions[request.stream] = envelopes[-1].version
-            self._keys.update(keys)
+            self._heads[request.stream] = (envelopes[-1].version, envelopes[-1].position)
+            if self._keys is not None:
+                self._keys.update(keys)
 
     def _write_durably(self, data: bytes) -> None:
         start = self._end
@@ -293,8 +323,11 @@ class NdjsonLog(NdjsonState, LogStore):
         self, request: Request, keys: list[int], staged: dict[int, Envelope]
     ) -> list[Envelope] | None:
         """The original envelopes when the request is an exact retry; None when all ids are new."""
-        assert self._keys is not None
         known = self._keys
+        if known is None:  # every id is newer than any recorded one (see _write_group)
+            if not staged or staged.keys().isdisjoint(keys):
+                return None
+            known = set()
         if known.isdisjoint(keys) and (not staged or staged.keys().isdisjoint(keys)):
             return None
         originals: list[Envelope | None] = []
@@ -315,8 +348,8 @@ class NdjsonLog(NdjsonState, LogStore):
                 env = read_spans(self.path, self._fd, [(rec.offset, rec.length, rec.crc, first_tail + i)])[0]
                 if env.event_id == event_id:
                     return env
-        for chunk, base, position in self._index.matches(4, key, self._indexed):
-            span = (chunk[base], chunk[base + 1], chunk[base + 5] & 0xFFFFFFFF, position)
+        for chunk, base, position in self._index.matches(KEY, key, self._indexed):
+            span = (chunk[base + OFFSET], chunk[base + LENGTH], chunk[base + CRC] & 0xFFFFFFFF, position)
             env = read_spans(self.path, self._fd, [span])[0]
             if env.event_id == event_id:
                 return env
@@ -332,9 +365,13 @@ class NdjsonLog(NdjsonState, LogStore):
             checker = SequenceChecker(self.url)
             offset = 0
             chain = self._chain
+            lasts: dict[str, int] = {}
+            max_time = 0
             try:
                 async for batch in batches:
-                    buffer, records, chain = stage_import(batch, checker, self._names, offset, chain)
+                    buffer, records, chain, max_time = stage_import(
+                        batch, checker, self._names, offset, chain, lasts, max_time
+                    )
                     os.pwrite(self._fd, buffer, offset)
                     self._index.append(records, self._index.count())
                     offset += len(buffer)
@@ -346,8 +383,8 @@ class NdjsonLog(NdjsonState, LogStore):
                 raise
             self._end, self._head, self._chain = offset, checker.position, chain
             self._indexed, self._tail = self._head, []
-            self._versions, self._keys = None, None
-            self._ensure_writer_state()
+            self._heads, self._keys, self._max_time = {}, None, max_time
+            self._sync_heads()
             return checker.position
         finally:
             self._lock.release()

@@ -35,6 +35,11 @@ def event_id_key(event_id: str) -> int:
     return int(event_id[20:23] + event_id[24:], 16)
 
 
+def id_time(event_id: str) -> int:
+    """The millisecond time of a UUIDv7 id, 0 for any other: an id newer than every recorded one is new."""
+    return int(event_id[:8] + event_id[9:13], 16) if event_id[14] == "7" else 0
+
+
 class LockFile:
     """The writers' ``flock`` and the record of the write in flight."""
 

@@ -23,9 +23,21 @@ import msgspec
 from ..errors import CorruptLogError, StorageError
 from ..events.envelope import ENVELOPE_DECODER
 from .group_commit import GroupCommitter, Request
-from .ndjson_files import LockFile, StreamNames, event_id_key
-from .ndjson_index import PREFIX, RECORD_FIELDS, IndexFile, first_chain, seal
-from .ndjson_scan import body_crc, scan, settle
+from .ndjson_files import LockFile, StreamNames, event_id_key, id_time
+from .ndjson_heads import HeadsFile
+from .ndjson_index import (
+    CHAIN,
+    KEY,
+    MAX_TIME,
+    NUMBER,
+    PREFIX,
+    RECORD_FIELDS,
+    VERSION,
+    IndexFile,
+    first_chain,
+    seal,
+)
+from .ndjson_scan import IndexMismatch, body_crc, scan, settle
 
 log = logging.getLogger("loopd_es.log")
 
@@ -39,6 +51,8 @@ class Rec(msgspec.Struct, array_like=True):
     version: int
     key: int
     crc: int
+    prev: int
+    max_time: int
 
 
 class NdjsonState:
@@ -59,13 +73,15 @@ class NdjsonState:
         self._lock = LockFile(path.with_name(path.name + ".lock"), lock_timeout)
         self._index = IndexFile(path.with_name(path.name + ".idx"))
         self._names = StreamNames(path.with_name(path.name + ".streams"))
+        self._heads_file = HeadsFile(path.with_name(path.name + ".heads"))
         self._end = 0  # bytes of whole, committed writes this instance has seen
         self._head = 0
         self._indexed = 0  # positions 1.._indexed are in the index file
         self._chain = first_chain()  # the chain value of index record _indexed
         self._tail: list[Rec] = []  # positions _indexed+1.._head
-        self._versions: dict[str, int] | None = None  # writer state, built on the first append
-        self._keys: set[int] | None = None
+        self._heads: dict[str, tuple[int, int]] = {}  # stream -> (version, last position), filled on demand
+        self._keys: set[int] | None = None  # every event-id key, built only when an id may be a retry
+        self._max_time = 0  # the largest UUIDv7 time of any recorded id
         self._group = GroupCommitter(self._commit)
         self._closed = False
         self._index_suspect = False
@@ -96,9 +112,10 @@ class NdjsonState:
             return
         self._indexed = self._head = count
         if count:
-            offset, length, *_, chain = self._index.record(count)
-            self._end = offset + length
-            self._chain = chain
+            rec = self._index.record(count)
+            self._end = rec[0] + rec[1]
+            self._chain = rec[CHAIN]
+            self._max_time = rec[MAX_TIME]
 
     def _first_changed(self, count: int) -> int:
         """The first position whose (sound) record no longer matches the log: records 1 and ``count`` are
@@ -118,7 +135,7 @@ class NdjsonState:
         self._indexed = self._head = self._end = 0
         self._chain = first_chain()
         self._tail = []
-        self._versions = self._keys = None
+        self._heads, self._keys, self._max_time = {}, None, 0
 
     def _index_broken(self, why: str) -> None:
         """Rebuild the index from the log when we hold or can take the lock now; else read from the log
@@ -143,7 +160,7 @@ class NdjsonState:
         rec = self._index.checked_record(position)
         if rec is None:
             return "index"
-        offset, length, number, version, key, crc, _chain = rec
+        offset, length, number, version, key, _prev, _time, crc, _chain = rec
         if number >= len(self._names.names) or offset + length > os.fstat(self._fd).st_size or length < 2:
             return "index"
         if position == 1 and offset != 0:
@@ -168,14 +185,21 @@ class NdjsonState:
         size = os.fstat(self._fd).st_size
         stop = settle(self.path, self._fd, 0, size, 1)
         numbers: dict[str, int] = {}
+        lasts: dict[str, int] = {}
         prefixes: list[bytes] = []
         position = 0
         offset = 0
+        max_time = 0
         for lines, envs in scan(self.path, self._fd, 0, stop, 1):  # scan first: a damaged log keeps its index
             for line, env in zip(lines, envs, strict=True):
                 number = numbers.setdefault(env.stream, len(numbers))
                 key = event_id_key(env.event_id)
-                prefixes.append(PREFIX.pack(offset, len(line), number, env.version, key, body_crc(line)))
+                max_time = max(max_time, id_time(env.event_id))
+                prev = lasts.get(env.stream, 0)
+                lasts[env.stream] = env.position
+                prefixes.append(
+                    PREFIX.pack(offset, len(line), number, env.version, key, prev, max_time, body_crc(line))
+                )
                 offset += len(line)
                 position += 1
         self._index.reset()
@@ -189,7 +213,8 @@ class NdjsonState:
         self._indexed = self._head = position
         self._end = offset
         self._tail = []
-        self._versions = self._keys = None
+        self._heads, self._keys, self._max_time = {}, None, max_time
+        self._sync_heads()
 
     def _flush_tail(self) -> None:
         """Write index records for events we know of that the index file lacks."""
@@ -206,29 +231,112 @@ class NdjsonState:
             number = self._names.number(rec.stream)
             if number is None:
                 number = self._names.add(rec.stream)
-            prefixes.append(PREFIX.pack(rec.offset, rec.length, number, rec.version, rec.key, rec.crc))
-        records, chain = seal(prefixes, self._index.chain_before(on_disk + 1))
+            prefixes.append(
+                PREFIX.pack(rec.offset, rec.length, number, rec.version, rec.key, rec.prev, rec.max_time, rec.crc)
+            )
+        before = (on_disk, self._index.chain_before(on_disk + 1))
+        records, chain = seal(prefixes, before[1])
         self._index.append(records, on_disk)
+        touched = {}
+        for i, rec in enumerate(self._tail[on_disk - self._indexed :]):
+            number = self._names.number(rec.stream)
+            assert number is not None
+            touched[number] = on_disk + 1 + i
         self._indexed, self._tail, self._chain = self._head, [], chain
+        self._update_heads(touched, before)
 
-    def _ensure_writer_state(self) -> None:
-        """Stream versions and event-id keys of the whole log, built once from the index (checked whole)."""
-        if self._versions is not None:
+    def _ensure_keys(self) -> None:
+        """Every recorded event-id key, from the whole index (checked end to end first) and the tail."""
+        if self._keys is not None:
             return
         if not self._index.intact(self._indexed):
             self._index_broken("fails its checksum")
             self._refresh()
-        versions: dict[int, int] = {}
         keys: set[int] = set()
         for chunk in self._index.chunks(0, self._indexed):
-            versions.update(zip(chunk[2::RECORD_FIELDS], chunk[3::RECORD_FIELDS], strict=True))
-            keys.update(chunk[4::RECORD_FIELDS])
+            keys.update(chunk[KEY::RECORD_FIELDS])
+        keys.update(rec.key for rec in self._tail)
+        self._keys = keys
+
+    def _all_versions(self) -> dict[str, int]:
+        """Every stream's version, from the whole index and the tail (for ``streams``)."""
+        versions: dict[int, int] = {}
+        for chunk in self._index.chunks(0, self._indexed):
+            versions.update(zip(chunk[NUMBER::RECORD_FIELDS], chunk[VERSION::RECORD_FIELDS], strict=True))
         self._names.refresh()
         by_name = {self._names.names[number]: version for number, version in versions.items()}
         for rec in self._tail:
             by_name[rec.stream] = rec.version
-            keys.add(rec.key)
-        self._versions, self._keys = by_name, keys
+        return by_name
+
+    def _stream_head(self, stream: str) -> tuple[int, int]:
+        """(version, position of the last event) of ``stream``, (0, 0) when it has none: from the cache, the
+        tail, or the index searched backwards (the cost is the distance from the end, not the log's size).
+
+        :raises IndexMismatch: when the index record found does not pass its chain check.
+        """
+        hit = self._heads.get(stream)
+        if hit is not None:
+            return hit
+        result = (0, 0)
+        for i in range(len(self._tail) - 1, -1, -1):
+            if self._tail[i].stream == stream:
+                result = (self._tail[i].version, self._indexed + 1 + i)
+                break
+        else:
+            number = self._names.number(stream)
+            if number is not None:
+                result = self._indexed_head(number)
+        self._heads[stream] = result
+        return result
+
+    def _indexed_head(self, number: int) -> tuple[int, int]:
+        """(version, position) of stream ``number``'s last indexed event: from the heads file when it is sound
+        (searching only the records it does not cover), else by searching the index backwards."""
+        floor = 0
+        header = self._heads_file.header()
+        if header is not None and header[0] <= self._indexed:
+            covered = header[0]
+            if self._heads_file.usable(self._index.chain_before(covered + 1), covered):
+                floor = covered
+        found = self._index.last_match(NUMBER, number, self._indexed, floor)
+        if found is None and floor:
+            position = self._heads_file.get(number)
+            found = (position, self._index.record(position)) if 0 < position <= floor else None
+        if found is None:
+            return (0, 0)
+        position, rec = found
+        if rec[NUMBER] != number or self._index.checked_record(position) is None:
+            raise IndexMismatch(str(self.path), position, "the index record of the stream's last event is wrong")
+        return (rec[VERSION], position)
+
+    def _update_heads(self, touched: dict[int, int], before: tuple[int, int]) -> None:
+        """After index records ``before[0]``+1.._indexed were written: record the touched streams' heads, if
+        the heads file covered exactly ``before`` (count, chain); else it is rebuilt on the next sync."""
+        written = self._heads_file.written
+        header = written if written is not None and written[:2] == before else self._heads_file.header()
+        if header is not None and (header[0], header[1]) == before:
+            try:
+                self._heads_file.update(touched, self._indexed, self._chain, header[2])
+            except OSError as e:  # a cache: it is rebuilt on the next sync
+                log.warning("%s: cannot update the stream heads (%s)", self.path, e)
+
+    def _sync_heads(self) -> None:
+        """Under the lock: make the heads file cover the whole index (rebuilt in one pass when it does not)."""
+        written = self._heads_file.written
+        if written is not None and written[:2] == (self._indexed, self._chain):
+            return
+        header = self._heads_file.header()
+        if header is not None and (header[0], header[1]) == (self._indexed, self._chain):
+            return
+        lasts: dict[int, int] = {}
+        first = 1
+        for chunk in self._index.chunks(0, self._indexed):
+            numbers = chunk[NUMBER::RECORD_FIELDS]
+            lasts.update(zip(numbers, range(first, first + len(numbers)), strict=True))
+            first += len(numbers)
+        self._heads_file.reset()
+        self._heads_file.update(lasts, self._indexed, self._chain)
 
     # -- keeping up with the file -------------------------------------------------------------------
 
@@ -257,11 +365,13 @@ class NdjsonState:
         for lines, envs in scan(self.path, self._fd, offset, stop, first_position=self._head + 1):
             for line, env in zip(lines, envs, strict=True):
                 key = event_id_key(env.event_id)
-                self._tail.append(Rec(offset, len(line), env.stream, env.version, key, body_crc(line)))
+                self._max_time = max(self._max_time, id_time(env.event_id))
+                prev = self._stream_head(env.stream)[1] if env.version > 1 else 0
+                rec = Rec(offset, len(line), env.stream, env.version, key, body_crc(line), prev, self._max_time)
+                self._tail.append(rec)
                 offset += len(line)
                 self._head = env.position
-                if self._versions is not None:
-                    self._versions[env.stream] = env.version
+                self._heads[env.stream] = (env.version, env.position)
                 if self._keys is not None:
                     self._keys.add(key)
         self._end = offset
@@ -295,7 +405,7 @@ class NdjsonState:
         elif self._tail:
             self._flush_tail()
         self.torn_tail = None
-        self._ensure_writer_state()
+        self._sync_heads()
 
     def _truncate(self, offset: int, size: int, what: str) -> None:
         os.ftruncate(self._fd, offset)
@@ -313,6 +423,7 @@ class NdjsonState:
         self._lock.close()
         self._index.close()
         self._names.close()
+        self._heads_file.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -15,7 +15,7 @@ import msgspec
 
 from ..events.envelope import ENVELOPE_DECODER
 from .base import VerifyReport
-from .ndjson_index import RECORD_FIELDS, IndexFile
+from .ndjson_index import CRC, RECORD_FIELDS, IndexFile
 from .ndjson_scan import CHUNK, body_crc, last_write_end
 
 _MAX_PROBLEMS = 20
@@ -120,7 +120,7 @@ def _index_checksums(path: Path, index: IndexFile, report: VerifyReport) -> arra
         return None
     out: array[int] = array("q")
     for chunk in index.chunks(0, count):
-        out.extend(chunk[5::RECORD_FIELDS])
+        out.extend(chunk[CRC::RECORD_FIELDS])
     return out
 
 

@@ -307,6 +307,47 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert [e.data_dict() for e in await stream_events(s, "s")][1] != {"i": 1}
         assert log.read_bytes() == edited
 
+    async def test_one_stream_operations_cost_the_stream_not_the_log(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Bytes read by a 5-event stream read, ``read_all(from, limit=1)`` and the first append after open
+        stay the same when the log grows tenfold (issue 9 item 7)."""
+
+        async def cost(total: int) -> dict[str, int]:
+            log = tmp_path / f"log-{total}.ndjson"
+            async with await NdjsonLog.open(log, durability="none") as s:
+                for i in range(0, total, 100):
+                    if i % (total // 5) == 0:
+                        await s.append("probe", [new(i=i)])
+                    await s.append(f"s{i // 100}", [new(i=k) for k in range(100)])
+            read = 0
+            real = os.pread
+
+            def counting(fd: int, n: int, offset: int) -> bytes:
+                nonlocal read
+                data = real(fd, n, offset)
+                read += len(data)
+                return data
+
+            out: dict[str, int] = {}
+            async with await NdjsonLog.open(log, durability=self.durability) as s:
+                with monkeypatch.context() as m:
+                    m.setattr(os, "pread", counting)
+                    for what in ("stream", "bounded", "append"):
+                        read = 0
+                        if what == "stream":
+                            assert len(await stream_events(s, "probe")) == 5
+                        elif what == "bounded":
+                            assert len([e async for e in s.read_all(total // 2, limit=1)]) == 1
+                        else:
+                            await s.append("fresh", [new(i=-1)])
+                        out[what] = read
+            return out
+
+        small, big = await cost(2_000), await cost(20_000)
+        for what in small:
+            assert big[what] <= small[what] * 1.5 + 4096, (what, small, big)
+
     def test_cli_refuses_a_file_that_is_not_a_log(self, tmp_path: Path) -> None:
         notes = tmp_path / "notes.txt"
         notes.write_bytes(b"hello")
