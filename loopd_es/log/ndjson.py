@@ -37,7 +37,7 @@ from .ndjson_foreign import check_is_log
 from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, VERSION
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
-from .ndjson_write import stage_group, stage_import
+from .ndjson_write import Staged, stage_group, stage_import
 from .validation import check_new_events, resolve_retry
 
 DURABILITY: Final = ("always", "batch", "none")
@@ -102,11 +102,12 @@ class NdjsonLog(NdjsonState, LogStore):
                 yield stream_batch
             return
         position = max(from_position, 1)
-        if position > self._head:
+        head = self._horizon_head
+        if position > head:
             return
         offset = self._offset_of(position)
         # read only what the limit asks for: up to the start of the first event past it
-        stop = self._end if remaining < 0 or position + remaining > self._head else self._offset_of(position + remaining)
+        stop = self._horizon if remaining < 0 or position + remaining > head else self._offset_of(position + remaining)
         batch: list[Envelope] = []
         for _lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
             for env in envs:
@@ -117,11 +118,6 @@ class NdjsonLog(NdjsonState, LogStore):
             await anyio.lowlevel.checkpoint()
         if batch:
             yield batch
-
-    def _offset_of(self, position: int) -> int:
-        if position <= self._indexed:
-            return self._index.record(position)[0]
-        return self._tail[position - self._indexed - 1].offset
 
     async def read_stream(
         self, stream: str, from_version: int = 1, limit: int | None = None
@@ -193,6 +189,8 @@ class NdjsonLog(NdjsonState, LogStore):
         if position == 0 and version >= max(from_version, 1):
             raise IndexMismatch(str(self.path), None, f"stream {stream!r} ends at version {version + 1}, not 1")
         spans.reverse()
+        while spans and spans[-1][3] > self._horizon_head:  # not yet durable: not for readers
+            spans.pop()
         return spans
 
     def _checked_spans(self, stream: str, from_version: int) -> list[Span]:
@@ -212,17 +210,20 @@ class NdjsonLog(NdjsonState, LogStore):
     async def head(self) -> int:
         self._check_usable()
         self._refresh()
-        return self._head
+        return self._horizon_head
 
     async def stream_version(self, stream: str) -> int:
         self._check_usable()
         self._refresh()
         try:
-            return self._stream_head(stream)[0]
+            version, position = self._stream_head(stream)
         except IndexMismatch as e:
             self._index_broken(str(e))
             self._refresh()
-            return self._stream_head(stream)[0]
+            version, position = self._stream_head(stream)
+        if position > self._horizon_head:  # its last events are not durable yet
+            return len(self._checked_spans(stream, 1))
+        return version
 
     async def streams(self) -> list[str]:
         self._check_usable()
@@ -247,13 +248,26 @@ class NdjsonLog(NdjsonState, LogStore):
             await self._lock.acquire()
         try:
             self._sync_locked()
-            self._write_group(group)
+            staged = self._write_group(group)
         except OSError as e:
             raise StoreUnavailableError(f"cannot write {self.path}: {e.strerror}; nothing was appended") from e
         finally:
-            self._lock.release()
+            self._lock.release()  # before the sync: other processes write and sync meanwhile
+        if staged is None:
+            return
+        try:
+            self._sync_for_durability()
+        except OSError as e:
+            raise StoreUnavailableError(
+                f"cannot sync {self.path}: {e.strerror}; the events were written but may not be durable: "
+                "read the stream before retrying (a retry with the same event ids is safe)"
+            ) from e
+        self._lock.advance_synced(staged.end)  # our sync covered every byte written before it
+        for request, envelopes, _keys in staged.accepted:
+            request.result = envelopes
 
-    def _write_group(self, group: list[Request]) -> None:
+    def _write_group(self, group: list[Request]) -> Staged | None:
+        """Under the lock: check, write and index the group; the caller syncs, then acknowledges."""
         if self._keys is None and not all(
             id_time(new.event_id) > self._max_time for request in group for new in request.events
         ):
@@ -269,8 +283,8 @@ class NdjsonLog(NdjsonState, LogStore):
             self._find_retry,
         )  # fmt: skip
         if not staged.accepted:
-            return
-        self._write_durably(staged.data)
+            return None
+        self._write_all(staged.data)
         # from here on the events are appended: whatever happens to the index, the callers are told so
         before = (self._indexed, self._chain)
         try:
@@ -287,26 +301,21 @@ class NdjsonLog(NdjsonState, LogStore):
         self._end = staged.end
         self._max_time = staged.max_time
         for request, envelopes, keys in staged.accepted:
-            request.result = envelopes
             self._heads[request.stream] = (envelopes[-1].version, envelopes[-1].position)
             if self._keys is not None:
                 self._keys.update(keys)
+        return staged
 
-    def _write_durably(self, data: bytes) -> None:
+    def _write_all(self, data: bytes) -> None:
+        """Under the lock: write ``data`` at the end; on failure cut what was written (nothing follows it)."""
         start = self._end
-        self._lock.set_intent(start, start + len(data))
         try:
             written = 0
             while written < len(data):
                 written += os.pwrite(self._fd, data[written:], start + written)
-            self._sync_for_durability()
         except OSError:
-            try:
-                os.ftruncate(self._fd, start)
-            finally:
-                self._lock.clear_intent()
+            os.ftruncate(self._fd, start)
             raise
-        self._lock.clear_intent()
 
     def _sync_for_durability(self) -> None:
         if self.durability == "always":
@@ -381,6 +390,7 @@ class NdjsonLog(NdjsonState, LogStore):
                 self._index.reset()
                 self._names.reset()
                 raise
+            self._lock.advance_synced(offset)
             self._end, self._head, self._chain = offset, checker.position, chain
             self._indexed, self._tail = self._head, []
             self._heads, self._keys, self._max_time = {}, None, max_time
@@ -406,19 +416,23 @@ class NdjsonLog(NdjsonState, LogStore):
                     )
                     self._rebuild_index()
                 self._sync_locked()
+                synced = self._lock.synced()
+                if synced is not None and synced < self._end:
+                    os.fdatasync(self._fd)
+                    self._lock.advance_synced(self._end)
+                    self.repairs.append(
+                        f"repaired {self.path}: synced {self._end - synced} bytes at byte offset {synced} that "
+                        "their writer had written but not synced (kept: they are whole)"
+                    )
             finally:
                 self._lock.release()
-        quiet = self._lock.try_acquire()  # no writer in flight: an intent left behind is a dead writer's
-        try:
-            report = self._verify_now(quiet, verify_ndjson)
-        finally:
-            if quiet:
-                self._lock.release()
+        report = self._verify_now(False, verify_ndjson)
         report.repaired.extend(self.repairs)
         return report
 
-    def _verify_now(self, quiet: bool, check: Callable[..., VerifyReport]) -> VerifyReport:
-        return check(self.path, self._fd, os.fstat(self._fd).st_size, self._lock.intent(), quiet, self._index)
+    def _verify_now(self, locked: bool, check: Callable[..., VerifyReport]) -> VerifyReport:
+        synced = None if locked else self._lock.synced()
+        return check(self.path, self._fd, os.fstat(self._fd).st_size, synced, self._index)
 
     async def aclose(self) -> None:
         if self._closed:

@@ -2,10 +2,11 @@
 its index sidecars.
 
 ``events.ndjson``          one envelope per line, append-only
-``events.ndjson.lock``     ``flock``-ed by writers; its first 16 bytes record the write in flight
-                           (start and end offsets), zero when none: readers never read past the start
-                           of a write in flight, and a crashed writer's partial write is truncated by the
-                           next writer, so a batch lands whole or not at all
+``events.ndjson.lock``     ``flock``-ed by writers while they check, write and index (not while they
+                           sync: the syncs of several processes overlap); its first 24 bytes record the
+                           end of what writers have made durable and the boot it was recorded in:
+                           readers never read past it, so they never see an event whose fsync has not
+                           returned
 ``events.ndjson.idx``      fixed 48-byte records per position (see :mod:`.ndjson_index`): a cache with
                            a checksum chain and a checksum of each line, validated and rebuilt from the
                            log when it does not match
@@ -26,8 +27,20 @@ import anyio
 
 from ..errors import LockTimeoutError, StoreUnavailableError
 
-_INTENT: Final = struct.Struct("<qq")
-_NO_INTENT: Final = _INTENT.pack(0, 0)
+_SYNCED: Final = struct.Struct("<q16s")  # durable end, boot id
+_SYNC_LOCK_BYTE: Final = 4096
+_BOOT: list[bytes] = []
+
+
+def _boot_id() -> bytes:
+    """This boot's id (Linux), so a durable end recorded before a restart is not trusted after it."""
+    if not _BOOT:
+        try:
+            text = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+            _BOOT.append(bytes.fromhex(text.replace("-", ""))[:16].ljust(16, b"\1"))
+        except (OSError, ValueError):
+            _BOOT.append(b"no-boot-id-here!")
+    return _BOOT[0]
 
 
 def event_id_key(event_id: str) -> int:
@@ -87,19 +100,34 @@ class LockFile:
             self.held = False
             fcntl.flock(self.fd, fcntl.LOCK_UN)
 
-    def intent(self) -> tuple[int, int] | None:
-        """The (start, end) byte range of the write in flight, or None."""
-        raw = os.pread(self.fd, _INTENT.size, 0)
-        if len(raw) < _INTENT.size:
+    def synced(self) -> int | None:
+        """The end of what writers have made durable, or None when this boot has not recorded it (a new
+        log, or one last written before a restart: then everything in the file is as durable as it gets)."""
+        raw = os.pread(self.fd, _SYNCED.size, 0)
+        if len(raw) < _SYNCED.size:
             return None
-        start, end = _INTENT.unpack(raw)
-        return (start, end) if end > start else None
+        end, boot = _SYNCED.unpack(raw)
+        return end if boot == _boot_id() else None
 
-    def set_intent(self, start: int, end: int) -> None:
-        os.pwrite(self.fd, _INTENT.pack(start, end), 0)
+    def advance_synced(self, end: int) -> None:
+        """Record that every byte before ``end`` is durable, unless a larger end is recorded already (writers
+        sync outside the lock, so they finish in any order); a short ``lockf`` makes read-and-raise atomic."""
+        fcntl.lockf(self.fd, fcntl.LOCK_EX, 1, _SYNC_LOCK_BYTE)
+        try:
+            current = self.synced()
+            if current is None or end > current:
+                os.pwrite(self.fd, _SYNCED.pack(end, _boot_id()), 0)
+        finally:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _SYNC_LOCK_BYTE)
 
-    def clear_intent(self) -> None:
-        os.pwrite(self.fd, _NO_INTENT, 0)
+    def reset_synced(self, end: int) -> None:
+        """Under the writers' lock: record ``end`` as the durable end, even below what is recorded (after a
+        repair cut bytes that were never synced)."""
+        fcntl.lockf(self.fd, fcntl.LOCK_EX, 1, _SYNC_LOCK_BYTE)
+        try:
+            os.pwrite(self.fd, _SYNCED.pack(end, _boot_id()), 0)
+        finally:
+            fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, _SYNC_LOCK_BYTE)
 
     def close(self) -> None:
         self.release()

@@ -37,7 +37,7 @@ from .ndjson_index import (
     first_chain,
     seal,
 )
-from .ndjson_scan import IndexMismatch, body_crc, scan, settle
+from .ndjson_scan import IndexMismatch, body_crc, last_write_end, scan, settle
 
 log = logging.getLogger("loopd_es.log")
 
@@ -79,6 +79,8 @@ class NdjsonState:
         self._indexed = 0  # positions 1.._indexed are in the index file
         self._chain = first_chain()  # the chain value of index record _indexed
         self._tail: list[Rec] = []  # positions _indexed+1.._head
+        self._horizon = 0  # reads stop at this byte and position (see _refresh)
+        self._horizon_head = 0
         self._heads: dict[str, tuple[int, int]] = {}  # stream -> (version, last position), filled on demand
         self._keys: set[int] | None = None  # every event-id key, built only when an id may be a retry
         self._max_time = 0  # the largest UUIDv7 time of any recorded id
@@ -341,24 +343,50 @@ class NdjsonState:
     # -- keeping up with the file -------------------------------------------------------------------
 
     def _visible_end(self) -> int:
-        """The end of what readers may see: not past a write in flight."""
+        """The end of what readers may see: what writers have made durable (writers under the lock see all)."""
         size = os.fstat(self._fd).st_size
-        intent = self._lock.intent()
-        if intent is not None and intent[0] < size and not self._lock.held:
-            return intent[0]
-        return size
+        if self._lock.held:
+            return size
+        synced = self._lock.synced()
+        return size if synced is None else min(size, synced)
 
     def _refresh(self) -> None:
-        """Catch up (in memory) on whole writes appended since we last looked."""
+        """Catch up (in memory) on whole, durable writes appended since we last looked, and set the horizon
+        reads stop at (below our own view while other writers' or our own writes are still being synced)."""
         visible = self._visible_end()
-        if visible < self._end:
-            raise CorruptLogError(
-                str(self.path), None, f"the log shrank from {self._end} to {visible} bytes behind our back"
-            )
+        if os.fstat(self._fd).st_size < self._end:
+            raise CorruptLogError(str(self.path), None, f"the log shrank below {self._end} bytes behind our back")
         if visible > self._end:
             self._catch_up(settle(self.path, self._fd, self._end, visible, self._head + 1))
-        # what is left past the last whole write is an unfinished one (an in-flight one is not visible)
-        self.torn_tail = (self._end, visible - self._end) if visible > self._end else None
+        # what is left past the last whole write is an unfinished one; past the durable end, bytes with no
+        # whole write among them are one too (whole writes there are still being synced: not torn)
+        size = os.fstat(self._fd).st_size
+        if visible > self._end:
+            self.torn_tail = (self._end, visible - self._end)
+        elif size > visible and visible >= self._end and last_write_end(self._fd, visible, size) == visible:
+            self.torn_tail = (visible, size - visible)
+        else:
+            self.torn_tail = None
+        if visible >= self._end:
+            self._horizon, self._horizon_head = self._end, self._head
+        else:
+            self._horizon, self._horizon_head = visible, self._position_before(visible)
+
+    def _position_before(self, offset: int) -> int:
+        """The last position whose line ends at or before ``offset`` (a write boundary)."""
+        low, high = 0, self._head  # invariant: position low ends <= offset; high + 1 starts >= offset
+        while low < high:
+            middle = (low + high + 1) // 2
+            if self._offset_of(middle) < offset:
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def _offset_of(self, position: int) -> int:
+        if position <= self._indexed:
+            return self._index.record(position)[0]
+        return self._tail[position - self._indexed - 1].offset
 
     def _catch_up(self, stop: int) -> None:
         offset = self._end
@@ -386,13 +414,9 @@ class NdjsonState:
         if self._index_suspect:
             self._rebuild_index()
         size = os.fstat(self._fd).st_size
+        if self._lock.synced() is None:  # nothing recorded in this boot: the file is as durable as it gets
+            self._lock.reset_synced(size)
         if size != self._end:
-            intent = self._lock.intent()
-            if intent is not None and self._end <= intent[0] < size:
-                self._truncate(intent[0], size, "an unacknowledged write of a writer that died")
-                size = intent[0]
-            if intent is not None:
-                self._lock.clear_intent()
             if size < self._end:
                 raise CorruptLogError(
                     str(self.path), None, f"the log shrank from {self._end} to {size} bytes behind our back"
@@ -410,6 +434,9 @@ class NdjsonState:
     def _truncate(self, offset: int, size: int, what: str) -> None:
         os.ftruncate(self._fd, offset)
         os.fsync(self._fd)
+        synced = self._lock.synced()
+        if synced is not None and synced > offset:
+            self._lock.reset_synced(offset)
         message = f"repaired {self.path}: dropped {size - offset} bytes at byte offset {offset}: {what}"
         log.warning("%s", message)
         self.repairs.append(message)
