@@ -2,12 +2,13 @@
 
 Writes. Appends from one process are gathered into one group commit (one ``write``, one ``fdatasync``)
 by whichever task arrives first; that task takes the cross-process ``flock``, catches up on what other
-processes appended, cuts a crashed writer's unfinished write, checks ids and versions, writes, syncs and
-only then acknowledges. The sync runs on the event-loop thread on purpose: on this machine class a
-thread hand-off costs about half an fsync, and group commit means one fsync per batch of writers.
+processes appended, cuts a crashed writer's unfinished write, checks ids and versions, writes and indexes,
+releases the lock, syncs (so the syncs of writer processes overlap), raises the durable end the lock file
+records and only then acknowledges. The sync runs on the event-loop thread on purpose: on this machine class
+a thread hand-off costs about half an fsync, and group commit means one fsync per batch of writers.
 
-Reads never take the lock; they stop before a write in flight (see :mod:`.ndjson_files`) and before an
-unfinished write (see :mod:`.ndjson_scan`), so a reader never sees an event that could still disappear.
+Reads never take the lock; they stop at the durable end (see :mod:`.ndjson_files`) and before an unfinished
+write (see :mod:`.ndjson_scan`), so a reader never sees an event that could still disappear.
 """
 
 from __future__ import annotations

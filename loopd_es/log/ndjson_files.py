@@ -54,7 +54,7 @@ def id_time(event_id: str) -> int:
 
 
 class LockFile:
-    """The writers' ``flock`` and the record of the write in flight."""
+    """The writers' ``flock`` and the durable end."""
 
     def __init__(self, path: Path, timeout: float) -> None:
         self.path = path
