@@ -67,6 +67,7 @@ class NdjsonLog(NdjsonState, LogStore):
         prepare_path(path, create=create)
         check_is_log(path)
         store = cls(path, durability, lock_timeout)
+        store.read_only = not create
         try:
             store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:

@@ -66,6 +66,8 @@ class NdjsonState:
         self.torn_tail: tuple[int, int] | None = None
         """(byte offset, size) of an unfinished write readers skip, until a writer or ``verify --repair``
         cuts it."""
+        self.read_only = False
+        """Opened to read (``create=False``): a bad index is worked around in memory, never rewritten."""
         self.mismatch_line: int | None = None
         self.index_mismatch: str | None = None
         """Why the log no longer matches its (otherwise sound) index: an edit; reads and appends refuse."""
@@ -140,12 +142,13 @@ class NdjsonState:
         self._heads, self._keys, self._max_time = {}, None, 0
 
     def _index_broken(self, why: str) -> None:
-        """Rebuild the index from the log when we hold or can take the lock now; else read from the log
-        alone and rebuild under the lock on our first write."""
+        """Rebuild the index from the log when we hold or can take the lock now (and may write: a store
+        opened to read changes nothing); else read from the log alone and rebuild under the lock on our
+        first write."""
         log.warning("%s: index %s; rebuilding it from the log", self.path, why)
         if self._lock.held:
             self._rebuild_index()
-        elif self._lock.try_acquire():
+        elif not self.read_only and self._lock.try_acquire():
             try:
                 self._rebuild_index()
             finally:

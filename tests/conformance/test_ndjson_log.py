@@ -112,6 +112,21 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert (more[0].position, more[0].version) == (31, 11)
             assert_log_invariants(await everything(s))
 
+    async def test_a_store_opened_to_read_never_rewrites_a_bad_index(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            for i in range(10):
+                await s.append(f"s{i % 2}", [new(i=i)])
+            truth = await everything(s)
+        for p in _sidecars(log):
+            p.write_bytes(b"\x00garbage\xff" * 50)
+        before = {p: p.read_bytes() for p in log.parent.iterdir()}
+        async with await NdjsonLog.open(log, durability=self.durability, create=False) as s:
+            assert await everything(s) == truth
+            assert await stream_events(s, "s1") == [e for e in truth if e.stream == "s1"]
+            assert (await s.verify()).events == 10
+        assert {p: p.read_bytes() for p in log.parent.iterdir()} == before
+
     async def test_index_of_another_log_is_not_trusted(self, tmp_path: Path) -> None:
         one, two = tmp_path / "one", tmp_path / "two"
         one.mkdir()
