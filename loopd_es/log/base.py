@@ -33,6 +33,10 @@ class StreamWrite(NamedTuple):
     expected_version: ExpectedVersion = ANY
 
 
+WriteSpec = StreamWrite | tuple[str, Sequence[NewEvent]] | tuple[str, Sequence[NewEvent], ExpectedVersion]
+"""A :class:`StreamWrite`, or the same as a plain tuple."""
+
+
 class LogStore(abc.ABC):
     """An append-only event log; use it as an async context manager (or call :meth:`aclose`)."""
 
@@ -56,7 +60,7 @@ class LogStore(abc.ABC):
         :raises StorageError: when the log cannot be written durably.
         """
 
-    async def append_many(self, writes: Sequence[StreamWrite]) -> list[list[Envelope]]:
+    async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
         """Append to several streams atomically: every write lands, or none does.
 
         Each write names a different stream and carries its own expected version; the events get
@@ -224,7 +228,7 @@ class LogStore(abc.ABC):
             if remaining > 0:
                 remaining -= len(window)
 
-    async def wait_for(self, position: int, timeout: float | None = None) -> bool:
+    async def wait_for(self, position: int, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the API
         """Wait until the log holds ``position`` (by any writer); False when ``timeout`` seconds pass first.
 
         An append through this store wakes the waiter at once; appends by other processes are noticed

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 import anyio
 import anyio.lowlevel
-
 import msgspec
 
 from ..errors import LogNotFoundError, StoreUnavailableError, UsageError

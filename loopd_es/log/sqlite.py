@@ -28,7 +28,14 @@ import anyio.to_thread
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
 from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
 from . import sqlite_ops as ops
-from .base import READ_BATCH, LogStore, SequenceChecker, VerifyReport, check_stream_name, parse_expected_version
+from .base import (
+    READ_BATCH,
+    LogStore,
+    SequenceChecker,
+    VerifyReport,
+    check_stream_name,
+    parse_expected_version,
+)
 from .group_commit import GroupCommitter, Request, prepare_path
 from .validation import check_new_events
 
@@ -63,8 +70,6 @@ class SqliteLog(LogStore):
         if level not in SYNCHRONOUS:
             raise UsageError(f"unknown synchronous level {synchronous!r}: use one of {', '.join(SYNCHRONOUS)}")
         prepare_path(path, create=create)
-        if path.is_dir():
-            raise StoreUnavailableError(f"{path} is a directory; point --store at a file, e.g. {path}/events.db")
         try:
             conn = sqlite3.connect(
                 path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -26,8 +26,10 @@ from ..errors import (
 )
 from ..events.envelope import Envelope, now_rfc3339
 from .base import VerifyReport, check_expected_version
-from .group_commit import Request
 from .validation import resolve_retry
+
+if TYPE_CHECKING:
+    from .group_commit import Request
 
 BUSY_TIMEOUT_MS: Final = 60_000
 APPLICATION_ID: Final = 0x6C6F6F70  # "loop": marks a database this library created

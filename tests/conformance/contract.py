@@ -31,17 +31,11 @@ from loopd_es.log import open_store
 from loopd_es.log.base import READ_BATCH, LogStore
 
 from .contract_commit import CommitContract
-from .contract_helpers import (
-    assert_log_invariants as assert_log_invariants,
-)
-from .contract_helpers import (
-    batches,
-    everything,
-    flat,
-    new,
-    positions,
-    stream_events,
-)
+from .contract_helpers import assert_log_invariants as assert_log_invariants
+from .contract_helpers import batches, flat, positions
+from .contract_helpers import everything as everything
+from .contract_helpers import new as new
+from .contract_helpers import stream_events as stream_events
 
 RFC3339_MICROS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
