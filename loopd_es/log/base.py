@@ -330,7 +330,7 @@ def parse_expected_version(text: str | int) -> ExpectedVersion:
     value = str(text).strip()
     if value in (NO_STREAM, EXISTS, ANY):
         return value  # type: ignore[return-value]
-    if value.isdigit():
+    if value.isascii() and value.isdigit() and len(value) < 19:
         return int(value)
     raise UsageError(
         f"invalid expected version {text!r}: use a version number (0 for a new stream), "

@@ -17,6 +17,7 @@ loopd-es log is refused without writing to it; only a writer (``create=True``) t
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -90,12 +91,13 @@ class SqliteLog(LogStore):
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
         self._in_flight += 1
+        started = time.monotonic()
         try:
             return await anyio.to_thread.run_sync(fn, self._conn, *args, limiter=self._limiter)
         except LoopdError:
             raise
         except sqlite3.Error as e:
-            raise ops.translate(e, str(self.path)) from e
+            raise ops.translate(e, str(self.path), time.monotonic() - started) from e
         finally:
             self._in_flight -= 1
 
@@ -111,9 +113,9 @@ class SqliteLog(LogStore):
                 return
             except sqlite3.OperationalError as e:
                 if not ops.is_busy(e):
-                    raise ops.translate(e, str(self.path)) from e
+                    raise ops.translate(e, str(self.path), None) from e
             except sqlite3.Error as e:
-                raise ops.translate(e, str(self.path)) from e
+                raise ops.translate(e, str(self.path), None) from e
             finally:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         await self._run(ops.commit_group, group)

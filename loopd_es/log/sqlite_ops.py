@@ -93,6 +93,21 @@ def setup(conn: sqlite3.Connection, where: str, synchronous: str, create: bool) 
     :raises LogNotFoundError: without ``create``, when the database holds no log yet.
     :raises NotALogError: when the database is something else.
     """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.001
+    while True:  # SQLite answers busy without waiting while another opener recovers or creates the WAL
+        try:
+            _setup_once(conn, where, synchronous, create)
+            return
+        except sqlite3.OperationalError as e:
+            if not is_busy(e) or time.monotonic() > deadline:
+                raise
+            rollback(conn)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+
+def _setup_once(conn: sqlite3.Connection, where: str, synchronous: str, create: bool) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
     if check_log(conn, where):
@@ -114,21 +129,9 @@ def setup(conn: sqlite3.Connection, where: str, synchronous: str, create: bool) 
 
 
 def _switch_to_wal(conn: sqlite3.Connection) -> None:
-    """Switch to WAL, retrying while another opener holds the lock (SQLite does not wait for this one)."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
-    delay = 0.001
-    while True:
-        try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlite3.OperationalError as e:
-            if not is_busy(e) or time.monotonic() > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-            continue
-        if str(mode).lower() != "wal":
-            raise StoreUnavailableError(f"cannot switch the database to WAL mode (it stays in {mode!r})")
-        return
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise StoreUnavailableError(f"cannot switch the database to WAL mode (it stays in {mode!r})")
 
 
 def is_busy(error: sqlite3.Error) -> bool:
@@ -431,13 +434,19 @@ def verify(conn: sqlite3.Connection, report: VerifyReport) -> None:
             return
 
 
-def translate(error: sqlite3.Error, where: str, waited: bool = True) -> LoopdError:
-    """The loopd-es error for an SQLite error: a lock timeout, corruption, or an unusable store."""
+def translate(error: sqlite3.Error, where: str, waited: float | None) -> LoopdError:
+    """The loopd-es error for an SQLite error: a lock timeout, corruption, or an unusable store.
+
+    ``waited`` is how long the failed call took: a busy error long before the busy timeout is SQLite
+    declining to wait (e.g. while it recovers a crashed writer's WAL), not a timeout.
+    """
     text = str(error)
     if is_busy(error):
-        if waited:
+        if waited is not None and waited >= BUSY_TIMEOUT_MS / 1000 * 0.9:
             return LockTimeoutError(where, BUSY_TIMEOUT_MS / 1000)
-        return StoreUnavailableError(f"{where} is locked by another connection ({text}); retry later")
+        return StoreUnavailableError(
+            f"{where} is busy ({text}) after {waited or 0:.2f} s; another process is opening or recovering it - retry"
+        )
     if "not a database" in text:
         return NotALogError(where, "the file is not an SQLite database")
     if "malformed" in text:
