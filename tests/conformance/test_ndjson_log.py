@@ -15,6 +15,7 @@ from loopd_es.log import open_store
 from loopd_es.log.ndjson import NdjsonLog
 
 from .contract import LogStoreContract, assert_log_invariants, everything, new, stream_events
+from .contract_integrity import IntegrityContract
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -40,7 +41,7 @@ def _sidecars(log: Path) -> list[Path]:
     return [p for p in log.parent.iterdir() if p.is_file() and p != log and not p.name.endswith(".lock")]
 
 
-class TestNdjsonLog(LogStoreContract):
+class TestNdjsonLog(LogStoreContract, IntegrityContract):
     durability = "always"
 
     @pytest.fixture

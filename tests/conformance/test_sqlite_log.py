@@ -22,6 +22,7 @@ from loopd_es.log import open_store
 from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
 
 from .contract import LogStoreContract, assert_log_invariants, everything, new
+from .contract_integrity import IntegrityContract
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.anyio
 
 
-class TestSqliteLog(LogStoreContract):
+class TestSqliteLog(LogStoreContract, IntegrityContract):
     @pytest.fixture
     def store_url(self, tmp_path: Path) -> str:
         return f"sqlite:{tmp_path / 'log.db'}"
