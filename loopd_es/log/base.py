@@ -84,7 +84,7 @@ class LogStore(abc.ABC):
             if stream in seen:
                 raise UsageError(f"stream {stream!r} appears twice in one append_many; put its events in one write")
             seen.add(stream)
-            check_new_events(events)
+            events = check_new_events(events)
             if not events:
                 raise UsageError(f"the write to stream {stream!r} has no events; leave it out")
             for new in events:

@@ -31,7 +31,7 @@ import anyio
 import anyio.lowlevel
 import msgspec
 
-from ..errors import LogNotFoundError, StoreUnavailableError, UsageError
+from ..errors import DuplicateEventIdError, LogNotFoundError, StoreUnavailableError, UsageError
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
@@ -84,6 +84,42 @@ class Request:
     def payloads(self) -> list[bytes]:
         """The encoded payloads of the first part."""
         return self.parts[0].payloads
+
+    @property
+    def all_events(self) -> list[NewEvent]:
+        """Every event of every part, in the order they are placed."""
+        if len(self.parts) == 1:
+            return list(self.events)
+        return [new for part in self.parts for new in part.events]
+
+    def retry_result(self, originals: Sequence[Envelope | None]) -> list[Envelope] | None:
+        """Given the recorded envelope (or None) of each of :attr:`all_events`: the originals of an exact
+        retry of every part, or None when every id is new.
+
+        :raises DuplicateEventIdError: for a reused id with other content, or a mix of recorded and new ids.
+        """
+        from .validation import resolve_retry
+
+        if len(self.parts) == 1:
+            return resolve_retry(self.stream, self.events, originals)
+        out: list[Envelope] = []
+        new_parts = 0
+        start = 0
+        for part in self.parts:
+            found = resolve_retry(part.stream, part.events, originals[start : start + len(part.events)])
+            start += len(part.events)
+            if found is None:
+                new_parts += 1
+            else:
+                out.extend(found)
+        if new_parts == len(self.parts):
+            return None
+        if new_parts:
+            first = out[0]
+            raise DuplicateEventIdError(
+                first.event_id, first.position, first.stream, "a batch that mixes recorded and new events"
+            )
+        return out
 
     def outcome(self) -> list[Envelope]:
         if self.error is not None:

@@ -15,7 +15,6 @@ import msgspec
 
 from ..errors import (
     CorruptLogError,
-    DuplicateEventIdError,
     LockTimeoutError,
     LogNotFoundError,
     LoopdError,
@@ -26,7 +25,6 @@ from ..errors import (
 )
 from ..events.envelope import Envelope, now_rfc3339
 from .base import VerifyReport, check_expected_version
-from .validation import resolve_retry
 
 if TYPE_CHECKING:
     from .group_commit import Request
@@ -297,16 +295,7 @@ def retry_of(conn: sqlite3.Connection, request: Request) -> list[Envelope] | Non
             found[env.event_id] = env
     if not found:
         return None
-    originals: list[Envelope] = []
-    for part in request.parts:
-        retried = resolve_retry(part.stream, part.events, [found.get(new.event_id) for new in part.events])
-        if retried is None:
-            first = next(iter(found.values()))
-            raise DuplicateEventIdError(
-                first.event_id, first.position, first.stream, "a batch that mixes recorded and new events"
-            )
-        originals.extend(retried)
-    return originals
+    return request.retry_result([found.get(i) for i in ids])
 
 
 def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
