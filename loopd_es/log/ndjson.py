@@ -37,7 +37,7 @@ from .ndjson_foreign import check_is_log
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
 from .ndjson_write import stage_group, stage_import
-from .validation import check_new_events, resolve_retry
+from .validation import check_new_events
 
 DURABILITY: Final = ("always", "batch", "none")
 _BATCH_SYNC_SECONDS: Final = 0.05
@@ -228,6 +228,10 @@ class NdjsonLog(NdjsonState, LogStore):
             return []
         return await self._group.submit(Request(stream, events, expected_version))
 
+    async def _submit(self, request: Request) -> list[Envelope]:
+        self._check_usable()
+        return await self._group.submit(request)
+
     async def _commit(self, group: list[Request]) -> None:
         if not self._lock.try_acquire():
             await self._lock.acquire()
@@ -259,7 +263,10 @@ class NdjsonLog(NdjsonState, LogStore):
         self._end = staged.end
         for request, envelopes, keys in staged.accepted:
             request.result = envelopes
-            self._versions[request.stream] = envelopes[-1].version
+            if len(request.parts) == 1:
+                self._versions[request.stream] = envelopes[-1].version
+            else:
+                self._versions.update((env.stream, env.version) for env in envelopes)
             self._keys.update(keys)
 
     def _write_durably(self, data: bytes) -> None:
@@ -298,14 +305,14 @@ class NdjsonLog(NdjsonState, LogStore):
         if known.isdisjoint(keys) and (not staged or staged.keys().isdisjoint(keys)):
             return None
         originals: list[Envelope | None] = []
-        for new, key in zip(request.events, keys, strict=True):
+        for new, key in zip(request.all_events, keys, strict=True):
             env = staged.get(key)
             if env is not None and env.event_id != new.event_id:
                 env = None
             if env is None and key in known:
                 env = self._lookup_event(new.event_id)
             originals.append(env)
-        return resolve_retry(request.stream, request.events, originals)
+        return request.retry_result(originals)
 
     def _lookup_event(self, event_id: str) -> Envelope | None:
         key = event_id_key(event_id)

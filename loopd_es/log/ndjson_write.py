@@ -68,34 +68,38 @@ def stage_group(
     Raw = msgspec.Raw
     position = head
     for request in group:
-        keys = [event_id_key(new.event_id) for new in request.events]
+        keys = [event_id_key(new.event_id) for new in request.all_events]
         try:
             originals = find_retry(request, keys, staged)
             if originals is not None:
                 request.result = originals
                 continue
-            stream = request.stream
-            version = staged_versions.get(stream, versions.get(stream, 0))
-            check_expected_version(stream, request.expected, version)
+            start: dict[str, int] = {}
+            for part in request.parts:  # every part's check before any part is staged: all or none
+                start[part.stream] = staged_versions.get(part.stream, versions.get(part.stream, 0))
+                check_expected_version(part.stream, part.expected, start[part.stream])
         except LoopdError as e:
             request.error = e
             continue
-        number = names.number(stream)
-        if number is None:
-            number = names.add(stream)
         envelopes = []
-        for new, key in zip(request.events, keys, strict=True):
-            position += 1
-            version += 1
-            env = Envelope(  # positional: this is the hot path
-                position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                new.causation_id, new.correlation_id, Raw(new.data_bytes()),
-            )
-            bodies.append(encode(env))
-            meta.append((number, version, key))
-            envelopes.append(env)
+        next_key = iter(keys).__next__
+        for stream, events, _expected, payloads in request.parts:
+            number = names.number(stream)
+            if number is None:
+                number = names.add(stream)
+            version = start[stream]
+            for new, data in zip(events, payloads, strict=True):
+                position += 1
+                version += 1
+                env = Envelope(  # positional: this is the hot path
+                    position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                    new.causation_id, new.correlation_id, Raw(data),
+                )
+                bodies.append(encode(env))
+                meta.append((number, version, next_key()))
+                envelopes.append(env)
+            staged_versions[stream] = version
         staged.update(zip(keys, envelopes, strict=True))
-        staged_versions[stream] = version
         out.accepted.append((request, envelopes, keys))
     if not bodies:
         return out
