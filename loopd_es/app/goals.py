@@ -42,7 +42,7 @@ class TurnReport(msgspec.Struct, kw_only=True):
 
     goal_id: str
     result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
-                    "prompt-failed"]
+                    "prompt-failed", "switch-failed"]
     switches: list[SwitchReport] = msgspec.field(default_factory=list)
     detail: str = ""
 
@@ -136,14 +136,27 @@ class Goals:
         recorded = await self.service.execute(c.ResumeGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
-        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+        return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
 
     async def retry(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
         """Retry a blocked goal: counters reset, then a turn (which applies a prepared fallback first)."""
         recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
-        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+        return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
+
+    async def _owner_turn(self, goal_id: str, ctx: Ctx) -> TurnReport:
+        """The turn an owner action starts; a refused pending switch is its outcome, not an exception.
+
+        The owner's own event is already recorded (and the refusal with its blocker), so the caller gets both
+        back: raising here would lose what ``resume``/``retry`` recorded.
+        """
+        try:
+            return await self.continue_turn(goal_id, ctx, explicit=True)
+        except SwitchFailedError as e:
+            return TurnReport(
+                goal_id=goal_id, result="switch-failed", switches=[e.report], detail=e.report.message()
+            )
 
     async def clear(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
         """Abort the worker (best effort), then remove the goal; irreversible."""

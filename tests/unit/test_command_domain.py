@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopd_es.domain.command import (
@@ -43,6 +43,8 @@ from loopd_es.events.command import (
     SignalSent,
     WatchSpec,
 )
+
+from .._profiles import scaled
 
 if TYPE_CHECKING:
     from loopd_es.events.base import Event
@@ -248,6 +250,7 @@ def test_deadline_and_signal_events() -> None:
 
 
 @given(st.lists(st.sampled_from(["int", "term", "kill", "exit", "await", "timeout"]), max_size=12))
+@settings(max_examples=scaled(100))
 def test_exactly_one_terminal_event_whatever_the_order(ops: list[str]) -> None:
     s = started(watch=WatchSpec(until="R"))
     terminal = 0
