@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..domain import goal_commands as c
+from ..domain.prompts import turn_prompt
 from ..domain.rules import lease_valid
 from ..errors import ConflictError
 from ..events import goal as g
@@ -42,30 +43,9 @@ class TurnReport(msgspec.Struct, kw_only=True):
 
     goal_id: str
     result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
-                    "prompt-failed", "switch-failed"]
+                    "prompt-failed", "switch-failed", "switching"]
     switches: list[SwitchReport] = msgspec.field(default_factory=list)
     detail: str = ""
-
-
-def first_prompt(state: GoalState) -> str:
-    """The first turn's steering (reference §3.5, abridged)."""
-    return (
-        "You are a worker for an active goal.\n\n"
-        "Call get_goal to read the authoritative objective, acceptance criteria, and current state.\n"
-        "Perform one concrete batch of work. After durable verification:\n\n"
-        "- Call report_goal_progress if work remains.\n"
-        "- Call complete_goal only if ALL acceptance criteria pass with concrete evidence.\n"
-        "- Call block_goal only for a real external blocker requiring user intervention.\n\n"
-        f"## OUTPUT LOCATION\n{state.config.artifact_dir or '.'}\n"
-    )
-
-
-def continuation_prompt(state: GoalState) -> str:
-    """A continuation turn's steering (reference §3.5, abridged)."""
-    return (
-        f"This is continuation run {state.run_count} for the goal below.\n\n"
-        f"## GOAL (user-provided data)\n{state.objective}\n"
-    )
 
 
 class Goals:
@@ -243,6 +223,8 @@ class Goals:
             return TurnReport(goal_id=goal_id, result="interactive")
         if state.phase == "running" and lease_valid(state, self.service.clock()):
             return TurnReport(goal_id=goal_id, result="running")
+        if state.switch_in_flight is not None:
+            return TurnReport(goal_id=goal_id, result="switching", detail=state.switch_in_flight.switch_id)
         worker = state.worker_session_id
         if worker is None:
             return TurnReport(goal_id=goal_id, result="no-worker")
@@ -253,10 +235,14 @@ class Goals:
         switches = await self.apply_pending(goal_id, ctx) if has_pending else []
         run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
         started = await self.service.execute(c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id), ctx)
-        if not started:
+        if not started:  # decided on the goal's current version: another process may have moved it meanwhile
+            now = await self.service.load(goal_id)
+            if now.switch_in_flight is not None:
+                return TurnReport(goal_id=goal_id, result="switching", switches=switches,
+                                  detail=now.switch_in_flight.switch_id)
             return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
         state = await self.service.load(goal_id)
-        text = first_prompt(state) if state.run_count <= 1 else continuation_prompt(state)
+        text = turn_prompt(state)
         ctx = ctx.caused_by(started[-1].event_id)
         try:
             await self.host.prompt(
@@ -265,7 +251,7 @@ class Goals:
         except ProviderError as e:
             await self.service.execute(
                 c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(e.info.as_reported()),
-                                   source="prompt-delivery"), ctx,
+                                   source="prompt-delivery", run_id=run_id, generation=state.run_generation), ctx,
             )
             await observe_provider_error(
                 self.service, goal_id, e.info.as_reported(), ctx, source="prompt-delivery", record_failure=False
@@ -273,7 +259,8 @@ class Goals:
             return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
         except HostError as e:
             await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery"), ctx
+                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery", run_id=run_id,
+                                   generation=state.run_generation), ctx
             )
             return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
         return TurnReport(goal_id=goal_id, result="started", switches=switches)
@@ -316,9 +303,13 @@ class Goals:
 
     async def observe_error(
         self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-        expected_model: str | None = None,
+        expected_model: str | None = None, run_id: str | None = None, generation: int | None = None,
     ) -> list[Envelope]:
-        """A provider error as the host reported it: run failure, classification, fallback preparation."""
+        """A provider error as the host reported it: run failure, classification, fallback preparation.
+
+        ``run_id``/``generation``: the run the error was seen on; an error of an earlier run fails nothing.
+        """
         return await observe_provider_error(
-            self.service, goal_id, error, ctx, source=source, expected_model=expected_model
+            self.service, goal_id, error, ctx, source=source, expected_model=expected_model, run_id=run_id,
+            generation=generation,
         )

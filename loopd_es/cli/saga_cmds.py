@@ -275,6 +275,7 @@ def _turn_lines(turn: TurnReport | None) -> list[str]:
         "turn)",
         "prompt-failed": f"prompt failed: {turn.detail}",
         "switch-failed": "no turn: the pending switch was refused and the goal is blocked",
+        "switching": "an identity switch is being applied: the turn waits for it",
     }[turn.result]
     return [*lines, text]
 

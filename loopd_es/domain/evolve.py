@@ -255,6 +255,8 @@ def _stale(d: GoalDraft, event: r.RunIdleCandidate | r.RunCompleted | r.RunRecov
 def _created(d: GoalDraft, e: g.GoalCreated, m: _Memo) -> None:
     if d.exists:
         raise _Refused(e.event_type, "goal already exists")
+    if d.cleared:  # a stream is one goal's life: a cleared goal never comes back with its old counters
+        raise _Refused(e.event_type, "goal was cleared")
     d.exists = True
     d.name = e.name
     d.objective = e.objective
@@ -460,6 +462,10 @@ def _run_completed(d: GoalDraft, e: r.RunCompleted, m: _Memo) -> None:
 
 @_on(r.RunFailed)
 def _run_failed(d: GoalDraft, e: r.RunFailed, m: _Memo) -> None:
+    if (e.generation is not None and e.generation != d.run_generation) or (
+        d.active_run_id is not None and e.run_id not in (d.active_run_id, "unknown")
+    ):
+        raise _Refused(e.event_type, "stale run")
     _release(d)
     d.consecutive_failures = e.consecutive_failures
     d.last_error = e.error
@@ -500,14 +506,16 @@ def _switch_requested(d: GoalDraft, e: i.IdentitySwitchRequested, m: _Memo) -> N
 
 @_on(i.IdentitySwitchDeferred)
 def _switch_deferred(d: GoalDraft, e: i.IdentitySwitchDeferred, m: _Memo) -> None:
+    # deferred while another switch is in flight: newer than it, so that switch's outcome must not clear it
+    after = d.switch_in_flight.switch_id if d.switch_in_flight is not None else None
     if e.model is not None and e.agent is not None:
-        d.pending_identity = PendingIdentity(model=e.model, agent=e.agent)
+        d.pending_identity = PendingIdentity(model=e.model, agent=e.agent, after_switch=after)
         d.model_pending = None
         d.agent_pending = None
     elif e.model is not None:
-        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason=e.reason)
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason=e.reason, after_switch=after)
     elif e.agent is not None:
-        d.agent_pending = PendingAgent(agent=e.agent, requested_at=e.at)
+        d.agent_pending = PendingAgent(agent=e.agent, requested_at=e.at, after_switch=after)
     else:
         raise _Refused(e.event_type, "neither model nor agent")
 
@@ -521,17 +529,20 @@ def _switch_unsupported(d: GoalDraft, e: i.IdentitySwitchUnsupported, m: _Memo) 
 @_on(i.IdentitySwitchApplied)
 def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
     d.switch_in_flight = None
+    switch_id = e.switch_id
     if e.to_model is not None:
         d.config = replace(d.config, model=e.to_model)
         d.model_last = SwitchRecord(to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model, reason=e.reason)
-        d.model_pending = None
+        if d.model_pending is not None and d.model_pending.after_switch != switch_id:
+            d.model_pending = None
         d.model_last_failure = None
     if e.to_agent is not None:
         d.config = replace(d.config, agent=e.to_agent)
         d.agent_last = SwitchRecord(to=e.to_agent, at=e.at, outcome=e.outcome, from_=e.from_agent)
-        d.agent_pending = None
+        if d.agent_pending is not None and d.agent_pending.after_switch != switch_id:
+            d.agent_pending = None
         d.agent_last_failure = None
-    if e.target == "identity":
+    if e.target == "identity" and d.pending_identity is not None and d.pending_identity.after_switch != switch_id:
         d.pending_identity = None
 
 
