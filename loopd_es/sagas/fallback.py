@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..domain import goal_commands as c
 
 if TYPE_CHECKING:
-    from ..app.service import Ctx, GoalService
     from ..events.envelope import Envelope
+    from .ports import Ctx, GoalPort
 
 Source = Literal["prompt-delivery", "session-error"]
 
@@ -46,7 +46,7 @@ def safe_error_text(error: Any) -> str:
 
 
 async def observe_provider_error(
-    service: GoalService, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
+    service: GoalPort, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
     expected_model: str | None = None, record_failure: bool = True, run_id: str | None = None,
     generation: int | None = None,
 ) -> list[Envelope]:
