@@ -373,17 +373,32 @@ def _interactive(d: GoalDraft, e: g.GoalInteractiveChanged, m: _Memo) -> None:
 @_on(g.GoalUsageAccounted)
 def _usage(d: GoalDraft, e: g.GoalUsageAccounted, m: _Memo) -> None:
     ids = e.message_ids
-    seen = m.seen(d)
-    fresh: tuple[str, ...]
-    if len(ids) == 1:  # the usual case, without the de-duplication below
-        fresh = ids if ids[0] not in seen else ()
+    if len(ids) == 1 and (m.dirty or d.accounted_message_ids is m.ids):
+        # a replay's usual case, inlined: one id against the memo's live watermark (as _Memo.account does)
+        mid, counts, order = ids[0], m.counts, m.order
+        if mid in counts:
+            raise _Refused(e.event_type, "every message id was already accounted")
+        order.append(mid)
+        counts[mid] = 1
+        if len(order) > MAX_ACCOUNTED_IDS:
+            old = order.popleft()
+            if counts[old] == 1:
+                del counts[old]
+            else:
+                counts[old] -= 1
+        m.dirty = True
     else:
-        fresh = tuple(mid for mid in dict.fromkeys(ids) if mid not in seen)
-    if not fresh:
-        raise _Refused(e.event_type, "every message id was already accounted")
-    if len(fresh) != len(ids):
-        raise _Refused(e.event_type, "some message ids were already accounted; deltas not applied")
-    m.account(d, fresh)
+        seen = m.seen(d)
+        fresh: tuple[str, ...]
+        if len(ids) == 1:  # without the de-duplication below
+            fresh = ids if ids[0] not in seen else ()
+        else:
+            fresh = tuple(mid for mid in dict.fromkeys(ids) if mid not in seen)
+        if not fresh:
+            raise _Refused(e.event_type, "every message id was already accounted")
+        if len(fresh) != len(ids):
+            raise _Refused(e.event_type, "some message ids were already accounted; deltas not applied")
+        m.account(d, fresh)
     d.tokens_used += e.token_delta
     d.cost_used += e.cost_delta
     d.time_used_seconds += e.time_delta_seconds
