@@ -241,7 +241,7 @@ def _release(d: GoalDraft) -> None:
     d.idle_candidate_generation = None
 
 
-def _stale(d: GoalDraft, event: r.RunIdleCandidate | r.RunCompleted | r.RunRecovered) -> bool:
+def _stale(d: GoalDraft, event: r.RunIdleCandidate | r.RunCompleted | r.RunRecovered | r.RunStuck) -> bool:
     generation = event.generation
     if generation is not None and generation != d.run_generation:
         return True
@@ -499,6 +499,8 @@ def _run_recovered(d: GoalDraft, e: r.RunRecovered, m: _Memo) -> None:
 
 @_on(r.RunStuck)
 def _run_stuck(d: GoalDraft, e: r.RunStuck, m: _Memo) -> None:
+    if _stale(d, e):
+        raise _Refused(e.event_type, "stale run")
     d.stuck_notified_run_id = e.run_id
 
 

@@ -98,3 +98,12 @@ def test_creating_a_cleared_goal_again_is_refused() -> None:
     goal.do(c.ClearGoal(goal_id="g1"))
     with pytest.raises(RuleError, match="^goal g1 was cleared$"):
         goal.create()
+
+
+def test_a_stuck_notice_of_an_earlier_run_is_an_anomaly() -> None:
+    goal = _on_second_run()
+    goal.apply(r.RunStuck(goal_id="g1", run_id="run-1", stuck_seconds=300.0, generation=1))
+    assert goal.state.stuck_notified_run_id is None and goal.state.anomalies[-1].reason == "stale run"
+    current = goal.state.active_run_id or ""
+    goal.apply(r.RunStuck(goal_id="g1", run_id=current, stuck_seconds=300.0, generation=2))
+    assert goal.state.stuck_notified_run_id == current and goal.state.anomaly_count == 1
