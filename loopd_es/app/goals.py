@@ -16,7 +16,7 @@ import msgspec
 from ..domain import goal_commands as c
 from ..domain.prompts import turn_prompt
 from ..domain.rules import lease_valid
-from ..errors import ConflictError
+from ..errors import ConflictError, WrongExpectedVersionError
 from ..events import goal as g
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError, ProviderError
@@ -24,7 +24,7 @@ from ..procs.service import cancel_goal_awaits
 from ..sagas.fallback import Source, observe_provider_error, safe_error_text
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
-from .service import Ctx, GoalService
+from .service import MAX_ATTEMPTS, Ctx, GoalService
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -85,12 +85,23 @@ class Goals:
         except HostError as e:
             await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
             return await self.service.load(goal_id)
-        assigned = await self.service.append_goal(
-            goal_id, [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)], ctx,
-            expected=state.version,
-        )
-        await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
+        assigned = await self._assign_worker(goal_id, worker.session_id, ctx)
+        if assigned:
+            await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
         return await self.service.load(goal_id)
+
+    async def _assign_worker(self, goal_id: str, session_id: str, ctx: Ctx) -> list[Envelope]:
+        """Record the new worker on the goal's current version; nothing when the goal went away meanwhile."""
+        for _ in range(MAX_ATTEMPTS):
+            state = await self.service.load(goal_id)
+            if not state.exists:
+                return []
+            event = g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=session_id)
+            try:
+                return await self.service.append_goal(goal_id, [event], ctx, expected=state.version)
+            except WrongExpectedVersionError:
+                self.service.forget(goal_id)
+        raise ConflictError(f"goal {goal_id} kept changing while its worker was being recorded; retry")
 
     async def pause(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
         """Pause an active goal and abort its worker's run (best effort); the session is kept."""
