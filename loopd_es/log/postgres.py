@@ -119,6 +119,14 @@ class PostgresLog(LogStore):
         :raises LogNotFoundError: when the log does not exist and ``create`` is false.
         """
         conninfo, schema = split_postgres_url(url)
+        try:  # one plain connection first: it fails at once with libpq's reason, where a pool retries
+            probe = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        except psycopg.Error as e:
+            reason = str(e).strip().splitlines()[-1 if "failed:" not in str(e) else 0].strip()
+            raise StoreUnavailableError(
+                f"cannot connect to {_public_url(url)}: {reason}; check that the server runs and the URL"
+            ) from e
+        await probe.close()
         pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
             conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
         )
