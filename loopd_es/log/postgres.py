@@ -17,8 +17,9 @@ URL: ``postgresql://user@host:port/db?schema=NAME`` (``postgres://`` too); ``sch
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -73,6 +74,7 @@ CREATE TABLE IF NOT EXISTS {table} (
 """
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _Raw: Final = msgspec.Raw
+_log = logging.getLogger("loopd_es.log")
 
 
 def split_postgres_url(url: str) -> tuple[str, str]:
@@ -311,21 +313,40 @@ class PostgresLog(LogStore):
             row = await (await conn.execute(statement, args)).fetchone()
         return int(row[0]) if row else 0
 
+    async def commits(self) -> AsyncGenerator[int, None]:
+        """Yield the new head after every commit to this log by any process on any machine (LISTEN/NOTIFY).
+
+        Listening starts before the first value is awaited. A lost connection is reopened after a second
+        (a warning says so); commits made meanwhile are not replayed, so a follower re-reads the head.
+        """
+        prefix = f"{self.schema}:"
+        while not self._closed:
+            try:
+                async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as listener:
+                    await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                    yield 0  # listening: whatever committed before this point is the caller's to read
+                    async for note in listener.notifies():
+                        if note.payload.startswith(prefix):
+                            yield int(note.payload[len(prefix):])
+            except psycopg.Error as e:
+                _log.warning("listening on %s failed (%s); retrying in 1 s", self.url, e)
+                await anyio.sleep(1.0)
+
     async def wait_for(self, position: int, timeout: float) -> bool:  # noqa: ASYNC109 - the log API names it
-        """Wait until the log's head reaches ``position`` (woken by NOTIFY, with a slow poll as a safety net).
+        """Wait until the log's head reaches ``position``: woken by NOTIFY, with a one-second poll as a safety net.
 
         Returns whether it did before ``timeout`` seconds passed.
         """
-        if await self.head() >= position:
-            return True
         with anyio.move_on_after(timeout):
-            async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as listener:
-                await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            commits = self.commits()
+            try:
+                await anext(commits)  # listening now: no commit after the head read below can be missed
                 while await self.head() < position:
-                    with anyio.move_on_after(1.0):  # the safety net: a lost notification costs a second
-                        async for _ in listener.notifies(timeout=1.0, stop_after=1):
-                            break
+                    with anyio.move_on_after(1.0):
+                        await anext(commits)
                 return True
+            finally:
+                await commits.aclose()
         return False
 
     async def verify(self, *, repair: bool = False) -> VerifyReport:
