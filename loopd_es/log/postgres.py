@@ -50,28 +50,21 @@ from .base import (
     parse_expected_version,
 )
 from .group_commit import GroupCommitter, Request
+from .postgres_sql import (
+    ANY_VERSION,
+    APPEND_FUNCTION,
+    CHANNEL,
+    COLUMNS,
+    EXISTS_VERSION,
+    LOCK,
+    LOCK_KEY,
+    NO_STREAM_VERSION,
+    NOTIFY,
+    STATEMENTS,
+    TABLE,
+)
 from .validation import check_new_events, resolve_retry
 
-CHANNEL: Final = "loopd_es_events"
-_LOCK_KEY: Final = 0x6C6F6F7064  # "loopd": the advisory lock that orders position assignment
-_COLUMNS: Final = (
-    "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
-)
-_SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS {table} (
-    position       BIGINT   PRIMARY KEY,
-    stream         TEXT     NOT NULL,
-    version        BIGINT   NOT NULL,
-    event_id       TEXT     NOT NULL UNIQUE,
-    type           TEXT     NOT NULL,
-    schema_version INTEGER  NOT NULL,
-    recorded_at    TEXT     NOT NULL,
-    causation_id   TEXT,
-    correlation_id TEXT,
-    data           BYTEA    NOT NULL,
-    UNIQUE (stream, version)
-)
-"""
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _Raw: Final = msgspec.Raw
 _log = logging.getLogger("loopd_es.log")
@@ -110,6 +103,8 @@ class PostgresLog(LogStore):
         self._pool = pool
         self._conninfo = split_postgres_url(url)[0]
         self._table = sql.Identifier(schema, "events")
+        self._function = sql.Identifier(schema, "loopd_append_v1")
+        self._sql = {name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()}
         self._group = GroupCommitter(self._commit)
         self._closed = False
 
@@ -161,13 +156,27 @@ class PostgresLog(LogStore):
                 if not create:
                     raise LogNotFoundError(self.url)
                 async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+                    await conn.execute(LOCK, (LOCK_KEY,))
                     await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-                    await conn.execute(sql.SQL(_SCHEMA).format(table=self._table))
-            elif list(columns) != [c.strip() for c in _COLUMNS.split(",")]:
+                    await conn.execute(TABLE.format(t=self._table))
+            elif list(columns) != [c.strip() for c in COLUMNS.split(",")]:
                 raise StoreUnavailableError(
                     f"{self.url}: the table {self.schema}.events is not a loopd-es log (columns {list(columns)})"
                 )
+            if create:
+                function = await (
+                    await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.loopd_append_v1",))
+                ).fetchone()
+                if function is None or function[0] is None:
+                    async with conn.transaction():
+                        await conn.execute(LOCK, (LOCK_KEY,))
+                        await conn.execute(
+                            APPEND_FUNCTION.format(
+                                f=self._function, t=self._table, lock=sql.Literal(LOCK_KEY),
+                                channel=sql.Literal(CHANNEL), columns=sql.SQL(COLUMNS),
+                                no_stream=sql.Literal(NO_STREAM_VERSION), exists=sql.Literal(EXISTS_VERSION),
+                            )
+                        )
 
     def _connection(self) -> Any:
         if self._closed:
@@ -186,36 +195,80 @@ class PostgresLog(LogStore):
             return []
         return await self._group.submit(Request(stream, events, expected_version))
 
+    async def _commit_fast(self, group: list[Request]) -> bool:
+        """Commit a group with one statement when nothing in it is a retry or a conflict; False if not done.
+
+        The server-side function refuses (writing nothing) whenever an id is recorded or a stream is not at
+        its expected version, and the careful path then decides each request's outcome.
+        """
+        recorded_at = now_rfc3339()
+        events = [new for request in group for new in request.events]
+        datas = [new.data_bytes() for new in events]
+        args = (
+            [request.stream for request in group],
+            [_expected_code(request.expected) for request in group],
+            [len(request.events) for request in group],
+            [new.event_id for new in events],
+            [new.type for new in events],
+            [new.schema_version for new in events],
+            [new.causation_id for new in events],
+            [new.correlation_id for new in events],
+            datas,
+            recorded_at,
+            f"{self.schema}:",
+        )
+        async with self._connection() as conn:
+            row = await (await conn.execute(self._sql["fast"], args)).fetchone()
+        firsts = row[0] if row else None
+        if firsts is None:
+            return False
+        head = int(firsts[0])
+        data_iter = iter(datas)
+        for request, version in zip(group, firsts[1:], strict=True):
+            envelopes = []
+            for new in request.events:
+                head += 1
+                version += 1
+                envelopes.append(
+                    Envelope(
+                        head, request.stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                        new.causation_id, new.correlation_id, _Raw(next(data_iter)),
+                    )
+                )
+            request.error = None
+            request.result = envelopes
+        return True
+
     async def _commit(self, group: list[Request]) -> None:
         """One transaction for the whole group, under the position lock; every check precedes every insert.
 
         Holding the lock, nothing else can write, so ids, versions and the head read here stay true until
         the insert: requests are resolved one by one against what is recorded plus what the group staged,
-        and then all staged rows go in with one statement.
+        and then all staged rows go in with one statement. Pipelined, the whole commit is two round trips:
+        BEGIN + lock + the three reads, then INSERT + NOTIFY + COMMIT. (The reads must be statements of
+        their own after the lock's: a statement's snapshot is taken when it starts.)
         """
-        async with self._connection() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
-            ids = [new.event_id for request in group for new in request.events]
-            recorded = await self._envelopes_by_id(conn, ids)
-            streams = sorted({request.stream for request in group})
-            rows = await (
-                await conn.execute(
-                    sql.SQL(
-                        "SELECT s, (SELECT coalesce(max(version), 0) FROM {t} WHERE stream = s) FROM unnest(%s::text[]) s"
-                    ).format(t=self._table),
-                    (streams,),
-                )
-            ).fetchall()
-            versions: dict[str, int] = {row[0]: int(row[1]) for row in rows}
-            head_row = await (await conn.execute(sql.SQL("SELECT coalesce(max(position), 0) FROM {}").format(self._table))).fetchone()
-            head = int(head_row[0]) if head_row else 0
+        ids = [new.event_id for request in group for new in request.events]
+        streams = sorted({request.stream for request in group})
+        if len(streams) == len(group) and len(set(ids)) == len(ids) and await self._commit_fast(group):
+            return
+        staged: list[tuple[Request, list[Envelope]]] = []
+        async with self._connection() as conn, conn.pipeline(), conn.transaction():
+            await conn.execute(LOCK, (LOCK_KEY,))
+            by_id = await conn.execute(self._sql["by_id"], (ids,), binary=True)
+            by_stream = await conn.execute(self._sql["versions"], (streams,))
+            at_head = await conn.execute(self._sql["head"])
+            recorded = {env.event_id: env for env in map(_row_to_envelope, await by_id.fetchall())}
+            versions: dict[str, int] = {row[0]: int(row[1]) for row in await by_stream.fetchall()}
+            head = int((await at_head.fetchone() or (0,))[0])
             recorded_at = now_rfc3339()
             columns: list[list[Any]] = [[] for _ in range(10)]
-            staged: list[tuple[Request, list[Envelope]]] = []
             for request in group:
                 request.error = None
                 try:
-                    retried = resolve_retry(request.stream, request.events, [recorded.get(n.event_id) for n in request.events])
+                    retried = resolve_retry(
+                        request.stream, request.events, [recorded.get(n.event_id) for n in request.events]
+                    )
                     if retried is not None:
                         request.result = retried
                         continue
@@ -235,28 +288,15 @@ class PostgresLog(LogStore):
                     )
                     for column, value in zip(columns, _row(env, data), strict=True):
                         column.append(value)
-                    recorded[new.event_id] = env
+                    recorded[new.event_id] = env  # a later request of the group retrying it sees it
                     envelopes.append(env)
                 versions[request.stream] = version
                 staged.append((request, envelopes))
             if staged:
-                await conn.execute(
-                    sql.SQL(
-                        "INSERT INTO {t} (" + _COLUMNS + ") SELECT * FROM unnest("
-                        "%s::bigint[], %s::text[], %s::bigint[], %s::text[], %s::text[], %s::int[], %s::text[],"
-                        " %s::text[], %s::text[], %s::bytea[])"
-                    ).format(t=self._table),
-                    columns,
-                )
-                await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.schema}:{head}"))
+                await conn.execute(self._sql["insert"], columns)
+                await conn.execute(NOTIFY, (CHANNEL, f"{self.schema}:{head}"))
         for request, envelopes in staged:
             request.result = envelopes
-
-    async def _envelopes_by_id(self, conn: psycopg.AsyncConnection[Any], ids: list[str]) -> dict[str, Envelope]:
-        cursor = await conn.execute(
-            sql.SQL("SELECT " + _COLUMNS + " FROM {} WHERE event_id = ANY(%s::text[])").format(self._table), (ids,)
-        )
-        return {env.event_id: env for env in map(_row_to_envelope, await cursor.fetchall())}
 
     # -- reading ------------------------------------------------------------------------------------
 
@@ -271,10 +311,10 @@ class PostgresLog(LogStore):
         remaining = limit if limit is not None else -1
         after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
         if stream is None:
-            query = sql.SQL("SELECT " + _COLUMNS + " FROM {} WHERE position > %s ORDER BY position LIMIT %s")
+            query = sql.SQL("SELECT " + COLUMNS + " FROM {} WHERE position > %s ORDER BY position LIMIT %s")
         else:
             query = sql.SQL(
-                "SELECT " + _COLUMNS + " FROM {} WHERE stream = %s AND version > %s ORDER BY version LIMIT %s"
+                "SELECT " + COLUMNS + " FROM {} WHERE stream = %s AND version > %s ORDER BY version LIMIT %s"
             )
         statement = query.format(self._table)
         while remaining != 0:
@@ -386,7 +426,7 @@ class PostgresLog(LogStore):
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
         checker = SequenceChecker(self.url)
         async with self._connection() as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+            await conn.execute(LOCK, (LOCK_KEY,))
             row = await (await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._table))).fetchone()
             if row and row[0]:
                 raise UsageError(f"{self.url} is not empty ({row[0]} events); import only into a new log")
@@ -395,7 +435,7 @@ class PostgresLog(LogStore):
                     for env in batch:
                         checker.check(env)
                     await cursor.executemany(
-                        sql.SQL("INSERT INTO {} (" + _COLUMNS + ") VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)").format(
+                        sql.SQL("INSERT INTO {} (" + COLUMNS + ") VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)").format(
                             self._table
                         ),
                         [_row(env, bytes(env.data)) for env in batch],
@@ -408,6 +448,13 @@ class PostgresLog(LogStore):
         if not self._closed:
             self._closed = True
             await self._pool.close()
+
+
+def _expected_code(expected: ExpectedVersion) -> int:
+    """An expected version as the server-side function takes it: N, or a negative code for the keywords."""
+    if isinstance(expected, int):
+        return expected
+    return {"any": ANY_VERSION, "no_stream": NO_STREAM_VERSION, "exists": EXISTS_VERSION}[expected]
 
 
 def _row(env: Envelope, data: bytes) -> tuple[Any, ...]:
