@@ -12,8 +12,8 @@ Prints one JSON document:
 - projector lag across processes woken by NOTIFY, p50/p99 (target p99 <= 20 ms);
 - ``read_all`` decoded to envelopes, events/s (target >= 300k/s).
 
-Each figure runs in a schema of its own, dropped afterwards. Writer processes start together at a shared
-CLOCK_MONOTONIC instant and each counts its own acknowledged events for a fixed time.
+Each figure runs in a schema of its own, dropped afterwards. Writer processes connect, say they are ready, start
+together on the parent's word and each counts its own acknowledged events for a fixed time.
 """
 
 from __future__ import annotations
@@ -60,11 +60,11 @@ def drop(base: str, schema: str) -> None:
 # -- one writer process ----------------------------------------------------------------------------
 
 
-async def store_writer(url: str, batch: int, start_at: float, seconds: float, worker: int) -> int:
+async def store_writer(url: str, batch: int, seconds: float, worker: int) -> int:
     done = 0
     async with await open_store(url) as log:
-        await anyio.sleep(max(start_at - time.monotonic(), 0))
-        end = start_at + seconds
+        await ready_then_go()
+        end = time.monotonic() + seconds
         stream = f"bench-{worker}"
         while time.monotonic() < end:
             await log.append(stream, [NewEvent(type="goal.progress", data=PAYLOAD) for _ in range(batch)])
@@ -72,7 +72,7 @@ async def store_writer(url: str, batch: int, start_at: float, seconds: float, wo
     return done
 
 
-def raw_writer(url: str, batch: int, start_at: float, seconds: float, worker: int) -> int:
+def raw_writer(url: str, batch: int, seconds: float, worker: int) -> int:
     conninfo, schema = split_postgres_url(url)
     done = 0
     with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -80,8 +80,9 @@ def raw_writer(url: str, batch: int, start_at: float, seconds: float, worker: in
             f"INSERT INTO {schema}.raw_events (stream, version, event_id, type, schema_version, recorded_at,"
             " causation_id, correlation_id, data) VALUES (%s,%s,%s,%s,1,%s,NULL,NULL,%s)"
         )
-        time.sleep(max(start_at - time.monotonic(), 0))
-        end = start_at + seconds
+        print("ready", flush=True)
+        sys.stdin.readline()
+        end = time.monotonic() + seconds
         version = 0
         while time.monotonic() < end:
             rows = []
@@ -97,11 +98,17 @@ def raw_writer(url: str, batch: int, start_at: float, seconds: float, worker: in
     return done
 
 
-def worker_main(kind: str, url: str, batch: int, start_at: float, seconds: float, worker: int) -> None:
+async def ready_then_go() -> None:
+    """Tell the parent this writer is connected, and wait for the word to start (a line on stdin)."""
+    print("ready", flush=True)
+    await anyio.to_thread.run_sync(sys.stdin.readline)
+
+
+def worker_main(kind: str, url: str, batch: int, seconds: float, worker: int) -> None:
     if kind == "store":
-        done = anyio.run(store_writer, url, batch, start_at, seconds, worker)
+        done = anyio.run(store_writer, url, batch, seconds, worker)
     else:
-        done = raw_writer(url, batch, start_at, seconds, worker)
+        done = raw_writer(url, batch, seconds, worker)
     print(done, flush=True)
 
 
@@ -115,14 +122,22 @@ def writers(kind: str, base: str, processes: int, batch: int, seconds: float) ->
                 conn.execute(RAW_TABLE.format(schema=schema))
         else:
             anyio.run(_create, url)
-        start_at = time.monotonic() + 1.5 + 0.1 * processes  # every process connected and waiting
         procs = [
             subprocess.Popen(
-                [sys.executable, __file__, "--worker", kind, url, str(batch), repr(start_at), repr(seconds), str(i)],
-                stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+                [sys.executable, __file__, "--worker", kind, url, str(batch), repr(seconds), str(i)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
             )
             for i in range(processes)
         ]
+        for proc in procs:  # every writer connected before any starts: start-up is not measured
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit(f"a {kind} writer did not start")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
         total = 0
         for proc in procs:
             out, _ = proc.communicate(timeout=seconds + 60)
@@ -165,9 +180,12 @@ async def projector_lag(base: str, appends: int, directory: Path) -> list[float]
 
     url, schema = schema_url(base)
     visible: dict[int, float] = {}
+    all_seen = anyio.Event()
 
     def committed(result: BatchResult, at: float) -> None:
         visible.setdefault(result.low, at)
+        if result.low >= appends + 1:  # the warm-up event plus every append
+            all_seen.set()
 
     try:
         async with await open_store(url) as store:
@@ -180,9 +198,8 @@ async def projector_lag(base: str, appends: int, directory: Path) -> list[float]
                         [sys.executable, "-c", APPENDER, url, str(appends), "0.005"],
                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
                     )
-                    deadline = time.monotonic() + 10
-                    while max(visible, default=0) < appends + 1 and time.monotonic() < deadline:
-                        await anyio.sleep(0.01)
+                    with anyio.move_on_after(10):
+                        await all_seen.wait()
                     tg.cancel_scope.cancel()
     finally:
         drop(base, schema)
@@ -249,8 +266,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--worker"]:
-        kind, url, batch, start_at, seconds, worker = argv[1:]
-        worker_main(kind, url, int(batch), float(start_at), float(seconds), int(worker))
+        kind, url, batch, seconds, worker = argv[1:]
+        worker_main(kind, url, int(batch), float(seconds), int(worker))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("LOOPD_ES_TEST_POSTGRES", ""))

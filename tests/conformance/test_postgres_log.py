@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from loopd_es.events.envelope import NewEvent
@@ -100,7 +101,7 @@ class TestPostgresLog(LogStoreContract):
                         seen.append(last)
                     if finished:
                         return
-                    await anyio.sleep(0)
+                    await anyio.lowlevel.checkpoint()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(follower)
