@@ -24,7 +24,12 @@ async def open_store(url: str, *, create: bool = True) -> LogStore:
     :raises StoreUnavailableError: when the path cannot be opened.
     """
     if url.strip().startswith(POSTGRES_SCHEMES):
-        from .postgres import PostgresLog
+        try:
+            from .postgres import PostgresLog
+        except ImportError as e:
+            raise UsageError(
+                f"{url.split('@')[-1]!r} needs the PostgreSQL driver: pip install 'loopd-es[postgres]' ({e})"
+            ) from e
 
         return await PostgresLog.open(url, create=create)
     scheme, path, options = parse_store_url(url)
