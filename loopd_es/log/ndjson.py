@@ -39,7 +39,7 @@ from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, VERSION
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
 from .ndjson_write import Staged, stage_group, stage_import
-from .validation import check_new_events, resolve_retry
+from .validation import check_new_events
 
 DURABILITY: Final = ("always", "batch", "none")
 _BATCH_SYNC_SECONDS: Final = 0.05
@@ -245,6 +245,10 @@ class NdjsonLog(NdjsonState, LogStore):
             return []
         return await self._group.submit(Request(stream, events, expected_version))
 
+    async def _submit(self, request: Request) -> list[Envelope]:
+        self._check_usable()
+        return await self._group.submit(request)
+
     async def _commit(self, group: list[Request]) -> None:
         if not self._lock.try_acquire():
             await self._lock.acquire()
@@ -271,12 +275,13 @@ class NdjsonLog(NdjsonState, LogStore):
     def _write_group(self, group: list[Request]) -> Staged | None:
         """Under the lock: check, write and index the group; the caller syncs, then acknowledges."""
         if self._keys is None and not all(
-            id_time(new.event_id) > self._max_time for request in group for new in request.events
+            id_time(new.event_id) > self._max_time for request in group for new in request.all_events
         ):
             self._ensure_keys()  # an id that may be recorded already: check it against every id
         try:
             for request in group:
-                self._stream_head(request.stream)  # staging then finds each stream's head in the cache
+                for part in request.parts:
+                    self._stream_head(part.stream)  # staging then finds each stream's head in the cache
         except IndexMismatch as e:
             self._index_broken(str(e))  # we hold the lock: this rebuilds it
             self._refresh()
@@ -303,7 +308,10 @@ class NdjsonLog(NdjsonState, LogStore):
         self._end = staged.end
         self._max_time = staged.max_time
         for request, envelopes, keys in staged.accepted:
-            self._heads[request.stream] = (envelopes[-1].version, envelopes[-1].position)
+            if len(request.parts) == 1:
+                self._heads[request.stream] = (envelopes[-1].version, envelopes[-1].position)
+            else:
+                self._heads.update((env.stream, (env.version, env.position)) for env in envelopes)
             if self._keys is not None:
                 self._keys.update(keys)
         return staged
@@ -342,14 +350,14 @@ class NdjsonLog(NdjsonState, LogStore):
         if known.isdisjoint(keys) and (not staged or staged.keys().isdisjoint(keys)):
             return None
         originals: list[Envelope | None] = []
-        for new, key in zip(request.events, keys, strict=True):
+        for new, key in zip(request.all_events, keys, strict=True):
             env = staged.get(key)
             if env is not None and env.event_id != new.event_id:
                 env = None
             if env is None and key in known:
                 env = self._lookup_event(new.event_id)
             originals.append(env)
-        return resolve_retry(request.stream, request.events, originals)
+        return request.retry_result(originals)
 
     def _lookup_event(self, event_id: str) -> Envelope | None:
         key = event_id_key(event_id)

@@ -49,8 +49,11 @@ def event_id_key(event_id: str) -> int:
 
 
 def id_time(event_id: str) -> int:
-    """The millisecond time of a UUIDv7 id, 0 for any other: an id newer than every recorded one is new."""
-    return int(event_id[:8] + event_id[9:13], 16) if event_id[14] == "7" else 0
+    """The leading 60 bits of a UUIDv7 id (millisecond time and the counter ``new_event_id`` keeps in
+    ``rand_a``), 0 for any other: an id above every recorded one cannot be recorded already."""
+    if event_id[14] != "7":
+        return 0
+    return int(event_id[:8] + event_id[9:13] + event_id[15:18], 16)
 
 
 class LockFile:

@@ -60,7 +60,7 @@ def stage_group(
 
     ``chain`` is the index chain value of record ``head``, ``max_time`` its largest id time.
     """
-    if len(group) == 1 and len(group[0].events) == 1:
+    if len(group) == 1 and len(group[0].parts) == 1 and len(group[0].events) == 1:
         return _stage_one(group[0], head, end, chain, max_time, stream_head, names, find_retry)
     recorded_at = now_rfc3339()
     bodies: list[bytes] = []
@@ -72,36 +72,41 @@ def stage_group(
     Raw = msgspec.Raw
     position = head
     for request in group:
-        keys = [event_id_key(new.event_id) for new in request.events]
+        keys = [event_id_key(new.event_id) for new in request.all_events]
         try:
             originals = find_retry(request, keys, staged)
             if originals is not None:
                 request.result = originals
                 continue
-            stream = request.stream
-            version, last = staged_heads.get(stream) or stream_head(stream)
-            check_expected_version(stream, request.expected, version)
+            start: dict[str, tuple[int, int]] = {}
+            for part in request.parts:  # every part's check before any part is staged: all or none
+                head_of = staged_heads.get(part.stream) or stream_head(part.stream)
+                start[part.stream] = head_of
+                check_expected_version(part.stream, part.expected, head_of[0])
         except LoopdError as e:
             request.error = e
             continue
-        number = names.number(stream)
-        if number is None:
-            number = names.add(stream)
         envelopes = []
-        for new, key in zip(request.events, keys, strict=True):
-            position += 1
-            version += 1
-            env = Envelope(  # positional: this is the hot path
-                position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                new.causation_id, new.correlation_id, Raw(new.data_bytes()),
-            )
-            bodies.append(encode(env))
-            max_time = max(max_time, id_time(new.event_id))
-            meta.append((number, version, key, last, max_time))
-            last = position
-            envelopes.append(env)
+        next_key = iter(keys).__next__
+        for stream, events, _expected, payloads in request.parts:
+            number = names.number(stream)
+            if number is None:
+                number = names.add(stream)
+            version, last = start[stream]
+            for new, data in zip(events, payloads, strict=True):
+                position += 1
+                version += 1
+                env = Envelope(  # positional: this is the hot path
+                    position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                    new.causation_id, new.correlation_id, Raw(data),
+                )
+                bodies.append(encode(env))
+                max_time = max(max_time, id_time(new.event_id))
+                meta.append((number, version, next_key(), last, max_time))
+                last = position
+                envelopes.append(env)
+            staged_heads[stream] = (version, last)
         staged.update(zip(keys, envelopes, strict=True))
-        staged_heads[stream] = (version, last)
         out.accepted.append((request, envelopes, keys))
     if not bodies:
         return out
@@ -142,7 +147,7 @@ def _stage_one(
         number = names.add(stream)
     env = Envelope(
         head + 1, stream, version + 1, new.event_id, new.type, new.schema_version, now_rfc3339(),
-        new.causation_id, new.correlation_id, msgspec.Raw(new.data_bytes()),
+        new.causation_id, new.correlation_id, msgspec.Raw(request.payloads[0]),
     )  # fmt: skip
     body = ENVELOPE_ENCODER.encode(env)
     max_time = max(max_time, id_time(new.event_id))
