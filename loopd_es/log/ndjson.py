@@ -72,7 +72,9 @@ class NdjsonLog(NdjsonState, LogStore):
             store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
             store._close_files()
-            raise StoreUnavailableError(f"cannot open {path}: {e.strerror}; check --store and permissions") from e
+            raise StoreUnavailableError(
+                f"cannot open {path}: {e.strerror}; check --store and permissions"
+            ) from e
         try:
             store._load_index()
             try:
@@ -109,7 +111,11 @@ class NdjsonLog(NdjsonState, LogStore):
             return
         offset = self._offset_of(position)
         # read only what the limit asks for: up to the start of the first event past it
-        stop = self._horizon if remaining < 0 or position + remaining > head else self._offset_of(position + remaining)
+        stop = (
+            self._horizon
+            if remaining < 0 or position + remaining > head
+            else self._offset_of(position + remaining)
+        )
         batch: list[Envelope] = []
         for _lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
             for env in envs:
@@ -129,7 +135,9 @@ class NdjsonLog(NdjsonState, LogStore):
         spans = self._checked_spans(stream, 1)
         if not spans:
             raise StreamNotFoundError(stream)
-        async for batch in self._read_stream_batches(stream, from_version, -1 if limit is None else limit, spans):
+        async for batch in self._read_stream_batches(
+            stream, from_version, -1 if limit is None else limit, spans
+        ):
             for envelope in batch:
                 yield envelope
 
@@ -158,7 +166,9 @@ class NdjsonLog(NdjsonState, LogStore):
                 continue
             for env in envs:
                 if env.stream != stream:
-                    raise self._corrupt(env.position, f"the index points at stream {env.stream!r}, not {stream!r}")
+                    raise self._corrupt(
+                        env.position, f"the index points at stream {env.stream!r}, not {stream!r}"
+                    )
             yield envs
             i += len(chunk)
             if remaining >= 0:
@@ -185,11 +195,15 @@ class NdjsonLog(NdjsonState, LogStore):
         while position > 0 and version >= from_version:
             r = self._index.record(position)
             if r[NUMBER] != number or r[VERSION] != version:
-                raise IndexMismatch(str(self.path), position, f"the index does not hold version {version} here")
+                raise IndexMismatch(
+                    str(self.path), position, f"the index does not hold version {version} here"
+                )
             spans.append((r[OFFSET], r[LENGTH], r[CRC] & 0xFFFFFFFF, position))
             position, version = r[PREV], version - 1
         if position == 0 and version >= max(from_version, 1):
-            raise IndexMismatch(str(self.path), None, f"stream {stream!r} ends at version {version + 1}, not 1")
+            raise IndexMismatch(
+                str(self.path), None, f"stream {stream!r} ends at version {version + 1}, not 1"
+            )
         spans.reverse()
         while spans and spans[-1][3] > self._horizon_head:  # not yet durable: not for readers
             spans.pop()
@@ -256,7 +270,9 @@ class NdjsonLog(NdjsonState, LogStore):
             self._sync_locked()
             staged = self._write_group(group)
         except OSError as e:
-            raise StoreUnavailableError(f"cannot write {self.path}: {e.strerror}; nothing was appended") from e
+            raise StoreUnavailableError(
+                f"cannot write {self.path}: {e.strerror}; nothing was appended"
+            ) from e
         finally:
             self._lock.release()  # before the sync: other processes write and sync meanwhile
         if staged is None:

@@ -79,7 +79,9 @@ class HeadsFile:
         m = self._mapped(recheck=True)
         assert m is not None
         checksum = 0
-        for i, (position,) in enumerate(_ENTRY.iter_unpack(m[_HEADER.size : len(m) - (len(m) - _HEADER.size) % 8])):
+        for i, (position,) in enumerate(
+            _ENTRY.iter_unpack(m[_HEADER.size : len(m) - (len(m) - _HEADER.size) % 8])
+        ):
             if position:
                 checksum ^= _h(i, position)
         if checksum != header[2]:

@@ -23,9 +23,13 @@ from typing import Final
 
 from .ndjson_files import open_sidecar
 
-PREFIX: Final = struct.Struct("<qqqqqqqI")  # offset, length, number, version, key, prev, max id time, line CRC
+PREFIX: Final = struct.Struct(
+    "<qqqqqqqI"
+)  # offset, length, number, version, key, prev, max id time, line CRC
 RECORD_SIZE: Final = PREFIX.size + 4
-RECORD_FIELDS: Final = RECORD_SIZE // 8  # int64 slots per record in the arrays :meth:`IndexFile.chunks` returns
+RECORD_FIELDS: Final = (
+    RECORD_SIZE // 8
+)  # int64 slots per record in the arrays :meth:`IndexFile.chunks` returns
 _SEED: Final = zlib.crc32(b"loopd-es ndjson index 2")
 _CHAIN: Final = struct.Struct("<I")
 _RECORD: Final = struct.Struct("<qqqqqqqII")

@@ -237,7 +237,9 @@ class NdjsonState:
             if number is None:
                 number = self._names.add(rec.stream)
             prefixes.append(
-                PREFIX.pack(rec.offset, rec.length, number, rec.version, rec.key, rec.prev, rec.max_time, rec.crc)
+                PREFIX.pack(
+                    rec.offset, rec.length, number, rec.version, rec.key, rec.prev, rec.max_time, rec.crc
+                )
             )
         before = (on_disk, self._index.chain_before(on_disk + 1))
         records, chain = seal(prefixes, before[1])
@@ -312,7 +314,9 @@ class NdjsonState:
             return (0, 0)
         position, rec = found
         if rec[NUMBER] != number or self._index.checked_record(position) is None:
-            raise IndexMismatch(str(self.path), position, "the index record of the stream's last event is wrong")
+            raise IndexMismatch(
+                str(self.path), position, "the index record of the stream's last event is wrong"
+            )
         return (rec[VERSION], position)
 
     def _update_heads(self, touched: dict[int, int], before: tuple[int, int]) -> None:
@@ -358,7 +362,9 @@ class NdjsonState:
         reads stop at (below our own view while other writers' or our own writes are still being synced)."""
         visible = self._visible_end()
         if os.fstat(self._fd).st_size < self._end:
-            raise CorruptLogError(str(self.path), None, f"the log shrank below {self._end} bytes behind our back")
+            raise CorruptLogError(
+                str(self.path), None, f"the log shrank below {self._end} bytes behind our back"
+            )
         if visible > self._end:
             self._catch_up(settle(self.path, self._fd, self._end, visible, self._head + 1))
         # what is left past the last whole write is an unfinished one; past the durable end, bytes with no
@@ -398,7 +404,9 @@ class NdjsonState:
                 key = event_id_key(env.event_id)
                 self._max_time = max(self._max_time, id_time(env.event_id))
                 prev = self._stream_head(env.stream)[1] if env.version > 1 else 0
-                rec = Rec(offset, len(line), env.stream, env.version, key, body_crc(line), prev, self._max_time)
+                rec = Rec(
+                    offset, len(line), env.stream, env.version, key, body_crc(line), prev, self._max_time
+                )
                 self._tail.append(rec)
                 offset += len(line)
                 self._head = env.position

@@ -52,7 +52,9 @@ def verify_ndjson(path: Path, fd: int, size: int, synced: int | None, index: Ind
         try:
             env = ENVELOPE_DECODER.decode(line)
         except msgspec.DecodeError as e:
-            report.problems.append(f"line {line_no} of {path} (byte offset {line_start}) does not decode: {e}")
+            report.problems.append(
+                f"line {line_no} of {path} (byte offset {line_start}) does not decode: {e}"
+            )
             continue
         if line_start >= end:
             continue  # written, not yet synced: reported above, not counted

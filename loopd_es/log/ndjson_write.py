@@ -97,8 +97,16 @@ def stage_group(
                 position += 1
                 version += 1
                 env = Envelope(  # positional: this is the hot path
-                    position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                    new.causation_id, new.correlation_id, Raw(data),
+                    position,
+                    stream,
+                    version,
+                    new.event_id,
+                    new.type,
+                    new.schema_version,
+                    recorded_at,
+                    new.causation_id,
+                    new.correlation_id,
+                    Raw(data),
                 )
                 bodies.append(encode(env))
                 max_time = max(max_time, id_time(new.event_id))
@@ -172,7 +180,12 @@ def _fields(bodies: list[bytes], meta: list[tuple[int, int, int, int, int]], off
 
 
 def stage_import(
-    batch: list[Envelope], checker: SequenceChecker, names: StreamNames, offset: int, chain: int, lasts: dict[str, int],
+    batch: list[Envelope],
+    checker: SequenceChecker,
+    names: StreamNames,
+    offset: int,
+    chain: int,
+    lasts: dict[str, int],
     max_time: int,
 ) -> tuple[bytes, bytes, int, int]:
     """The bytes, index records, last chain and max id time of copied envelopes that start at byte ``offset``,
@@ -193,7 +206,9 @@ def stage_import(
         max_time = max(max_time, id_time(env.event_id))
         key = event_id_key(env.event_id)
         prev = lasts.get(env.stream, 0)
-        prefixes.append(PREFIX.pack(offset, len(body) + 1, number, env.version, key, prev, max_time, crc(body)))
+        prefixes.append(
+            PREFIX.pack(offset, len(body) + 1, number, env.version, key, prev, max_time, crc(body))
+        )
         lasts[env.stream] = env.position
         offset += len(body) + 1
     records, chain = seal(prefixes, chain)
