@@ -1,7 +1,7 @@
 """The NDJSON position index: one fixed record per event, checked by a checksum chain.
 
 A record is ``offset, length, stream number, version, event-id key, previous position of the same stream,
-largest UUIDv7 time of any id so far`` (int64 each), the CRC-32 of the event's line (uint32) and a chain value
+an upper bound of the UUIDv7 order of every id so far``  (int64 each), the CRC-32 of the event's line (uint32) and a chain value
 (uint32): the CRC-32 of every byte of the index before it, so
 ``chain(p) = crc32(chain(p-1) bytes + record p without its chain, chain(p-1))``. That gives two cheap checks:
 

@@ -81,6 +81,7 @@ class NdjsonState:
         self._indexed = 0  # positions 1.._indexed are in the index file
         self._chain = first_chain()  # the chain value of index record _indexed
         self._tail: list[Rec] = []  # positions _indexed+1.._head
+        self._synced_seen = False
         self._horizon = 0  # reads stop at this byte and position (see _refresh)
         self._horizon_head = 0
         self._heads: dict[str, tuple[int, int]] = {}  # stream -> (version, last position), filled on demand
@@ -425,8 +426,10 @@ class NdjsonState:
         if self._index_suspect:
             self._rebuild_index()
         size = os.fstat(self._fd).st_size
-        if self._lock.synced() is None:  # nothing recorded in this boot: the file is as durable as it gets
-            self._lock.reset_synced(size)
+        if not self._synced_seen:
+            if self._lock.synced() is None:  # nothing recorded in this boot: the file is as durable as it gets
+                self._lock.reset_synced(size)
+            self._synced_seen = True  # recorded in this boot: it stays recorded while we run
         if size != self._end:
             if size < self._end:
                 raise CorruptLogError(

@@ -58,7 +58,9 @@ def stage_group(
 ) -> Staged:
     """Check and encode every request of ``group``; a failed check sets that request's error or retry result.
 
-    ``chain`` is the index chain value of record ``head``, ``max_time`` its largest id time.
+    ``chain`` is the index chain value of record ``head``; ``max_time`` is the largest UUIDv7 order (see
+    :func:`~.ndjson_files.id_time`) of every recorded id and every id of the group, which every record of
+    the group carries (an upper bound is all the first-append check needs).
     """
     if len(group) == 1 and len(group[0].parts) == 1 and len(group[0].events) == 1:
         return _stage_one(group[0], head, end, chain, max_time, stream_head, names, find_retry)
@@ -109,7 +111,6 @@ def stage_group(
                     Raw(data),
                 )
                 bodies.append(encode(env))
-                max_time = max(max_time, id_time(new.event_id))
                 meta.append((number, version, next_key(), last, max_time))
                 last = position
                 envelopes.append(env)
@@ -158,7 +159,6 @@ def _stage_one(
         new.causation_id, new.correlation_id, msgspec.Raw(request.payloads[0]),
     )  # fmt: skip
     body = ENVELOPE_ENCODER.encode(env)
-    max_time = max(max_time, id_time(new.event_id))
     fields = (end, len(body) + 1, number, version + 1, key, last, max_time, zlib.crc32(body))
     out.data = body + b"\n"
     out.fields = [fields]
