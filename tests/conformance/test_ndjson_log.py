@@ -229,6 +229,34 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert [e.data_dict() for e in recorded[1:3]] == [{"i": 1}, {"i": 2}]
             assert_log_invariants(recorded)
 
+    async def test_another_process_never_reads_an_event_before_its_sync_returns(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The writer syncs outside the lock; a reader process that looks while the sync runs sees none of the
+        batch, and sees all of it once the append returned."""
+        log = tmp_path / "log.ndjson"
+        seen: list[int] = []
+        real = os.fdatasync
+
+        def reader() -> int:
+            out = subprocess.run(
+                [sys.executable, "-m", "loopd_es", "--store", f"ndjson:{log}", "read", "--json"],
+                check=True, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            return len(out.stdout.splitlines())
+
+        def sync_while_a_reader_looks(fd: int) -> None:
+            seen.append(reader())
+            real(fd)
+
+        async with await NdjsonLog.open(log, durability="always") as s:
+            await s.append("s", [new(i=0)])
+            with monkeypatch.context() as m:
+                m.setattr(os, "fdatasync", sync_while_a_reader_looks)
+                await s.append("s", [new(i=1), new(i=2)])
+            assert seen == [1]
+            assert reader() == 3
+
     async def test_a_batch_cut_short_by_power_loss_is_never_visible(self, tmp_path: Path) -> None:
         log = tmp_path / "log.ndjson"
         async with await NdjsonLog.open(log, durability=self.durability) as s:
