@@ -269,11 +269,12 @@ class NdjsonState:
     def _all_versions(self) -> dict[str, int]:
         """Every stream's version, from the whole index and the tail (for ``streams``)."""
         versions: dict[int, int] = {}
-        for chunk in self._index.chunks(0, self._indexed):
+        horizon = self._horizon_head  # not past what readers may see
+        for chunk in self._index.chunks(0, min(self._indexed, horizon)):
             versions.update(zip(chunk[NUMBER::RECORD_FIELDS], chunk[VERSION::RECORD_FIELDS], strict=True))
         self._names.refresh()
         by_name = {self._names.names[number]: version for number, version in versions.items()}
-        for rec in self._tail:
+        for rec in self._tail[: max(0, horizon - self._indexed)]:
             by_name[rec.stream] = rec.version
         return by_name
 
