@@ -33,7 +33,7 @@ from .base import (
     parse_expected_version,
 )
 from .group_commit import Request, prepare_path
-from .ndjson_files import event_id_key, id_time
+from .ndjson_files import event_id_key, id_time_range
 from .ndjson_foreign import check_is_log
 from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, VERSION
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
@@ -290,8 +290,8 @@ class NdjsonLog(NdjsonState, LogStore):
 
     def _write_group(self, group: list[Request]) -> Staged | None:
         """Under the lock: check, write and index the group; the caller syncs, then acknowledges."""
-        times = [id_time(new.event_id) for request in group for new in request.all_events]
-        if self._keys is None and min(times) <= self._max_time:
+        low, high = id_time_range([new.event_id for request in group for new in request.all_events])
+        if self._keys is None and low <= self._max_time:
             self._ensure_keys()  # an id that may be recorded already: check it against every id
         try:
             for request in group:
@@ -301,7 +301,7 @@ class NdjsonLog(NdjsonState, LogStore):
             self._index_broken(str(e))  # we hold the lock: this rebuilds it
             self._refresh()
         staged = stage_group(
-            group, self._head, self._end, self._chain, max(self._max_time, *times), self._stream_head, self._names,
+            group, self._head, self._end, self._chain, max(self._max_time, high), self._stream_head, self._names,
             self._find_retry,
         )  # fmt: skip
         if not staged.accepted:

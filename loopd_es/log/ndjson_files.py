@@ -56,6 +56,16 @@ def id_time(event_id: str) -> int:
     return int(event_id[:8] + event_id[9:13] + event_id[15:18], 16)
 
 
+def id_time_range(event_ids: list[str]) -> tuple[int, int]:
+    """(smallest, largest) :func:`id_time` of ``event_ids``: for lower-case UUIDv7 ids (what
+    ``new_event_id`` makes) string order is that order, so ``min``/``max`` find them at C speed."""
+    joined = "".join(event_ids)
+    if joined.islower() and not joined[14::36].strip("7"):
+        return id_time(min(event_ids)), id_time(max(event_ids))
+    times = [id_time(event_id) for event_id in event_ids]
+    return min(times), max(times)
+
+
 class LockFile:
     """The writers' ``flock`` and the durable end."""
 

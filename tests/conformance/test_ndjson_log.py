@@ -418,6 +418,24 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
         assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
 
 
+def test_id_time_range_takes_the_string_order_shortcut_only_when_it_is_right() -> None:
+    import random
+    import uuid
+
+    from loopd_es.events.envelope import new_event_id
+    from loopd_es.log.ndjson_files import id_time, id_time_range
+
+    rng = random.Random(9)
+    for _ in range(500):
+        ids = [new_event_id() for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.3:
+            ids.append(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+        if rng.random() < 0.3:
+            ids[0] = ids[0].upper()
+        times = [id_time(i) for i in ids]
+        assert id_time_range(ids) == (min(times), max(times)), ids
+
+
 _DIE_BEFORE_SYNC = """
 import os, signal, sys
 import anyio
