@@ -44,10 +44,12 @@ def seal(prefixes: list[bytes], chain: int) -> tuple[bytes, int]:
     out = bytearray()
     pack = _CHAIN.pack
     crc = zlib.crc32
+    previous = pack(chain)
     for prefix in prefixes:
-        chain = crc(pack(chain) + prefix, chain)
+        chain = crc(prefix, crc(previous, chain))
+        previous = pack(chain)
         out += prefix
-        out += pack(chain)
+        out += previous
     return bytes(out), chain
 
 
