@@ -48,8 +48,8 @@ _BATCH_SYNC_SECONDS: Final = 0.05
 class NdjsonLog(NdjsonState, LogStore):
     """An append-only log in one NDJSON file, safe for many processes appending at once."""
 
-    def __init__(self, path: Path, durability: str, lock_timeout: float) -> None:
-        super().__init__(path, durability, lock_timeout)
+    def __init__(self, path: Path, durability: str, lock_timeout: float, create: bool = True) -> None:
+        super().__init__(path, durability, lock_timeout, create)
         self._unsynced_since: float | None = None
 
     @classmethod
@@ -66,7 +66,7 @@ class NdjsonLog(NdjsonState, LogStore):
             raise UsageError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITY)}")
         prepare_path(path, create=create)
         check_is_log(path)
-        store = cls(path, durability, lock_timeout)
+        store = cls(path, durability, lock_timeout, create)
         store.read_only = not create
         try:
             store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -264,6 +264,8 @@ class NdjsonLog(NdjsonState, LogStore):
         return await self._group.submit(request)
 
     async def _commit(self, group: list[Request]) -> None:
+        if self.read_only:
+            self._make_sidecars_real()  # a write through a store opened to read needs the real lock and index
         if not self._lock.try_acquire():
             await self._lock.acquire()
         try:
@@ -391,6 +393,7 @@ class NdjsonLog(NdjsonState, LogStore):
 
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
         self._check_usable()
+        self._make_sidecars_real()
         await self._lock.acquire()
         try:
             self._sync_locked()
@@ -431,6 +434,7 @@ class NdjsonLog(NdjsonState, LogStore):
 
         self._check_open()
         if repair:
+            self._make_sidecars_real()
             await self._lock.acquire()
             try:
                 changed = changed_lines(self._verify_now(True, verify_ndjson))

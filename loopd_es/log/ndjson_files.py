@@ -43,6 +43,40 @@ def _boot_id() -> bytes:
     return _BOOT[0]
 
 
+def open_sidecar(path: Path, create: bool = True) -> tuple[int, bool]:
+    """(fd, stand-in) of a sidecar file. Without ``create`` a missing sidecar is not created: the fd is
+    ``/dev/null`` (reads find it empty, as for a new sidecar) and ``stand-in`` is true, so a store opened to
+    read leaves the log's directory as it found it.
+
+    :raises StoreUnavailableError: when the file cannot be opened.
+    """
+    try:
+        if not create:
+            try:
+                return os.open(path, os.O_RDWR | os.O_CLOEXEC), False
+            except FileNotFoundError:
+                return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), True
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), False
+    except OSError as e:
+        raise StoreUnavailableError(
+            f"cannot open {path}: {e.strerror}; check that the directory exists and is writable"
+        ) from e
+
+
+class Sidecar:
+    """A sidecar file that a store opened to read may stand in for with ``/dev/null`` until it must write."""
+
+    path: Path
+    fd: int
+    stand_in: bool
+
+    def make_real(self) -> None:
+        """Create the file when a write (``verify --repair``) needs it."""
+        if self.stand_in:
+            os.close(self.fd)
+            self.fd, self.stand_in = open_sidecar(self.path)
+
+
 def event_id_key(event_id: str) -> int:
     """A stable 60-bit key: 15 hex digits that are random in both v4 and v7 UUIDs (equal keys are rechecked)."""
     return int(event_id[20:23] + event_id[24:], 16)
@@ -66,13 +100,13 @@ def id_time_range(event_ids: list[str]) -> tuple[int, int]:
     return min(times), max(times)
 
 
-class LockFile:
+class LockFile(Sidecar):
     """The writers' ``flock`` and the durable end."""
 
-    def __init__(self, path: Path, timeout: float) -> None:
+    def __init__(self, path: Path, timeout: float, create: bool = True) -> None:
         self.path = path
         self.timeout = timeout
-        self.fd = open_sidecar(path, os.O_RDWR | os.O_CREAT)
+        self.fd, self.stand_in = open_sidecar(path, create)
         self.held = False
 
     async def acquire(self) -> None:
@@ -147,12 +181,12 @@ class LockFile:
         os.close(self.fd)
 
 
-class StreamNames:
+class StreamNames(Sidecar):
     """Stream number <-> name; numbers are assigned in order of first appearance, from 0."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, create: bool = True) -> None:
         self.path = path
-        self.fd = open_sidecar(path, os.O_RDWR | os.O_CREAT)
+        self.fd, self.stand_in = open_sidecar(path, create)
         self.names: list[str] = []
         self.numbers: dict[str, int] = {}
         self._read_to = 0
@@ -196,12 +230,3 @@ class StreamNames:
 
     def close(self) -> None:
         os.close(self.fd)
-
-
-def open_sidecar(path: Path, flags: int) -> int:
-    try:
-        return os.open(path, flags | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        raise StoreUnavailableError(
-            f"cannot open {path}: {e.strerror}; check that the directory exists and is writable"
-        ) from e

@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Final
 
-from .ndjson_files import open_sidecar
+from .ndjson_files import Sidecar, open_sidecar
 
 _MAGIC: Final = b"LDESHD01"
 _HEADER: Final = struct.Struct("<8sqqq")
@@ -29,12 +29,12 @@ def _h(number: int, position: int) -> int:
     return zlib.crc32(struct.pack("<qq", number, position))
 
 
-class HeadsFile:
+class HeadsFile(Sidecar):
     """Memory-mapped, so an update costs a memory store, not a system call."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, create: bool = True) -> None:
         self.path = path
-        self.fd = open_sidecar(path, os.O_RDWR | os.O_CREAT)
+        self.fd, self.stand_in = open_sidecar(path, create)
         self._map: mmap.mmap | None = None
         self._checked: tuple[int, int] | None = None  # (covered, checksum) last found consistent
         self.written: tuple[int, int, int] | None = None

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from .ndjson_files import open_sidecar
+from .ndjson_files import Sidecar, open_sidecar
 
 PREFIX: Final = struct.Struct(
     "<qqqqqqqI"
@@ -61,12 +61,12 @@ Record = tuple[int, int, int, int, int, int, int, int, int]
 """offset, length, stream number, version, event-id key, prev, max id time, line CRC, chain"""
 
 
-class IndexFile:
+class IndexFile(Sidecar):
     """The position index: one record per event, in position order."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, create: bool = True) -> None:
         self.path = path
-        self.fd = open_sidecar(path, os.O_RDWR | os.O_CREAT)
+        self.fd, self.stand_in = open_sidecar(path, create)
 
     def count(self) -> int:
         return os.fstat(self.fd).st_size // RECORD_SIZE

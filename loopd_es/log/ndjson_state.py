@@ -58,7 +58,7 @@ class Rec(msgspec.Struct, array_like=True):
 class NdjsonState:
     """The files of one NDJSON log and the in-memory view of them; :class:`~.ndjson.NdjsonLog` adds the API."""
 
-    def __init__(self, path: Path, durability: str, lock_timeout: float) -> None:
+    def __init__(self, path: Path, durability: str, lock_timeout: float, create: bool = True) -> None:
         self.path = path
         self.url = f"ndjson:{path}"
         self.durability = durability
@@ -72,10 +72,10 @@ class NdjsonState:
         self.index_mismatch: str | None = None
         """Why the log no longer matches its (otherwise sound) index: an edit; reads and appends refuse."""
         self._fd = -1
-        self._lock = LockFile(path.with_name(path.name + ".lock"), lock_timeout)
-        self._index = IndexFile(path.with_name(path.name + ".idx"))
-        self._names = StreamNames(path.with_name(path.name + ".streams"))
-        self._heads_file = HeadsFile(path.with_name(path.name + ".heads"))
+        self._lock = LockFile(path.with_name(path.name + ".lock"), lock_timeout, create)
+        self._index = IndexFile(path.with_name(path.name + ".idx"), create)
+        self._names = StreamNames(path.with_name(path.name + ".streams"), create)
+        self._heads_file = HeadsFile(path.with_name(path.name + ".heads"), create)
         self._end = 0  # bytes of whole, committed writes this instance has seen
         self._head = 0
         self._indexed = 0  # positions 1.._indexed are in the index file
@@ -457,6 +457,11 @@ class NdjsonState:
         self.repairs.append(message)
 
     # -- closing ------------------------------------------------------------------------------------
+
+    def _make_sidecars_real(self) -> None:
+        """Before a write by a store opened to read (``verify --repair``): create missing sidecars."""
+        for sidecar in (self._lock, self._index, self._names, self._heads_file):
+            sidecar.make_real()
 
     def _close_files(self) -> None:
         if self._fd >= 0:

@@ -127,6 +127,24 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert (await s.verify()).events == 10
         assert {p: p.read_bytes() for p in log.parent.iterdir()} == before
 
+    async def test_a_store_opened_to_read_creates_no_file(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            truth = await s.append("s", [new(i=0), new(i=1)])
+        for name in os.listdir(tmp_path):
+            if name != log.name:
+                os.unlink(tmp_path / name)  # a log copied without its sidecars
+        async with await NdjsonLog.open(log, durability=self.durability, create=False) as s:
+            assert await everything(s) == truth
+            assert await stream_events(s, "s") == truth
+            assert (await s.verify()).ok
+        assert os.listdir(tmp_path) == ["log.ndjson"]
+        async with await NdjsonLog.open(log, durability=self.durability, create=False) as s:
+            more = await s.append("s", [new(i=2)], 2)  # a write: it creates the sidecars it needs
+            assert more[0].position == 3
+            assert (await s.verify(repair=True)).ok
+        assert "log.ndjson.lock" in os.listdir(tmp_path)
+
     async def test_index_of_another_log_is_not_trusted(self, tmp_path: Path) -> None:
         one, two = tmp_path / "one", tmp_path / "two"
         one.mkdir()
