@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -35,7 +36,7 @@ from .base import (
 from .group_commit import Request, prepare_path
 from .ndjson_files import event_id_key, id_time_range
 from .ndjson_foreign import check_is_log
-from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, VERSION
+from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, RECORD_FIELDS, VERSION
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
 from .ndjson_write import Staged, stage_group, stage_import
@@ -117,7 +118,10 @@ class NdjsonLog(NdjsonState, LogStore):
             else self._offset_of(position + remaining)
         )
         batch: list[Envelope] = []
-        for _lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
+        first = position
+        for lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
+            self._check_lines(first, lines)
+            first += len(lines)
             for env in envs:
                 batch.append(env)
                 if len(batch) == READ_BATCH:
@@ -126,6 +130,24 @@ class NdjsonLog(NdjsonState, LogStore):
             await anyio.lowlevel.checkpoint()
         if batch:
             yield batch
+
+    def _check_lines(self, first: int, lines: list[bytes]) -> None:
+        """Check indexed lines (positions ``first``..) against their records' checksums.
+
+        :raises CorruptLogError: naming the first line that was changed after it was written.
+        """
+        count = min(len(lines), self._indexed - first + 1)
+        if count <= 0:
+            return
+        crc = zlib.crc32
+        at = 0
+        for chunk in self._index.chunks(first - 1, first - 1 + count):
+            for slot in chunk[CRC::RECORD_FIELDS]:
+                if crc(lines[at].rstrip(b" \n")) != slot & 0xFFFFFFFF:
+                    raise self._corrupt(
+                        first + at, "the line does not match its checksum: it was changed after it was written"
+                    )
+                at += 1
 
     async def read_stream(
         self, stream: str, from_version: int = 1, limit: int | None = None

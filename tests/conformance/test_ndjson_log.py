@@ -375,6 +375,9 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert any("line 2" in p and "checksum" in p for p in report.problems), report.problems
             with pytest.raises(CorruptLogError):
                 await stream_events(s, "s")
+            with pytest.raises(CorruptLogError) as info:
+                await everything(s)
+            assert info.value.line == 2
             report = await s.verify(repair=True)
             assert report.ok, report.problems
             assert [e.data_dict() for e in await stream_events(s, "s")][1] != {"i": 1}
