@@ -308,7 +308,10 @@ class NdjsonLog(NdjsonState, LogStore):
                 f"cannot sync {self.path}: {e.strerror}; the events were written but may not be durable: "
                 "read the stream before retrying (a retry with the same event ids is safe)"
             ) from e
-        self._lock.advance_synced(staged.end)  # our sync covered every byte written before it
+        try:
+            self._lock.advance_synced(staged.end)  # our sync covered every byte written before it
+        except OSError as e:  # durable all the same: readers see it once a later writer records its end
+            log.warning("%s: cannot record the durable end (%s)", self.path, e)
         for request, envelopes, _keys in staged.accepted:
             request.result = envelopes
 
