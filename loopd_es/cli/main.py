@@ -105,7 +105,7 @@ def main(*argv: str) -> int:
     try:
         args = parser.parse_args(args_list)
     except _UsageExit as e:
-        print(str(e), file=sys.stderr)
+        _say(str(e))
         return EXIT_USAGE
     bad = _not_utf8(args)
     if bad is not None:
@@ -127,7 +127,7 @@ def main(*argv: str) -> int:
         if verbose:
             logging.exception("failed")
         hint = f" ({e.hint})" if e.hint else ""
-        print(f"loopd-es: {e}{hint}", file=sys.stderr)
+        _say(f"loopd-es: {e}{hint}")
         return e.exit_code
     except KeyboardInterrupt:
         return 130
@@ -136,8 +136,18 @@ def main(*argv: str) -> int:
     except Exception as e:  # a bug: say so in one line, traceback only with --verbose
         if verbose:
             raise
-        print(f"loopd-es: internal error: {type(e).__name__}: {e} (rerun with --verbose)", file=sys.stderr)
+        _say(f"loopd-es: internal error: {type(e).__name__}: {e} (rerun with --verbose)")
         return EXIT_INTERNAL
+
+
+def _say(line: str) -> None:
+    """Print one error line on stderr: control characters and bytes that are not UTF-8 (kept by argv as
+    surrogates) are escaped, so an odd argument quoted in the message cannot break it into several lines."""
+    text = line.translate(_CONTROLS).encode("utf-8", "backslashreplace").decode("utf-8")
+    print(text, file=sys.stderr)
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
 
 
 def _not_utf8(args: argparse.Namespace) -> str | None:
