@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
@@ -18,9 +17,8 @@ from typing import NoReturn
 import anyio
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
-
-DEFAULT_STORE = "sqlite:.loopd/events.db"
-STORE_ENV = "LOOPD_ES_STORE"
+from .options import DEFAULT_STORE, STORE_ENV
+from .options import store_url as store_url
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
@@ -90,11 +88,6 @@ def _command_of(args: list[str]) -> str | None:
             continue
         return arg
     return None
-
-
-def store_url(args: argparse.Namespace) -> str:
-    """The store URL the user asked for: ``--store``, then ``$LOOPD_ES_STORE``, then the default."""
-    return args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE
 
 
 def main(*argv: str) -> int:

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
 import anyio
 import anyio.lowlevel
 
-from ..errors import StoreUnavailableError, StreamNotFoundError, UsageError
+from ..errors import CorruptLogError, StoreUnavailableError, StreamNotFoundError, UsageError
 from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
 from .base import (
     READ_BATCH,
@@ -72,7 +72,10 @@ class NdjsonLog(NdjsonState, LogStore):
             raise StoreUnavailableError(f"cannot open {path}: {e.strerror}; check --store and permissions") from e
         try:
             store._load_index()
-            store._refresh()
+            try:
+                store._refresh()
+            except CorruptLogError:
+                pass  # every read and append raises it again; ``verify`` still lists every problem
         except BaseException:
             store._close_files()
             raise
@@ -359,28 +362,33 @@ class NdjsonLog(NdjsonState, LogStore):
     # -- verification and closing -------------------------------------------------------------------
 
     async def verify(self, *, repair: bool = False) -> VerifyReport:
-        from .ndjson_verify import verify_ndjson
+        from .ndjson_verify import changed_lines, verify_ndjson
 
         self._check_open()
         if repair:
             await self._lock.acquire()
             try:
-                if self.index_mismatch is not None:
-                    self.repairs.append(f"repaired {self.path}: rebuilt the index from the log as it is now")
+                changed = changed_lines(self._verify_now(True, verify_ndjson))
+                if self.index_mismatch is not None or changed:
+                    self.repairs.append(
+                        f"repaired {self.path}: accepted the log as it is ({changed} changed lines): "
+                        "rebuilt the index and its checksums from the log"
+                    )
                     self._rebuild_index()
                 self._sync_locked()
             finally:
                 self._lock.release()
         quiet = self._lock.try_acquire()  # no writer in flight: an intent left behind is a dead writer's
         try:
-            intent = self._lock.intent()
-            size = os.fstat(self._fd).st_size
-            report = verify_ndjson(self.path, self._fd, size, intent, quiet, self._index)
+            report = self._verify_now(quiet, verify_ndjson)
         finally:
             if quiet:
                 self._lock.release()
         report.repaired.extend(self.repairs)
         return report
+
+    def _verify_now(self, quiet: bool, check: Callable[..., VerifyReport]) -> VerifyReport:
+        return check(self.path, self._fd, os.fstat(self._fd).st_size, self._lock.intent(), quiet, self._index)
 
     async def aclose(self) -> None:
         if self._closed:

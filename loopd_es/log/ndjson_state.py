@@ -52,6 +52,7 @@ class NdjsonState:
         self.torn_tail: tuple[int, int] | None = None
         """(byte offset, size) of an unfinished write readers skip, until a writer or ``verify --repair``
         cuts it."""
+        self.mismatch_line: int | None = None
         self.index_mismatch: str | None = None
         """Why the log no longer matches its (otherwise sound) index: an edit; reads and appends refuse."""
         self._fd = -1
@@ -81,12 +82,13 @@ class NdjsonState:
         last = self._record_check(count) if count else "ok"
         if last != "ok":
             if last == "log" and self._record_matches(1) and self._index.intact(count):
-                end = sum(self._index.record(count)[:2])
+                line = self._first_changed(count)
                 self.index_mismatch = (
-                    f"the log does not match its index (records 1..{count}, {end} bytes): it was changed "
-                    "after it was written; `loopd-es verify` names the lines, `loopd-es verify --repair` "
-                    "accepts the log as it is"
+                    f"line {line} and what follows do not match the index: the log was changed after it was "
+                    "written; `loopd-es verify` lists the problems, `loopd-es verify --repair` accepts the "
+                    "log as it is"
                 )
+                self.mismatch_line = line
                 log.warning("%s: %s", self.path, self.index_mismatch)
                 self._forget_index()
             else:
@@ -97,6 +99,18 @@ class NdjsonState:
             offset, length, *_, chain = self._index.record(count)
             self._end = offset + length
             self._chain = chain
+
+    def _first_changed(self, count: int) -> int:
+        """The first position whose (sound) record no longer matches the log: records 1 and ``count`` are
+        known to match and not to match; an edit shifts every later line, so a binary search finds it."""
+        good, bad = 1, count
+        while bad - good > 1:
+            middle = (good + bad) // 2
+            if self._record_matches(middle):
+                good = middle
+            else:
+                bad = middle
+        return bad
 
     def _forget_index(self) -> None:
         """Read from the log alone (in memory) until the index is rebuilt under the lock."""
@@ -151,24 +165,25 @@ class NdjsonState:
 
     def _rebuild_index(self) -> None:
         """Rebuild the index files from the log (a full scan, under the lock)."""
-        self._index.reset()
-        self._names.reset()
-        self._index_suspect = False
-        self.index_mismatch = None
         size = os.fstat(self._fd).st_size
         stop = settle(self.path, self._fd, 0, size, 1)
+        numbers: dict[str, int] = {}
         prefixes: list[bytes] = []
         position = 0
         offset = 0
-        for lines, envs in scan(self.path, self._fd, 0, stop, 1):
+        for lines, envs in scan(self.path, self._fd, 0, stop, 1):  # scan first: a damaged log keeps its index
             for line, env in zip(lines, envs, strict=True):
-                number = self._names.number(env.stream)
-                if number is None:
-                    number = self._names.add(env.stream)
+                number = numbers.setdefault(env.stream, len(numbers))
                 key = event_id_key(env.event_id)
                 prefixes.append(PREFIX.pack(offset, len(line), number, env.version, key, body_crc(line)))
                 offset += len(line)
                 position += 1
+        self._index.reset()
+        self._names.reset()
+        for name in numbers:
+            self._names.add(name)
+        self._index_suspect = False
+        self.index_mismatch = self.mismatch_line = None
         records, self._chain = seal(prefixes, first_chain())
         self._index.append(records, 0)
         self._indexed = self._head = position
@@ -257,7 +272,7 @@ class NdjsonState:
         :raises CorruptLogError: when the log was changed under its index, or a committed line is damaged.
         """
         if self.index_mismatch is not None:
-            raise CorruptLogError(str(self.path), None, self.index_mismatch)
+            raise CorruptLogError(str(self.path), self.mismatch_line, self.index_mismatch)
         if self._index_suspect:
             self._rebuild_index()
         size = os.fstat(self._fd).st_size
@@ -277,7 +292,7 @@ class NdjsonState:
             if settled < size:
                 self._truncate(settled, size, "an unfinished write (never acknowledged)")
             self._flush_tail()
-        elif self._tail or self._index.count() != self._indexed:
+        elif self._tail:
             self._flush_tail()
         self.torn_tail = None
         self._ensure_writer_state()
@@ -310,4 +325,4 @@ class NdjsonState:
         """
         self._check_open()
         if self.index_mismatch is not None:
-            raise CorruptLogError(str(self.path), None, self.index_mismatch)
+            raise CorruptLogError(str(self.path), self.mismatch_line, self.index_mismatch)

@@ -19,6 +19,12 @@ from .ndjson_index import RECORD_FIELDS, IndexFile
 from .ndjson_scan import CHUNK, body_crc, last_write_end
 
 _MAX_PROBLEMS = 20
+_CHANGED = "does not match its checksum"
+
+
+def changed_lines(report: VerifyReport) -> int:
+    """How many lines ``report`` found changed after they were written (their index checksum differs)."""
+    return sum(_CHANGED in problem for problem in report.problems)
 
 
 def verify_ndjson(
@@ -53,7 +59,7 @@ def verify_ndjson(
         report.events += 1
         if crcs is not None and line_no <= len(crcs) and (crcs[line_no - 1] & 0xFFFFFFFF) != body_crc(line):
             report.problems.append(
-                f"line {line_no} of {path} does not match its checksum: it was changed after it was written"
+                f"line {line_no} of {path} {_CHANGED}: it was changed after it was written"
             )
         if env.position != line_no:
             report.problems.append(f"line {line_no} of {path}: position {env.position}, expected {line_no}")

@@ -56,6 +56,8 @@ def stage_group(
 
     ``chain`` is the index chain value of record ``head``.
     """
+    if len(group) == 1 and len(group[0].events) == 1:
+        return _stage_one(group[0], head, end, chain, versions, names, find_retry)
     recorded_at = now_rfc3339()
     bodies: list[bytes] = []
     meta: list[tuple[int, int, int]] = []
@@ -105,6 +107,47 @@ def stage_group(
     out.fields = _fields(bodies, meta, end)
     out.records, out.chain = seal([PREFIX.pack(*f) for f in out.fields], chain)
     out.head, out.end = position, end + len(out.data)
+    return out
+
+
+def _stage_one(
+    request: Request,
+    head: int,
+    end: int,
+    chain: int,
+    versions: dict[str, int],
+    names: StreamNames,
+    find_retry: FindRetry,
+) -> Staged:
+    """:func:`stage_group` for the commonest group, one request of one event, without the general bookkeeping."""
+    out = Staged()
+    new = request.events[0]
+    key = event_id_key(new.event_id)
+    stream = request.stream
+    try:
+        originals = find_retry(request, [key], {})
+        if originals is not None:
+            request.result = originals
+            return out
+        version = versions.get(stream, 0)
+        check_expected_version(stream, request.expected, version)
+    except LoopdError as e:
+        request.error = e
+        return out
+    number = names.number(stream)
+    if number is None:
+        number = names.add(stream)
+    env = Envelope(
+        head + 1, stream, version + 1, new.event_id, new.type, new.schema_version, now_rfc3339(),
+        new.causation_id, new.correlation_id, msgspec.Raw(new.data_bytes()),
+    )  # fmt: skip
+    body = ENVELOPE_ENCODER.encode(env)
+    fields = (end, len(body) + 1, number, version + 1, key, zlib.crc32(body))
+    out.data = body + b"\n"
+    out.fields = [fields]
+    out.records, out.chain = seal([PREFIX.pack(*fields)], chain)
+    out.head, out.end = head + 1, end + len(out.data)
+    out.accepted.append((request, [env], [key]))
     return out
 
 

@@ -6,12 +6,13 @@ bases, so each test here runs against both backends through their ``store`` and 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
 
-from loopd_es.errors import UsageError
+from loopd_es.errors import StorageError, UsageError
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log import open_store
 
@@ -72,3 +73,24 @@ class IntegrityContract:
         assert len(recorded) == 1
         assert_log_invariants(recorded)
         assert (await store.verify()).ok
+
+    # -- item 12: foreign files -------------------------------------------------------------------
+
+    @pytest.mark.parametrize("content", [b"my notes\nline two\n", b"hello", b"{}\n", b'{"a": 1}'])
+    @pytest.mark.parametrize("create", [True, False])
+    async def test_a_file_that_is_not_a_log_is_refused_and_left_alone(
+        self, store_url: str, tmp_path: Path, content: bytes, create: bool
+    ) -> None:
+        """``--store ndjson:notes.txt append`` (or read) must not replace, extend or sit next to notes.txt."""
+        folder = tmp_path / "elsewhere"
+        folder.mkdir()
+        notes = folder / "notes.txt"
+        notes.write_bytes(content)
+        url = f"{store_url.split(':', 1)[0]}:{notes}"
+        with pytest.raises(StorageError) as info:
+            store = await open_store(url, create=create)
+            async with store:
+                await store.append("s", [new(i=1)])
+        assert info.value.exit_code == 4
+        assert notes.read_bytes() == content
+        assert sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
