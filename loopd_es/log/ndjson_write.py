@@ -56,7 +56,7 @@ def stage_group(
 
     ``chain`` is the index chain value of record ``head``.
     """
-    if len(group) == 1 and len(group[0].events) == 1:
+    if len(group) == 1 and len(group[0].events) == 1 and len(group[0].parts) == 1:
         return _stage_one(group[0], head, end, chain, versions, names, find_retry)
     recorded_at = now_rfc3339()
     bodies: list[bytes] = []
@@ -139,7 +139,7 @@ def _stage_one(
         number = names.add(stream)
     env = Envelope(
         head + 1, stream, version + 1, new.event_id, new.type, new.schema_version, now_rfc3339(),
-        new.causation_id, new.correlation_id, msgspec.Raw(new.data_bytes()),
+        new.causation_id, new.correlation_id, msgspec.Raw(request.payloads[0]),
     )  # fmt: skip
     body = ENVELOPE_ENCODER.encode(env)
     fields = (end, len(body) + 1, number, version + 1, key, zlib.crc32(body))
