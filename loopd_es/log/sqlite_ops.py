@@ -335,7 +335,8 @@ def read_rows(
     cursor = conn.execute(
         f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY {key} {order} LIMIT ?", (*args, size)
     )
-    return list(map(row_to_envelope, cursor.fetchall()))
+    raw = _Raw  # unpacking in a comprehension: about 100 ns a row cheaper than a call per row
+    return [Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, s, v, i, t, sv, r, c, co, d in cursor.fetchall()]
 
 
 def head(conn: sqlite3.Connection) -> int:
