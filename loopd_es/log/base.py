@@ -357,6 +357,8 @@ class VerifyReport:
         self.events = 0
         self.streams = 0
         self.problems: list[str] = []
+        self.notes: list[str] = []
+        """What is worth knowing but not a problem, e.g. a log written before checksums."""
         self.repaired: list[str] = []
         self.torn_offset: int | None = None
 

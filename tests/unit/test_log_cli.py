@@ -583,3 +583,15 @@ def test_read_by_type_backwards_and_last(cli: Any, url: str) -> None:
     assert positions("--stream", "goal-1", "--backwards", "--type", "goal.paused") == [6, 2]
     assert positions("--stream", "goal-0", "--type", "goal.resumed") == [1]
     assert positions("--last", "0") == []
+
+
+def test_verify_exits_4_on_a_silent_sqlite_edit(cli: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    seed(url, "goal-1", paused("g1"), paused("g2"))
+    con = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+    con.execute("""UPDATE events SET data = '{"goal_id":"g9"}' WHERE position = 1""")
+    con.close()
+    r = cli("--store", url, "verify")
+    assert r.code == 4 and "checksum mismatch" in r.out, r
