@@ -95,7 +95,7 @@ stores = (
             "ndjson:dir",
             "sqlite:missing.db",
             "ndjson:missing.ndjson",
-            "postgres://x/y",
+            "postgres://127.0.0.1:9/y", "mysql://x/y",
             "sqlite:",
             "log.db?synchronous=SOMETIMES",
             "ndjson:log.ndjson?durability=maybe",
