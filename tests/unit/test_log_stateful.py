@@ -58,8 +58,8 @@ class LogMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self._dir = tempfile.TemporaryDirectory()
-        name = "log.db" if self.scheme == "sqlite" else "log.ndjson"
-        self.url = f"{self.scheme}:{Path(self._dir.name) / name}"
+        name = {"sqlite": "log.db", "ndjson": "log.ndjson", "memory": "log"}[self.scheme]
+        self.url = f"{self.scheme}:{Path(self._dir.name) / name}"  # a memory log's name is unique per run too
         self._portal_cm = anyio.from_thread.start_blocking_portal("asyncio")
         self.portal = self._portal_cm.__enter__()
         self.store: LogStore = self.portal.call(open_store, self.url)
@@ -73,6 +73,10 @@ class LogMachine(RuleBasedStateMachine):
         finally:
             self._portal_cm.__exit__(None, None, None)
             self._dir.cleanup()
+            if self.scheme == "memory":
+                from loopd_es.log.memory import MemoryLog
+
+                MemoryLog.forget(self.url.split(":", 1)[1])
 
     def _events(self, call: dict[str, Any]) -> list[NewEvent]:
         out = []
@@ -194,8 +198,14 @@ class NdjsonLogMachine(LogMachine):
     scheme = "ndjson"
 
 
+class MemoryLogMachine(LogMachine):
+    scheme = "memory"
+
+
 TestSqliteLogMachine = LogMachine.TestCase
 TestSqliteLogMachine.settings = _SETTINGS
 TestNdjsonLogMachine = NdjsonLogMachine.TestCase
 TestNdjsonLogMachine.settings = _SETTINGS
+TestMemoryLogMachine = MemoryLogMachine.TestCase
+TestMemoryLogMachine.settings = _SETTINGS
 pytestmark = pytest.mark.timeout(600)
