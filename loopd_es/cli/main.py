@@ -51,6 +51,33 @@ COMMAND_MODULES: dict[str, str] = {
 for a CLI that agents call many times); ``tests/unit/test_cli_main.py`` checks it against the modules."""
 
 
+COMMAND_HELP: dict[str, str] = {
+    "append": "append events to a stream",
+    "read": "read events, as a table or as NDJSON envelopes",
+    "streams": "list the streams with their versions",
+    "verify": "check every invariant of the log",
+    "export": "copy the whole log into a new, empty log (another backend too)",
+    "import": "copy a whole log from URL into this (empty) log",
+    "events": "list the event catalogue (each type with its payload fields)",
+    "replay": "fold the log into state: one stream, or a one-line summary per aggregate",
+    "models": "list the host's models and agents (quota is always unknown)",
+    "goal": "create goals, switch their worker identity, pause/resume, feed provider errors",
+    "project": "bring the read models up to date with the log",
+    "projections": "inspect and repair the read models",
+    "goals": "list goals: status, phase, model, budgets",
+    "commands": "list command sessions: status, end reason, exit code, watch",
+    "identities": "a goal's identity switches: who asked, why, how they ended",
+    "history": "a goal's whole timeline, with what each event changed",
+    "explain": "why a goal is in its current status: the causal chain",
+    "import-loopd": "import an opencode-loopd project (state.json + events.ndjson) into the log",
+    "cmd": "command sessions: long-running processes in a PTY",
+    "demo": "play a short scripted story (switches, a 429 and fallback, a rollback, a budget stop)",
+}
+"""Each command's one-line help, so ``loopd-es --help`` lists the commands without importing every command
+module (a third of its start-up). ``tests/unit/test_log_cli.py`` checks it against what the modules register;
+while a command is missing here, the overview falls back to importing the modules."""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command tree: every command, or (given ``command``) only what that command needs."""
     parser = _Parser(
@@ -66,6 +93,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--verbose", action="store_true", help="log progress and show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    if command not in COMMAND_MODULES and COMMAND_HELP.keys() == COMMAND_MODULES.keys():
+        for name, text in COMMAND_HELP.items():  # the overview needs names and one-liners, not the modules
+            sub.add_parser(name, help=text)
+        return parser
     if command in COMMAND_MODULES:
         names = [COMMAND_MODULES[command]]
     else:

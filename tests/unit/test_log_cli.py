@@ -595,3 +595,27 @@ def test_verify_exits_4_on_a_silent_sqlite_edit(cli: Any, tmp_path: Path) -> Non
     con.close()
     r = cli("--store", url, "verify")
     assert r.code == 4 and "checksum mismatch" in r.out, r
+
+
+def test_the_help_overview_matches_the_command_modules_without_importing_them() -> None:
+    """`loopd-es --help` lists every command with the help its module registers, from a table in main."""
+    import argparse
+
+    from loopd_es.cli.main import COMMAND_HELP, COMMAND_MODULES, build_parser
+
+    assert COMMAND_HELP.keys() == COMMAND_MODULES.keys(), "add the new command's one-liner to COMMAND_HELP"
+    registered: dict[str, str] = {}
+    for name in set(COMMAND_MODULES.values()):
+        for action in build_parser(next(c for c, m in COMMAND_MODULES.items() if m == name))._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                registered.update(
+                    {a.dest: str(a.help) for a in action._choices_actions if COMMAND_MODULES.get(a.dest) == name}
+                )
+    assert registered == COMMAND_HELP
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "loopd_es.cli", "--help"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert all(name in r.stdout for name in COMMAND_HELP)
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+    assert not {f"loopd_es.cli.{m}" for m in COMMAND_MODULES.values()} & imported
