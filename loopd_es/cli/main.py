@@ -14,8 +14,6 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-import anyio
-
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
 from .options import DEFAULT_STORE, STORE_ENV
 from .options import store_url as store_url
@@ -146,6 +144,8 @@ def main(*argv: str) -> int:
         return await handler(args)
 
     try:
+        import anyio  # only a command that runs needs the event loop; --help and usage errors do not
+
         return anyio.run(run)
     except LoopdError as e:
         if verbose:
