@@ -32,6 +32,7 @@ import anyio.lowlevel
 import msgspec
 
 from ..errors import DuplicateEventIdError, LogNotFoundError, StoreUnavailableError, UsageError
+from .validation import resolve_retry
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
@@ -77,7 +78,10 @@ class Request:
         """A request whose parts (one per stream) must land together."""
         first, *rest = writes
         request = cls(*first)
-        request.parts.extend(Part(s, e, x, encode_payloads(e, offset=len(request.events))) for s, e, x in rest)
+        offset = len(request.events)
+        for stream, events, expected in rest:  # errors count events across the whole call
+            request.parts.append(Part(stream, events, expected, encode_payloads(events, offset=offset)))
+            offset += len(events)
         return request
 
     @property
@@ -98,8 +102,6 @@ class Request:
 
         :raises DuplicateEventIdError: for a reused id with other content, or a mix of recorded and new ids.
         """
-        from .validation import resolve_retry
-
         if len(self.parts) == 1:
             return resolve_retry(self.stream, self.events, originals)
         out: list[Envelope] = []

@@ -92,6 +92,44 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
             await SqliteLog.open(tmp_path / "absent.db", create=False)
         assert not (tmp_path / "absent.db").exists()
 
+    async def test_cancelled_while_waiting_for_another_writer_tells_the_truth(
+        self, store: LogStore, tmp_path: Path
+    ) -> None:
+        """The commit moves to the worker thread while another process holds the write lock; cancel then."""
+        await store.append("s", [new()])
+        con = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+        outcomes: dict[int, object] = {}
+        try:
+            con.execute("BEGIN IMMEDIATE")
+
+            async def writer(w: int, scope: anyio.CancelScope) -> None:
+                with scope:
+                    outcomes[w] = await store.append(f"w{w}", [new(w=w)])
+                if scope.cancelled_caught:
+                    outcomes[w] = "cancelled"
+
+            scopes = [anyio.CancelScope() for _ in range(4)]
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    for w in range(4):
+                        tg.start_soon(writer, w, scopes[w])
+                    await anyio.sleep(0.2)  # the group's commit now waits on the worker thread
+                    for scope in scopes[:2]:
+                        scope.cancel()
+                    await anyio.sleep(0.2)
+                    con.execute("COMMIT")
+        finally:
+            con.close()
+        envs = await everything(store)
+        for w in range(4):
+            landed = [e for e in envs if e.stream == f"w{w}"]
+            if outcomes[w] == "cancelled":
+                assert landed == [], f"writer {w} told cancelled, yet its event landed"
+            else:
+                assert outcomes[w] == landed, f"writer {w}: acknowledged but not as recorded"
+        assert all(outcomes[w] != "cancelled" for w in (2, 3))
+        assert_log_invariants(envs)
+
     async def test_busy_timeout_is_restored_after_an_inline_commit(self, store: LogStore) -> None:
         """An uncontended commit runs with a zero busy timeout; whatever runs next must wait again."""
         assert isinstance(store, SqliteLog)
