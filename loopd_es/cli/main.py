@@ -76,8 +76,12 @@ module (a third of its start-up). ``tests/unit/test_log_cli.py`` checks it again
 while a command is missing here, the overview falls back to importing the modules."""
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command tree: every command, or (given ``command``) only what that command needs."""
+def build_parser(command: str | None = None, *, overview: bool = False) -> argparse.ArgumentParser:
+    """The command tree: every command, or (given ``command``) only what that command needs.
+
+    With ``overview`` (no known command on the line: ``--help``, a typo), the commands are listed from
+    :data:`COMMAND_HELP` without importing their modules.
+    """
     parser = _Parser(
         prog="loopd-es",
         description="An event-sourced engine for background AI work: goals, command sessions and worker "
@@ -91,7 +95,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--verbose", action="store_true", help="log progress and show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    if command not in COMMAND_MODULES and COMMAND_HELP.keys() == COMMAND_MODULES.keys():
+    if overview and command not in COMMAND_MODULES and COMMAND_HELP.keys() == COMMAND_MODULES.keys():
         for name, text in COMMAND_HELP.items():  # the overview needs names and one-liners, not the modules
             sub.add_parser(name, help=text)
         return parser
@@ -122,7 +126,8 @@ def _command_of(args: list[str]) -> str | None:
 def main(*argv: str) -> int:
     """Run one command and return its exit code; tests call this in-process."""
     args_list = list(argv) if argv else sys.argv[1:]
-    parser = build_parser(_command_of(args_list))
+    command = _command_of(args_list)
+    parser = build_parser(command, overview=command not in COMMAND_MODULES)
     verbose = "--verbose" in args_list
     try:
         args = parser.parse_args(args_list)
