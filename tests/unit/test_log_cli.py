@@ -619,3 +619,19 @@ def test_the_help_overview_matches_the_command_modules_without_importing_them() 
     assert all(name in r.stdout for name in COMMAND_HELP)
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
     assert not {f"loopd_es.cli.{m}" for m in COMMAND_MODULES.values()} & imported
+
+
+@pytest.mark.parametrize("command", [("read",), ("verify",), ("streams",), APPEND_G1])
+def test_another_applications_database_is_refused_untouched(cli: Any, tmp_path: Path, command: tuple[str, ...]) -> None:
+    import sqlite3
+
+    path = tmp_path / "other-app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (body TEXT)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    r = cli("--store", f"sqlite:{path}", *command)
+    assert_one_line_error(r, 4)
+    assert "not a loopd-es log" in r.err
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["other-app.db"]
