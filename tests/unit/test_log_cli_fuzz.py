@@ -9,7 +9,6 @@ a documented exit code, one line on stderr for an error, no traceback, and nothi
 from __future__ import annotations
 
 import io
-import os
 import sqlite3
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 from loopd_es.cli.main import main
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log import open_store
+from tests._profiles import scaled
 
 LOGS = ("sqlite:log.db", "ndjson:log.ndjson")
 FOREIGN = ("other-app.db", "notes.txt")
@@ -144,9 +144,8 @@ def command_lines(draw: st.DrawFn) -> tuple[list[str], bytes]:
 
 @pytest.mark.timeout(600)
 @settings(
-    max_examples=150,
+    max_examples=scaled(150),
     deadline=None,
-    derandomize=os.environ.get("CI") == "true",
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=command_lines())

@@ -13,7 +13,6 @@ far. After every step, on both backends:
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from loopd_es.errors import ConflictError, UsageError
 from loopd_es.events.envelope import ANY, Envelope, NewEvent
 from loopd_es.log import LogStore, open_store
+from tests._profiles import scaled
 
 STREAMS = ("a", "b", "c")
 RAW_FORMS = (b'{"k":%d}', b' {"k" :\n%d}\r\n', b'\r{"k":%d,"s":"x\\ny"}', b'{\t"k":%d}\n')
@@ -186,10 +186,9 @@ async def _run_wave(store: LogStore, plans: list[tuple[str, list[NewEvent], Any,
 
 
 _SETTINGS = settings(
-    max_examples=30,
+    max_examples=scaled(30),
     stateful_step_count=8,
     deadline=None,
-    derandomize=os.environ.get("CI") == "true",
     suppress_health_check=[HealthCheck.too_slow],
 )
 
