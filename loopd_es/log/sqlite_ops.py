@@ -62,17 +62,13 @@ def row_crc(
     position: int, stream: str, version: int, event_id: str, kind: str, schema_version: int, recorded_at: str,
     causation_id: str | None, correlation_id: str | None, data: bytes | str,
 ) -> int:
-    """CRC-32 of every field of a row: what ``verify`` recomputes to catch an edit that stays valid JSON."""
-    head = (
-        f"{position}\x1f{stream}\x1f{version}\x1f{event_id}\x1f{kind}\x1f{schema_version}\x1f{recorded_at}"
-        f"\x1f{_NONE if causation_id is None else causation_id}\x1f{_NONE if correlation_id is None else correlation_id}"
-        "\x1f"
-    )
-    body = data if isinstance(data, bytes) else str(data).encode()
-    return zlib.crc32(body, zlib.crc32(head.encode()))
+    """CRC-32 of every field of a row (the nine envelope fields as MessagePack, then the payload bytes): what
+    ``verify`` recomputes to catch an edit that stays valid JSON."""
+    head = _PACK((position, stream, version, event_id, kind, schema_version, recorded_at, causation_id, correlation_id))
+    return zlib.crc32(data if isinstance(data, bytes) else str(data).encode(), zlib.crc32(head))
 
 
-_NONE: Final = "\x00"
+_PACK: Final = msgspec.msgpack.Encoder().encode
 _Raw: Final = msgspec.Raw
 
 
