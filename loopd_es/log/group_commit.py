@@ -132,8 +132,15 @@ class Request:
 class GroupCommitter:
     """Gathers concurrent requests into groups and runs ``commit`` on each group, one group at a time."""
 
-    def __init__(self, commit: Callable[[list[Request]], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        commit: Callable[[list[Request]], Awaitable[None]],
+        commit_now: Callable[[list[Request]], bool] | None = None,
+    ) -> None:
+        """``commit_now``, if given, tries a commit without awaiting (so nothing can cancel it) and says
+        whether it did; otherwise, or when it did not, ``commit`` runs, shielded from cancellation."""
         self._commit = commit
+        self._commit_now = commit_now
         self._pending: list[Request] = []
         self._leading = False
         self._committed: anyio.Event | None = None
@@ -178,8 +185,9 @@ class GroupCommitter:
         for request in group:
             request.state = _COMMITTING
         try:
-            with anyio.CancelScope(shield=True):  # a half-run commit would leave every outcome unknown
-                await self._commit(group)
+            if self._commit_now is None or not self._commit_now(group):
+                with anyio.CancelScope(shield=True):  # a half-run commit would leave every outcome unknown
+                    await self._commit(group)
         except BaseException as e:  # the commit as a whole failed: that is every open request's outcome
             for request in group:
                 if request.error is None and not request.result:

@@ -54,7 +54,7 @@ class SqliteLog(LogStore):
         self.url = f"sqlite:{path}"
         self._conn = conn
         self._limiter = anyio.CapacityLimiter(1)
-        self._group = GroupCommitter(self._commit)
+        self._group = GroupCommitter(self._commit, self._commit_now)
         self._closed = False
         self._in_flight = 0  # calls on (or queued for) the worker thread; inline commits need it idle
         self._waits = True  # the connection's busy timeout is BUSY_TIMEOUT_MS (False: 0, for an inline commit)
@@ -109,23 +109,32 @@ class SqliteLog(LogStore):
             self._waits = True
         return fn(self._conn, *args)
 
-    async def _commit(self, group: list[Request]) -> None:
-        """Commit a group: inline when the connection is idle and the write lock is free, else on the thread."""
+    def _commit_now(self, group: list[Request]) -> bool:
+        """Commit on the event-loop thread when the connection is idle and the write lock is free.
+
+        Returns False, having written nothing, when the commit must wait (another call on the connection,
+        or another process holding the write lock): :meth:`_commit` then runs it on the worker thread.
+        """
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
-        if self._in_flight == 0:
-            conn = self._conn
-            if self._waits:  # lowered once for a run of inline commits; every thread call restores it first
-                conn.execute("PRAGMA busy_timeout = 0")
-                self._waits = False
-            try:
-                ops.commit_group(conn, group)
-                return
-            except sqlite3.OperationalError as e:
-                if not ops.is_busy(e):
-                    raise ops.translate(e, str(self.path), None) from e
-            except sqlite3.Error as e:
+        if self._in_flight:
+            return False
+        conn = self._conn
+        if self._waits:  # lowered once for a run of inline commits; every thread call restores it first
+            conn.execute("PRAGMA busy_timeout = 0")
+            self._waits = False
+        try:
+            ops.commit_group(conn, group)
+        except sqlite3.OperationalError as e:
+            if not ops.is_busy(e):
                 raise ops.translate(e, str(self.path), None) from e
+            return False
+        except sqlite3.Error as e:
+            raise ops.translate(e, str(self.path), None) from e
+        return True
+
+    async def _commit(self, group: list[Request]) -> None:
+        """Commit on the worker thread, waiting out another writer's lock (the busy timeout)."""
         await self._run(ops.commit_group, group)
 
     # -- writing ------------------------------------------------------------------------------------

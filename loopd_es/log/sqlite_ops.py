@@ -185,12 +185,16 @@ def commit_group(conn: sqlite3.Connection, group: list[Request]) -> None:
     conn.execute("BEGIN IMMEDIATE")  # outside the try: when it fails there is nothing to roll back
     isolate = len(group) > 1
     try:
-        head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        versions: dict[str, int] = {}
+        if isolate or len(group[0].parts) > 1:
+            head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        else:  # the commonest commit, one append to one stream: head and version in one statement
+            stream = group[0].stream
+            head, versions[stream] = conn.execute(_HEAD_AND_VERSION, (stream,)).fetchone()
         recorded_at = now_rfc3339()
         if isolate and _stage_group(conn, group, head, recorded_at):
             conn.execute("COMMIT")
             return
-        versions: dict[str, int] = {}
         for request in group:
             request.error = None
             try:
@@ -273,6 +277,12 @@ def _envelopes(
     return envelopes
 
 
+_HEAD_AND_VERSION: Final = (
+    "SELECT (SELECT coalesce(max(position), 0) FROM events),"
+    " (SELECT coalesce(max(version), 0) FROM events WHERE stream = ?)"
+)
+
+
 class _SeenIds(Exception):
     """A lone request's event ids are already recorded: resolve it as a retry outside the transaction."""
 
@@ -282,7 +292,10 @@ def _stage(
     isolate: bool,
 ) -> int:
     """Insert one request's events; ids are checked by the UNIQUE constraint, retries resolved on a hit."""
-    current = {part.stream: versions.get(part.stream) or stream_version(conn, part.stream) for part in request.parts}
+    current = {
+        part.stream: versions[part.stream] if part.stream in versions else stream_version(conn, part.stream)
+        for part in request.parts
+    }
     try:
         for part in request.parts:
             check_expected_version(part.stream, part.expected, current[part.stream])
