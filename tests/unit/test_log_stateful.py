@@ -48,6 +48,7 @@ calls = st.fixed_dictionaries(
         "expect": st.sampled_from(["any", "right", "wrong"]),
         "retry": st.booleans(),
         "cancel_after": st.none() | st.integers(0, 6),
+        "also": st.none() | st.sampled_from(STREAMS),  # a second stream: the call is an append_many
     }
 )
 
@@ -64,7 +65,7 @@ class LogMachine(RuleBasedStateMachine):
         self.portal = self._portal_cm.__enter__()
         self.store: LogStore = self.portal.call(open_store, self.url)
         self.model: list[Envelope] = []
-        self.batches: list[tuple[str, list[NewEvent]]] = []  # acknowledged batches, for exact retries
+        self.batches: list[list[tuple[str, list[NewEvent]]]] = []  # acknowledged calls, for exact retries
         self.counter = 0
 
     def teardown(self) -> None:
@@ -97,31 +98,41 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule(wave=st.lists(calls, min_size=1, max_size=6))
     def append_wave(self, wave: list[dict[str, Any]]) -> None:
-        plans = []
+        plans: list[tuple[list[tuple[str, list[NewEvent], Any]], int | None]] = []
         for call in wave:
+            writes: list[tuple[str, list[NewEvent], Any]]
             if call["retry"] and self.batches:
-                stream, events = self.batches[self.counter % len(self.batches)]
-                expected: Any = ANY
+                writes = [
+                    (stream, events, ANY) for stream, events in self.batches[self.counter % len(self.batches)]
+                ]
             else:
-                stream, events = call["stream"], self._events(call)
-                version = self._version(stream)
-                expected = {"any": ANY, "right": version, "wrong": version + 7}[call["expect"]]
-            plans.append((stream, events, expected, call["cancel_after"]))
+                version = self._version(call["stream"])
+                expected: Any = {"any": ANY, "right": version, "wrong": version + 7}[call["expect"]]
+                writes = [(call["stream"], self._events(call), expected)]
+                if call["also"] is not None and call["also"] != call["stream"]:
+                    self.counter += 1
+                    other = [NewEvent(type="t.y", data={"k": self.counter})]
+                    writes.append((call["also"], other, self._version(call["also"])))
+            plans.append((writes, call["cancel_after"]))
         outcomes = self.portal.call(_run_wave, self.store, plans)
         log = self.portal.call(_everything, self.store)
         assert log[: len(self.model)] == self.model, "an acknowledged event changed or vanished"
         gained = log[len(self.model) :]
         returned_new: list[Envelope] = []
         known = {env.event_id: env for env in self.model}
-        for (stream, events, _expected, _cancel), outcome in zip(plans, outcomes, strict=True):
+        for (writes, _cancel), outcome in zip(plans, outcomes, strict=True):
+            events = [new for _stream, batch, _expected in writes for new in batch]
             ids = {new.event_id for new in events}
             if isinstance(outcome, list):
                 assert [env.event_id for env in outcome] == [new.event_id for new in events]
                 if all(new.event_id in known for new in events):
                     assert outcome == [known[new.event_id] for new in events], "a retry got other envelopes"
                 else:
+                    assert [env.position for env in outcome] == list(
+                        range(outcome[0].position, outcome[0].position + len(outcome))
+                    ), "one call's events are not contiguous"
                     returned_new.extend(outcome)
-                    self.batches.append((stream, events))
+                    self.batches.append([(stream, batch) for stream, batch, _expected in writes])
             else:
                 assert not ids & {env.event_id for env in gained}, (
                     f"refused or cancelled, yet landed: {outcome!r}"
@@ -155,13 +166,14 @@ async def _everything(store: LogStore) -> list[Envelope]:
     return [env async for env in store.read_all()]
 
 
-async def _run_wave(store: LogStore, plans: list[tuple[str, list[NewEvent], Any, int | None]]) -> list[Any]:
-    """Start every append at once; cancel those with a turn count after that many event-loop turns."""
+async def _run_wave(
+    store: LogStore, plans: list[tuple[list[tuple[str, list[NewEvent], Any]], int | None]]
+) -> list[Any]:
+    """Start every call at once (append, or append_many for several writes); cancel those with a turn count
+    after that many event-loop turns. Each outcome: the envelopes (flattened), the error, or "cancelled"."""
     outcomes: list[Any] = [None] * len(plans)
 
-    async def one(
-        i: int, stream: str, events: list[NewEvent], expected: Any, cancel_after: int | None
-    ) -> None:
+    async def one(i: int, writes: list[tuple[str, list[NewEvent], Any]], cancel_after: int | None) -> None:
         with anyio.CancelScope() as scope:
             if cancel_after is not None:
 
@@ -172,7 +184,10 @@ async def _run_wave(store: LogStore, plans: list[tuple[str, list[NewEvent], Any,
 
                 tg.start_soon(cancel)
             try:
-                outcomes[i] = await store.append(stream, events, expected)
+                if len(writes) == 1:
+                    outcomes[i] = await store.append(*writes[0])
+                else:
+                    outcomes[i] = [env for part in await store.append_many(writes) for env in part]
             except (UsageError, ConflictError) as e:
                 outcomes[i] = e
         if scope.cancelled_caught:
@@ -180,8 +195,8 @@ async def _run_wave(store: LogStore, plans: list[tuple[str, list[NewEvent], Any,
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
-            for i, plan in enumerate(plans):
-                tg.start_soon(one, i, *plan)
+            for i, (writes, cancel_after) in enumerate(plans):
+                tg.start_soon(one, i, writes, cancel_after)
     return outcomes
 
 
