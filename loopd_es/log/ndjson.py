@@ -2,18 +2,20 @@
 
 Writes. Appends from one process are gathered into one group commit (one ``write``, one ``fdatasync``)
 by whichever task arrives first; that task takes the cross-process ``flock``, catches up on what other
-processes appended, cuts a crashed writer's unfinished write, checks ids and versions, writes, syncs and
-only then acknowledges. The sync runs on the event-loop thread on purpose: on this machine class a
-thread hand-off costs about half an fsync, and group commit means one fsync per batch of writers.
+processes appended, cuts a crashed writer's unfinished write, checks ids and versions, writes and indexes,
+releases the lock, syncs (so the syncs of writer processes overlap), raises the durable end the lock file
+records and only then acknowledges. The sync runs on the event-loop thread on purpose: on this machine class
+a thread hand-off costs about half an fsync, and group commit means one fsync per batch of writers.
 
-Reads never take the lock; they stop before a write in flight (see :mod:`.ndjson_files`) and before an
-unfinished write (see :mod:`.ndjson_scan`), so a reader never sees an event that could still disappear.
+Reads never take the lock; they stop at the durable end (see :mod:`.ndjson_files`) and before an unfinished
+write (see :mod:`.ndjson_scan`), so a reader never sees an event that could still disappear.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final
@@ -32,11 +34,12 @@ from .base import (
     parse_expected_version,
 )
 from .group_commit import Request, prepare_path
-from .ndjson_files import event_id_key
+from .ndjson_files import event_id_key, id_time_range
 from .ndjson_foreign import check_is_log
+from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, RECORD_FIELDS, VERSION
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
-from .ndjson_write import stage_group, stage_import
+from .ndjson_write import Staged, stage_group, stage_import
 from .validation import check_new_events
 
 DURABILITY: Final = ("always", "batch", "none")
@@ -46,8 +49,8 @@ _BATCH_SYNC_SECONDS: Final = 0.05
 class NdjsonLog(NdjsonState, LogStore):
     """An append-only log in one NDJSON file, safe for many processes appending at once."""
 
-    def __init__(self, path: Path, durability: str, lock_timeout: float) -> None:
-        super().__init__(path, durability, lock_timeout)
+    def __init__(self, path: Path, durability: str, lock_timeout: float, create: bool = True) -> None:
+        super().__init__(path, durability, lock_timeout, create)
         self._unsynced_since: float | None = None
 
     @classmethod
@@ -64,12 +67,15 @@ class NdjsonLog(NdjsonState, LogStore):
             raise UsageError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITY)}")
         prepare_path(path, create=create)
         check_is_log(path)
-        store = cls(path, durability, lock_timeout)
+        store = cls(path, durability, lock_timeout, create)
+        store.read_only = not create
         try:
             store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
             store._close_files()
-            raise StoreUnavailableError(f"cannot open {path}: {e.strerror}; check --store and permissions") from e
+            raise StoreUnavailableError(
+                f"cannot open {path}: {e.strerror}; check --store and permissions"
+            ) from e
         try:
             store._load_index()
             try:
@@ -101,13 +107,21 @@ class NdjsonLog(NdjsonState, LogStore):
                 yield stream_batch
             return
         position = max(from_position, 1)
-        if position > self._head:
+        head = self._horizon_head
+        if position > head:
             return
         offset = self._offset_of(position)
         # read only what the limit asks for: up to the start of the first event past it
-        stop = self._end if remaining < 0 or position + remaining > self._head else self._offset_of(position + remaining)
+        stop = (
+            self._horizon
+            if remaining < 0 or position + remaining > head
+            else self._offset_of(position + remaining)
+        )
         batch: list[Envelope] = []
-        for _lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
+        first = position
+        for lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
+            self._check_lines(first, lines)
+            first += len(lines)
             for env in envs:
                 batch.append(env)
                 if len(batch) == READ_BATCH:
@@ -117,20 +131,35 @@ class NdjsonLog(NdjsonState, LogStore):
         if batch:
             yield batch
 
-    def _offset_of(self, position: int) -> int:
-        if position <= self._indexed:
-            return self._index.record(position)[0]
-        return self._tail[position - self._indexed - 1].offset
+    def _check_lines(self, first: int, lines: list[bytes]) -> None:
+        """Check indexed lines (positions ``first``..) against their records' checksums.
+
+        :raises CorruptLogError: naming the first line that was changed after it was written.
+        """
+        count = min(len(lines), self._indexed - first + 1)
+        if count <= 0:
+            return
+        crc = zlib.crc32
+        at = 0
+        for chunk in self._index.chunks(first - 1, first - 1 + count):
+            for slot in chunk[CRC::RECORD_FIELDS]:
+                if crc(lines[at].rstrip(b" \n")) != slot & 0xFFFFFFFF:
+                    raise self._corrupt(
+                        first + at, "the line does not match its checksum: it was changed after it was written"
+                    )
+                at += 1
 
     async def read_stream(
         self, stream: str, from_version: int = 1, limit: int | None = None
     ) -> AsyncIterator[Envelope]:
         self._check_usable()
         self._refresh()
-        spans = self._stream_spans(stream, 1)
+        spans = self._checked_spans(stream, 1)
         if not spans:
             raise StreamNotFoundError(stream)
-        async for batch in self._read_stream_batches(stream, from_version, -1 if limit is None else limit, spans):
+        async for batch in self._read_stream_batches(
+            stream, from_version, -1 if limit is None else limit, spans
+        ):
             for envelope in batch:
                 yield envelope
 
@@ -138,7 +167,7 @@ class NdjsonLog(NdjsonState, LogStore):
         self, stream: str, from_version: int, remaining: int, spans: list[Span] | None = None
     ) -> AsyncIterator[list[Envelope]]:
         if spans is None:
-            spans = self._stream_spans(stream, max(from_version, 1))
+            spans = self._checked_spans(stream, max(from_version, 1))
         elif from_version > 1:
             spans = spans[from_version - 1 :]  # versions are contiguous from 1
         i = 0
@@ -155,11 +184,13 @@ class NdjsonLog(NdjsonState, LogStore):
                 rebuilt = True
                 self._index_broken(str(e))
                 self._refresh()
-                spans = spans[:i] + self._stream_spans(stream, max(from_version, 1) + i)
+                spans = spans[:i] + self._checked_spans(stream, max(from_version, 1) + i)
                 continue
             for env in envs:
                 if env.stream != stream:
-                    raise self._corrupt(env.position, f"the index points at stream {env.stream!r}, not {stream!r}")
+                    raise self._corrupt(
+                        env.position, f"the index points at stream {env.stream!r}, not {stream!r}"
+                    )
             yield envs
             i += len(chunk)
             if remaining >= 0:
@@ -169,21 +200,45 @@ class NdjsonLog(NdjsonState, LogStore):
             await anyio.lowlevel.checkpoint()
 
     def _stream_spans(self, stream: str, from_version: int) -> list[Span]:
-        """(offset, length, checksum, position) of the stream's events from ``from_version``: index scan
-        plus the tail."""
+        """(offset, length, checksum, position) of the stream's events from ``from_version``, found by
+        following each event's link to the previous one of its stream: the cost is the stream's, not the log's.
+
+        :raises IndexMismatch: when a link leads to a record of another stream or version.
+        """
+        version, position = self._stream_head(stream)
         spans: list[Span] = []
+        while position > self._indexed and version >= from_version:
+            rec = self._tail[position - self._indexed - 1]
+            if rec.stream != stream or rec.version != version:
+                raise IndexMismatch(str(self.path), position, f"the tail does not hold version {version}")
+            spans.append((rec.offset, rec.length, rec.crc, position))
+            position, version = rec.prev, version - 1
         number = self._names.number(stream)
-        if number is not None:
-            for chunk, base, position in self._index.matches(2, number, self._indexed):
-                if chunk[base + 3] >= from_version:
-                    spans.append((chunk[base], chunk[base + 1], chunk[base + 5] & 0xFFFFFFFF, position))
-        first_tail = self._indexed + 1
-        spans.extend(
-            (rec.offset, rec.length, rec.crc, first_tail + i)
-            for i, rec in enumerate(self._tail)
-            if rec.stream == stream and rec.version >= from_version
-        )
+        while position > 0 and version >= from_version:
+            r = self._index.record(position)
+            if r[NUMBER] != number or r[VERSION] != version:
+                raise IndexMismatch(
+                    str(self.path), position, f"the index does not hold version {version} here"
+                )
+            spans.append((r[OFFSET], r[LENGTH], r[CRC] & 0xFFFFFFFF, position))
+            position, version = r[PREV], version - 1
+        if position == 0 and version >= max(from_version, 1):
+            raise IndexMismatch(
+                str(self.path), None, f"stream {stream!r} ends at version {version + 1}, not 1"
+            )
+        spans.reverse()
+        while spans and spans[-1][3] > self._horizon_head:  # not yet durable: not for readers
+            spans.pop()
         return spans
+
+    def _checked_spans(self, stream: str, from_version: int) -> list[Span]:
+        """:meth:`_stream_spans`, rebuilding the index (or reading from the log alone) once when it is wrong."""
+        try:
+            return self._stream_spans(stream, from_version)
+        except IndexMismatch as e:
+            self._index_broken(str(e))
+            self._refresh()
+            return self._stream_spans(stream, from_version)
 
     def _corrupt(self, position: int | None, why: str) -> Exception:
         from ..errors import CorruptLogError
@@ -193,27 +248,25 @@ class NdjsonLog(NdjsonState, LogStore):
     async def head(self) -> int:
         self._check_usable()
         self._refresh()
-        return self._head
+        return self._horizon_head
 
     async def stream_version(self, stream: str) -> int:
         self._check_usable()
         self._refresh()
-        if self._versions is not None:
-            return self._versions.get(stream, 0)
-        for rec in reversed(self._tail):
-            if rec.stream == stream:
-                return rec.version
-        spans = self._stream_spans(stream, 1)
-        if not spans:
-            return 0
-        return read_spans(self.path, self._fd, spans[-1:])[0].version
+        try:
+            version, position = self._stream_head(stream)
+        except IndexMismatch as e:
+            self._index_broken(str(e))
+            self._refresh()
+            version, position = self._stream_head(stream)
+        if position > self._horizon_head:  # its last events are not durable yet
+            return len(self._checked_spans(stream, 1))
+        return version
 
     async def streams(self) -> list[str]:
         self._check_usable()
         self._refresh()
-        self._ensure_writer_state()
-        assert self._versions is not None
-        return sorted(name for name, version in self._versions.items() if version > 0)
+        return sorted(name for name, version in self._all_versions().items() if version > 0)
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -233,57 +286,85 @@ class NdjsonLog(NdjsonState, LogStore):
         return await self._group.submit(request)
 
     async def _commit(self, group: list[Request]) -> None:
+        if self.read_only:
+            self._make_sidecars_real()  # a write through a store opened to read needs the real lock and index
         if not self._lock.try_acquire():
             await self._lock.acquire()
         try:
             self._sync_locked()
-            self._write_group(group)
+            staged = self._write_group(group)
         except OSError as e:
-            raise StoreUnavailableError(f"cannot write {self.path}: {e.strerror}; nothing was appended") from e
+            raise StoreUnavailableError(
+                f"cannot write {self.path}: {e.strerror}; nothing was appended"
+            ) from e
         finally:
-            self._lock.release()
-
-    def _write_group(self, group: list[Request]) -> None:
-        assert self._versions is not None and self._keys is not None
-        staged = stage_group(
-            group, self._head, self._end, self._chain, self._versions, self._names, self._find_retry
-        )
-        if not staged.accepted:
+            self._lock.release()  # before the sync: other processes write and sync meanwhile
+        if staged is None:
             return
-        self._write_durably(staged.data)
+        try:
+            self._sync_for_durability()
+        except OSError as e:
+            raise StoreUnavailableError(
+                f"cannot sync {self.path}: {e.strerror}; the events were written but may not be durable: "
+                "read the stream before retrying (a retry with the same event ids is safe)"
+            ) from e
+        self._lock.advance_synced(staged.end)  # our sync covered every byte written before it
+        for request, envelopes, _keys in staged.accepted:
+            request.result = envelopes
+
+    def _write_group(self, group: list[Request]) -> Staged | None:
+        """Under the lock: check, write and index the group; the caller syncs, then acknowledges."""
+        low, high = id_time_range([new.event_id for request in group for new in request.all_events])
+        if self._keys is None and low <= self._max_time:
+            self._ensure_keys()  # an id that may be recorded already: check it against every id
+        try:
+            for request in group:
+                for part in request.parts:
+                    self._stream_head(part.stream)  # staging then finds each stream's head in the cache
+        except IndexMismatch as e:
+            self._index_broken(str(e))  # we hold the lock: this rebuilds it
+            self._refresh()
+        staged = stage_group(
+            group, self._head, self._end, self._chain, max(self._max_time, high), self._stream_head, self._names,
+            self._find_retry,
+        )  # fmt: skip
+        if not staged.accepted:
+            return None
+        self._write_all(staged.data)
         # from here on the events are appended: whatever happens to the index, the callers are told so
+        before = (self._indexed, self._chain)
         try:
             self._index.write_at(staged.records, self._head)  # _sync_locked left the index at _head records
-            self._indexed, self._chain = staged.head, staged.chain
         except OSError as e:
             log.warning("%s: cannot write the index (%s); the next writer brings it up to date", self.path, e)
             names = self._names.names
-            self._tail.extend(Rec(o, n, names[s], v, k, c) for o, n, s, v, k, c in staged.fields)
+            self._tail.extend(Rec(o, n, names[s], v, k, c, p, t) for o, n, s, v, k, p, t, c in staged.fields)
+        else:
+            self._indexed, self._chain = staged.head, staged.chain
+            first = before[0] + 1
+            self._update_heads({f[2]: first + i for i, f in enumerate(staged.fields)}, before)
         self._head = staged.head
         self._end = staged.end
+        self._max_time = staged.max_time
         for request, envelopes, keys in staged.accepted:
-            request.result = envelopes
             if len(request.parts) == 1:
-                self._versions[request.stream] = envelopes[-1].version
+                self._heads[request.stream] = (envelopes[-1].version, envelopes[-1].position)
             else:
-                self._versions.update((env.stream, env.version) for env in envelopes)
-            self._keys.update(keys)
+                self._heads.update((env.stream, (env.version, env.position)) for env in envelopes)
+            if self._keys is not None:
+                self._keys.update(keys)
+        return staged
 
-    def _write_durably(self, data: bytes) -> None:
+    def _write_all(self, data: bytes) -> None:
+        """Under the lock: write ``data`` at the end; on failure cut what was written (nothing follows it)."""
         start = self._end
-        self._lock.set_intent(start, start + len(data))
         try:
             written = 0
             while written < len(data):
                 written += os.pwrite(self._fd, data[written:], start + written)
-            self._sync_for_durability()
         except OSError:
-            try:
-                os.ftruncate(self._fd, start)
-            finally:
-                self._lock.clear_intent()
+            os.ftruncate(self._fd, start)
             raise
-        self._lock.clear_intent()
 
     def _sync_for_durability(self) -> None:
         if self.durability == "always":
@@ -300,8 +381,11 @@ class NdjsonLog(NdjsonState, LogStore):
         self, request: Request, keys: list[int], staged: dict[int, Envelope]
     ) -> list[Envelope] | None:
         """The original envelopes when the request is an exact retry; None when all ids are new."""
-        assert self._keys is not None
         known = self._keys
+        if known is None:  # every id is newer than any recorded one (see _write_group)
+            if not staged or staged.keys().isdisjoint(keys):
+                return None
+            known = set()
         if known.isdisjoint(keys) and (not staged or staged.keys().isdisjoint(keys)):
             return None
         originals: list[Envelope | None] = []
@@ -322,8 +406,8 @@ class NdjsonLog(NdjsonState, LogStore):
                 env = read_spans(self.path, self._fd, [(rec.offset, rec.length, rec.crc, first_tail + i)])[0]
                 if env.event_id == event_id:
                     return env
-        for chunk, base, position in self._index.matches(4, key, self._indexed):
-            span = (chunk[base], chunk[base + 1], chunk[base + 5] & 0xFFFFFFFF, position)
+        for chunk, base, position in self._index.matches(KEY, key, self._indexed):
+            span = (chunk[base + OFFSET], chunk[base + LENGTH], chunk[base + CRC] & 0xFFFFFFFF, position)
             env = read_spans(self.path, self._fd, [span])[0]
             if env.event_id == event_id:
                 return env
@@ -331,6 +415,7 @@ class NdjsonLog(NdjsonState, LogStore):
 
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
         self._check_usable()
+        self._make_sidecars_real()
         await self._lock.acquire()
         try:
             self._sync_locked()
@@ -339,9 +424,13 @@ class NdjsonLog(NdjsonState, LogStore):
             checker = SequenceChecker(self.url)
             offset = 0
             chain = self._chain
+            lasts: dict[str, int] = {}
+            max_time = 0
             try:
                 async for batch in batches:
-                    buffer, records, chain = stage_import(batch, checker, self._names, offset, chain)
+                    buffer, records, chain, max_time = stage_import(
+                        batch, checker, self._names, offset, chain, lasts, max_time
+                    )
                     os.pwrite(self._fd, buffer, offset)
                     self._index.append(records, self._index.count())
                     offset += len(buffer)
@@ -351,10 +440,11 @@ class NdjsonLog(NdjsonState, LogStore):
                 self._index.reset()
                 self._names.reset()
                 raise
+            self._lock.advance_synced(offset)
             self._end, self._head, self._chain = offset, checker.position, chain
             self._indexed, self._tail = self._head, []
-            self._versions, self._keys = None, None
-            self._ensure_writer_state()
+            self._heads, self._keys, self._max_time = {}, None, max_time
+            self._sync_heads()
             return checker.position
         finally:
             self._lock.release()
@@ -366,6 +456,7 @@ class NdjsonLog(NdjsonState, LogStore):
 
         self._check_open()
         if repair:
+            self._make_sidecars_real()
             await self._lock.acquire()
             try:
                 changed = changed_lines(self._verify_now(True, verify_ndjson))
@@ -376,19 +467,23 @@ class NdjsonLog(NdjsonState, LogStore):
                     )
                     self._rebuild_index()
                 self._sync_locked()
+                synced = self._lock.synced()
+                if synced is not None and synced < self._end:
+                    os.fdatasync(self._fd)
+                    self._lock.advance_synced(self._end)
+                    self.repairs.append(
+                        f"repaired {self.path}: synced {self._end - synced} bytes at byte offset {synced} that "
+                        "their writer had written but not synced (kept: they are whole)"
+                    )
             finally:
                 self._lock.release()
-        quiet = self._lock.try_acquire()  # no writer in flight: an intent left behind is a dead writer's
-        try:
-            report = self._verify_now(quiet, verify_ndjson)
-        finally:
-            if quiet:
-                self._lock.release()
+        report = self._verify_now(False, verify_ndjson)
         report.repaired.extend(self.repairs)
         return report
 
-    def _verify_now(self, quiet: bool, check: Callable[..., VerifyReport]) -> VerifyReport:
-        return check(self.path, self._fd, os.fstat(self._fd).st_size, self._lock.intent(), quiet, self._index)
+    def _verify_now(self, locked: bool, check: Callable[..., VerifyReport]) -> VerifyReport:
+        synced = None if locked else self._lock.synced()
+        return check(self.path, self._fd, os.fstat(self._fd).st_size, synced, self._index)
 
     async def aclose(self) -> None:
         if self._closed:

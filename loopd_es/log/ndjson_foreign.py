@@ -41,5 +41,3 @@ def check_is_log(path: Path) -> None:
         f"{path} is not a loopd-es log (its first line is not event 1); refusing to touch it: "
         "pick another --store path"
     )
-
-

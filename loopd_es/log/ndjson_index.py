@@ -1,7 +1,8 @@
 """The NDJSON position index: one fixed record per event, checked by a checksum chain.
 
-A record is ``offset, length, stream number, version, event-id key`` (int64 each), the CRC-32 of the
-event's line (uint32) and a chain value (uint32): the CRC-32 of every byte of the index before it, so
+A record is ``offset, length, stream number, version, event-id key, previous position of the same stream,
+an upper bound of the UUIDv7 order of every id so far``  (int64 each), the CRC-32 of the event's line (uint32) and a chain value
+(uint32): the CRC-32 of every byte of the index before it, so
 ``chain(p) = crc32(chain(p-1) bytes + record p without its chain, chain(p-1))``. That gives two cheap checks:
 
 - one record, against its predecessor (two records read): an edited, zeroed or swapped record fails;
@@ -20,14 +21,21 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from .ndjson_files import open_sidecar
+from .ndjson_files import Sidecar, open_sidecar
 
-PREFIX: Final = struct.Struct("<qqqqqI")  # offset, length, stream number, version, event-id key, line CRC
+PREFIX: Final = struct.Struct(
+    "<qqqqqqqI"
+)  # offset, length, number, version, key, prev, max id time, line CRC
 RECORD_SIZE: Final = PREFIX.size + 4
-RECORD_FIELDS: Final = RECORD_SIZE // 8  # int64 slots per record in the arrays :meth:`IndexFile.chunks` returns
+RECORD_FIELDS: Final = (
+    RECORD_SIZE // 8
+)  # int64 slots per record in the arrays :meth:`IndexFile.chunks` returns
 _SEED: Final = zlib.crc32(b"loopd-es ndjson index 2")
 _CHAIN: Final = struct.Struct("<I")
-_RECORD: Final = struct.Struct("<qqqqqII")
+_RECORD: Final = struct.Struct("<qqqqqqqII")
+# int64 slots of a record in the arrays :meth:`IndexFile.chunks` returns
+OFFSET, LENGTH, NUMBER, VERSION, KEY, PREV, MAX_TIME, CRC = range(8)  # CRC: the low 32 bits of the slot
+CHAIN: Final = 8  # in a :data:`Record` tuple
 
 
 def seal(prefixes: list[bytes], chain: int) -> tuple[bytes, int]:
@@ -36,10 +44,12 @@ def seal(prefixes: list[bytes], chain: int) -> tuple[bytes, int]:
     out = bytearray()
     pack = _CHAIN.pack
     crc = zlib.crc32
+    previous = pack(chain)
     for prefix in prefixes:
-        chain = crc(pack(chain) + prefix, chain)
+        chain = crc(prefix, crc(previous, chain))
+        previous = pack(chain)
         out += prefix
-        out += pack(chain)
+        out += previous
     return bytes(out), chain
 
 
@@ -47,16 +57,16 @@ def first_chain() -> int:
     return _SEED
 
 
-Record = tuple[int, int, int, int, int, int, int]
-"""offset, length, stream number, version, event-id key, line CRC, chain"""
+Record = tuple[int, int, int, int, int, int, int, int, int]
+"""offset, length, stream number, version, event-id key, prev, max id time, line CRC, chain"""
 
 
-class IndexFile:
+class IndexFile(Sidecar):
     """The position index: one record per event, in position order."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, create: bool = True) -> None:
         self.path = path
-        self.fd = open_sidecar(path, os.O_RDWR | os.O_CREAT)
+        self.fd, self.stand_in = open_sidecar(path, create)
 
     def count(self) -> int:
         return os.fstat(self.fd).st_size // RECORD_SIZE
@@ -70,7 +80,7 @@ class IndexFile:
         """The chain value the record at ``position`` continues."""
         if position <= 1:
             return _SEED
-        return self.record(position - 1)[6]
+        return self.record(position - 1)[CHAIN]
 
     def checked_record(self, position: int) -> Record | None:
         """The record at ``position`` if it agrees with its predecessor's chain, else None."""
@@ -79,10 +89,10 @@ class IndexFile:
         raw = os.pread(self.fd, size, start)
         if len(raw) != size:
             return None
-        before = _RECORD.unpack_from(raw, 0)[6] if position > 1 else _SEED
+        before = _RECORD.unpack_from(raw, 0)[CHAIN] if position > 1 else _SEED
         mine = raw[-RECORD_SIZE:]
         rec: Record = _RECORD.unpack(mine)
-        return rec if zlib.crc32(_CHAIN.pack(before) + mine[: PREFIX.size], before) == rec[6] else None
+        return rec if zlib.crc32(_CHAIN.pack(before) + mine[: PREFIX.size], before) == rec[CHAIN] else None
 
     def intact(self, count: int) -> bool:
         """Whether the first ``count`` records agree with the last one's chain: one pass at C speed."""
@@ -97,7 +107,7 @@ class IndexFile:
                 return False
             crc = zlib.crc32(data, crc)
             offset += len(data)
-        return crc == self.record(count)[6]
+        return crc == self.record(count)[CHAIN]
 
     def chunks(self, start: int = 0, count: int | None = None, per_chunk: int = 65536) -> list[array[int]]:
         """The records from index ``start`` (0-based), ``per_chunk`` records per array of int64 slots."""
@@ -130,6 +140,26 @@ class IndexFile:
                 else:
                     at = column.find(needle, at + 1)
             first += len(chunk) // RECORD_FIELDS
+
+    def last_match(
+        self, field: int, value: int, count: int, floor: int = 0, per_chunk: int = 8192
+    ) -> tuple[int, Record] | None:
+        """(position, record) of the last of records ``floor``+1..``count`` whose ``field`` equals ``value``,
+        searching backwards a chunk at a time: it costs the distance from the end, not the index's size."""
+        needle = value.to_bytes(8, "little", signed=True)
+        end = count
+        while end > floor:
+            start = max(floor, end - per_chunk)
+            chunk = self.chunks(start, end, per_chunk)[0]
+            column = chunk[field::RECORD_FIELDS].tobytes()
+            at = column.rfind(needle)
+            while at != -1 and at % 8:
+                at = column.rfind(needle, 0, at + 7)
+            if at != -1:
+                position = start + at // 8 + 1
+                return position, self.record(position)
+            end = start
+        return None
 
     def append(self, records: bytes, at_count: int) -> None:
         """Write records so that they start at record ``at_count`` (cutting any torn or stale rest)."""

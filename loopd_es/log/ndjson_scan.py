@@ -28,6 +28,7 @@ CHUNK: Final = 1 << 20
 _BACK: Final = 1 << 16
 END_OF_WRITE: Final = b"}\n"
 
+
 class IndexMismatch(CorruptLogError):
     """An index record points at a line of another position: the index, not the log, is wrong."""
 
@@ -104,7 +105,9 @@ def scan(
         envs = decode_lines(path, complete, lines, expected)
         for env in envs:
             if env.position != expected:
-                raise CorruptLogError(str(path), expected, f"expected position {expected}, found {env.position}")
+                raise CorruptLogError(
+                    str(path), expected, f"expected position {expected}, found {env.position}"
+                )
             expected += 1
         yield lines, envs
 
@@ -154,7 +157,9 @@ def read_spans(path: Path, fd: int, spans: list[Span]) -> list[Envelope]:
     for _offset, length, line_crc, position in spans:
         if crc(data[at : at + length].rstrip(b" \n")) != line_crc:
             raise CorruptLogError(
-                str(path), position, "the line does not match its checksum: it was changed after it was written"
+                str(path),
+                position,
+                "the line does not match its checksum: it was changed after it was written",
             )
         at += length
     try:

@@ -1,7 +1,7 @@
 """A full, read-only check of an NDJSON log file: every line, every invariant, every checksum.
 
-It checks what ``read`` shows and says what it leaves out: a write in flight of a writer that died (the
-intent record in the lock file), an unfinished write after the last whole one, a damaged line.
+It checks what ``read`` shows and says what it leaves out: writes not yet synced (past the durable end the
+lock file records), an unfinished write after the last whole one, a damaged line.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import msgspec
 
 from ..events.envelope import ENVELOPE_DECODER
 from .base import VerifyReport
-from .ndjson_index import RECORD_FIELDS, IndexFile
+from .ndjson_index import CRC, RECORD_FIELDS, IndexFile
 from .ndjson_scan import CHUNK, body_crc, last_write_end
 
 _MAX_PROBLEMS = 20
@@ -27,24 +27,22 @@ def changed_lines(report: VerifyReport) -> int:
     return sum(_CHANGED in problem for problem in report.problems)
 
 
-def verify_ndjson(
-    path: Path, fd: int, size: int, intent: tuple[int, int] | None, quiet: bool, index: IndexFile
-) -> VerifyReport:
+def verify_ndjson(path: Path, fd: int, size: int, synced: int | None, index: IndexFile) -> VerifyReport:
     """Check gapless positions, contiguous versions, unique ids, decodable lines, checksums, a whole tail.
 
-    ``intent`` is the write in flight the lock file records; ``quiet`` says we hold the writers' lock, so
-    such a write's writer died before acknowledging it.
+    ``synced`` is the durable end the lock file records (None: all of the file); what lies past it is
+    reported, not counted, as ``read`` does not show it.
     """
     report = VerifyReport(f"ndjson:{path}")
     end = size
-    if intent is not None and intent[0] < size:
-        end = intent[0]
-        if quiet:
-            report.problems.append(
-                f"an unacknowledged write of a writer that died: {size - end} bytes at byte offset {end}; "
-                "`loopd-es read` does not show it; `loopd-es verify --repair` (or the next append) removes it"
-            )
-    committed = last_write_end(fd, 0, end)
+    if synced is not None and synced < size:
+        end = synced
+        report.problems.append(
+            f"{size - end} bytes at byte offset {end} are written but not yet synced by their writer (it is "
+            "syncing them, or it died first): `loopd-es read` does not show them until a later append or "
+            "`loopd-es verify --repair` syncs them"
+        )
+    committed = last_write_end(fd, 0, size)
     crcs = _index_checksums(path, index, report)
     versions: dict[str, int] = {}
     ids: dict[str, int] = {}
@@ -54,8 +52,12 @@ def verify_ndjson(
         try:
             env = ENVELOPE_DECODER.decode(line)
         except msgspec.DecodeError as e:
-            report.problems.append(f"line {line_no} of {path} (byte offset {line_start}) does not decode: {e}")
+            report.problems.append(
+                f"line {line_no} of {path} (byte offset {line_start}) does not decode: {e}"
+            )
             continue
+        if line_start >= end:
+            continue  # written, not yet synced: reported above, not counted
         report.events += 1
         if crcs is not None and line_no <= len(crcs) and (crcs[line_no - 1] & 0xFFFFFFFF) != body_crc(line):
             report.problems.append(
@@ -76,11 +78,11 @@ def verify_ndjson(
             report.problems.append("... stopping after 20 problems")
             break
     else:
-        if crcs is not None and len(crcs) > line_no:
+        if crcs is not None and len(crcs) > line_no and end == size:
             report.problems.append(
                 f"the index records {len(crcs)} events but {path} holds {line_no}: events were lost"
             )
-        _check_rest(path, fd, committed, end, line_no, report)
+        _check_rest(path, fd, committed, size, line_no, report)
     report.streams = len(versions)
     return report
 
@@ -120,7 +122,7 @@ def _index_checksums(path: Path, index: IndexFile, report: VerifyReport) -> arra
         return None
     out: array[int] = array("q")
     for chunk in index.chunks(0, count):
-        out.extend(chunk[5::RECORD_FIELDS])
+        out.extend(chunk[CRC::RECORD_FIELDS])
     return out
 
 

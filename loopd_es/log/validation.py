@@ -19,8 +19,8 @@ def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
 
     Returns the batch to store: ``events`` itself, or a copy in which raw payload bytes lose their outer
     whitespace and have each inner line break (legal JSON whitespace, but it would split an NDJSON line and
-    fool line-based readers) turned into a space, which leaves the JSON value unchanged. So every payload that reaches a backend is one
-    JSON object with no raw line break, whatever the caller passed.
+    fool line-based readers) turned into a space, which leaves the JSON value unchanged. So every payload
+    that reaches a backend is one JSON object with no raw line break, whatever the caller passed.
 
     :raises UsageError: naming the first offending event.
     """
@@ -28,6 +28,7 @@ def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
     good_types: set[str] = set()
     match = _UUID.fullmatch
     normalised: list[NewEvent] | None = None
+    ids_ok = _ids_ok(events)
     for i, new in enumerate(events):
         kind = new.type
         if kind not in good_types:
@@ -35,11 +36,12 @@ def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
                 raise UsageError(f"event {i + 1} of the batch: invalid type {kind!r}; "
                                  "types are dotted names like 'goal.created'")
             good_types.add(kind)
-        event_id = new.event_id
-        if event_id in seen or not isinstance(event_id, str) or match(event_id) is None:
-            what = "appears twice in the batch" if event_id in seen else "is not a UUID; omit it to get a fresh one"
-            raise UsageError(f"event {i + 1} of the batch: event id {event_id!r} {what}")
-        seen.add(event_id)
+        if not ids_ok:
+            event_id = new.event_id
+            if event_id in seen or not isinstance(event_id, str) or match(event_id) is None:
+                what = "appears twice in the batch" if event_id in seen else "is not a UUID; omit it to get a fresh one"
+                raise UsageError(f"event {i + 1} of the batch: event id {event_id!r} {what}")
+            seen.add(event_id)
         if new.schema_version < 1:
             raise UsageError(f"event {i + 1} of the batch: schema_version must be >= 1, got {new.schema_version}")
         data = new.data
@@ -53,6 +55,17 @@ def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
         if normalised is not None:
             normalised.append(new)
     return events if normalised is None else normalised
+
+
+def _ids_ok(events: Sequence[NewEvent]) -> bool:
+    """Whether every event id is a distinct UUID, checked for the whole batch at once (C speed); when not,
+    the caller checks id by id to name the first bad one."""
+    ids = [new.event_id for new in events]
+    try:
+        joined = "".join(ids)
+    except TypeError:
+        return False
+    return set(map(len, ids)) <= {36} and _UUIDS.fullmatch(joined) is not None and len(set(ids)) == len(ids)
 
 
 def _checked_raw(i: int, new: NewEvent) -> bytes | None:
@@ -77,7 +90,9 @@ def _checked_raw(i: int, new: NewEvent) -> bytes | None:
 
 
 _OBJECT: Final = msgspec.json.Decoder()
-_UUID: Final = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_UUID_TEXT: Final = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_UUID: Final = re.compile(_UUID_TEXT)
+_UUIDS: Final = re.compile(f"(?:{_UUID_TEXT})*")
 
 
 

@@ -112,6 +112,39 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert (more[0].position, more[0].version) == (31, 11)
             assert_log_invariants(await everything(s))
 
+    async def test_a_store_opened_to_read_never_rewrites_a_bad_index(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            for i in range(10):
+                await s.append(f"s{i % 2}", [new(i=i)])
+            truth = await everything(s)
+        for p in _sidecars(log):
+            p.write_bytes(b"\x00garbage\xff" * 50)
+        before = {p: p.read_bytes() for p in log.parent.iterdir()}
+        async with await NdjsonLog.open(log, durability=self.durability, create=False) as s:
+            assert await everything(s) == truth
+            assert await stream_events(s, "s1") == [e for e in truth if e.stream == "s1"]
+            assert (await s.verify()).events == 10
+        assert {p: p.read_bytes() for p in log.parent.iterdir()} == before
+
+    async def test_a_store_opened_to_read_creates_no_file(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            truth = await s.append("s", [new(i=0), new(i=1)])
+        for name in os.listdir(tmp_path):
+            if name != log.name:
+                os.unlink(tmp_path / name)  # a log copied without its sidecars
+        async with await NdjsonLog.open(log, durability=self.durability, create=False) as s:
+            assert await everything(s) == truth
+            assert await stream_events(s, "s") == truth
+            assert (await s.verify()).ok
+        assert os.listdir(tmp_path) == ["log.ndjson"]
+        async with await NdjsonLog.open(log, durability=self.durability, create=False) as s:
+            more = await s.append("s", [new(i=2)], 2)  # a write: it creates the sidecars it needs
+            assert more[0].position == 3
+            assert (await s.verify(repair=True)).ok
+        assert "log.ndjson.lock" in os.listdir(tmp_path)
+
     async def test_index_of_another_log_is_not_trusted(self, tmp_path: Path) -> None:
         one, two = tmp_path / "one", tmp_path / "two"
         one.mkdir()
@@ -183,7 +216,12 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
                     assert any("line 3" in p for p in report.problems), report.problems
         assert log.read_bytes() == bytes(data)
 
-    async def test_a_writer_killed_between_write_and_sync_is_reported_then_cut(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize("then", ["append", "repair"])
+    async def test_a_writer_killed_between_write_and_sync_is_reported_until_synced(
+        self, tmp_path: Path, then: str
+    ) -> None:
+        """Its batch is whole but was never acknowledged: read hides it, verify says so (not "clean"), and the
+        next writer's sync (or a repair) makes it durable and visible, never half of it."""
         log = tmp_path / "log.ndjson"
         async with await NdjsonLog.open(log, durability=self.durability) as s:
             first = await s.append("s", [new(i=0)])
@@ -192,15 +230,50 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
         assert child.returncode == -9
         async with await NdjsonLog.open(log, durability=self.durability) as s:
             assert await everything(s) == first
+            assert await s.head() == 1 and await s.stream_version("s") == 1
             report = await s.verify()
             assert not report.ok and report.events == 1, (report.events, report.problems)
-            assert any("unacknowledged" in p for p in report.problems), report.problems
-            more = await s.append("s", [new(i=3)], 1)
-            assert (more[0].position, more[0].version) == (2, 2)
-            assert any("dropped" in r for r in s.repairs)
+            assert any("not yet synced" in p for p in report.problems), report.problems
+            if then == "repair":
+                report = await s.verify(repair=True)
+                assert report.ok and report.events == 3, report.problems
+                assert any("synced" in r for r in report.repaired), report.repaired
+            more = await s.append("s", [new(i=3)])
+            assert (more[0].position, more[0].version) == (4, 4)
             report = await s.verify()
-            assert report.ok and report.events == 2, report.problems
-            assert await everything(s) == [*first, *more]
+            assert report.ok and report.events == 4, report.problems
+            recorded = await everything(s)
+            assert recorded[0] == first[0] and recorded[3] == more[0]
+            assert [e.data_dict() for e in recorded[1:3]] == [{"i": 1}, {"i": 2}]
+            assert_log_invariants(recorded)
+
+    async def test_another_process_never_reads_an_event_before_its_sync_returns(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The writer syncs outside the lock; a reader process that looks while the sync runs sees none of the
+        batch, and sees all of it once the append returned."""
+        log = tmp_path / "log.ndjson"
+        seen: list[int] = []
+        real = os.fdatasync
+
+        def reader() -> int:
+            out = subprocess.run(
+                [sys.executable, "-m", "loopd_es", "--store", f"ndjson:{log}", "read", "--json"],
+                check=True, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            return len(out.stdout.splitlines())
+
+        def sync_while_a_reader_looks(fd: int) -> None:
+            seen.append(reader())
+            real(fd)
+
+        async with await NdjsonLog.open(log, durability="always") as s:
+            await s.append("s", [new(i=0)])
+            with monkeypatch.context() as m:
+                m.setattr(os, "fdatasync", sync_while_a_reader_looks)
+                await s.append("s", [new(i=1), new(i=2)])
+            assert seen == [1]
+            assert reader() == 3
 
     async def test_a_batch_cut_short_by_power_loss_is_never_visible(self, tmp_path: Path) -> None:
         log = tmp_path / "log.ndjson"
@@ -302,10 +375,54 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert any("line 2" in p and "checksum" in p for p in report.problems), report.problems
             with pytest.raises(CorruptLogError):
                 await stream_events(s, "s")
+            with pytest.raises(CorruptLogError) as info:
+                await everything(s)
+            assert info.value.line == 2
             report = await s.verify(repair=True)
             assert report.ok, report.problems
             assert [e.data_dict() for e in await stream_events(s, "s")][1] != {"i": 1}
         assert log.read_bytes() == edited
+
+    async def test_one_stream_operations_cost_the_stream_not_the_log(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Bytes read by a 5-event stream read, ``read_all(from, limit=1)`` and the first append after open
+        stay the same when the log grows tenfold (issue 9 item 7)."""
+
+        async def cost(total: int) -> dict[str, int]:
+            log = tmp_path / f"log-{total}.ndjson"
+            async with await NdjsonLog.open(log, durability="none") as s:
+                for i in range(0, total, 100):
+                    if i % (total // 5) == 0:
+                        await s.append("probe", [new(i=i)])
+                    await s.append(f"s{i // 100}", [new(i=k) for k in range(100)])
+            read = 0
+            real = os.pread
+
+            def counting(fd: int, n: int, offset: int) -> bytes:
+                nonlocal read
+                data = real(fd, n, offset)
+                read += len(data)
+                return data
+
+            out: dict[str, int] = {}
+            async with await NdjsonLog.open(log, durability=self.durability) as s:
+                with monkeypatch.context() as m:
+                    m.setattr(os, "pread", counting)
+                    for what in ("stream", "bounded", "append"):
+                        read = 0
+                        if what == "stream":
+                            assert len(await stream_events(s, "probe")) == 5
+                        elif what == "bounded":
+                            assert len([e async for e in s.read_all(total // 2, limit=1)]) == 1
+                        else:
+                            await s.append("fresh", [new(i=-1)])
+                        out[what] = read
+            return out
+
+        small, big = await cost(2_000), await cost(20_000)
+        for what in small:
+            assert big[what] <= small[what] * 1.5 + 4096, (what, small, big)
 
     def test_cli_refuses_a_file_that_is_not_a_log(self, tmp_path: Path) -> None:
         notes = tmp_path / "notes.txt"
@@ -320,6 +437,24 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
         assert len(result.stderr.strip().splitlines()) == 1
         assert notes.read_bytes() == b"hello"
         assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_id_time_range_takes_the_string_order_shortcut_only_when_it_is_right() -> None:
+    import random
+    import uuid
+
+    from loopd_es.events.envelope import new_event_id
+    from loopd_es.log.ndjson_files import id_time, id_time_range
+
+    rng = random.Random(9)
+    for _ in range(500):
+        ids = [new_event_id() for _ in range(rng.randint(1, 4))]
+        if rng.random() < 0.3:
+            ids.append(str(uuid.UUID(int=rng.getrandbits(128), version=4)))
+        if rng.random() < 0.3:
+            ids[0] = ids[0].upper()
+        times = [id_time(i) for i in ids]
+        assert id_time_range(ids) == (min(times), max(times)), ids
 
 
 _DIE_BEFORE_SYNC = """
