@@ -11,8 +11,7 @@ import pytest
 from loopd_es.errors import LogNotFoundError
 from loopd_es.log import open_store
 from loopd_es.log.memory import MemoryLog
-
-from .contract import LogStoreContract, new
+from loopd_es.testing import LogStoreContract, new
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore

@@ -20,9 +20,7 @@ from loopd_es.errors import (
 from loopd_es.events.envelope import NO_STREAM
 from loopd_es.log import open_store
 from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
-
-from .contract import LogStoreContract, assert_log_invariants, everything, new
-from .contract_integrity import IntegrityContract
+from loopd_es.testing import IntegrityContract, LogStoreContract, assert_log_invariants, everything, new
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
