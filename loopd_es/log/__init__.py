@@ -1,4 +1,4 @@
-"""The append-only log: one contract (:class:`LogStore`), two backends, opened by URL.
+"""The append-only log: one contract (:class:`LogStore`), several backends, opened by URL.
 
 ``sqlite:PATH`` (the default, ``sqlite:.loopd/events.db``), ``ndjson:PATH`` and
 ``postgresql://USER@HOST:PORT/DB?schema=NAME`` (a server shared by many machines); a bare path ending in
