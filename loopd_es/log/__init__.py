@@ -61,6 +61,8 @@ def parse_store_url(url: str) -> tuple[str, str, dict[str, str]]:
     :raises UsageError: for an empty path or an unknown scheme.
     """
     text = url.strip()
+    if "\x00" in text:
+        raise UsageError(f"store URL {url!r} holds a NUL byte; no path can")
     query = ""
     if "?" in text:
         text, query = text.split("?", 1)

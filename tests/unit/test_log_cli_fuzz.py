@@ -185,6 +185,7 @@ def command_lines(draw: st.DrawFn) -> tuple[list[str], bytes]:
     )
 )
 @example(case=(["--store", "sqlite:dir", "read"], b""))
+@example(case=(["--store", "\x00", "import", "--from", "sqlite:log.db"], b""))
 @example(case=(["--store", "sqlite:log.db", "streams", "--x", "\n"], b""))
 @example(case=(["--store", "sqlite:log.db", "streams", "--x", "\udcff"], b""))
 @example(case=(["--store", "sqlite:other-app.db", "verify"], b""))
