@@ -24,7 +24,7 @@ from ..errors import ConflictError, UsageError, WrongExpectedVersionError
 from ..events.catalogue import new_event
 from ..events.envelope import ANY, Envelope, ExpectedVersion
 from ..sagas.crashpoints import crashpoint
-from ..sagas.ports import Ctx
+from ..sagas.ports import Companion, Ctx
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -159,6 +159,43 @@ class GoalService:
                 return await self.append_goal(goal_id, events, ctx, expected=state.version)
             except WrongExpectedVersionError:
                 self._cache.pop(goal_id, None)
+        raise ConflictError(
+            f"goal {goal_id} changed {MAX_ATTEMPTS} times while {type(command).__name__} was being decided; "
+            "retry the command"
+        )
+
+    async def execute_with(
+        self, command: c.GoalCommand, ctx: Ctx, companion: Companion
+    ) -> tuple[list[Envelope], list[Envelope]]:
+        """:meth:`execute`, writing ``companion(decided events)`` (another stream's events) in the same append.
+
+        The goal's events and the companion's land together or not at all (``append_many``), so a crash can
+        never record a decision without the saga step that made it. Returns both streams' envelopes.
+        """
+        goal_id = command.goal_id
+        for _ in range(MAX_ATTEMPTS):
+            state = await self.load(goal_id)
+            events = decide(command, state, await self.facts(state, command))
+            extra = companion(events) if events else None
+            if extra is None:
+                return await self.execute(command, ctx), []
+            stream, more, expected = extra
+            link = {"causation_id": ctx.causation_id, "correlation_id": ctx.correlation_id}
+            writes = [
+                (goal_stream(goal_id), [new_event(e, **link) for e in events], state.version),
+                (stream, [new_event(e, **link) for e in more], expected),
+            ]
+            crashpoint(f"before append {goal_stream(goal_id)} + {stream}")
+            try:
+                recorded, other = await self.store.append_many(writes)
+            except WrongExpectedVersionError as e:
+                self._cache.pop(goal_id, None)
+                if e.stream != goal_stream(goal_id):
+                    raise
+                continue
+            crashpoint(f"after append {goal_stream(goal_id)} + {stream}")
+            self._cache.pop(goal_id, None)
+            return recorded, other
         raise ConflictError(
             f"goal {goal_id} changed {MAX_ATTEMPTS} times while {type(command).__name__} was being decided; "
             "retry the command"

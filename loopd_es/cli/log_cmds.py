@@ -317,6 +317,8 @@ async def _verify(args: argparse.Namespace) -> int:
         await store.aclose()
     for message in report.repaired:
         print(message)
+    for note in report.notes:
+        print(f"note: {note}")
     for problem in report.problems:
         print(f"problem: {problem}")
     print(report.summary())

@@ -14,8 +14,6 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
-import anyio
-
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
 from .options import DEFAULT_STORE, STORE_ENV
 from .options import store_url as store_url
@@ -51,8 +49,39 @@ COMMAND_MODULES: dict[str, str] = {
 for a CLI that agents call many times); ``tests/unit/test_cli_main.py`` checks it against the modules."""
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command tree: every command, or (given ``command``) only what that command needs."""
+COMMAND_HELP: dict[str, str] = {
+    "append": "append events to a stream",
+    "read": "read events, as a table or as NDJSON envelopes",
+    "streams": "list the streams with their versions",
+    "verify": "check every invariant of the log",
+    "export": "copy the whole log into a new, empty log (another backend too)",
+    "import": "copy a whole log from URL into this (empty) log",
+    "events": "list the event catalogue (each type with its payload fields)",
+    "replay": "fold the log into state: one stream, or a one-line summary per aggregate",
+    "models": "list the host's models and agents (quota is always unknown)",
+    "goal": "create goals, switch their worker identity, pause/resume, feed provider errors",
+    "project": "bring the read models up to date with the log",
+    "projections": "inspect and repair the read models",
+    "goals": "list goals: status, phase, model, budgets",
+    "commands": "list command sessions: status, end reason, exit code, watch",
+    "identities": "a goal's identity switches: who asked, why, how they ended",
+    "history": "a goal's whole timeline, with what each event changed",
+    "explain": "why a goal is in its current status: the causal chain",
+    "import-loopd": "import an opencode-loopd project (state.json + events.ndjson) into the log",
+    "cmd": "command sessions: long-running processes in a PTY",
+    "demo": "play a short scripted story (switches, a 429 and fallback, a rollback, a budget stop)",
+}
+"""Each command's one-line help, so ``loopd-es --help`` lists the commands without importing every command
+module (a third of its start-up). ``tests/unit/test_log_cli.py`` checks it against what the modules register;
+while a command is missing here, the overview falls back to importing the modules."""
+
+
+def build_parser(command: str | None = None, *, overview: bool = False) -> argparse.ArgumentParser:
+    """The command tree: every command, or (given ``command``) only what that command needs.
+
+    With ``overview`` (no known command on the line: ``--help``, a typo), the commands are listed from
+    :data:`COMMAND_HELP` without importing their modules.
+    """
     parser = _Parser(
         prog="loopd-es",
         description="An event-sourced engine for background AI work: goals, command sessions and worker "
@@ -66,6 +95,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--verbose", action="store_true", help="log progress and show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    if overview and command not in COMMAND_MODULES and COMMAND_HELP.keys() == COMMAND_MODULES.keys():
+        for name, text in COMMAND_HELP.items():  # the overview needs names and one-liners, not the modules
+            sub.add_parser(name, help=text)
+        return parser
     if command in COMMAND_MODULES:
         names = [COMMAND_MODULES[command]]
     else:
@@ -93,12 +126,13 @@ def _command_of(args: list[str]) -> str | None:
 def main(*argv: str) -> int:
     """Run one command and return its exit code; tests call this in-process."""
     args_list = list(argv) if argv else sys.argv[1:]
-    parser = build_parser(_command_of(args_list))
+    command = _command_of(args_list)
+    parser = build_parser(command, overview=command not in COMMAND_MODULES)
     verbose = "--verbose" in args_list
     try:
         args = parser.parse_args(args_list)
     except _UsageExit as e:
-        print(str(e), file=sys.stderr)
+        _say(str(e))
         return EXIT_USAGE
     bad = _not_utf8(args)
     if bad is not None:
@@ -115,12 +149,14 @@ def main(*argv: str) -> int:
         return await handler(args)
 
     try:
+        import anyio  # only a command that runs needs the event loop; --help and usage errors do not
+
         return anyio.run(run)
     except LoopdError as e:
         if verbose:
             logging.exception("failed")
         hint = f" ({e.hint})" if e.hint else ""
-        print(f"loopd-es: {e}{hint}", file=sys.stderr)
+        _say(f"loopd-es: {e}{hint}")
         return e.exit_code
     except KeyboardInterrupt:
         return 130
@@ -129,8 +165,18 @@ def main(*argv: str) -> int:
     except Exception as e:  # a bug: say so in one line, traceback only with --verbose
         if verbose:
             raise
-        print(f"loopd-es: internal error: {type(e).__name__}: {e} (rerun with --verbose)", file=sys.stderr)
+        _say(f"loopd-es: internal error: {type(e).__name__}: {e} (rerun with --verbose)")
         return EXIT_INTERNAL
+
+
+def _say(line: str) -> None:
+    """Print one error line on stderr: control characters and bytes that are not UTF-8 (kept by argv as
+    surrogates) are escaped, so an odd argument quoted in the message cannot break it into several lines."""
+    text = line.translate(_CONTROLS).encode("utf-8", "backslashreplace").decode("utf-8")
+    print(text, file=sys.stderr)
+
+
+_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
 
 
 def _not_utf8(args: argparse.Namespace) -> str | None:

@@ -1,8 +1,9 @@
-"""The append-only log: one contract (:class:`LogStore`), two backends, opened by URL.
+"""The append-only log: one contract (:class:`LogStore`), several backends, opened by URL.
 
 ``sqlite:PATH`` (the default, ``sqlite:.loopd/events.db``), ``ndjson:PATH`` and
 ``postgresql://USER@HOST:PORT/DB?schema=NAME`` (a server shared by many machines); a bare path ending in
-``.ndjson``/``.jsonl`` means NDJSON and any other bare path means SQLite. NDJSON takes a durability mode as a
+``.ndjson``/``.jsonl`` means NDJSON and any other bare path means SQLite. ``memory:NAME`` is the in-memory
+reference backend (:mod:`.memory`), shared by name within one process, for tests. NDJSON takes a durability mode as a
 query: ``ndjson:events.ndjson?durability=batch`` (``always`` by default, ``batch``, ``none``);
 SQLite takes ``?synchronous=FULL|NORMAL|OFF``.
 """
@@ -33,6 +34,11 @@ async def open_store(url: str, *, create: bool = True) -> LogStore:
 
         return await PostgresLog.open(url, create=create)
     scheme, path, options = parse_store_url(url)
+    if scheme == "memory":
+        from .memory import MemoryLog
+
+        _no_more(url, options)
+        return await MemoryLog.open(path, create=create)
     if scheme == "ndjson":
         from .ndjson import NdjsonLog
 
@@ -55,10 +61,12 @@ def parse_store_url(url: str) -> tuple[str, str, dict[str, str]]:
     :raises UsageError: for an empty path or an unknown scheme.
     """
     text = url.strip()
+    if "\x00" in text:
+        raise UsageError(f"store URL {url!r} holds a NUL byte; no path can")
     query = ""
     if "?" in text:
         text, query = text.split("?", 1)
-    if ":" in text and text.split(":", 1)[0] in ("sqlite", "ndjson"):
+    if ":" in text and text.split(":", 1)[0] in ("sqlite", "ndjson", "memory"):
         scheme, path = text.split(":", 1)
     elif ":" in text and len(text.split(":", 1)[0]) > 1 and "/" not in text.split(":", 1)[0]:
         raise UsageError(

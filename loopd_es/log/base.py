@@ -13,12 +13,12 @@ import time
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Self
 
-import anyio
-
 from ..errors import StreamNotFoundError, UsageError
 from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
 
 if TYPE_CHECKING:
+    import anyio
+
     from .group_commit import Request
 
 READ_BATCH = 4096
@@ -234,6 +234,8 @@ class LogStore(abc.ABC):
         An append through this store wakes the waiter at once; appends by other processes are noticed
         within 50 ms (the head is polled, at growing intervals from 1 ms).
         """
+        import anyio  # here, not at module level: `import loopd_es` stays cheap for CLI start-up
+
         deadline = math.inf if timeout is None else time.monotonic() + timeout
         poll = 0.001
         while True:
@@ -357,6 +359,8 @@ class VerifyReport:
         self.events = 0
         self.streams = 0
         self.problems: list[str] = []
+        self.notes: list[str] = []
+        """What is worth knowing but not a problem, e.g. a log written before checksums."""
         self.repaired: list[str] = []
         self.torn_offset: int | None = None
 

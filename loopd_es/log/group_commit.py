@@ -32,6 +32,7 @@ import anyio.lowlevel
 import msgspec
 
 from ..errors import DuplicateEventIdError, LogNotFoundError, StoreUnavailableError, UsageError
+from .validation import resolve_retry
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
@@ -77,7 +78,10 @@ class Request:
         """A request whose parts (one per stream) must land together."""
         first, *rest = writes
         request = cls(*first)
-        request.parts.extend(Part(s, e, x, encode_payloads(e, offset=len(request.events))) for s, e, x in rest)
+        offset = len(request.events)
+        for stream, events, expected in rest:  # errors count events across the whole call
+            request.parts.append(Part(stream, events, expected, encode_payloads(events, offset=offset)))
+            offset += len(events)
         return request
 
     @property
@@ -98,8 +102,6 @@ class Request:
 
         :raises DuplicateEventIdError: for a reused id with other content, or a mix of recorded and new ids.
         """
-        from .validation import resolve_retry
-
         if len(self.parts) == 1:
             return resolve_retry(self.stream, self.events, originals)
         out: list[Envelope] = []
@@ -130,8 +132,15 @@ class Request:
 class GroupCommitter:
     """Gathers concurrent requests into groups and runs ``commit`` on each group, one group at a time."""
 
-    def __init__(self, commit: Callable[[list[Request]], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        commit: Callable[[list[Request]], Awaitable[None]],
+        commit_now: Callable[[list[Request]], bool] | None = None,
+    ) -> None:
+        """``commit_now``, if given, tries a commit without awaiting (so nothing can cancel it) and says
+        whether it did; otherwise, or when it did not, ``commit`` runs, shielded from cancellation."""
         self._commit = commit
+        self._commit_now = commit_now
         self._pending: list[Request] = []
         self._leading = False
         self._committed: anyio.Event | None = None
@@ -176,8 +185,9 @@ class GroupCommitter:
         for request in group:
             request.state = _COMMITTING
         try:
-            with anyio.CancelScope(shield=True):  # a half-run commit would leave every outcome unknown
-                await self._commit(group)
+            if self._commit_now is None or not self._commit_now(group):
+                with anyio.CancelScope(shield=True):  # a half-run commit would leave every outcome unknown
+                    await self._commit(group)
         except BaseException as e:  # the commit as a whole failed: that is every open request's outcome
             for request in group:
                 if request.error is None and not request.result:

@@ -63,7 +63,7 @@ from .postgres_sql import (
     STATEMENTS,
     TABLE,
 )
-from .validation import check_new_events, resolve_retry
+from .validation import check_new_events
 
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _Raw: Final = msgspec.Raw
@@ -195,6 +195,9 @@ class PostgresLog(LogStore):
             return []
         return await self._group.submit(Request(stream, events, expected_version))
 
+    async def _submit(self, request: Request) -> list[Envelope]:
+        return await self._group.submit(request)
+
     async def _commit_fast(self, group: list[Request]) -> bool:
         """Commit a group with one statement when nothing in it is a retry or a conflict; False if not done.
 
@@ -248,9 +251,10 @@ class PostgresLog(LogStore):
         BEGIN + lock + the three reads, then INSERT + NOTIFY + COMMIT. (The reads must be statements of
         their own after the lock's: a statement's snapshot is taken when it starts.)
         """
-        ids = [new.event_id for request in group for new in request.events]
-        streams = sorted({request.stream for request in group})
-        if len(streams) == len(group) and len(set(ids)) == len(ids) and await self._commit_fast(group):
+        ids = [new.event_id for request in group for new in request.all_events]
+        streams = sorted({part.stream for request in group for part in request.parts})
+        single = all(len(request.parts) == 1 for request in group)
+        if single and len(streams) == len(group) and len(set(ids)) == len(ids) and await self._commit_fast(group):
             return
         staged: list[tuple[Request, list[Envelope]]] = []
         async with self._connection() as conn, conn.pipeline(), conn.transaction():
@@ -266,31 +270,30 @@ class PostgresLog(LogStore):
             for request in group:
                 request.error = None
                 try:
-                    retried = resolve_retry(
-                        request.stream, request.events, [recorded.get(n.event_id) for n in request.events]
-                    )
+                    retried = request.retry_result([recorded.get(n.event_id) for n in request.all_events])
                     if retried is not None:
                         request.result = retried
                         continue
-                    version = versions.get(request.stream, 0)
-                    check_expected_version(request.stream, request.expected, version)
+                    for part in request.parts:  # every part's check before any is staged: all or none
+                        check_expected_version(part.stream, part.expected, versions.get(part.stream, 0))
                 except LoopdError as e:
                     request.error = e
                     continue
                 envelopes = []
-                for new in request.events:
-                    head += 1
-                    version += 1
-                    data = new.data_bytes()
-                    env = Envelope(
-                        head, request.stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                        new.causation_id, new.correlation_id, _Raw(data),
-                    )
-                    for column, value in zip(columns, _row(env, data), strict=True):
-                        column.append(value)
-                    recorded[new.event_id] = env  # a later request of the group retrying it sees it
-                    envelopes.append(env)
-                versions[request.stream] = version
+                for stream, events, _expected, payloads in request.parts:
+                    version = versions.get(stream, 0)
+                    for new, data in zip(events, payloads, strict=True):
+                        head += 1
+                        version += 1
+                        env = Envelope(
+                            head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                            new.causation_id, new.correlation_id, _Raw(data),
+                        )
+                        for column, value in zip(columns, _row(env, data), strict=True):
+                            column.append(value)
+                        recorded[new.event_id] = env  # a later request of the group retrying it sees it
+                        envelopes.append(env)
+                    versions[stream] = version
                 staged.append((request, envelopes))
             if staged:
                 await conn.execute(self._sql["insert"], columns)
@@ -372,11 +375,13 @@ class PostgresLog(LogStore):
                 _log.warning("listening on %s failed (%s); retrying in 1 s", self.url, e)
                 await anyio.sleep(1.0)
 
-    async def wait_for(self, position: int, timeout: float) -> bool:  # noqa: ASYNC109 - the log API names it
+    async def wait_for(self, position: int, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the log API
         """Wait until the log's head reaches ``position``: woken by NOTIFY, with a one-second poll as a safety net.
 
         Returns whether it did before ``timeout`` seconds passed.
         """
+        if await self.head() >= position:
+            return True
         with anyio.move_on_after(timeout):
             commits = self.commits()
             try:

@@ -5,7 +5,7 @@ The store owns one plain :mod:`sqlite3` connection and runs blocking work on one
 
 - An uncontended commit (no other call on the connection, the write lock free) runs on the event-loop
   thread with a zero busy timeout: a thread hand-off costs about half an fsync here, so this is the fast
-  path. The busy timeout is restored right after, in every case.
+  path. Every call on the worker thread first restores the busy timeout, so nothing else runs without it.
 - When another process holds the write lock, the commit moves to the worker thread and waits there (busy
   timeout :data:`~.sqlite_ops.BUSY_TIMEOUT_MS`), so waiting never blocks the loop.
 
@@ -54,9 +54,10 @@ class SqliteLog(LogStore):
         self.url = f"sqlite:{path}"
         self._conn = conn
         self._limiter = anyio.CapacityLimiter(1)
-        self._group = GroupCommitter(self._commit)
+        self._group = GroupCommitter(self._commit, self._commit_now)
         self._closed = False
         self._in_flight = 0  # calls on (or queued for) the worker thread; inline commits need it idle
+        self._waits = True  # the connection's busy timeout is BUSY_TIMEOUT_MS (False: 0, for an inline commit)
 
     @classmethod
     async def open(cls, path: Path, *, synchronous: str = "FULL", create: bool = True) -> SqliteLog:
@@ -93,7 +94,7 @@ class SqliteLog(LogStore):
         self._in_flight += 1
         started = time.monotonic()
         try:
-            return await anyio.to_thread.run_sync(fn, self._conn, *args, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(self._waiting, fn, args, limiter=self._limiter)
         except LoopdError:
             raise
         except sqlite3.Error as e:
@@ -101,23 +102,39 @@ class SqliteLog(LogStore):
         finally:
             self._in_flight -= 1
 
-    async def _commit(self, group: list[Request]) -> None:
-        """Commit a group: inline when the connection is idle and the write lock is free, else on the thread."""
+    def _waiting(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        """On the worker thread: restore the busy timeout an inline commit lowered, then run ``fn``."""
+        if not self._waits:
+            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._waits = True
+        return fn(self._conn, *args)
+
+    def _commit_now(self, group: list[Request]) -> bool:
+        """Commit on the event-loop thread when the connection is idle and the write lock is free.
+
+        Returns False, having written nothing, when the commit must wait (another call on the connection,
+        or another process holding the write lock): :meth:`_commit` then runs it on the worker thread.
+        """
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
-        if self._in_flight == 0:
-            conn = self._conn
+        if self._in_flight:
+            return False
+        conn = self._conn
+        if self._waits:  # lowered once for a run of inline commits; every thread call restores it first
             conn.execute("PRAGMA busy_timeout = 0")
-            try:
-                ops.commit_group(conn, group)
-                return
-            except sqlite3.OperationalError as e:
-                if not ops.is_busy(e):
-                    raise ops.translate(e, str(self.path), None) from e
-            except sqlite3.Error as e:
+            self._waits = False
+        try:
+            ops.commit_group(conn, group)
+        except sqlite3.OperationalError as e:
+            if not ops.is_busy(e):
                 raise ops.translate(e, str(self.path), None) from e
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            return False
+        except sqlite3.Error as e:
+            raise ops.translate(e, str(self.path), None) from e
+        return True
+
+    async def _commit(self, group: list[Request]) -> None:
+        """Commit on the worker thread, waiting out another writer's lock (the busy timeout)."""
         await self._run(ops.commit_group, group)
 
     # -- writing ------------------------------------------------------------------------------------

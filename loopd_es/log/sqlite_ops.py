@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -37,7 +38,7 @@ COLUMNS: Final = (
     "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
 )
 _COLUMN_NAMES: Final = [c.strip() for c in COLUMNS.split(",")]
-_INSERT: Final = f"INSERT INTO events ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+_INSERT: Final = f"INSERT INTO events ({COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _SCHEMA: Final = """
 CREATE TABLE events (
     position       INTEGER PRIMARY KEY,
@@ -50,17 +51,33 @@ CREATE TABLE events (
     causation_id   TEXT,
     correlation_id TEXT,
     data           BLOB    NOT NULL,
+    crc            INTEGER,
     UNIQUE (stream, version)
 )
 """
+_ADD_CRC: Final = "ALTER TABLE events ADD COLUMN crc INTEGER"
+
+
+def row_crc(
+    position: int, stream: str, version: int, event_id: str, kind: str, schema_version: int, recorded_at: str,
+    causation_id: str | None, correlation_id: str | None, data: bytes | str,
+) -> int:
+    """CRC-32 of every field of a row (the nine envelope fields as MessagePack, then the payload bytes): what
+    ``verify`` recomputes to catch an edit that stays valid JSON."""
+    head = _PACK((position, stream, version, event_id, kind, schema_version, recorded_at, causation_id, correlation_id))
+    return zlib.crc32(data if isinstance(data, bytes) else str(data).encode(), zlib.crc32(head))
+
+
+_PACK: Final = msgspec.msgpack.Encoder().encode
 _Raw: Final = msgspec.Raw
 
 
 # -- opening ------------------------------------------------------------------------------------------
 
 
-def check_log(conn: sqlite3.Connection, where: str) -> bool:
-    """True when the database holds a loopd-es log, False when it holds no table at all.
+def check_log(conn: sqlite3.Connection, where: str) -> bool | None:
+    """True when the database holds a loopd-es log with checksums, None for one written before checksums
+    (readable; a writer adds them), False when it holds no table at all.
 
     :raises NotALogError: for any other database, or a file that is not a database.
     """
@@ -78,7 +95,9 @@ def check_log(conn: sqlite3.Connection, where: str) -> bool:
     if "events" not in tables or app not in (0, APPLICATION_ID):
         raise NotALogError(where, f"the database holds other tables ({', '.join(sorted(tables)[:5])})")
     columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
-    if columns != _COLUMN_NAMES:
+    if columns == _COLUMN_NAMES:
+        return None
+    if columns != [*_COLUMN_NAMES, "crc"]:
         raise NotALogError(where, f"its 'events' table has other columns ({', '.join(columns)})")
     return True
 
@@ -108,18 +127,35 @@ def setup(conn: sqlite3.Connection, where: str, synchronous: str, create: bool) 
 def _setup_once(conn: sqlite3.Connection, where: str, synchronous: str, create: bool) -> None:
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute(f"PRAGMA synchronous = {synchronous}")
-    if check_log(conn, where):
+    state = check_log(conn, where)
+    if state is not False:
         if create and str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
             _switch_to_wal(conn)
+        if create and state is None:
+            _add_checksums(conn, where)
         return
     if not create:
         raise LogNotFoundError(where)
     _switch_to_wal(conn)
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if not check_log(conn, where):  # another process may have created it meanwhile
+        if check_log(conn, where) is False:  # another process may have created it meanwhile
             conn.execute(_SCHEMA)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _add_checksums(conn: sqlite3.Connection, where: str) -> None:
+    """Give a log written before checksums its ``crc`` column, computed from each row as it stands (once)."""
+    conn.create_function("loopd_crc", 10, row_crc, deterministic=True)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if check_log(conn, where) is None:  # another writer may have done it meanwhile
+            conn.execute(_ADD_CRC)
+            conn.execute(f"UPDATE events SET crc = loopd_crc({COLUMNS})")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -149,12 +185,16 @@ def commit_group(conn: sqlite3.Connection, group: list[Request]) -> None:
     conn.execute("BEGIN IMMEDIATE")  # outside the try: when it fails there is nothing to roll back
     isolate = len(group) > 1
     try:
-        head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        versions: dict[str, int] = {}
+        if isolate or len(group[0].parts) > 1:
+            head = conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0]
+        else:  # the commonest commit, one append to one stream: head and version in one statement
+            stream = group[0].stream
+            head, versions[stream] = conn.execute(_HEAD_AND_VERSION, (stream,)).fetchone()
         recorded_at = now_rfc3339()
         if isolate and _stage_group(conn, group, head, recorded_at):
             conn.execute("COMMIT")
             return
-        versions: dict[str, int] = {}
         for request in group:
             request.error = None
             try:
@@ -224,10 +264,9 @@ def _envelopes(
         for new, data in zip(events, payloads, strict=True):
             head += 1
             version += 1
-            rows.append(
-                (head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                 new.causation_id, new.correlation_id, data)
-            )
+            row = (head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                   new.causation_id, new.correlation_id, data)
+            rows.append((*row, row_crc(*row)))
             envelopes.append(
                 Envelope(
                     head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
@@ -236,6 +275,12 @@ def _envelopes(
             )
         versions[stream] = version
     return envelopes
+
+
+_HEAD_AND_VERSION: Final = (
+    "SELECT (SELECT coalesce(max(position), 0) FROM events),"
+    " (SELECT coalesce(max(version), 0) FROM events WHERE stream = ?)"
+)
 
 
 class _SeenIds(Exception):
@@ -247,7 +292,10 @@ def _stage(
     isolate: bool,
 ) -> int:
     """Insert one request's events; ids are checked by the UNIQUE constraint, retries resolved on a hit."""
-    current = {part.stream: versions.get(part.stream) or stream_version(conn, part.stream) for part in request.parts}
+    current = {
+        part.stream: versions[part.stream] if part.stream in versions else stream_version(conn, part.stream)
+        for part in request.parts
+    }
     try:
         for part in request.parts:
             check_expected_version(part.stream, part.expected, current[part.stream])
@@ -335,7 +383,8 @@ def read_rows(
     cursor = conn.execute(
         f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY {key} {order} LIMIT ?", (*args, size)
     )
-    return list(map(row_to_envelope, cursor.fetchall()))
+    raw = _Raw  # unpacking in a comprehension: about 100 ns a row cheaper than a call per row
+    return [Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, s, v, i, t, sv, r, c, co, d in cursor.fetchall()]
 
 
 def head(conn: sqlite3.Connection) -> int:
@@ -376,9 +425,12 @@ def insert_verbatim(conn: sqlite3.Connection, batch: list[Envelope]) -> None:
     conn.executemany(
         _INSERT,
         [
-            (e.position, e.stream, e.version, e.event_id, e.type, e.schema_version, e.recorded_at,
-             e.causation_id, e.correlation_id, bytes(e.data))
-            for e in batch
+            (*row, row_crc(*row))
+            for row in (
+                (e.position, e.stream, e.version, e.event_id, e.type, e.schema_version, e.recorded_at,
+                 e.causation_id, e.correlation_id, bytes(e.data))
+                for e in batch
+            )
         ],
     )
 
@@ -410,7 +462,20 @@ def verify(conn: sqlite3.Connection, report: VerifyReport) -> None:
         if vmin != 1 or vmax != n:
             report.problems.append(f"{where}: stream {stream!r}: {n} events span versions {vmin}..{vmax}")
     decoder = msgspec.json.Decoder()
-    for position, data in conn.execute("SELECT position, data FROM events ORDER BY position"):
+    checked = check_log(conn, where) is True
+    if not checked:
+        report.notes.append(
+            f"{where}: written before per-event checksums: edits that keep valid JSON cannot be detected "
+            "until a writer (any append) adds them"
+        )
+    select = f"SELECT {COLUMNS}, {'crc' if checked else 'NULL'} FROM events ORDER BY position"
+    for row in conn.execute(select):
+        position, data = row[0], row[9]
+        if checked and row[10] != row_crc(*row[:10]):
+            report.problems.append(
+                f"{where}: event at position {position}: checksum mismatch: the row was changed after it was "
+                "written (or its checksum was)"
+            )
         try:
             value = decoder.decode(data)
         except msgspec.DecodeError as e:

@@ -21,6 +21,7 @@ compensated and the switch is recorded as failed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
@@ -213,8 +214,21 @@ class SwitchSaga:
             goal_id=st.goal_id, switch_id=st.switch_id, model_result=results.get("switch_model"),
             agent_result=results.get("switch_agent"), rolled_back=rolled_back, persist_failed=refused,
         )
-        recorded = await self.service.execute(command, ctx)
-        outcome = _outcome_of(recorded) or await self._goal_outcome(st) or "abandoned"
+
+
+        def finished(events: Sequence[Event]) -> tuple[str, Sequence[Event], int] | None:
+            """The saga's last step, recorded in the same append as the goal outcome it decides."""
+            decided = _outcome_of({e.event_type: e for e in events})
+            if decided is None:
+                return None
+            done = s.SwitchSagaFinished(
+                switch_id=st.switch_id, goal_id=st.goal_id, outcome=decided, recovered=recovering
+            )
+            return switch_stream(st.switch_id), [done], saga.version
+
+        recorded, done = await self.service.execute_with(command, ctx, finished)
+        saga.fold(done)
+        outcome = _outcome_of({e.type: e for e in recorded}) or await self._goal_outcome(st) or "abandoned"
         report = await self._finish(saga, ctx, outcome, recovering)
         report.resumed = any(e.type == "goal.resumed" for e in recorded)
         report.error = error if outcome in ("failed", "rolled-back") else None
@@ -314,13 +328,14 @@ class SwitchSaga:
             e async for e in self.service.store.read_stream(stream)
             if e.type in _OUTCOME_TYPES and e.data_dict().get("switch_id") == st.switch_id
         ]
-        return _outcome_of(found)
+        return _outcome_of({e.type: e for e in found})
 
 
-def _outcome_of(recorded: list[Envelope]) -> s.SagaOutcome | None:
-    types = {e.type: e for e in recorded}
+def _outcome_of(types: Mapping[str, Envelope | Event]) -> s.SagaOutcome | None:
+    """The saga outcome a goal's events (recorded envelopes or decided payloads, by type) say."""
     if i.IdentitySwitchApplied.event_type in types:
-        applied = decode_payload(types[i.IdentitySwitchApplied.event_type])
+        found = types[i.IdentitySwitchApplied.event_type]
+        applied = found if isinstance(found, i.IdentitySwitchApplied) else decode_payload(found)  # type: ignore[arg-type]
         assert isinstance(applied, i.IdentitySwitchApplied)
         return "next-prompt" if applied.outcome == "next-prompt" else "applied"
     if i.IdentityRollbackFailed.event_type in types:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import msgspec
 
@@ -41,6 +41,11 @@ class Ctx(msgspec.Struct, frozen=True):
         return Ctx(self.correlation_id, event_id)
 
 
+Companion: TypeAlias = "Callable[[Sequence[Event]], tuple[str, Sequence[Event], ExpectedVersion] | None]"
+"""Given a decision's goal events, the events another stream must record with them (stream, events, expected
+version), or None: what :meth:`GoalPort.execute_with` writes in the same atomic append."""
+
+
 class GoalPort(Protocol):
     """The goal service as the sagas use it: the log, the host, the clock, load/decide/append."""
 
@@ -54,6 +59,12 @@ class GoalPort(Protocol):
 
     async def execute(self, command: c.GoalCommand, ctx: Ctx) -> list[Envelope]:
         """Decide ``command`` on the goal's current version and append the result (re-decided on conflict)."""
+        ...
+
+    async def execute_with(
+        self, command: c.GoalCommand, ctx: Ctx, companion: Companion
+    ) -> tuple[list[Envelope], list[Envelope]]:
+        """:meth:`execute`, with ``companion``'s events for another stream in the same atomic append."""
         ...
 
     async def append(

@@ -19,9 +19,14 @@ from loopd_es.errors import CorruptLogError, LogNotFoundError, StoreUnavailableE
 from loopd_es.log import open_store
 from loopd_es.log.ndjson import NdjsonLog
 from loopd_es.log.ndjson_index import IndexFile
-
-from .contract import LogStoreContract, assert_log_invariants, everything, new, stream_events
-from .contract_integrity import IntegrityContract
+from loopd_es.testing import (
+    IntegrityContract,
+    LogStoreContract,
+    assert_log_invariants,
+    everything,
+    new,
+    stream_events,
+)
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore

@@ -12,9 +12,9 @@ import pytest
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log import open_store
 from loopd_es.log.postgres import PostgresLog
+from loopd_es.testing import LogStoreContract
 
 from ..postgres_server import pg_url
-from .contract import LogStoreContract
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore

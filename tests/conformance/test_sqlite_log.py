@@ -20,9 +20,7 @@ from loopd_es.errors import (
 from loopd_es.events.envelope import NO_STREAM
 from loopd_es.log import open_store
 from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
-
-from .contract import LogStoreContract, assert_log_invariants, everything, new
-from .contract_integrity import IntegrityContract
+from loopd_es.testing import IntegrityContract, LogStoreContract, assert_log_invariants, everything, new
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -91,6 +89,44 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         with pytest.raises(LogNotFoundError):
             await SqliteLog.open(tmp_path / "absent.db", create=False)
         assert not (tmp_path / "absent.db").exists()
+
+    async def test_cancelled_while_waiting_for_another_writer_tells_the_truth(
+        self, store: LogStore, tmp_path: Path
+    ) -> None:
+        """The commit moves to the worker thread while another process holds the write lock; cancel then."""
+        await store.append("s", [new()])
+        con = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+        outcomes: dict[int, object] = {}
+        try:
+            con.execute("BEGIN IMMEDIATE")
+
+            async def writer(w: int, scope: anyio.CancelScope) -> None:
+                with scope:
+                    outcomes[w] = await store.append(f"w{w}", [new(w=w)])
+                if scope.cancelled_caught:
+                    outcomes[w] = "cancelled"
+
+            scopes = [anyio.CancelScope() for _ in range(4)]
+            with anyio.fail_after(30):
+                async with anyio.create_task_group() as tg:
+                    for w in range(4):
+                        tg.start_soon(writer, w, scopes[w])
+                    await anyio.sleep(0.2)  # the group's commit now waits on the worker thread
+                    for scope in scopes[:2]:
+                        scope.cancel()
+                    await anyio.sleep(0.2)
+                    con.execute("COMMIT")
+        finally:
+            con.close()
+        envs = await everything(store)
+        for w in range(4):
+            landed = [e for e in envs if e.stream == f"w{w}"]
+            if outcomes[w] == "cancelled":
+                assert landed == [], f"writer {w} told cancelled, yet its event landed"
+            else:
+                assert outcomes[w] == landed, f"writer {w}: acknowledged but not as recorded"
+        assert all(outcomes[w] != "cancelled" for w in (2, 3))
+        assert_log_invariants(envs)
 
     async def test_busy_timeout_is_restored_after_an_inline_commit(self, store: LogStore) -> None:
         """An uncontended commit runs with a zero busy timeout; whatever runs next must wait again."""
@@ -169,11 +205,69 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
         con.close()
 
+    async def test_verify_detects_an_edit_that_stays_valid_json(self, store: LogStore, tmp_path: Path) -> None:
+        await store.append("s", [new(amount=10), new(amount=20)])
+        assert (await store.verify()).ok
+        con = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+        try:
+            con.execute("""UPDATE events SET data = '{"amount":99}' WHERE position = 2""")
+        finally:
+            con.close()
+        report = await store.verify()
+        assert not report.ok
+        assert any("position 2" in p and "checksum" in p for p in report.problems), report.problems
+        assert [e.data_dict() for e in await everything(store)] == [{"amount": 10}, {"amount": 99}]  # envelope unchanged
+
+    async def test_a_log_written_before_checksums_is_read_untouched_and_upgraded_by_a_writer(
+        self, tmp_path: Path
+    ) -> None:
+        path = tmp_path / "old.db"
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute(_OLD_SCHEMA)
+        con.execute("PRAGMA journal_mode = WAL")
+        con.execute(
+            "INSERT INTO events VALUES (1, 's', 1, '01a2390e-e4d0-7000-b93a-34ab9f82a9bd', 't.x', 1,"
+            " '2026-01-01T00:00:00.000000Z', NULL, NULL, X'7B7D')"
+        )
+        con.close()
+        before = _dump(path)
+        async with await SqliteLog.open(path, create=False) as s:
+            assert [e.position for e in await everything(s)] == [1]
+            report = await s.verify()
+            assert report.ok and any("before per-event checksums" in n for n in report.notes)
+        assert _dump(path) == before, "a reader altered an old log"
+        async with await SqliteLog.open(path) as s:  # a writer adds the checksums
+            await s.append("s", [new()], 1)
+            report = await s.verify()
+            assert report.ok and report.notes == [] and report.events == 2
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("UPDATE events SET type = 't.y' WHERE position = 1")
+        con.close()
+        async with await SqliteLog.open(path, create=False) as s:
+            assert any("position 1" in p for p in (await s.verify()).problems)
+
     async def test_unknown_option_is_a_usage_error(self, tmp_path: Path) -> None:
         with pytest.raises(UsageError):
             await open_store(f"sqlite:{tmp_path / 'log.db'}?synchronous=SOMETIMES")
         with pytest.raises(UsageError):
             await open_store(f"sqlite:{tmp_path / 'log.db'}?colour=blue")
+
+
+_OLD_SCHEMA = """
+CREATE TABLE events (
+    position INTEGER PRIMARY KEY, stream TEXT NOT NULL, version INTEGER NOT NULL, event_id TEXT NOT NULL UNIQUE,
+    type TEXT NOT NULL, schema_version INTEGER NOT NULL, recorded_at TEXT NOT NULL, causation_id TEXT,
+    correlation_id TEXT, data BLOB NOT NULL, UNIQUE (stream, version)
+)
+"""
+
+
+def _dump(path: Path) -> list[str]:
+    con = sqlite3.connect(path)
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
 
 
 def _names(directory: Path) -> list[str]:

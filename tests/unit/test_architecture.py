@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "host": 2,
     "replay": 3,
     "procs": 3,
+    "testing": 3,  # the log contract suite (and the memory backend) shipped for backend authors
     "projector": 3,
     "sagas": 4,
     "app": 5,

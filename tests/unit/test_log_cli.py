@@ -490,7 +490,7 @@ def test_unwritable_store_is_a_storage_error(cli: Any, tmp_path: Path, scheme: s
 
 
 def test_unknown_store_scheme_is_a_usage_error(cli: Any) -> None:
-    assert_one_line_error(cli("--store", "postgres://nowhere/db", "read"), 2)
+    assert_one_line_error(cli("--store", "mysql://nowhere/db", "read"), 2)
 
 
 def test_read_notes_a_torn_tail_it_skips(cli: Any, tmp_path: Path) -> None:
@@ -583,3 +583,55 @@ def test_read_by_type_backwards_and_last(cli: Any, url: str) -> None:
     assert positions("--stream", "goal-1", "--backwards", "--type", "goal.paused") == [6, 2]
     assert positions("--stream", "goal-0", "--type", "goal.resumed") == [1]
     assert positions("--last", "0") == []
+
+
+def test_verify_exits_4_on_a_silent_sqlite_edit(cli: Any, tmp_path: Path) -> None:
+    import sqlite3
+
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    seed(url, "goal-1", paused("g1"), paused("g2"))
+    con = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+    con.execute("""UPDATE events SET data = '{"goal_id":"g9"}' WHERE position = 1""")
+    con.close()
+    r = cli("--store", url, "verify")
+    assert r.code == 4 and "checksum mismatch" in r.out, r
+
+
+def test_the_help_overview_matches_the_command_modules_without_importing_them() -> None:
+    """`loopd-es --help` lists every command with the help its module registers, from a table in main."""
+    import argparse
+
+    from loopd_es.cli.main import COMMAND_HELP, COMMAND_MODULES, build_parser
+
+    assert COMMAND_HELP.keys() == COMMAND_MODULES.keys(), "add the new command's one-liner to COMMAND_HELP"
+    registered: dict[str, str] = {}
+    for name in set(COMMAND_MODULES.values()):
+        for action in build_parser(next(c for c, m in COMMAND_MODULES.items() if m == name))._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                registered.update(
+                    {a.dest: str(a.help) for a in action._choices_actions if COMMAND_MODULES.get(a.dest) == name}
+                )
+    assert registered == COMMAND_HELP
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "loopd_es.cli", "--help"],
+        capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert all(name in r.stdout for name in COMMAND_HELP)
+    imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
+    assert not {f"loopd_es.cli.{m}" for m in COMMAND_MODULES.values()} & imported
+
+
+@pytest.mark.parametrize("command", [("read",), ("verify",), ("streams",), APPEND_G1])
+def test_another_applications_database_is_refused_untouched(cli: Any, tmp_path: Path, command: tuple[str, ...]) -> None:
+    import sqlite3
+
+    path = tmp_path / "other-app.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (body TEXT)")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    r = cli("--store", f"sqlite:{path}", *command)
+    assert_one_line_error(r, 4)
+    assert "not a loopd-es log" in r.err
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["other-app.db"]

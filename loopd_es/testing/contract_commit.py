@@ -1,6 +1,6 @@
 """Contract, part two: group commit under shared failure and cancellation, multi-stream appends, filtered reads.
 
-A mixin of :class:`~tests.conformance.contract.LogStoreContract`; every backend runs it.
+A mixin of :class:`~loopd_es.testing.contract.LogStoreContract`; every backend runs it.
 """
 
 from __future__ import annotations
@@ -11,11 +11,10 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from loopd_es.errors import DuplicateEventIdError, StreamNotFoundError, UsageError, WrongExpectedVersionError
-from loopd_es.events.envelope import ANY, NO_STREAM, Envelope, NewEvent
-from loopd_es.log.base import LogStore, StreamWrite
-
-from .contract_helpers import assert_log_invariants, everything, new
+from ..errors import DuplicateEventIdError, StreamNotFoundError, UsageError, WrongExpectedVersionError
+from ..events.envelope import ANY, NO_STREAM, Envelope, NewEvent
+from ..log.base import LogStore, StreamWrite
+from .helpers import assert_log_invariants, everything, new
 
 
 class _Unencodable:

@@ -1,7 +1,8 @@
 """The behaviour every :class:`~loopd_es.log.base.LogStore` backend must have.
 
-``LogStoreContract`` is not collected by pytest (no ``Test`` prefix); each backend subclasses it in
-``test_<backend>_log.py`` and overrides the ``store_url`` and ``store`` fixtures. Backend-specific tests live in
+``LogStoreContract`` is not collected by pytest (no ``Test`` prefix); each backend subclasses it (this
+repository's in ``tests/conformance/test_<backend>_log.py``, anyone else's in their own tests: see
+:mod:`loopd_es.testing`) and overrides the ``store_url`` and ``store`` fixtures. Backend-specific tests live in
 the subclass, never as branches here.
 """
 
@@ -19,23 +20,22 @@ import anyio.lowlevel
 import msgspec
 import pytest
 
-from loopd_es.errors import (
+from ..errors import (
     CorruptLogError,
     DuplicateEventIdError,
     StreamNotFoundError,
     UsageError,
     WrongExpectedVersionError,
 )
-from loopd_es.events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
-from loopd_es.log import open_store
-from loopd_es.log.base import READ_BATCH, LogStore
-
+from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
+from ..log import open_store
+from ..log.base import READ_BATCH, LogStore
 from .contract_commit import CommitContract
-from .contract_helpers import assert_log_invariants as assert_log_invariants
-from .contract_helpers import batches, flat, positions
-from .contract_helpers import everything as everything
-from .contract_helpers import new as new
-from .contract_helpers import stream_events as stream_events
+from .helpers import assert_log_invariants as assert_log_invariants
+from .helpers import batches, flat, positions
+from .helpers import everything as everything
+from .helpers import new as new
+from .helpers import stream_events as stream_events
 
 RFC3339_MICROS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
@@ -72,6 +72,13 @@ async def _as_batches(envs: list[Envelope], *sizes: int) -> AsyncIterator[list[E
 
 class LogStoreContract(CommitContract):
     """Every test here runs against every backend; a backend passes all of them or is wrong."""
+
+    pytestmark = pytest.mark.anyio  # every test is async, run by anyio's pytest plugin
+
+    @pytest.fixture
+    def anyio_backend(self) -> str:
+        """asyncio: what loopd-es runs on (a subclass may override it to try another backend)."""
+        return "asyncio"
 
     @pytest.fixture
     def store_url(self, tmp_path: Path) -> str:

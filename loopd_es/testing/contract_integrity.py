@@ -12,14 +12,13 @@ from typing import TYPE_CHECKING
 import msgspec
 import pytest
 
-from loopd_es.errors import StorageError, UsageError
-from loopd_es.events.envelope import NewEvent
-from loopd_es.log import open_store
-
-from .contract import assert_log_invariants, everything, new
+from ..errors import StorageError, UsageError
+from ..events.envelope import NewEvent
+from ..log import open_store
+from .helpers import assert_log_invariants, everything, new
 
 if TYPE_CHECKING:
-    from loopd_es.log.base import LogStore
+    from ..log.base import LogStore
 
 
 class IntegrityContract:

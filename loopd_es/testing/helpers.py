@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loopd_es.events.envelope import Envelope, NewEvent
+from ..events.envelope import Envelope, NewEvent
 
 if TYPE_CHECKING:
-    from loopd_es.log.base import LogStore
+    from ..log.base import LogStore
 
 
 def new(type_: str = "test.happened", /, **data: Any) -> NewEvent:

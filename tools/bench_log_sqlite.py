@@ -1,0 +1,280 @@
+"""Benchmark the SQLite log against ``eventsourcing``'s SQLite recorder in the same run, read scaling, CLI start-up.
+
+    python tools/bench_log_sqlite.py                       # full run (scaling up to 1M events)
+    python tools/bench_log_sqlite.py --scale 10000 100000 --runs 3   # a quicker look
+
+Prints one JSON document. Every figure is a median of ``--runs`` interleaved runs beside its peer or limit,
+measured in the same run, with the ratio and the target from issue 9:
+
+- ``single_append``: one event per durable append, one writer, vs the peer recorder's ``insert_events`` of one
+  event (target: faster);
+- ``batch_100``: 100-event batches vs the peer's 100-event ``insert_events`` (target: >= 1x);
+- ``read_all``: ``read_all`` to envelopes vs the peer's ``select_notifications`` to ``Notification`` objects,
+  both in pages of 4096 (target: >= 3x);
+- ``scaling``: for logs of each ``--scale`` size, reading one 10-event stream and ``read_all(from, limit=1)``
+  at the middle of the log, in ms (the cost should not grow with the log);
+- ``cli_startup``: ``loopd-es read --limit 1`` and ``loopd-es --help`` vs ``python -c pass`` (target: <= 3x).
+
+``eventsourcing`` is a benchmark-only peer (``pip install eventsourcing``), not a dependency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from loopd_es.events.envelope import NewEvent
+from loopd_es.log import open_store
+
+PAYLOAD = {"goal_id": "g-000123", "summary": "s" * 120, "turn": 7}
+TYPE = "goal.progress"
+PAGE = 4096
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def _figure(
+    unit: str, mine: list[float], peer: list[float], target: str, ok: Callable[[float], bool]
+) -> dict[str, Any]:
+    ratio = _median([m / p for m, p in zip(mine, peer, strict=True)])
+    return {
+        "unit": unit,
+        "loopd_es": round(_median(mine), 1),
+        "peer": round(_median(peer), 1),
+        "loopd_es_runs": [round(x, 1) for x in mine],
+        "peer_runs": [round(x, 1) for x in peer],
+        "ratio": round(ratio, 3),
+        "target": target,
+        "pass": ok(ratio),
+    }
+
+
+# -- loopd-es ---------------------------------------------------------------------------------------------
+
+
+async def _mine_appends(path: Path, n: int, size: int) -> float:
+    async with await open_store(f"sqlite:{path}") as store:
+        batches = [[NewEvent(type=TYPE, data=PAYLOAD) for _ in range(size)] for _ in range(n // size)]
+        t = time.perf_counter()
+        for version, batch in enumerate(batches):
+            await store.append("stream-1", batch, version * size)
+        return n / (time.perf_counter() - t)
+
+
+async def _mine_read(path: Path) -> float:
+    async with await open_store(f"sqlite:{path}", create=False) as store:
+        t = time.perf_counter()
+        n = 0
+        async for batch in store.read_batches():
+            n += len(batch)
+        return n / (time.perf_counter() - t)
+
+
+async def _fill(path: Path, total: int, streams: int) -> None:
+    """A log of ``streams`` streams whose events are spread over the whole log (round-robin, 1,000 per append)."""
+    async with await open_store(f"sqlite:{path}?synchronous=OFF") as store:
+        rounds = total // streams
+        for _ in range(rounds):
+            for first in range(0, streams, 1000):
+                writes = [
+                    (f"s-{k}", [NewEvent(type=TYPE, data=PAYLOAD)])
+                    for k in range(first, min(first + 1000, streams))
+                ]
+                await store.append_many(writes)
+
+
+async def _mine_scaling(path: Path, total: int, streams: int) -> tuple[float, float]:
+    async with await open_store(f"sqlite:{path}", create=False) as store:
+        stream = f"s-{streams // 2}"
+        t = time.perf_counter()
+        found = [e async for e in store.read_stream(stream, limit=10)]
+        one_stream = (time.perf_counter() - t) * 1000
+        assert len(found) == 10
+        t = time.perf_counter()
+        found = [e async for e in store.read_all(total // 2, limit=1)]
+        bounded = (time.perf_counter() - t) * 1000
+        assert len(found) == 1
+        return one_stream, bounded
+
+
+# -- the eventsourcing peer ------------------------------------------------------------------------------
+
+
+def _peer_recorder(path: Path) -> Any:
+    from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+    datastore = SQLiteDatastore(str(path))
+    recorder = SQLiteApplicationRecorder(datastore)
+    recorder.create_table()
+    return datastore, recorder
+
+
+def _peer_appends(path: Path, n: int, size: int) -> float:
+    from eventsourcing.persistence import StoredEvent
+
+    datastore, recorder = _peer_recorder(path)
+    originator = uuid.uuid4()
+    state = msgspec.json.encode(PAYLOAD)
+    batches = [
+        [
+            StoredEvent(originator_id=originator, originator_version=b * size + i, topic=TYPE, state=state)
+            for i in range(size)
+        ]
+        for b in range(n // size)
+    ]
+    t = time.perf_counter()
+    for batch in batches:
+        recorder.insert_events(batch)
+    result = n / (time.perf_counter() - t)
+    datastore.close()
+    return result
+
+
+def _peer_read(path: Path) -> float:
+    datastore, recorder = _peer_recorder(path)
+    t = time.perf_counter()
+    n = 0
+    start = 1
+    while True:
+        page = recorder.select_notifications(start, PAGE)
+        n += len(page)
+        if len(page) < PAGE:
+            break
+        start = page[-1].id + 1
+    result = n / (time.perf_counter() - t)
+    datastore.close()
+    return result
+
+
+# -- CLI start-up ---------------------------------------------------------------------------------------
+
+
+def _wall(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True)
+    return (time.perf_counter() - t) * 1000
+
+
+def cli_startup(base: Path, runs: int) -> dict[str, Any]:
+    log = base / "cli.db"
+    exe = shutil.which("loopd-es") or "loopd-es"
+    subprocess.run(
+        [
+            exe,
+            "--store",
+            f"sqlite:{log}",
+            "append",
+            "--stream",
+            "s",
+            "--type",
+            "goal.paused",
+            "--data",
+            '{"goal_id":"g"}',
+        ],
+        check=True,
+        capture_output=True,
+    )
+    bare, read, helps = [], [], []
+    for _ in range(runs):  # interleaved, so a noisy neighbour hits all three alike
+        bare.append(_wall([sys.executable, "-c", "pass"]))
+        read.append(_wall([exe, "--store", f"sqlite:{log}", "read", "--limit", "1"]))
+        helps.append(_wall([exe, "--help"]))
+    out = {}
+    for name, values in (("read_limit_1", read), ("help", helps)):
+        out[name] = _figure("ms", values, bare, "<= 3x python -c pass", lambda r: r <= 3.0)
+        out[name]["peer_what"] = "python -c pass"
+    return out
+
+
+# -- the run --------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    base = Path(args.dir or tempfile.mkdtemp(prefix="bench-log-sqlite-"))
+    base.mkdir(parents=True, exist_ok=True)
+    say = sys.stderr.write
+    out: dict[str, Any] = {"params": vars(args).copy(), "cpus": os.cpu_count()}
+
+    def fresh(name: str) -> Path:
+        return base / f"{name}-{uuid.uuid4().hex}.db"
+
+    for name, n, size in (("single_append", args.single, 1), ("batch_100", args.batch_events, 100)):
+        say(f"{name}...\n")
+        mine, peer = [], []
+        for _ in range(args.runs):
+            mine.append(anyio.run(_mine_appends, fresh("mine"), n, size))
+            peer.append(_peer_appends(fresh("peer"), n, size))
+        target, ok = (
+            ("faster than the peer", (lambda r: r > 1.0))
+            if size == 1
+            else (">= the peer", lambda r: r >= 1.0)
+        )
+        out[name] = _figure("events/s", mine, peer, target, ok)
+
+    say("read_all...\n")
+    mine_log, peer_log = fresh("mine-read"), fresh("peer-read")
+    anyio.run(_mine_appends, mine_log, args.read_events, 1000)
+    _peer_appends(peer_log, args.read_events, 1000)
+    mine, peer = [], []
+    for _ in range(args.runs):
+        mine.append(anyio.run(_mine_read, mine_log))
+        peer.append(_peer_read(peer_log))
+    out["read_all"] = _figure(
+        "events/s", mine, peer, ">= 3x the peer's select_notifications", lambda r: r >= 3.0
+    )
+
+    out["scaling"] = {}
+    for total in args.scale:
+        say(f"scaling {total}...\n")
+        path = fresh(f"scale-{total}")
+        streams = max(1, total // 10)
+        anyio.run(_fill, path, total, streams)
+        samples = [anyio.run(_mine_scaling, path, total, streams) for _ in range(max(args.runs, 5))]
+        out["scaling"][str(total)] = {
+            "read_10_event_stream_ms": round(_median([s for s, _ in samples]), 3),
+            "read_all_limit_1_ms": round(_median([b for _, b in samples]), 3),
+        }
+        path.unlink()
+    say("cli start-up...\n")
+    out["cli_startup"] = cli_startup(base, max(args.runs, 7))
+    if not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--single", type=int, default=2000, help="single-event appends per run")
+    parser.add_argument(
+        "--batch-events", type=int, default=50_000, help="events per run of 100-event batches"
+    )
+    parser.add_argument("--read-events", type=int, default=200_000, help="events in the log read by read_all")
+    parser.add_argument(
+        "--scale", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="log sizes"
+    )
+    parser.add_argument("--runs", type=int, default=5, help="interleaved runs per figure; medians reported")
+    parser.add_argument("--dir", default=None, help="where to put the logs (default: a new temp dir)")
+    print(json.dumps(run(parser.parse_args(argv)), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
