@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..domain import goal_commands as c
+from ..domain.prompts import continuation_prompt as continuation_prompt  # moved to domain.prompts; kept here
+from ..domain.prompts import first_prompt as first_prompt
 from ..domain.prompts import turn_prompt
 from ..domain.rules import lease_valid
 from ..errors import ConflictError, WrongExpectedVersionError

@@ -71,16 +71,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
 DYNAMIC_IMPORTERS = frozenset({"loopd_es.projector", "loopd_es.cli.postmortem_cmds"})
 """Modules that may import a module named at run time outside their own package: the registry loaders."""
 
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset(
-    {
-        # sagas -> app (the issue #17.2 cycle app <-> sagas), removed on branch `domain`, which gives the sagas a
-        # protocol of their own. The coordinator empties this list once that branch is merged.
-        ("loopd_es.sagas.fallback", "loopd_es.app.service"),
-        ("loopd_es.sagas.identity_switch", "loopd_es.app.crashpoints"),
-        ("loopd_es.sagas.identity_switch", "loopd_es.app.service"),
-        ("loopd_es.sagas.recovery", "loopd_es.app.service"),
-    }
-)
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()  # the sagas -> app edges of #17.2 are gone
 """(importing module, imported module) pairs tolerated for now; each must still exist (a stale entry fails)."""
 
 
@@ -342,7 +333,7 @@ def test_the_scan_sees_every_kind_of_import() -> None:
     assert any(e.source.startswith("tools.") and e.target.startswith("loopd_es.") for e in edges)  # tools/
     lazy = seen[("loopd_es.cli.domain_cmds", "loopd_es.replay")]  # inside a function
     assert not lazy.type_only
-    assert seen[("loopd_es.sagas.fallback", "loopd_es.app.service")].type_only
+    assert seen[("loopd_es.sagas.fallback", "loopd_es.sagas.ports")].type_only
 
 
 def test_events_and_domain_do_no_io() -> None:

@@ -10,6 +10,7 @@ from loopd_es.domain import goal_commands as c
 from loopd_es.domain.evolve import evolve
 from loopd_es.domain.rules import RuleError
 from loopd_es.events import goal as g
+from loopd_es.events import identity as i
 from loopd_es.events import run as r
 from loopd_es.events.envelope import Envelope
 
@@ -107,3 +108,19 @@ def test_a_stuck_notice_of_an_earlier_run_is_an_anomaly() -> None:
     current = goal.state.active_run_id or ""
     goal.apply(r.RunStuck(goal_id="g1", run_id=current, stuck_seconds=300.0, generation=2))
     assert goal.state.stuck_notified_run_id == current and goal.state.anomaly_count == 1
+
+
+def test_a_switch_deferred_during_another_ones_flight_survives_its_outcome() -> None:
+    """#10.2 in the fold: the in-flight switch's ``switch_applied`` clears only pendings older than it."""
+    goal = Goal()
+    goal.start()
+    goal.apply(i.IdentitySwitchDeferred(goal_id="g1", switch_id="s0", agent="new"))  # older than s1: superseded
+    goal.apply(i.IdentitySwitchRequested(goal_id="g1", switch_id="s1", model="p/new", agent="last"))
+    goal.apply(i.IdentitySwitchDeferred(goal_id="g1", switch_id="s2", model="p/last"))  # during s1's flight
+    assert goal.state.model_pending is not None and goal.state.model_pending.after_switch == "s1"
+    goal.apply(i.IdentitySwitchApplied(goal_id="g1", switch_id="s1", target="identity", to_model="p/new",
+                                       to_agent="last"))
+    st = goal.state
+    assert (st.config.model, st.config.agent) == ("p/new", "last")
+    assert st.model_pending is not None and st.model_pending.model == "p/last"
+    assert st.agent_pending is None

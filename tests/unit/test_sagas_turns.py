@@ -10,7 +10,6 @@ import pytest
 from loopd_es.app.goals import Goals
 from loopd_es.app.service import Ctx, GoalService
 from loopd_es.domain import goal_commands as c
-from loopd_es.domain.prompts import FINAL_REPORT_HEADING
 from loopd_es.domain.streams import goal_stream
 from loopd_es.host.simulated import SimulatedHost
 
@@ -20,6 +19,8 @@ if TYPE_CHECKING:
     from loopd_es.host.base import SessionIdentity
 
 pytestmark = pytest.mark.anyio
+
+FINAL_REPORT_HEADING = "## FINAL REPORT REQUIRED — STOPPING SOON"  # reference §3.5, verbatim
 
 
 async def test_the_force_finish_turn_prompts_for_the_final_report(tmp_path: Path) -> None:
