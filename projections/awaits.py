@@ -46,6 +46,7 @@ class Awaits:
 
     name = "awaits"
     version = 1
+    rebuild_cost = 0.2  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
         for ddl in _DDL:

@@ -63,6 +63,7 @@ class Commands:
 
     name = "commands"
     version = 1
+    rebuild_cost = 0.3  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
         for ddl in _DDL:

@@ -76,6 +76,7 @@ class Identities:
 
     name = "identities"
     version = 2  # 2: indexes for the deferred switches of a goal and for continued_as (rows unchanged)
+    rebuild_cost = 2.1  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
         for ddl in _DDL:

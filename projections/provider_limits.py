@@ -84,6 +84,7 @@ class ProviderLimits:
 
     name = "provider_limits"
     version = 1
+    rebuild_cost = 0.4  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
         for ddl in _DDL:
