@@ -302,21 +302,6 @@ def validate_size(cols: int, rows: int) -> None:
         raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
 
 
-_SAFE_WORD: Final = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-
-
-def shell_quote(word: str) -> str:
-    """POSIX single-quote ``word`` unless it is plainly safe: ``it's`` → ``'it'\\''s'``."""
-    if _SAFE_WORD.match(word):
-        return word
-    return "'" + word.replace("'", "'\\''") + "'"
-
-
-def shell_join(command: str, args: Iterable[str]) -> str:
-    """The ``/bin/sh -c`` script for a shell command: every word quoted as needed."""
-    return " ".join(shell_quote(w) for w in (command, *args))
-
-
 def argv_text(s: CommandState) -> str:
     return " ".join((s.command, *s.args))
 
