@@ -53,8 +53,10 @@ class Awaits:
             conn.execute(ddl)
 
     def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
+        types = _TYPES  # most events are not awaits: one set lookup each, not a call
         for env in envelopes:
-            self.apply(conn, env)
+            if env.type in types:
+                self.apply(conn, env)
 
     def apply(self, conn: sqlite3.Connection, envelope: Envelope) -> None:
         if envelope.type not in _TYPES or not envelope.stream.startswith(COMMAND_PREFIX):
