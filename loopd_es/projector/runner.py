@@ -237,9 +237,14 @@ class Projector:
 
         :raises UnknownProjectionError: for an unregistered name.
         """
-        names = self.names(name)
+        with parallel_rebuild.relaxed_gc():
+            return await self._rebuild(self.names(name), name is None, progress, parallel)
+
+    async def _rebuild(
+        self, names: list[str], everything: bool, progress: Progress | None, parallel: bool | None
+    ) -> int:
         await self._call(self.db.reset, names)
-        if name is None:
+        if everything:
             await self._call(self.db.set_log_id, None)  # a full rebuild may follow a different log
             self._log_checked = False
         self._next = 1
@@ -306,5 +311,6 @@ async def rebuild_part(url: str, projections: Sequence[Projection], path: Path) 
     parallel_rebuild.remove_db(path)
     async with await open_store(url, create=False) as store:
         async with await Projector.open(store, projections, path) as projector:
-            applied = await projector.run_once(join=REBUILD_EVENTS)
+            with parallel_rebuild.relaxed_gc():
+                applied = await projector.run_once(join=REBUILD_EVENTS)
             return await projector.checkpoints(), applied

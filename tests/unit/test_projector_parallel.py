@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sqlite3
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from loopd_es.projector import Projection, ProjectionError, Projector
-from loopd_es.projector.parallel import part_path, split
+from loopd_es.projector.parallel import part_path, relaxed_gc, split
 from projections import ALL, StreamStats
 
 from .test_projections_base import TABLES, append_story, dump, story
@@ -114,3 +115,10 @@ async def test_a_failing_worker_fails_the_rebuild_and_says_why(store: LogStore, 
         ):
             await projector.rebuild(parallel=True)
         assert not part_path(tmp_path / "read.db").exists()
+
+
+def test_the_collector_runs_less_often_during_a_rebuild_and_as_before_after() -> None:
+    before = gc.get_threshold()
+    with relaxed_gc(threshold=before[0] + 1000):
+        assert gc.get_threshold() == (before[0] + 1000, *before[1:])
+    assert gc.get_threshold() == before
