@@ -37,22 +37,22 @@ LAYERS: dict[str, int] = {
     "events": 1,
     "log": 2,
     "domain": 2,
-    "host": 2,
     "replay": 3,
     "procs": 3,
     "projector": 3,
+    "host": 3,  # the port and its hosts may read the domain's classifiers, never the sagas or the app
     "sagas": 4,
     "app": 5,
     "sched": 6,
     "postmortem": 6,
     "importer": 6,
     "projections": 6,
-    "engine": 7,
-    "cli": 7,
-    "dash": 7,
-    "loopd_es": 8,  # the package root only re-exports; nothing inside imports it
-    "__main__": 8,
-    "tools": 9,  # scripts: may use anything, nothing imports them
+    "engine": 7,  # the daemon wires everything below it
+    "cli": 8,  # `loopd-es run` starts the engine
+    "dash": 8,  # a client of the same operations as the CLI, never of the CLI's modules
+    "loopd_es": 9,  # the package root only re-exports; nothing inside imports it
+    "__main__": 9,
+    "tools": 10,  # scripts: may use anything, nothing imports them
 }
 """Each package's rank: an import must go to a strictly lower rank (or stay in its own package). Packages of
 one rank are independent of each other. A new package needs a rank here (DESIGN.md says where it goes)."""
