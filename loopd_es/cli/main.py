@@ -101,8 +101,12 @@ def main(*argv: str) -> int:
     except _UsageExit as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
-    if verbose:
-        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    bad = _not_utf8(args)
+    if bad is not None:
+        print(f"loopd-es: {bad} is not valid UTF-8; pass text, or use a file for binary data", file=sys.stderr)
+        return EXIT_USAGE
+    # one notice per repair or warning: ours, not the logging module's last-resort handler as well
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="loopd-es: %(message)s")
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
@@ -128,6 +132,18 @@ def main(*argv: str) -> int:
             raise
         print(f"loopd-es: internal error: {type(e).__name__}: {e} (rerun with --verbose)", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _not_utf8(args: argparse.Namespace) -> str | None:
+    """The option whose value holds bytes that are not UTF-8 (argv keeps them as surrogates), if any."""
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str):
+                try:
+                    text.encode()
+                except UnicodeEncodeError:
+                    return f"--{name.replace('_', '-')}"
+    return None
 
 
 def entry() -> NoReturn:

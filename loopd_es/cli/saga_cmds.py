@@ -173,7 +173,7 @@ async def _resume(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     else:
         _recorded, turn = await goals.resume(args.goal, ctx)
     _say(f'Goal "{before.name}" resumed.', *_turn_lines(turn))
-    return EXIT_OK
+    return _turn_exit(turn)
 
 
 async def _retry(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
@@ -183,7 +183,12 @@ async def _retry(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
         _say(f'Goal "{before.name}" is {before.status}; only a blocked goal can be retried.')
         return EXIT_OK
     _say(f'Goal "{before.name}" retried.', *_turn_lines(turn))
-    return EXIT_OK
+    return _turn_exit(turn)
+
+
+def _turn_exit(turn: TurnReport | None) -> int:
+    """A refused pending switch exits 3 (conflict), as it did when it was raised."""
+    return EXIT_CONFLICT if turn is not None and turn.result == "switch-failed" else EXIT_OK
 
 
 async def _clear(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
@@ -268,5 +273,7 @@ def _turn_lines(turn: TurnReport | None) -> list[str]:
         "interactive": "goal is interactive: the engine starts no turn (pending switches wait for an explicit "
         "turn)",
         "prompt-failed": f"prompt failed: {turn.detail}",
+        "switch-failed": "no turn: the pending switch was refused and the goal is blocked",
+        "switching": "an identity switch is being applied: the turn waits for it",
     }[turn.result]
     return [*lines, text]

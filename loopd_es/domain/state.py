@@ -15,7 +15,7 @@ import msgspec
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
 from ..events.identity import ProviderLimitFacts
 
-REDUCER_VERSION: Final = 1
+REDUCER_VERSION: Final = 2
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
 
 MAX_ANOMALIES: Final = 50
@@ -52,14 +52,18 @@ class Evidence(_S, frozen=True):
 
 
 class PendingModel(_S, frozen=True):
+    """A deferred model switch; ``after_switch`` names the switch that was in flight when it was deferred."""
+
     model: str
     requested_at: str
     reason: Literal["owner", "quota"] = "owner"
+    after_switch: str | None = None
 
 
 class PendingAgent(_S, frozen=True):
     agent: str
     requested_at: str
+    after_switch: str | None = None
 
 
 class PendingIdentity(_S, frozen=True):
@@ -67,6 +71,7 @@ class PendingIdentity(_S, frozen=True):
 
     model: str
     agent: str
+    after_switch: str | None = None
 
 
 class SwitchRecord(_S, frozen=True):
