@@ -81,6 +81,15 @@ def relaxed_gc(threshold: int = 50_000) -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+def portable(projections: Sequence[Projection]) -> bool:
+    """Whether ``projections`` can travel to a worker process (pickled: a class defined in a function cannot)."""
+    try:
+        pickle.dumps(list(projections))
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return False
+    return True
+
+
 def part_path(read_db: Path) -> Path:
     """Where the worker builds its share: beside the read database (same file system, so same speed)."""
     return read_db.with_name(f"{read_db.name}.rebuild-part")

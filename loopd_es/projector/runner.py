@@ -201,7 +201,9 @@ class Projector:
             if commits is not None:
                 tg.start_soon(watch_commits, commits(), waker)
             else:
-                tg.start_soon(lambda: watch_log(files, waker, stop, debounce=debounce, step=step, awatch=awatch))
+                tg.start_soon(
+                    lambda: watch_log(files, waker, stop, debounce=debounce, step=step, awatch=awatch)
+                )
             # On asyncio the new task runs first, up to awatch's first thread hop, by which point its inotify
             # watches exist: an append made during the catch-up below then wakes the next round.
             await anyio.lowlevel.checkpoint()
@@ -291,7 +293,11 @@ class Projector:
             (os.cpu_count() or 1) < 2 or await self.store.head() < parallel_rebuild.PARALLEL_MIN_EVENTS
         ):
             return None
-        return parallel_rebuild.split([self.db.by_name[n] for n in names])
+        shares = parallel_rebuild.split([self.db.by_name[n] for n in names])
+        if shares is not None and not parallel_rebuild.portable(shares[1]):
+            log.info("rebuilding in one process: a projection cannot be sent to a worker process")
+            return None
+        return shares
 
     async def retry(self, name: str | None = None) -> tuple[int, int]:
         """Re-apply parked events (of one projection, or all); returns (applied now, still parked).

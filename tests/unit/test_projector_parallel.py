@@ -122,3 +122,14 @@ def test_the_collector_runs_less_often_during_a_rebuild_and_as_before_after() ->
     with relaxed_gc(threshold=before[0] + 1000):
         assert gc.get_threshold() == (before[0] + 1000, *before[1:])
     assert gc.get_threshold() == before
+
+
+async def test_projections_that_cannot_travel_are_rebuilt_here(store: LogStore, tmp_path: Path) -> None:
+    class Local(Recorder):  # defined in a function: pickle cannot send it to a worker
+        name = "local"
+
+    await fill(store, 50)
+    registry: list[Projection] = [StreamStats(), Local()]
+    async with await Projector.open(store, registry, tmp_path / "read.db") as projector:
+        assert await projector.rebuild(parallel=True) == 100
+        assert set(checkpoints(tmp_path / "read.db").values()) == {50}
