@@ -2,8 +2,8 @@
 
 A rebuild is CPU-bound Python (decoding and folding events) plus SQLite writes, and SQLite takes one writer
 at a time, so two processes writing one file would mostly wait on each other. Instead the worker rebuilds
-its share (:func:`~.runner.rebuild_part`) into a read database of its own (a sibling file), in parallel with this process rebuilding the
-other share into the real one; then :meth:`ReadDb.adopt <loopd_es.projector.readdb.ReadDb.adopt>` copies its
+its share (:func:`~.runner.rebuild_part`) into a read database of its own (a sibling file), in parallel with
+this process rebuilding the other share into the real one; then :meth:`ReadDb.adopt <loopd_es.projector.readdb.ReadDb.adopt>` copies its
 tables in, in one transaction, as bulk inserts in key order into empty tables. The rows are the same the
 projections would have written here: each projection still sees every event in order, only elsewhere.
 
@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 PARALLEL_MIN_EVENTS: Final = 50_000
 """Below this many events a worker's start-up (~0.3 s to import and open) costs more than it saves."""
 PARALLEL_SCHEMES: Final = ("sqlite:", "ndjson:")
-"""Logs another process can open by URL (an in-memory log cannot)."""
+"""Logs another process can open by URL and that the tests rebuild in parallel (an in-memory log cannot be
+opened elsewhere; PostgreSQL could be, once tested)."""
 
 
 def cost(projection: Projection) -> float:

@@ -261,7 +261,7 @@ class ReadDb:
     def adopt(self, part: Path, checkpoints: dict[str, int]) -> None:
         """Take over the tables of the projections ``checkpoints`` names from the read db ``part``.
 
-        ``part`` was built by :func:`.parallel.rebuild_part` from the same log, holding only those
+        ``part`` was built by :func:`.runner.rebuild_part` from the same log, holding only those
         projections; here they were reset (their tables are empty). One transaction copies every table of
         ``part`` (bulk inserts in key order, columns by name), their parked events and their checkpoints.
         """
