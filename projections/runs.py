@@ -69,7 +69,9 @@ class Runs:
     name = "runs"
     version = 2  # 2: a rowid table with a unique index on (goal_id, run_id) (rows unchanged)
     rebuild_cost = 3.8  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
-    rebuild_affinity = "goal_fold"  # rebuilt in the same process as the other goal-fold model (one fold shared)
+    rebuild_affinity = (
+        "goal_fold"  # rebuilt in the same process as the other goal-fold model (one fold shared)
+    )
     folds = GoalFolds("runs_fold")
 
     def schema(self, conn: sqlite3.Connection) -> None:

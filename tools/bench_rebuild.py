@@ -336,9 +336,7 @@ async def rebuild_timing(
     async with await Projector.open(store, projections, read_db) as projector:
         started, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
         await projector.rebuild(parallel=parallel)
-        return Timing(
-            time.perf_counter() - started, time.process_time() - cpu, _children_cpu() - children
-        )
+        return Timing(time.perf_counter() - started, time.process_time() - cpu, _children_cpu() - children)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
