@@ -67,6 +67,7 @@ class GoalLinks:
 
     name = "goal_links"
     version = 1
+    rebuild_cost = 1.0  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
         conn.execute(

@@ -80,6 +80,10 @@ class Goals:
 
     name = "goals"
     version = 1
+    rebuild_cost = 1.6  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
+    rebuild_affinity = (
+        "goal_fold"  # rebuilt in the same process as the other goal-fold model (one fold shared)
+    )
     folds = GoalFolds("goals_fold")
 
     def schema(self, conn: sqlite3.Connection) -> None:

@@ -33,6 +33,7 @@ class StreamStats:
 
     name = "stream_stats"
     version = 1
+    rebuild_cost = 1.6  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
         conn.execute(

@@ -32,7 +32,14 @@ def render() -> str:
     if upcasters:
         lines += ["Upcasters: " + ", ".join(f"`{t}` v{v}→v{v + 1}" for t, v in upcasters) + ".", ""]
     for type_, version, summary, fields in describe():
-        lines += [f"## `{type_}` (v{version})", "", summary, "", "| field | type | default |", "|---|---|---|"]
+        lines += [
+            f"## `{type_}` (v{version})",
+            "",
+            summary,
+            "",
+            "| field | type | default |",
+            "|---|---|---|",
+        ]
         for f in fields:
             default = "required" if f.required else f"`{f.default}`"
             lines.append(f"| `{f.name}` | `{f.type.replace('|', chr(92) + '|')}` | {default} |")

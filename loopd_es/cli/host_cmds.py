@@ -128,10 +128,18 @@ def goal_row(state: GoalState) -> dict[str, Any]:
         "interactive": state.interactive,
         "pending_identity": msgspec.to_builtins(state.pending_identity),
         "model_switch": msgspec.to_builtins(
-            {"pending": state.model_pending, "last": state.model_last, "last_failure": state.model_last_failure}
+            {
+                "pending": state.model_pending,
+                "last": state.model_last,
+                "last_failure": state.model_last_failure,
+            }
         ),
         "agent_switch": msgspec.to_builtins(
-            {"pending": state.agent_pending, "last": state.agent_last, "last_failure": state.agent_last_failure}
+            {
+                "pending": state.agent_pending,
+                "last": state.agent_last,
+                "last_failure": state.agent_last_failure,
+            }
         ),
         "model_fallback": msgspec.to_builtins(state.model_fallback),
         "fallback_models": list(state.config.fallback_models),
@@ -145,7 +153,9 @@ def _pending_text(row: dict[str, Any]) -> str:
         return f"{pair['model']} / {pair['agent']}"
     parts = []
     if row["model_switch"]["pending"]:
-        parts.append(f"model {row['model_switch']['pending']['model']} ({row['model_switch']['pending']['reason']})")
+        parts.append(
+            f"model {row['model_switch']['pending']['model']} ({row['model_switch']['pending']['reason']})"
+        )
     if row["agent_switch"]["pending"]:
         parts.append(f"agent {row['agent_switch']['pending']['agent']}")
     return ", ".join(parts) or "-"

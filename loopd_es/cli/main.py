@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 from typing import NoReturn
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
-from .options import DEFAULT_STORE, STORE_ENV
+from .options import DEFAULT_STORE as DEFAULT_STORE
+from .options import STORE_ENV as STORE_ENV
 from .options import store_url as store_url
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]

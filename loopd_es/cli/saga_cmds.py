@@ -32,7 +32,8 @@ _Action = Callable[["Goals", argparse.Namespace, "Ctx"], Awaitable[int]]
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``goal`` and its subcommands to the ``loopd-es`` parser."""
     goal = sub.add_parser(
-        "goal", help="create goals, switch their worker identity, pause/resume, feed provider errors",
+        "goal",
+        help="create goals, switch their worker identity, pause/resume, feed provider errors",
         description="Goals and their worker identity, recorded as events; identity switches run as sagas "
         "against the worker host (default: the simulated host).",
     )
@@ -51,11 +52,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--objective", required=True, metavar="TEXT")
     p.add_argument("--model", metavar="P/M", help="providerID/modelID")
     p.add_argument("--agent", metavar="A")
-    p.add_argument("--fallback-model", action="append", default=[], metavar="P/M",
-                   help="an ordered fallback for provider limits (repeat, at most 16)")
-    p.add_argument("--interactive", action="store_true", help="manual mode: the engine starts no turns itself")
+    p.add_argument(
+        "--fallback-model",
+        action="append",
+        default=[],
+        metavar="P/M",
+        help="an ordered fallback for provider limits (repeat, at most 16)",
+    )
+    p.add_argument(
+        "--interactive", action="store_true", help="manual mode: the engine starts no turns itself"
+    )
     p.add_argument("--max-turns", type=int, metavar="N", help="turn limit (default 50, 0 = unlimited)")
-    p.add_argument("--check", action="append", default=None, metavar="CMD", help="a completion check (repeat)")
+    p.add_argument(
+        "--check", action="append", default=None, metavar="CMD", help="a completion check (repeat)"
+    )
     p.add_argument("--read-only", action="store_true", help="the goal does not write the workspace")
     p.add_argument("--cost-budget", type=float, metavar="USD")
 
@@ -70,7 +80,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = add("interactive", "turn manual mode on or off", _interactive)
     p.add_argument("mode", choices=("on", "off"))
     p = add("observe-error", "feed a provider error as the host reports it (a session error)", _observe)
-    p.add_argument("--error", required=True, metavar="JSON", help='e.g. \'{"statusCode": 429}\'')
+    p.add_argument("--error", required=True, metavar="JSON", help="e.g. '{\"statusCode\": 429}'")
     p.add_argument("--source", choices=("session-error", "prompt-delivery"), default="session-error")
     p.add_argument("--model", metavar="P/M", help="the model the error was for (default: the goal's)")
     add("idle", "the worker went idle: finish the run, apply pending switches, continue", _idle)
@@ -85,8 +95,10 @@ def _handler(action: _Action) -> Callable[[argparse.Namespace], Awaitable[int]]:
 
         async with _goals(args) as goals:
             for report in await goals.recover():
-                print(f"recovered identity switch {report.switch_id} of goal {report.goal_id}: {report.outcome}",
-                      file=sys.stderr)
+                print(
+                    f"recovered identity switch {report.switch_id} of goal {report.goal_id}: {report.outcome}",
+                    file=sys.stderr,
+                )
             if getattr(args, "goal", None) is not None:
                 args.goal = await goals.service.resolve_id(args.goal)
             return await action(goals, args, Ctx.new())
@@ -124,28 +136,44 @@ async def _state(goals: Goals, goal_id: str) -> GoalState:
 
 async def _create(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     state = await goals.create(
-        args.name, args.objective, ctx, model=args.model, agent=args.agent,
-        fallback_models=tuple(args.fallback_model), interactive=args.interactive, max_turns=args.max_turns,
-        checks=tuple(args.check) if args.check else None, workspace_write=False if args.read_only else None,
+        args.name,
+        args.objective,
+        ctx,
+        model=args.model,
+        agent=args.agent,
+        fallback_models=tuple(args.fallback_model),
+        interactive=args.interactive,
+        max_turns=args.max_turns,
+        checks=tuple(args.check) if args.check else None,
+        workspace_write=False if args.read_only else None,
         cost_budget=args.cost_budget,
     )
     _say(state.goal_id)
     if state.status == "blocked":
-        _say(f'Goal "{state.name}" could not start: {state.blocker.reason if state.blocker else "worker failed"}',
-             f'Resume the persisted goal with `loopd-es goal resume {state.goal_id}` after fixing the cause — '
-             "do not create another goal for the same task.")
+        _say(
+            f'Goal "{state.name}" could not start: {state.blocker.reason if state.blocker else "worker failed"}',
+            f"Resume the persisted goal with `loopd-es goal resume {state.goal_id}` after fixing the cause — "
+            "do not create another goal for the same task.",
+        )
         return EXIT_STORAGE
-    _say(f'Goal "{state.name}" created and started in the background. Artifacts: {state.config.artifact_dir}.')
+    _say(
+        f'Goal "{state.name}" created and started in the background. Artifacts: {state.config.artifact_dir}.'
+    )
     return EXIT_OK
 
 
 async def _switch(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     from ..app.goals import SwitchFailedError
 
-    report = await goals.switch_identity(args.goal, ctx, model=args.model, agent=args.agent, resume=args.resume)
+    report = await goals.switch_identity(
+        args.goal, ctx, model=args.model, agent=args.agent, resume=args.resume
+    )
     if report.outcome in ("failed", "rolled-back", "rollback-failed"):
         raise SwitchFailedError(report)
-    _say(f"Identity switch: {'deferred' if report.outcome == 'next-prompt' else report.outcome}", report.message())
+    _say(
+        f"Identity switch: {'deferred' if report.outcome == 'next-prompt' else report.outcome}",
+        report.message(),
+    )
     if report.resumed:
         _say("Goal resumed.")
     return EXIT_OK if report.ok else EXIT_CONFLICT
@@ -226,7 +254,9 @@ async def _observe(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
         elif envelope.type == "identity.provider_limit_observed":
             retry = f", retry at {data['retry_at']}" if data.get("retry_at") else ""
             status = f", status {data['status_code']}" if data.get("status_code") is not None else ""
-            lines.append(f"provider limit: {data['kind']} ({data['source']}{status}{retry}) on {data.get('model')}")
+            lines.append(
+                f"provider limit: {data['kind']} ({data['source']}{status}{retry}) on {data.get('model')}"
+            )
         elif envelope.type == "identity.fallback_prepared":
             lines.append(f"fallback prepared: {data['model']} (applies on the next permitted idle turn)")
         elif envelope.type.startswith("identity.fallback_"):

@@ -6,7 +6,6 @@ Messages are the reference system's own (``loopd-domain.md`` §3.17, §3.18). Pu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Final
 
 from ..errors import UsageError
@@ -94,18 +93,3 @@ def validate_size(cols: int, rows: int) -> None:
     """:raises UsageError: for a non-positive size."""
     if cols <= 0 or rows <= 0:
         raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
-
-
-_SAFE_WORD: Final = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-
-
-def shell_quote(word: str) -> str:
-    """POSIX single-quote ``word`` unless it is plainly safe: ``it's`` → ``'it'\\''s'``."""
-    if _SAFE_WORD.match(word):
-        return word
-    return "'" + word.replace("'", "'\\''") + "'"
-
-
-def shell_join(command: str, args: Iterable[str]) -> str:
-    """The ``/bin/sh -c`` script for a shell command: every word quoted as needed."""
-    return " ".join(shell_quote(w) for w in (command, *args))

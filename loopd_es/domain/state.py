@@ -13,6 +13,7 @@ from typing import Final, Literal
 import msgspec
 
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
+from ..events.identity import ProviderLimitFacts
 
 REDUCER_VERSION: Final = 2
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
@@ -97,13 +98,8 @@ class SwitchInFlight(_S, frozen=True):
     pending: bool
 
 
-class ProviderLimit(_S, frozen=True):
-    kind: Literal["quota", "rate-limit"]
-    source: Literal["prompt-delivery", "session-error"]
-    observed_at: str
-    model: str | None = None
-    status_code: int | None = None
-    retry_at: str | None = None
+class ProviderLimit(_S, ProviderLimitFacts, frozen=True):
+    """The goal's last provider-limit observation (the fields of ``identity.provider_limit_observed``)."""
 
 
 class ModelFallback(_S, frozen=True):

@@ -1,6 +1,6 @@
 """The vocabulary: every fact loopd-es records, as frozen msgspec Structs.
 
-Schema-evolution rules (msgspec's, and ours; ``tests/unit/test_event_rules.py`` checks them):
+Schema-evolution rules (msgspec's, and ours; ``tests/unit/test_events_catalogue.py`` checks them):
 
 1. A new field must have a default, so old events still decode.
 2. A field never changes its type; add a new field and an upcaster instead.

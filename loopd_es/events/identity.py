@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
+
 from .base import Event, event
 
 SwitchReason = Literal["owner", "quota"]
@@ -109,17 +111,23 @@ class IdentityRollbackFailed(Event, frozen=True):
     agent: str | None = None
 
 
-@event("identity.provider_limit_observed")
-class ProviderLimitObserved(Event, frozen=True):
-    """A provider error classified as a quota or rate limit (§6); never a balance claim, never the raw error."""
+class ProviderLimitFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What one provider-limit observation says: the fields the event, the goal's state
+    (:class:`~loopd_es.domain.state.ProviderLimit`) and the importer's reading of a loopd project share."""
 
-    goal_id: str
     kind: Literal["quota", "rate-limit"]
     source: Literal["prompt-delivery", "session-error"]
     observed_at: str
     model: str | None = None
     status_code: int | None = None
     retry_at: str | None = None
+
+
+@event("identity.provider_limit_observed")
+class ProviderLimitObserved(Event, ProviderLimitFacts, frozen=True):
+    """A provider error classified as a quota or rate limit (§6); never a balance claim, never the raw error."""
+
+    goal_id: str
     marks_blocker: bool = False
 
 

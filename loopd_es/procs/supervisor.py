@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -40,7 +41,6 @@ from ..domain.command import (
     decide_until_stop,
     decide_watch,
     decide_write,
-    shell_join,
     validate_size,
 )
 from ..errors import LoopdError, UsageError
@@ -109,7 +109,7 @@ class Supervisor:
 
     async def run(self) -> int:
         s = self.state
-        argv = ["/bin/sh", "-c", shell_join(s.command, s.args)] if s.shell else [s.command, *s.args]
+        argv = ["/bin/sh", "-c", shlex.join([s.command, *s.args])] if s.shell else [s.command, *s.args]
         try:
             sock = self.paths.socket(self.id)  # refused before anything runs when its directory is not ours
             self.child = PtyChild.spawn(argv, cwd=s.cwd, env=self.env, cols=s.cols, rows=s.rows)

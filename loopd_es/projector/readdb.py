@@ -15,7 +15,7 @@ checkpoint commits with its rows the projector simply re-applies what was lost.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -141,8 +141,11 @@ class ReadDb:
         rows = self.conn.execute("SELECT name, position FROM projector_checkpoints").fetchall()
         return {name: position for name, position in rows if name in self.by_name}
 
-    def apply_batch(self, batch: Sequence[Envelope]) -> BatchResult:
+    def apply_batch(self, batch: Sequence[Envelope], names: Collection[str] | None = None) -> BatchResult:
         """Apply consecutive events to every projection that needs them, checkpoints included, in one commit.
+
+        With ``names``, only those projections (the others are being rebuilt elsewhere: see
+        :mod:`.parallel`); ``low`` is then the lowest of their checkpoints.
 
         Checkpoints are read inside the transaction (``BEGIN IMMEDIATE`` serialises projectors sharing this
         database), so an event a concurrent projector already applied is skipped, and a projection whose
@@ -157,8 +160,12 @@ class ReadDb:
         applied = parked = 0
         with self._transaction("apply events"):
             checkpoints = self.checkpoints()
+            if names is not None:
+                checkpoints = {name: checkpoints[name] for name in names}
             for projection in self.projections:
-                done = checkpoints[projection.name]
+                done = checkpoints.get(projection.name)
+                if done is None:
+                    continue
                 if done >= last or done < first - 1:
                     continue
                 todo = batch[done - first + 1 :]
@@ -250,6 +257,44 @@ class ReadDb:
                     done += 1
                 conn.execute("RELEASE retry")
         return done, failed
+
+    def adopt(self, part: Path, checkpoints: dict[str, int]) -> None:
+        """Take over the tables of the projections ``checkpoints`` names from the read db ``part``.
+
+        ``part`` was built by :func:`.runner.rebuild_part` from the same log, holding only those
+        projections; here they were reset (their tables are empty). One transaction copies every table of
+        ``part`` (bulk inserts in key order, columns by name), their parked events and their checkpoints.
+        """
+        conn = self.conn
+        with self._translated("adopt the tables rebuilt in parallel"):
+            conn.execute("ATTACH DATABASE ? AS part", (str(part),))
+        try:
+            with self._transaction("adopt the tables rebuilt in parallel"):
+                tables = [
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT name FROM part.sqlite_master WHERE type = 'table' "
+                        "AND name NOT LIKE 'projector\\_%' ESCAPE '\\' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
+                    )
+                ]
+                for table in tables:
+                    columns = ", ".join(
+                        f'"{row[1]}"' for row in conn.execute(f'PRAGMA part.table_info("{table}")')
+                    )
+                    conn.execute(f'DELETE FROM main."{table}"')
+                    conn.execute(
+                        f'INSERT INTO main."{table}" ({columns}) SELECT {columns} FROM part."{table}"'
+                    )
+                for name, position in checkpoints.items():
+                    conn.execute("DELETE FROM main.projector_parked WHERE name = ?", (name,))
+                    conn.execute(
+                        "INSERT INTO main.projector_parked SELECT * FROM part.projector_parked WHERE name = ?",
+                        (name,),
+                    )
+                    self._set_checkpoint(self.by_name[name], position)
+        finally:
+            with self._translated("adopt the tables rebuilt in parallel"):
+                conn.execute("DETACH DATABASE part")
 
     # -- resetting and reporting ----------------------------------------------------------------------
 

@@ -10,21 +10,24 @@ seam between history and live.
 from __future__ import annotations
 
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from . import parallel as parallel_rebuild
 from .base import Projection, ProjectionError, UnknownProjectionError, check_registry
 from .readdb import BatchResult, ProjectionStatus, ReadDb
 from .watch import SETTLE_DELAYS, Waker, WatchFactory, default_read_db, log_files, watch_commits, watch_log
 
 if TYPE_CHECKING:
+    from ..events.envelope import Envelope
     from ..log import LogStore
 
 log = logging.getLogger("loopd_es.projector")
@@ -33,6 +36,23 @@ T = TypeVar("T")
 
 Progress = Callable[[int, int], None]
 """Called after each committed batch with (position reached, log head at the start of the catch-up)."""
+
+REBUILD_EVENTS: Final = 32_768
+"""Events per transaction in a rebuild: the store's read batches are joined up to this many. Each transaction
+costs a fold load and save per goal and an upsert per (stream, type): fewer, bigger ones make a rebuild ~15%
+cheaper in CPU. A catch-up keeps one transaction per read batch (a crash loses less, progress is finer)."""
+
+
+async def _coalesced(batches: AsyncIterator[list[Envelope]], size: int) -> AsyncIterator[list[Envelope]]:
+    """The store's batches joined into lists of at least ``size`` events (the last one may be shorter)."""
+    pending: list[Envelope] = []
+    async for batch in batches:
+        pending.extend(batch)
+        if len(pending) >= size:
+            yield pending
+            pending = []
+    if pending:
+        yield pending
 
 
 class Projector:
@@ -92,10 +112,18 @@ class Projector:
 
     # -- catching up ----------------------------------------------------------------------------------
 
-    async def run_once(self, progress: Progress | None = None) -> int:
+    async def checkpoints(self) -> dict[str, int]:
+        """Each registered projection's checkpoint."""
+        return await self._call(self.db.checkpoints)
+
+    async def run_once(
+        self, progress: Progress | None = None, names: Collection[str] | None = None, *, join: int = 0
+    ) -> int:
         """Apply everything the log holds now to every projection; returns the number of events applied.
 
-        Counts an event once per projection that applied it; parked events are not counted.
+        Counts an event once per projection that applied it; parked events are not counted. With ``names``,
+        only those projections move (a parallel rebuild builds the others elsewhere meanwhile). With ``join``,
+        the store's read batches are joined into transactions of at least that many events (rebuilds).
 
         :raises ProjectionError: when the read database fails, or was built from another log.
         :raises CorruptLogError: when the log cannot be read.
@@ -108,8 +136,8 @@ class Projector:
             start, again = self._next, False
             batches = self.store.read_batches(from_position=start)
             try:
-                async for batch in batches:
-                    result = await self._call(self.db.apply_batch, batch)
+                async for batch in _coalesced(batches, join) if join > 1 else batches:
+                    result = await self._call(self.db.apply_batch, batch, names)
                     if self.on_commit is not None:
                         self.on_commit(result, time.monotonic())
                     applied += result.applied
@@ -173,7 +201,9 @@ class Projector:
             if commits is not None:
                 tg.start_soon(watch_commits, commits(), waker)
             else:
-                tg.start_soon(lambda: watch_log(files, waker, stop, debounce=debounce, step=step, awatch=awatch))
+                tg.start_soon(
+                    lambda: watch_log(files, waker, stop, debounce=debounce, step=step, awatch=awatch)
+                )
             # On asyncio the new task runs first, up to awatch's first thread hop, by which point its inotify
             # watches exist: an append made during the catch-up below then wakes the next round.
             await anyio.lowlevel.checkpoint()
@@ -202,18 +232,72 @@ class Projector:
             raise UnknownProjectionError(name, known)
         return [name]
 
-    async def rebuild(self, name: str | None = None, progress: Progress | None = None) -> int:
+    async def rebuild(
+        self, name: str | None = None, progress: Progress | None = None, *, parallel: bool | None = None
+    ) -> int:
         """Drop the named projection (all when None) and rebuild it from the whole log; returns events applied.
+
+        Several projections over a log of :data:`~.parallel.PARALLEL_MIN_EVENTS` or more (or with
+        ``parallel=True``) are rebuilt on two cores (:mod:`.parallel`); ``parallel=False`` keeps one process.
+        ``progress`` then follows this process's share.
 
         :raises UnknownProjectionError: for an unregistered name.
         """
-        names = self.names(name)
+        with parallel_rebuild.relaxed_gc():
+            return await self._rebuild(self.names(name), name is None, progress, parallel)
+
+    async def _rebuild(
+        self, names: list[str], everything: bool, progress: Progress | None, parallel: bool | None
+    ) -> int:
         await self._call(self.db.reset, names)
-        if name is None:
+        if everything:
             await self._call(self.db.set_log_id, None)  # a full rebuild may follow a different log
             self._log_checked = False
         self._next = 1
-        return await self.run_once(progress)
+        shares = await self._parallel_shares(names, parallel)
+        if shares is None:
+            return await self.run_once(progress, join=REBUILD_EVENTS)
+        here, there = shares
+        if not self._log_checked:
+            await self._check_log()
+        part = parallel_rebuild.part_path(self.read_db)
+        done: list[tuple[dict[str, int], int]] = []
+
+        async def worker() -> None:
+            done.append(await parallel_rebuild.run_part(self.store.url, there, part))
+
+        try:
+            try:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(worker)
+                    applied = await self.run_once(progress, [p.name for p in here], join=REBUILD_EVENTS)
+            except BaseExceptionGroup as group:  # the first failure, as one process would raise it
+                raise group.exceptions[0] from None
+            checkpoints, applied_there = done[0]
+            await self._call(self.db.adopt, part, checkpoints)
+        finally:
+            parallel_rebuild.remove_db(part)
+        self._next = min((await self.checkpoints()).values(), default=0) + 1
+        return applied + applied_there + await self.run_once()  # what was appended meanwhile, for all
+
+    async def _parallel_shares(
+        self, names: Sequence[str], parallel: bool | None
+    ) -> tuple[list[Projection], list[Projection]] | None:
+        if (
+            parallel is False
+            or len(names) < 2
+            or not self.store.url.startswith(parallel_rebuild.PARALLEL_SCHEMES)
+        ):
+            return None
+        if parallel is None and (
+            (os.cpu_count() or 1) < 2 or await self.store.head() < parallel_rebuild.PARALLEL_MIN_EVENTS
+        ):
+            return None
+        shares = parallel_rebuild.split([self.db.by_name[n] for n in names])
+        if shares is not None and not parallel_rebuild.portable(shares[1]):
+            log.info("rebuilding in one process: a projection cannot be sent to a worker process")
+            return None
+        return shares
 
     async def retry(self, name: str | None = None) -> tuple[int, int]:
         """Re-apply parked events (of one projection, or all); returns (applied now, still parked).
@@ -227,3 +311,16 @@ class Projector:
         """The log head and each projection's checkpoint and parked events."""
         head = await self.store.head()
         return head, await self._call(self.db.status)
+
+
+async def rebuild_part(url: str, projections: Sequence[Projection], path: Path) -> tuple[dict[str, int], int]:
+    """In the worker process of a parallel rebuild: build ``projections`` from the log at ``url`` into a fresh
+    read db at ``path``; returns each one's checkpoint and the (projection, event) pairs applied."""
+    from ..log import open_store
+
+    parallel_rebuild.remove_db(path)
+    async with await open_store(url, create=False) as store:
+        async with await Projector.open(store, projections, path) as projector:
+            with parallel_rebuild.relaxed_gc():
+                applied = await projector.run_once(join=REBUILD_EVENTS)
+            return await projector.checkpoints(), applied

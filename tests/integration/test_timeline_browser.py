@@ -20,12 +20,15 @@ import pytest
 
 from loopd_es.cli.main import main
 
+from ..components import require
 from ..unit.test_postmortem_history import GOAL, make_log
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
-)
+
+
+@pytest.fixture(autouse=True)
+def _needs_chromium() -> None:
+    require(CHROMIUM, "chromium", "apt-get install chromium")
 
 
 def _chromium(tmp_path: Path, *args: str) -> str:

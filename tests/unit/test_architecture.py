@@ -34,26 +34,27 @@ SCANNED = ("loopd_es", "projections", "tools")
 
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "ids": 1,  # id shapes and paths under a root: pure helpers
     "events": 1,
     "log": 2,
     "domain": 2,
-    "host": 2,
     "replay": 3,
     "procs": 3,
     "testing": 3,  # the log contract suite (and the memory backend) shipped for backend authors
     "projector": 3,
+    "host": 3,  # the port and its hosts may read the domain's classifiers, never the sagas or the app
     "sagas": 4,
     "app": 5,
     "sched": 6,
     "postmortem": 6,
     "importer": 6,
     "projections": 6,
-    "engine": 7,
-    "cli": 7,
-    "dash": 7,
-    "loopd_es": 8,  # the package root only re-exports; nothing inside imports it
-    "__main__": 8,
-    "tools": 9,  # scripts: may use anything, nothing imports them
+    "engine": 7,  # the daemon wires everything below it
+    "cli": 8,  # `loopd-es run` starts the engine
+    "dash": 8,  # a client of the same operations as the CLI, never of the CLI's modules
+    "loopd_es": 9,  # the package root only re-exports; nothing inside imports it
+    "__main__": 9,
+    "tools": 10,  # scripts: may use anything, nothing imports them
 }
 """Each package's rank: an import must go to a strictly lower rank (or stay in its own package). Packages of
 one rank are independent of each other. A new package needs a rank here (DESIGN.md says where it goes)."""
@@ -66,13 +67,15 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "psycopg": ("loopd_es.log.postgres*",),
     "textual": ("loopd_es.dash", "loopd_es.dash.*"),
 }
-"""Third-party module -> the only modules (glob patterns) that may import it."""
+"""Third-party module -> the only modules (glob patterns) of ``loopd_es`` that may import it. ``tools/`` may also
+use them directly: a benchmark measures the raw driver as the peer of the backend built on it."""
 
 DYNAMIC_IMPORTERS = frozenset({"loopd_es.projector", "loopd_es.cli.postmortem_cmds"})
 """Modules that may import a module named at run time outside their own package: the registry loaders."""
 
-KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()  # the sagas -> app edges of #17.2 are gone
-"""(importing module, imported module) pairs tolerated for now; each must still exist (a stale entry fails)."""
+KNOWN_VIOLATIONS: frozenset[tuple[str, str]] = frozenset()
+"""(importing module, imported module) pairs tolerated for now; each must still break a rule (a stale entry fails).
+Empty since branch ``domain`` gave the sagas a protocol of their own (the sagas -> app imports of #17.2)."""
 
 
 @dataclass(frozen=True)
@@ -270,7 +273,8 @@ def violations(
     for edge in edges:
         if not edge.ours:
             patterns = OWNERS.get(edge.target)
-            if patterns is not None and not any(fnmatch(edge.source, p) for p in patterns):
+            allowed = (*patterns, "tools.*") if patterns is not None else ()
+            if patterns is not None and not any(fnmatch(edge.source, p) for p in allowed):
                 problems.append(f"{edge}: only {', '.join(patterns)} may import {edge.target}")
             continue
         if edge.target.endswith(".*"):  # a dynamic import inside the importer's own package
@@ -324,16 +328,34 @@ def test_layers_cycles_and_owners_hold_in_this_repository() -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_the_scan_sees_every_kind_of_import() -> None:
-    """The graph holds the edges a naive scan misses: absolute, ``from .. import x``, lazy and type-only."""
-    _, edges = import_graph(ROOT)
-    seen = {(e.source, e.target): e for e in edges}
-    assert ("loopd_es.cli.main", "loopd_es.cli.options") in seen  # from .options import ...
-    assert ("projections._fold", "loopd_es.domain.evolve") in seen  # absolute, from projections/
-    assert any(e.source.startswith("tools.") and e.target.startswith("loopd_es.") for e in edges)  # tools/
-    lazy = seen[("loopd_es.cli.domain_cmds", "loopd_es.replay")]  # inside a function
-    assert not lazy.type_only
-    assert seen[("loopd_es.sagas.fallback", "loopd_es.sagas.ports")].type_only
+def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """The graph holds the edges a naive scan misses: absolute, ``from .. import x``, lazy, type-only, dynamic."""
+    _write(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/log/__init__.py": "",
+        "pkg/log/base.py": "",
+        "pkg/app/__init__.py": "from .. import log\n",
+        "pkg/app/run.py": (
+            "from typing import TYPE_CHECKING\nimport pkg.log.base\nif TYPE_CHECKING:\n    from ..log import base\n"
+            "def later() -> None:\n    from ..log.base import thing\n    import importlib\n"
+            "    importlib.import_module('pkg.log')\n    importlib.import_module(name)\n"
+        ),
+        "scripts/bench.py": "from pkg.app import run\nimport anyio.to_thread\n",
+    })  # fmt: skip
+    _, edges = import_graph(tmp_path, ("pkg", "scripts"))
+    found = {(e.source, e.target, e.line, e.type_only) for e in edges}
+    assert found == {
+        ("pkg.app", "pkg.log", 1, False),  # from .. import log (a package's __init__)
+        ("pkg.app.run", "typing", 1, False),
+        ("pkg.app.run", "pkg.log.base", 2, False),  # absolute
+        ("pkg.app.run", "pkg.log.base", 4, True),  # under TYPE_CHECKING, relative
+        ("pkg.app.run", "pkg.log.base", 6, False),  # inside a function, `from module import name`
+        ("pkg.app.run", "importlib", 7, False),
+        ("pkg.app.run", "pkg.log", 8, False),  # importlib.import_module with a literal
+        ("pkg.app.run", "?", 9, False),  # ... and with a name known only at run time
+        ("scripts.bench", "pkg.app.run", 1, False),  # from a second tree (tools/, projections/)
+        ("scripts.bench", "anyio", 2, False),  # third-party: its top-level name
+    }
 
 
 def test_events_and_domain_do_no_io() -> None:

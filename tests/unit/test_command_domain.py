@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -29,7 +31,6 @@ from loopd_es.domain.command import (
     evolve,
     fold,
     is_dangerous_regex,
-    shell_join,
     validate_start,
 )
 from loopd_es.errors import UsageError
@@ -235,9 +236,12 @@ def test_safe_and_invalid_regexes() -> None:
         compile_read_pattern("(")
 
 
-def test_shell_join_quotes_like_the_reference() -> None:
-    assert shell_join("echo", ["hi there", "a|b"]) == "echo 'hi there' 'a|b'"
-    assert shell_join("echo", ["it's"]) == "echo 'it'\\''s'"
+def test_a_shell_command_gets_its_words_back_exactly() -> None:
+    """The supervisor's ``/bin/sh -c`` script is ``shlex.join``: the shell hands every word over unchanged."""
+    words = ["hi there", "a|b", "it's", "$HOME", "*", "", "tab\there"]
+    script = shlex.join(["printf", "[%s]", *words])
+    out = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out == "".join(f"[{w}]" for w in words)
 
 
 def test_deadline_and_signal_events() -> None:

@@ -1,0 +1,28 @@
+"""Field lists declared once: the provider-limit facts of the event, the goal state and the importer agree."""
+
+from __future__ import annotations
+
+import msgspec
+
+from loopd_es.domain.state import ProviderLimit
+from loopd_es.events.identity import ProviderLimitFacts, ProviderLimitObserved
+from loopd_es.importer.source import RefProviderLimit
+
+
+def _fields(cls: type[msgspec.Struct]) -> list[tuple[str, object, object]]:
+    return [(f.name, f.type, f.default) for f in msgspec.structs.fields(cls)]
+
+
+def test_state_and_event_take_the_provider_limit_fields_from_one_declaration() -> None:
+    facts = _fields(ProviderLimitFacts)
+    assert issubclass(ProviderLimit, ProviderLimitFacts) and _fields(ProviderLimit) == facts
+    assert issubclass(ProviderLimitObserved, ProviderLimitFacts)
+    assert [f for f in _fields(ProviderLimitObserved) if f[0] not in ("goal_id", "marks_blocker")] == facts
+
+
+def test_the_importer_reads_the_same_fields_in_camel_case() -> None:
+    """msgspec renames only a class's own fields, so the importer's camelCase reading declares them again:
+    this keeps the two the same list."""
+    assert _fields(RefProviderLimit) == _fields(ProviderLimitFacts)
+    encoded = {f.encode_name for f in msgspec.structs.fields(RefProviderLimit)}
+    assert encoded == {"kind", "source", "observedAt", "model", "statusCode", "retryAt"}
