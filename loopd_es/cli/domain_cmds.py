@@ -11,6 +11,7 @@ import msgspec
 
 from ..errors import UsageError
 from ..events.envelope import parse_rfc3339
+from ..text_safe import term_line
 
 
 def register(subparsers: Any) -> None:
@@ -76,7 +77,7 @@ async def _replay(args: argparse.Namespace) -> int:
                 body = {name: f.state for name, f in sorted(states.items())}
                 sys.stdout.write(msgspec.json.encode(body).decode() + "\n")
             for name in sorted(states) if not args.json else ():
-                print(states[name].summary())
+                print(term_line(states[name].summary()))
             return 0
         snapshots = None
         if not args.no_snapshots:
@@ -87,5 +88,5 @@ async def _replay(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(folded.state)).decode() + "\n")
     else:
         origin = f"snapshot v{folded.snapshot_version} + " if folded.snapshot_version else ""
-        print(f"{folded.summary()}  [{origin}{folded.folded} events folded, position {folded.position}]")
+        print(term_line(f"{folded.summary()}  [{origin}{folded.folded} events folded, position {folded.position}]"))
     return 0

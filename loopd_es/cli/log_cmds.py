@@ -14,6 +14,7 @@ from ..errors import EXIT_OK, EXIT_STORAGE, StreamNotFoundError, UsageError
 from ..events.envelope import ANY, ENVELOPE_ENCODER, Envelope, NewEvent
 from ..log import LogStore, open_store
 from ..log.base import parse_expected_version
+from ..text_safe import term_line
 from .main import store_url
 
 _JSON = msgspec.json.Decoder()
@@ -205,7 +206,7 @@ def _optional_str(item: dict[str, Any], key: str, where: str) -> str | None:
 
 def _report_repairs(store: LogStore) -> None:
     for message in getattr(store, "repairs", []):
-        print(f"loopd-es: {message}", file=sys.stderr)
+        print(f"loopd-es: {term_line(message)}", file=sys.stderr)
 
 
 # -- read, streams ------------------------------------------------------------------------------------
@@ -245,14 +246,14 @@ def _row(env: Envelope) -> str:
     data = bytes(env.data).decode("utf-8", "replace")
     if len(data) > 60:
         data = data[:57] + "..."
-    return f"{env.position:>8}  {env.stream:<24} {env.version:>5}  {env.type:<28} {env.recorded_at:<27} {data}"
+    return term_line(f"{env.position:>8}  {env.stream:<24} {env.version:>5}  {env.type:<28} {env.recorded_at:<27} {data}")
 
 
 async def _streams(args: argparse.Namespace) -> int:
     store = await _open(args, create=False)
     try:
         for name in await store.streams():
-            print(f"{name}\t{await store.stream_version(name)}")
+            print(f"{term_line(name)}\t{await store.stream_version(name)}")
     finally:
         await store.aclose()
     return EXIT_OK

@@ -18,6 +18,7 @@ from typing import NoReturn
 import anyio
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
+from ..text_safe import term_line
 
 DEFAULT_STORE = "sqlite:.loopd/events.db"
 STORE_ENV = "LOOPD_ES_STORE"
@@ -105,7 +106,7 @@ def main(*argv: str) -> int:
     try:
         args = parser.parse_args(args_list)
     except _UsageExit as e:
-        print(str(e), file=sys.stderr)
+        print(term_line(str(e)), file=sys.stderr)
         return EXIT_USAGE
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
@@ -123,7 +124,7 @@ def main(*argv: str) -> int:
         if verbose:
             logging.exception("failed")
         hint = f" ({e.hint})" if e.hint else ""
-        print(f"loopd-es: {e}{hint}", file=sys.stderr)
+        print(f"loopd-es: {term_line(str(e))}{hint}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         return 130
@@ -132,7 +133,9 @@ def main(*argv: str) -> int:
     except Exception as e:  # a bug: say so in one line, traceback only with --verbose
         if verbose:
             raise
-        print(f"loopd-es: internal error: {type(e).__name__}: {e} (rerun with --verbose)", file=sys.stderr)
+        print(
+            f"loopd-es: internal error: {type(e).__name__}: {term_line(str(e))} (rerun with --verbose)", file=sys.stderr
+        )
         return EXIT_INTERNAL
 
 

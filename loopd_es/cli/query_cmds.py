@@ -23,6 +23,7 @@ import msgspec
 from ..errors import EXIT_OK, UsageError
 from ..log import open_store
 from ..projector import Projector, default_read_db, load_registry
+from ..text_safe import term_line
 from .main import store_url
 
 T = TypeVar("T")
@@ -313,7 +314,8 @@ def _json(doc: Any) -> int:
 
 
 def _say(*lines: str) -> None:
-    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    """Print lines; each goes through the terminal sanitiser (names and errors come from outside)."""
+    sys.stdout.write("".join(f"{term_line(line)}\n" for line in lines))
 
 
 def short_ids(ids: Sequence[str], least: int = 8) -> dict[str, str]:
@@ -338,7 +340,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40
 
 
 def _cell(value: Any, width: int) -> str:
-    text = "-" if value is None or value == "" else str(value).replace("\n", " ")
+    text = "-" if value is None or value == "" else term_line(str(value).replace("\n", " "))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
