@@ -11,6 +11,7 @@ ordinary syntax errors read as before.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any, Final, Protocol
 
 import re2
@@ -42,7 +43,9 @@ def compile_user_pattern(source: str, ignore_case: bool = False) -> UserPattern:
     if len(source) > MAX_PATTERN_CHARS:
         raise PatternError(f"the pattern is {len(source)} characters long; the limit is {MAX_PATTERN_CHARS}")
     try:
-        re.compile(source, re.IGNORECASE if ignore_case else 0)
+        with warnings.catch_warnings():  # "possible nested set" and the like would be a second stderr line
+            warnings.simplefilter("ignore")
+            re.compile(source, re.IGNORECASE if ignore_case else 0)
     except re.error as e:
         raise PatternError(str(e)) from None
     except (RecursionError, OverflowError):
