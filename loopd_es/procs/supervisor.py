@@ -305,7 +305,7 @@ class Supervisor:
     async def _handle(self, stream: SocketStream) -> None:
         uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
         if uid != os.getuid():  # only our own user may type into the command or signal it
-            log.warning("refused a connection from uid %d on %s", uid, self.paths.socket(self.id))
+            log.warning("command %s: refused a connection from uid %d", self.id, uid)
             await stream.aclose()
             return
         self.pending += 1
