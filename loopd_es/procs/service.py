@@ -379,10 +379,11 @@ async def _signal_directly(store: LogStore, paths: CommandPaths, state: CommandS
     """
     pid = state.supervisor_pid
     assert pid is not None
-    if not owner_alive(paths.lock(state.id)):
+    sig = DIRECT_TERMINATE if op == "terminate" else DIRECT_KILL
+    if not owner_alive(paths.lock(state.id)) or not _catches(pid, sig):
         return None
     try:
-        os.kill(pid, DIRECT_TERMINATE if op == "terminate" else DIRECT_KILL)
+        os.kill(pid, sig)
     except ProcessLookupError:
         return None
     end = time.monotonic() + TERMINATE_GRACE_S + OWNER_CONNECT_WAIT_S
@@ -399,6 +400,21 @@ async def _signal_directly(store: LogStore, paths: CommandPaths, state: CommandS
         f'{what} sent to "{state.title}" through its owner\'s signal handler (the owner is not answering); '
         "the exit is recorded when it catches up."
     )
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """True when ``pid`` has a handler for ``sig`` (an owner from before the direct path would die of it).
+
+    Reads the caught-signal mask in ``/proc/PID/status``; where there is no ``/proc``, assumes it does.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return True
 
 
 def raise_for(answer: dict[str, Any]) -> str:

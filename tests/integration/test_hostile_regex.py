@@ -111,3 +111,25 @@ async def test_terminate_and_kill_reach_the_child_while_the_owner_loop_is_busy(
     else:
         assert (s.status, s.end_reason, s.signal) == ("terminated", "terminate", "SIGKILL")
     assert "busy" in msg and took < stall + TERMINATE_GRACE_S + 5, (msg, took)
+
+
+def test_direct_signals_go_only_to_an_owner_that_handles_them(tmp_path: Path) -> None:
+    """An owner from before the direct path has no SIGUSR1 handler and would die of it: it is not signalled."""
+    from loopd_es.procs.service import DIRECT_TERMINATE, _catches
+
+    script = tmp_path / "h.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "if sys.argv[1] == 'yes': signal.signal(signal.SIGUSR1, lambda *a: None)\n"
+        "print('ready', flush=True)\ntime.sleep(30)\n"
+    )
+    for handles in ("yes", "no"):
+        proc = subprocess.Popen([sys.executable, str(script), handles], stdout=subprocess.PIPE)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+            assert _catches(proc.pid, DIRECT_TERMINATE) is (handles == "yes")
+        finally:
+            proc.kill()
+            proc.wait()
+            assert proc.stdout is not None
+            proc.stdout.close()
