@@ -146,3 +146,15 @@ def test_goal_api_refuses_an_id_that_would_name_another_directory(tmp_path: Path
                 await host.aclose()
 
     anyio.run(go)
+
+
+@pytest.mark.parametrize("stream", ["../../escaped", "..", ".", "/etc/x", "a/../../b", "goal-\x00x", "%2e%2e%2Fx"])
+def test_snapshot_files_of_any_stream_name_stay_in_their_directory(tmp_path: Path, stream: str) -> None:
+    """Stream names are not checked against the id shape (any log may hold any); snapshot names are quoted."""
+    from loopd_es.replay.snapshots import SnapshotStore
+
+    snaps = SnapshotStore(tmp_path / "snaps", {"goal": 1})
+    snaps.save(stream, 1, 1, "2026-12-02T00:00:00Z", {"x": 1})
+    assert snaps.load(stream) is not None
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) == 1 and files[0].parent == snaps.dir
