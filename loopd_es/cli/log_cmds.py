@@ -317,9 +317,9 @@ async def _verify(args: argparse.Namespace) -> int:
     finally:
         await store.aclose()
     for message in report.repaired:
-        print(message)
-    for problem in report.problems:
-        print(f"problem: {problem}")
+        print(term_line(message))
+    for problem in report.problems:  # may quote a damaged line's bytes
+        print(f"problem: {term_line(problem)}")
     print(report.summary())
     return EXIT_OK if report.ok else EXIT_STORAGE
 
