@@ -22,6 +22,7 @@ from ..errors import ConflictError, WrongExpectedVersionError
 from ..events import goal as g
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError, ProviderError
+from ..ids import check_id
 from ..procs.service import cancel_goal_awaits
 from ..sagas.fallback import Source, observe_provider_error, safe_error_text
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
@@ -71,7 +72,7 @@ class Goals:
         cost_budget: float | None = None, goal_id: str | None = None,
     ) -> GoalState:
         """Create a goal, its worker session and its first turn (interactive goals get it too, as in §3.1)."""
-        goal_id = goal_id or str(uuid.uuid4())
+        goal_id = check_id("goal", goal_id) if goal_id is not None else str(uuid.uuid4())  # it names a directory
         command = c.CreateGoal(
             goal_id=goal_id, name=name, objective=objective, owner_session_id=self.service.owner, model=model,
             agent=agent, fallback_models=fallback_models or None, interactive=interactive, max_turns=max_turns,

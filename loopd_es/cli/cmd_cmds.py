@@ -25,6 +25,7 @@ from ..log import open_store
 from ..procs import service
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
+from ..text_safe import term_block, term_line
 from .main import store_url
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ async def _list(args: argparse.Namespace) -> int:
     for s in states:
         print(
             f"{s.id[:8]}  {s.status:<10}  {s.end_reason or '-':<9}  {s.exit_code if s.exit_code is not None else '-':>4}"
-            f"  {s.title}"
+            f"  {term_line(s.title)}"
         )
     return 0
 
@@ -245,14 +246,15 @@ async def _read(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**msgspec.to_builtins(result), "live": state.running}))
     else:
-        sys.stdout.write(result.text if result.text.endswith("\n") or not result.text else result.text + "\n")
+        text = term_block(result.text)  # a program's output: colours dropped, other escapes shown, not run
+        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
 
 
 async def _request(args: argparse.Namespace, request: dict[str, Any]) -> int:
     _, store, paths, cid = await _with_command(args)
     async with store:
-        print(await service.command_request(store, paths, cid, request))
+        print(term_line(await service.command_request(store, paths, cid, request)))
     return 0
 
 
@@ -288,7 +290,7 @@ async def _watch(args: argparse.Namespace) -> int:
 async def _remove(args: argparse.Namespace) -> int:
     _, store, paths, cid = await _with_command(args)
     async with store:
-        print(await service.remove_command(store, paths, cid))
+        print(term_line(await service.remove_command(store, paths, cid)))
     return 0
 
 
@@ -299,7 +301,7 @@ async def _await(args: argparse.Namespace) -> int:
         _, message = await service.request_await(
             store, paths, cid, goal_id=args.goal, until=args.until, ignore_case=args.ignore_case
         )
-    print(message)
+    print(term_block(message))
     return 0
 
 
@@ -327,7 +329,7 @@ async def _attach(args: argparse.Namespace) -> int:
         await stream.send(b'{"op": "attach"}\n')
         buffered = BufferedByteReceiveStream(stream)
         json.loads(await buffered.receive_until(b"\n", 1 << 16))
-        print(f'[attached to "{state.title}"; Ctrl-] detaches]', file=sys.stderr)
+        print(f'[attached to "{term_line(state.title)}"; Ctrl-] detaches]', file=sys.stderr)
         with _raw_stdin():
             async with anyio.create_task_group() as tg:
 

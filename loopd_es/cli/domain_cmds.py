@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from ..errors import UsageError
+from ..text_safe import term_line
 from .options import parse_time, store_url
 
 
@@ -65,7 +66,7 @@ async def _replay(args: argparse.Namespace) -> int:
                 body = {name: f.state for name, f in sorted(states.items())}
                 sys.stdout.write(msgspec.json.encode(body).decode() + "\n")
             for name in sorted(states) if not args.json else ():
-                print(states[name].summary())
+                print(term_line(states[name].summary()))
             return 0
         snapshots = None
         if not args.no_snapshots:
@@ -76,5 +77,5 @@ async def _replay(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(folded.state)).decode() + "\n")
     else:
         origin = f"snapshot v{folded.snapshot_version} + " if folded.snapshot_version else ""
-        print(f"{folded.summary()}  [{origin}{folded.folded} events folded, position {folded.position}]")
+        print(term_line(f"{folded.summary()}  [{origin}{folded.folded} events folded, position {folded.position}]"))
     return 0

@@ -14,6 +14,7 @@ import msgspec
 
 from ..errors import EXIT_OK, LoopdError
 from ..host import host_url, open_host
+from ..text_safe import term_line
 from .options import add_host_option, store_url
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ async def _models(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
         return EXIT_OK
     sys.stdout.write(
-        "\n".join([*render_models(models), *render_agents(agents), *_render_goals(goals)]) + "\n"
+        "\n".join(term_line(line) for line in [*render_models(models), *render_agents(agents), *_render_goals(goals)])
+        + "\n"
     )
     return EXIT_OK
 

@@ -35,11 +35,12 @@ def register(subparsers: Any) -> None:
 async def _import(args: argparse.Namespace) -> int:
     from ..importer import apply_plan, build_plan
     from ..log import open_store
+    from ..text_safe import term_line
     from .main import store_url
 
     plan = await anyio.to_thread.run_sync(build_plan, Path(args.directory))
     for warning in plan.warnings:
-        print(f"loopd-es: warning: {warning}", file=sys.stderr)
+        print(f"loopd-es: warning: {term_line(warning)}", file=sys.stderr)
     ledger = sum(b.from_ledger for b in plan.batches)
     shape = (
         f"{plan.goals} goal(s), {plan.commands} command(s), {plan.event_count} events "

@@ -14,6 +14,7 @@ from ..errors import EXIT_OK, EXIT_STORAGE, StreamNotFoundError, UsageError
 from ..events.envelope import ANY, ENVELOPE_ENCODER, Envelope, NewEvent
 from ..log import LogStore, open_store
 from ..log.base import parse_expected_version
+from ..text_safe import term_line
 from .main import store_url
 
 _JSON = msgspec.json.Decoder()
@@ -293,14 +294,14 @@ def _row(env: Envelope) -> str:
     data = bytes(env.data).decode("utf-8", "replace")
     if len(data) > 60:
         data = data[:57] + "..."
-    return f"{env.position:>8}  {env.stream:<24} {env.version:>5}  {env.type:<28} {env.recorded_at:<27} {data}"
+    return term_line(f"{env.position:>8}  {env.stream:<24} {env.version:>5}  {env.type:<28} {env.recorded_at:<27} {data}")
 
 
 async def _streams(args: argparse.Namespace) -> int:
     store = await _open(args, create=False)
     try:
         for name in await store.streams():
-            print(f"{name}\t{await store.stream_version(name)}")
+            print(f"{term_line(name)}\t{await store.stream_version(name)}")
     finally:
         await store.aclose()
     return EXIT_OK
@@ -316,11 +317,11 @@ async def _verify(args: argparse.Namespace) -> int:
     finally:
         await store.aclose()
     for message in report.repaired:
-        print(message)
+        print(term_line(message))
     for note in report.notes:
-        print(f"note: {note}")
-    for problem in report.problems:
-        print(f"problem: {problem}")
+        print(f"note: {term_line(note)}")
+    for problem in report.problems:  # may quote a damaged line's bytes
+        print(f"problem: {term_line(problem)}")
     print(report.summary())
     return EXIT_OK if report.ok else EXIT_STORAGE
 

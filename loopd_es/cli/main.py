@@ -173,11 +173,9 @@ def main(*argv: str) -> int:
 def _say(line: str) -> None:
     """Print one error line on stderr: control characters and bytes that are not UTF-8 (kept by argv as
     surrogates) are escaped, so an odd argument quoted in the message cannot break it into several lines."""
-    text = line.translate(_CONTROLS).encode("utf-8", "backslashreplace").decode("utf-8")
-    print(text, file=sys.stderr)
+    from ..text_safe import term_line
 
-
-_CONTROLS = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+    print(term_line(line).encode("utf-8", "backslashreplace").decode("utf-8"), file=sys.stderr)
 
 
 def _not_utf8(args: argparse.Namespace) -> str | None:

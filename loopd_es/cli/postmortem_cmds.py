@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..text_safe import term_line
 from .options import parse_time, store_url
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ async def _history(args: argparse.Namespace) -> int:
     if args.json:
         out.write(msgspec.json.encode(to_json(history)).decode() + "\n")
     else:
-        out.write("\n".join(render_text(history)) + "\n")
+        out.write("\n".join(term_line(line) for line in render_text(history)) + "\n")
     return 0
 
 
@@ -186,5 +187,5 @@ async def _explain(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(msgspec.json.encode(to_json(result)).decode() + "\n")
     else:
-        sys.stdout.write("\n".join(render_text(result)) + "\n")
+        sys.stdout.write("\n".join(term_line(line) for line in render_text(result)) + "\n")
     return 0

@@ -14,6 +14,7 @@ from ..errors import EXIT_CONFLICT, EXIT_OK
 from ..log import open_store
 from ..projector import DEFAULT_REGISTRY, Projector, default_read_db, load_registry
 from ..projector.progress import ProgressBar
+from ..text_safe import term_line
 from .main import store_url
 
 
@@ -185,7 +186,7 @@ async def _status(args: argparse.Namespace) -> int:
             f"{r.name:<{width}}  {r.version:>7}  {r.position:>10}  {max(head - r.position, 0):>10}  {r.parked:>6}"
         )
         if r.last_error:
-            print(f"{'':<{width}}  last parked: {r.last_error}")
+            print(f"{'':<{width}}  last parked: {term_line(str(r.last_error))}")
     print(f"log head {head} ({projector.store.url}); read db {projector.read_db}")
     return EXIT_OK
 

@@ -24,6 +24,7 @@ from ..domain.streams import short_ids as short_ids  # re-exported: `identities`
 from ..errors import EXIT_OK, UsageError
 from ..log import open_store
 from ..projector import Projector, default_read_db, load_registry
+from ..text_safe import term_line
 from .main import store_url
 
 T = TypeVar("T")
@@ -314,7 +315,8 @@ def _json(doc: Any) -> int:
 
 
 def _say(*lines: str) -> None:
-    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    """Print lines; each goes through the terminal sanitiser (names and errors come from outside)."""
+    sys.stdout.write("".join(f"{term_line(line)}\n" for line in lines))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40) -> list[str]:
@@ -328,7 +330,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40
 
 
 def _cell(value: Any, width: int) -> str:
-    text = "-" if value is None or value == "" else str(value).replace("\n", " ")
+    text = "-" if value is None or value == "" else term_line(str(value).replace("\n", " "))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

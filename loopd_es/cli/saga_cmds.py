@@ -18,6 +18,7 @@ import msgspec
 
 from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, UsageError
 from ..host import host_url, open_host
+from ..text_safe import term_line
 from .options import add_host_option, store_url
 from .query_cmds import add_goal_show
 
@@ -124,7 +125,8 @@ async def _goals(args: argparse.Namespace) -> AsyncIterator[Goals]:
 
 
 def _say(*lines: str) -> None:
-    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    """Print lines through the terminal sanitiser (goal names, errors and reasons come from outside)."""
+    sys.stdout.write("".join(f"{term_line(line)}\n" for line in lines))
 
 
 async def _state(goals: Goals, goal_id: str) -> GoalState:

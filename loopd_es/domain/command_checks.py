@@ -9,12 +9,13 @@ import re
 from typing import TYPE_CHECKING, Final
 
 from ..errors import UsageError
+from ..patterns import PatternError, UserPattern, compile_user_pattern
 
 if TYPE_CHECKING:
     from ..events.command import WatchSpec
 
-_DANGEROUS: Final = tuple(
-    re.compile(p)
+_DANGEROUS: Final = tuple(  # on RE2 too: on Python's re these scans were quadratic in a long pattern's text
+    compile_user_pattern(p)
     for p in (
         r"\(\?:.*\)\*.*\(\?:.*\)\*",
         r".*\(\.\*\?\)\{2,\}.*",
@@ -30,14 +31,14 @@ def is_dangerous_regex(source: str) -> bool:
     return any(p.search(source) for p in _DANGEROUS)
 
 
-def compile_watch_regex(kind: str, source: str, ignore_case: bool = False) -> re.Pattern[str]:
+def compile_watch_regex(kind: str, source: str, ignore_case: bool = False) -> UserPattern:
     """Compile a watch/await regex (``kind`` is ``filter`` or ``until``).
 
     :raises UsageError: with the reference's message for an invalid or dangerous pattern.
     """
     try:
-        pattern = re.compile(source, re.IGNORECASE if ignore_case else 0)
-    except re.error as e:
+        pattern = compile_user_pattern(source, ignore_case)
+    except PatternError as e:
         raise UsageError(f"Invalid watch {kind} regex '{source}': {e}") from None
     if is_dangerous_regex(source):
         raise UsageError(
@@ -46,14 +47,14 @@ def compile_watch_regex(kind: str, source: str, ignore_case: bool = False) -> re
     return pattern
 
 
-def compile_read_pattern(source: str, ignore_case: bool = False) -> re.Pattern[str]:
+def compile_read_pattern(source: str, ignore_case: bool = False) -> UserPattern:
     """Compile a ``read --pattern`` regex.
 
     :raises UsageError: with the reference's message for an invalid or dangerous pattern.
     """
     try:
-        pattern = re.compile(source, re.IGNORECASE if ignore_case else 0)
-    except re.error as e:
+        pattern = compile_user_pattern(source, ignore_case)
+    except PatternError as e:
         raise UsageError(f"Invalid regex pattern '{source}': {e}") from None
     if is_dangerous_regex(source):
         raise UsageError(

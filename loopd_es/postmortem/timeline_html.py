@@ -162,7 +162,9 @@ def render_html(history: History, explanation: Explanation | None = None) -> str
     model = timeline_model(history, explanation)
     data = msgspec.json.encode(model).replace(b"<", b"\\u003c").decode()
     title = html.escape(f"{model['name'] or history.goal_id} — loopd-es timeline")
-    return _TEMPLATE.replace("{{TITLE}}", title).replace("{{DATA}}", data)
+    head, rest = _TEMPLATE.split("{{TITLE}}")  # one pass: a name holding "{{DATA}}" stays text
+    middle, tail = rest.split("{{DATA}}")
+    return head + title + middle + data + tail
 
 
 _TEMPLATE: Final = """<!doctype html>

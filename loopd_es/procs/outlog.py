@@ -11,14 +11,16 @@ far less than the thread hop an async file API would add per chunk.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 from ..domain.command import MAX_AWAIT_TAIL_BYTES, MAX_OUTPUT_BYTES, OutputFacts, cap_utf8
 from .text import clean_line, sanitize, split_lines, strip_ansi
+
+if TYPE_CHECKING:
+    from ..patterns import UserPattern
 
 SLACK_BYTES: Final = 128 * 1024
 READ_DEFAULT_BYTES: Final = 64 * 1024
@@ -126,12 +128,12 @@ def read_plain(path: Path, offset: int | None, limit: int | None) -> ReadResult:
     )
 
 
-def matching_lines(data: bytes, pattern: re.Pattern[str]) -> list[str]:
+def matching_lines(data: bytes, pattern: UserPattern) -> list[str]:
     """Original lines of ``data`` whose ANSI-stripped text matches ``pattern``."""
     return [line for line in split_lines(data) if pattern.search(clean_line(line))]
 
 
-def read_pattern(path: Path, pattern: re.Pattern[str], skip: int | None, limit: int | None) -> ReadResult:
+def read_pattern(path: Path, pattern: UserPattern, skip: int | None, limit: int | None) -> ReadResult:
     """Matching lines of the retained log: ``skip`` matches, then at most ``limit`` (≤ 500)."""
     data = retained_bytes(path)
     found = matching_lines(data, pattern)
@@ -147,7 +149,7 @@ def read_pattern(path: Path, pattern: re.Pattern[str], skip: int | None, limit: 
     )
 
 
-def until_matches(path: Path, pattern: re.Pattern[str]) -> list[str]:
+def until_matches(path: Path, pattern: UserPattern) -> list[str]:
     """Clean non-blank lines of the retained log matching an until pattern (for immediate await fires)."""
     out = []
     for line in split_lines(retained_bytes(path)):

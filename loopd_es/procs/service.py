@@ -13,9 +13,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -28,6 +30,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ..domain.command import (
+    TERMINATE_GRACE_S,
     CommandNotFoundError,
     CommandState,
     CommandStateError,
@@ -57,6 +60,12 @@ if TYPE_CHECKING:
     from ..log.base import LogStore
 
 OWNER_CONNECT_WAIT_S = 10.0
+DIRECT_TERMINATE = signal.SIGUSR1
+"""Sent to the owner process when it does not answer a terminate: its handler signals the child itself."""
+DIRECT_KILL = signal.SIGUSR2
+"""Likewise for kill."""
+ANSWER_WITHIN_S = {"terminate": TERMINATE_GRACE_S + 3.0, "kill": 3.0}
+"""How long terminate and kill wait for the owner's answer before they signal through the owner directly."""
 
 
 def utcnow() -> datetime:
@@ -333,15 +342,15 @@ async def connect_owner(sock: Path) -> SocketStream:
 
 
 async def owner_request(
-    paths: CommandPaths, command_id: str, request: dict[str, Any]
+    paths: CommandPaths, command_id: str, request: dict[str, Any], within: float = OWNER_CONNECT_WAIT_S
 ) -> dict[str, Any] | None:
-    """Send one request to the command's owner and return its answer; ``None`` when no owner is alive.
+    """Send one request to the command's owner and return its answer; ``None`` when no owner answered.
 
-    Waits (bounded) for a freshly started owner to open its socket.
+    Waits (at most ``within`` seconds in all) for a freshly started owner to open its socket and answer.
     """
     sock = paths.socket(command_id)
     lock = paths.lock(command_id)
-    with anyio.move_on_after(OWNER_CONNECT_WAIT_S):
+    with anyio.move_on_after(within):
         while True:
             try:
                 stream = await connect_owner(sock)
@@ -360,6 +369,52 @@ async def owner_request(
                 answer: dict[str, Any] = json.loads(line)
                 return answer
     return None
+
+
+async def _signal_directly(store: LogStore, paths: CommandPaths, state: CommandState, op: str) -> str | None:
+    """Terminate or kill through the owner's signal handler when its loop does not answer; ``None`` if no owner.
+
+    The owner holds the lock for life, so a held lock means ``supervisor_pid`` is still that owner (no reuse).
+    Waits (bounded) for the exit to be recorded, and says so when the owner has not caught up yet.
+    """
+    pid = state.supervisor_pid
+    assert pid is not None
+    sig = DIRECT_TERMINATE if op == "terminate" else DIRECT_KILL
+    if not owner_alive(paths.lock(state.id)) or not _catches(pid, sig):
+        return None
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return None
+    end = time.monotonic() + TERMINATE_GRACE_S + OWNER_CONNECT_WAIT_S
+    fresh: CommandState | None = state
+    while fresh is not None and fresh.running and time.monotonic() < end:
+        await anyio.sleep(0.1)
+        fresh = await load_state(store, state.id)
+    if fresh is not None and not fresh.running:
+        if op == "kill":
+            return f'Command "{state.title}" killed (SIGKILL).'
+        return f'Command "{state.title}" {fresh.status}.'
+    what = "SIGTERM (SIGKILL after 3 s)" if op == "terminate" else "SIGKILL"
+    return (
+        f'{what} sent to "{state.title}" through its owner\'s signal handler (the owner is not answering); '
+        "the exit is recorded when it catches up."
+    )
+
+
+def _catches(pid: int, sig: int) -> bool:
+    """True when ``pid`` has a handler for ``sig`` (an owner from before the direct path would die of it).
+
+    Reads the caught-signal mask in ``/proc/PID/status``; where there is no ``/proc``, assumes it does.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    except OSError:
+        pass
+    return True
 
 
 def raise_for(answer: dict[str, Any]) -> str:
@@ -497,7 +552,11 @@ async def command_request(
     if state is None or state.removed:
         raise CommandNotFoundError()
     if state.running:
-        answer = await owner_request(paths, command_id, request)
+        answer = await owner_request(paths, command_id, request, ANSWER_WITHIN_S.get(op, OWNER_CONNECT_WAIT_S))
+        if answer is None and op in ANSWER_WITHIN_S and state.supervisor_pid:
+            direct = await _signal_directly(store, paths, state, op)
+            if direct is not None:
+                answer = {"ok": True, "message": direct}
         if answer is not None and answer.get("ok"):
             message = str(answer["message"])
             if remove:

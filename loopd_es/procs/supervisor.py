@@ -14,10 +14,10 @@ import base64
 import json
 import logging
 import os
-import re
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -44,21 +44,26 @@ from ..domain.command import (
     validate_size,
 )
 from ..errors import LoopdError, UsageError
-from ..events.command import CommandResized, CommandSpawned, SignalReason, WatchSpec
+from ..events.command import CommandResized, CommandSpawned, SignalName, SignalReason, WatchSpec
 from ..events.envelope import parse_rfc3339
 from ..log import open_store
 from .outlog import OutputLog, until_matches
 from .paths import CommandPaths, peer_uid
 from .pty import PtyChild
-from .service import append_decided, load_state, reconcile, utcnow
+from .service import DIRECT_KILL, DIRECT_TERMINATE, append_decided, load_state, reconcile, utcnow
 from .text import LineAssembler, clean_line
 from .watch import Watcher
 
 if TYPE_CHECKING:
     from ..events.base import Event
     from ..log.base import LogStore
+    from ..patterns import UserPattern
 
 log = logging.getLogger("loopd_es.procs")
+
+STALL_ENV = "LOOPD_ES_TEST_STALL_ON"
+"""A test hook like the crash points: ``TEXT:SECONDS`` makes the owner's loop spin that long on a line holding
+TEXT, standing in for anything that keeps the loop from running (tests of the direct signal path)."""
 
 
 class Supervisor:
@@ -72,7 +77,7 @@ class Supervisor:
         self.out = OutputLog(paths.log(self.id))
         self.lines = LineAssembler()
         self.watcher: Watcher | None = None
-        self.until_awaits: dict[str, re.Pattern[str]] = {}
+        self.until_awaits: dict[str, UserPattern] = {}
         self.child: PtyChild | None = None
         self.lock = anyio.Lock()
         self.finished = anyio.Event()
@@ -82,6 +87,8 @@ class Supervisor:
         self.pending = 0
         self.idle = anyio.Event()
         self._tg: TaskGroup | None = None
+        self.direct: tuple[SignalName, SignalReason] | None = None
+        self._stall = _stall_hook()
         self._set_watch(state.watch)
         self._load_awaits()
 
@@ -110,6 +117,8 @@ class Supervisor:
     async def run(self) -> int:
         s = self.state
         argv = ["/bin/sh", "-c", shlex.join([s.command, *s.args])] if s.shell else [s.command, *s.args]
+        signal.signal(DIRECT_TERMINATE, self._on_direct_signal)
+        signal.signal(DIRECT_KILL, self._on_direct_signal)
         try:
             sock = self.paths.socket(self.id)  # refused before anything runs when its directory is not ours
             self.child = PtyChild.spawn(argv, cwd=s.cwd, env=self.env, cols=s.cols, rows=s.rows)
@@ -163,6 +172,8 @@ class Supervisor:
 
     async def _on_output(self, data: bytes) -> None:
         self.out.append(data)
+        if self._stall is not None and self._stall[0] in data:
+            _spin(self._stall[1])
         for client in list(self.attached):
             try:
                 client.send_nowait(data)
@@ -225,6 +236,9 @@ class Supervisor:
     async def _reap(self) -> None:
         assert self.child is not None
         code, sig = await self.child.wait()
+        if self.direct is not None:  # signalled from the handler while the loop could not record it
+            name, reason = self.direct
+            await self.append(lambda st: decide_signal(st, name, reason) if st.running and st.signal != name else [])
         with anyio.move_on_after(0.5):  # output still in the PTY after the exit
             await self.reader_done.wait()
         tail = self.lines.flush()
@@ -260,12 +274,38 @@ class Supervisor:
             self.child.send_signal(signal.SIGKILL)
             await self.finished.wait()
 
+    def _on_direct_signal(self, signum: int, _frame: object) -> None:
+        """``SIGUSR1`` (terminate) / ``SIGUSR2`` (kill) from a client whose request went unanswered.
+
+        Runs as a signal handler, between two bytecodes of whatever the loop is doing, so it reaches the
+        child even when the loop is busy; :meth:`_reap` records the signal with the exit.
+        """
+        child = self.child
+        if child is None or child.reaped:
+            return
+        if signum == DIRECT_KILL:
+            self.direct = ("SIGKILL", "kill")
+            child.send_signal(signal.SIGKILL)
+            return
+        if self.direct is not None:
+            return
+        self.direct = ("SIGTERM", "terminate")
+        child.send_signal(signal.SIGTERM)
+
+        def escalate() -> None:
+            if not child.reaped and child.send_signal(signal.SIGKILL):
+                self.direct = ("SIGKILL", "terminate")
+
+        timer = threading.Timer(TERMINATE_GRACE_S, escalate)
+        timer.daemon = True
+        timer.start()
+
     # -- requests ---------------------------------------------------------------------------------
 
     async def _handle(self, stream: SocketStream) -> None:
         uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
         if uid != os.getuid():  # only our own user may type into the command or signal it
-            log.warning("refused a connection from uid %d on %s", uid, self.paths.socket(self.id))
+            log.warning("command %s: refused a connection from uid %d", self.id, uid)
             await stream.aclose()
             return
         self.pending += 1
@@ -445,6 +485,17 @@ def _state_error(op: str, s: CommandState) -> LoopdError:
 
 def _parse(text: str) -> datetime:
     return parse_rfc3339(text)
+
+
+def _stall_hook() -> tuple[bytes, float] | None:
+    text, sep, seconds = os.environ.get(STALL_ENV, "").rpartition(":")
+    return (text.encode(), float(seconds)) if sep and text else None
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # busy on purpose: a loop that never yields, as a runaway match would be
+        pass
 
 
 async def _main(store_url: str, command_id: str, lock_fd: int, env: dict[str, str]) -> int:

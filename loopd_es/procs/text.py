@@ -10,13 +10,11 @@ import codecs
 import re
 from typing import Final
 
-_ANSI: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
+from ..text_safe import strip_ansi
+
+__all__ = ["LineAssembler", "clean_line", "sanitize", "split_lines", "strip_ansi"]
+
 _CONTROL: Final = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def strip_ansi(text: str) -> str:
-    """Remove CSI, OSC and charset escape sequences."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def clean_line(raw: str) -> str:

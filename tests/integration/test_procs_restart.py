@@ -55,7 +55,11 @@ async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogS
     async with anyio.create_task_group() as tg:
         for _ in range(4):
             tg.start_soon(reconciler)
-    assert sum(results) == 2
+    # Exactly once per command across the four: a live owner's start-up reconcile (which may run late on a
+    # loaded machine) can be the one that marks a command, so count the exits recorded, not who recorded them.
+    assert 1 <= sum(results) <= 2
+    for stream in (cid, late):
+        assert [e.type async for e in store.read_stream(f"command-{stream}")].count("command.exited") == 1
     s = await env.state(store, cid)
     assert (s.status, s.end_reason) == ("missing", "missing") and s.watch == WatchSpec(filter="x")
     assert s.last_error and "no live execution" in s.last_error.lower()

@@ -34,7 +34,9 @@ SCANNED = ("loopd_es", "projections", "tools")
 
 LAYERS: dict[str, int] = {
     "errors": 0,
-    "ids": 1,  # id shapes and paths under a root: pure helpers
+    "patterns": 0,  # user regexes on RE2; imports nothing of ours
+    "text_safe": 0,  # the terminal sanitiser; imports nothing of ours
+    "ids": 1,  # the id shape and path builder; imports errors
     "events": 1,
     "log": 2,
     "domain": 2,

@@ -126,3 +126,35 @@ def test_api_refuses_bad_ids_and_skips_hand_appended_streams(tmp_path: Path) -> 
 
     anyio.run(go)
     assert not victim.exists()
+
+
+def test_goal_api_refuses_an_id_that_would_name_another_directory(tmp_path: Path) -> None:
+    """A goal id becomes its artifact directory (``.opencode/loopd/goals/<id>``, the checks' cwd)."""
+    from loopd_es.app.goals import Goals
+    from loopd_es.app.service import Ctx, GoalService
+    from loopd_es.host import open_host
+
+    async def go() -> None:
+        async with await open_store(f"sqlite:{tmp_path / 'ev.db'}") as store:
+            host = await open_host(f"sim:{tmp_path / 'host.json'}")
+            try:
+                goals = Goals(GoalService(store, host))
+                with pytest.raises(InvalidIdError, match="invalid goal id '../../../etc'"):
+                    await goals.create("n", "o", Ctx.new(), goal_id="../../../etc")
+                assert await store.head() == 0
+            finally:
+                await host.aclose()
+
+    anyio.run(go)
+
+
+@pytest.mark.parametrize("stream", ["../../escaped", "..", ".", "/etc/x", "a/../../b", "goal-\x00x", "%2e%2e%2Fx"])
+def test_snapshot_files_of_any_stream_name_stay_in_their_directory(tmp_path: Path, stream: str) -> None:
+    """Stream names are not checked against the id shape (any log may hold any); snapshot names are quoted."""
+    from loopd_es.replay.snapshots import SnapshotStore
+
+    snaps = SnapshotStore(tmp_path / "snaps", {"goal": 1})
+    snaps.save(stream, 1, 1, "2026-12-02T00:00:00Z", {"x": 1})
+    assert snaps.load(stream) is not None
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) == 1 and files[0].parent == snaps.dir

@@ -1,0 +1,73 @@
+"""No name, objective, error or output can drive the terminal: every text view goes through one sanitiser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loopd_es.cli.main import main
+from loopd_es.text_safe import term_block, term_line
+
+EVIL_NAME = "\x1b]0;pwned\x07\x1b[2Jevil\u202egnp.exe\x9b31m"
+EVIL_OBJECTIVE = "do it\x1b]52;c;cm0gLXJmIH4=\x07\nnext line\r\x1b[1A"
+RAW = ("\x1b", "\x07", "\x9b", "\u202e", "\r")
+
+
+def _clean(text: str) -> bool:
+    return not any(ch in text for ch in RAW)
+
+
+def test_term_line_escapes_every_non_printable_character() -> None:
+    assert term_line("plain é ✓") == "plain é ✓"
+    out = term_line(EVIL_NAME)
+    assert _clean(out) and "\n" not in out
+    assert out == "\\x1b]0;pwned\\x07\\x1b[2Jevil\\u202egnp.exe\\x9b31m"
+    assert term_line("a\nb\tc\x00") == "a\\nb\\tc\\x00"
+
+
+def test_term_block_keeps_lines_drops_colours_and_escapes_the_rest() -> None:
+    assert term_block("\x1b[31mred\x1b[0m\r\nnext\tcol\n") == "red\nnext\tcol\n"
+    out = term_block("a\x1b]52;c;Zm9v\x07b\x1bc\x9b2J\u202e")
+    assert _clean(out) and out == "ab\\x1bc\\x9b2J\\u202e"
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The default store and simulated host, in a fresh directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOPD_ES_STORE", raising=False)
+    monkeypatch.delenv("LOOPD_ES_HOST", raising=False)
+    return tmp_path
+
+
+def test_views_render_hostile_names_through_the_sanitiser(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reported hole: ``goals`` printed a goal name's escape sequences raw."""
+    assert main("goal", "create", EVIL_NAME, "--objective", EVIL_OBJECTIVE) == 0
+    created = capsys.readouterr().out
+    assert _clean(created), created
+    gid = created.splitlines()[0].strip()
+    for argv in (("goals",), ("goal", "show", gid), ("history", gid), ("explain", gid), ("read",), ("replay",)):
+        code = main(*argv)
+        out, err = capsys.readouterr()
+        assert code == 0, (argv, err)
+        assert _clean(out) and _clean(err), (argv, out)
+        assert "evil" in out or argv[0] in ("explain", "read", "replay"), argv
+
+
+def test_errors_quoting_user_text_are_one_clean_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    url = f"sqlite:{tmp_path / 'ev.db'}"
+    code = main("--store", url, "cmd", "start", "--watch-filter", "(\x1b[2J\n", "--", "true")
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and _clean(err), err
+
+
+def test_html_title_does_not_pull_in_the_page_data(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main("goal", "create", "{{DATA}}</title><script>x</script>", "--objective", "o") == 0
+    gid = capsys.readouterr().out.splitlines()[0].strip()
+    page = here / "t.html"
+    assert main("history", gid, "--html", str(page)) == 0
+    html = page.read_text()
+    title = html.split("<title>", 1)[1].split("</title>", 1)[0]
+    assert title.startswith("{{DATA}}&lt;/title&gt;&lt;script&gt;"), title
+    assert html.count('<script type="application/json" id="data">') == 1 and "<script>x" not in html
