@@ -19,16 +19,37 @@ import msgspec
 from ..errors import ConflictError, LoopdError, StorageError
 from ..events.catalogue import new_event
 from ..events.envelope import NO_STREAM
-from ..events.imported import STREAM_PREFIX, ImportCompleted, ImportedEvent, ImportedStream, ImportStarted
+from ..events.imported import (
+    CONTROL_PREFIX,
+    STREAM_PREFIX,
+    ControlCompleted,
+    ControlRequested,
+    ImportCompleted,
+    ImportedEvent,
+    ImportedStream,
+    ImportStarted,
+    Provenance,
+    SkippedLine,
+    stamp,
+)
+from .builder import Emitted, Report, from_line
 from .check import differences
-from .commands import build_commands
-from .goals import GoalInput, build_goal
-from .source import LOOPD_DIR, ImportSourceError, LedgerLine, load_ledger, load_state
+from .commands import build_commands, needs_reconcile
+from .goals import Control, GoalInput, build_goal
+from .source import (
+    LOOPD_DIR,
+    ImportSourceError,
+    LControl,
+    LedgerLine,
+    RefControl,
+    load_ledger,
+    load_state,
+    typed,
+)
 
 if TYPE_CHECKING:
     from ..events.envelope import NewEvent
     from ..log.base import LogStore
-    from .builder import Emitted
 
 NAMESPACE: Final = uuid.UUID("5b0f3c52-8a51-4d3e-9a40-6c1f2f0e1a77")
 """The UUIDv5 namespace of imported event ids (fixed forever: changing it would re-import everything)."""
@@ -64,6 +85,8 @@ class ImportPlan(msgspec.Struct, frozen=True, kw_only=True):
     commands: int
     warnings: tuple[str, ...]
     torn_line: int | None
+    skipped: tuple[SkippedLine, ...] = ()
+    needs_reconcile: tuple[str, ...] = ()
 
     @property
     def event_count(self) -> int:
@@ -94,18 +117,30 @@ def build_plan(directory: Path) -> ImportPlan:
     loaded = load_state(base / "state.json")
     ledger = load_ledger(base / "events.ndjson")
     state = loaded.state
-    warnings: list[str] = []
-    if ledger.torn_line is not None:
-        warnings.append(
-            f"{ledger.path} line {ledger.torn_line} is an incomplete write (no newline, not JSON); skipped"
-        )
+    report = Report()
+    import_id = import_id_for(directory)
     goal_lines: dict[str, list[LedgerLine]] = {}
     command_lines: list[LedgerLine] = []
+    control_lines: list[LedgerLine] = []
     for line in ledger.lines:
-        if line.type.startswith("command."):
+        if line.type in ("command.accepted", "command.rejected"):
+            control_lines.append(line)
+        elif line.type.startswith("command."):
             command_lines.append(line)
         elif line.goal_id:
             goal_lines.setdefault(line.goal_id, []).append(line)
+        else:
+            report.skip("ledger", line, "names no goal (no goalID) and is not a command event")
+    controls = _controls(state.command_ledger, control_lines, ledger.path, report)
+    control_ids = {
+        rid: _event_id(import_id, f"{CONTROL_PREFIX}{rid}", 0, items[0].source) for rid, items in controls.items()
+    }
+    by_goal: dict[str, list[Control]] = {}
+    for entry in state.command_ledger:
+        if entry.goal_id:
+            by_goal.setdefault(entry.goal_id, []).append(
+                Control(entry.command, entry.accepted_at, entry.completed_at, control_ids[entry.request_id])
+            )
     runtimes = {rt.goal_id: rt for rt in state.runtimes}
     snaps = {goal.id: goal for goal in state.goals}
     mapped: list[tuple[str, list[Emitted]]] = []
@@ -116,17 +151,35 @@ def build_plan(directory: Path) -> ImportPlan:
             runtime=runtimes.get(goal_id),
             lines=tuple(goal_lines.get(goal_id, ())),
             ledger_path=ledger.path,
+            controls=tuple(by_goal.get(goal_id, ())),
         )
-        items = build_goal(data, warnings)
+        items = build_goal(data, report)
         snap = snaps.get(goal_id)
         if snap is not None:
-            warnings.extend(f"goal {goal_id}: {d}" for d in differences(snap, runtimes.get(goal_id), items))
+            report.warnings.extend(f"goal {goal_id}: {d}" for d in differences(snap, runtimes.get(goal_id), items))
         if items:
             mapped.append((f"goal-{goal_id}", items))
-    commands = build_commands(state.commands, state.command_awaits, command_lines, ledger.path, warnings)
+    starters = _command_starters(state.command_ledger, command_lines, control_ids)
+    commands = build_commands(state.commands, state.command_awaits, command_lines, ledger.path, report, starters)
     mapped.extend((f"command-{cid}", items) for cid, items in commands.items() if items)
+    mapped.extend((f"{CONTROL_PREFIX}{rid}", items) for rid, items in controls.items())
+    reconcile = needs_reconcile(state.commands)
+    report.warnings.extend(
+        f"command {cid}: state.json shows it running; its process belonged to loopd - settle it with "
+        "`loopd-es import-loopd --reconcile` (or `loopd-es cmd reconcile`)"
+        for cid in reconcile
+    )
+    skipped = list(report.skipped)
+    if ledger.torn_line is not None:
+        report.warnings.insert(
+            0, f"{ledger.path} line {ledger.torn_line} is an incomplete write (no newline, not JSON); skipped"
+        )
+        skipped.append(
+            SkippedLine(line=ledger.torn_line, type="", reason="an incomplete write (no newline, not JSON)")
+        )
+    skipped.sort(key=lambda k: k.line)
+    warnings = report.warnings
 
-    import_id = import_id_for(directory)
     stream = f"{STREAM_PREFIX}{import_id}"
     started_payload = ImportStarted(
         import_id=import_id,
@@ -154,8 +207,10 @@ def build_plan(directory: Path) -> ImportPlan:
             )
             for b in batches
         ),
-        skipped_ledger_lines=(ledger.torn_line,) if ledger.torn_line is not None else (),
+        skipped_ledger_lines=tuple(k.line for k in skipped),
         warnings=tuple(warnings),
+        skipped=tuple(skipped),
+        needs_reconcile=reconcile,
     )
     completed = new_event(
         completed_payload,
@@ -174,25 +229,121 @@ def build_plan(directory: Path) -> ImportPlan:
         commands=len(commands),
         warnings=tuple(warnings),
         torn_line=ledger.torn_line,
+        skipped=tuple(skipped),
+        needs_reconcile=reconcile,
     )
+
+
+def _controls(
+    entries: list[RefControl], lines: list[LedgerLine], where: Path, report: Report
+) -> dict[str, list[Emitted]]:
+    """One ``control-<requestID>`` stream per owner control request: requested, then its outcome.
+
+    loopd keeps the last 100 handled requests in ``state.commandLedger`` (§1.9); ``command.accepted`` /
+    ``command.rejected`` ledger lines (declared, not written by 1.12.2) add or complete them.
+    """
+    out: dict[str, list[Emitted]] = {}
+    for e in entries:
+        out[e.request_id] = [
+            Emitted(
+                ControlRequested(request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.accepted_at),
+                "state:commandLedger",
+                e.accepted_at,
+                "state:commandLedger.acceptedAt",
+            ),
+            Emitted(
+                ControlCompleted(request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.completed_at),
+                "state:commandLedger",
+                e.completed_at,
+                "state:commandLedger.completedAt",
+                0,
+            ),
+        ]
+    for line in lines:
+        fields = typed(line, LControl, where)
+        items = out.setdefault(fields.request_id, [])
+        goal = line.goal_id
+        if line.type == "command.accepted":
+            if items:
+                report.skip(f"control request {fields.request_id}", line, "already in state.json's commandLedger")
+                continue
+            items.append(
+                Emitted(
+                    ControlRequested(request_id=fields.request_id, command=fields.command, goal_id=goal, at=line.timestamp),
+                    **from_line(line),
+                )
+            )
+        else:
+            items.append(
+                Emitted(
+                    ControlCompleted(
+                        request_id=fields.request_id,
+                        command=fields.command,
+                        goal_id=goal,
+                        outcome="rejected",
+                        reason=fields.reason,
+                        at=line.timestamp,
+                    ),
+                    **from_line(line),
+                    cause=0 if items else None,
+                )
+            )
+    return {rid: items for rid, items in out.items() if items}
+
+
+def _command_starters(
+    entries: list[RefControl], lines: list[LedgerLine], control_ids: dict[str, str]
+) -> dict[str, str]:
+    """Command id -> the ``cmd_start`` control request handled just before its ``command.started`` line."""
+    from ..events.envelope import parse_rfc3339
+
+    found: dict[str, str] = {}
+    starts = [e for e in entries if e.command == "cmd_start"]
+    for line in lines:
+        if line.type != "command.started" or not line.command_id:
+            continue
+        try:
+            ts = parse_rfc3339(line.timestamp)
+        except ValueError:
+            continue
+        for e in starts:
+            try:
+                accepted, completed = parse_rfc3339(e.accepted_at), parse_rfc3339(e.completed_at)
+            except ValueError:
+                continue
+            if accepted <= ts <= completed and e.goal_id == line.fields.get("goalID"):
+                found[line.command_id] = control_ids[e.request_id]
+    return found
 
 
 def _event_id(import_id: str, stream: str, index: int, source: str) -> str:
     return str(uuid.uuid5(NAMESPACE, f"{import_id}/{stream}/{index}/{source}"))
 
 
-def _batch(import_id: str, import_stream: str, cause: str, stream: str, items: list[Emitted]) -> StreamBatch:
-    """Chain the stream: the first event is caused by ``import.started``, each later one by its predecessor."""
+def _batch(import_id: str, import_stream: str, started: str, stream: str, items: list[Emitted]) -> StreamBatch:
+    """Stamp each event with its source time and provenance, and link it to its cause.
+
+    The cause is the event the source shows caused it (:attr:`Emitted.cause`), else ``import.started``;
+    an event without a time of its own is placed at the time of the one before it (``time_from: previous``).
+    """
     events: list[NewEvent] = []
+    previous = ""
     for index, item in enumerate(items):
+        at, at_from = item.at, item.at_from
+        if not at:
+            at, at_from = previous, "previous" if previous else ""
+        previous = at
+        cause = item.cause
+        causation = events[cause].event_id if isinstance(cause, int) and cause < index else cause
         event = new_event(
             item.payload,
             event_id=_event_id(import_id, stream, index, item.source),
-            causation_id=cause,
+            causation_id=causation if isinstance(causation, str) else started,
             correlation_id=import_stream,
         )
+        data = stamp(event.data_bytes(), at, Provenance(source=item.source, time_from=at_from))
+        event = msgspec.structs.replace(event, data=msgspec.Raw(data))
         events.append(event)
-        cause = event.event_id
     sources = tuple(item.source for item in items)
     return StreamBatch(
         stream=stream,
