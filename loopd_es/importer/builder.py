@@ -34,7 +34,7 @@ class Emitted(msgspec.Struct, frozen=True):
 
 
 class Report:
-    """What an import could not carry over: free-text warnings, and every ledger line it skipped."""
+    """What an import could not carry over: every ledger line it skipped, and other warnings."""
 
     def __init__(self) -> None:
         self.warnings: list[str] = []
@@ -44,9 +44,8 @@ class Report:
         self.warnings.append(text)
 
     def skip(self, subject: str, line: LedgerLine, reason: str) -> None:
-        """Record that ``line`` did not become an event, and why (in the warnings too, for the CLI)."""
-        self.skipped.append(SkippedLine(line=line.line, type=line.type, reason=reason))
-        self.warnings.append(f"{subject}: ledger line {line.line} ({line.type}) skipped: {reason}")
+        """Record that ``line`` did not become an event, and why (the CLI lists these on stdout)."""
+        self.skipped.append(SkippedLine(line=line.line, type=line.type, reason=f"{subject}: {reason}"))
 
 
 class When(TypedDict, total=False):

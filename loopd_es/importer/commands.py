@@ -45,6 +45,8 @@ class _Cmd:
         self.items: list[Emitted] = []
         self.state: dc.CommandState | None = None
         self.report = report
+        self.awaits: dict[str, RefAwait] = {}
+        """Goal id -> the snapshot's outstanding await on this command (``state.commandAwaits``)."""
         self.requests: dict[str, int] = {}
         """Goal id -> index of its outstanding ``command.await-requested`` (the cause of the await's end)."""
 
@@ -82,6 +84,7 @@ def build_commands(
     builders: dict[str, _Cmd] = {}
     for cid in [*snaps, *(k for k in started if k not in snaps)]:
         b = builders[cid] = _Cmd(cid, snaps.get(cid), report)
+        b.awaits = {a.goal_id: a for a in awaits if a.command_id == cid}
         _start(b, started.get(cid), ledger_path, (starters or {}).get(cid))
     for line in lines:
         if line.type == "command.started":
@@ -222,7 +225,18 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
             return
         b.emit(_exited(b.id, snap, f.exit_code, line.timestamp), cause=0, **kw)
     elif t == "command.await-requested":
-        b.emit(c.AwaitRequested(goal_id=f.goal_id or "", command_id=cid, until=f.until), cause=0, **kw)
+        snap_await = b.awaits.get(f.goal_id or "")  # the snapshot's record of it has the owner and case flag
+        b.emit(
+            c.AwaitRequested(
+                goal_id=f.goal_id or "",
+                command_id=cid,
+                until=f.until,
+                ignore_case=bool(snap_await.ignore_case) if snap_await else False,
+                owner_session_id=snap_await.owner_session_id if snap_await else None,
+            ),
+            cause=0,
+            **kw,
+        )
     elif t == "command.await-fired":
         matched = f.matched_lines if isinstance(f.matched_lines, list) else []
         b.emit(

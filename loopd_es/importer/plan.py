@@ -164,11 +164,6 @@ def build_plan(directory: Path) -> ImportPlan:
     mapped.extend((f"command-{cid}", items) for cid, items in commands.items() if items)
     mapped.extend((f"{CONTROL_PREFIX}{rid}", items) for rid, items in controls.items())
     reconcile = needs_reconcile(state.commands)
-    report.warnings.extend(
-        f"command {cid}: state.json shows it running; its process belonged to loopd - settle it with "
-        "`loopd-es import-loopd --reconcile` (or `loopd-es cmd reconcile`)"
-        for cid in reconcile
-    )
     skipped = list(report.skipped)
     if ledger.torn_line is not None:
         report.warnings.insert(
@@ -399,16 +394,17 @@ async def apply_plan(store: LogStore, plan: ImportPlan) -> ImportResult:
 async def _held(store: LogStore, stream: str, events: tuple[NewEvent, ...]) -> int:
     """How many of ``events`` the stream already holds as its first events (0 when it does not exist).
 
-    :raises ImportConflictError: when the stream holds anything else.
+    :raises ImportConflictError: when the stream's first events are anything else.
     """
     version = await store.stream_version(stream)
     if version == 0:
         return 0
     count = 0
     async for env in store.read_stream(stream):
+        if count >= len(events):
+            break  # later events (a reconciliation, work continued after the import) are not the import's
         if (
-            count >= len(events)
-            or env.event_id != events[count].event_id
+            env.event_id != events[count].event_id
             or not env.same_content(events[count], stream)
         ):
             raise ImportConflictError(

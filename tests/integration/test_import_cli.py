@@ -51,6 +51,8 @@ def test_import_replay_and_reimport(url: str, capsys: pytest.CaptureFixture[str]
     code, out, err = _run(capsys, "--store", url, "import-loopd", project)
     assert code == 0, err
     assert "imported" in out and "7 goal(s), 4 command(s)" in out and err == ""
+    assert "1 ledger line(s) not imported:\n  line 35 (command.exited): command " in out
+    assert "need reconciliation (`loopd-es import-loopd --reconcile DIR`" in out
     head = _head(url)
     assert head > 0
 
