@@ -390,3 +390,171 @@ class _FailingStore(LogStore):
 
     async def aclose(self) -> None:
         pass
+
+
+# -- a busy day, as loopd 1.12.2 wrote it: source time, nothing dropped, counters as the source says ----
+
+DAY = PROJECTS / "busy_day"
+TRIAGE, STORAGE, FLAKY, DEPS = (f"5e1f0a3c-7b2d-4c8e-9f10-0000000000{s}" for s in ("a1", "b2", "c3", "d4"))
+UNIT, CI_WATCH, DEV = (f"9c4d2e1f-3a5b-4c6d-8e7f-0000000000{s}" for s in ("e1", "e2", "e3"))
+
+
+@pytest.fixture(scope="module")
+def day() -> ImportPlan:
+    return build_plan(DAY)
+
+
+def _ledger_lines(project: Path) -> list[dict[str, Any]]:
+    text = (project / ".opencode" / "loopd" / "events.ndjson").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _payloads(plan: ImportPlan, stream: str) -> list[dict[str, Any]]:
+    batch = next(b for b in plan.batches if b.stream == stream)
+    return [{"type": e.type, **json.loads(e.data_bytes())} for e in batch.events]
+
+
+def test_every_imported_event_carries_the_time_the_source_gives(day: ImportPlan) -> None:
+    ledger = _ledger_lines(DAY)
+    for batch in day.batches:
+        for event in batch.events:
+            data = json.loads(event.data_bytes())
+            source, time_from = data["imported"]["source"], data["imported"]["time_from"]
+            assert data["occurred_at"].startswith("2026-11-24T"), (batch.stream, event.type, data)
+            if source.startswith("ledger:"):  # the line's own timestamp
+                assert data["occurred_at"] == ledger[int(source[7:]) - 1]["timestamp"] and time_from == source
+            else:
+                assert source.startswith("state:") and time_from, (event.type, data)
+    storage = {p["type"]: p for p in _payloads(day, f"goal-{STORAGE}")}
+    assert (
+        storage["goal.usage_accounted"]["occurred_at"] == "2026-11-24T15:45:10.000Z"
+    )  # the goal's updatedAt
+    assert storage["goal.usage_accounted"]["imported"]["time_from"] == "state:goal.updatedAt"
+    control = _payloads(day, "control-req-0002")
+    assert [(p["type"], p["occurred_at"]) for p in control] == [
+        ("control.requested", "2026-11-24T11:01:59.200Z"),
+        ("control.completed", "2026-11-24T11:02:00.010Z"),
+    ]
+    flaky = _payloads(day, f"goal-{FLAKY}")
+    worker = next(p for p in flaky if p["type"] == "goal.worker_assigned")
+    assert (worker["occurred_at"], worker["imported"]["source"]) == (
+        "2026-11-24T10:12:00.000Z",
+        "state:goal.workerSessionID",
+    )
+
+
+def test_every_parseable_ledger_line_is_imported_or_reported(day: ImportPlan) -> None:
+    count = len(_ledger_lines(DAY))
+    imported = {int(src[7:]) for b in day.batches for src in b.sources if src.startswith("ledger:")}
+    skipped = {k.line: k for k in day.skipped}
+    assert imported | set(skipped) == set(range(1, count + 1)) and not imported & set(skipped)
+    assert sorted(skipped) == [10, 26, 35, 50, 52]
+    assert "repeated exit report" in skipped[35].reason and skipped[35].type == "command.exited"
+    assert "run-c3 has no run.started line" in skipped[50].reason
+    storage = [p["type"] for p in _payloads(day, f"goal-{STORAGE}")]
+    assert "goal.compaction_started" in storage and "goal.compaction_completed" in storage
+    completed = json.loads(day.completed.data_bytes())
+    assert [(k["line"], k["type"]) for k in completed["skipped"]] == [(k.line, k.type) for k in day.skipped]
+    assert completed["skipped_ledger_lines"] == [10, 26, 35, 50, 52]
+
+
+def test_a_torn_tail_is_one_more_reported_line(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    shutil.copytree(DAY, project)
+    with (project / ".opencode" / "loopd" / "events.ndjson").open("a") as f:
+        f.write(
+            '{"version":1,"eventID":"d0000000-0000-4000-8000-000000000059","type":"goal.progress","goalID":"5e1'
+        )
+    plan = build_plan(project)
+    assert plan.torn_line == 59
+    assert [k.line for k in plan.skipped] == [10, 26, 35, 50, 52, 59]
+    assert "incomplete write" in plan.skipped[-1].reason
+    assert json.loads(plan.completed.data_bytes())["skipped_ledger_lines"][-1] == 59
+
+
+def test_control_requests_are_imported_as_requests_and_outcomes(day: ImportPlan) -> None:
+    streams = sorted(b.stream for b in day.batches if b.stream.startswith("control-"))
+    assert streams == [f"control-req-000{i}" for i in range(1, 6)]
+    pause = next(b for b in day.batches if b.stream == "control-req-0002")
+    assert [e.type for e in pause.events] == ["control.requested", "control.completed"]
+    assert json.loads(pause.events[1].data_bytes())["outcome"] == "handled"
+    goal = next(b for b in day.batches if b.stream == f"goal-{STORAGE}")
+    paused = next(e for e in goal.events if e.type == "goal.paused")
+    resumed = next(e for e in goal.events if e.type == "goal.resumed")
+    assert paused.causation_id == pause.events[0].event_id  # the pause is the owner's request's doing
+    resume = next(b for b in day.batches if b.stream == "control-req-0004")
+    assert resumed.causation_id == resume.events[0].event_id
+    unit = next(b for b in day.batches if b.stream == f"command-{UNIT}")
+    start = next(b for b in day.batches if b.stream == "control-req-0001")
+    assert unit.events[0].causation_id == start.events[0].event_id  # cmd_start -> command.started
+
+
+def test_counters_stay_what_the_source_says(day: ImportPlan) -> None:
+    for batch in day.batches:
+        assert not any("runCount" in src for src in batch.sources), batch.stream  # no run is made up
+    storage = _fold_goal(day, STORAGE)
+    assert (storage.run_count, storage.budget_turn_count, storage.run_generation) == (6, 5, 6)
+    flaky_events = _payloads(day, f"goal-{FLAKY}")
+    assert [p["run_id"] for p in flaky_events if p["type"] == "run.started"] == ["run-c1", "run-c2", "run-c4"]
+    flaky = _fold_goal(day, FLAKY)
+    assert (flaky.phase, flaky.active_run_id, flaky.run_count, flaky.budget_turn_count) == (
+        "running",
+        "run-c4",
+        4,
+        4,
+    )
+    assert (flaky.run_generation, flaky.active_prompt_message_id) == (5, "msg_prompt_c4")
+    kept = {
+        p["goal_id"]: p
+        for b in day.batches
+        for p in _payloads(day, b.stream)
+        if p["type"] == "goal.runtime_imported"
+    }
+    assert kept[FLAKY]["active_tool_call_ids"] == ["call_7f3a"] and kept[FLAKY]["ledger_runs"] == 3
+    assert (kept[TRIAGE]["next_run_at"], kept[TRIAGE]["last_schedule_at"]) == (
+        "2026-11-24T11:00:01.000Z",
+        "2026-11-24T10:00:01.000Z",
+    )
+    assert [a["attempt_id"] for a in kept[TRIAGE]["verification_attempts"]] == ["att-a1", "att-a2"]
+    assert kept[TRIAGE]["last_parent_notified_for"] == "complete"
+    assert kept[DEPS]["last_parent_notified_for"] == "blocked"
+    assert kept[STORAGE]["last_compact_at"] == "2026-11-24T09:56:02.000Z"
+    assert kept[STORAGE]["verification_attempts"][0]["failed_checks"] == ["bun test"]
+    triage = _fold_goal(day, TRIAGE)
+    assert (triage.schedule_run_count, triage.next_run_at) == (2, "2026-11-24T11:00:01.000Z")
+
+
+def test_an_old_v1_project_keeps_its_counters() -> None:
+    plan = build_plan(PROJECTS / "v1_project")
+    assert plan.warnings == () and plan.skipped == ()
+    notes = "0a1b2c3d-0000-4000-8000-0000000000f2"
+    state = _fold_goal(plan, notes)
+    assert (state.status, state.run_count, state.budget_turn_count, state.no_progress_count) == (
+        "paused",
+        1,
+        1,
+        1,
+    )
+    assert json.loads(plan.started.data_bytes())["state_version"] == 1
+    times = [p["occurred_at"] for p in _payloads(plan, f"goal-{notes}")]
+    assert times[0] == "2026-03-02T09:00:00.000Z" and all(t.startswith("2026-03-02T") for t in times)
+
+
+def test_a_budget_stop_says_which_budget_and_its_limit(day: ImportPlan) -> None:
+    stop = next(p for p in _payloads(day, f"goal-{STORAGE}") if p["type"] == "goal.budget_exhausted")
+    assert (stop["budget"], stop["limit"], stop["cost_used"]) == ("cost", 2.0, 2.0731)
+    assert stop["imported"]["source"] == "ledger:58"
+    assert _fold_goal(day, STORAGE).status == "budget_limited"
+
+
+def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> None:
+    dev = _payloads(day, f"command-{DEV}")  # removed from state.json: known from the ledger only
+    assert [p["type"] for p in dev] == ["command.started", "command.exited", "command.removed"]
+    assert all(p["command_id"] == DEV for p in dev)
+    unit = {p["type"]: p for p in _payloads(day, f"command-{UNIT}")}
+    assert unit["command.exited"]["owner_notified_at"] == "2026-11-24T09:33:12.300Z"
+    ci = {p["type"]: p for p in _payloads(day, f"command-{CI_WATCH}")}
+    assert ci["command.await-requested"]["owner_session_id"] == "ses_w_flaky"
+    assert day.needs_reconcile == (CI_WATCH,)
+    assert json.loads(day.completed.data_bytes())["needs_reconcile"] == [CI_WATCH]
+    assert _fold_command(day, CI_WATCH).running
