@@ -246,6 +246,9 @@ def _config(snap: RefGoal, lines: tuple[LedgerLine, ...]) -> g.GoalConfig:
 
 # -- step 2: the ledger -----------------------------------------------------------------------------
 
+_STARTERS: Final = (g.GoalCreated, g.GoalWorkerAssigned, g.GoalResumed, g.GoalRetried)
+"""Events whose next turn they start (loopd's start, resume and retry call ``continueTurn`` at once)."""
+
 _CONTROLLED: Final = {"paused": "pause", "active": "resume"}
 """Status changes an owner control request makes, by the status they lead to."""
 
@@ -342,7 +345,9 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
     elif t == "run.started":
         lr = typed(line, LRun, where)
         turn = lr.turn_count if lr.turn_count is not None else s.run_count + 1
-        start_run(b, data.runtime, lr.run_id, turn, charged=not free_next, line=line, **kw)
+        index = start_run(b, data.runtime, lr.run_id, turn, charged=not free_next, line=line, **kw)
+        if index is not None:
+            _link_turn(b, index)
         return False
     elif t in ("run.completed", "run.recovered", "run.stuck"):
         lr = typed(line, LRun, where)
@@ -403,6 +408,15 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
     else:
         b.report.skip(f"goal {gid}", line, f"type {t!r} is not one this import knows")
     return free_next
+
+
+def _link_turn(b: GoalBuilder, index: int) -> None:
+    """A turn that follows a start, resume or retry directly was started by it (not by an earlier turn)."""
+    before = b.items[index - 1] if index else None
+    if before is None or not isinstance(before.payload, _STARTERS) or before.at > b.items[index].at:
+        return
+    cause = 0 if isinstance(before.payload, g.GoalWorkerAssigned) else index - 1
+    b.items[index] = msgspec.structs.replace(b.items[index], cause=cause)
 
 
 def _backoff(timestamp: str, failures: int) -> str | None:

@@ -120,6 +120,9 @@ def test_explain_follows_the_causes_the_source_shows(url: str) -> None:
     steps = blocked["steps"]
     assert [s["fact"]["type"] for s in steps] == ["goal.blocked", "run.failed", "run.started"]
     assert "(5 in a row)" in str(blocked["sentence"]) and blocked["end_kind"] == "import"
+    done = _explain(url, TRIAGE)  # the scheduled re-run: completed in the turn the schedule tick started
+    assert [s["fact"]["type"] for s in done["steps"]] == ["goal.completed", "run.started", "goal.resumed"]
+    assert "the goal was resumed from complete (by schedule)" in done["sentence"]
     paused = _explain(url, STORAGE, at=datetime(2026, 11, 24, 12, tzinfo=UTC))
     facts = [s["fact"] for s in paused["steps"]]
     assert [f["type"] for f in facts] == ["goal.paused", "control.requested"]
