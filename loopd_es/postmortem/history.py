@@ -74,7 +74,9 @@ class Entry:
         self.refused: str | None = None
         self.set_by: dict[str, Envelope] = {}
         """For each top-level field, the event that last set it *before* this one (only when asked for)."""
-        self.occurred_at, self.imported = stamped(envelope.data)
+        self.occurred_at: str | None = None
+        self.imported: Provenance | None = None
+        """The source time and provenance of an imported event (read by :func:`_stamp`, per imported stream)."""
 
     @property
     def at(self) -> str:
@@ -138,7 +140,9 @@ async def build_history(
         cut = Cut(until, None)
     own = goal_stream(goal.goal_id)
     per_stream = [[Entry(env, stream == own) for env in await _read(store, stream, cut)] for stream in goal.streams]
-    imported = any(e.occurred_at is not None for entries_ in per_stream for e in entries_)
+    imported = False
+    for entries_ in per_stream:
+        imported = _stamp(entries_) or imported
     if at is not None:  # what had happened by then: effective time, which imported events do not keep in order
         per_stream = [[e for e in entries_ if _moment(e.at) <= at] for entries_ in per_stream]
     entries: list[Entry] = []
@@ -192,6 +196,19 @@ async def build_history(
 
 
 _entry_position: Final = attrgetter("envelope.position")
+
+
+def _stamp(entries: list[Entry]) -> bool:
+    """Read the source time and provenance of a stream's events, if an import wrote the stream.
+
+    An import only writes new streams, so a stream whose first event is not imported has none (checking one
+    event instead of every one keeps ``history`` of a native 10k-event goal at its old speed).
+    """
+    if not entries or stamped(entries[0].envelope.data)[1] is None:
+        return False
+    for e in entries:
+        e.occurred_at, e.imported = stamped(e.envelope.data)
+    return True
 
 
 def _moment(text: str) -> datetime:
