@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from ..domain import command as dc
 from ..events import command as c
-from .builder import Emitted, Report, from_line
+from .builder import Emitted, Report, Sourced, from_line
 from .source import LAwaitCancelled, LCommand, typed
 
 if TYPE_CHECKING:
@@ -89,7 +89,9 @@ def build_commands(
     for line in lines:
         if line.type == "command.started":
             if started.get(line.command_id or "") is not line:
-                report.skip(f"command {line.command_id}", line, "a second command.started for the same command id")
+                report.skip(
+                    f"command {line.command_id}", line, "a second command.started for the same command id"
+                )
             continue
         if line.type == "command.await-cancelled" and not line.command_id:
             cancel = typed(line, LAwaitCancelled, ledger_path)
@@ -132,9 +134,15 @@ def needs_reconcile(commands: list[RefCommand]) -> tuple[str, ...]:
 
 def _start(b: _Cmd, line: LedgerLine | None, where: Path, starter: str | None) -> None:
     snap = b.snap
-    kw = from_line(line) if line is not None else {
-        "source": "state:command", "at": snap.created_at if snap else "", "at_from": "state:command.createdAt"
-    }  # fmt: skip
+    kw: Sourced = (
+        from_line(line)
+        if line is not None
+        else {
+            "source": "state:command",
+            "at": snap.created_at if snap else "",
+            "at_from": "state:command.createdAt",
+        }
+    )
     at = kw["at"]
     if snap is None:
         assert line is not None
@@ -208,7 +216,9 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
             b.skip(line, f"watch suspension reason {f.reason!r} is not budget, flood or cleared")
             return
         b.emit(
-            c.WatchSuspended(command_id=cid, reason=reason, pushes=f.pushes, dropped=f.dropped, at_exit=f.at_exit),
+            c.WatchSuspended(
+                command_id=cid, reason=reason, pushes=f.pushes, dropped=f.dropped, at_exit=f.at_exit
+            ),
             cause=0,
             **kw,
         )
@@ -349,7 +359,9 @@ def _watch(b: _Cmd, snap: RefCommand) -> None:
     if ws.state in ("flood-suspended", "budget-exhausted"):
         reason: Literal["flood", "budget"] = "flood" if ws.state == "flood-suspended" else "budget"
         if s.watch_pushes != ws.pushes or s.watch_matches != ws.matches:
-            b.emit(c.WatchMatched(command_id=b.id, lines=0, matches=ws.matches, pushes=ws.pushes), src, **when)
+            b.emit(
+                c.WatchMatched(command_id=b.id, lines=0, matches=ws.matches, pushes=ws.pushes), src, **when
+            )
         b.emit(
             c.WatchSuspended(command_id=b.id, reason=reason, pushes=ws.pushes, dropped=ws.dropped_lines),
             src,

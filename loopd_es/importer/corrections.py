@@ -181,7 +181,11 @@ def _rejections(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
             free_retry=bool(rt.free_retry_pending),
         ),
         "state:runtime.evaluatorRejectionCount",
-        **_time(attempt.completed_at if attempt else None, "state:runtime.lastVerificationAttempt.completedAt", snap),
+        **_time(
+            attempt.completed_at if attempt else None,
+            "state:runtime.lastVerificationAttempt.completedAt",
+            snap,
+        ),
     )
 
 

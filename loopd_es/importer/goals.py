@@ -108,8 +108,13 @@ def _build(data: GoalInput, report: Report, gen_offset: int) -> GoalBuilder:
         return b
     rt = rt or _empty_runtime(b.goal_id)
     correct(b, snap, rt)
-    b.emit(_runtime(b, rt, sum(1 for ln in data.lines if ln.type == "run.started")), "state:runtime",
-           at=rt.updated_at or snap.updated_at, at_from="state:runtime.updatedAt")  # fmt: skip
+    ledger_runs = sum(1 for ln in data.lines if ln.type == "run.started")
+    b.emit(
+        _runtime(b, rt, ledger_runs),
+        "state:runtime",
+        at=rt.updated_at or snap.updated_at,
+        at_from="state:runtime.updatedAt",
+    )
     return b
 
 
@@ -163,7 +168,9 @@ def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
     if line is None and snap is None:
         for orphan in data.lines:
             b.report.skip(
-                f"goal {b.goal_id}", orphan, "the ledger has no goal.created line and state.json no record of the goal"
+                f"goal {b.goal_id}",
+                orphan,
+                "the ledger has no goal.created line and state.json no record of the goal",
             )
         return False
     config, at = g.GoalConfig(), ""
@@ -296,10 +303,20 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         b.emit(ev, cause=cause, line=line, **kw)
     elif t == "goal.progress":
         p = typed(line, LProgress, where)
-        b.emit(g.GoalProgressReported(goal_id=gid, summary=p.summary, next=p.next, at=ts), cause=run, line=line, **kw)
+        b.emit(
+            g.GoalProgressReported(goal_id=gid, summary=p.summary, next=p.next, at=ts),
+            cause=run,
+            line=line,
+            **kw,
+        )
     elif t == "goal.completed":
         c = typed(line, LCompleted, where)
-        b.emit(g.GoalCompleted(goal_id=gid, summary=c.summary, evidence=c.evidence, at=ts), cause=run, line=line, **kw)
+        b.emit(
+            g.GoalCompleted(goal_id=gid, summary=c.summary, evidence=c.evidence, at=ts),
+            cause=run,
+            line=line,
+            **kw,
+        )
     elif t == "goal.blocked":
         bl = typed(line, LBlocked, where)
         reason, needed, kind = bl.reason, bl.needed, None
@@ -314,7 +331,12 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
             # the ledger text of some blocks differs from the persisted blocker (§4.1); the state is authoritative
             reason, needed, kind = snap.blocker.reason, snap.blocker.needed, snap.blocker.kind
         cause = b.last_failure if s.consecutive_failures else run
-        b.emit(g.GoalBlocked(goal_id=gid, reason=reason, needed=needed, kind=kind, at=ts), cause=cause, line=line, **kw)
+        b.emit(
+            g.GoalBlocked(goal_id=gid, reason=reason, needed=needed, kind=kind, at=ts),
+            cause=cause,
+            line=line,
+            **kw,
+        )
     elif t == "goal.cleared":
         b.emit(g.GoalCleared(goal_id=gid), line=line, **kw)
     elif t == "goal.completion_rejected":
@@ -363,14 +385,20 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
                 generation=gen,
             )
         else:
-            ev = r.RunStuck(goal_id=gid, run_id=lr.run_id, stuck_seconds=lr.stuck_seconds or 0.0, generation=gen)
+            ev = r.RunStuck(
+                goal_id=gid, run_id=lr.run_id, stuck_seconds=lr.stuck_seconds or 0.0, generation=gen
+            )
         if cause is None and lr.run_id != s.active_run_id:
-            b.report.skip(f"goal {gid}", line, f"run {lr.run_id} has no run.started line and is not the running run")
+            b.report.skip(
+                f"goal {gid}", line, f"run {lr.run_id} has no run.started line and is not the running run"
+            )
         else:
             b.emit(ev, cause=cause, line=line, **kw)
     elif t == "run.failed":
         lr = typed(line, LRun, where)
-        failures = lr.consecutive_failures if lr.consecutive_failures is not None else s.consecutive_failures + 1
+        failures = (
+            lr.consecutive_failures if lr.consecutive_failures is not None else s.consecutive_failures + 1
+        )
         retry_after = None
         if failures < (s.config.max_failures or DEFAULT_MAX_FAILURES):
             retry_after = _backoff(ts, failures)
@@ -389,7 +417,9 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
     elif t == "idle.confirm-failed":
         cf = typed(line, LConfirmFailed, where)
         b.emit(
-            r.RunConfirmFailed(goal_id=gid, generation=s.run_generation, reason=cf.reason, run_id=s.active_run_id),
+            r.RunConfirmFailed(
+                goal_id=gid, generation=s.run_generation, reason=cf.reason, run_id=s.active_run_id
+            ),
             cause=run,
             line=line,
             **kw,
@@ -402,9 +432,13 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         if s.status == "complete":
             b.emit(g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"), line=line, **kw)
         else:
-            b.report.skip(f"goal {gid}", line, f"a schedule tick re-runs a complete goal; this one is {s.status}")
+            b.report.skip(
+                f"goal {gid}", line, f"a schedule tick re-runs a complete goal; this one is {s.status}"
+            )
     elif t == "runtime.phase_changed":
-        b.report.skip(f"goal {gid}", line, "declared by loopd but never emitted; a phase is not a fact of its own here")
+        b.report.skip(
+            f"goal {gid}", line, "declared by loopd but never emitted; a phase is not a fact of its own here"
+        )
     else:
         b.report.skip(f"goal {gid}", line, f"type {t!r} is not one this import knows")
     return free_next

@@ -133,7 +133,8 @@ def build_plan(directory: Path) -> ImportPlan:
             report.skip("ledger", line, "names no goal (no goalID) and is not a command event")
     controls = _controls(state.command_ledger, control_lines, ledger.path, report)
     control_ids = {
-        rid: _event_id(import_id, f"{CONTROL_PREFIX}{rid}", 0, items[0].source) for rid, items in controls.items()
+        rid: _event_id(import_id, f"{CONTROL_PREFIX}{rid}", 0, items[0].source)
+        for rid, items in controls.items()
     }
     by_goal: dict[str, list[Control]] = {}
     for entry in state.command_ledger:
@@ -156,11 +157,15 @@ def build_plan(directory: Path) -> ImportPlan:
         items = build_goal(data, report)
         snap = snaps.get(goal_id)
         if snap is not None:
-            report.warnings.extend(f"goal {goal_id}: {d}" for d in differences(snap, runtimes.get(goal_id), items))
+            report.warnings.extend(
+                f"goal {goal_id}: {d}" for d in differences(snap, runtimes.get(goal_id), items)
+            )
         if items:
             mapped.append((f"goal-{goal_id}", items))
     starters = _command_starters(state.command_ledger, command_lines, control_ids)
-    commands = build_commands(state.commands, state.command_awaits, command_lines, ledger.path, report, starters)
+    commands = build_commands(
+        state.commands, state.command_awaits, command_lines, ledger.path, report, starters
+    )
     mapped.extend((f"command-{cid}", items) for cid, items in commands.items() if items)
     mapped.extend((f"{CONTROL_PREFIX}{rid}", items) for rid, items in controls.items())
     reconcile = needs_reconcile(state.commands)
@@ -241,13 +246,17 @@ def _controls(
     for e in entries:
         out[e.request_id] = [
             Emitted(
-                ControlRequested(request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.accepted_at),
+                ControlRequested(
+                    request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.accepted_at
+                ),
                 "state:commandLedger",
                 e.accepted_at,
                 "state:commandLedger.acceptedAt",
             ),
             Emitted(
-                ControlCompleted(request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.completed_at),
+                ControlCompleted(
+                    request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.completed_at
+                ),
                 "state:commandLedger",
                 e.completed_at,
                 "state:commandLedger.completedAt",
@@ -260,11 +269,15 @@ def _controls(
         goal = line.goal_id
         if line.type == "command.accepted":
             if items:
-                report.skip(f"control request {fields.request_id}", line, "already in state.json's commandLedger")
+                report.skip(
+                    f"control request {fields.request_id}", line, "already in state.json's commandLedger"
+                )
                 continue
             items.append(
                 Emitted(
-                    ControlRequested(request_id=fields.request_id, command=fields.command, goal_id=goal, at=line.timestamp),
+                    ControlRequested(
+                        request_id=fields.request_id, command=fields.command, goal_id=goal, at=line.timestamp
+                    ),
                     **from_line(line),
                 )
             )
@@ -315,7 +328,9 @@ def _event_id(import_id: str, stream: str, index: int, source: str) -> str:
     return str(uuid.uuid5(NAMESPACE, f"{import_id}/{stream}/{index}/{source}"))
 
 
-def _batch(import_id: str, import_stream: str, started: str, stream: str, items: list[Emitted]) -> StreamBatch:
+def _batch(
+    import_id: str, import_stream: str, started: str, stream: str, items: list[Emitted]
+) -> StreamBatch:
     """Stamp each event with its source time and provenance, and link it to its cause.
 
     The cause is the event the source shows caused it (:attr:`Emitted.cause`), else ``import.started``;
@@ -403,10 +418,7 @@ async def _held(store: LogStore, stream: str, events: tuple[NewEvent, ...]) -> i
     async for env in store.read_stream(stream):
         if count >= len(events):
             break  # later events (a reconciliation, work continued after the import) are not the import's
-        if (
-            env.event_id != events[count].event_id
-            or not env.same_content(events[count], stream)
-        ):
+        if env.event_id != events[count].event_id or not env.same_content(events[count], stream):
             raise ImportConflictError(
                 f"stream {stream!r} already holds other events (version {version}, first difference at "
                 f"version {env.version}): the project changed since it was imported, or the stream was "

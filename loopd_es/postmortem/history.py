@@ -139,11 +139,15 @@ async def build_history(
 
         cut = Cut(until, None)
     own = goal_stream(goal.goal_id)
-    per_stream = [[Entry(env, stream == own) for env in await _read(store, stream, cut)] for stream in goal.streams]
+    per_stream = [
+        [Entry(env, stream == own) for env in await _read(store, stream, cut)] for stream in goal.streams
+    ]
     imported = False
     for entries_ in per_stream:
         imported = _stamp(entries_) or imported
-    if at is not None:  # what had happened by then: effective time, which imported events do not keep in order
+    if (
+        at is not None
+    ):  # what had happened by then: effective time, which imported events do not keep in order
         per_stream = [[e for e in entries_ if _moment(e.at) <= at] for entries_ in per_stream]
     entries: list[Entry] = []
     fold = GoalFold(initial(goal.goal_id))
