@@ -22,8 +22,6 @@ from ..events.envelope import NO_STREAM
 from ..events.imported import (
     CONTROL_PREFIX,
     STREAM_PREFIX,
-    ControlCompleted,
-    ControlRequested,
     ImportCompleted,
     ImportedEvent,
     ImportedStream,
@@ -32,20 +30,12 @@ from ..events.imported import (
     SkippedLine,
     stamp,
 )
-from .builder import Emitted, Report, from_line
+from .builder import Emitted, Report
 from .check import differences
 from .commands import build_commands, needs_reconcile
+from .controls import build_controls, command_starters
 from .goals import Control, GoalInput, build_goal
-from .source import (
-    LOOPD_DIR,
-    ImportSourceError,
-    LControl,
-    LedgerLine,
-    RefControl,
-    load_ledger,
-    load_state,
-    typed,
-)
+from .source import LOOPD_DIR, ImportSourceError, LedgerLine, load_ledger, load_state
 
 if TYPE_CHECKING:
     from ..events.envelope import NewEvent
@@ -131,7 +121,7 @@ def build_plan(directory: Path) -> ImportPlan:
             goal_lines.setdefault(line.goal_id, []).append(line)
         else:
             report.skip("ledger", line, "names no goal (no goalID) and is not a command event")
-    controls = _controls(state.command_ledger, control_lines, ledger.path, report)
+    controls = build_controls(state.command_ledger, control_lines, ledger.path, report)
     control_ids = {
         rid: _event_id(import_id, f"{CONTROL_PREFIX}{rid}", 0, items[0].source)
         for rid, items in controls.items()
@@ -162,7 +152,7 @@ def build_plan(directory: Path) -> ImportPlan:
             )
         if items:
             mapped.append((f"goal-{goal_id}", items))
-    starters = _command_starters(state.command_ledger, command_lines, control_ids)
+    starters = command_starters(state.command_ledger, command_lines, control_ids)
     commands = build_commands(
         state.commands, state.command_awaits, command_lines, ledger.path, report, starters
     )
@@ -232,96 +222,6 @@ def build_plan(directory: Path) -> ImportPlan:
         skipped=tuple(skipped),
         needs_reconcile=reconcile,
     )
-
-
-def _controls(
-    entries: list[RefControl], lines: list[LedgerLine], where: Path, report: Report
-) -> dict[str, list[Emitted]]:
-    """One ``control-<requestID>`` stream per owner control request: requested, then its outcome.
-
-    loopd keeps the last 100 handled requests in ``state.commandLedger`` (§1.9); ``command.accepted`` /
-    ``command.rejected`` ledger lines (declared, not written by 1.12.2) add or complete them.
-    """
-    out: dict[str, list[Emitted]] = {}
-    for e in entries:
-        out[e.request_id] = [
-            Emitted(
-                ControlRequested(
-                    request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.accepted_at
-                ),
-                "state:commandLedger",
-                e.accepted_at,
-                "state:commandLedger.acceptedAt",
-            ),
-            Emitted(
-                ControlCompleted(
-                    request_id=e.request_id, command=e.command, goal_id=e.goal_id, at=e.completed_at
-                ),
-                "state:commandLedger",
-                e.completed_at,
-                "state:commandLedger.completedAt",
-                0,
-            ),
-        ]
-    for line in lines:
-        fields = typed(line, LControl, where)
-        items = out.setdefault(fields.request_id, [])
-        goal = line.goal_id
-        if line.type == "command.accepted":
-            if items:
-                report.skip(
-                    f"control request {fields.request_id}", line, "already in state.json's commandLedger"
-                )
-                continue
-            items.append(
-                Emitted(
-                    ControlRequested(
-                        request_id=fields.request_id, command=fields.command, goal_id=goal, at=line.timestamp
-                    ),
-                    **from_line(line),
-                )
-            )
-        else:
-            items.append(
-                Emitted(
-                    ControlCompleted(
-                        request_id=fields.request_id,
-                        command=fields.command,
-                        goal_id=goal,
-                        outcome="rejected",
-                        reason=fields.reason,
-                        at=line.timestamp,
-                    ),
-                    **from_line(line),
-                    cause=0 if items else None,
-                )
-            )
-    return {rid: items for rid, items in out.items() if items}
-
-
-def _command_starters(
-    entries: list[RefControl], lines: list[LedgerLine], control_ids: dict[str, str]
-) -> dict[str, str]:
-    """Command id -> the ``cmd_start`` control request handled just before its ``command.started`` line."""
-    from ..events.envelope import parse_rfc3339
-
-    found: dict[str, str] = {}
-    starts = [e for e in entries if e.command == "cmd_start"]
-    for line in lines:
-        if line.type != "command.started" or not line.command_id:
-            continue
-        try:
-            ts = parse_rfc3339(line.timestamp)
-        except ValueError:
-            continue
-        for e in starts:
-            try:
-                accepted, completed = parse_rfc3339(e.accepted_at), parse_rfc3339(e.completed_at)
-            except ValueError:
-                continue
-            if accepted <= ts <= completed and e.goal_id == line.fields.get("goalID"):
-                found[line.command_id] = control_ids[e.request_id]
-    return found
 
 
 def _event_id(import_id: str, stream: str, index: int, source: str) -> str:
