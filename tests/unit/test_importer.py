@@ -558,3 +558,28 @@ def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> No
     assert day.needs_reconcile == (CI_WATCH,)
     assert json.loads(day.completed.data_bytes())["needs_reconcile"] == [CI_WATCH]
     assert _fold_command(day, CI_WATCH).running
+
+
+def test_control_lines_of_the_ledger_are_requests_and_outcomes_too(tmp_path: Path) -> None:
+    """``command.accepted``/``command.rejected`` (declared by loopd, never written by 1.12.2) are not dropped."""
+    project = tmp_path / "p"
+    shutil.copytree(DAY, project)
+    ledger = project / ".opencode" / "loopd" / "events.ndjson"
+    extra = [
+        {"version": 1, "eventID": "x1", "type": "command.accepted", "timestamp": "2026-11-24T16:00:00.000Z",
+         "revision": 0, "requestID": "req-0099", "command": "cmd_kill"},
+        {"version": 1, "eventID": "x2", "type": "command.rejected", "timestamp": "2026-11-24T16:00:01.000Z",
+         "revision": 0, "requestID": "req-0099", "command": "cmd_kill", "reason": "command not running"},
+        {"version": 1, "eventID": "x3", "type": "command.accepted", "timestamp": "2026-11-24T16:00:02.000Z",
+         "revision": 0, "requestID": "req-0002", "command": "pause"},
+    ]  # fmt: skip
+    with ledger.open("a") as f:
+        f.writelines(json.dumps(o) + "\n" for o in extra)
+    plan = build_plan(project)
+    events = _payloads(plan, "control-req-0099")
+    assert [(p["type"], p.get("outcome"), p.get("reason")) for p in events] == [
+        ("control.requested", None, None),
+        ("control.completed", "rejected", "command not running"),
+    ]
+    assert [p["imported"]["source"] for p in events] == ["ledger:59", "ledger:60"]
+    assert [(k.line, "already in state.json" in k.reason) for k in plan.skipped][-1] == (61, True)
