@@ -23,7 +23,7 @@ from loopd_es.domain.streams import GOAL_PREFIX
 from loopd_es.events import goal as g
 from loopd_es.events import identity as i
 
-from ._fold import json_list, payload
+from ._fold import json_list, payload, when
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -109,9 +109,9 @@ class ProviderLimits:
                 models = e.config.fallback_models if isinstance(e, g.GoalCreated) else ()
                 model = e.config.model if isinstance(e, g.GoalCreated) else None
                 row = fallbacks[goal_id] = [goal_id, json_list(models), model, None, None, "[]", 0, 0, None, None,
-                                            None, None, None, env.recorded_at, env.position]  # fmt: skip
+                                            None, None, None, when("", env), env.position]  # fmt: skip
             else:
-                row[_COL["updated_at"]], row[_COL["position"]] = env.recorded_at, env.position
+                row[_COL["updated_at"]], row[_COL["position"]] = when("", env), env.position
             if isinstance(e, i.IdentitySwitchApplied):
                 if e.to_model is not None:
                     row[_COL["current_model"]] = e.to_model

@@ -20,8 +20,9 @@ more keys, beside its catalogued fields (typed readers ignore them; they survive
   ``time_from`` names the line or field the time was read from (``previous`` when the field has none and
   the event is placed at the time of the one before it).
 
-``history``, ``explain`` and the HTML timeline read time as :func:`effective_time`: ``occurred_at`` when
-present, else ``recorded_at``; an event whose source is ``state:`` is shown as synthesised from state.json.
+``history``, ``explain``, the HTML timeline and the read models read time as :func:`happened_at`:
+``occurred_at`` when present, else ``recorded_at``; an event whose source is ``state:`` is shown as
+synthesised from state.json.
 
 **Causes.** An imported event's ``causation_id`` is the event the source shows caused it (a run's end ->
 its ``run.started``, a pause -> the owner's control request, a command's exit -> its start), else
@@ -30,11 +31,14 @@ its ``run.started``, a pause -> the owner's control request, a command's exit ->
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 
 from .base import Event, event
+
+if TYPE_CHECKING:
+    from .envelope import Envelope
 
 STREAM_PREFIX: Final = "import-"
 CONTROL_PREFIX: Final = "control-"
@@ -92,10 +96,15 @@ def stamped(data: bytes | msgspec.Raw) -> tuple[str | None, Provenance | None]:
     return got.occurred_at, got.imported
 
 
-def effective_time(recorded_at: str, data: bytes | msgspec.Raw) -> str:
-    """When the event happened: its source's ``occurred_at`` when it has one, else when it was recorded."""
-    occurred, _ = stamped(data)
-    return occurred or recorded_at
+def happened_at(env: Envelope) -> str:
+    """When the event happened: its source's ``occurred_at`` when an import wrote it, else when it was recorded.
+
+    Imported events carry their import's stream as correlation id, so other events cost one prefix test.
+    """
+    flow = env.correlation_id
+    if flow is None or not flow.startswith(STREAM_PREFIX):
+        return env.recorded_at
+    return stamped(env.data)[0] or env.recorded_at
 
 
 class SkippedLine(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,7 +6,7 @@ the timeline is the reducer's own account, never a re-interpretation. Events on 
 commands) do not change the goal's state; they get a one-line summary of their payload. ``until`` cuts the
 timeline at a global position, the way ``loopd-es replay`` cuts a fold.
 
-Time is *effective* time (:func:`loopd_es.events.imported.effective_time`): when the event happened by its
+Time is *effective* time (:func:`loopd_es.events.imported.happened_at`): when the event happened by its
 source (an imported event's ``occurred_at``), else when it was recorded. ``at`` keeps the events that had
 happened by then, and when a timeline holds imported events its streams are merged by effective time (each
 stream keeps its own order), so an imported day reads in the order it happened, not in the order the import

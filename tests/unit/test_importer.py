@@ -583,3 +583,25 @@ def test_control_lines_of_the_ledger_are_requests_and_outcomes_too(tmp_path: Pat
     ]
     assert [p["imported"]["source"] for p in events] == ["ledger:59", "ledger:60"]
     assert [(k.line, "already in state.json" in k.reason) for k in plan.skipped][-1] == (61, True)
+
+
+def test_the_read_models_show_the_source_times(tmp_path: Path) -> None:
+    """Ended runs, awaits and a goal's last update are the day's times, not the import instant."""
+    import sqlite3
+
+    from loopd_es.cli.main import main
+
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    assert main("--store", url, "import-loopd", str(DAY)) == 0
+    assert main("--store", url, "project") == 0
+    with sqlite3.connect(tmp_path / "read.db") as db:
+        runs = db.execute(
+            "SELECT run_id, started_at, ended_at FROM runs WHERE goal_id = ?", (STORAGE,)
+        ).fetchall()
+        awaited = db.execute(
+            "SELECT requested_at, ended_at FROM awaits WHERE command_id = ?", (UNIT,)
+        ).fetchone()
+        updated = db.execute("SELECT updated_at FROM goals WHERE goal_id = ?", (DEPS,)).fetchone()
+    assert ("run-b1", "2026-11-24T09:05:11.390Z", "2026-11-24T09:15:02.700Z") in runs
+    assert awaited == ("2026-11-24T09:31:00.400Z", "2026-11-24T09:33:12.050Z")
+    assert updated == ("2026-11-24T11:30:00.050Z",)  # the runtime record's updatedAt

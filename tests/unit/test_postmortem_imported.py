@@ -139,3 +139,13 @@ def test_the_timeline_spans_the_day_and_marks_synthesised_events(url: str) -> No
     assert not any(e["synthesised"] for e in model["events"] if e["type"] == "run.started")
     origin = next(e["origin"] for e in model["events"] if e["type"] == "goal.usage_accounted")
     assert origin == "synthesised from state.json: goal.usage (time from goal.updatedAt)"
+
+
+def test_source_times_survive_export_to_another_backend(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = f"ndjson:{tmp_path / 'copy.ndjson'}"
+    assert main("--store", url, "export", "--to", copy) == 0
+    original = _out(capsys, "--store", url, "history", STORAGE, "--at", "2026-11-24T12:00:00Z")
+    exported = _out(capsys, "--store", copy, "history", STORAGE, "--at", "2026-11-24T12:00:00Z")
+    assert exported.splitlines()[1:] == original.splitlines()[1:] and "paused/idle" in exported.splitlines()[0]
