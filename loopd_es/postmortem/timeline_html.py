@@ -143,6 +143,15 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
         lanes.append({"id": "other", "label": "Sagas · commands"})
     st = history.state
     status_event = explanation.steps[0].fact.position if explanation and explanation.steps else None
+    on_page = {e.envelope.event_id for e in history.entries}
+    outside = {  # an imported event caused by nothing the source shows: caused by the import itself
+        e.envelope.causation_id: f"import.started on {e.envelope.correlation_id} (the source shows no earlier cause)"
+        for e in history.entries
+        if e.imported is not None
+        and e.envelope.causation_id is not None
+        and e.envelope.causation_id not in on_page
+        and e.envelope.correlation_id is not None
+    }
     return {
         "goal_id": goal,
         "name": st.name,
@@ -158,6 +167,7 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
         "events": events,
         "blocker": show(st.blocker.reason, 200) if st.blocker else None,
         "why": explanation.sentence if explanation else None,
+        "outside": outside,
         "status_event": status_event,
     }
 
@@ -326,6 +336,7 @@ function tip(ev,e){const t=$("tip");
   (e.changes.length?"<br>"+e.changes.slice(0,4).map(esc).join("<br>"):(e.summary?"<br>"+esc(e.summary):""));
  t.style.left=Math.min(ev.clientX+14,innerWidth-400)+"px"; t.style.top=(ev.clientY+14)+"px"; t.style.opacity=1}
 function link(id){if(!id)return "<span class=muted>none</span>"; const c=byId.get(id);
+ if(!c&&M.outside[id])return esc(M.outside[id]);
  return c?"<a class=jump data-jump='"+c.i+"'>#"+c.position+" "+esc(c.type)+"</a>":"<code>"+esc(id)+"</code>"+
   (id===selected.correlation_id?" <span class=muted>(the request that started the flow)</span>":"")}
 function select(e,scroll){selected=e; draw();

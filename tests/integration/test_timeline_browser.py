@@ -139,5 +139,6 @@ def test_an_imported_goal_is_drawn_over_its_day_with_synthesised_events_marked(t
     assert "09:05:11.004 → 15:45:10.000 UTC" in dom
     details = dom[dom.index('id="details"') :]
     assert "2026-11-24T15:45:10.000Z" in details and "imported from ledger line 58" in details
+    assert "import.started on import-" in details  # its cause: the import, where the source's causes end
     assert dom.count('class="pill k-synth"') == int(got["synthesised"])  # and one row label each
     assert "cost $2.0731 ≥ $2.0000" in dom
