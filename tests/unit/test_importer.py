@@ -605,3 +605,23 @@ def test_the_read_models_show_the_source_times(tmp_path: Path) -> None:
     assert ("run-b1", "2026-11-24T09:05:11.390Z", "2026-11-24T09:15:02.700Z") in runs
     assert awaited == ("2026-11-24T09:31:00.400Z", "2026-11-24T09:33:12.050Z")
     assert updated == ("2026-11-24T11:30:00.050Z",)  # the runtime record's updatedAt
+
+
+def test_a_lossy_ledger_still_accounts_for_every_line(tmp_path: Path) -> None:
+    """loopd's ledger loses lines (§4.1): with any one line lost, each remaining line is imported or reported."""
+    project = tmp_path / "p"
+    shutil.copytree(DAY, project)
+    ledger = project / ".opencode" / "loopd" / "events.ndjson"
+    lines = (DAY / ".opencode" / "loopd" / "events.ndjson").read_text().splitlines(keepends=True)
+    for lost in range(len(lines)):
+        ledger.write_text("".join(lines[:lost] + lines[lost + 1 :]))
+        plan = build_plan(project)
+        imported = {int(s[7:]) for b in plan.batches for s in b.sources if s.startswith("ledger:")}
+        skipped = {k.line for k in plan.skipped}
+        assert imported | skipped == set(range(1, len(lines))) and not imported & skipped, lost
+        for batch in plan.batches:
+            if batch.stream.startswith("goal-"):
+                state = initial(batch.stream[5:])
+                for event in batch.events:
+                    state = evolve(state, decode_data(event.type, event.data_bytes()))
+                assert state.anomaly_count == 0, (lost, batch.stream, state.anomalies)
