@@ -409,6 +409,7 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
                 error=lr.error or "",
                 consecutive_failures=failures,
                 retry_after=retry_after,
+                generation=s.run_generation if lr.run_id == s.active_run_id else None,
             ),
             cause=b.run_starts.get(lr.run_id),
             line=line,

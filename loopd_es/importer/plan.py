@@ -30,6 +30,7 @@ from ..events.imported import (
     SkippedLine,
     stamp,
 )
+from ..ids import InvalidIdError, is_valid_id
 from .builder import Emitted, Report
 from .check import differences
 from .commands import build_commands, needs_reconcile
@@ -40,6 +41,7 @@ from .source import LOOPD_DIR, ImportSourceError, LedgerLine, load_ledger, load_
 if TYPE_CHECKING:
     from ..events.envelope import NewEvent
     from ..log.base import LogStore
+    from .source import LoadedLedger, LoadedState
 
 NAMESPACE: Final = uuid.UUID("5b0f3c52-8a51-4d3e-9a40-6c1f2f0e1a77")
 """The UUIDv5 namespace of imported event ids (fixed forever: changing it would re-import everything)."""
@@ -106,6 +108,7 @@ def build_plan(directory: Path) -> ImportPlan:
     base = directory / LOOPD_DIR
     loaded = load_state(base / "state.json")
     ledger = load_ledger(base / "events.ndjson")
+    _check_ids(loaded, ledger)
     state = loaded.state
     report = Report()
     import_id = import_id_for(directory)
@@ -222,6 +225,44 @@ def build_plan(directory: Path) -> ImportPlan:
         skipped=tuple(skipped),
         needs_reconcile=reconcile,
     )
+
+
+def _check_ids(loaded: LoadedState, ledger: LoadedLedger) -> None:
+    """Refuse the whole import when any goal, command or request id could not safely be a stream or file name.
+
+    :raises ImportSourceError: naming the file, the record and the id.
+    """
+    st, sp, lp = loaded.state, loaded.path, ledger.path
+    checks = [
+        *((sp, "goal", g.id, f"goals[{i}].id") for i, g in enumerate(st.goals)),
+        *((sp, "goal", r.goal_id, f"runtimes[{i}].goalID") for i, r in enumerate(st.runtimes)),
+        *((sp, "command", c.id, f"commands[{i}].id") for i, c in enumerate(st.commands)),
+        *((sp, "goal", c.goal_id, f"commands[{i}].goalID") for i, c in enumerate(st.commands) if c.goal_id),
+        *((sp, "goal", a.goal_id, f"commandAwaits[{i}].goalID") for i, a in enumerate(st.command_awaits)),
+        *(
+            (sp, "command", a.command_id, f"commandAwaits[{i}].commandID")
+            for i, a in enumerate(st.command_awaits)
+        ),
+        *((lp, "goal", ln.goal_id, f"line {ln.line} goalID") for ln in ledger.lines if ln.goal_id),
+        *(
+            (lp, "command", ln.command_id, f"line {ln.line} commandID")
+            for ln in ledger.lines
+            if ln.command_id
+        ),
+        # control requests become control-<requestID> streams
+        *(
+            (sp, "control request", e.request_id, f"commandLedger[{i}].requestID")
+            for i, e in enumerate(st.command_ledger)
+        ),
+        *(
+            (lp, "control request", ln.fields.get("requestID"), f"line {ln.line} requestID")
+            for ln in ledger.lines
+            if ln.type in ("command.accepted", "command.rejected")
+        ),
+    ]
+    for path, kind, value, where in checks:
+        if not is_valid_id(value):
+            raise ImportSourceError(path, str(InvalidIdError(kind, value, where)))
 
 
 def _event_id(import_id: str, stream: str, index: int, source: str) -> str:

@@ -625,3 +625,15 @@ def test_a_lossy_ledger_still_accounts_for_every_line(tmp_path: Path) -> None:
                 for event in batch.events:
                     state = evolve(state, decode_data(event.type, event.data_bytes()))
                 assert state.anomaly_count == 0, (lost, batch.stream, state.anomalies)
+
+
+def test_a_control_request_id_that_could_name_a_path_is_refused(tmp_path: Path) -> None:
+    """Request ids become ``control-<requestID>`` streams: held to the one id shape, like goal and command ids."""
+    project = tmp_path / "p"
+    shutil.copytree(DAY, project)
+    state_file = project / ".opencode" / "loopd" / "state.json"
+    doc = json.loads(state_file.read_text())
+    doc["commandLedger"][1]["requestID"] = "../../x"
+    state_file.write_text(json.dumps(doc))
+    with pytest.raises(ImportSourceError, match=r"commandLedger\[1\].requestID: invalid control request id"):
+        build_plan(project)
