@@ -458,14 +458,9 @@ def test_every_parseable_ledger_line_is_imported_or_reported(day: ImportPlan) ->
     assert completed["skipped_ledger_lines"] == [10, 26, 35, 50, 52]
 
 
-def test_a_torn_tail_is_one_more_reported_line(tmp_path: Path) -> None:
-    project = tmp_path / "p"
-    shutil.copytree(DAY, project)
-    with (project / ".opencode" / "loopd" / "events.ndjson").open("a") as f:
-        f.write(
-            '{"version":1,"eventID":"d0000000-0000-4000-8000-000000000059","type":"goal.progress","goalID":"5e1'
-        )
-    plan = build_plan(project)
+def test_a_torn_tail_is_one_more_reported_line() -> None:
+    """The busy day with loopd killed mid-append: the last line has no newline and is cut inside a string."""
+    plan = build_plan(PROJECTS / "busy_day_torn_tail")
     assert plan.torn_line == 59
     assert [k.line for k in plan.skipped] == [10, 26, 35, 50, 52, 59]
     assert "incomplete write" in plan.skipped[-1].reason
