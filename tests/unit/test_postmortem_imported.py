@@ -148,4 +148,19 @@ def test_source_times_survive_export_to_another_backend(
     assert main("--store", url, "export", "--to", copy) == 0
     original = _out(capsys, "--store", url, "history", STORAGE, "--at", "2026-11-24T12:00:00Z")
     exported = _out(capsys, "--store", copy, "history", STORAGE, "--at", "2026-11-24T12:00:00Z")
-    assert exported.splitlines()[1:] == original.splitlines()[1:] and "paused/idle" in exported.splitlines()[0]
+    assert (
+        exported.splitlines()[1:] == original.splitlines()[1:] and "paused/idle" in exported.splitlines()[0]
+    )
+
+
+def test_what_happened_after_the_import_follows_the_day(tmp_path: Path) -> None:
+    """Reconciliation is today's fact: it keeps its recorded time and comes after the imported day."""
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    assert main("--store", url, "import-loopd", "--reconcile", str(DAY)) == 0
+    entries = _history(url, FLAKY).entries
+    tail = [(e.envelope.type, e.imported) for e in entries[-2:]]
+    assert tail == [("command.exited", None), ("command.await-fired", None)]
+    assert entries[-3].at.startswith("2026-11-24") and entries[-1].at == entries[-1].envelope.recorded_at
+    lines = render_text(_history(url, FLAKY))
+    assert lines[-2].split()[1] == entries[-1].envelope.recorded_at[:10]  # dated today, no source mark
+    assert not lines[-1].strip().startswith("[")
