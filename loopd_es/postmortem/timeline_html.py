@@ -264,7 +264,7 @@ font-size:12px;max-width:380px;box-shadow:0 4px 14px #0003;opacity:0;transition:
 const M=JSON.parse(document.getElementById("data").textContent);
 const E=M.events, NS="http://www.w3.org/2000/svg", $=id=>document.getElementById(id);
 const byId=new Map(E.map(e=>[e.event_id,e]));
-const T0=E.length?Math.min(...E.map(e=>e.t)):0, T1=E.length?Math.max(...E.map(e=>e.t)):0;
+const T0=E.length?E.reduce((a,e)=>Math.min(a,e.t),Infinity):0, T1=E.length?E.reduce((a,e)=>Math.max(a,e.t),-Infinity):0;
 const COLORS={active:"var(--active)",paused:"var(--paused)",blocked:"var(--blocked)",complete:"var(--complete)",
  budget_limited:"var(--budget_limited)",usage_limited:"var(--usage_limited)",cleared:"var(--paused)"};
 let scale="time", selected=null;
