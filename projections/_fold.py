@@ -28,6 +28,7 @@ from loopd_es.domain.state import GoalState
 from loopd_es.domain.streams import GOAL_PREFIX
 from loopd_es.events.base import CATALOGUE, payload_decoder
 from loopd_es.events.catalogue import decode_payload
+from loopd_es.events.imported import happened_at
 
 if TYPE_CHECKING:
     from loopd_es.events.base import Event
@@ -79,8 +80,8 @@ def goal_groups(envelopes: Sequence[Envelope]) -> dict[str, list[Envelope]]:
 
 
 def when(at: str, env: Envelope) -> str:
-    """The time a payload says it happened, else when the log recorded it (payload times may be empty)."""
-    return at or env.recorded_at
+    """The time a payload says it happened, else its source's time (imported), else when the log recorded it."""
+    return at or happened_at(env)
 
 
 _ROUTES: dict[str, tuple[int, Callable[[Any], Any]]] = {}

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final
 from loopd_es.domain.streams import COMMAND_PREFIX
 from loopd_es.events import command as c
 
-from ._fold import json_list, payload
+from ._fold import json_list, payload, when
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -62,9 +62,10 @@ class Awaits:
         if envelope.type not in _TYPES or not envelope.stream.startswith(COMMAND_PREFIX):
             return
         env, e = envelope, payload(envelope)
+        at = when("", env)  # an imported event's source time
         if isinstance(e, c.CommandRemoved):  # the fold drops what is left; removal cancels it first
             conn.execute(
-                _CLOSE, ("cancelled", "command removed", env.recorded_at, env.position, e.command_id)
+                _CLOSE, ("cancelled", "command removed", at, env.position, e.command_id)
             )
             return
         assert isinstance(e, c.AwaitRequested | c.AwaitFired | c.AwaitDiscarded | c.AwaitCancelled)
@@ -77,7 +78,7 @@ class Awaits:
                 conn.execute(
                     "INSERT INTO awaits (await_id, command_id, goal_id, until, ignore_case, status, immediate, "
                     "requested_at) VALUES (?, ?, ?, ?, ?, 'waiting', 0, ?)",
-                    (env.position, e.command_id, e.goal_id, e.until, int(e.ignore_case), env.recorded_at),
+                    (env.position, e.command_id, e.goal_id, e.until, int(e.ignore_case), at),
                 )
             return
         if isinstance(e, c.AwaitFired):
@@ -86,20 +87,20 @@ class Awaits:
                 conn.execute(
                     "INSERT INTO awaits (await_id, command_id, goal_id, until, ignore_case, status, immediate, "
                     "requested_at) VALUES (?, ?, ?, ?, 0, 'waiting', 1, ?)",
-                    (await_id, e.command_id, e.goal_id, e.until, env.recorded_at),
+                    (await_id, e.command_id, e.goal_id, e.until, at),
                 )
             conn.execute(
                 "UPDATE awaits SET status = 'fired', immediate = max(immediate, ?), command_status = ?, "
                 "exit_code = ?, signal = ?, matched_lines = ?, evidence = ?, ended_at = ?, ended_position = ? "
                 "WHERE await_id = ?",
                 (int(e.immediate), e.status, e.exit_code, e.signal, json_list(e.matched_lines), e.evidence,
-                 env.recorded_at, env.position, await_id),
+                 at, env.position, await_id),
             )  # fmt: skip
         elif waiting is not None:
             status = "discarded" if isinstance(e, c.AwaitDiscarded) else "cancelled"
             conn.execute(
                 "UPDATE awaits SET status = ?, reason = ?, ended_at = ?, ended_position = ? WHERE await_id = ?",
-                (status, e.reason, env.recorded_at, env.position, waiting[0]),
+                (status, e.reason, at, env.position, waiting[0]),
             )
 
     def reset(self, conn: sqlite3.Connection) -> None:

@@ -17,7 +17,7 @@ from loopd_es.domain.command import CommandState, argv_text, evolve
 from loopd_es.domain.streams import COMMAND_PREFIX
 
 from ._base import BatchModel
-from ._fold import by_stream, payload
+from ._fold import by_stream, payload, when
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -82,6 +82,6 @@ class Commands(BatchModel):
             if state is None:
                 continue  # no command.started yet: nothing to show
             folds.append((command_id, _ENCODER.encode(state)))
-            rows.append(command_row(state, group[-1].recorded_at, group[-1].position))
+            rows.append(command_row(state, when("", group[-1]), group[-1].position))
         conn.executemany("INSERT OR REPLACE INTO commands_fold (command_id, state) VALUES (?, ?)", folds)
         conn.executemany(_UPSERT, rows)

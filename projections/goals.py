@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from ._fold import GoalFolds, goal_groups
+from ._fold import GoalFolds, goal_groups, when
 
 if TYPE_CHECKING:
     from loopd_es.domain.state import GoalState
@@ -102,9 +102,9 @@ class Goals:
             if not (state.exists or state.cleared):
                 continue  # only anomalies so far (events before goal.created): no goal to show
             created = state.created_at or next(
-                (e.recorded_at for e in group if e.type == "goal.created"), group[0].recorded_at
+                (when("", e) for e in group if e.type == "goal.created"), when("", group[0])
             )
-            rows.append(goal_row(state, created, group[-1].recorded_at))
+            rows.append(goal_row(state, created, when("", group[-1])))
         conn.executemany(_UPSERT, rows)
 
     def reset(self, conn: sqlite3.Connection) -> None:

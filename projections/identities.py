@@ -276,7 +276,7 @@ class _Apply:
                 self.t.continue_as(row, e.switch_id)
                 row[_STATUS], row[_UPDATED_AT], row[_LAST_POSITION] = (
                     "requested",
-                    self.env.recorded_at,
+                    when("", self.env),
                     self.env.position,
                 )
         self._insert(e.goal_id, e.switch_id, e.model, e.agent, e.reason, by, resume=e.resume,
@@ -338,7 +338,7 @@ class _Apply:
         env = self.env
         self.t.put([
             switch_id, goal_id, _target(model, agent), model, agent, None, None, reason, by, int(resume),
-            int(pending), pending_of, None, status, None, None, 0, None, 0, when(at, env), env.recorded_at,
+            int(pending), pending_of, None, status, None, None, 0, None, 0, when(at, env), when("", env),
             env.position,
         ])  # fmt: skip
 
@@ -370,14 +370,14 @@ class _Apply:
                 row[_STAGE] = stage
             if failure is not None:
                 row[_FAILURE] = failure
-            row[_UPDATED_AT], row[_LAST_POSITION] = env.recorded_at, env.position
+            row[_UPDATED_AT], row[_LAST_POSITION] = when("", env), env.position
             t.changed(row)
 
     def _close_deferred(self, goal_id: str, targets: Sequence[str], status: str) -> None:
         env, t = self.env, self.t
         for row in t.deferred(goal_id):
             if row[_TARGET] in targets:
-                row[_STATUS], row[_UPDATED_AT], row[_LAST_POSITION] = status, env.recorded_at, env.position
+                row[_STATUS], row[_UPDATED_AT], row[_LAST_POSITION] = status, when("", env), env.position
                 t.changed(row)
 
     def _history(

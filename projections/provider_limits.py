@@ -24,7 +24,7 @@ from loopd_es.events import goal as g
 from loopd_es.events import identity as i
 
 from ._base import BatchModel
-from ._fold import json_list, payload
+from ._fold import json_list, payload, when
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -106,9 +106,9 @@ class ProviderLimits(BatchModel):
                 models = e.config.fallback_models if isinstance(e, g.GoalCreated) else ()
                 model = e.config.model if isinstance(e, g.GoalCreated) else None
                 row = fallbacks[goal_id] = [goal_id, json_list(models), model, None, None, "[]", 0, 0, None, None,
-                                            None, None, None, env.recorded_at, env.position]  # fmt: skip
+                                            None, None, None, when("", env), env.position]  # fmt: skip
             else:
-                row[_COL["updated_at"]], row[_COL["position"]] = env.recorded_at, env.position
+                row[_COL["updated_at"]], row[_COL["position"]] = when("", env), env.position
             if isinstance(e, i.IdentitySwitchApplied):
                 if e.to_model is not None:
                     row[_COL["current_model"]] = e.to_model

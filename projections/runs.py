@@ -150,7 +150,7 @@ def _effect(rows: _Rows, goal_id: str, env: Envelope, before: str | None, after:
         row = rows.touch(goal_id, before)
         if row is not None and row[_STATUS] == "running":
             row[_STATUS] = _ENDED_BY.get(env.type, "interrupted")
-            row[_END_EVENT], row[_ENDED_AT], row[_ENDED_POSITION] = env.type, env.recorded_at, env.position
+            row[_END_EVENT], row[_ENDED_AT], row[_ENDED_POSITION] = env.type, when("", env), env.position
     if env.type not in _RUN_TYPES:
         return
     e = payload(env)

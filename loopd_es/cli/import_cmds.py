@@ -2,7 +2,10 @@
 
 Reading and mapping run in a worker thread (two file reads, then pure work) before the store is opened,
 so a corrupt project fails fast without creating a log. Warnings (a torn last ledger line, history that
-could not be carried over) go to stderr; they never change the exit code.
+could not be carried over) go to stderr; they never change the exit code. Every ledger line that did not
+become an event is listed on stdout with its line number and reason (and recorded in ``import.completed``).
+Commands loopd had running are listed as needing reconciliation; ``--reconcile`` settles them through the
+command service's reconciler (``missing``, or ``timeout`` past their deadline; their awaits fire once).
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio.to_thread
+
+if TYPE_CHECKING:
+    from ..importer import ImportPlan
 
 
 def register(subparsers: Any) -> None:
@@ -28,6 +34,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("directory", metavar="DIR", help="the project directory (the one holding .opencode/loopd)")
     p.add_argument(
         "--dry-run", action="store_true", help="read and map everything, print the plan, write nothing"
+    )
+    p.add_argument(
+        "--reconcile",
+        action="store_true",
+        help="after importing, settle the commands loopd had running (their process is not ours): mark them "
+        "missing, or timeout past their deadline, and fire their awaits once",
     )
     p.set_defaults(handler=_import)
 
@@ -50,10 +62,22 @@ async def _import(args: argparse.Namespace) -> int:
         print(f"would import {plan.directory}: {shape} on stream {plan.stream}")
         for batch in plan.batches:
             print(f"  {batch.stream}: {len(batch.events)} events ({batch.from_ledger} from the ledger)")
+        _report(plan)
         return 0
     url = store_url(args)
+    settled: list[str] = []
     async with await open_store(url) as store:
         result = await apply_plan(store, plan)
+        if args.reconcile and plan.needs_reconcile:
+            from ..procs.paths import CommandPaths
+            from ..procs.service import load_state, reconcile
+
+            paths = CommandPaths(url)
+            for command_id in plan.needs_reconcile:
+                await reconcile(store, paths, only=command_id)
+                now = await load_state(store, command_id)
+                if now is not None and not now.running:
+                    settled.append(command_id)
     if result.appended_events == 0:
         print(f"{plan.directory} is already imported into {url} (stream {plan.stream}): nothing to add")
     else:
@@ -63,4 +87,21 @@ async def _import(args: argparse.Namespace) -> int:
             else ""
         )
         print(f"imported {plan.directory} into {url}: {shape} on stream {plan.stream}{finished}")
+    _report(plan, settled if args.reconcile else None)
     return 0
+
+
+def _report(plan: ImportPlan, settled: list[str] | None = None) -> None:
+    """The ledger lines left out (line, type, reason) and the commands that need reconciliation."""
+    if plan.skipped:
+        print(f"{len(plan.skipped)} ledger line(s) not imported:")
+        for k in plan.skipped:
+            print(f"  line {k.line}" + (f" ({k.type})" if k.type else "") + f": {k.reason}")
+    pending = [c for c in plan.needs_reconcile if settled is None or c not in settled]
+    if settled:
+        print(f"settled {len(settled)} command(s) loopd had running: " + ", ".join(settled))
+    if pending:
+        print(
+            f"{len(pending)} command(s) were running in loopd and need reconciliation "
+            "(`loopd-es import-loopd --reconcile DIR` or `loopd-es cmd reconcile`): " + ", ".join(pending)
+        )

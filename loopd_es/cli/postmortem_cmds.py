@@ -75,14 +75,17 @@ def register(subparsers: Any) -> None:
         parents=[common],
         help="a goal's whole timeline, with what each event changed",
         description="Print the goal's timeline: its own stream plus its switch sagas and linked commands, in "
-        "global order; for each event of the goal's stream, the fields of the folded goal state it changed, "
-        "for other events a summary of the payload. --until/--at cut the timeline; --html writes it as a "
+        "global order (an imported goal: in the order of its source's times); for each event of the goal's "
+        "stream, the fields of the folded goal state it changed, for other events a summary of the payload. --until/--at cut the timeline; --html writes it as a "
         "self-contained page (status, identity and run lanes on a time axis).",
     )
     cut = p.add_mutually_exclusive_group()
     cut.add_argument("--until", type=int, metavar="POSITION", help="stop after this global position")
     cut.add_argument(
-        "--at", metavar="TIME", help="stop after events recorded at or before TIME (ISO 8601, UTC)"
+        "--at",
+        metavar="TIME",
+        help="only the events that had happened by TIME (ISO 8601, UTC; an imported event's time is its "
+        "source's, not the import's)",
     )
     p.add_argument("--html", type=Path, metavar="FILE", help="write the timeline as one HTML file instead")
     p.set_defaults(handler=_history)

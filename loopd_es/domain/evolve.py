@@ -25,6 +25,7 @@ from msgspec.structs import astuple, replace
 from ..errors import InvalidEventError
 from ..events import goal as g
 from ..events import identity as i
+from ..events import imported as im
 from ..events import run as r
 from ..events.base import payload_decoder
 from ..events.catalogue import decode_payload
@@ -618,6 +619,31 @@ def _fallback_status(status: Any) -> _Handler:
 _HANDLERS[i.FallbackExhausted] = _fallback_status("exhausted")
 _HANDLERS[i.FallbackUnsupported] = _fallback_status("unsupported")
 _HANDLERS[i.FallbackUnavailable] = _fallback_status("unavailable")
+
+# -- recorded facts with no field of their own, and imported runtime counters ---------------------------
+
+
+def _noted(d: GoalDraft, e: Any, m: _Memo) -> None:
+    """Nothing to fold: compaction is kept in the log for the post-mortem, not in the goal's state."""
+
+
+_HANDLERS[g.GoalCompactionStarted] = _noted
+_HANDLERS[g.GoalCompactionCompleted] = _noted
+
+
+@_on(im.GoalRuntimeImported)
+def _runtime_imported(d: GoalDraft, e: im.GoalRuntimeImported, m: _Memo) -> None:
+    """An import sets the counters to what loopd's snapshot says (the ledger does not record every turn)."""
+    d.run_count = e.run_count
+    d.budget_turn_count = e.budget_turn_count
+    d.run_generation = max(d.run_generation, e.run_generation)
+    d.no_progress_count = e.no_progress_count
+    d.free_retry_pending = e.free_retry_pending
+    if e.schedule_run_count is not None:
+        d.schedule_run_count = e.schedule_run_count
+    if e.next_run_at is not None:
+        d.next_run_at = e.next_run_at
+
 
 _ROUTES.update(
     (cls.event_type, _Route(cls.schema_version, payload_decoder(cls.event_type).decode, fn))

@@ -156,6 +156,8 @@ class CommandExited(Event, frozen=True, kw_only=True):
     stream_bytes: int = 0
     truncated: bool = False
     ended_at: str
+    owner_notified_at: str | None = None
+    """When the owner was told of the exit (the reference's exactly-once ``ownerNotifiedAt``), if known."""
 
 
 @event("command.removed")
@@ -173,6 +175,8 @@ class AwaitRequested(Event, frozen=True, kw_only=True):
     command_id: str
     until: str | None = None
     ignore_case: bool = False
+    owner_session_id: str | None = None
+    """The session that asked to wait (the reference's ``commandAwaits[].ownerSessionID``), if known."""
 
 
 @event("command.await-fired")

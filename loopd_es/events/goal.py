@@ -260,6 +260,26 @@ class GoalBudgetExhausted(Event, frozen=True):
     tokens_used: int = 0
     cost_used: float = 0.0
     worker_aborted: bool = False
+    budget: Literal["tokens", "cost"] | None = None
+    """Which budget was spent (``None`` in events written before it was recorded)."""
+    limit: float | None = None
+    """That budget's limit, so the reason reads ``cost $2.0731 >= $2.0000`` without the configuration."""
+
+
+@event("goal.compaction_started")
+class GoalCompactionStarted(Event, frozen=True):
+    """The worker session's context was sent for compaction (reference §3.14, ``compaction.started``)."""
+
+    goal_id: str
+    at: str = ""
+
+
+@event("goal.compaction_completed")
+class GoalCompactionCompleted(Event, frozen=True):
+    """The host reported the session compacted (``compaction.completed``); the time is ``lastCompactAt``."""
+
+    goal_id: str
+    at: str = ""
 
 
 _V1_CONFIG_KEYS = frozenset(GoalConfig.__struct_fields__)

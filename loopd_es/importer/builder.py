@@ -1,68 +1,142 @@
-"""The goal stream under construction: events appended while folding, and the runs the ledger lost.
+"""The goal stream under construction, and the import's report of what it left out.
 
 Folding as it appends (through :func:`loopd_es.domain.evolve.evolve`) lets every later step look at the
-state the earlier ones produced, and lets an event that would not apply be left out and reported instead
-of becoming an anomaly in the imported stream.
+state the earlier ones produced, and lets an event that would not apply be left out and reported (with its
+ledger line and the reducer's reason) instead of becoming an anomaly in the imported stream.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import msgspec
 
 from ..domain.evolve import evolve, initial
 from ..events import run as r
+from ..events.imported import SkippedLine
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
     from ..events.base import Event
-    from .source import RefRuntime
+    from .source import LedgerLine, RefRuntime
 
 
 class Emitted(msgspec.Struct, frozen=True):
-    """One event for a stream and where it came from: ``ledger:<line>`` or ``state:<what>``."""
+    """One event for a stream: where it came from (``ledger:<line>`` or ``state:<what>``), when the source
+    says it happened (``at``, read from ``at_from``), and its cause: the index of an earlier event of the
+    same stream, an event id of another stream, or ``None`` (the import itself)."""
 
     payload: Event
     source: str
+    at: str = ""
+    at_from: str = ""
+    cause: int | str | None = None
+
+
+class Report:
+    """What an import could not carry over: every ledger line it skipped, and other warnings."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.skipped: list[SkippedLine] = []
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+    def skip(self, subject: str, line: LedgerLine, reason: str) -> None:
+        """Record that ``line`` did not become an event, and why (the CLI lists these on stdout)."""
+        self.skipped.append(SkippedLine(line=line.line, type=line.type, reason=f"{subject}: {reason}"))
+
+
+class When(TypedDict, total=False):
+    """Keywords of :meth:`GoalBuilder.emit` saying when an event happened and where that time was read."""
+
+    at: str
+    at_from: str
+
+
+class Sourced(When, total=False):
+    """:class:`When` with the event's ``source``."""
+
+    source: str
+
+
+def from_line(line: LedgerLine) -> Sourced:
+    """``source``/``at``/``at_from`` keywords for an event copied from a ledger line."""
+    src = f"ledger:{line.line}"
+    return {"source": src, "at": line.timestamp, "at_from": src}
 
 
 class GoalBuilder:
     """Appends events while folding them, so each correction sees the state the earlier ones produced."""
 
-    def __init__(self, goal_id: str, warnings: list[str], gen_offset: int, charged_synth: int | None) -> None:
+    def __init__(self, goal_id: str, report: Report, gen_offset: int) -> None:
         self.goal_id = goal_id
         self.items: list[Emitted] = []
         self.state: GoalState = initial(goal_id)
-        self.warnings = warnings
+        self.report = report
         self.gen_offset = gen_offset
-        self.charged_synth = charged_synth
         self.runs = 0
-        self.synth_runs: list[int] = []
+        self.run_starts: dict[str, int] = {}
+        """Run id -> index of its ``run.started`` in :attr:`items` (the cause of the run's end)."""
+        self.last_failure: int | None = None
 
-    def emit(self, payload: Event, source: str) -> bool:
+    def emit(
+        self,
+        payload: Event,
+        source: str,
+        *,
+        at: str = "",
+        at_from: str = "",
+        cause: int | str | None = None,
+        line: LedgerLine | None = None,
+    ) -> int | None:
+        """Append ``payload`` if it applies; else report it (a ledger ``line`` as skipped) and return None."""
         after = evolve(self.state, payload)
         if after.anomaly_count > self.state.anomaly_count:
             reason = after.anomalies[-1].reason
-            self.warnings.append(
-                f"goal {self.goal_id}: {source} ({payload.event_type}) does not apply ({reason}); left out"
-            )
-            return False
+            subject = f"goal {self.goal_id}"
+            if line is not None:
+                self.report.skip(subject, line, f"{payload.event_type} does not apply to the goal ({reason})")
+            else:
+                self.report.warn(
+                    f"{subject}: {source} ({payload.event_type}) does not apply ({reason}); left out"
+                )
+            return None
         self.state = after
-        self.items.append(Emitted(payload, source))
+        self.items.append(Emitted(payload, source, at, at_from or (source if at else ""), cause))
+        index = len(self.items) - 1
         if isinstance(payload, r.RunStarted):
             self.runs += 1
-        return True
+            self.run_starts[payload.run_id] = index
+        elif isinstance(payload, r.RunFailed):
+            self.last_failure = index
+        return index
 
     def next_generation(self) -> int:
         return max(self.state.run_generation, self.gen_offset) + 1
 
+    def current_run(self) -> int | None:
+        """Index of the running run's ``run.started`` (what a worker tool call during it was caused by)."""
+        run = self.state.active_run_id
+        return self.run_starts.get(run) if run is not None else None
+
 
 def start_run(
-    b: GoalBuilder, rt: RefRuntime | None, run_id: str, turn: int, *, charged: bool, at: str, source: str
-) -> None:
-    active = rt is not None and rt.active_run_id == run_id
-    b.emit(
+    b: GoalBuilder,
+    rt: RefRuntime | None,
+    run_id: str,
+    turn: int,
+    *,
+    charged: bool,
+    source: str,
+    at: str = "",
+    at_from: str = "",
+    line: LedgerLine | None = None,
+) -> int | None:
+    """Start a run (the snapshot's lease and prompt id when it is the run the snapshot has in flight)."""
+    active = rt is not None and rt.active_run_id == run_id and rt.phase == "running"
+    return b.emit(
         r.RunStarted(
             goal_id=b.goal_id,
             run_id=run_id,
@@ -74,25 +148,7 @@ def start_run(
             at=at,
         ),
         source,
+        at=at,
+        at_from=at_from,
+        line=line,
     )
-
-
-def fill_turns(b: GoalBuilder, rt: RefRuntime | None, upto: int, *, final: bool) -> None:
-    """Synthesise the runs the ledger lost, turns ``run_count + 1 .. upto - 1`` (a ledger gap or the tail).
-
-    Runs are closed, except the last one of the tail when the snapshot has that run in flight.
-    """
-    first = b.state.run_count + 1
-    for turn in range(first, upto):
-        index = len(b.synth_runs)
-        b.synth_runs.append(turn)
-        charged = b.charged_synth is None or index < b.charged_synth
-        last = final and turn == upto - 1
-        open_run = last and rt is not None and rt.phase == "running" and rt.active_run_id is not None
-        run_id = rt.active_run_id if open_run and rt and rt.active_run_id else f"imported-turn-{turn}"
-        start_run(b, rt, run_id, turn, charged=charged, at="", source=f"state:runtime.runCount#{turn}")
-        if not open_run:
-            b.emit(
-                r.RunCompleted(goal_id=b.goal_id, run_id=run_id, generation=b.state.run_generation),
-                f"state:runtime.runCount#{turn}.completed",
-            )

@@ -41,6 +41,10 @@ def expected(snap: RefGoal, rt: RefRuntime | None) -> dict[str, Any]:
         "budget_turn_count": rt.budget_turn_count,
         "consecutive_failures": rt.consecutive_failures,
         "evaluator_rejection_count": rt.evaluator_rejection_count or 0,
+        "no_progress_count": rt.no_progress_count,
+        "free_retry_pending": bool(rt.free_retry_pending),
+        "schedule_run_count": rt.schedule_run_count or 0,
+        "next_run_at": rt.next_run_at,
         "last_progress": (snap.last_progress.summary, snap.last_progress.next)
         if snap.last_progress
         else None,
@@ -84,6 +88,10 @@ def folded(s: GoalState, keys: Iterable[str]) -> dict[str, Any]:
         "budget_turn_count": s.budget_turn_count,
         "consecutive_failures": s.consecutive_failures,
         "evaluator_rejection_count": s.evaluator_rejection_count,
+        "no_progress_count": s.no_progress_count,
+        "free_retry_pending": s.free_retry_pending,
+        "schedule_run_count": s.schedule_run_count,
+        "next_run_at": s.next_run_at,
         "last_progress": (s.last_progress.summary, s.last_progress.next) if s.last_progress else None,
         "pending_model": mp.model if mp else None,
         "pending_agent": s.agent_pending.agent if s.agent_pending else None,

@@ -4,8 +4,11 @@ Every command gets a ``command-<id>`` stream: ``command.started`` from the snaps
 gives the time), the ledger's watch, until, exit and await lines in file order, then what the snapshot
 says and the fold does not show yet (the terminal status of a reconciled ``missing`` command, the watch
 counters, outstanding awaits). All commands are built side by side because loopd's pause cancels a
-goal's awaits with one ledger line that names no command. Commands loopd has removed keep their ledger
-history and end with ``command.removed``; their argv and cwd are unknown and recorded as empty.
+goal's awaits with one ledger line that names no command. Commands loopd has removed keep their id and
+ledger history and end with ``command.removed``; their argv and cwd are unknown and recorded as empty.
+A command the snapshot shows running was running when loopd last wrote: its process is not ours, so it
+is listed as needing reconciliation (``import-loopd --reconcile`` settles it through
+:func:`loopd_es.procs.service.reconcile`, which fires its awaits once).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from ..domain import command as dc
 from ..events import command as c
-from .builder import Emitted
+from .builder import Emitted, Report, Sourced, from_line
 from .source import LAwaitCancelled, LCommand, typed
 
 if TYPE_CHECKING:
@@ -36,16 +39,29 @@ _END_REASONS: Final[dict[str, c.EndReason]] = {
 
 
 class _Cmd:
-    def __init__(self, command_id: str, snap: RefCommand | None, warnings: list[str]) -> None:
+    def __init__(self, command_id: str, snap: RefCommand | None, report: Report) -> None:
         self.id = command_id
         self.snap = snap
         self.items: list[Emitted] = []
         self.state: dc.CommandState | None = None
-        self.warnings = warnings
+        self.report = report
+        self.awaits: dict[str, RefAwait] = {}
+        """Goal id -> the snapshot's outstanding await on this command (``state.commandAwaits``)."""
+        self.requests: dict[str, int] = {}
+        """Goal id -> index of its outstanding ``command.await-requested`` (the cause of the await's end)."""
 
-    def emit(self, payload: Event, source: str) -> None:
+    def emit(
+        self, payload: Event, source: str, *, at: str = "", at_from: str = "", cause: int | str | None = None
+    ) -> int:
         self.state = dc.evolve(self.state, payload)
-        self.items.append(Emitted(payload, source))
+        when = at or (self.items[-1].at if self.items else "")
+        self.items.append(Emitted(payload, source, when, at_from or (source if at else "previous"), cause))
+        if isinstance(payload, c.AwaitRequested):
+            self.requests[payload.goal_id] = len(self.items) - 1
+        return len(self.items) - 1
+
+    def skip(self, line: LedgerLine, reason: str) -> None:
+        self.report.skip(f"command {self.id}", line, reason)
 
     def outstanding(self, goal_id: str) -> bool:
         return self.state is not None and self.state.await_for(goal_id) is not None
@@ -56,36 +72,51 @@ def build_commands(
     awaits: list[RefAwait],
     lines: list[LedgerLine],
     ledger_path: Path,
-    warnings: list[str],
+    report: Report,
+    starters: dict[str, str] | None = None,
 ) -> dict[str, list[Emitted]]:
-    """The events of every command stream, by command id."""
+    """The events of every command stream, by command id.
+
+    ``starters`` maps a command id to the event id of the control request that started it, when known.
+    """
     snaps = {cmd.id: cmd for cmd in commands}
     started = {ln.command_id: ln for ln in lines if ln.type == "command.started" and ln.command_id}
     builders: dict[str, _Cmd] = {}
     for cid in [*snaps, *(k for k in started if k not in snaps)]:
-        b = builders[cid] = _Cmd(cid, snaps.get(cid), warnings)
-        _start(b, started.get(cid), ledger_path)
+        b = builders[cid] = _Cmd(cid, snaps.get(cid), report)
+        b.awaits = {a.goal_id: a for a in awaits if a.command_id == cid}
+        _start(b, started.get(cid), ledger_path, (starters or {}).get(cid))
     for line in lines:
         if line.type == "command.started":
+            if started.get(line.command_id or "") is not line:
+                report.skip(
+                    f"command {line.command_id}", line, "a second command.started for the same command id"
+                )
             continue
         if line.type == "command.await-cancelled" and not line.command_id:
             cancel = typed(line, LAwaitCancelled, ledger_path)
+            hit = False
             for b in builders.values():
                 if b.outstanding(cancel.goal_id):
+                    hit = True
                     b.emit(
                         c.AwaitCancelled(goal_id=cancel.goal_id, command_id=b.id, reason=cancel.reason),
-                        f"ledger:{line.line}",
+                        cause=b.requests.get(cancel.goal_id),
+                        **from_line(line),
                     )
+            if not hit:
+                report.skip(f"goal {cancel.goal_id}", line, "no await of that goal was outstanding to cancel")
             continue
         b_or_none = builders.get(line.command_id or "")
         if b_or_none is None:
-            warnings.append(
-                f"command {line.command_id}: ledger line {line.line} ({line.type}) names a command "
-                "with no command.started line and no state.json record; left out"
+            report.skip(
+                f"command {line.command_id}",
+                line,
+                "names a command with no command.started line and no state.json record",
             )
             continue
         _ledger(b_or_none, line, ledger_path)
-    warnings.extend(
+    report.warnings.extend(
         f"await of goal {a.goal_id} on command {a.command_id}: the command is in neither state.json nor the "
         "ledger; left out"
         for a in awaits
@@ -96,10 +127,23 @@ def build_commands(
     return {cid: b.items for cid, b in builders.items()}
 
 
-def _start(b: _Cmd, line: LedgerLine | None, where: Path) -> None:
+def needs_reconcile(commands: list[RefCommand]) -> tuple[str, ...]:
+    """Commands the snapshot shows running: their process belongs to a loopd host, not to this log."""
+    return tuple(cmd.id for cmd in commands if cmd.status == "running")
+
+
+def _start(b: _Cmd, line: LedgerLine | None, where: Path, starter: str | None) -> None:
     snap = b.snap
-    at = line.timestamp if line is not None else (snap.created_at if snap else "")
-    source = f"ledger:{line.line}" if line is not None else "state:command"
+    kw: Sourced = (
+        from_line(line)
+        if line is not None
+        else {
+            "source": "state:command",
+            "at": snap.created_at if snap else "",
+            "at_from": "state:command.createdAt",
+        }
+    )
+    at = kw["at"]
     if snap is None:
         assert line is not None
         fields = typed(line, LCommand, where)
@@ -112,7 +156,8 @@ def _start(b: _Cmd, line: LedgerLine | None, where: Path) -> None:
                 goal_id=fields.goal_id,
                 started_at=at,
             ),
-            source,
+            cause=starter,
+            **kw,
         )
         return
     watch = None
@@ -141,15 +186,17 @@ def _start(b: _Cmd, line: LedgerLine | None, where: Path) -> None:
             notify_on_exit=snap.notify_on_exit,
             started_at=at,
         ),
-        source,
+        cause=starter,
+        **kw,
     )
 
 
 def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
-    t, src, cid = line.type, f"ledger:{line.line}", b.id
+    t, cid = line.type, b.id
     f = typed(line, LCommand, where)
     s = b.state
     assert s is not None
+    kw = from_line(line)
     if t == "command.watch-matched":
         b.emit(
             c.WatchMatched(
@@ -160,34 +207,46 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
                 until=f.until,
                 at_exit=f.at_exit,
             ),
-            src,
+            cause=0,
+            **kw,
         )
-    elif t == "command.watch-suspended" and (reason := _WATCH_REASONS.get(f.reason or "")) is not None:
+    elif t == "command.watch-suspended":
+        reason = _WATCH_REASONS.get(f.reason or "")
+        if reason is None:
+            b.skip(line, f"watch suspension reason {f.reason!r} is not budget, flood or cleared")
+            return
         b.emit(
             c.WatchSuspended(
-                command_id=cid,
-                reason=reason,
-                pushes=f.pushes,
-                dropped=f.dropped,
-                at_exit=f.at_exit,
+                command_id=cid, reason=reason, pushes=f.pushes, dropped=f.dropped, at_exit=f.at_exit
             ),
-            src,
+            cause=0,
+            **kw,
         )
     elif t == "command.until-stopped":
-        b.emit(c.UntilStopped(command_id=cid, until=f.until or ""), src)
+        b.emit(c.UntilStopped(command_id=cid, until=f.until or ""), cause=0, **kw)
     elif t == "command.exited":
         if not s.running:
-            return  # loopd appends one per host exit report, also after a terminal write; the first one counts
+            # loopd appends one per host exit report, also after a terminal write (§4.1); the first one counts
+            b.skip(line, "a repeated exit report: the command had already ended")
+            return
         snap = b.snap
         if snap is not None and snap.status == "running":
-            b.warnings.append(
-                f"command {cid}: ledger line {line.line} says it exited but state.json has it "
-                "running; state.json wins, line left out"
-            )
+            b.skip(line, "state.json has the command running (state.json wins)")
             return
-        b.emit(_exited(snap, f.exit_code, line.timestamp), src)
+        b.emit(_exited(b.id, snap, f.exit_code, line.timestamp), cause=0, **kw)
     elif t == "command.await-requested":
-        b.emit(c.AwaitRequested(goal_id=f.goal_id or "", command_id=cid, until=f.until), src)
+        snap_await = b.awaits.get(f.goal_id or "")  # the snapshot's record of it has the owner and case flag
+        b.emit(
+            c.AwaitRequested(
+                goal_id=f.goal_id or "",
+                command_id=cid,
+                until=f.until,
+                ignore_case=bool(snap_await.ignore_case) if snap_await else False,
+                owner_session_id=snap_await.owner_session_id if snap_await else None,
+            ),
+            cause=0,
+            **kw,
+        )
     elif t == "command.await-fired":
         matched = f.matched_lines if isinstance(f.matched_lines, list) else []
         b.emit(
@@ -201,23 +260,29 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
                 matched_lines=matched,
                 immediate=not b.outstanding(f.goal_id or ""),
             ),
-            src,
+            cause=b.requests.get(f.goal_id or "") if b.outstanding(f.goal_id or "") else len(b.items) - 1,
+            **kw,
         )
     elif t == "command.await-discarded":
-        b.emit(c.AwaitDiscarded(goal_id=f.goal_id or "", command_id=cid, reason=f.reason or ""), src)
-    elif t == "command.await-cancelled":
-        b.emit(c.AwaitCancelled(goal_id=f.goal_id or "", command_id=cid, reason=f.reason or ""), src)
-    elif t not in ("command.accepted", "command.rejected"):
-        b.warnings.append(
-            f"command {cid}: ledger line {line.line} has type {t!r}, which this import does not "
-            "know; left out"
+        b.emit(
+            c.AwaitDiscarded(goal_id=f.goal_id or "", command_id=cid, reason=f.reason or ""),
+            cause=b.requests.get(f.goal_id or ""),
+            **kw,
         )
+    elif t == "command.await-cancelled":
+        b.emit(
+            c.AwaitCancelled(goal_id=f.goal_id or "", command_id=cid, reason=f.reason or ""),
+            cause=b.requests.get(f.goal_id or ""),
+            **kw,
+        )
+    else:
+        b.skip(line, f"type {t!r} is not one this import knows")
 
 
-def _exited(snap: RefCommand | None, exit_code: int | None, at: str) -> c.CommandExited:
+def _exited(command_id: str, snap: RefCommand | None, exit_code: int | None, at: str) -> c.CommandExited:
     if snap is None or snap.status == "running":
         return c.CommandExited(
-            command_id=snap.id if snap else "",
+            command_id=command_id,
             status="exited",
             end_reason="exit",
             exit_code=exit_code,
@@ -234,6 +299,7 @@ def _exited(snap: RefCommand | None, exit_code: int | None, at: str) -> c.Comman
         stream_bytes=snap.stream_bytes,
         truncated=snap.truncated,
         ended_at=at or snap.ended_at or "",
+        owner_notified_at=snap.owner_notified_at,
     )
 
 
@@ -250,9 +316,16 @@ def _reconcile(b: _Cmd, awaits: list[RefAwait]) -> None:
             if not b.outstanding(goal_id):
                 b.emit(
                     c.AwaitRequested(
-                        goal_id=goal_id, command_id=cid, until=a.until, ignore_case=bool(a.ignore_case)
+                        goal_id=goal_id,
+                        command_id=cid,
+                        until=a.until,
+                        ignore_case=bool(a.ignore_case),
+                        owner_session_id=a.owner_session_id,
                     ),
                     "state:commandAwaits",
+                    at=a.created_at,
+                    at_from="state:commandAwaits.createdAt" if a.created_at else "",
+                    cause=0,
                 )
         for held in b.state.awaits if b.state else ():
             if held.goal_id not in wanted:
@@ -261,9 +334,16 @@ def _reconcile(b: _Cmd, awaits: list[RefAwait]) -> None:
                         goal_id=held.goal_id, command_id=cid, reason="not outstanding in state.json at import"
                     ),
                     "state:commandAwaits",
+                    cause=b.requests.get(held.goal_id),
                 )
         if snap.status != "running" and b.state is not None and b.state.running:
-            b.emit(_exited(snap, None, snap.ended_at or ""), "state:command.status")
+            b.emit(
+                _exited(cid, snap, None, snap.ended_at or ""),
+                "state:command.status",
+                at=snap.ended_at or "",
+                at_from="state:command.endedAt" if snap.ended_at else "",
+                cause=0,
+            )
     elif b.state is not None and not b.state.removed:
         b.emit(c.CommandRemoved(command_id=cid), "state:absent")
 
@@ -275,15 +355,22 @@ def _watch(b: _Cmd, snap: RefCommand) -> None:
     if (s.watch_state, s.watch_pushes, s.watch_matches) == (ws.state, ws.pushes, ws.matches):
         return
     src = "state:command.watchState"
+    when = {"at": snap.updated_at, "at_from": "state:command.updatedAt"} if snap.updated_at else {}
     if ws.state in ("flood-suspended", "budget-exhausted"):
         reason: Literal["flood", "budget"] = "flood" if ws.state == "flood-suspended" else "budget"
         if s.watch_pushes != ws.pushes or s.watch_matches != ws.matches:
-            b.emit(c.WatchMatched(command_id=b.id, lines=0, matches=ws.matches, pushes=ws.pushes), src)
+            b.emit(
+                c.WatchMatched(command_id=b.id, lines=0, matches=ws.matches, pushes=ws.pushes), src, **when
+            )
         b.emit(
-            c.WatchSuspended(command_id=b.id, reason=reason, pushes=ws.pushes, dropped=ws.dropped_lines), src
+            c.WatchSuspended(command_id=b.id, reason=reason, pushes=ws.pushes, dropped=ws.dropped_lines),
+            src,
+            **when,
         )
     else:
         until = snap.watch_until if ws.state == "until-matched" else None
         b.emit(
-            c.WatchMatched(command_id=b.id, lines=0, matches=ws.matches, pushes=ws.pushes, until=until), src
+            c.WatchMatched(command_id=b.id, lines=0, matches=ws.matches, pushes=ws.pushes, until=until),
+            src,
+            **when,
         )

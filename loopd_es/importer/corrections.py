@@ -16,12 +16,12 @@ from ..events import run as r
 from .builder import start_run
 
 if TYPE_CHECKING:
-    from .builder import GoalBuilder
+    from .builder import GoalBuilder, When
     from .source import RefGoal, RefRuntime, RefSwitch
 
 
 def correct(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
-    """Run every correction in order."""
+    """Run every correction in order (a field with no time of its own is dated ``updatedAt``)."""
     _status(b, snap, rt)
     _usage(b, snap, rt)
     _progress(b, snap)
@@ -31,6 +31,7 @@ def correct(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
         b.emit(
             g.GoalInteractiveChanged(goal_id=b.goal_id, interactive=bool(snap.interactive)),
             "state:interactive",
+            **_updated(snap),
         )
     _identity(b, snap)
 
@@ -51,6 +52,8 @@ def _status(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                     goal_id=gid, reason=reason, needed=needed, kind=kind, at=at, last_error=rt.last_error
                 ),
                 "state:goal.blocker",
+                **_time(at, "state:goal.blocker.at", snap),
+                cause=b.last_failure if rt.consecutive_failures else None,
             )
     elif want == "complete":
         ev = snap.completion_evidence
@@ -73,35 +76,57 @@ def _status(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                     at=at,
                 ),
                 "state:goal.completionEvidence",
+                **_time(at, "state:goal.completionEvidence.at", snap),
+                cause=b.current_run(),
             )
     elif s.status == want:
         return
     elif want == "paused":
-        b.emit(g.GoalPaused(goal_id=gid), "state:goal.status")
+        b.emit(g.GoalPaused(goal_id=gid), "state:goal.status", **_updated(snap))
     elif want == "budget_limited":
-        b.emit(
-            g.GoalBudgetExhausted(
-                goal_id=gid,
-                reason=_budget_reason(snap),
-                tokens_used=snap.tokens_used,
-                cost_used=snap.cost_used or 0.0,
-            ),
-            "state:goal.status",
-        )
+        b.emit(budget_event(b, snap), "state:goal.status", **_updated(snap))
     elif want == "active" and s.status == "blocked":
-        b.emit(g.GoalRetried(goal_id=gid), "state:goal.status")
+        b.emit(g.GoalRetried(goal_id=gid), "state:goal.status", **_updated(snap))
     elif want == "active":
-        b.emit(g.GoalResumed(goal_id=gid, from_status=s.status), "state:goal.status")
+        b.emit(g.GoalResumed(goal_id=gid, from_status=s.status), "state:goal.status", **_updated(snap))
     else:
-        b.emit(g.GoalStatusChanged(goal_id=gid, from_status=s.status, to_status=want), "state:goal.status")
+        b.emit(
+            g.GoalStatusChanged(goal_id=gid, from_status=s.status, to_status=want),
+            "state:goal.status",
+            **_updated(snap),
+        )
 
 
-def _budget_reason(snap: RefGoal) -> str:
-    if snap.token_budget and snap.tokens_used >= snap.token_budget:
-        return f"Token budget exhausted ({snap.tokens_used}/{snap.token_budget})"
-    if snap.cost_budget is not None and (snap.cost_used or 0.0) >= snap.cost_budget:
-        return f"Cost budget exhausted (${snap.cost_used or 0.0:.4f}/${snap.cost_budget:.4f})"
-    return "Budget exhausted (imported from state.json)"
+def budget_event(b: GoalBuilder, snap: RefGoal | None) -> g.GoalBudgetExhausted:
+    """The budget stop with its reason: which budget, how much was used and its limit (reference §3.13)."""
+    s = b.state
+    tokens = snap.tokens_used if snap is not None else s.tokens_used
+    cost = (snap.cost_used or 0.0) if snap is not None else s.cost_used
+    token_budget = snap.token_budget if snap is not None else s.config.token_budget
+    cost_budget = snap.cost_budget if snap is not None else s.config.cost_budget
+    budget: Literal["tokens", "cost"] | None = None
+    limit: float | None = None
+    if cost_budget is not None and cost >= cost_budget:  # the reference prefers the cost reason (§3.13)
+        budget, limit = "cost", float(cost_budget)
+        reason = f"Cost budget exhausted (${cost:.4f}/${cost_budget})"
+    elif token_budget and tokens >= token_budget:
+        budget, limit = "tokens", float(token_budget)
+        reason = f"Token budget exhausted ({tokens}/{token_budget})"
+    else:
+        reason = "Budget exhausted (state.json does not say which)"
+    return g.GoalBudgetExhausted(
+        goal_id=b.goal_id, reason=reason, tokens_used=tokens, cost_used=cost, budget=budget, limit=limit
+    )
+
+
+def _updated(snap: RefGoal) -> When:
+    """The time of a correction whose field has no time of its own: the goal record's ``updatedAt``."""
+    return {"at": snap.updated_at, "at_from": "state:goal.updatedAt"}
+
+
+def _time(at: str | None, field: str, snap: RefGoal) -> When:
+    """The field's own time when it has one, else the goal record's ``updatedAt``."""
+    return {"at": at, "at_from": field} if at else _updated(snap)
 
 
 def _usage(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
@@ -123,6 +148,7 @@ def _usage(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
             time_delta_seconds=seconds,
         ),
         "state:goal.usage",
+        **_updated(snap),
     )
 
 
@@ -133,6 +159,7 @@ def _progress(b: GoalBuilder, snap: RefGoal) -> None:
     b.emit(
         g.GoalProgressReported(goal_id=b.goal_id, summary=p.summary, next=p.next, at=p.at),
         "state:goal.lastProgress",
+        **_time(p.at, "state:goal.lastProgress.at", snap),
     )
 
 
@@ -154,11 +181,17 @@ def _rejections(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
             free_retry=bool(rt.free_retry_pending),
         ),
         "state:runtime.evaluatorRejectionCount",
+        **_time(
+            attempt.completed_at if attempt else None,
+            "state:runtime.lastVerificationAttempt.completedAt",
+            snap,
+        ),
     )
 
 
 def _phase(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
     s, gid = b.state, b.goal_id
+    upd: When = {"at": rt.updated_at or snap.updated_at, "at_from": "state:runtime.updatedAt"}
     if snap.status == "active" and rt.phase == "waiting_retry":
         if (s.phase, s.retry_after, s.consecutive_failures) == (
             "waiting_retry",
@@ -176,24 +209,39 @@ def _phase(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                 retry_after=rt.retry_after,
             ),
             "state:runtime.retryAfter",
+            cause=b.run_starts.get(run_id),
+            **upd,
         )
         return
     if snap.status == "active" and rt.phase == "running":
-        if s.phase != "running" or (rt.active_run_id and s.active_run_id != rt.active_run_id):
+        active = rt.active_run_id
+        if active is not None and s.phase == "running" and s.active_run_id == active:
+            return  # the ledger's run.started of the active run: never started twice
+        if active is None or active in b.run_starts:
+            b.report.warn(
+                f"goal {gid}: state.json has it running "
+                + (f"run {active}, which the ledger shows ended" if active else "with no activeRunID")
+                + "; imported as not running"
+            )
+        else:
+            turn_at = rt.turn_started_at or rt.last_run_at
             start_run(
                 b,
                 rt,
-                rt.active_run_id or f"imported-turn-{rt.run_count}",
+                active,
                 rt.run_count,
-                charged=False,
-                at="",
+                charged=False,  # the snapshot's budgetTurnCount already counts it (goal.runtime_imported)
                 source="state:runtime.activeRunID",
+                at=turn_at or rt.updated_at or snap.updated_at,
+                at_from="state:runtime.turnStartedAt" if turn_at else "state:runtime.updatedAt",
             )
-        return
+            return
     if s.phase == "running" and s.active_run_id is not None:
         b.emit(
             r.RunCompleted(goal_id=gid, run_id=s.active_run_id, generation=s.run_generation),
             "state:runtime.phase",
+            cause=b.run_starts.get(s.active_run_id),
+            **upd,
         )
     if rt.consecutive_failures and rt.consecutive_failures != b.state.consecutive_failures:
         b.emit(
@@ -204,6 +252,7 @@ def _phase(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                 consecutive_failures=rt.consecutive_failures,
             ),
             "state:runtime.consecutiveFailures",
+            **upd,
         )
 
 
@@ -224,6 +273,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
             b.emit(
                 i.FallbackPrepared(goal_id=gid, model=last.to, attempted=attempted, at=last.at),
                 "state:goal.modelFallback",
+                **_time(last.at, "state:goal.modelSwitch.last.at", snap),
             )
         b.emit(
             i.IdentitySwitchApplied(
@@ -237,6 +287,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 at=last.at,
             ),
             "state:goal.modelSwitch.last",
+            **_time(last.at, "state:goal.modelSwitch.last.at", snap),
         )
     alast = ags.last if ags else None
     if alast is not None and alast.to == cfg.agent:
@@ -251,6 +302,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 at=alast.at,
             ),
             "state:goal.agentSwitch.last",
+            **_time(alast.at, "state:goal.agentSwitch.last.at", snap),
         )
     switches: tuple[tuple[Literal["model", "agent"], RefSwitch | None], ...] = (("model", ms), ("agent", ags))
     for target, sw in switches:
@@ -266,6 +318,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     at=failure.at,
                 ),
                 f"state:goal.{target}Switch.lastFailure",
+                **_time(failure.at, f"state:goal.{target}Switch.lastFailure.at", snap),
             )
     if snap.pending_identity is not None:
         pi = snap.pending_identity
@@ -274,6 +327,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 goal_id=gid, switch_id=_switch_id(gid, "identity-pending"), model=pi.model, agent=pi.agent
             ),
             "state:goal.pendingIdentity",
+            **_updated(snap),
         )
     if pending_model is not None and pending_model.model:
         if fallback_pending:
@@ -282,6 +336,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     goal_id=gid, model=pending_model.model, attempted=attempted, at=pending_model.requested_at
                 ),
                 "state:goal.modelFallback",
+                **_time(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
             )
         else:
             b.emit(
@@ -293,6 +348,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     at=pending_model.requested_at,
                 ),
                 "state:goal.modelSwitch.pending",
+                **_time(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
             )
     pending_agent = ags.pending if ags and ags.pending and ags.pending.agent else None
     if pending_agent is not None and pending_agent.agent:
@@ -304,6 +360,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 at=pending_agent.requested_at,
             ),
             "state:goal.agentSwitch.pending",
+            **_time(pending_agent.requested_at, "state:goal.agentSwitch.pending.requestedAt", snap),
         )
     if fb is not None and fb.status in ("exhausted", "unsupported", "unavailable"):
         cls = {
@@ -311,7 +368,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
             "unsupported": i.FallbackUnsupported,
             "unavailable": i.FallbackUnavailable,
         }[fb.status]
-        b.emit(cls(goal_id=gid, attempted=attempted), "state:goal.modelFallback")
+        b.emit(cls(goal_id=gid, attempted=attempted), "state:goal.modelFallback", **_updated(snap))
     limit = snap.last_provider_limit
     if limit is not None:
         marks = (
@@ -329,6 +386,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 marks_blocker=marks,
             ),
             "state:goal.lastProviderLimit",
+            **_time(limit.observed_at, "state:goal.lastProviderLimit.observedAt", snap),
         )
 
 

@@ -6,14 +6,15 @@ folding through :func:`loopd_es.domain.evolve.evolve` as it goes:
 
 1. ``goal.created`` (from its ledger line when there is one, with the configuration from the snapshot)
    and the worker assignment;
-2. every ledger line, in file order, with turns the ledger lost filled in as synthetic runs (the
-   ``turnCount`` gaps); a line that would not apply (a stale run, say) is left out and reported;
+2. every ledger line, in file order; a line that does not apply (a stale run, say) or has no loopd-es
+   fact is skipped and reported with its line number and reason (nothing is dropped silently);
 3. corrections synthesised from the snapshot wherever the fold still differs from it
-   (:mod:`.corrections`).
+   (:mod:`.corrections`), then ``goal.runtime_imported``: the snapshot's counters and bookkeeping.
 
-The whole stream is built twice: the first pass counts runs, the second shifts run generations and
-un-charges surplus synthetic turns so the counters end where the snapshot has them. Whatever still
-differs afterwards (fields no event can set) is reported by :func:`.check.differences`.
+Runs the ledger lost are not made up: ``runCount``/``budgetTurnCount`` come from the snapshot as they are
+(two counters, never merged), and the ledger's runs keep their own ids and times. The stream is built
+twice so the last run's generation is the snapshot's ``runGeneration``. Whatever still differs afterwards
+(fields no event can set) is reported by :func:`.check.differences`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ import msgspec
 from ..events import goal as g
 from ..events import run as r
 from ..events.envelope import parse_rfc3339
-from .builder import Emitted, GoalBuilder, fill_turns, start_run
-from .corrections import correct
+from ..events.imported import GoalRuntimeImported, VerificationAttempt
+from .builder import Emitted, GoalBuilder, Report, Sourced, from_line, start_run
+from .corrections import budget_event, correct
 from .source import (
     LBlocked,
     LCompleted,
@@ -49,8 +51,6 @@ if TYPE_CHECKING:
 
 DEFAULT_MAX_FAILURES: Final = 5
 DEFAULT_MAX_REJECTIONS: Final = 3
-NOT_MODELLED: Final = frozenset({"compaction.started", "compaction.completed", "runtime.phase_changed"})
-"""Ledger types with no loopd-es event: compaction is not modelled, the phase change is never emitted."""
 
 
 class GoalInput(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,27 +61,37 @@ class GoalInput(msgspec.Struct, frozen=True, kw_only=True):
     runtime: RefRuntime | None
     lines: tuple[LedgerLine, ...]
     ledger_path: Path
+    controls: tuple[Control, ...] = ()
+    """The goal's owner control requests (``state.commandLedger``) and the event id of each request."""
 
 
-def build_goal(data: GoalInput, warnings: list[str]) -> list[Emitted]:
-    """The events of one goal's stream; built twice so generations and free turns end where the snapshot says.
+class Control(msgspec.Struct, frozen=True):
+    """A control request and the id of its ``control.requested`` event (a pause's or resume's cause)."""
 
-    The first pass counts runs; the second shifts generations so the last run has the snapshot's
-    ``runGeneration`` and leaves the excess synthetic runs uncharged so ``budgetTurnCount`` matches.
+    command: str
+    accepted_at: str
+    completed_at: str
+    event_id: str
+
+
+def build_goal(data: GoalInput, report: Report) -> list[Emitted]:
+    """The events of one goal's stream; built twice so the last run has the snapshot's ``runGeneration``.
+
+    The first pass counts runs; the second starts generations where the count says the snapshot's
+    ``runGeneration`` is reached by the last run (loopd bumps it for runs the ledger does not show).
     """
-    first = _build(data, [], 0, None)
+    first = _build(data, Report(), 0)
     rt = data.runtime
     if rt is None or data.goal is None:
-        warnings.extend(first.warnings)
+        report.warnings.extend(first.report.warnings)
+        report.skipped.extend(first.report.skipped)
         return first.items
     offset = max(0, rt.run_generation - first.runs)
-    excess = max(0, min(first.state.budget_turn_count - rt.budget_turn_count, len(first.synth_runs)))
-    final = _build(data, warnings, offset, len(first.synth_runs) - excess)
-    return final.items
+    return _build(data, report, offset).items
 
 
-def _build(data: GoalInput, warnings: list[str], gen_offset: int, charged_synth: int | None) -> GoalBuilder:
-    b = GoalBuilder(data.goal_id, warnings, gen_offset, charged_synth)
+def _build(data: GoalInput, report: Report, gen_offset: int) -> GoalBuilder:
+    b = GoalBuilder(data.goal_id, report, gen_offset)
     snap, rt = data.goal, data.runtime
     created_line = next((ln for ln in data.lines if ln.type == "goal.created"), None)
     if not _create(b, data, created_line):
@@ -93,12 +103,58 @@ def _build(data: GoalInput, warnings: list[str], gen_offset: int, charged_synth:
         free_next = _ledger(b, data, line, free_next)
     if snap is None:
         if not b.state.cleared:
-            b.emit(g.GoalCleared(goal_id=b.goal_id), "state:absent")
+            last = b.items[-1].at if b.items else ""
+            b.emit(g.GoalCleared(goal_id=b.goal_id), "state:absent", at=last, at_from="previous")
         return b
     rt = rt or _empty_runtime(b.goal_id)
-    fill_turns(b, rt, rt.run_count + 1, final=True)
     correct(b, snap, rt)
+    ledger_runs = sum(1 for ln in data.lines if ln.type == "run.started")
+    b.emit(
+        _runtime(b, rt, ledger_runs),
+        "state:runtime",
+        at=rt.updated_at or snap.updated_at,
+        at_from="state:runtime.updatedAt",
+    )
     return b
+
+
+def _runtime(b: GoalBuilder, rt: RefRuntime, ledger_runs: int) -> GoalRuntimeImported:
+    attempts = rt.recent_verification_attempts or (
+        [rt.last_verification_attempt] if rt.last_verification_attempt else []
+    )
+    return GoalRuntimeImported(
+        goal_id=b.goal_id,
+        run_count=rt.run_count,
+        budget_turn_count=rt.budget_turn_count,
+        run_generation=rt.run_generation,
+        no_progress_count=rt.no_progress_count,
+        consecutive_failures=rt.consecutive_failures,
+        schedule_run_count=rt.schedule_run_count,
+        next_run_at=rt.next_run_at,
+        last_schedule_at=rt.last_schedule_at,
+        last_run_at=rt.last_run_at,
+        last_compact_at=rt.last_compact_at,
+        active_tool_call_ids=tuple(rt.active_tool_call_ids),
+        last_parent_notified_at=rt.last_parent_notified_at,
+        last_parent_notified_for=rt.last_parent_notified_for,
+        last_worker_status=rt.last_worker_status,
+        free_retry_pending=bool(rt.free_retry_pending),
+        verification_attempts=tuple(
+            VerificationAttempt(
+                attempt_id=a.id,
+                sequence=a.sequence,
+                run_generation=a.run_generation,
+                status=a.status,
+                started_at=a.started_at,
+                completed_at=a.completed_at,
+                failed_checks=tuple(
+                    str(c.get("command", "")) for c in a.checks if c.get("exitCode") not in (0, None)
+                ),
+            )
+            for a in attempts
+        ),
+        ledger_runs=ledger_runs,
+    )
 
 
 def _empty_runtime(goal_id: str) -> RefRuntime:
@@ -110,10 +166,12 @@ def _empty_runtime(goal_id: str) -> RefRuntime:
 def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
     snap = data.goal
     if line is None and snap is None:
-        b.warnings.append(
-            f"goal {b.goal_id}: the ledger has no goal.created line and state.json no record; "
-            f"its {len(data.lines)} ledger line(s) were left out"
-        )
+        for orphan in data.lines:
+            b.report.skip(
+                f"goal {b.goal_id}",
+                orphan,
+                "the ledger has no goal.created line and state.json no record of the goal",
+            )
         return False
     config, at = g.GoalConfig(), ""
     name = objective = owner = ""
@@ -122,11 +180,11 @@ def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
         config = _config(snap, data.lines)
         name, objective, owner, at = snap.name, snap.objective, snap.owner_session_id, snap.created_at
         parent_model, parent_agent = snap.parent_model, snap.parent_agent
-    source = "state:goal"
+    where: Sourced = {"source": "state:goal", "at": at, "at_from": "state:goal.createdAt"}
     if line is not None:
         fields = typed(line, LGoalCreated, data.ledger_path)
-        name, objective, owner, at = fields.name, fields.objective, fields.owner_session_id, line.timestamp
-        source = f"ledger:{line.line}"
+        name, objective, owner = fields.name, fields.objective, fields.owner_session_id
+        where = from_line(line)
     b.emit(
         g.GoalCreated(
             goal_id=b.goal_id,
@@ -136,11 +194,12 @@ def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
             config=config,
             parent_model=parent_model,
             parent_agent=parent_agent,
-            at=at,
+            at=where.get("at", ""),
         ),
-        source,
+        **where,
     )
     if snap is not None and snap.worker_session_id:
+        # the worker is created before loopd writes goal.created (§4.1): at the goal's creation
         b.emit(
             g.GoalWorkerAssigned(
                 goal_id=b.goal_id,
@@ -149,6 +208,8 @@ def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
                 native_parent_id=snap.native_parent_id,
             ),
             "state:goal.workerSessionID",
+            at=where.get("at", ""),
+            at_from=where.get("at_from", ""),
         )
     return True
 
@@ -192,29 +253,70 @@ def _config(snap: RefGoal, lines: tuple[LedgerLine, ...]) -> g.GoalConfig:
 
 # -- step 2: the ledger -----------------------------------------------------------------------------
 
+_STARTERS: Final = (g.GoalCreated, g.GoalWorkerAssigned, g.GoalResumed, g.GoalRetried)
+"""Events whose next turn they start (loopd's start, resume and retry call ``continueTurn`` at once)."""
+
+_CONTROLLED: Final = {"paused": "pause", "active": "resume"}
+"""Status changes an owner control request makes, by the status they lead to."""
+
+
+def _control(data: GoalInput, line: LedgerLine, to: str) -> str | None:
+    """The id of the control request behind a status line: same goal, handled within a minute before it."""
+    wanted = ("retry",) if to == "retry" else (_CONTROLLED.get(to, ""),)
+    try:
+        ts = parse_rfc3339(line.timestamp)
+    except ValueError:
+        return None
+    best = None
+    for c in data.controls:
+        if c.command not in wanted:
+            continue
+        try:
+            accepted = parse_rfc3339(c.accepted_at)
+        except ValueError:
+            continue
+        if accepted <= ts <= accepted + timedelta(seconds=60):
+            best = c.event_id
+    return best
+
 
 def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) -> bool:
-    """Emit the event of one ledger line; returns whether the next run is a free retry."""
-    t, ts, gid, src, where = line.type, line.timestamp, b.goal_id, f"ledger:{line.line}", data.ledger_path
+    """Emit the event of one ledger line (or report it skipped); returns whether the next run is free."""
+    t, ts, gid, where = line.type, line.timestamp, b.goal_id, data.ledger_path
     s = b.state
+    kw = from_line(line)
+    run = b.current_run()
     if t == "goal.status_changed":
         ch = typed(line, LStatusChanged, where)
         ev: Event
+        cause: int | str | None
         if ch.to == "paused":
-            ev = g.GoalPaused(goal_id=gid)
+            ev, cause = g.GoalPaused(goal_id=gid), _control(data, line, "paused")
         elif ch.to == "active" and ch.from_ == "blocked":
-            ev = g.GoalRetried(goal_id=gid)
+            ev, cause = g.GoalRetried(goal_id=gid), _control(data, line, "retry")
         elif ch.to == "active":
-            ev = g.GoalResumed(goal_id=gid, from_status=ch.from_)
+            ev, cause = g.GoalResumed(goal_id=gid, from_status=ch.from_), _control(data, line, "active")
+        elif ch.to == "budget_limited":
+            ev, cause = budget_event(b, data.goal), None
         else:
-            ev = g.GoalStatusChanged(goal_id=gid, from_status=ch.from_, to_status=ch.to)
-        b.emit(ev, src)
+            ev, cause = g.GoalStatusChanged(goal_id=gid, from_status=ch.from_, to_status=ch.to), None
+        b.emit(ev, cause=cause, line=line, **kw)
     elif t == "goal.progress":
         p = typed(line, LProgress, where)
-        b.emit(g.GoalProgressReported(goal_id=gid, summary=p.summary, next=p.next, at=ts), src)
+        b.emit(
+            g.GoalProgressReported(goal_id=gid, summary=p.summary, next=p.next, at=ts),
+            cause=run,
+            line=line,
+            **kw,
+        )
     elif t == "goal.completed":
         c = typed(line, LCompleted, where)
-        b.emit(g.GoalCompleted(goal_id=gid, summary=c.summary, evidence=c.evidence, at=ts), src)
+        b.emit(
+            g.GoalCompleted(goal_id=gid, summary=c.summary, evidence=c.evidence, at=ts),
+            cause=run,
+            line=line,
+            **kw,
+        )
     elif t == "goal.blocked":
         bl = typed(line, LBlocked, where)
         reason, needed, kind = bl.reason, bl.needed, None
@@ -228,9 +330,15 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         ):
             # the ledger text of some blocks differs from the persisted blocker (§4.1); the state is authoritative
             reason, needed, kind = snap.blocker.reason, snap.blocker.needed, snap.blocker.kind
-        b.emit(g.GoalBlocked(goal_id=gid, reason=reason, needed=needed, kind=kind, at=ts), src)
+        cause = b.last_failure if s.consecutive_failures else run
+        b.emit(
+            g.GoalBlocked(goal_id=gid, reason=reason, needed=needed, kind=kind, at=ts),
+            cause=cause,
+            line=line,
+            **kw,
+        )
     elif t == "goal.cleared":
-        b.emit(g.GoalCleared(goal_id=gid), src)
+        b.emit(g.GoalCleared(goal_id=gid), line=line, **kw)
     elif t == "goal.completion_rejected":
         rej = typed(line, LRejected, where)
         limit = s.config.max_evaluator_rejections or DEFAULT_MAX_REJECTIONS
@@ -245,48 +353,51 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
                 details=rej.failure_summary,
                 free_retry=free,
             ),
-            src,
+            cause=run,
+            line=line,
+            **kw,
         )
         return free
     elif t == "goal.interactive_changed":
         b.emit(
             g.GoalInteractiveChanged(goal_id=gid, interactive=typed(line, LInteractive, where).interactive),
-            src,
+            line=line,
+            **kw,
         )
     elif t == "run.started":
-        run = typed(line, LRun, where)
-        turn = run.turn_count if run.turn_count is not None else s.run_count + 1
-        if turn > s.run_count + 1:
-            fill_turns(b, data.runtime, turn, final=False)
-        start_run(b, data.runtime, run.run_id, turn, charged=not free_next, at=ts, source=src)
+        lr = typed(line, LRun, where)
+        turn = lr.turn_count if lr.turn_count is not None else s.run_count + 1
+        index = start_run(b, data.runtime, lr.run_id, turn, charged=not free_next, line=line, **kw)
+        if index is not None:
+            _link_turn(b, index)
         return False
     elif t in ("run.completed", "run.recovered", "run.stuck"):
-        run = typed(line, LRun, where)
-        gen = s.run_generation
+        lr = typed(line, LRun, where)
+        gen, cause = s.run_generation, b.run_starts.get(lr.run_id)
         if t == "run.completed":
-            b.emit(r.RunCompleted(goal_id=gid, run_id=run.run_id, generation=gen), src)
+            ev = r.RunCompleted(goal_id=gid, run_id=lr.run_id, generation=gen)
         elif t == "run.recovered":
-            b.emit(
-                r.RunRecovered(
-                    goal_id=gid,
-                    run_id=run.run_id,
-                    quiet_seconds=run.quiet_seconds or 0.0,
-                    cleared_tool_calls=run.cleared_tool_calls or 0,
-                    generation=gen,
-                ),
-                src,
+            ev = r.RunRecovered(
+                goal_id=gid,
+                run_id=lr.run_id,
+                quiet_seconds=lr.quiet_seconds or 0.0,
+                cleared_tool_calls=lr.cleared_tool_calls or 0,
+                generation=gen,
             )
         else:
-            b.emit(
-                r.RunStuck(
-                    goal_id=gid, run_id=run.run_id, stuck_seconds=run.stuck_seconds or 0.0, generation=gen
-                ),
-                src,
+            ev = r.RunStuck(
+                goal_id=gid, run_id=lr.run_id, stuck_seconds=lr.stuck_seconds or 0.0, generation=gen
             )
+        if cause is None and lr.run_id != s.active_run_id:
+            b.report.skip(
+                f"goal {gid}", line, f"run {lr.run_id} has no run.started line and is not the running run"
+            )
+        else:
+            b.emit(ev, cause=cause, line=line, **kw)
     elif t == "run.failed":
-        run = typed(line, LRun, where)
+        lr = typed(line, LRun, where)
         failures = (
-            run.consecutive_failures if run.consecutive_failures is not None else s.consecutive_failures + 1
+            lr.consecutive_failures if lr.consecutive_failures is not None else s.consecutive_failures + 1
         )
         retry_after = None
         if failures < (s.config.max_failures or DEFAULT_MAX_FAILURES):
@@ -294,12 +405,15 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         b.emit(
             r.RunFailed(
                 goal_id=gid,
-                run_id=run.run_id,
-                error=run.error or "",
+                run_id=lr.run_id,
+                error=lr.error or "",
                 consecutive_failures=failures,
                 retry_after=retry_after,
+                generation=s.run_generation if lr.run_id == s.active_run_id else None,
             ),
-            src,
+            cause=b.run_starts.get(lr.run_id),
+            line=line,
+            **kw,
         )
     elif t == "idle.confirm-failed":
         cf = typed(line, LConfirmFailed, where)
@@ -307,14 +421,37 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
             r.RunConfirmFailed(
                 goal_id=gid, generation=s.run_generation, reason=cf.reason, run_id=s.active_run_id
             ),
-            src,
+            cause=run,
+            line=line,
+            **kw,
         )
+    elif t == "compaction.started":
+        b.emit(g.GoalCompactionStarted(goal_id=gid, at=ts), line=line, **kw)
+    elif t == "compaction.completed":
+        b.emit(g.GoalCompactionCompleted(goal_id=gid, at=ts), line=line, **kw)
     elif t == "schedule.tick":
         if s.status == "complete":
-            b.emit(g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"), src)
-    elif t not in NOT_MODELLED:
-        b.warnings.append(f"goal {gid}: {src} has type {t!r}, which this import does not know; left out")
+            b.emit(g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"), line=line, **kw)
+        else:
+            b.report.skip(
+                f"goal {gid}", line, f"a schedule tick re-runs a complete goal; this one is {s.status}"
+            )
+    elif t == "runtime.phase_changed":
+        b.report.skip(
+            f"goal {gid}", line, "declared by loopd but never emitted; a phase is not a fact of its own here"
+        )
+    else:
+        b.report.skip(f"goal {gid}", line, f"type {t!r} is not one this import knows")
     return free_next
+
+
+def _link_turn(b: GoalBuilder, index: int) -> None:
+    """A turn that follows a start, resume or retry directly was started by it (not by an earlier turn)."""
+    before = b.items[index - 1] if index else None
+    if before is None or not isinstance(before.payload, _STARTERS) or before.at > b.items[index].at:
+        return
+    cause = 0 if isinstance(before.payload, g.GoalWorkerAssigned) else index - 1
+    b.items[index] = msgspec.structs.replace(b.items[index], cause=cause)
 
 
 def _backoff(timestamp: str, failures: int) -> str | None:

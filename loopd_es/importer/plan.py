@@ -19,17 +19,28 @@ import msgspec
 from ..errors import ConflictError, LoopdError, StorageError
 from ..events.catalogue import new_event
 from ..events.envelope import NO_STREAM
-from ..events.imported import STREAM_PREFIX, ImportCompleted, ImportedEvent, ImportedStream, ImportStarted
+from ..events.imported import (
+    CONTROL_PREFIX,
+    STREAM_PREFIX,
+    ImportCompleted,
+    ImportedEvent,
+    ImportedStream,
+    ImportStarted,
+    Provenance,
+    SkippedLine,
+    stamp,
+)
 from ..ids import InvalidIdError, is_valid_id
+from .builder import Emitted, Report
 from .check import differences
-from .commands import build_commands
-from .goals import GoalInput, build_goal
+from .commands import build_commands, needs_reconcile
+from .controls import build_controls, command_starters
+from .goals import Control, GoalInput, build_goal
 from .source import LOOPD_DIR, ImportSourceError, LedgerLine, load_ledger, load_state
 
 if TYPE_CHECKING:
     from ..events.envelope import NewEvent
     from ..log.base import LogStore
-    from .builder import Emitted
     from .source import LoadedLedger, LoadedState
 
 NAMESPACE: Final = uuid.UUID("5b0f3c52-8a51-4d3e-9a40-6c1f2f0e1a77")
@@ -66,6 +77,8 @@ class ImportPlan(msgspec.Struct, frozen=True, kw_only=True):
     commands: int
     warnings: tuple[str, ...]
     torn_line: int | None
+    skipped: tuple[SkippedLine, ...] = ()
+    needs_reconcile: tuple[str, ...] = ()
 
     @property
     def event_count(self) -> int:
@@ -97,18 +110,31 @@ def build_plan(directory: Path) -> ImportPlan:
     ledger = load_ledger(base / "events.ndjson")
     _check_ids(loaded, ledger)
     state = loaded.state
-    warnings: list[str] = []
-    if ledger.torn_line is not None:
-        warnings.append(
-            f"{ledger.path} line {ledger.torn_line} is an incomplete write (no newline, not JSON); skipped"
-        )
+    report = Report()
+    import_id = import_id_for(directory)
     goal_lines: dict[str, list[LedgerLine]] = {}
     command_lines: list[LedgerLine] = []
+    control_lines: list[LedgerLine] = []
     for line in ledger.lines:
-        if line.type.startswith("command."):
+        if line.type in ("command.accepted", "command.rejected"):
+            control_lines.append(line)
+        elif line.type.startswith("command."):
             command_lines.append(line)
         elif line.goal_id:
             goal_lines.setdefault(line.goal_id, []).append(line)
+        else:
+            report.skip("ledger", line, "names no goal (no goalID) and is not a command event")
+    controls = build_controls(state.command_ledger, control_lines, ledger.path, report)
+    control_ids = {
+        rid: _event_id(import_id, f"{CONTROL_PREFIX}{rid}", 0, items[0].source)
+        for rid, items in controls.items()
+    }
+    by_goal: dict[str, list[Control]] = {}
+    for entry in state.command_ledger:
+        if entry.goal_id:
+            by_goal.setdefault(entry.goal_id, []).append(
+                Control(entry.command, entry.accepted_at, entry.completed_at, control_ids[entry.request_id])
+            )
     runtimes = {rt.goal_id: rt for rt in state.runtimes}
     snaps = {goal.id: goal for goal in state.goals}
     mapped: list[tuple[str, list[Emitted]]] = []
@@ -119,17 +145,34 @@ def build_plan(directory: Path) -> ImportPlan:
             runtime=runtimes.get(goal_id),
             lines=tuple(goal_lines.get(goal_id, ())),
             ledger_path=ledger.path,
+            controls=tuple(by_goal.get(goal_id, ())),
         )
-        items = build_goal(data, warnings)
+        items = build_goal(data, report)
         snap = snaps.get(goal_id)
         if snap is not None:
-            warnings.extend(f"goal {goal_id}: {d}" for d in differences(snap, runtimes.get(goal_id), items))
+            report.warnings.extend(
+                f"goal {goal_id}: {d}" for d in differences(snap, runtimes.get(goal_id), items)
+            )
         if items:
             mapped.append((f"goal-{goal_id}", items))
-    commands = build_commands(state.commands, state.command_awaits, command_lines, ledger.path, warnings)
+    starters = command_starters(state.command_ledger, command_lines, control_ids)
+    commands = build_commands(
+        state.commands, state.command_awaits, command_lines, ledger.path, report, starters
+    )
     mapped.extend((f"command-{cid}", items) for cid, items in commands.items() if items)
+    mapped.extend((f"{CONTROL_PREFIX}{rid}", items) for rid, items in controls.items())
+    reconcile = needs_reconcile(state.commands)
+    skipped = list(report.skipped)
+    if ledger.torn_line is not None:
+        report.warnings.insert(
+            0, f"{ledger.path} line {ledger.torn_line} is an incomplete write (no newline, not JSON); skipped"
+        )
+        skipped.append(
+            SkippedLine(line=ledger.torn_line, type="", reason="an incomplete write (no newline, not JSON)")
+        )
+    skipped.sort(key=lambda k: k.line)
+    warnings = report.warnings
 
-    import_id = import_id_for(directory)
     stream = f"{STREAM_PREFIX}{import_id}"
     started_payload = ImportStarted(
         import_id=import_id,
@@ -157,8 +200,10 @@ def build_plan(directory: Path) -> ImportPlan:
             )
             for b in batches
         ),
-        skipped_ledger_lines=(ledger.torn_line,) if ledger.torn_line is not None else (),
+        skipped_ledger_lines=tuple(k.line for k in skipped),
         warnings=tuple(warnings),
+        skipped=tuple(skipped),
+        needs_reconcile=reconcile,
     )
     completed = new_event(
         completed_payload,
@@ -177,11 +222,13 @@ def build_plan(directory: Path) -> ImportPlan:
         commands=len(commands),
         warnings=tuple(warnings),
         torn_line=ledger.torn_line,
+        skipped=tuple(skipped),
+        needs_reconcile=reconcile,
     )
 
 
 def _check_ids(loaded: LoadedState, ledger: LoadedLedger) -> None:
-    """Refuse the whole import when any goal or command id could not safely be a stream or file name.
+    """Refuse the whole import when any goal, command or request id could not safely be a stream or file name.
 
     :raises ImportSourceError: naming the file, the record and the id.
     """
@@ -192,9 +239,26 @@ def _check_ids(loaded: LoadedState, ledger: LoadedLedger) -> None:
         *((sp, "command", c.id, f"commands[{i}].id") for i, c in enumerate(st.commands)),
         *((sp, "goal", c.goal_id, f"commands[{i}].goalID") for i, c in enumerate(st.commands) if c.goal_id),
         *((sp, "goal", a.goal_id, f"commandAwaits[{i}].goalID") for i, a in enumerate(st.command_awaits)),
-        *((sp, "command", a.command_id, f"commandAwaits[{i}].commandID") for i, a in enumerate(st.command_awaits)),
+        *(
+            (sp, "command", a.command_id, f"commandAwaits[{i}].commandID")
+            for i, a in enumerate(st.command_awaits)
+        ),
         *((lp, "goal", ln.goal_id, f"line {ln.line} goalID") for ln in ledger.lines if ln.goal_id),
-        *((lp, "command", ln.command_id, f"line {ln.line} commandID") for ln in ledger.lines if ln.command_id),
+        *(
+            (lp, "command", ln.command_id, f"line {ln.line} commandID")
+            for ln in ledger.lines
+            if ln.command_id
+        ),
+        # control requests become control-<requestID> streams
+        *(
+            (sp, "control request", e.request_id, f"commandLedger[{i}].requestID")
+            for i, e in enumerate(st.command_ledger)
+        ),
+        *(
+            (lp, "control request", ln.fields.get("requestID"), f"line {ln.line} requestID")
+            for ln in ledger.lines
+            if ln.type in ("command.accepted", "command.rejected")
+        ),
     ]
     for path, kind, value, where in checks:
         if not is_valid_id(value):
@@ -205,18 +269,32 @@ def _event_id(import_id: str, stream: str, index: int, source: str) -> str:
     return str(uuid.uuid5(NAMESPACE, f"{import_id}/{stream}/{index}/{source}"))
 
 
-def _batch(import_id: str, import_stream: str, cause: str, stream: str, items: list[Emitted]) -> StreamBatch:
-    """Chain the stream: the first event is caused by ``import.started``, each later one by its predecessor."""
+def _batch(
+    import_id: str, import_stream: str, started: str, stream: str, items: list[Emitted]
+) -> StreamBatch:
+    """Stamp each event with its source time and provenance, and link it to its cause.
+
+    The cause is the event the source shows caused it (:attr:`Emitted.cause`), else ``import.started``;
+    an event without a time of its own is placed at the time of the one before it (``time_from: previous``).
+    """
     events: list[NewEvent] = []
+    previous = ""
     for index, item in enumerate(items):
+        at, at_from = item.at, item.at_from
+        if not at:
+            at, at_from = previous, "previous" if previous else ""
+        previous = at
+        cause = item.cause
+        causation = events[cause].event_id if isinstance(cause, int) and cause < index else cause
         event = new_event(
             item.payload,
             event_id=_event_id(import_id, stream, index, item.source),
-            causation_id=cause,
+            causation_id=causation if isinstance(causation, str) else started,
             correlation_id=import_stream,
         )
+        data = stamp(event.data_bytes(), at, Provenance(source=item.source, time_from=at_from))
+        event = msgspec.structs.replace(event, data=msgspec.Raw(data))
         events.append(event)
-        cause = event.event_id
     sources = tuple(item.source for item in items)
     return StreamBatch(
         stream=stream,
@@ -272,18 +350,16 @@ async def apply_plan(store: LogStore, plan: ImportPlan) -> ImportResult:
 async def _held(store: LogStore, stream: str, events: tuple[NewEvent, ...]) -> int:
     """How many of ``events`` the stream already holds as its first events (0 when it does not exist).
 
-    :raises ImportConflictError: when the stream holds anything else.
+    :raises ImportConflictError: when the stream's first events are anything else.
     """
     version = await store.stream_version(stream)
     if version == 0:
         return 0
     count = 0
     async for env in store.read_stream(stream):
-        if (
-            count >= len(events)
-            or env.event_id != events[count].event_id
-            or not env.same_content(events[count], stream)
-        ):
+        if count >= len(events):
+            break  # later events (a reconciliation, work continued after the import) are not the import's
+        if env.event_id != events[count].event_id or not env.same_content(events[count], stream):
             raise ImportConflictError(
                 f"stream {stream!r} already holds other events (version {version}, first difference at "
                 f"version {env.version}): the project changed since it was imported, or the stream was "

@@ -165,6 +165,10 @@ class RefAttempt(_R, frozen=True):
     id: str
     status: Literal["running", "passed", "failed"]
     checks: list[dict[str, Any]] = []
+    sequence: int = 0
+    run_generation: int = 0
+    started_at: str = ""
+    completed_at: str | None = None
 
 
 class RefRuntime(_R, frozen=True):
@@ -186,6 +190,17 @@ class RefRuntime(_R, frozen=True):
     accounted_message_ids: list[str] = _f("accountedMessageIDs", [])
     schedule_run_count: int | None = None
     next_run_at: str | None = None
+    no_progress_count: int = 0
+    recent_verification_attempts: list[RefAttempt] = []
+    turn_started_at: str | None = None
+    last_run_at: str | None = None
+    last_schedule_at: str | None = None
+    last_compact_at: str | None = None
+    active_tool_call_ids: list[str] = _f("activeToolCallIDs", [])
+    last_parent_notified_at: str | None = None
+    last_parent_notified_for: str | None = None
+    last_worker_status: str | None = None
+    updated_at: str = ""
 
 
 class RefWatchState(_R, frozen=True):
@@ -225,6 +240,8 @@ class RefCommand(_R, frozen=True):
     created_at: str = ""
     ended_at: str | None = None
     last_error: str | None = None
+    owner_notified_at: str | None = None
+    updated_at: str = ""
 
 
 class RefAwait(_R, frozen=True):
@@ -233,6 +250,17 @@ class RefAwait(_R, frozen=True):
     created_at: str = ""
     until: str | None = None
     ignore_case: bool | None = None
+    owner_session_id: str | None = _f("ownerSessionID", None)
+
+
+class RefControl(_R, frozen=True):
+    """One handled control request of ``state.commandLedger`` (reference §1.9)."""
+
+    command: str
+    request_id: str = _f("requestID")
+    goal_id: str | None = _f("goalID", None)
+    accepted_at: str = ""
+    completed_at: str = ""
 
 
 class RefState(_R, frozen=True):
@@ -242,6 +270,7 @@ class RefState(_R, frozen=True):
     runtimes: list[RefRuntime] = []
     commands: list[RefCommand] = []
     command_awaits: list[RefAwait] = []
+    command_ledger: list[RefControl] = []
 
 
 class LoadedState(msgspec.Struct, frozen=True, kw_only=True):
@@ -511,6 +540,12 @@ class LCommand(_L, frozen=True):
     status: Status | None = None
     signal: str | None = None
     matched_lines: list[str] | int | None = _f("matchedLines", None)
+
+
+class LControl(_L, frozen=True):
+    request_id: str = _f("requestID")
+    command: str = ""
+    reason: str | None = None
 
 
 class LAwaitCancelled(_L, frozen=True):

@@ -9,7 +9,10 @@ The chain is a walk over ids, never a guess. It starts at the event whose fold l
   causation is only the idle turn that applied it, the pending switch is why there was something to apply.
 
 It ends at a *request* (a causation id equal to its correlation id that names no event: the user or engine
-request that started the flow), or says plainly where a link is missing or points outside the log. Events that
+request that started the flow), at an *import* (an event copied from an opencode-loopd project is caused by
+what the source shows caused it - a run's start, an owner's control request - and otherwise by
+``import.started``, where the source's record of causes ends), or says plainly where a link is missing or
+points outside the log. Times are effective times: an imported event's source time. Events that
 share the step's causation and correlation ids were written by the same reaction; the telling ones among them
 (host refusals, provider limits, rollbacks) are shown beside the step. ``correlation_id`` groups the chain into
 flows: every event of a flow is listed, so the user sees what else that request did.
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..domain.streams import short_id
+from ..events.imported import STREAM_PREFIX
 from .history import Entry, History, short_stream, show, summarize
 
 if TYPE_CHECKING:
@@ -63,6 +67,10 @@ class Fact(msgspec.Struct, frozen=True):
     recorded_at: str
     correlation_id: str | None
     text: str
+    at: str = ""
+    """When it happened (an imported event's source time), else when it was recorded."""
+    origin: str | None = None
+    """Where an imported event came from (``ledger line 12``, ``synthesised from state.json (...)``)."""
 
 
 class Step(msgspec.Struct, frozen=True):
@@ -82,7 +90,7 @@ class Explanation(msgspec.Struct, frozen=True):
     status: str
     steps: tuple[Step, ...]
     end: str
-    end_kind: str  # request | missing | outside | cycle | too-long | none
+    end_kind: str  # request | import | missing | outside | cycle | too-long | none
     flows: dict[str, list[int]]
     sentence: str
 
@@ -133,7 +141,8 @@ async def explain(store: LogStore, history: History) -> Explanation:
     flows: dict[str, list[int]] = {}
     for step in steps:
         flow = step.fact.correlation_id
-        if flow is not None and flow not in flows:
+        # an import is not a flow of the goal's work: listing it would list every imported event
+        if flow is not None and flow not in flows and not flow.startswith(STREAM_PREFIX):
             flows[flow] = [e.position for e in history.entries if e.envelope.correlation_id == flow]
     return Explanation(goal, status, tuple(steps), end, end_kind, flows, _sentence(status, steps, end))
 
@@ -175,6 +184,14 @@ async def _cause(
             "request",
         )
     found = await _lookup(store, cid)
+    if found is not None and found.type == "import.started":
+        data = found.data_dict()
+        return (
+            None,
+            f"imported from {data.get('directory')} (state.json revision {data.get('state_revision')}, stream "
+            f"{found.stream}); the source records no earlier cause",
+            "import",
+        )
     if found is not None:
         return Entry(found, own=False), "", "none"
     return None, f"#{env.position} names {cid} as its cause, but no event in the log has that id", "outside"
@@ -200,8 +217,8 @@ async def _lookup(store: LogStore, event_id: str) -> Envelope | None:
 
 def _siblings(node: Entry, history: History, by_id: dict[str, Entry], goal: str) -> tuple[Fact, ...]:
     env = node.envelope
-    if env.causation_id is None or env.correlation_id is None:
-        return ()
+    if env.causation_id is None or env.correlation_id is None or env.correlation_id.startswith(STREAM_PREFIX):
+        return ()  # imported events share the import as a cause; that does not make them one reaction
     return tuple(
         _fact(e, e.data(), by_id, goal)
         for e in history.entries
@@ -222,6 +239,8 @@ def _fact(entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str
         env.recorded_at,
         env.correlation_id,
         phrase(env.type, data, by_id),
+        entry.at,
+        entry.origin(),
     )
 
 
@@ -231,7 +250,18 @@ def phrase(type_: str, d: dict[str, Any], by_id: dict[str, Entry] | None = None)
     if type_ == "goal.blocked":
         return f"the goal was blocked ({show(get('reason'), 120)})"
     if type_ == "goal.budget_exhausted":
+        budget, limit = get("budget"), get("limit")
+        if budget == "cost" and limit is not None:
+            return f"cost ${get('cost_used', 0.0):.4f} ≥ ${limit:.4f} (the cost budget was spent)"
+        if budget == "tokens" and limit is not None:
+            return f"tokens {get('tokens_used', 0)} ≥ {int(limit)} (the token budget was spent)"
         return f"a budget was spent: {show(get('reason'), 120)}"
+    if type_ == "control.requested":
+        return f"the owner asked to {get('command')} (control request {get('request_id')} at {get('at')})"
+    if type_ == "goal.paused":
+        return "the goal was paused"
+    if type_ == "goal.resumed":
+        return f"the goal was resumed from {get('from_status')} (by {get('by')})"
     if type_ == "goal.completed":
         return f"the goal was completed{' (forced)' if get('forced') else ''}: {show(get('summary'), 100)}"
     if type_ == "goal.status_changed":
@@ -257,7 +287,8 @@ def phrase(type_: str, d: dict[str, Any], by_id: dict[str, Entry] | None = None)
         to = " and ".join(f"{k} {get(k)}" for k in ("model", "agent") if get(k))
         return f"a switch to {to} was deferred until the worker is idle ({get('reason')})"
     if type_ == "run.failed":
-        return f"a run failed: {show(get('error'), 100)}"
+        count = get("consecutive_failures")
+        return f"a run failed: {show(get('error'), 100)}" + (f" ({count} in a row)" if count else "")
     if type_ == "run.started":
         return f"turn {get('turn_count')} started"
     if type_ == "goal.created":
@@ -303,9 +334,12 @@ def render_text(x: Explanation) -> list[str]:
         f = step.fact
         flow = f"  [flow {short_id(f.correlation_id)}]" if f.correlation_id else ""
         lines.append(
-            f"{label.get(step.link, step.link):>22}  #{f.position} {f.type} ({f.stream}, {f.recorded_at}){flow}"
+            f"{label.get(step.link, step.link):>22}  #{f.position} {f.type} ({f.stream}, {f.at or f.recorded_at})"
+            f"{flow}"
         )
         lines.append(f"{'':24}{f.text}")
+        if f.origin:
+            lines.append(f"{'':24}[{f.origin}]")
         lines += [f"{'':24}when #{s.position} {s.type}: {s.text}" for s in step.with_]
         if step.trigger:
             lines.append(f"{'':24}(applied by the turn started from {step.trigger})")

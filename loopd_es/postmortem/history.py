@@ -3,14 +3,23 @@
 Events on the goal's own stream are folded with the domain's reducer (:class:`~loopd_es.domain.evolve.GoalFold`)
 one at a time, and each is shown as the field-level difference between the goal state before and after it, so
 the timeline is the reducer's own account, never a re-interpretation. Events on other streams (switch sagas,
-commands) do not change the goal's state; they get a one-line summary of their payload. ``until``/``at`` cut
-the timeline the way ``loopd-es replay`` cuts a fold.
+commands) do not change the goal's state; they get a one-line summary of their payload. ``until`` cuts the
+timeline at a global position, the way ``loopd-es replay`` cuts a fold.
+
+Time is *effective* time (:func:`loopd_es.events.imported.happened_at`): when the event happened by its
+source (an imported event's ``occurred_at``), else when it was recorded. ``at`` keeps the events that had
+happened by then, and when a timeline holds imported events its streams are merged by effective time (each
+stream keeps its own order), so an imported day reads in the order it happened, not in the order the import
+appended its streams. Imported events say where they came from; those synthesised from loopd's
+``state.json`` are marked so.
 """
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from itertools import chain, compress
 from operator import attrgetter, is_not
 from typing import TYPE_CHECKING, Any, Final
@@ -21,6 +30,8 @@ from msgspec.structs import astuple
 from ..domain.evolve import GoalFold, initial
 from ..domain.state import GoalState
 from ..domain.streams import goal_stream, short_id
+from ..events.envelope import parse_rfc3339
+from ..events.imported import Provenance, stamped
 
 if TYPE_CHECKING:
     from ..domain.reducers import Cut
@@ -54,7 +65,7 @@ class Change(msgspec.Struct, frozen=True, omit_defaults=True):
 class Entry:
     """One event of the timeline: its envelope and what it did (``changes`` only on the goal's stream)."""
 
-    __slots__ = ("changes", "envelope", "own", "refused", "set_by")
+    __slots__ = ("changes", "envelope", "imported", "occurred_at", "own", "refused", "set_by")
 
     def __init__(self, envelope: Envelope, own: bool) -> None:
         self.envelope = envelope
@@ -63,6 +74,23 @@ class Entry:
         self.refused: str | None = None
         self.set_by: dict[str, Envelope] = {}
         """For each top-level field, the event that last set it *before* this one (only when asked for)."""
+        self.occurred_at: str | None = None
+        self.imported: Provenance | None = None
+        """The source time and provenance of an imported event (read by :func:`_stamp`, per imported stream)."""
+
+    @property
+    def at(self) -> str:
+        """When the event happened: its source's time when it was imported, else when it was recorded."""
+        return self.occurred_at or self.envelope.recorded_at
+
+    @property
+    def synthesised(self) -> bool:
+        """True for an event an import built from loopd's ``state.json`` (no ledger line records it)."""
+        return self.imported is not None and self.imported.synthesised
+
+    def origin(self) -> str | None:
+        """Where an imported event came from, in words; ``None`` for an event written by loopd-es itself."""
+        return describe_origin(self.imported)
 
     @property
     def position(self) -> int:
@@ -106,22 +134,36 @@ async def build_history(
     (:attr:`Entry.set_by`); ``explain`` follows those links, ``history`` does not need them.
     """
     cut = None
-    if until is not None or at is not None:
+    if until is not None:
         from ..domain.reducers import Cut  # only for a cut: the replay's folds are not needed here
 
-        cut = Cut(until, at)
-    per_stream = [await _read(store, stream, cut) for stream in goal.streams]
+        cut = Cut(until, None)
     own = goal_stream(goal.goal_id)
+    per_stream = [
+        [Entry(env, stream == own) for env in await _read(store, stream, cut)] for stream in goal.streams
+    ]
+    imported = False
+    for entries_ in per_stream:
+        imported = _stamp(entries_) or imported
+    if (
+        at is not None
+    ):  # what had happened by then: effective time, which imported events do not keep in order
+        per_stream = [[e for e in entries_ if _moment(e.at) <= at] for entries_ in per_stream]
     entries: list[Entry] = []
     fold = GoalFold(initial(goal.goal_id))
     state = initial(goal.goal_id)
     before = astuple(state)
     setters: dict[str, Envelope] = {}
-    # one stream is already in order; several are sorted runs, which sort merges in C (positions are unique)
-    merged = per_stream[0] if len(per_stream) == 1 else sorted(chain.from_iterable(per_stream), key=_position)
+    merged: Iterable[Entry]
+    if len(per_stream) == 1:
+        merged = per_stream[0]
+    elif imported:  # the day as it happened: by source time, each stream still in its own order
+        merged = heapq.merge(*per_stream, key=_when)
+    else:  # sorted runs, which sort merges in C (positions are unique)
+        merged = sorted(chain.from_iterable(per_stream), key=_entry_position)
     fields, skipped, scalars, change = _FIELDS, _SKIPPED_AT, _SCALARS, Change  # locals: once per event
-    for env in merged:
-        entry = Entry(env, env.stream == own)
+    for entry in merged:
+        env = entry.envelope
         entries.append(entry)
         if not entry.own:
             continue
@@ -157,7 +199,49 @@ async def build_history(
     )
 
 
-_position: Final = attrgetter("position")
+_entry_position: Final = attrgetter("envelope.position")
+
+
+def _stamp(entries: list[Entry]) -> bool:
+    """Read the source time and provenance of a stream's events, if an import wrote the stream.
+
+    An import only writes new streams, so a stream whose first event is not imported has none (checking one
+    event instead of every one keeps ``history`` of a native 10k-event goal at its old speed).
+    """
+    if not entries or stamped(entries[0].envelope.data)[1] is None:
+        return False
+    for e in entries:
+        e.occurred_at, e.imported = stamped(e.envelope.data)
+    return True
+
+
+def _moment(text: str) -> datetime:
+    try:
+        return parse_rfc3339(text)
+    except ValueError:  # an unreadable source time sorts first rather than breaking the timeline
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def _when(entry: Entry) -> tuple[datetime, int]:
+    return _moment(entry.at), entry.envelope.position
+
+
+def describe_origin(imported: Provenance | None) -> str | None:
+    """``imported from ledger line 12`` or ``synthesised from state.json: goal.usage (time from goal.updatedAt)``."""
+    if imported is None:
+        return None
+    kind, _, what = imported.source.partition(":")
+    if kind == "ledger":
+        return f"imported from ledger line {what}"
+    time_from = imported.time_from.removeprefix("state:").replace("ledger:", "ledger line ")
+    when = (
+        "no time of its own: placed after the event before it"
+        if time_from == "previous"
+        else f"time from {time_from}"
+        if time_from
+        else "no time in the source"
+    )
+    return f"synthesised from state.json: {what} ({when})"
 
 
 async def _read(store: LogStore, stream: str, cut: Cut | None) -> list[Envelope]:
@@ -240,7 +324,11 @@ _SALIENT: Final[dict[str, tuple[str, ...]]] = {
     "command.exited": ("status", "end_reason", "exit_code"),
     "command.await-fired": ("status", "exit_code", "until"),
 }
-_NOISE: Final = frozenset({"at", "key", "owner_pid", "session_id", "prompt_message_id", "message_ids"})
+_ALWAYS_SUMMARISED: Final = frozenset({"goal.runtime_imported", "goal.budget_exhausted"})
+"""Goal events whose payload says more than the state change (an import's kept facts, a budget's limit)."""
+_NOISE: Final = frozenset(
+    {"at", "key", "owner_pid", "session_id", "prompt_message_id", "message_ids", "occurred_at", "imported"}
+)
 
 
 def summarize(type_: str, data: dict[str, Any]) -> str:
@@ -335,10 +423,13 @@ def render_text(history: History) -> list[str]:
             label = labels[env.stream] = f"{short_stream(env.stream, goal_id):<15}"
         cause = refs.get(env.causation_id or "")
         because = f"  ← #{cause}" if cause is not None else ""
-        add(  # the time is short_time(env.recorded_at), inlined
-            f"#{env.position:<6} {env.recorded_at.replace('T', ' ').rstrip('Z')[:23]}  {label} "
+        when = e.occurred_at or env.recorded_at
+        add(  # the time is short_time(when), inlined
+            f"#{env.position:<6} {when.replace('T', ' ').rstrip('Z')[:23]}  {label} "
             f"v{env.version:<5} {env.type}{because}"
         )
+        if e.imported is not None:
+            add(f"{indent}[{e.origin()}]")
         if e.refused is not None:
             add(f"{indent}refused by the reducer: {e.refused}")
         if e.own:
@@ -364,7 +455,10 @@ def render_text(history: History) -> list[str]:
                     sb = "-" if b is None else str(b) if kind is int else show(b, 100)
                 add(f"{indent}{change.field}: {sa} → {sb}")
             if not e.changes and e.refused is None:
-                add(f"{indent}(no change to the goal's state)")
+                summary = e.summary()
+                add(f"{indent}(no change to the goal's state)" + (f" {summary}" if summary else ""))
+            elif env.type in _ALWAYS_SUMMARISED:
+                add(f"{indent}{e.summary()}")
         else:
             summary = e.summary()
             if summary:
@@ -383,6 +477,7 @@ def to_json(history: History) -> dict[str, Any]:
             "version": env.version,
             "type": env.type,
             "recorded_at": env.recorded_at,
+            "occurred_at": e.at,
             "event_id": env.event_id,
             "causation_id": env.causation_id,
             "correlation_id": env.correlation_id,
@@ -394,6 +489,8 @@ def to_json(history: History) -> dict[str, Any]:
             item["summary"] = e.summary()
         if e.refused is not None:
             item["refused"] = e.refused
+        if e.imported is not None:
+            item["imported"] = {**msgspec.to_builtins(e.imported), "synthesised": e.synthesised}
         events.append(item)
     return {
         "goal_id": history.goal_id,

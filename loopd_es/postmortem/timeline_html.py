@@ -4,7 +4,9 @@ Python computes the lanes from the same fold ``history`` prints (status, identit
 the field changes, not from re-reading payloads), and embeds them with every envelope as JSON; the page's
 script draws them on a time axis (or in event order, for bursts), marks errors and switches, and shows an
 event's envelope, payload and state changes on hover and click. When it has drawn, the script records what it
-drew (lanes, marks, final status) in ``#facts``: tests read that back through the browser.
+drew (lanes, marks, final status) in ``#facts``: tests read that back through the browser. Times are effective
+times (an imported event's source time); events an import synthesised from loopd's ``state.json`` are drawn
+hollow and dashed, and labelled ``state.json`` in the list.
 """
 
 from __future__ import annotations
@@ -115,7 +117,10 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
                 "type": env.type,
                 "event_id": env.event_id,
                 "recorded_at": env.recorded_at,
-                "t": parse_rfc3339(env.recorded_at).timestamp() * 1000.0,
+                "occurred_at": e.at,
+                "t": _millis(e.at, env.recorded_at),
+                "origin": e.origin(),
+                "synthesised": e.synthesised,
                 "causation_id": env.causation_id,
                 "correlation_id": env.correlation_id,
                 "schema_version": env.schema_version,
@@ -138,6 +143,15 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
         lanes.append({"id": "other", "label": "Sagas · commands"})
     st = history.state
     status_event = explanation.steps[0].fact.position if explanation and explanation.steps else None
+    on_page = {e.envelope.event_id for e in history.entries}
+    outside = {  # an imported event caused by nothing the source shows: caused by the import itself
+        e.envelope.causation_id: f"import.started on {e.envelope.correlation_id} (the source shows no earlier cause)"
+        for e in history.entries
+        if e.imported is not None
+        and e.envelope.causation_id is not None
+        and e.envelope.causation_id not in on_page
+        and e.envelope.correlation_id is not None
+    }
     return {
         "goal_id": goal,
         "name": st.name,
@@ -153,8 +167,17 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
         "events": events,
         "blocker": show(st.blocker.reason, 200) if st.blocker else None,
         "why": explanation.sentence if explanation else None,
+        "outside": outside,
         "status_event": status_event,
     }
+
+
+def _millis(at: str, recorded_at: str) -> float:
+    """Epoch milliseconds of the event's effective time (its recorded time if the source's does not parse)."""
+    try:
+        return parse_rfc3339(at).timestamp() * 1000.0
+    except ValueError:
+        return parse_rfc3339(recorded_at).timestamp() * 1000.0
 
 
 def render_html(history: History, explanation: Explanation | None = None) -> str:
@@ -211,6 +234,8 @@ tr.row{cursor:pointer}tr.row:hover{background:#f7f8fc}tr.row.sel{background:#ece
 .pill{display:inline-block;border-radius:4px;padding:0 6px;font-size:11px;font-weight:600;color:#fff}
 .k-error{background:var(--error)}.k-switch{background:var(--switch)}.k-event{background:#9aa1b2}
 .k-other{background:var(--other)}.muted{color:var(--muted)}
+.k-synth{background:#fff;color:var(--muted);border:1px dashed var(--muted)}
+.mark.synth{fill-opacity:.18;stroke-width:2;stroke-dasharray:2.5 1.5}
 .tip{position:fixed;pointer-events:none;background:#1f2330;color:#fff;padding:7px 10px;border-radius:7px;
 font-size:12px;max-width:380px;box-shadow:0 4px 14px #0003;opacity:0;transition:opacity .08s;z-index:9}
 @media (max-width:1000px){.grid{grid-template-columns:1fr}}
@@ -223,7 +248,8 @@ font-size:12px;max-width:380px;box-shadow:0 4px 14px #0003;opacity:0;transition:
 <section class="card chart"><div class="toolbar"><h2>Timeline</h2>
 <div class="legend"><span><i style="background:var(--error)"></i>error</span>
 <span><i style="background:var(--switch)"></i>switch</span><span><i style="background:#9aa1b2"></i>event</span>
-<span><i style="background:var(--other)"></i>saga / command</span></div>
+<span><i style="background:var(--other)"></i>saga / command</span>
+<span><i style="border:1.5px dashed var(--muted)"></i>synthesised from state.json</span></div>
 <div class="seg" id="scale"><button data-s="time" class="on">Time</button><button data-s="order">Event order</button></div>
 </div><svg id="chart" role="img" aria-label="goal timeline"></svg></section>
 <section class="grid"><div class="card details" id="details"><h3>Select an event</h3>
@@ -240,6 +266,7 @@ font-size:12px;max-width:380px;box-shadow:0 4px 14px #0003;opacity:0;transition:
 const M=JSON.parse(document.getElementById("data").textContent);
 const E=M.events, NS="http://www.w3.org/2000/svg", $=id=>document.getElementById(id);
 const byId=new Map(E.map(e=>[e.event_id,e]));
+const T0=E.length?E.reduce((a,e)=>Math.min(a,e.t),Infinity):0, T1=E.length?E.reduce((a,e)=>Math.max(a,e.t),-Infinity):0;
 const COLORS={active:"var(--active)",paused:"var(--paused)",blocked:"var(--blocked)",complete:"var(--complete)",
  budget_limited:"var(--budget_limited)",usage_limited:"var(--usage_limited)",cleared:"var(--paused)"};
 let scale="time", selected=null;
@@ -248,7 +275,7 @@ const clock=t=>{const d=new Date(t);return d.toISOString().slice(11,23)};
 function header(){
  $("name").textContent=M.name||M.goal_id; const b=$("badge"); b.textContent=M.status.replace("_"," ");
  b.style.background=COLORS[M.status]||"var(--paused)";
- const span=E.length?clock(E[0].t)+" → "+clock(E[E.length-1].t)+" UTC":"no events";
+ const span=E.length?clock(T0)+" → "+clock(T1)+" UTC":"no events";
  const cut=M.until!=null?" · cut at #"+M.until:(M.at?" · cut at "+M.at:"");
  $("meta").innerHTML=[["goal",M.goal_id],["phase",M.phase],["model",M.model||"default"],["agent",M.agent||"default"],
   ["events",E.length+cut],["streams",M.streams.length],["span",span]]
@@ -259,7 +286,7 @@ function header(){
 function xOf(W){
  const L=130,R=24,w=W-L-R;
  if(!E.length) return ()=>L;
- const t0=E[0].t,t1=E[E.length-1].t;
+ const t0=T0,t1=T1;
  if(scale==="order"||t1<=t0) return i=>L+(E.length<2?w/2:w*i/(E.length-1));
  return i=>L+w*(E[i].t-t0)/(t1-t0);
 }
@@ -276,7 +303,7 @@ function draw(){
  const axisY=top+lanes.length*LH+4, ticks=6;
  for(let k=0;k<=ticks&&E.length;k++){const i=Math.round((E.length-1)*k/ticks);
   let xx, label;
-  if(scale==="time"&&E[E.length-1].t>E[0].t){const t=E[0].t+(E[E.length-1].t-E[0].t)*k/ticks;
+  if(scale==="time"&&T1>T0){const t=T0+(T1-T0)*k/ticks;
    xx=130+(W-154)*k/ticks; label=clock(t)} else {xx=x(i); label="#"+E[i].position}
   el("line",{x1:xx,x2:xx,y1:top,y2:axisY,class:"tick"},svg);
   el("text",{x:xx,y:axisY+16,"text-anchor":k===0?"start":k===ticks?"end":"middle",class:"ticktext"},svg)
@@ -296,7 +323,8 @@ function draw(){
   else if(e.kind==="switch"){m=el("path",{d:`M${xx} ${y-7}L${xx+7} ${y+6}L${xx-7} ${y+6}Z`,fill,stroke:"#fff"},g)}
   else if(!e.own){m=el("rect",{x:xx-4.5,y:y-4.5,width:9,height:9,rx:2,fill,stroke:"#fff"},g)}
   else {m=el("circle",{cx:xx,cy:y,r:4.5,fill,stroke:"#fff"},g)}
-  m.setAttribute("class","mark"+(selected===e?" sel":"")); m.dataset.i=e.i; n++;
+  if(e.synthesised) m.setAttribute("stroke",fill);
+  m.setAttribute("class","mark"+(e.synthesised?" synth":"")+(selected===e?" sel":"")); m.dataset.i=e.i; n++;
   m.addEventListener("mousemove",ev=>tip(ev,e)); m.addEventListener("mouseleave",()=>{$("tip").style.opacity=0});
   m.addEventListener("click",()=>select(e,true));}
  if(selected){const c=byId.get(selected.causation_id);
@@ -305,16 +333,19 @@ function draw(){
  return {lanes:lanes.length,marks:n,segments:M.segments.length};
 }
 function tip(ev,e){const t=$("tip");
- t.innerHTML="<b>#"+e.position+" "+esc(e.type)+"</b><br>"+esc(e.short)+" · "+esc(e.recorded_at)+
+ t.innerHTML="<b>#"+e.position+" "+esc(e.type)+"</b><br>"+esc(e.short)+" · "+esc(e.occurred_at)+
+  (e.origin?"<br><i>"+esc(e.origin)+"</i>":"")+
   (e.changes.length?"<br>"+e.changes.slice(0,4).map(esc).join("<br>"):(e.summary?"<br>"+esc(e.summary):""));
  t.style.left=Math.min(ev.clientX+14,innerWidth-400)+"px"; t.style.top=(ev.clientY+14)+"px"; t.style.opacity=1}
 function link(id){if(!id)return "<span class=muted>none</span>"; const c=byId.get(id);
+ if(!c&&M.outside[id])return esc(M.outside[id]);
  return c?"<a class=jump data-jump='"+c.i+"'>#"+c.position+" "+esc(c.type)+"</a>":"<code>"+esc(id)+"</code>"+
   (id===selected.correlation_id?" <span class=muted>(the request that started the flow)</span>":"")}
 function select(e,scroll){selected=e; draw();
  const d=$("details"), kids=E.filter(c=>c.causation_id===e.event_id);
  d.innerHTML="<h3>#"+e.position+" "+esc(e.type)+"</h3><div class=kv>"+
-  [["stream",esc(e.stream)+" v"+e.version],["recorded",esc(e.recorded_at)],["event id","<code>"+esc(e.event_id)+"</code>"],
+  [["stream",esc(e.stream)+" v"+e.version],["happened",esc(e.occurred_at)],["recorded",esc(e.recorded_at)],
+   ...(e.origin?[["source",esc(e.origin)]]:[]),["event id","<code>"+esc(e.event_id)+"</code>"],
    ["caused by",link(e.causation_id)],["flow","<code>"+esc(e.correlation_id||"none")+"</code>"],
    ["led to",kids.length?kids.map(c=>"<a class=jump data-jump='"+c.i+"'>#"+c.position+"</a>").join(" "):"<span class=muted>nothing</span>"]]
   .map(([k,v])=>"<span>"+k+"</span><span>"+v+"</span>").join("")+"</div>"+
@@ -331,7 +362,8 @@ function rows(){const tb=$("rows"), parts=[];
    (e.changes.length>3?" (+"+(e.changes.length-3)+")":""):"no state change"):e.summary);
   const k=e.own?e.kind:"other";
   parts.push("<tr class=row data-i="+e.i+"><td>"+e.position+"</td><td class=muted>"+clock(e.t)+"</td><td>"+esc(e.short)+
-   "</td><td><span class='pill k-"+k+"'>"+esc(e.type)+"</span></td><td>"+esc(what)+"</td></tr>")}
+   "</td><td><span class='pill k-"+k+"'>"+esc(e.type)+"</span>"+(e.synthesised?" <span class='pill k-synth'>state.json</span>":"")+
+   "</td><td>"+esc(what)+"</td></tr>")}
  tb.innerHTML=parts.join("");
  tb.addEventListener("click",ev=>{const r=ev.target.closest("tr.row"); if(r)select(E[+r.dataset.i],false)})}
 header(); rows();
@@ -345,6 +377,8 @@ const f=$("facts"); f.dataset.ready="1"; f.dataset.lanes=drawn.lanes; f.dataset.
 f.dataset.segments=drawn.segments; f.dataset.status=M.status;
 f.dataset.errors=document.querySelectorAll("#chart path.mark[fill='var(--error)']").length;
 f.dataset.selected=selected?selected.type:"";
+f.dataset.synthesised=document.querySelectorAll("#chart .mark.synth").length;
+f.dataset.span=E.length?clock(T0)+"-"+clock(T1):"";
 })();
 </script></body></html>
 """

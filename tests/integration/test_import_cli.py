@@ -51,6 +51,8 @@ def test_import_replay_and_reimport(url: str, capsys: pytest.CaptureFixture[str]
     code, out, err = _run(capsys, "--store", url, "import-loopd", project)
     assert code == 0, err
     assert "imported" in out and "7 goal(s), 4 command(s)" in out and err == ""
+    assert "1 ledger line(s) not imported:\n  line 35 (command.exited): command " in out
+    assert "need reconciliation (`loopd-es import-loopd --reconcile DIR`" in out
     head = _head(url)
     assert head > 0
 
@@ -153,3 +155,35 @@ def test_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[st
     code, out, _ = _run(capsys, "--store", url, "import-loopd", "--dry-run", str(PROJECTS / "v9_project"))
     assert code == 0 and "would import" in out and f"goal-{LIMIT}" in out
     assert not (tmp_path / "dry.db").exists()
+
+
+def test_reconcile_settles_what_loopd_had_running_and_fires_the_await_once(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ci-watch command was running in loopd (its deadline has passed): timeout, and one await.fired."""
+    ci_watch, flaky = "9c4d2e1f-3a5b-4c6d-8e7f-0000000000e2", "5e1f0a3c-7b2d-4c8e-9f10-0000000000c3"
+    project = str(PROJECTS / "busy_day")
+    code, out, err = _run(capsys, "--store", url, "import-loopd", project)
+    assert code == 0, err
+    assert (
+        f"need reconciliation (`loopd-es import-loopd --reconcile DIR` or `loopd-es cmd reconcile`): {ci_watch}"
+        in out
+    )
+    assert "5 ledger line(s) not imported:" in out and "  line 50 (run.recovered): goal " in out
+
+    async def stream() -> list[tuple[str, dict[str, object]]]:
+        async with await open_store(url) as store:
+            return [(env.type, env.data_dict()) async for env in store.read_stream(f"command-{ci_watch}")]
+
+    assert [t for t, _ in anyio.run(stream)][-1] == "command.watch-matched"  # imported as running
+    for _ in range(2):  # a second run finds it settled: nothing more
+        code, out, err = _run(capsys, "--store", url, "import-loopd", "--reconcile", project)
+        assert code == 0, err
+        assert (
+            f"settled 1 command(s) loopd had running: {ci_watch}" in out and "need reconciliation" not in out
+        )
+    events = anyio.run(stream)
+    exited = [d for t, d in events if t == "command.exited"]
+    fired = [d for t, d in events if t == "command.await-fired"]
+    assert [(d["status"], d["end_reason"]) for d in exited] == [("missing", "timeout")]
+    assert [d["goal_id"] for d in fired] == [flaky]

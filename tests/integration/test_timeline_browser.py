@@ -121,3 +121,27 @@ def test_the_screenshot_is_a_real_picture(page: Path, tmp_path: Path) -> None:
         1 for row in rows[250:560] for x in range(0, len(row), bpp) if row[x] > 180 and row[x + 1] < 110
     )
     assert red > 800  # the blocked status segment and the error marks
+
+
+def test_an_imported_goal_is_drawn_over_its_day_with_synthesised_events_marked(tmp_path: Path) -> None:
+    """busy_day's storage goal: the axis spans the source's 09:05-15:45, not the import's milliseconds."""
+    project = Path(__file__).resolve().parents[1] / "fixtures" / "loopd_projects" / "busy_day"
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    assert main("--store", url, "import-loopd", str(project)) == 0
+    html = tmp_path / "imported.html"
+    assert main("--store", url, "history", "5e1f0a3c-7b2d-4c8e-9f10-0000000000b2", "--html", str(html)) == 0
+    dom = _chromium(tmp_path, "--virtual-time-budget=3000", "--dump-dom", html.as_uri())
+    facts = re.search(r'<div id="facts"[^>]*>', dom)
+    assert facts is not None, dom[:500]
+    got = dict(re.findall(r'data-([a-z]+)="([^"]*)"', facts.group(0)))
+    assert got["ready"] == "1" and got["status"] == "budget_limited"
+    assert got["span"] == "09:05:11.004-15:45:10.000"
+    # from state.json: the worker, usage and runtime records, and 3 control requests (cmd_start, pause,
+    # resume: requested + completed each); every ledger line is drawn solid
+    assert int(got["synthesised"]) == 3 + 3 * 2
+    assert "09:05:11.004 → 15:45:10.000 UTC" in dom
+    details = dom[dom.index('id="details"') :]
+    assert "2026-11-24T15:45:10.000Z" in details and "imported from ledger line 58" in details
+    assert "import.started on import-" in details  # its cause: the import, where the source's causes end
+    assert dom.count('class="pill k-synth"') == int(got["synthesised"])  # and one row label each
+    assert "cost $2.0731 ≥ $2.0000" in dom

@@ -76,6 +76,8 @@ async def _store(tmp_path: Path) -> LogStore:
 
 def test_v9_goals_fold_to_the_snapshot(plan: ImportPlan) -> None:
     assert plan.warnings == ()
+    assert [k.line for k in plan.skipped] == [35]  # the host's second exit report of the build command
+    assert plan.needs_reconcile == (SERVER,)
     done = _fold_goal(plan, DONE)
     assert (done.status, done.run_count, done.budget_turn_count, done.evaluator_rejection_count) == (
         "complete",
@@ -192,17 +194,32 @@ def test_ledger_facts_and_timestamps_reach_the_payloads(plan: ImportPlan) -> Non
     assert created["at"] == "2026-11-20T10:10:00.000Z"
     blocked = json.loads(by_source["ledger:23"].data_bytes())
     assert (blocked["at"], blocked["kind"]) == ("2026-11-20T10:14:01.000Z", "provider-limit")
-    assert "state:runtime.runCount#2" in by_source and "state:runtime.runCount#4" in by_source
+    assert (created["occurred_at"], created["imported"]) == (
+        "2026-11-20T10:10:00.000Z",
+        {"source": "ledger:19", "time_from": "ledger:19"},
+    )
+    # turns 2 and 4 have no run.started line: their count comes from state.json, no run is made up for them
+    assert not any("runCount" in src for src in by_source)
+    runtime = json.loads(by_source["state:runtime"].data_bytes())
+    assert (runtime["run_count"], runtime["budget_turn_count"], runtime["ledger_runs"]) == (4, 4, 2)
     assert batch.from_ledger == sum(1 for s in batch.sources if s.startswith("ledger:"))
 
 
-def test_every_event_names_the_import_and_chains_its_causes(plan: ImportPlan) -> None:
+def test_every_event_names_the_import_and_a_cause_it_had(plan: ImportPlan) -> None:
+    """The cause is what the source shows (a run's end -> its start), else the import: never mere order."""
     assert plan.started.correlation_id == plan.stream and plan.stream.startswith("import-")
+    ids = {e.event_id: e for b in plan.batches for e in b.events}
     for batch in plan.batches:
-        cause = plan.started.event_id
+        seen = {plan.started.event_id}
         for event in batch.events:
-            assert (event.correlation_id, event.causation_id) == (plan.stream, cause)
-            cause = event.event_id
+            assert event.correlation_id == plan.stream
+            assert event.causation_id in seen or ids[event.causation_id or ""].type == "control.requested"
+            seen.add(event.event_id)
+    limit = next(b for b in plan.batches if b.stream == f"goal-{LIMIT}")
+    by_type = {e.type: e for e in limit.events}
+    failed = by_type["run.failed"]
+    assert ids[failed.causation_id or ""].type == "run.started"  # run-l1 failed: caused by run-l1's start
+    assert by_type["goal.usage_accounted"].causation_id == plan.started.event_id  # no cause in the source
     completed = json.loads(plan.completed.data_bytes())
     sources = {e["event_id"]: e["source"] for s in completed["streams"] for e in s["events"]}
     assert len(sources) == plan.event_count - 2
@@ -373,3 +390,245 @@ class _FailingStore(LogStore):
 
     async def aclose(self) -> None:
         pass
+
+
+# -- a busy day, as loopd 1.12.2 wrote it: source time, nothing dropped, counters as the source says ----
+
+DAY = PROJECTS / "busy_day"
+TRIAGE, STORAGE, FLAKY, DEPS = (f"5e1f0a3c-7b2d-4c8e-9f10-0000000000{s}" for s in ("a1", "b2", "c3", "d4"))
+UNIT, CI_WATCH, DEV = (f"9c4d2e1f-3a5b-4c6d-8e7f-0000000000{s}" for s in ("e1", "e2", "e3"))
+
+
+@pytest.fixture(scope="module")
+def day() -> ImportPlan:
+    return build_plan(DAY)
+
+
+def _ledger_lines(project: Path) -> list[dict[str, Any]]:
+    text = (project / ".opencode" / "loopd" / "events.ndjson").read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _payloads(plan: ImportPlan, stream: str) -> list[dict[str, Any]]:
+    batch = next(b for b in plan.batches if b.stream == stream)
+    return [{"type": e.type, **json.loads(e.data_bytes())} for e in batch.events]
+
+
+def test_every_imported_event_carries_the_time_the_source_gives(day: ImportPlan) -> None:
+    ledger = _ledger_lines(DAY)
+    for batch in day.batches:
+        for event in batch.events:
+            data = json.loads(event.data_bytes())
+            source, time_from = data["imported"]["source"], data["imported"]["time_from"]
+            assert data["occurred_at"].startswith("2026-11-24T"), (batch.stream, event.type, data)
+            if source.startswith("ledger:"):  # the line's own timestamp
+                assert data["occurred_at"] == ledger[int(source[7:]) - 1]["timestamp"] and time_from == source
+            else:
+                assert source.startswith("state:") and time_from, (event.type, data)
+    storage = {p["type"]: p for p in _payloads(day, f"goal-{STORAGE}")}
+    assert (
+        storage["goal.usage_accounted"]["occurred_at"] == "2026-11-24T15:45:10.000Z"
+    )  # the goal's updatedAt
+    assert storage["goal.usage_accounted"]["imported"]["time_from"] == "state:goal.updatedAt"
+    control = _payloads(day, "control-req-0002")
+    assert [(p["type"], p["occurred_at"]) for p in control] == [
+        ("control.requested", "2026-11-24T11:01:59.200Z"),
+        ("control.completed", "2026-11-24T11:02:00.010Z"),
+    ]
+    flaky = _payloads(day, f"goal-{FLAKY}")
+    worker = next(p for p in flaky if p["type"] == "goal.worker_assigned")
+    assert (worker["occurred_at"], worker["imported"]["source"]) == (
+        "2026-11-24T10:12:00.000Z",
+        "state:goal.workerSessionID",
+    )
+
+
+def test_every_parseable_ledger_line_is_imported_or_reported(day: ImportPlan) -> None:
+    count = len(_ledger_lines(DAY))
+    imported = {int(src[7:]) for b in day.batches for src in b.sources if src.startswith("ledger:")}
+    skipped = {k.line: k for k in day.skipped}
+    assert imported | set(skipped) == set(range(1, count + 1)) and not imported & set(skipped)
+    assert sorted(skipped) == [10, 26, 35, 50, 52]
+    assert "repeated exit report" in skipped[35].reason and skipped[35].type == "command.exited"
+    assert "run-c3 has no run.started line" in skipped[50].reason
+    storage = [p["type"] for p in _payloads(day, f"goal-{STORAGE}")]
+    assert "goal.compaction_started" in storage and "goal.compaction_completed" in storage
+    completed = json.loads(day.completed.data_bytes())
+    assert [(k["line"], k["type"]) for k in completed["skipped"]] == [(k.line, k.type) for k in day.skipped]
+    assert completed["skipped_ledger_lines"] == [10, 26, 35, 50, 52]
+
+
+def test_a_torn_tail_is_one_more_reported_line() -> None:
+    """The busy day with loopd killed mid-append: the last line has no newline and is cut inside a string."""
+    plan = build_plan(PROJECTS / "busy_day_torn_tail")
+    assert plan.torn_line == 59
+    assert [k.line for k in plan.skipped] == [10, 26, 35, 50, 52, 59]
+    assert "incomplete write" in plan.skipped[-1].reason
+    assert json.loads(plan.completed.data_bytes())["skipped_ledger_lines"][-1] == 59
+
+
+def test_control_requests_are_imported_as_requests_and_outcomes(day: ImportPlan) -> None:
+    streams = sorted(b.stream for b in day.batches if b.stream.startswith("control-"))
+    assert streams == [f"control-req-000{i}" for i in range(1, 6)]
+    pause = next(b for b in day.batches if b.stream == "control-req-0002")
+    assert [e.type for e in pause.events] == ["control.requested", "control.completed"]
+    assert json.loads(pause.events[1].data_bytes())["outcome"] == "handled"
+    goal = next(b for b in day.batches if b.stream == f"goal-{STORAGE}")
+    paused = next(e for e in goal.events if e.type == "goal.paused")
+    resumed = next(e for e in goal.events if e.type == "goal.resumed")
+    assert paused.causation_id == pause.events[0].event_id  # the pause is the owner's request's doing
+    resume = next(b for b in day.batches if b.stream == "control-req-0004")
+    assert resumed.causation_id == resume.events[0].event_id
+    unit = next(b for b in day.batches if b.stream == f"command-{UNIT}")
+    start = next(b for b in day.batches if b.stream == "control-req-0001")
+    assert unit.events[0].causation_id == start.events[0].event_id  # cmd_start -> command.started
+
+
+def test_counters_stay_what_the_source_says(day: ImportPlan) -> None:
+    for batch in day.batches:
+        assert not any("runCount" in src for src in batch.sources), batch.stream  # no run is made up
+    storage = _fold_goal(day, STORAGE)
+    assert (storage.run_count, storage.budget_turn_count, storage.run_generation) == (6, 5, 6)
+    flaky_events = _payloads(day, f"goal-{FLAKY}")
+    assert [p["run_id"] for p in flaky_events if p["type"] == "run.started"] == ["run-c1", "run-c2", "run-c4"]
+    flaky = _fold_goal(day, FLAKY)
+    assert (flaky.phase, flaky.active_run_id, flaky.run_count, flaky.budget_turn_count) == (
+        "running",
+        "run-c4",
+        4,
+        4,
+    )
+    assert (flaky.run_generation, flaky.active_prompt_message_id) == (5, "msg_prompt_c4")
+    kept = {
+        p["goal_id"]: p
+        for b in day.batches
+        for p in _payloads(day, b.stream)
+        if p["type"] == "goal.runtime_imported"
+    }
+    assert kept[FLAKY]["active_tool_call_ids"] == ["call_7f3a"] and kept[FLAKY]["ledger_runs"] == 3
+    assert (kept[TRIAGE]["next_run_at"], kept[TRIAGE]["last_schedule_at"]) == (
+        "2026-11-24T11:00:01.000Z",
+        "2026-11-24T10:00:01.000Z",
+    )
+    assert [a["attempt_id"] for a in kept[TRIAGE]["verification_attempts"]] == ["att-a1", "att-a2"]
+    assert kept[TRIAGE]["last_parent_notified_for"] == "complete"
+    assert kept[DEPS]["last_parent_notified_for"] == "blocked"
+    assert kept[STORAGE]["last_compact_at"] == "2026-11-24T09:56:02.000Z"
+    assert kept[STORAGE]["verification_attempts"][0]["failed_checks"] == ["bun test"]
+    triage = _fold_goal(day, TRIAGE)
+    assert (triage.schedule_run_count, triage.next_run_at) == (2, "2026-11-24T11:00:01.000Z")
+
+
+def test_an_old_v1_project_keeps_its_counters() -> None:
+    plan = build_plan(PROJECTS / "v1_project")
+    assert plan.warnings == () and plan.skipped == ()
+    notes = "0a1b2c3d-0000-4000-8000-0000000000f2"
+    state = _fold_goal(plan, notes)
+    assert (state.status, state.run_count, state.budget_turn_count, state.no_progress_count) == (
+        "paused",
+        1,
+        1,
+        1,
+    )
+    assert json.loads(plan.started.data_bytes())["state_version"] == 1
+    times = [p["occurred_at"] for p in _payloads(plan, f"goal-{notes}")]
+    assert times[0] == "2026-03-02T09:00:00.000Z" and all(t.startswith("2026-03-02T") for t in times)
+
+
+def test_a_budget_stop_says_which_budget_and_its_limit(day: ImportPlan) -> None:
+    stop = next(p for p in _payloads(day, f"goal-{STORAGE}") if p["type"] == "goal.budget_exhausted")
+    assert (stop["budget"], stop["limit"], stop["cost_used"]) == ("cost", 2.0, 2.0731)
+    assert stop["imported"]["source"] == "ledger:58"
+    assert _fold_goal(day, STORAGE).status == "budget_limited"
+
+
+def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> None:
+    dev = _payloads(day, f"command-{DEV}")  # removed from state.json: known from the ledger only
+    assert [p["type"] for p in dev] == ["command.started", "command.exited", "command.removed"]
+    assert all(p["command_id"] == DEV for p in dev)
+    unit = {p["type"]: p for p in _payloads(day, f"command-{UNIT}")}
+    assert unit["command.exited"]["owner_notified_at"] == "2026-11-24T09:33:12.300Z"
+    ci = {p["type"]: p for p in _payloads(day, f"command-{CI_WATCH}")}
+    assert ci["command.await-requested"]["owner_session_id"] == "ses_w_flaky"
+    assert day.needs_reconcile == (CI_WATCH,)
+    assert json.loads(day.completed.data_bytes())["needs_reconcile"] == [CI_WATCH]
+    assert _fold_command(day, CI_WATCH).running
+
+
+def test_control_lines_of_the_ledger_are_requests_and_outcomes_too(tmp_path: Path) -> None:
+    """``command.accepted``/``command.rejected`` (declared by loopd, never written by 1.12.2) are not dropped."""
+    project = tmp_path / "p"
+    shutil.copytree(DAY, project)
+    ledger = project / ".opencode" / "loopd" / "events.ndjson"
+    extra = [
+        {"version": 1, "eventID": "x1", "type": "command.accepted", "timestamp": "2026-11-24T16:00:00.000Z",
+         "revision": 0, "requestID": "req-0099", "command": "cmd_kill"},
+        {"version": 1, "eventID": "x2", "type": "command.rejected", "timestamp": "2026-11-24T16:00:01.000Z",
+         "revision": 0, "requestID": "req-0099", "command": "cmd_kill", "reason": "command not running"},
+        {"version": 1, "eventID": "x3", "type": "command.accepted", "timestamp": "2026-11-24T16:00:02.000Z",
+         "revision": 0, "requestID": "req-0002", "command": "pause"},
+    ]  # fmt: skip
+    with ledger.open("a") as f:
+        f.writelines(json.dumps(o) + "\n" for o in extra)
+    plan = build_plan(project)
+    events = _payloads(plan, "control-req-0099")
+    assert [(p["type"], p.get("outcome"), p.get("reason")) for p in events] == [
+        ("control.requested", None, None),
+        ("control.completed", "rejected", "command not running"),
+    ]
+    assert [p["imported"]["source"] for p in events] == ["ledger:59", "ledger:60"]
+    assert [(k.line, "already in state.json" in k.reason) for k in plan.skipped][-1] == (61, True)
+
+
+def test_the_read_models_show_the_source_times(tmp_path: Path) -> None:
+    """Ended runs, awaits and a goal's last update are the day's times, not the import instant."""
+    import sqlite3
+
+    from loopd_es.cli.main import main
+
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    assert main("--store", url, "import-loopd", str(DAY)) == 0
+    assert main("--store", url, "project") == 0
+    with sqlite3.connect(tmp_path / "read.db") as db:
+        runs = db.execute(
+            "SELECT run_id, started_at, ended_at FROM runs WHERE goal_id = ?", (STORAGE,)
+        ).fetchall()
+        awaited = db.execute(
+            "SELECT requested_at, ended_at FROM awaits WHERE command_id = ?", (UNIT,)
+        ).fetchone()
+        updated = db.execute("SELECT updated_at FROM goals WHERE goal_id = ?", (DEPS,)).fetchone()
+    assert ("run-b1", "2026-11-24T09:05:11.390Z", "2026-11-24T09:15:02.700Z") in runs
+    assert awaited == ("2026-11-24T09:31:00.400Z", "2026-11-24T09:33:12.050Z")
+    assert updated == ("2026-11-24T11:30:00.050Z",)  # the runtime record's updatedAt
+
+
+def test_a_lossy_ledger_still_accounts_for_every_line(tmp_path: Path) -> None:
+    """loopd's ledger loses lines (§4.1): with any one line lost, each remaining line is imported or reported."""
+    project = tmp_path / "p"
+    shutil.copytree(DAY, project)
+    ledger = project / ".opencode" / "loopd" / "events.ndjson"
+    lines = (DAY / ".opencode" / "loopd" / "events.ndjson").read_text().splitlines(keepends=True)
+    for lost in range(len(lines)):
+        ledger.write_text("".join(lines[:lost] + lines[lost + 1 :]))
+        plan = build_plan(project)
+        imported = {int(s[7:]) for b in plan.batches for s in b.sources if s.startswith("ledger:")}
+        skipped = {k.line for k in plan.skipped}
+        assert imported | skipped == set(range(1, len(lines))) and not imported & skipped, lost
+        for batch in plan.batches:
+            if batch.stream.startswith("goal-"):
+                state = initial(batch.stream[5:])
+                for event in batch.events:
+                    state = evolve(state, decode_data(event.type, event.data_bytes()))
+                assert state.anomaly_count == 0, (lost, batch.stream, state.anomalies)
+
+
+def test_a_control_request_id_that_could_name_a_path_is_refused(tmp_path: Path) -> None:
+    """Request ids become ``control-<requestID>`` streams: held to the one id shape, like goal and command ids."""
+    project = tmp_path / "p"
+    shutil.copytree(DAY, project)
+    state_file = project / ".opencode" / "loopd" / "state.json"
+    doc = json.loads(state_file.read_text())
+    doc["commandLedger"][1]["requestID"] = "../../x"
+    state_file.write_text(json.dumps(doc))
+    with pytest.raises(ImportSourceError, match=r"commandLedger\[1\].requestID: invalid control request id"):
+        build_plan(project)
