@@ -1,0 +1,165 @@
+"""Starting a turn (reference §3.2 ``continueTurn``) with the full steering prompt, the inbox and its delivery.
+
+``run.started`` is recorded *before* the prompt is sent, with the prompt's message id; the host delivers a
+message id once. So a crash between the two is repaired by sending the same prompt id again
+(:meth:`TurnStarter.resend`), which the host either delivers now or ignores: never twice, never lost. Inbox
+messages leave the inbox (``goal.input_delivered``) only after the host accepted the prompt carrying them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Literal
+
+from ..app.goals import Goals, SwitchFailedError, TurnReport
+from ..domain import goal_commands as c
+from ..domain.rules import lease_valid
+from ..domain.steering import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
+from ..events import goal as g
+from ..host.errors import HostError, ProviderError
+from ..sagas.fallback import observe_provider_error, safe_error_text
+
+if TYPE_CHECKING:
+    from ..app.service import Ctx, GoalService
+    from ..domain.state import GoalState
+    from ..host.events import EngineHost, TranscriptMessage
+
+Kind = Literal["steer", "bare", "force_finish"]
+USAGE_WINDOW = 50
+
+
+def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMessage, ...]:
+    """Transcript messages as the usage decider reads them (it counts completed assistant ones only)."""
+    return tuple(
+        c.AssistantMessage(
+            message_id=m.message_id, role=m.role, completed=m.completed, input=m.input, output=m.output,
+            reasoning=m.reasoning, cache_read=m.cache_read, cache_write=m.cache_write, cost=m.cost,
+            duration_ms=m.duration_ms,
+        )
+        for m in messages
+    )
+
+
+class TurnStarter:
+    """Acquires turns and sends their prompts; one per engine (or per CLI operation)."""
+
+    def __init__(self, service: GoalService, host: EngineHost) -> None:
+        self.service = service
+        self.host = host
+        self.goals = Goals(service)
+
+    async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
+        """Usage of completed assistant messages not yet counted (idempotent by message id, §3.12)."""
+        if any(m.role == "assistant" and m.completed for m in messages):
+            await self.service.execute(c.AccountUsage(goal_id=goal_id, messages=assistant_messages(messages)), ctx)
+
+    async def continue_turn(
+        self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport:
+        """Start the goal's next turn if it may run; ``explicit`` marks an owner action (§3.9)."""
+        service = self.service
+        state = await service.load(goal_id)
+        if not state.exists or state.status != "active":
+            return TurnReport(goal_id=goal_id, result="not-active")
+        if state.interactive and not explicit:
+            return TurnReport(goal_id=goal_id, result="interactive")
+        if state.phase == "running" and lease_valid(state, service.clock()):
+            return TurnReport(goal_id=goal_id, result="running")
+        worker = state.worker_session_id
+        if worker is None:
+            return TurnReport(goal_id=goal_id, result="no-worker")
+        status = await self.host.session_status(worker)
+        has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
+        if status != "idle" and (not force or has_pending):
+            return TurnReport(goal_id=goal_id, result="busy")
+        try:
+            switches = await self.goals.apply_pending(goal_id, ctx) if has_pending else []
+        except SwitchFailedError as e:
+            return TurnReport(goal_id=goal_id, result="not-active", switches=[e.report], detail=str(e))
+        state = await service.load(goal_id)
+        if kind == "bare" and not state.inbox:
+            kind = "steer"
+        run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
+        started = await service.execute(
+            c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id, kind=kind), ctx
+        )
+        if not started:
+            return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
+        ctx = ctx.caused_by(started[-1].event_id)
+        result = await self.send(goal_id, ctx, kind=kind)
+        return TurnReport(goal_id=goal_id, result=result, switches=switches)
+
+    async def send(self, goal_id: str, ctx: Ctx, *, kind: Kind) -> Literal["started", "prompt-failed"]:
+        """Build the running turn's prompt and send it under its prompt id; record delivery or failure."""
+        state = await self.service.load(goal_id)
+        worker, prompt_id = state.worker_session_id, state.active_prompt_message_id
+        if worker is None or prompt_id is None:
+            return "prompt-failed"
+        items = state.inbox
+        if kind == "bare":
+            text = bare_prompt(items)
+        elif state.run_count <= 1:
+            text = first_prompt(state)
+        else:
+            text = await self._continuation(state, ctx, force_finish=kind == "force_finish")
+        try:
+            await self.host.prompt(
+                worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id
+            )
+        except ProviderError as e:
+            reported = e.info.as_reported()
+            await self.service.execute(
+                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(reported), source="prompt-delivery"),
+                ctx,
+            )
+            await observe_provider_error(
+                self.service, goal_id, reported, ctx, source="prompt-delivery", record_failure=False
+            )
+            return "prompt-failed"
+        except HostError as e:
+            await self.service.execute(
+                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery"), ctx
+            )
+            return "prompt-failed"
+        if items:
+            state = await self.service.load(goal_id)
+            await self.service.append_goal(
+                goal_id,
+                [g.GoalInputDelivered(goal_id=goal_id, input_ids=tuple(i.input_id for i in items),
+                                      run_id=state.active_run_id)],
+                ctx, expected=state.version,
+            )
+        return "started"
+
+    async def resend(self, goal_id: str, ctx: Ctx) -> bool:
+        """After a restart: send the running turn's prompt again unless the host's transcript already has it."""
+        state = await self.service.load(goal_id)
+        worker, prompt_id = state.worker_session_id, state.active_prompt_message_id
+        if state.status != "active" or state.phase != "running" or worker is None or prompt_id is None:
+            return False
+        try:
+            transcript = await self.host.messages(worker, limit=200)
+        except HostError:
+            return False
+        if any(m.message_id == prompt_id for m in transcript):
+            return False
+        kind: Kind = "force_finish" if state.force_finish_requested else "steer"
+        return await self.send(goal_id, ctx, kind=kind) == "started"
+
+    async def _continuation(self, state: GoalState, ctx: Ctx, *, force_finish: bool) -> str:
+        worker = state.worker_session_id
+        recent: list[TranscriptMessage] = []
+        if worker is not None:
+            try:
+                recent = await self.host.messages(worker, limit=5)
+            except HostError:
+                recent = []
+        await self.account(state.goal_id, recent, ctx)
+        progress = (
+            [ProgressLine(summary=state.last_progress.summary, next=state.last_progress.next,
+                          at=state.last_progress.at)]
+            if state.last_progress is not None
+            else []
+        )
+        snippets = [Snippet(role=m.role, text=m.text) for m in recent if m.text]
+        return continuation_prompt(state, progress=progress, recent=snippets, force_finish=force_finish)
