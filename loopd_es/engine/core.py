@@ -158,6 +158,9 @@ class Engine:
     async def on_host_event(self, event: AnyHostEvent) -> bool:
         """React to one host event; ``False`` when it concerns no active goal of this log (ignored)."""
         goal_id = self.tracker.goal_of_session(event.session_id)
+        if goal_id is None:  # a worker created a moment ago by another process: look at the log first
+            await self.catch_up()
+            goal_id = self.tracker.goal_of_session(event.session_id)
         if goal_id is None:
             return False
         state = await self.service.load(goal_id)

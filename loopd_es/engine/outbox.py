@@ -47,8 +47,9 @@ class Outbox:
 
     async def load(self) -> None:
         """Find every requested notice that was not delivered (start-up)."""
-        async for env in self.store.read_stream(STREAM):
-            self.observe(env)
+        if await self.store.stream_version(STREAM):
+            async for env in self.store.read_stream(STREAM):
+                self.observe(env)
 
     def observe(self, env: Envelope) -> None:
         """Keep the pending set in step with the stream (also for notices other processes recorded)."""
