@@ -14,9 +14,11 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -48,6 +50,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("notifications", help="owner notifications and whether they were delivered")
     p.add_argument("--goal", default=None, help="only this goal's (id or unique prefix)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--read-db", type=Path, default=None, metavar="PATH", help="the read database")
+    p.add_argument("--no-catch-up", action="store_true", help="answer from the read models as they are")
     p.set_defaults(handler=_notifications)
 
     owner = sub.add_parser("owner", help="owner operations: nudge, send, force-complete, force-block, abort")
@@ -151,34 +155,28 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 async def _notifications(args: argparse.Namespace) -> int:
-    from ..engine.outbox import STREAM
-    from ..log import open_store
+    from .query_cmds import read_models
 
-    rows: dict[str, dict[str, Any]] = {}
-    async with await open_store(store_url(args)) as store:
-        empty = not await store.stream_version(STREAM)
-        async for env in _nothing() if empty else store.read_stream(STREAM):
-            data = env.data_dict()
-            if env.type == "notification.requested":
-                rows.setdefault(data["notification_id"], {**data, "delivered_at": None, "position": env.position})
-            elif env.type == "notification.delivered" and data["notification_id"] in rows:
-                rows[data["notification_id"]]["delivered_at"] = data.get("at") or env.recorded_at
-    selected = [r for r in rows.values() if args.goal is None or r["goal_id"].startswith(args.goal)]
-    for row in selected:
+    def query(conn: sqlite3.Connection) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM notifications"
+        params: tuple[str, ...] = ()
+        if args.goal is not None:
+            sql += " WHERE goal_id LIKE ?"
+            params = (args.goal.replace("%", "") + "%",)
+        return [dict(row) for row in conn.execute(sql + " ORDER BY position", params)]
+
+    rows = await read_models(args, query)
+    for row in rows:
         if args.json:
             sys.stdout.write(json.dumps(row) + "\n")
         else:
             state = f"delivered {row['delivered_at']}" if row["delivered_at"] else "pending"
-            sys.stdout.write(f"{row['at']}  {row['goal_id'][:8]}  {row['kind']:<11}  {state}\n  {row['text']}\n")
-    if not selected and not args.json:
+            sys.stdout.write(
+                f"{row['requested_at']}  {row['goal_id'][:8]}  {row['kind']:<11}  {state}\n  {row['text']}\n"
+            )
+    if not rows and not args.json:
         sys.stdout.write("no notifications\n")
     return EXIT_OK
-
-
-async def _nothing() -> AsyncIterator[Any]:
-    nothing: tuple[Any, ...] = ()
-    for item in nothing:
-        yield item
 
 
 # -- owner and worker -----------------------------------------------------------------------------------
