@@ -197,15 +197,18 @@ async def _engine_part(story: _Story, host: SimulatedHost) -> None:
 
 async def _wait_prompts(host: SimulatedHost, session: str, count: int, limit_s: float = 15.0) -> bool:
     with anyio.move_on_after(limit_s):
-        while len([p for p in (await host.snapshot()).prompts if p.session_id == session]) < count:
+        while True:  # the host's state is a file other processes write: poll it
+            if len([p for p in (await host.snapshot()).prompts if p.session_id == session]) >= count:
+                return True
             await anyio.sleep(0.05)
-        return True
     return False
 
 
 async def _wait_status(story: _Story, goal: str, status: str, limit_s: float = 15.0) -> None:
     with anyio.move_on_after(limit_s):
-        while json.loads(await story.run("goal", "show", goal, "--json", show=False))["goal"]["status"] != status:
+        while True:
+            if json.loads(await story.run("goal", "show", goal, "--json", show=False))["goal"]["status"] == status:
+                return
             await anyio.sleep(0.1)
 
 
