@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from loopd_es.domain.evolve import fold, initial
@@ -86,6 +87,9 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
         assert state.anomaly_count == 0, (state.anomalies, seed)
         assert state.status == "blocked" and state.blocker is not None
         assert state.blocker.reason == f"Reached max turns ({MAX_TURNS}) (force-finish ignored)"
+        replayed = cli(tmp_path, "replay", "--stream", goal_stream(goal_id), "--json")  # snapshots on the way
+        assert replayed.returncode == 0, replayed.stderr
+        assert json.loads(replayed.stdout) == json.loads(msgspec.json.encode(state)), seed
     notices = streams.get("notifications", [])
     requested = [str(e["notification_id"]) for e in notices if e["type"] == "notification.requested"]
     delivered = [str(e["notification_id"]) for e in notices if e["type"] == "notification.delivered"]
