@@ -41,7 +41,7 @@ from .clock import Clock, parse_iso
 from .live import Live, Tracker, after
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .turns import USAGE_WINDOW, TurnStarter
+from .turns import USAGE_WINDOW, Guard, TurnStarter, no_guard
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -66,14 +66,6 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     unknown_threshold: int = 3
 
 
-Guard = Callable[[], Awaitable[None]]
-"""Called before the engine acts; raises when this process may no longer write (its lease was taken)."""
-
-
-async def _no_guard() -> None:
-    return None
-
-
 class Engine:
     """Runs goals on one log and one host; see the module docstring."""
 
@@ -86,11 +78,11 @@ class Engine:
         self.clock = clock
         self.config = config or EngineConfig()
         self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
-        self.turns = TurnStarter(self.service, host)
-        self.outbox = Outbox(store, host, clock)
+        self.guard = guard or no_guard
+        self.turns = TurnStarter(self.service, host, self.guard)
+        self.outbox = Outbox(store, host, clock, self.guard)
         self.tracker = Tracker()
         self.position = 0
-        self.guard = guard or _no_guard
         self.next_maintenance: datetime | None = None
         self.due_schedules: Callable[[datetime], Awaitable[int]] | None = None
         """The scheduling issue's hook: called on each maintenance pass with the engine's time."""

@@ -92,6 +92,7 @@ class Maintenance:
         if not events:
             return False
         assert state.worker_session_id is not None
+        await engine.guard()
         try:
             await engine.host.abort(state.worker_session_id)
         except HostError:
