@@ -357,8 +357,13 @@ class Engine:
 
     async def _retry_timer(self, goal_id: str) -> None:
         state = await self.service.load(goal_id)
-        if state.exists and state.status == "active" and state.phase == "waiting_retry" and not state.interactive:
-            await self.turns.continue_turn(goal_id, Ctx.new(), explicit=False)
+        if not (state.exists and state.status == "active" and state.phase == "waiting_retry") or state.interactive:
+            return
+        if state.retry_after is not None and iso(self.clock.now()) < state.retry_after:
+            # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
+            self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+            return
+        await self.turns.continue_turn(goal_id, Ctx.new(), explicit=False)
 
 
 def _confirm_failure(

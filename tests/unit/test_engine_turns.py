@@ -393,3 +393,48 @@ async def test_s41_a_cleared_goal_is_forgotten_by_the_engine(tmp_path: Path) -> 
         r.engine.next_maintenance = r.clock.now()
         await r.advance(30)
         assert len(await r.prompts(sid)) == 1
+
+
+async def test_a_restarted_engine_resumes_the_current_retry_deadline_not_an_old_one(tmp_path: Path) -> None:
+    from loopd_es.engine.core import Engine
+
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.fail(sid, {"statusCode": 500})
+        await r.pump()
+        await r.advance(2)  # the first retry (2 s)
+        await r.host.fail(sid, {"statusCode": 500})
+        await r.pump()  # the second failure waits 4 s
+        fresh = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
+        await fresh.start()  # replays both failures' deadlines
+        fresh.next_maintenance = None
+        r.clock.advance(3.9)
+        await fresh.run_due()
+        assert len(await r.prompts(sid)) == 2
+        r.clock.advance(0.1)
+        await fresh.run_due()
+        assert len(await r.prompts(sid)) == 3
+
+
+async def test_a_restaged_candidate_is_confirmed_by_its_own_timer(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.reply(sid, idle=False)
+        await r.host.go_idle(sid)
+        await r.pump()  # staged at 0 s
+        r.clock.advance(1.5)
+        await r.host.tool_call(sid, "c1")
+        await r.host.tool_call(sid, "c1", done=True)  # activity at 1.5 s
+        await r.host.go_idle(sid)
+        await r.pump()  # inside the quiet period: kept
+        await r.advance(0.5)  # 2 s: the timer's poll finds activity after the candidate: staged again at 2 s
+        assert len(await r.prompts(sid)) == 1
+        assert (await r.types(gid)).count("run.idle_candidate") == 2
+        await r.advance(1.9)
+        assert len(await r.prompts(sid)) == 1
+        await r.advance(0.1)  # 4 s: the new candidate's own timer confirms, without any new host event
+        assert len(await r.prompts(sid)) == 2
