@@ -24,6 +24,7 @@ import msgspec
 from ..app.service import Ctx, GoalService
 from ..domain import goal_commands as c
 from ..domain.provider_limit import iso
+from ..domain.streams import aggregate_of
 from ..events import engine as en
 from ..events import run as r
 from ..host.errors import HostError
@@ -39,6 +40,7 @@ from ..host.events import (
 )
 from .clock import Clock, parse_iso
 from .live import Live, Tracker, after
+from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
 from .turns import USAGE_WINDOW, Guard, TurnStarter, no_guard
@@ -122,7 +124,10 @@ class Engine:
         while react and self._reactions:
             pending, self._reactions = self._reactions, []
             for env in pending:
-                await self.awaits.react(env)
+                if env.type in NOTICE_TYPES:
+                    await self.notice(env)
+                else:
+                    await self.awaits.react(env)
             seen += await self.catch_up()
         return seen
 
@@ -136,6 +141,8 @@ class Engine:
         goal_id = self.tracker.observe(env)
         if goal_id is None:
             return
+        if env.type in NOTICE_TYPES:
+            self._reactions.append(env)
         if env.type == "run.failed":
             retry_after = env.data_dict().get("retry_after")
             if retry_after:
@@ -204,18 +211,21 @@ class Engine:
         return True
 
     async def _session_error(self, state: GoalState, event: SessionError) -> None:
-        ctx = Ctx.new()
-        recorded = await self.turns.goals.observe_error(
-            state.goal_id, event.error, ctx, source="session-error", expected_model=state.config.model
+        await self.turns.goals.observe_error(
+            state.goal_id, event.error, Ctx.new(), source="session-error", expected_model=state.config.model
         )
-        after_state = await self.service.load(state.goal_id)
-        blocked = next((e for e in recorded if e.type == "goal.blocked"), None)
-        if blocked is not None and after_state.blocker is not None:
-            text = (
-                f'Loop goal "{after_state.name}" failed: {after_state.blocker.reason}. '
-                f"Needed: {after_state.blocker.needed}."
-            )
-            await self.outbox.request(after_state, "failed", text, blocked.event_id, ctx)
+
+    async def notice(self, env: Envelope) -> None:
+        """Record (once) and deliver the notice a goal event calls for (:mod:`.notices`)."""
+        _, goal_id = aggregate_of(env.stream)
+        state = await self.service.load(goal_id)
+        found = notice_for(env, state) if state.exists else None
+        if found is None:
+            return
+        kind, text = found
+        if self.outbox.known(f"{env.event_id}:{kind}"):
+            return
+        await self.outbox.request(state, kind, text, env.event_id, Ctx(env.correlation_id or env.event_id, env.event_id))
 
     # -- the two-stage idle --------------------------------------------------------------------------
 
@@ -277,20 +287,11 @@ class Engine:
         )
 
     async def _after_confirm(self, goal_id: str, recorded: list[Envelope], ctx: Ctx) -> None:
-        """§3.13 after ``run.completed``: notify a force-finish block, force-finish turn, compaction, next turn."""
+        """§3.13 after ``run.completed``: the force-finish turn, compaction, or the next turn."""
         state = await self.service.load(goal_id)
         types = {e.type: e for e in recorded}
-        if "goal.blocked" in types and state.blocker is not None:
-            reason = state.blocker.reason.removesuffix(" (force-finish ignored)")
-            progress = state.last_progress.summary if state.last_progress is not None else "none"
-            text = (
-                f'Loop goal "{state.name}" stopped: {reason} (child did not wrap up). Status: blocked. '
-                f"Last progress: {progress}."
-            )
-            await self.outbox.request(state, "stopped", text, types["goal.blocked"].event_id, ctx)
-            return
         if state.status != "active":
-            return
+            return  # blocked (the owner is told from the log, see notice) or out of budget
         if "goal.force_finish_requested" in types:
             await self.turns.continue_turn(goal_id, ctx, explicit=False, kind="force_finish")
             return
