@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
+from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
+from ..app.turns import USAGE_WINDOW, Guard, Kind, no_guard
 from ..domain import goal_commands as c
 from ..domain.provider_limit import iso
 from ..domain.streams import aggregate_of
@@ -43,7 +45,6 @@ from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .turns import USAGE_WINDOW, Guard, TurnStarter, no_guard
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -81,7 +82,8 @@ class Engine:
         self.config = config or EngineConfig()
         self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
         self.guard = guard or no_guard
-        self.turns = TurnStarter(self.service, host, self.guard)
+        self.goals = Goals(self.service, self.guard)
+        self.turns = self.goals.turns
         self.outbox = Outbox(store, host, clock, self.guard)
         self.tracker = Tracker()
         self.position = 0
@@ -211,7 +213,7 @@ class Engine:
         return True
 
     async def _session_error(self, state: GoalState, event: SessionError) -> None:
-        await self.turns.goals.observe_error(
+        await self.goals.observe_error(
             state.goal_id, event.error, Ctx.new(), source="session-error", expected_model=state.config.model
         )
 
@@ -293,13 +295,23 @@ class Engine:
         if state.status != "active":
             return  # blocked (the owner is told from the log, see notice) or out of budget
         if "goal.force_finish_requested" in types:
-            await self.turns.continue_turn(goal_id, ctx, explicit=False, kind="force_finish")
+            await self.continue_goal(goal_id, ctx, kind="force_finish")
             return
         every = state.config.compact_every
         if every and state.run_count > 0 and state.run_count % every == 0:
             await self.compact(goal_id, ctx)
             return
-        await self.turns.continue_turn(goal_id, ctx, explicit=False)
+        await self.continue_goal(goal_id, ctx)
+
+    async def continue_goal(
+        self, goal_id: str, ctx: Ctx, *, explicit: bool = False, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport | None:
+        """The next turn, if the goal may have one; a refused pending switch has blocked the goal (``None``)."""
+        try:
+            return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
+        except SwitchFailedError as e:
+            log.info("goal %s blocked: %s", goal_id, e)
+            return None
 
     async def compact(self, goal_id: str, ctx: Ctx) -> None:
         """§3.14: ``compaction.started``, pending switches first, the host's compaction, ``compaction.completed``."""
@@ -310,7 +322,7 @@ class Engine:
         )
         error = None
         try:
-            await self.turns.goals.compact(goal_id, ctx.caused_by(started[-1].event_id))
+            await self.goals.compact(goal_id, ctx.caused_by(started[-1].event_id))
         except Exception as e:  # the reference swallows compaction errors; keep what went wrong
             error = str(e) or type(e).__name__
         state = await self.service.load(goal_id)
@@ -364,7 +376,7 @@ class Engine:
             # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
             self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
             return
-        await self.turns.continue_turn(goal_id, Ctx.new(), explicit=False)
+        await self.continue_goal(goal_id, Ctx.new())
 
 
 def _confirm_failure(

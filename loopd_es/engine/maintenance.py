@@ -61,7 +61,7 @@ class Maintenance:
         assert worker is not None
         if state.phase == "waiting_retry":
             if state.retry_after is None or iso(now) >= state.retry_after:
-                await engine.turns.continue_turn(goal_id, ctx, explicit=False)
+                await engine.continue_goal(goal_id, ctx)
             return
         if state.phase not in ("running", "idle"):
             return
@@ -80,7 +80,7 @@ class Maintenance:
                     return
                 await engine.on_idle(goal_id)
             else:
-                await engine.turns.continue_turn(goal_id, ctx, explicit=False)
+                await engine.continue_goal(goal_id, ctx)
             return
         await self.busy_stuck(state, live, now, status, ctx)
 
@@ -128,7 +128,7 @@ class Maintenance:
         )
         await engine.service.append_goal(state.goal_id, [event], ctx, expected=state.version)
         live.tools.clear()
-        await engine.turns.continue_turn(state.goal_id, ctx, explicit=False)
+        await engine.continue_goal(state.goal_id, ctx)
         return True
 
     async def idle_stuck(self, state: GoalState, live: Live, now: datetime, ctx: Ctx) -> bool:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..app.goals import Goals
 from ..app.service import Ctx, GoalService
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
@@ -25,7 +26,6 @@ from .checks import run_checks
 from .clock import Clock, SystemClock
 from .notices import notice_for
 from .outbox import Outbox
-from .turns import TurnStarter
 
 if TYPE_CHECKING:
     from ..app.goals import Goals
@@ -55,8 +55,8 @@ class Operations:
         self.clock = clock or SystemClock()
         self.service = GoalService(store, host, clock=self.clock.now, directory=directory, owner=owner)
         self.host = host
-        self.turns = TurnStarter(self.service, host)
-        self.goals: Goals = self.turns.goals
+        self.goals = Goals(self.service)
+        self.turns = self.goals.turns
         self.outbox = Outbox(store, host, self.clock)
         self.directory = directory
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Final
 
+from ..app.turns import Guard, no_guard
 from ..domain.provider_limit import iso
 from ..errors import DuplicateEventIdError
 from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
 from ..events.envelope import ANY
 from ..host.errors import HostError
-from .turns import Guard, no_guard
 
 if TYPE_CHECKING:
     from ..app.service import Ctx
