@@ -134,7 +134,7 @@ def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir
         engine.communicate(timeout=10)
         engine = start_engine(workdir, "e2", "--lease-ms", "1000")
         wait_for("the retry turn", lambda: len(prompts(workdir, session)) == 3)
-        assert "run.failed" in [e for e in _types(workdir, goal_id)]
+        assert "run.failed" in _types(workdir, goal_id)
         # a check that fails, then passes
         out = cli(workdir, "worker", "complete", "--session", session, "done", "see done.txt")
         assert "Evaluator rejected completion." in out.stdout
