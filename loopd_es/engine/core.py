@@ -91,6 +91,8 @@ class Engine:
         self.due_schedules: Callable[[datetime], Awaitable[int]] | None = None
         """The scheduling issue's hook: called on each maintenance pass with the engine's time."""
         self._reactions: list[Envelope] = []
+        self.queued_wakes: set[str] = set()
+        """Await evidence already in some goal's inbox (a replayed fire event records nothing again)."""
         from .awaits import AwaitWaker
         from .maintenance import Maintenance
 
@@ -145,6 +147,10 @@ class Engine:
             return
         if env.type in NOTICE_TYPES:
             self._reactions.append(env)
+        if env.type == "goal.input_queued":
+            input_id = env.data_dict().get("input_id", "")
+            if input_id.startswith("await:"):
+                self.queued_wakes.add(input_id)
         if env.type == "run.failed":
             retry_after = env.data_dict().get("retry_after")
             if retry_after:
