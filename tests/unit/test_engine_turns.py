@@ -457,3 +457,19 @@ async def test_a_refused_pending_switch_blocks_the_goal_and_the_engine_goes_on(t
         assert state.status == "blocked" and state.blocker is not None
         assert state.blocker.reason == "Pending agent switch was not accepted."
         assert len(await r.prompts(sid)) == 1
+
+
+async def test_compaction_applies_a_pending_switch_first(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create(model="openai/gpt-5", agent="build", compact_every=1)
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.go_busy(sid)
+        await r.ops.switch_identity(gid, agent="plan")  # deferred while busy
+        await r.host.reply(sid)
+        await r.pump()
+        await r.advance(0)  # run 1 confirmed: compaction is due (every 1 run)
+        ops = [c.op for c in await r.host.journal("switch_agent", "compact")]
+        assert ops == ["switch_agent", "compact"]
+        state = await r.state(gid)
+        assert state.config.agent == "plan" and state.agent_pending is None and state.phase == "idle"
