@@ -32,6 +32,8 @@ from ..events import run as r
 from ..host.errors import HostError
 from ..host.events import (
     AnyHostEvent,
+    ExecutionSucceeded,
+    MessagePartUpdated,
     MessageUpdated,
     SessionError,
     SessionIdle,
@@ -187,6 +189,19 @@ class Engine:
             await self._session_error(state, event)
         elif isinstance(event, MessageUpdated):
             handled = await self._message(state, live, event, now)
+        elif isinstance(event, MessagePartUpdated):
+            # a part of the running answer is work, unless that answer already completed (trailing parts)
+            handled = (
+                state.phase == "running" and event.message_id == live.assistant_id
+                and live.assistant_completed_at is None
+            )
+            if handled:
+                live.activity(now)
+        elif isinstance(event, ExecutionSucceeded):
+            handled = state.phase == "running"
+            if handled:
+                live.activity(now)
+                live.assistant_completed_at = now
         elif isinstance(event, ToolCallStarted):
             live.tools[event.call_id] = now
             live.activity(now)

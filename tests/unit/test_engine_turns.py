@@ -473,3 +473,24 @@ async def test_compaction_applies_a_pending_switch_first(tmp_path: Path) -> None
         assert ops == ["switch_agent", "compact"]
         state = await r.state(gid)
         assert state.config.agent == "plan" and state.agent_pending is None and state.phase == "idle"
+
+
+async def test_parts_of_the_running_answer_are_activity_and_a_v2_success_anchors_the_turn(tmp_path: Path) -> None:
+    from loopd_es.host.events import ExecutionSucceeded, MessagePartUpdated, MessageUpdated, TranscriptMessage
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create()
+        state = await r.state(gid)
+        sid, prompt = state.worker_session_id, state.active_prompt_message_id
+        assert sid is not None and prompt is not None
+        answer = TranscriptMessage(message_id="a1", role="assistant", parent_id=prompt)
+        assert await r.engine.on_host_event(MessageUpdated(session_id=sid, message=answer))
+        r.clock.advance(1)
+        assert await r.engine.on_host_event(MessagePartUpdated(session_id=sid, message_id="a1")) is True
+        assert r.engine.tracker.live(gid).last_activity == r.clock.now()
+        assert await r.engine.on_host_event(MessagePartUpdated(session_id=sid, message_id="other")) is False
+        # v2: the execution succeeded, though the transcript never shows a completed answer
+        assert await r.engine.on_host_event(ExecutionSucceeded(session_id=sid)) is True
+        await r.host.go_idle(sid)
+        await r.pump()
+        assert len(await r.prompts(sid)) == 2
