@@ -494,3 +494,24 @@ async def test_parts_of_the_running_answer_are_activity_and_a_v2_success_anchors
         await r.host.go_idle(sid)
         await r.pump()
         assert len(await r.prompts(sid)) == 2
+
+
+async def test_a_compaction_cut_by_a_crash_is_closed_and_the_goal_goes_on(tmp_path: Path) -> None:
+    from loopd_es.events.catalogue import new_event
+    from loopd_es.events.engine import CompactionStarted
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create(compact_every=1)
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.reply(sid)
+        await r.pump()
+        state = await r.state(gid)
+        await r.store.append(f"goal-{gid}", [new_event(CompactionStarted(goal_id=gid, run_count=1))], state.version)
+        assert (await r.state(gid)).phase == "compacting"  # and then the engine died
+        for _ in range(2):
+            r.engine.next_maintenance = r.clock.now()
+            await r.advance(30)
+        events = [e async for e in r.store.read_stream(f"goal-{gid}") if e.type == "compaction.completed"]
+        assert [bool(e.data_dict().get("error")) for e in events] == [False, True]  # the real one, the repair
+        assert len(await r.prompts(sid)) == 2
