@@ -171,7 +171,14 @@ class TurnStarter:
             transcript = await self.host.messages(worker, limit=200)
         except HostError:
             return False
-        if any(m.message_id == prompt_id for m in transcript):
+        sent = next((m for m in transcript if m.message_id == prompt_id), None)
+        if sent is not None:  # delivered before the crash: only its inbox delivery may be missing
+            carried = tuple(i.input_id for i in state.inbox if f"[{i.sender}] {i.text}" in sent.text)
+            if carried:
+                await self.service.append_goal(
+                    goal_id, [g.GoalInputDelivered(goal_id=goal_id, input_ids=carried, run_id=state.active_run_id)],
+                    ctx, expected=state.version,
+                )
             return False
         kind: Kind = "force_finish" if state.force_finish_requested else "steer"
         return await self.send(goal_id, ctx, kind=kind) == "started"

@@ -107,6 +107,7 @@ class Engine:
         """Read the whole log (trackers, timers, outbox), then repair what a crash left half done."""
         await self.catch_up(react=False)  # first finish turns a crash interrupted, then replay reactions
         ctx = Ctx.new()
+        await self.goals.recover(ctx)  # identity switches a crash left open, settled from the host's truth
         for goal_id in list(self.tracker.goals):
             state = await self.service.load(goal_id)
             if state.exists and state.status == "active" and state.phase == "running":
