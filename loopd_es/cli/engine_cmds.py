@@ -25,8 +25,8 @@ import msgspec
 
 from ..errors import EXIT_OK, UsageError
 from ..host import host_url, open_host
-from .host_cmds import add_host_option
 from .main import store_url
+from .options import add_host_option
 
 if TYPE_CHECKING:
     from ..engine.operations import Operations, Result
