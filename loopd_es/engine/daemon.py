@@ -25,6 +25,7 @@ from ..log import open_store
 from ..projector.watch import Waker, log_files, watch_log
 from .clock import Clock, SystemClock
 from .core import Engine, EngineConfig
+from .fence import FencedStore
 from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError
 
 if TYPE_CHECKING:
@@ -92,8 +93,8 @@ async def _serve(
     store: LogStore, host: EngineHost, lease: Lease, options: RunOptions, clock: Clock, stop: anyio.Event,
     say: Say,
 ) -> None:
-    engine = Engine(store, host, clock, options.config, directory=options.directory, owner=options.holder,
-                    guard=lease.check)
+    engine = Engine(FencedStore(store, lease), host, clock, options.config, directory=options.directory,
+                    owner=options.holder, guard=lease.check)
     send, receive = anyio.create_memory_object_stream[AnyHostEvent | None](math.inf)
     waker = Waker()
     watch_stop = anyio.Event()

@@ -3,11 +3,11 @@
 Acquiring appends ``engine.lease_acquired`` at the stream version the contender read, so of two contenders
 only one append succeeds; a live lease (not released, ``expires_at`` not passed) is never taken. The holder
 renews at a third of the lease's length. Its fencing token is the stream version of its acquisition; every
-renewal or takeover moves the version, so :meth:`Lease.check` (run before the engine acts) sees at once that
-another process took over, and the holder also stops by itself once its own lease has run out. The check is a
-read before the write, not part of the write's transaction: a holder paused *between* its check and its
-append (a few microseconds) could still land one write; the goal streams' expected versions then refuse any
-decision the new holder's writes made stale.
+renewal or takeover moves the version. :meth:`Lease.check` (run before the engine acts, and before each prompt,
+abort or notice) sees at once that another process took over, and the holder also stops by itself once its own
+lease has run out; every event the engine appends lands atomically with an ``engine.fenced`` event at the
+version this holder last wrote (:mod:`loopd_es.engine.fence`), so even a holder paused between its check and
+its write cannot land that write after losing the lease.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class Lease:
         if version:
             async for env in self.store.read_stream(STREAM, from_version=version):
                 e = decode_payload(env)
-                if isinstance(e, en.EngineLeaseAcquired | en.EngineLeaseRenewed):
+                if isinstance(e, en.EngineLeaseAcquired | en.EngineLeaseRenewed | en.EngineFenced):
                     holder = Holder(e.holder, e.token, parse_iso(e.expires_at), False)
                 elif isinstance(e, en.EngineLeaseReleased):
                     holder = Holder(e.holder, e.token, None, True)
