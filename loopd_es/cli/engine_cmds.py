@@ -78,8 +78,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     worker = sub.add_parser("worker", help="worker tools: get, progress, complete (runs the checks), block")
     verbs = worker.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for name in ("get", "progress", "complete", "block"):
-        v = verbs.add_parser(name)
+    for name, help_ in (
+        ("get", "the goal this worker session works on, as JSON"),
+        ("progress", "report progress (resets the failure count)"),
+        ("complete", "claim completion: the goal's checks run, and a failure is a rejection"),
+        ("block", "block the goal: a real external blocker that needs the owner"),
+    ):
+        v = verbs.add_parser(name, help=help_)
         v.add_argument("--session", required=True, help="the worker session id")
         add_host_option(v)
         if name == "progress":
@@ -95,8 +100,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     sim = sub.add_parser("sim", help="make the simulated host's worker act (answer, idle, busy, fail, tool call)")
     verbs = sim.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for name in ("reply", "idle", "busy", "fail", "tool"):
-        v = verbs.add_parser(name)
+    for name, help_ in (
+        ("reply", "answer the latest prompt with usage, then go idle"),
+        ("idle", "report session.status idle and session.idle"),
+        ("busy", "report busy until the next idle"),
+        ("fail", "fail the run with an error as a host reports it"),
+        ("tool", "open (or with --done close) a tool call"),
+    ):
+        v = verbs.add_parser(name, help=help_)
         v.add_argument("session")
         add_host_option(v)
         if name == "reply":
