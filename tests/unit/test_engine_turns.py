@@ -515,3 +515,16 @@ async def test_a_compaction_cut_by_a_crash_is_closed_and_the_goal_goes_on(tmp_pa
         events = [e async for e in r.store.read_stream(f"goal-{gid}") if e.type == "compaction.completed"]
         assert [bool(e.data_dict().get("error")) for e in events] == [False, True]  # the real one, the repair
         assert len(await r.prompts(sid)) == 2
+
+
+async def test_an_interactive_goal_still_has_its_budget_enforced(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=60_000)) as r:
+        gid = await r.create(interactive=True, cost_budget=0.5)
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.reply(sid, cost=0.75, idle=False)
+        await r.pump()
+        r.engine.next_maintenance = r.clock.now()
+        await r.advance(0)
+        assert (await r.state(gid)).status == "budget_limited"
+        assert len(await r.prompts(sid)) == 1
