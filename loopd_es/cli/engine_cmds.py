@@ -108,7 +108,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("tool", "open (or with --done close) a tool call"),
     ):
         v = verbs.add_parser(name, help=help_)
-        v.add_argument("session")
+        v.add_argument("session", metavar="SESSION|GOAL", help="a worker session id, or a goal id (or prefix)")
         add_host_option(v)
         if name == "reply":
             v.add_argument("--input", type=int, default=100)
@@ -258,10 +258,31 @@ async def _sim(args: argparse.Namespace) -> int:
     try:
         if not isinstance(host, SimulatedHost):
             raise UsageError(f"`loopd-es sim` drives the simulated host only, not {host.url}")
+        if args.session not in (await host.snapshot()).sessions:
+            args.session = await _worker_of(args, args.session)
         await _sim_act(host, args)
     finally:
         await host.aclose()
     return EXIT_OK
+
+
+async def _worker_of(args: argparse.Namespace, goal: str) -> str:
+    """The worker session of the goal ``goal`` (id or unique prefix).
+
+    :raises UsageError: when no session or goal matches, or the goal has no worker yet.
+    """
+    from ..app.service import GoalService
+    from ..log import open_store
+
+    async with await open_store(store_url(args)) as store:
+        service = GoalService(store, await open_host(host_url(args.host)))
+        try:
+            state = await service.load(await service.resolve_id(goal))
+        finally:
+            await service.host.aclose()
+    if state.worker_session_id is None:
+        raise UsageError(f"goal {state.goal_id} has no worker session yet")
+    return state.worker_session_id
 
 
 async def _sim_act(host: SimulatedHost, args: argparse.Namespace) -> None:
