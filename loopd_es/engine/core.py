@@ -58,6 +58,13 @@ log = logging.getLogger("loopd_es.engine")
 
 TRANSCRIPT_WINDOW: Final = 200
 
+ENGINE_TYPES: Final = (
+    "goal.worker_assigned", "goal.cleared", "goal.input_queued", "run.started", "run.idle_candidate",
+    "run.confirm_failed", "run.failed", "command.await-fired", "command.await-discarded",
+    "notification.requested", "notification.delivered", *sorted(NOTICE_TYPES),
+)
+"""The events the engine's trackers, timers, reactions and outbox are built from."""
+
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The engine's timings (reference §5); tests shorten them, nothing else should need to."""
@@ -117,17 +124,16 @@ class Engine:
         await self.catch_up()
 
     async def catch_up(self, *, react: bool = True) -> int:
-        """Observe every event appended since the last look, then run the reactions they call for."""
+        """Observe every event appended since the last look, then run the reactions they call for.
+
+        Only the event types the engine acts on are read: the log filters them, so other facts cost a scan of
+        their rows, not a decode.
+        """
         seen = 0
-        while True:
-            batch = [env async for env in self.store.read_all(self.position + 1, limit=1000)]
-            for env in batch:
-                self._observe(env)
-            seen += len(batch)
-            if batch:
-                self.position = batch[-1].position
-            if len(batch) < 1000:
-                break
+        async for env in self.store.read_all(self.position + 1, types=ENGINE_TYPES):
+            self._observe(env)
+            self.position = env.position
+            seen += 1
         while react and self._reactions:
             pending, self._reactions = self._reactions, []
             for env in pending:

@@ -67,6 +67,13 @@ class FencedStore(LogStore):
         return self.inner.read_batches(from_position=from_position, limit=limit, stream=stream,
                                        from_version=from_version)
 
+    def read_filtered(
+        self, *, from_position: int = 1, limit: int | None = None, types: Sequence[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> AsyncIterator[list[Envelope]]:
+        return self.inner.read_filtered(from_position=from_position, limit=limit, types=types,
+                                        stream_prefix=stream_prefix)
+
     async def head(self) -> int:
         return await self.inner.head()
 
