@@ -123,6 +123,11 @@ async def _drive(goals: int, turns: int, workdir: Path, run: int = 0, *, fenced:
                     events_handled += 1
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         appended = await store.head() - head0
+        restarted = Engine(view, host, clock, EngineConfig(confirm_idle_ms=0), directory=str(workdir))
+        t1 = time.perf_counter()
+        await restarted.start()  # a restart: the whole log read back, timers and trackers rebuilt
+        start_s = time.perf_counter() - t1
+        log_events = await store.head()
     latencies.sort()
     return {
         "goals": goals,
@@ -130,6 +135,8 @@ async def _drive(goals: int, turns: int, workdir: Path, run: int = 0, *, fenced:
         "turns": turns,
         "turns_per_s": round(turns / elapsed, 1),
         "cpu_ms_per_turn": round(cpu / turns * 1000, 3),
+        "restart_s": round(start_s, 3),
+        "log_events_at_restart": log_events,
         "host_events_per_s": round(events_handled / elapsed, 1),
         "appended_events_per_s": round(appended / elapsed, 1),
         "appended_per_turn": round(appended / turns, 2),
