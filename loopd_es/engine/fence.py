@@ -42,24 +42,25 @@ class FencedStore(LogStore):
         if not events or stream == LEASE_STREAM:
             return await self.inner.append(stream, events, expected_version)
         lease = self.lease
-        if lease.token is None or lease.expires_at is None:
-            raise LeaseLostError(f"{lease.holder} does not hold the engine lease")
-        fence = en.EngineFenced(holder=lease.holder, token=lease.token, expires_at=iso(lease.expires_at),
-                                stream=stream)
-        try:
-            recorded, _ = await self.inner.append_many(
-                [(stream, events, expected_version), (LEASE_STREAM, [new_event(fence)], lease.version)]
-            )
-        except WrongExpectedVersionError:
-            if await self.inner.stream_version(LEASE_STREAM) != lease.version:
-                raise LeaseLostError(f"engine lease of {lease.holder} was taken by another process") from None
-            raise
-        except DuplicateEventIdError:
-            # recorded before (a retry after a crash or by another path): the plain append returns the originals,
-            # or says what differs; nothing new is written, so there is nothing to fence
-            return await self.inner.append(stream, events, expected_version)
-        lease.version += 1
-        return recorded
+        async with lease.lock:  # a renewal meanwhile would move the version this write is fenced on
+            if lease.token is None or lease.expires_at is None:
+                raise LeaseLostError(f"{lease.holder} does not hold the engine lease")
+            fence = en.EngineFenced(holder=lease.holder, token=lease.token, expires_at=iso(lease.expires_at),
+                                    stream=stream)
+            try:
+                recorded, _ = await self.inner.append_many(
+                    [(stream, events, expected_version), (LEASE_STREAM, [new_event(fence)], lease.version)]
+                )
+            except WrongExpectedVersionError:
+                if await self.inner.stream_version(LEASE_STREAM) != lease.version:
+                    raise LeaseLostError(f"engine lease of {lease.holder} was taken by another process") from None
+                raise
+            except DuplicateEventIdError:
+                # recorded before (a retry after a crash or by another path): the plain append returns the
+                # originals, or says what differs; nothing new is written, so there is nothing to fence
+                return await self.inner.append(stream, events, expected_version)
+            lease.version += 1
+            return recorded
 
     def read_batches(
         self, *, from_position: int = 1, limit: int | None = None, stream: str | None = None, from_version: int = 1

@@ -15,6 +15,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
+import anyio
+
 from ..domain.provider_limit import iso
 from ..errors import LoopdError, WrongExpectedVersionError
 from ..events import engine as en
@@ -57,6 +59,8 @@ class Lease:
         self.version = 0
         self.token: int | None = None
         self.expires_at: datetime | None = None
+        self.lock = anyio.Lock()
+        """Held around every write to the lease stream by this process (renewals, fences), which must not race."""
 
     async def current(self) -> tuple[int, Holder]:
         """The lease stream's version and who holds the lease by its last event."""
@@ -101,17 +105,18 @@ class Lease:
 
         :raises LeaseLostError: when another process took it or it ran out.
         """
-        await self.check()
-        assert self.token is not None
-        now = self.clock.now()
-        expires = now + self.ttl
-        event = en.EngineLeaseRenewed(holder=self.holder, token=self.token, expires_at=iso(expires))
-        try:
-            await self.store.append(STREAM, [new_event(event)], self.version)
-        except WrongExpectedVersionError:
-            raise LeaseLostError(f"engine lease of {self.holder} was taken by another process") from None
-        self.version += 1
-        self.expires_at = expires
+        async with self.lock:
+            await self.check()
+            assert self.token is not None
+            now = self.clock.now()
+            expires = now + self.ttl
+            event = en.EngineLeaseRenewed(holder=self.holder, token=self.token, expires_at=iso(expires))
+            try:
+                await self.store.append(STREAM, [new_event(event)], self.version)
+            except WrongExpectedVersionError:
+                raise LeaseLostError(f"engine lease of {self.holder} was taken by another process") from None
+            self.version += 1
+            self.expires_at = expires
 
     async def check(self) -> None:
         """:raises LeaseLostError: unless this process still holds a lease that has not run out."""
