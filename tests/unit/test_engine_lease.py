@@ -79,3 +79,27 @@ async def test_the_fence_refuses_a_write_of_an_old_holder_even_without_its_check
                 await engine.on_host_event(event)
         assert await r.store.head() == head  # the idle candidate it decided never landed
         assert len(await r.prompts(sid)) == 1
+
+
+async def test_renewals_and_fenced_writes_of_one_holder_never_race(tmp_path: Path) -> None:
+    import anyio
+
+    from loopd_es.engine.fence import FencedStore
+    from loopd_es.events.envelope import NewEvent
+
+    async with rig(tmp_path) as r:
+        lease = Lease(r.store, "one", r.clock, ttl_ms=60_000)
+        assert await lease.try_acquire() is None
+        fenced = FencedStore(r.store, lease)
+
+        async def write(i: int) -> None:
+            await fenced.append(f"s-{i}", [NewEvent(type="goal.nudged", data={"goal_id": str(i)})])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(write, i)
+                if i % 4 == 0:
+                    tg.start_soon(lease.renew)
+        types = [e.type async for e in r.store.read_stream("engine-lease")]
+        assert types.count("engine.fenced") == 20 and types.count("engine.lease_renewed") == 5
+        await lease.check()
