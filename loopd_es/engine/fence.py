@@ -45,6 +45,9 @@ class FencedStore(LogStore):
         async with lease.lock:  # a renewal meanwhile would move the version this write is fenced on
             if lease.token is None or lease.expires_at is None:
                 raise LeaseLostError(f"{lease.holder} does not hold the engine lease")
+            # the transaction below refuses a stale fence; checking first as well keeps a backend whose multi-stream
+            # append does not (NDJSON as merged on 2026-12-02) from writing after a takeover it can see
+            await lease.check()
             fence = en.EngineFenced(holder=lease.holder, token=lease.token, expires_at=iso(lease.expires_at),
                                     stream=stream)
             try:

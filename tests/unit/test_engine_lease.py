@@ -3,6 +3,7 @@ neither writes nor prompts."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -73,11 +74,17 @@ async def test_the_fence_refuses_a_write_of_an_old_holder_even_without_its_check
         assert fences and fences[-1].data_dict()["token"] == 1
         r.clock.advance(6)
         assert await Lease(r.store, "new", r.clock).try_acquire() is None  # the old holder stalled; taken over
+
+        async def paused_between_check_and_write() -> None:
+            """Every check passes: the old holder checked just before the takeover, then wrote after it."""
+
+        old.check = paused_between_check_and_write  # type: ignore[method-assign]
+        old.expires_at = r.clock.now() + timedelta(seconds=60)
         head = await r.store.head()
         with pytest.raises(LeaseLostError):
             for event in list(r.seen):
                 await engine.on_host_event(event)
-        assert await r.store.head() == head  # the idle candidate it decided never landed
+        assert await r.store.head() == head  # the idle candidate it decided never landed: the transaction refused
         assert len(await r.prompts(sid)) == 1
 
 
