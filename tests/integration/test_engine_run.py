@@ -114,8 +114,8 @@ def _create(workdir: Path, *extra: str) -> tuple[str, str]:
     return goal_id, session
 
 
-def _stop(process: subprocess.Popen[str], workdir: Path, name: str) -> str:
-    process.send_signal(signal.SIGTERM)
+def _stop(process: subprocess.Popen[str], workdir: Path, name: str, how: int = signal.SIGTERM) -> str:
+    process.send_signal(how)
     process.wait(timeout=15)
     err = engine_err(workdir, name)
     assert process.returncode == 0, err
@@ -162,7 +162,7 @@ def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir
             _stop(engine, workdir, "e2")
 
 
-def test_a_standby_takes_over_when_the_lease_runs_out_and_sigterm_releases_it(workdir: Path) -> None:
+def test_a_standby_takes_over_when_the_lease_runs_out_and_ctrl_c_releases_it(workdir: Path) -> None:
     first = start_engine(workdir, "first", "--lease-ms", "1500")
     second: subprocess.Popen[str] | None = None
     try:
@@ -177,7 +177,8 @@ def test_a_standby_takes_over_when_the_lease_runs_out_and_sigterm_releases_it(wo
         assert "lost the engine lease" in err or "stopped" in err
         # the old holder wrote nothing after losing the lease: the last acquisition is the second engine's
         assert lease_events(workdir)[-1] in ("engine.lease_acquired", "engine.lease_renewed")
-        assert _stop(second, workdir, "second").strip().endswith("stopped")
+        err = _stop(second, workdir, "second", signal.SIGINT)  # Ctrl-C
+        assert "SIGINT: stopping" in err and err.strip().endswith("stopped")
         assert lease_events(workdir)[-1] == "engine.lease_released"
     finally:
         for p in (first, second):
