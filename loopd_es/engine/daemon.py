@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
@@ -45,9 +45,12 @@ class RunOptions:
     config: EngineConfig
     lease_ms: int = DEFAULT_TTL_MS
     directory: str = "."
+    due_schedules: DueHook | None = None
+    """Called with the engine's time on every maintenance pass (scheduled loops fire their due slots there)."""
 
 
 Say = Callable[[str], None]
+DueHook = Callable[[datetime], Awaitable[int]]
 
 
 async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Clock | None = None) -> None:
@@ -95,6 +98,7 @@ async def _serve(
 ) -> None:
     engine = Engine(FencedStore(store, lease), host, clock, options.config, directory=options.directory,
                     owner=options.holder, guard=lease.check)
+    engine.due_schedules = options.due_schedules
     send, receive = anyio.create_memory_object_stream[AnyHostEvent | None](math.inf)
     waker = Waker()
     watch_stop = anyio.Event()
