@@ -3,6 +3,7 @@ interactive goals, usage accounting and the steering prompt."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -528,3 +529,20 @@ async def test_an_interactive_goal_still_has_its_budget_enforced(tmp_path: Path)
         await r.advance(0)
         assert (await r.state(gid)).status == "budget_limited"
         assert len(await r.prompts(sid)) == 1
+
+
+async def test_each_maintenance_pass_calls_the_due_schedules_hook_with_the_engine_time(tmp_path: Path) -> None:
+    from datetime import datetime
+
+    async with rig(tmp_path) as r:
+        seen: list[datetime] = []
+
+        async def due(now: datetime) -> int:
+            seen.append(now)
+            return 0
+
+        r.engine.due_schedules = due
+        for _ in range(2):
+            r.engine.next_maintenance = r.clock.now()
+            await r.advance(30)
+        assert seen == [r.clock.now() - timedelta(seconds=30), r.clock.now()]
