@@ -167,17 +167,18 @@ class Maintenance:
             or _ms(now, last) <= engine.config.stuck_running_ms
         ):
             return
-        await self._stuck(state, _ms(now, last) / 1000, "busy", ctx)
+        await self._stuck(state, _ms(now, last) / 1000, "busy", ctx, status)
 
     async def _stuck(
-        self, state: GoalState, stuck: float, watchdog: Literal["idle-unconfirmed", "busy"], ctx: Ctx
+        self, state: GoalState, stuck: float, watchdog: Literal["idle-unconfirmed", "busy"], ctx: Ctx,
+        status: str | None = None,
     ) -> None:
         """One ``run.stuck`` for the run (its fold marks the run notified); the notice follows from the log."""
         assert state.active_run_id is not None
         await self.engine.service.append_goal(
             state.goal_id,
             [r.RunStuck(goal_id=state.goal_id, run_id=state.active_run_id, stuck_seconds=round(stuck, 3),
-                        watchdog=watchdog, generation=state.run_generation)],
+                        watchdog=watchdog, generation=state.run_generation, worker_status=status)],
             ctx, expected=state.version,
         )
 

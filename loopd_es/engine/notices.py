@@ -66,8 +66,9 @@ def notice_for(env: Envelope, state: GoalState) -> tuple[NotificationKind, str] 
                 "or pause_goal to stop it."
             )
         return "stuck", (
-            f'Loop goal "{name}" worker may be stuck: no activity for {minutes}m while reporting busy, lease '
-            "expired. The goal remains active; use inspect_background_goal to look, nudge_goal to re-prompt, or "
+            f'Loop goal "{name}" worker may be stuck: no activity for {minutes}m while reporting '
+            f"{e.worker_status or 'busy'}, lease expired."
+            " The goal remains active; use inspect_background_goal to look, nudge_goal to re-prompt, or "
             "pause_goal to stop it."
         )
     return None

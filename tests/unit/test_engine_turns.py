@@ -546,3 +546,17 @@ async def test_each_maintenance_pass_calls_the_due_schedules_hook_with_the_engin
             r.engine.next_maintenance = r.clock.now()
             await r.advance(30)
         assert seen == [r.clock.now() - timedelta(seconds=30), r.clock.now()]
+
+
+async def test_the_stuck_notice_names_the_status_the_worker_reported(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.go_busy(sid, "retry")
+        await r.pump()
+        r.clock.advance(601)
+        r.engine.next_maintenance = r.clock.now()
+        await r.advance(0)
+        notes = [n.text for n in await r.host.notifications()]
+        assert len(notes) == 1 and "no activity for 10m while reporting retry, lease expired. The goal" in notes[0]
