@@ -58,6 +58,13 @@ class Rig:
     async def types(self, goal_id: str) -> list[str]:
         return [e.type async for e in self.store.read_stream(f"goal-{goal_id}")]
 
+    async def started(self, name: str = "g", **config: Any) -> tuple[str, str]:
+        """A goal created and running its first turn, and its worker session."""
+        goal_id = await self.create(name, **config)
+        session = (await self.state(goal_id)).worker_session_id
+        assert session is not None
+        return goal_id, session
+
     async def create(self, name: str = "g", **config: Any) -> str:
         result = await self.ops.create(name, f"objective of {name}", **config)
         assert result.goal_id is not None

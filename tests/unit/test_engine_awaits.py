@@ -32,9 +32,7 @@ async def _fire(r: Rig, goal_id: str, *, evidence: str = "[command \"t\" exited 
 
 async def test_an_await_wakes_an_active_goal_with_its_evidence_once(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.go_busy(sid)  # a wake is forced: it does not wait for the worker
         await _fire(r, gid)
         await r.engine.catch_up()
@@ -50,9 +48,7 @@ async def test_an_await_wakes_an_active_goal_with_its_evidence_once(tmp_path: Pa
 
 async def test_an_await_that_fired_while_no_engine_ran_is_delivered_at_start(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await _fire(r, gid)  # nobody catches up: the engine is "down"
         fresh = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
         await fresh.start()
@@ -63,9 +59,7 @@ async def test_an_await_that_fired_while_no_engine_ran_is_delivered_at_start(tmp
 
 async def test_s77_a_blocked_goal_keeps_the_evidence_for_its_retry(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.ops.force_block(gid)
         await _fire(r, gid)
         await r.engine.catch_up()
@@ -78,9 +72,7 @@ async def test_s77_a_blocked_goal_keeps_the_evidence_for_its_retry(tmp_path: Pat
 
 async def test_an_await_discarded_because_its_command_is_gone_tells_the_goal_why(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.store.append(
             "command-c2",
             [new_event(cmd.AwaitDiscarded(command_id="c2", goal_id=gid, reason="command record gone"))],
@@ -97,9 +89,7 @@ async def test_a_prompt_delivered_just_before_a_crash_is_not_resent_and_its_inbo
     from loopd_es.domain import goal_commands as c
 
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.ops.service.execute(c.SendInput(goal_id=gid, input_id="in-1", text="use pnpm"), Ctx.new())
         state = await r.state(gid)
         # the turn was recorded and its prompt delivered, then the process died before recording the delivery

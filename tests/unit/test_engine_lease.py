@@ -39,9 +39,7 @@ async def test_one_holder_takeover_after_expiry_and_release(tmp_path: Path) -> N
 
 async def test_an_engine_that_lost_its_lease_sends_no_prompt(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         old = Lease(r.store, "old", r.clock, ttl_ms=5_000)
         assert await old.try_acquire() is None
         engine = Engine(r.store, r.host, r.clock, EngineConfig(confirm_idle_ms=0), guard=old.check)
@@ -61,9 +59,7 @@ async def test_the_fence_refuses_a_write_of_an_old_holder_even_without_its_check
     from loopd_es.engine.fence import FencedStore
 
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         old = Lease(r.store, "old", r.clock, ttl_ms=5_000)
         assert await old.try_acquire() is None
         engine = Engine(FencedStore(r.store, old), r.host, r.clock, EngineConfig(confirm_idle_ms=0))  # no guard

@@ -63,9 +63,7 @@ def test_the_engine_keeps_its_promises_whatever_the_worker_does(
     async def run() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             async with rig(Path(tmp), config=EngineConfig(confirm_idle_ms=confirm_ms)) as r:
-                gid = await r.create(interactive=interactive, max_turns=max_turns, max_failures=3)
-                sid = (await r.state(gid)).worker_session_id
-                assert sid is not None
+                gid, sid = await r.started(interactive=interactive, max_turns=max_turns, max_failures=3)
                 await _play(r, sid, actions)
                 envelopes = [e async for e in r.store.read_stream(f"goal-{gid}")]
                 state = fold(envelopes, initial(gid))

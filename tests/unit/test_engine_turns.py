@@ -18,9 +18,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_s09_two_idles_confirm_and_the_next_turn_is_a_continuation(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.reply(sid)  # answers and goes idle: status idle + session.idle
         await r.pump()
         state = await r.state(gid)
@@ -36,9 +34,7 @@ async def test_s09_two_idles_confirm_and_the_next_turn_is_a_continuation(tmp_pat
 
 async def test_a_second_idle_inside_the_quiet_period_does_not_confirm(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.reply(sid)
         await r.pump()
         r.clock.advance(1.0)
@@ -51,9 +47,7 @@ async def test_a_second_idle_inside_the_quiet_period_does_not_confirm(tmp_path: 
 
 async def test_s11_an_incomplete_assistant_blocks_finalisation_once_per_generation(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.reply(sid, complete=False)
         for _ in range(3):
             await r.host.go_idle(sid)
@@ -65,9 +59,7 @@ async def test_s11_an_incomplete_assistant_blocks_finalisation_once_per_generati
 
 async def test_s12_a_newer_user_prompt_is_outside_the_window(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.user_message(sid, "msg_someone_else")
         for _ in range(3):
             await r.host.go_idle(sid)
@@ -79,9 +71,7 @@ async def test_s12_a_newer_user_prompt_is_outside_the_window(tmp_path: Path) -> 
 
 async def test_s13_the_completion_event_anchors_the_turn_even_when_the_prompt_scrolled_away(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.reply(sid, idle=False)  # message.updated with the completion: the anchor
         await r.pump()
         await r.host.user_message(sid, "msg_later")  # the prompt is no longer the latest user message
@@ -93,9 +83,7 @@ async def test_s13_the_completion_event_anchors_the_turn_even_when_the_prompt_sc
 
 async def test_s15_an_open_tool_call_vetoes_idle_until_its_ttl(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0, maintenance_ms=30_000)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.tool_call(sid, "c1")
         await r.host.reply(sid)
         await r.pump()
@@ -108,9 +96,7 @@ async def test_s15_an_open_tool_call_vetoes_idle_until_its_ttl(tmp_path: Path) -
 
 async def test_s16_a_session_error_waits_with_backoff_then_the_timer_retries(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.fail(sid, {"message": "test error"})
         await r.pump()
         state = await r.state(gid)
@@ -124,9 +110,7 @@ async def test_s16_a_session_error_waits_with_backoff_then_the_timer_retries(tmp
 
 async def test_failures_back_off_exponentially_and_block_at_max_failures(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create(max_failures=3)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(max_failures=3)
         waits = []
         for _ in range(2):
             await r.host.fail(sid, {"statusCode": 500})
@@ -147,9 +131,7 @@ async def test_failures_back_off_exponentially_and_block_at_max_failures(tmp_pat
 
 async def test_s18_max_turns_forces_one_final_turn_then_blocks_and_tells_the_owner(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create(max_turns=1)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(max_turns=1)
         await r.host.reply(sid)
         await r.pump()
         await r.advance(0)
@@ -174,9 +156,7 @@ async def test_s18_max_turns_forces_one_final_turn_then_blocks_and_tells_the_own
 async def test_s19_token_budget_at_idle_stops_without_a_notice(tmp_path: Path) -> None:
     script = HostScript()
     async with rig(tmp_path, script, EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create(token_budget=100)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(token_budget=100)
         await r.host.reply(sid, input=100, output=50)
         await r.pump()
         await r.advance(0)
@@ -187,9 +167,7 @@ async def test_s19_token_budget_at_idle_stops_without_a_notice(tmp_path: Path) -
 
 async def test_s21_usage_is_accounted_once_per_message(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.reply(sid, input=10, output=5, cost=0.01)  # message.updated, then the transcript at confirm
         await r.pump()
         await r.advance(0)
@@ -200,9 +178,7 @@ async def test_s21_usage_is_accounted_once_per_message(tmp_path: Path) -> None:
 
 async def test_cost_budget_mid_turn_aborts_the_worker_and_tells_the_owner(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=60_000)) as r:
-        gid = await r.create(cost_budget=0.5)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(cost_budget=0.5)
         await r.host.reply(sid, cost=0.75, idle=False)
         await r.pump()
         r.engine.next_maintenance = r.clock.now()
@@ -219,9 +195,7 @@ async def test_cost_budget_mid_turn_aborts_the_worker_and_tells_the_owner(tmp_pa
 
 async def test_s22_compaction_cadence_and_no_immediate_prompt(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create(compact_every=2)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(compact_every=2)
         for _ in range(2):
             await r.host.reply(sid)
             await r.pump()
@@ -238,9 +212,7 @@ async def test_s22_compaction_cadence_and_no_immediate_prompt(tmp_path: Path) ->
 
 async def test_s39_an_interactive_goal_never_gets_an_engine_turn(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create(interactive=True)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(interactive=True)
         assert len(await r.prompts(sid)) == 1  # the first turn is still sent
         await r.host.reply(sid)  # status idle *and* session.idle: both are idle signals
         await r.pump()
@@ -255,9 +227,7 @@ async def test_s39_an_interactive_goal_never_gets_an_engine_turn(tmp_path: Path)
 
 async def test_s23_unknown_status_is_counted_and_the_owner_told_once(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(unknown_threshold=2)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.set_status(sid, "unknown")
         for _ in range(4):
             r.engine.next_maintenance = r.clock.now()
@@ -273,9 +243,7 @@ async def test_s23_unknown_status_is_counted_and_the_owner_told_once(tmp_path: P
 
 async def test_s27_a_wedged_running_phase_is_recovered_and_continued(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         r.clock.advance(181)
         r.engine.next_maintenance = r.clock.now()
         await r.advance(0)
@@ -286,9 +254,7 @@ async def test_s27_a_wedged_running_phase_is_recovered_and_continued(tmp_path: P
 
 async def test_s28_busy_stuck_is_reported_once_per_run_and_never_reprompts(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.go_busy(sid)
         await r.pump()
         for _ in range(2):
@@ -303,9 +269,7 @@ async def test_s28_busy_stuck_is_reported_once_per_run_and_never_reprompts(tmp_p
 
 async def test_s26_blocked_goals_are_not_restarted(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.ops.force_block(gid)
         for _ in range(3):
             r.engine.next_maintenance = r.clock.now()
@@ -315,9 +279,7 @@ async def test_s26_blocked_goals_are_not_restarted(tmp_path: Path) -> None:
 
 async def test_idle_but_unconfirmable_for_five_minutes_is_reported_once(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.reply(sid, complete=False)
         await r.host.go_idle(sid)
         await r.pump()  # stage, then the confirmation fails: the answer is incomplete
@@ -362,9 +324,7 @@ async def test_s14_only_messages_of_the_running_prompt_count_as_its_activity(tmp
 
 async def test_s34_a_paused_goal_ignores_idle_and_s35_resume_reuses_the_worker(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         result = await r.ops.pause(gid)
         assert result.message == 'Goal "g" paused. Resume with resume_goal.'
         state = await r.state(gid)
@@ -382,9 +342,7 @@ async def test_s34_a_paused_goal_ignores_idle_and_s35_resume_reuses_the_worker(t
 
 async def test_s41_a_cleared_goal_is_forgotten_by_the_engine(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         result = await r.ops.clear(gid)
         assert result.message == 'Goal "g" cleared and removed.'
         await r.engine.catch_up()
@@ -400,9 +358,7 @@ async def test_a_restarted_engine_resumes_the_current_retry_deadline_not_an_old_
     from loopd_es.engine.core import Engine
 
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.fail(sid, {"statusCode": 500})
         await r.pump()
         await r.advance(2)  # the first retry (2 s)
@@ -421,9 +377,7 @@ async def test_a_restarted_engine_resumes_the_current_retry_deadline_not_an_old_
 
 async def test_a_restaged_candidate_is_confirmed_by_its_own_timer(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.reply(sid, idle=False)
         await r.host.go_idle(sid)
         await r.pump()  # staged at 0 s
@@ -445,9 +399,7 @@ async def test_a_refused_pending_switch_blocks_the_goal_and_the_engine_goes_on(t
     from loopd_es.host.sim_script import FailureRule
 
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create(model="openai/gpt-5", agent="build")
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(model="openai/gpt-5", agent="build")
         await r.host.go_busy(sid)
         await r.ops.switch_identity(gid, agent="plan")  # deferred: the worker is busy
         await r.host.inject(FailureRule(op="switch_agent", error="rejected"))
@@ -462,9 +414,7 @@ async def test_a_refused_pending_switch_blocks_the_goal_and_the_engine_goes_on(t
 
 async def test_compaction_applies_a_pending_switch_first(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create(model="openai/gpt-5", agent="build", compact_every=1)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(model="openai/gpt-5", agent="build", compact_every=1)
         await r.host.go_busy(sid)
         await r.ops.switch_identity(gid, agent="plan")  # deferred while busy
         await r.host.reply(sid)
@@ -502,9 +452,7 @@ async def test_a_compaction_cut_by_a_crash_is_closed_and_the_goal_goes_on(tmp_pa
     from loopd_es.events.engine import CompactionStarted
 
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
-        gid = await r.create(compact_every=1)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(compact_every=1)
         await r.host.reply(sid)
         await r.pump()
         state = await r.state(gid)
@@ -520,9 +468,7 @@ async def test_a_compaction_cut_by_a_crash_is_closed_and_the_goal_goes_on(tmp_pa
 
 async def test_an_interactive_goal_still_has_its_budget_enforced(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=60_000)) as r:
-        gid = await r.create(interactive=True, cost_budget=0.5)
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started(interactive=True, cost_budget=0.5)
         await r.host.reply(sid, cost=0.75, idle=False)
         await r.pump()
         r.engine.next_maintenance = r.clock.now()
@@ -550,9 +496,7 @@ async def test_each_maintenance_pass_calls_the_due_schedules_hook_with_the_engin
 
 async def test_the_stuck_notice_names_the_status_the_worker_reported(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
-        gid = await r.create()
-        sid = (await r.state(gid)).worker_session_id
-        assert sid is not None
+        gid, sid = await r.started()
         await r.host.go_busy(sid, "retry")
         await r.pump()
         r.clock.advance(601)
