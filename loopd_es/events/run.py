@@ -84,6 +84,8 @@ class RunStuck(Event, frozen=True):
     stuck_seconds: float
     watchdog: Literal["idle-unconfirmed", "busy"] = "busy"
     generation: int | None = None
+    worker_status: str | None = None
+    """What the worker reported when the busy watchdog fired (``busy`` or ``retry``)."""
 
 
 @event("run.confirm_failed")
@@ -94,3 +96,4 @@ class RunConfirmFailed(Event, frozen=True):
     generation: int
     reason: Literal["prompt-outside-window", "assistant-incomplete", "worker-active"]
     run_id: str | None = None
+    at: str = ""
