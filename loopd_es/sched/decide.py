@@ -336,7 +336,7 @@ def close(
         done: list[Event] = [
             ev.FireSucceeded(task_id=t.task_id, slot=slot, attempt=attempt, at=now, prompt_id=prompt_id)
         ]
-        if t.once:
+        if t.once and t.live:
             done.append(ev.TaskCancelled(task_id=t.task_id, reason="once-complete", at=now, by="scheduler"))
         return done
     retry = now + (t.interval_ms or 0) if t.once else None

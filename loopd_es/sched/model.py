@@ -141,7 +141,7 @@ def evolve(s: SessionLoops, e: Event) -> None:
         task.adaptive_min_ms = task.adaptive_max_ms = None
         task.anchor, task.cycle, task.next_due_at, task.last_fired_at = e.at, 0, e.next_due_at, e.at
     elif isinstance(e, ev.TaskCancelled):
-        task.cancelled, task.claim = e.reason, None
+        task.cancelled = e.reason  # an open claim stays: its claimer still records the outcome
     elif isinstance(e, ev.TaskAdopted):
         task.owner = e.owner
     elif isinstance(e, ev.SlotsMissed):
