@@ -109,7 +109,7 @@ def create(
     if existing is not None:
         return Outcome(message=_started(existing, cfg), task_id=existing.task_id)
     if total_live >= cfg.max_tasks:
-        return Outcome(message=texts.failed(texts.MAX_TASKS), error="conflict")
+        return Outcome(message=texts.failed(texts.max_tasks(cfg.max_tasks)), error="conflict")
     tid = task_id_for(origin_id)
     new = functools.partial(
         ev.TaskCreated, task_id=tid, origin_id=origin_id, session_id=s.session_id, via=via, directory=directory,

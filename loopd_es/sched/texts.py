@@ -12,7 +12,6 @@ EMPTY: Final = "❌ Empty loop command — see `/loop help`."
 ONCE_FIXED_ONLY: Final = (
     "❌ --once is only supported for fixed-interval tasks, e.g. `/loop 30s --once <prompt>`."
 )
-MAX_TASKS: Final = "Max tasks (50) reached. Cancel some before adding more."
 NO_LIST: Final = "📭 No loop tasks. Use `/loop <prompt>` or `/loop 5m <prompt>` to create one."
 LIST_FOOTER: Final = "Manage: `/loop cancel|pause|resume <id>` or `/loop stop-all`"
 DEFAULT_MAINTENANCE: Final = (
@@ -86,6 +85,10 @@ def cron(example: str) -> str:
 
 def invalid_interval(token: str) -> str:
     return f'❌ Invalid interval "{token}". Use <number>s/m/h/d (min 1s), e.g. 30s, 5m, 2h, 1d — see `/loop help`.'
+
+
+def max_tasks(n: int) -> str:
+    return f"Max tasks ({n}) reached. Cancel some before adding more."
 
 
 def usage(action: str) -> str:
