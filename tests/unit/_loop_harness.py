@@ -5,17 +5,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.host.sim_script import HostScript, ScriptSession
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
-from loopd_es.log.base import LogStore
 from loopd_es.sched import decide, service
-from loopd_es.sched.model import SessionLoops, Task
 from loopd_es.sched.runner import FakeClock, FireReport, Scheduler
+
+if TYPE_CHECKING:
+    from loopd_es.log.base import LogStore
+    from loopd_es.sched.model import SessionLoops, Task
 
 T0 = 1_800_000_000_000
 
@@ -31,7 +33,9 @@ class World:
         self.u = 0.5
 
     def scheduler(self, name: str, **kw: Any) -> Scheduler:
-        return Scheduler(self.store, self.host, self.clock, claimer=name, cfg=self.cfg, rng=lambda: self.u, **kw)
+        return Scheduler(
+            self.store, self.host, self.clock, claimer=name, cfg=self.cfg, rng=lambda: self.u, **kw
+        )
 
     async def loop(self, args: str, session: str | None = "s1", **kw: Any) -> decide.Outcome:
         kw.setdefault("u", self.u)
@@ -65,7 +69,9 @@ class World:
 
 
 @asynccontextmanager
-async def world(tmp_path: Path, *, sessions: tuple[str, ...] = ("s1", "s2"), **cfg: Any) -> AsyncIterator[World]:
+async def world(
+    tmp_path: Path, *, sessions: tuple[str, ...] = ("s1", "s2"), **cfg: Any
+) -> AsyncIterator[World]:
     script = HostScript(sessions=tuple(ScriptSession(id=s) for s in sessions))
     clock = FakeClock(T0)
     async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:

@@ -19,7 +19,7 @@ from loopd_es.sched import decide, service
 from loopd_es.sched.decide import task_id_for
 from loopd_es.sched.model import TTL_MS
 
-from ._loop_harness import T0, world
+from ._loop_harness import world
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +53,9 @@ async def test_scenario_31_cancelled_is_never_resurrected(tmp_path: Path) -> Non
         # a stale peer tries to write on its old view: the append is refused, and a re-decision sees no task
         paused = decide.manage(stale, "pause", tid, now=w.clock.t, u=0.5, cfg=w.cfg)
         with pytest.raises(WrongExpectedVersionError):
-            await w.store.append(ev.session_stream("s1"), [new_event(e) for e in paused.events], stale.version)
+            await w.store.append(
+                ev.session_stream("s1"), [new_event(e) for e in paused.events], stale.version
+            )
         assert (await w.loop(f"resume {tid}")).message == f"❌ No task {tid} in this session"
         await w.activate("s1")
         w.clock.t += 10_000

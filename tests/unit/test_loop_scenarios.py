@@ -25,7 +25,13 @@ async def test_scenario_1_fixed_creation_runs_now(tmp_path: Path) -> None:
         out = await w.loop("5m check deploy", origin_id="m1")
         tid = task_id_for("m1")
         t = await w.task(tid)
-        assert (t.mode, t.interval_ms, t.prompt, t.jitter, t.session_id) == ("fixed", 300_000, "check deploy", True, "s1")
+        assert (t.mode, t.interval_ms, t.prompt, t.jitter, t.session_id) == (
+            "fixed",
+            300_000,
+            "check deploy",
+            True,
+            "s1",
+        )
         assert t.last_fired_at == T0
         assert t.next_due_at is not None and T0 + 285_000 <= t.next_due_at <= T0 + 315_000
         assert out.message == (
@@ -198,7 +204,10 @@ async def test_scenario_19_set_fixed(tmp_path: Path) -> None:
         for bad in (None, 999, float("nan")):
             assert not (await call(taskId=tid, intervalMs=bad))["ok"]
         assert (await w.task(tid)).mode == "adaptive"
-        assert await call(taskId=fixed_id, intervalMs=120_000) == {"ok": False, "error": "set_fixed requires an Adaptive task"}
+        assert await call(taskId=fixed_id, intervalMs=120_000) == {
+            "ok": False,
+            "error": "set_fixed requires an Adaptive task",
+        }
         assert (await w.task(fixed_id)).interval_ms == 300_000
         r = await call(taskId=tid, intervalMs=120_000)
         assert r["ok"]
@@ -343,7 +352,9 @@ async def test_scenario_26_tools_are_scoped(tmp_path: Path) -> None:
         assert (await call("s1", action="list", all=True))["count"] == 0
         for action in ("cancel", "pause"):
             assert "in this session" in str((await call("s1", action=action, taskId=tid))["error"])
-        assert "in this session" in str((await call("s1", action="set_fixed", taskId=tid, intervalMs=60_000))["error"])
+        assert "in this session" in str(
+            (await call("s1", action="set_fixed", taskId=tid, intervalMs=60_000))["error"]
+        )
         assert (await call("s2", action="set_fixed", taskId=tid, intervalMs=60_000))["ok"]
         st = await loop_status(w.store, session_id="s1")
         assert st["scope"] == "s1" and st["activeTasks"] == 0
@@ -366,7 +377,9 @@ async def test_scenario_28_child_session_keeps_the_root_active(tmp_path: Path) -
 
     async with world(tmp_path) as w:
         await w.loop("1s --jitter=false a", origin_id="a")
-        await w.store.append(ev.ACTIVE_STREAM, [new_event(ev.SessionLinked(session_id="child", parent_id="s1"))])
+        await w.store.append(
+            ev.ACTIVE_STREAM, [new_event(ev.SessionLinked(session_id="child", parent_id="s1"))]
+        )
         await w.activate("child")
         w.clock.t += 1_000
         assert (await w.tick()).fired == [(task_id_for("a"), 1)]
