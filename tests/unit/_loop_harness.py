@@ -58,11 +58,7 @@ class World:
         return [p.text for p in snap.prompts if sid is None or p.session_id == sid]
 
     async def events(self, sid: str = "s1") -> list[Any]:
-        out = []
-        async for env in self.store.read_all():
-            if env.stream == ev.session_stream(sid):
-                out.append(decode_payload(env))
-        return out
+        return [decode_payload(env) async for env in self.store.read_all() if env.stream == ev.session_stream(sid)]
 
     async def activate(self, sid: str) -> None:
         await service.activate(self.store, sid, self.clock.now_ms())
