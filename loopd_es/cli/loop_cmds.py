@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..host import host_url, open_host
 from ..log import open_store
 from ..sched import decide, service, tools
-from ..sched.runner import Clock, FakeClock, Scheduler, SystemClock
+from ..sched.runner import Clock, FakeClock, FireReport, Scheduler, SystemClock
 from .host_cmds import add_host_option
 from .main import store_url
 from .query_cmds import read_models
@@ -135,7 +135,7 @@ async def _loop(args: argparse.Namespace) -> int:
 
 
 async def _command(args: argparse.Namespace, text: str) -> int:
-    session = args.session or os.environ.get(SESSION_ENV)
+    session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
     now = _clock(args).now_ms()
     async with await open_store(store_url(args)) as store:
         if args.ephemeral and args.owner:
@@ -171,37 +171,44 @@ async def _run(args: argparse.Namespace, *, forever: bool) -> int:
         async with await open_store(store_url(args)) as store:
             sched = Scheduler(store, host, clock, claimer=claimer, cfg=cfg, all_sessions=args.all_sessions,
                               owner=args.owner)  # fmt: skip
-            deadline = None if args.duration is None else anyio.current_time() + args.duration
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                stop = anyio.Event()
-
-                async def on_signal() -> None:
-                    async for _ in signals:
-                        stop.set()
-                        return
-
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(on_signal)
-                    while True:
-                        r = await sched.fire_due()
-                        for k in totals:
-                            v = getattr(r, k)
-                            totals[k] += len(v) if isinstance(v, list) else v
-                        if not forever or stop.is_set():
-                            break
-                        if deadline is not None and anyio.current_time() >= deadline:
-                            break
-                        wake = sched.next_wake()
-                        pause = args.period_ms / 1000
-                        if wake is not None:
-                            pause = min(pause, max(0.0, (wake - clock.now_ms()) / 1000))
-                        with anyio.move_on_after(pause):
-                            await stop.wait()
-                    tg.cancel_scope.cancel()
+            if forever:
+                await _forever(sched, clock, args, totals)
+            else:
+                _add(totals, await sched.fire_due())
     finally:
         await host.aclose()
     print(json.dumps({"claimer": claimer, **totals}))
     return 0
+
+
+def _add(totals: dict[str, int], r: FireReport) -> None:
+    for k in totals:
+        v = getattr(r, k)
+        totals[k] += len(v) if isinstance(v, list) else v
+
+
+async def _forever(sched: Scheduler, clock: Clock, args: argparse.Namespace, totals: dict[str, int]) -> None:
+    """Fire, then sleep until the next due time (at most ``--period-ms``), until SIGTERM/SIGINT or ``--duration``."""
+    deadline = None if args.duration is None else anyio.current_time() + args.duration
+    stop = anyio.Event()
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+
+        async def on_signal() -> None:
+            async for _ in signals:
+                stop.set()
+                return
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(on_signal)
+            while not stop.is_set() and (deadline is None or anyio.current_time() < deadline):
+                _add(totals, await sched.fire_due())
+                wake = sched.next_wake()
+                pause = args.period_ms / 1000
+                if wake is not None:
+                    pause = min(pause, max(0.0, (wake - clock.now_ms()) / 1000))
+                with anyio.move_on_after(pause):
+                    await stop.wait()
+            tg.cancel_scope.cancel()
 
 
 async def _tool(args: argparse.Namespace, raw: str) -> int:
@@ -213,7 +220,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
         ) from None
     if not isinstance(call, dict):
         raise UsageError('loop tool: give a JSON object, e.g. \'{"action": "list"}\'')
-    session = args.session or os.environ.get(SESSION_ENV)
+    session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
     now = _clock(args).now_ms()
     async with await open_store(store_url(args)) as store:
         if call.get("tool") == "loop_status":
