@@ -90,7 +90,9 @@ class GoalSlots:
                 self.index.push(goal_due(self.goals[gid], 0), gid, gid)
 
     def _writer_active(self, gid: str) -> bool:
-        return any(o != gid and s.exists and s.is_writer and s.status == "active" for o, s in self.goals.items())
+        return any(
+            o != gid and s.exists and s.is_writer and s.status == "active" for o, s in self.goals.items()
+        )
 
     async def fire_due(self, store: LogStore, now: int, *, claimer: str, claim_ttl_ms: int) -> int:
         """Tick every due goal; returns how many were resumed."""
@@ -119,7 +121,9 @@ class GoalSlots:
             task_id=key, slot=slot, due_at=due, claimed_at=now, claimer=claimer, claim_expires_at=now + ttl
         )
         try:
-            [claimed] = await store.append(ev.goal_slot_stream(gid), [new_event(claim)], expected_version=slots.version)
+            [claimed] = await store.append(
+                ev.goal_slot_stream(gid), [new_event(claim)], expected_version=slots.version
+            )
         except WrongExpectedVersionError:
             return 0
         sched = state.config.schedule

@@ -150,3 +150,21 @@ def parse(args: str, *, has_session: bool = True) -> Parsed:
     if once:
         return Fail(message=texts.ONCE_FIXED_ONLY)
     return Adaptive(prompt=prompt)
+
+
+_COMMAND: Final = re.compile(r"/(?:loop|proactive)(?:\s+(.*))?", re.DOTALL)
+
+
+def intercept(parts: list[tuple[str, bool]]) -> str | None:
+    """The ``/loop`` (or ``/proactive``) arguments in a chat message's text parts, ``None`` when it has none.
+
+    ``parts`` are ``(text, consumed)``; a part already marked synthetic or ignored (the command hook handled
+    it) is skipped, so one message never makes two tasks. Mentions inside a sentence are not commands.
+    """
+    for text, consumed in parts:
+        if consumed:
+            continue
+        m = _COMMAND.fullmatch(_strip_quotes(text))
+        if m is not None:
+            return (m.group(1) or "").strip()
+    return None

@@ -196,7 +196,11 @@ class Scheduler:
         if self.owner is not None and self._lease_until - now < self.lease_ttl_ms // 2:
             await self.store.append(
                 ev.lease_stream(self.owner),
-                [new_event(ev.OwnerLeaseRenewed(owner=self.owner, at=now, expires_at=now + self.lease_ttl_ms))],
+                [
+                    new_event(
+                        ev.OwnerLeaseRenewed(owner=self.owner, at=now, expires_at=now + self.lease_ttl_ms)
+                    )
+                ],
             )
             self._lease_until = now + self.lease_ttl_ms
         await self.refresh()
@@ -241,7 +245,13 @@ class Scheduler:
                 break
 
     async def _append(
-        self, sid: str, events: list[Event], version: int, *, causation: str | None = None, corr: str | None = None
+        self,
+        sid: str,
+        events: list[Event],
+        version: int,
+        *,
+        causation: str | None = None,
+        corr: str | None = None,
     ) -> list[Envelope]:
         return await self.store.append(
             ev.session_stream(sid),

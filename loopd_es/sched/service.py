@@ -110,7 +110,8 @@ async def delete_session(store: LogStore, session_id: str, now: int) -> int:
 async def renew_lease(store: LogStore, owner: str, now: int, ttl_ms: int) -> None:
     """Extend ``owner``'s lease to ``now + ttl_ms``."""
     await store.append(
-        ev.lease_stream(owner), [new_event(ev.OwnerLeaseRenewed(owner=owner, at=now, expires_at=now + ttl_ms))]
+        ev.lease_stream(owner),
+        [new_event(ev.OwnerLeaseRenewed(owner=owner, at=now, expires_at=now + ttl_ms))],
     )
 
 
@@ -158,8 +159,17 @@ async def handle(
         store,
         session_id,
         lambda s: decide.create(
-            s, spec, origin_id=origin, now=now, u=draw, total_live=other + len(s.live()), cfg=cfg, owner=owner,
-            durable=durable, directory=str(where), loop_file=loop_file,
+            s,
+            spec,
+            origin_id=origin,
+            now=now,
+            u=draw,
+            total_live=other + len(s.live()),
+            cfg=cfg,
+            owner=owner,
+            durable=durable,
+            directory=str(where),
+            loop_file=loop_file,
         ),  # fmt: skip
         correlation_id=str(uuid.uuid5(_NS, origin)),
     )

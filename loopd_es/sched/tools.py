@@ -48,7 +48,11 @@ def _record(t: Task, prompt_cut: int | None = 200) -> dict[str, Any]:
         if prompt_cut is None
         else (t.prompt[:prompt_cut] + "..." if len(t.prompt) > prompt_cut else t.prompt)
     )
-    pairs = (("intervalMs", t.interval_ms), ("adaptiveMinMs", t.adaptive_min_ms), ("adaptiveMaxMs", t.adaptive_max_ms))
+    pairs = (
+        ("intervalMs", t.interval_ms),
+        ("adaptiveMinMs", t.adaptive_min_ms),
+        ("adaptiveMaxMs", t.adaptive_max_ms),
+    )
     out.update({k: v for k, v in pairs if v is not None})
     out.update(paused=t.paused, createdAt=_iso(t.created_at), lastFiredAt=_iso(t.last_fired_at) if t.last_fired_at else None,
                nextDueAt=_iso(t.next_due_at))  # fmt: skip

@@ -133,3 +133,18 @@ def test_display_interval() -> None:
     assert [texts.display_interval(ms) for ms in (90_000, 5_400_000, 129_600_000, 30_000, 300_000)] == [
         "2m", "2h", "2d", "30s", "5m",
     ]  # fmt: skip
+
+
+def test_scenario_11_run_mode_interception() -> None:
+    from loopd_es.sched.grammar import intercept
+
+    assert intercept([("/loop 5m", False)]) == "5m"
+    assert intercept([('"/loop 5m"', False)]) == "5m"
+    assert intercept([("'/loop 5m'", False)]) == "5m"
+    assert intercept([("preface", False), ("/loop 5m", False)]) == "5m"
+    assert intercept([("/proactive 1m ping via alias", False)]) == "1m ping via alias"
+    assert intercept([("/loop 1m line one\nline two", False)]) == "1m line one\nline two"
+    assert intercept([("/loop", False)]) == ""
+    for text in ("please explain what /loop 5m does", "/loops are great", "/loopx not a command"):
+        assert intercept([(text, False)]) is None
+    assert intercept([("/loop 5m x", True)]) is None  # already consumed by the command hook

@@ -393,3 +393,29 @@ async def test_scenario_29_max_tasks(tmp_path: Path) -> None:
         out = await w.loop("5m another task", origin_id="z")
         assert out.message == "❌ /loop failed: Max tasks (3) reached. Cancel some before adding more."
         assert out.error == "conflict" and len((await w.session()).live()) == 2
+
+
+async def test_busy_session_waits_and_one_injection_per_session_at_a_time(tmp_path: Path) -> None:
+    from loopd_es.host.sim_script import HostScript, ScriptSession
+
+    async with world(tmp_path) as w:
+        # after each prompt the session is busy for two status polls (the model's turn), then idle
+        w.host.script = HostScript(sessions=(ScriptSession(id="s1"),), prompt_busy_polls=2).resolved(
+            "sim:memory"
+        )
+        await w.loop("1s --jitter=false a", origin_id="a")
+        await w.loop("1s --jitter=false b", origin_id="b")
+        await w.activate("s1")
+        await w.host.set_status("s1", "busy")  # the user's own turn is running
+        w.clock.t += 1_000
+        r = await w.tick()
+        assert r.fired == [] and r.waiting == 2
+        await w.host.set_status("s1", "idle")
+        r = await w.tick()
+        assert len(r.fired) == 1 and r.waiting == 1  # the second waits for the first turn to end
+        r = await w.tick()
+        assert r.fired == [] and r.waiting == 1
+        r = await w.tick()
+        assert len(r.fired) == 1
+        fired = [e for e in await w.events() if isinstance(e, ev.FireSucceeded)]
+        assert sorted(e.task_id for e in fired) == sorted([task_id_for("a"), task_id_for("b")])
