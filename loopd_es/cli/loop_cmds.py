@@ -137,6 +137,8 @@ async def _loop(args: argparse.Namespace) -> int:
 async def _command(args: argparse.Namespace, text: str) -> int:
     session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
     now = _clock(args).now_ms()
+    if args.ephemeral and not args.owner:
+        raise UsageError("loop: --ephemeral needs --owner NAME, the lease the task lives on (see `loop lease`)")
     async with await open_store(store_url(args)) as store:
         if args.ephemeral and args.owner:
             await service.renew_lease(store, args.owner, now, args.ttl_ms)

@@ -164,6 +164,8 @@ class SlotClaimed(Event, frozen=True, kw_only=True):
     fallback_u: float | None = None
     content_hash: str | None = None
     prompt: str | None = None
+    goal_id: str | None = None
+    """Set on a goal-schedule slot: it links the slot stream to the goal's history."""
 
 
 @event("loop.slots_missed")

@@ -118,7 +118,13 @@ class GoalSlots:
         key = f"goal:{gid}"
         due = _ms(state.next_run_at) or now
         claim = ev.SlotClaimed(
-            task_id=key, slot=slot, due_at=due, claimed_at=now, claimer=claimer, claim_expires_at=now + ttl
+            task_id=key,
+            slot=slot,
+            due_at=due,
+            claimed_at=now,
+            claimer=claimer,
+            claim_expires_at=now + ttl,
+            goal_id=gid,
         )
         try:
             [claimed] = await store.append(

@@ -141,3 +141,22 @@ def test_read_model_rebuild_is_identical(env: Path, capsys: pytest.CaptureFixtur
 
     built = dump(incremental)
     assert built == dump(env / "fresh.db") and len(built[1]) >= 3
+
+
+def test_goal_schedule_ticks_show_in_the_goals_history(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ._loop_harness import world
+    from .test_loop_goal_schedule import _complete, _goal
+
+    async def tick() -> None:
+        async with world(tmp_path) as w:
+            await _goal(w, "g1")
+            await _complete(w, "g1", T0 + 10_000)
+            w.clock.t = T0 + 10_000
+            assert (await w.tick()).goal_ticks == 1
+
+    anyio.run(tick)
+    assert main("--store", f"sqlite:{tmp_path / 'events.db'}", "history", "g1", "--json") == 0
+    out = capsys.readouterr().out
+    assert "loop.slot_claimed" in out and "loop.fire_succeeded" in out and "goal.resumed" in out
