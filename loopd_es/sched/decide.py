@@ -295,6 +295,8 @@ def claim(
                 ev.SlotsMissed(task_id=t.task_id, n=n, first_slot=slot, last_slot=slot + n - 1, at=now)
             )
         slot += n
+        if n:
+            due = grid_due(t, last)[0]
         next_due, off = grid_due(t, last + 1)
     new_hash = new_prompt = None
     text: str | None
@@ -314,7 +316,7 @@ def claim(
         text = texts.fire_text(t.task_id, t.prompt)
     events.append(
         ev.SlotClaimed(
-            task_id=t.task_id, slot=slot, attempt=attempt, due_at=due if not events else now, claimed_at=now,
+            task_id=t.task_id, slot=slot, attempt=attempt, due_at=due, claimed_at=now,
             claimer=claimer, claim_expires_at=now + cfg.claim_ttl_ms, next_due_at=next_due,
             jitter_offset_ms=off, fallback_u=fu, content_hash=new_hash, prompt=new_prompt,
         )

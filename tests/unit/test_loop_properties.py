@@ -50,7 +50,7 @@ def test_every_slot_is_claimed_or_missed_once_on_the_grid(
                 seen += range(e.first_slot, e.last_slot + 1)
             elif isinstance(e, ev.SlotClaimed):
                 seen.append(e.slot)
-                assert nominal_due(tid, iv, jitter, e.slot) <= now  # never early
+                assert e.due_at == nominal_due(tid, iv, jitter, e.slot) <= now  # never early
                 assert (
                     e.next_due_at == nominal_due(tid, iv, jitter, e.slot + 1) > now
                 )  # on the grid, nothing owed
