@@ -20,6 +20,8 @@ from .grammar import Adaptive, Fixed, Maintenance
 from .jitter import fallback_due, jitter_offset, normalise_bounds
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from .model import SessionLoops, Task
 
 _ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -242,6 +244,21 @@ def list_text(s: SessionLoops) -> str:
 
 
 # -- firing ---------------------------------------------------------------------------------------------
+
+
+def due_now(sessions: Iterable[SessionLoops], now: int) -> list[tuple[int, str, str]]:
+    """``(due, session, task)`` of every task due at ``now``, soonest first: the plain definition of "due".
+
+    :class:`~loopd_es.sched.due.DueIndex` answers the same question without looking at every task; this is
+    what it must agree with (and what an engine without an index can call).
+    """
+    found = [
+        (d, s.session_id, t.task_id)
+        for s in sessions
+        for t in s.tasks.values()
+        if (d := t.due_at()) is not None and d <= now
+    ]
+    return sorted(found)
 
 
 class Claim(msgspec.Struct, frozen=True, kw_only=True):

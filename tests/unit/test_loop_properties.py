@@ -57,3 +57,45 @@ def test_every_slot_is_claimed_or_missed_once_on_the_grid(
         for e in decide.close(t, slot=c.slot, attempt=c.attempt, now=now, error=None if ok else "boom"):
             evolve(s, e)
     assert seen == list(range(1, len(seen) + 1))
+
+
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["pause", "resume", "resched", "cancel", "tick"]), st.integers(0, 9),
+                  st.integers(0, 100_000)),
+        max_size=60,
+    )
+)  # fmt: skip
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_due_index_agrees_with_the_plain_definition(ops: list[tuple[str, int, int]]) -> None:
+    from loopd_es.sched.due import DueIndex
+
+    sessions = {f"s{i % 3}": SessionLoops(session_id=f"s{i % 3}") for i in range(3)}
+    index = DueIndex()
+    for i in range(10):
+        s = sessions[f"s{i % 3}"]
+        evolve(s, ev.TaskCreated(task_id=f"t{i}", origin_id=f"m{i}", session_id=s.session_id, prompt="p",
+                                 mode="adaptive", created_at=T0, next_due_at=T0 + i * 7_000))  # fmt: skip
+        index.push(T0 + i * 7_000, s.session_id, f"t{i}")
+    now = T0
+    for op, i, x in ops:
+        s = sessions[f"s{i % 3}"]
+        tid = f"t{i}"
+        if op == "tick":
+            now += x
+            got = index.pop_due(now, lambda sid, k: sessions[sid].tasks[k].due_at())
+            assert sorted(got) == decide.due_now(sessions.values(), now)
+            for due, sid, k in got:  # not fired: still due next time
+                index.push(due, sid, k)
+            continue
+        e: ev.TaskPaused | ev.TaskResumed | ev.TaskRescheduled | ev.TaskCancelled
+        if op == "pause":
+            e = ev.TaskPaused(task_id=tid, at=now)
+        elif op == "resume":
+            e = ev.TaskResumed(task_id=tid, at=now, next_due_at=now + x)
+        elif op == "resched":
+            e = ev.TaskRescheduled(task_id=tid, at=now, next_due_at=now + x - 50_000)
+        else:
+            e = ev.TaskCancelled(task_id=tid, reason="user", at=now)
+        evolve(s, e)
+        index.push(s.tasks[tid].due_at(), s.session_id, tid)
