@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -26,6 +27,9 @@ from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.log import open_store
 from loopd_es.sched import decide, service
+
+if TYPE_CHECKING:
+    from loopd_es.events.base import Event
 
 ROOT = Path(__file__).resolve().parents[2]
 RACERS = 8
@@ -64,7 +68,7 @@ async def _create(tmp: Path, base: int) -> None:
                 assert out.error is None, out.message
 
 
-async def _events(tmp: Path) -> list[ev.Event]:
+async def _events(tmp: Path) -> list[Event]:
     async with await open_store(f"sqlite:{tmp / 'ev.db'}", create=False) as store:
         return [
             decode_payload(env) async for env in store.read_all() if env.stream.startswith(ev.SESSION_PREFIX)

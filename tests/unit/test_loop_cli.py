@@ -129,7 +129,7 @@ def test_read_model_rebuild_is_identical(env: Path, capsys: pytest.CaptureFixtur
     anyio.run(project, env / "fresh.db")
     capsys.readouterr()
 
-    def dump(path: Path) -> list[object]:
+    def dump(path: Path) -> list[list[object]]:
         conn = sqlite3.connect(path)
         try:
             return [

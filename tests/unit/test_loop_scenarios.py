@@ -303,16 +303,16 @@ async def test_scenario_24_tool_creation_due_times(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         r = await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 1_800_000, "once": True},
                                 session_id="s1", now=T0, cfg=w.cfg, origin_id="t1")  # fmt: skip
-        t = await w.task(r["task"]["id"])  # type: ignore[index]
+        t = await w.task(r["task"]["id"])
         assert t.next_due_at == T0 + 1_800_000 and t.last_fired_at == 0
         # The reference gives tool-made maintenance tasks a 60 s cadence (§7.2 bug 9); here they get the period.
         r = await loop_schedule(w.store, {"action": "create", "prompt": "tidy up", "mode": "maintenance"},
                                 session_id="s1", now=T0, cfg=w.cfg, origin_id="t2")  # fmt: skip
-        t = await w.task(r["task"]["id"])  # type: ignore[index]
+        t = await w.task(r["task"]["id"])
         assert t.next_due_at == T0 + 3_600_000
         r = await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 300_000},
                                 session_id="s1", now=T0, cfg=w.cfg, origin_id="t3")  # fmt: skip
-        tid = r["task"]["id"]  # type: ignore[index]
+        tid = r["task"]["id"]
         await loop_schedule(w.store, {"action": "reschedule", "taskId": tid, "nextDueAtMs": 5}, session_id="s1",
                             now=T0, cfg=w.cfg, origin_id="o")  # fmt: skip
         assert (await w.task(tid)).next_due_at == 5
