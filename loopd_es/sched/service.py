@@ -88,8 +88,20 @@ def read_loop_file(path: str) -> str | None:
     return text if text.strip() else None
 
 
-async def activate(store: LogStore, session_id: str, now: int) -> None:
+async def active_session(store: LogStore) -> str | None:
+    """The session most recently activated (reading only the last event of ``loop-active``)."""
+    version = await store.stream_version(ev.ACTIVE_STREAM)
+    async for batch in store.read_batches(stream=ev.ACTIVE_STREAM, from_version=max(1, version)):
+        for env in batch:
+            e = decode_payload(env)
+            return e.session_id if isinstance(e, ev.SessionActivated) else None
+    return None
+
+
+async def activate(store: LogStore, session_id: str, now: int, *, if_changed: bool = False) -> None:
     """Record that the user is in ``session_id`` (it becomes the session whose tasks fire)."""
+    if if_changed and await active_session(store) == session_id:
+        return
     await store.append(ev.ACTIVE_STREAM, [new_event(ev.SessionActivated(session_id=session_id, at=now))])
 
 
@@ -141,6 +153,7 @@ async def handle(
             return decide.manage(empty, _action(parsed), parsed.task_id, now=now, u=0.0, cfg=cfg)
         return decide.Outcome(message=texts.NO_SESSION, error="usage")
     draw = random.random() if u is None else u
+    await activate(store, session_id, now, if_changed=True)  # every /loop command marks its session active
     if isinstance(parsed, Sub):
         sub = parsed
         return await append_decided(
@@ -153,7 +166,6 @@ async def handle(
     origin = origin_id or str(uuid.uuid4())
     total = sum(len(s.live()) for s in await read_all_sessions(store))
     other = total - len((await read_session(store, session_id)).live())
-    await activate(store, session_id, now)
     spec = parsed
     return await append_decided(
         store,

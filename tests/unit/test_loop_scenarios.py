@@ -419,3 +419,18 @@ async def test_busy_session_waits_and_one_injection_per_session_at_a_time(tmp_pa
         assert len(r.fired) == 1
         fired = [e for e in await w.events() if isinstance(e, ev.FireSucceeded)]
         assert sorted(e.task_id for e in fired) == sorted([task_id_for("a"), task_id_for("b")])
+
+
+async def test_any_loop_command_activates_its_session_once(tmp_path: Path) -> None:
+    from loopd_es.sched import service
+
+    async with world(tmp_path) as w:
+        await w.loop("1s --jitter=false a", origin_id="a")
+        await w.loop("list", session="s2")
+        assert await service.active_session(w.store) == "s2"
+        w.clock.t += 1_000
+        assert (await w.tick()).fired == []
+        await w.loop("list")
+        await w.loop("list")
+        assert await w.store.stream_version(ev.ACTIVE_STREAM) == 3  # s1, s2, s1: a repeat writes nothing
+        assert (await w.tick()).fired == [(task_id_for("a"), 1)]
