@@ -121,6 +121,15 @@ class Scheduler:
                 self.position = env.position
                 self._apply(env)
 
+    async def _absorb(self, envs: list[Envelope]) -> None:
+        """Fold our own just-appended events without a read when nothing else was appended in between."""
+        if envs and envs[0].position == self.position + 1:
+            for env in envs:
+                self.position = env.position
+                self._apply(env)
+        else:
+            await self.refresh()
+
     def _apply(self, env: Envelope) -> None:
         stream = env.stream
         if stream.startswith(ev.SESSION_PREFIX):
@@ -236,12 +245,12 @@ class Scheduler:
                 if not events:
                     break
                 try:
-                    await self._append(sid, events, s.version)
+                    envs = await self._append(sid, events, s.version)
                 except WrongExpectedVersionError:
                     await self.refresh()
                     continue
                 report.swept += len(events)
-                await self.refresh()
+                await self._absorb(envs)
                 break
 
     async def _append(
@@ -281,7 +290,7 @@ class Scheduler:
             except WrongExpectedVersionError:
                 await self.refresh()
                 continue
-            await self.refresh()
+            await self._absorb(envs)
             report.missed += sum(e.n for e in c.events if isinstance(e, ev.SlotsMissed))
             if c.text is None:
                 report.failed.append((tid, c.slot, "loop.md missing or empty"))
@@ -309,11 +318,11 @@ class Scheduler:
             events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now_ms(), error=err,
                                   prompt_id=prompt_id)  # fmt: skip
             try:
-                await self._append(sid, events, s.version, causation=cause, corr=corr)
+                envs = await self._append(sid, events, s.version, causation=cause, corr=corr)
             except WrongExpectedVersionError:
                 await self.refresh()
                 continue
-            await self.refresh()
+            await self._absorb(envs)
             if err is None:
                 report.fired.append((tid, c.slot))
             else:
