@@ -1,4 +1,5 @@
-"""``loops``: every ``/loop`` task with its next due time, last fire, missed slots and owner; ``loop_fires``: every slot.
+"""``loops``: every ``/loop`` task with its next due time, last fire, missed slots and owner; ``loop_fires``: every slot
+attempt with the next due time it chose (and why: jitter offset, random fallback draw).
 
 Rows are folded with the scheduler's own fold (:func:`loopd_es.sched.model.evolve`), so the read model never
 disagrees with what a scheduler decides on: the task's whole folded state is kept (msgpack) next to the
@@ -32,6 +33,7 @@ _DDL: Final = (
     """CREATE TABLE IF NOT EXISTS loop_fires (
         task_id TEXT NOT NULL, slot INTEGER NOT NULL, attempt INTEGER NOT NULL, due_at INTEGER,
         claimed_at INTEGER, claimer TEXT, outcome TEXT NOT NULL, reason TEXT, ended_at INTEGER,
+        next_due_at INTEGER, jitter_offset_ms INTEGER, fallback_u REAL,
         PRIMARY KEY (task_id, slot, attempt)
     )""",
     """CREATE TABLE IF NOT EXISTS loop_missed (
@@ -84,8 +86,18 @@ class Loops:
         )  # fmt: skip
         if isinstance(e, ev.SlotClaimed):
             conn.execute(
-                "INSERT OR REPLACE INTO loop_fires VALUES (?, ?, ?, ?, ?, ?, 'in-flight', NULL, NULL)",
-                (tid, e.slot, e.attempt, e.due_at, e.claimed_at, e.claimer),
+                "INSERT OR REPLACE INTO loop_fires VALUES (?, ?, ?, ?, ?, ?, 'in-flight', NULL, NULL, ?, ?, ?)",
+                (
+                    tid,
+                    e.slot,
+                    e.attempt,
+                    e.due_at,
+                    e.claimed_at,
+                    e.claimer,
+                    e.next_due_at,
+                    e.jitter_offset_ms,
+                    e.fallback_u,
+                ),
             )
         elif isinstance(e, ev.FireSucceeded | ev.FireFailed):
             ok = isinstance(e, ev.FireSucceeded)

@@ -138,7 +138,9 @@ async def _command(args: argparse.Namespace, text: str) -> int:
     session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
     now = _clock(args).now_ms()
     if args.ephemeral and not args.owner:
-        raise UsageError("loop: --ephemeral needs --owner NAME, the lease the task lives on (see `loop lease`)")
+        raise UsageError(
+            "loop: --ephemeral needs --owner NAME, the lease the task lives on (see `loop lease`)"
+        )
     async with await open_store(store_url(args)) as store:
         if args.ephemeral and args.owner:
             await service.renew_lease(store, args.owner, now, args.ttl_ms)
@@ -274,20 +276,38 @@ async def _loops(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fire_line(f: dict[str, Any]) -> str:
+    """One slot attempt, with the next due time it chose and why (the jitter offset or the fallback draw)."""
+    line = f"slot {f['slot']} attempt {f['attempt']}: {f['outcome']}" + (
+        f" ({f['reason']})" if f["reason"] else ""
+    )
+    line += f" by {f['claimer']}"
+    if f["next_due_at"]:
+        why = (
+            f"jitter {f['jitter_offset_ms']:+d} ms"
+            if f["fallback_u"] is None
+            else f"fallback u={f['fallback_u']}"
+        )
+        line += f"; next due {_ts(f['next_due_at'])} ({why})"
+    return line
+
+
 async def _history(args: argparse.Namespace, task_id: str) -> int:
     def query(conn: sqlite3.Connection) -> dict[str, Any]:
         task = [r for r in _loop_rows(conn) if r["task_id"] == task_id]
         if not task:
             return {}
         fires = conn.execute(
-            "SELECT slot, attempt, due_at, claimed_at, claimer, outcome, reason, ended_at FROM loop_fires "
+            "SELECT slot, attempt, due_at, claimed_at, claimer, outcome, reason, ended_at, next_due_at, "
+            "jitter_offset_ms, fallback_u FROM loop_fires "
             "WHERE task_id = ? ORDER BY slot, attempt", (task_id,),
         ).fetchall()  # fmt: skip
         missed = conn.execute(
             "SELECT first_slot, last_slot, n, at FROM loop_missed WHERE task_id = ? ORDER BY first_slot",
             (task_id,),
         ).fetchall()
-        keys = ("slot", "attempt", "due_at", "claimed_at", "claimer", "outcome", "reason", "ended_at")
+        keys = ("slot", "attempt", "due_at", "claimed_at", "claimer", "outcome", "reason", "ended_at", "next_due_at",
+                "jitter_offset_ms", "fallback_u")  # fmt: skip
         return {
             "task": task[0],
             "fires": [dict(zip(keys, f, strict=True)) for f in fires],
@@ -304,8 +324,7 @@ async def _history(args: argparse.Namespace, task_id: str) -> int:
     print(
         f"task {t['task_id']} ({t['mode']}, {t['status']}) in session {t['session_id']}: {t['prompt'][:60]}"
     )
-    events = [(f["claimed_at"] or 0, f"slot {f['slot']} attempt {f['attempt']}: {f['outcome']}"
-               + (f" ({f['reason']})" if f["reason"] else "") + f" by {f['claimer']}") for f in doc["fires"]]  # fmt: skip
+    events = [(f["claimed_at"] or 0, _fire_line(f)) for f in doc["fires"]]
     events += [
         (m["at"], f"slots {m['first_slot']}-{m['last_slot']}: missed ({m['n']})") for m in doc["missed"]
     ]
