@@ -160,3 +160,19 @@ def test_goal_schedule_ticks_show_in_the_goals_history(
     assert main("--store", f"sqlite:{tmp_path / 'events.db'}", "history", "g1", "--json") == 0
     out = capsys.readouterr().out
     assert "loop.slot_claimed" in out and "loop.fire_succeeded" in out and "goal.resumed" in out
+
+
+def test_scenario_39_history_is_the_log(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the reference appends fires to a history.log it rotates at 1 MB; here each fire is in the log, kept whole
+    script = {
+        "sessions": [{"id": "s1"}],
+        "failures": [{"op": "prompt", "on_call": 2, "error": "unavailable"}],
+    }
+    (env / "host.json").write_text(json.dumps(script))
+    run(capsys, "loop", "--message-id", "m1", "--now", str(T0), "add", "1m", "--jitter=false", "ping")
+    for k in (1, 2):
+        run(capsys, "loop", "tick", "--host", "sim:host.json", "--now", str(T0 + k * 60_000))
+    code, out, _ = run(capsys, "loop", "history", task_id_for("m1"), "--json")
+    fires = json.loads(out)["fires"]
+    assert [(f["slot"], f["outcome"]) for f in fires] == [(1, "succeeded"), (2, "failed")]
+    assert "unavailable" in fires[1]["reason"]
