@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..events.base import Event
 
 TTL_MS: Final = 7 * 86_400_000
+RECENT: Final = 5
 
 
 @dataclass(slots=True)
@@ -65,6 +66,8 @@ class Task:
     failures: int = 0
     missed: int = 0
     last_outcome: str | None = None
+    recent: list[tuple[int, str, int]] = field(default_factory=list)
+    """The last few fires as ``(slot, outcome, at)``, for ``loop_status`` (the reference returned none)."""
 
     @property
     def live(self) -> bool:
@@ -152,11 +155,13 @@ def evolve(s: SessionLoops, e: Event) -> None:
     elif isinstance(e, ev.FireSucceeded):
         task.claim, task.last_outcome = None, "succeeded"
         task.fires += 1
+        task.recent = [*task.recent[-(RECENT - 1) :], (e.slot, "succeeded", e.at)]
         if task.mode != "adaptive":  # the reference's lastFiredAt: completion time, adaptive: fire start
             task.last_fired_at = e.at
     elif isinstance(e, ev.FireFailed):
         task.claim, task.last_outcome = None, f"failed: {e.reason}"
         task.failures += 1
+        task.recent = [*task.recent[-(RECENT - 1) :], (e.slot, f"failed: {e.reason}", e.at)]
         if e.retry_at is not None:
             task.next_slot, task.next_attempt, task.next_due_at = e.slot, e.attempt + 1, e.retry_at
 

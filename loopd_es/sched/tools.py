@@ -244,8 +244,13 @@ async def loop_status(store: LogStore, *, session_id: str | None) -> dict[str, A
     tasks = []
     for t in live:
         r = _record(t, 80)
-        tasks.append({k: r[k] for k in ("id", "mode", "sessionID", "prompt", "paused", "nextDueAt", "lastFiredAt")} | (
-            {"intervalMs": t.interval_ms} if t.interval_ms is not None else {}))  # fmt: skip
+        row = {k: r[k] for k in ("id", "mode", "sessionID", "prompt", "paused", "nextDueAt", "lastFiredAt")}
+        if t.interval_ms is not None:
+            row["intervalMs"] = t.interval_ms
+        row["recentFires"] = [
+            {"slot": slot, "outcome": outcome, "at": _iso(at)} for slot, outcome, at in t.recent
+        ]
+        tasks.append(row)
     return {
         "ok": True, "scope": sid, "activeTasks": sum(not t.paused for t in live),
         "pausedTasks": sum(t.paused for t in live), "tasks": tasks,

@@ -176,3 +176,6 @@ def test_scenario_39_history_is_the_log(env: Path, capsys: pytest.CaptureFixture
     fires = json.loads(out)["fires"]
     assert [(f["slot"], f["outcome"]) for f in fires] == [(1, "succeeded"), (2, "failed")]
     assert "unavailable" in fires[1]["reason"]
+    code, out, _ = run(capsys, "loop", "tool", '{"tool": "loop_status"}')
+    recent = json.loads(out)["tasks"][0]["recentFires"]
+    assert [(r["slot"], r["outcome"][:6]) for r in recent] == [(1, "succee"), (2, "failed")]
