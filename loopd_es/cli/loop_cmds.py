@@ -76,7 +76,7 @@ def _options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--duration", type=float, default=None, metavar="S", help="run: stop after S seconds")
     p.add_argument("--period-ms", type=int, default=500, help="run: the longest sleep between ticks")
-    p.add_argument("--ttl-ms", type=int, default=15_000, help="lease: how long the lease lasts")
+    p.add_argument("--ttl-ms", type=int, default=15_000, help="lease, run --owner: how long a lease lasts")
     p.add_argument("--read-db", type=Path, default=None, help="history: the read database")
     p.add_argument("--no-catch-up", action="store_true", help=argparse.SUPPRESS)
 
@@ -174,7 +174,7 @@ async def _run(args: argparse.Namespace, *, forever: bool) -> int:
     try:
         async with await open_store(store_url(args)) as store:
             sched = Scheduler(store, host, clock, claimer=claimer, cfg=cfg, all_sessions=args.all_sessions,
-                              owner=args.owner)  # fmt: skip
+                              owner=args.owner, lease_ttl_ms=args.ttl_ms)  # fmt: skip
             if forever:
                 await _forever(sched, clock, args, totals)
             else:
