@@ -11,6 +11,7 @@ import random
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..errors import DomainError, UsageError
 from ..events import loop as ev
 from . import decide
 from .grammar import Adaptive, Fixed, Maintenance
@@ -199,7 +200,7 @@ async def _create(
     if args.get("once") and mode != "fixed":
         return {"ok": False, "error": "once is supported only for fixed tasks"}
     if not str(prompt).strip():
-        raise ValueError("prompt must be non-empty")
+        raise UsageError("prompt must be non-empty")  # thrown, as the reference's tool does
     spec: Fixed | Adaptive | Maintenance
     if mode == "fixed":
         jit = args.get("jitterEnabled")
@@ -217,7 +218,7 @@ async def _create(
                                 cfg=cfg, via="tool", loop_file=decide.LoopFile(path=None, content=str(prompt)) if mode == "maintenance" else None),
     )  # fmt: skip
     if out.error:
-        raise ValueError(texts_max(out.message))
+        raise DomainError(out.message.removeprefix("❌ /loop failed: "))
     t = (await read_session(store, sid)).tasks[str(out.task_id)]
     return {
         "ok": True,
@@ -230,10 +231,6 @@ async def _create(
         },
         "message": f"Loop task created [id={t.task_id}] [s={sid[:8]}]. Call loop_schedule(action='cancel', taskId='{t.task_id}') when done.",
     }
-
-
-def texts_max(message: str) -> str:
-    return message.removeprefix("❌ /loop failed: ")
 
 
 async def loop_status(store: LogStore, *, session_id: str | None) -> dict[str, Any]:

@@ -104,6 +104,8 @@ def test_tool_channel(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(out)["activeTasks"] == 1
     code, out, _ = run(capsys, "loop", "tool", '{"action": "cancel", "taskId": "zzzzzzzz"}')
     assert code == 3 and json.loads(out) == {"ok": False, "error": "No task zzzzzzzz in this session"}
+    code, _, err = run(capsys, "loop", "tool", '{"action": "create", "prompt": "   "}')
+    assert (code, err.strip()) == (2, "loopd-es: prompt must be non-empty")
     code, _, err = run(capsys, "loop", "tool", "{not json")
     assert code == 2 and "not JSON" in err
 

@@ -393,6 +393,12 @@ async def test_scenario_29_max_tasks(tmp_path: Path) -> None:
         out = await w.loop("5m another task", origin_id="z")
         assert out.message == "❌ /loop failed: Max tasks (3) reached. Cancel some before adding more."
         assert out.error == "conflict" and len((await w.session()).live()) == 2
+        from loopd_es.errors import DomainError
+        from loopd_es.sched.tools import loop_schedule
+
+        with pytest.raises(DomainError, match=r"^Max tasks \(3\) reached. Cancel some before adding more.$"):
+            await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 60_000}, session_id="s1",
+                                now=T0, cfg=w.cfg, origin_id="t")  # fmt: skip
 
 
 async def test_busy_session_waits_and_one_injection_per_session_at_a_time(tmp_path: Path) -> None:
