@@ -8,6 +8,7 @@ the slot key as the host's prompt id, so a retry of the same slot is recognisabl
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import uuid
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from ..log.base import LogStore
 
 _RETRIES: Final = 20
+log = logging.getLogger(__name__)
 _NS: Final = uuid.UUID("0b7d6a52-8c1e-4f0e-a7c4-3c1d2f9e5a10")
 
 
@@ -314,6 +316,7 @@ class Scheduler:
             mine = t.claim
             if mine is None or (mine.slot, mine.attempt, mine.claimer) != (c.slot, c.attempt, self.claimer):
                 report.lost += 1  # our claim expired and was recorded as lost by another scheduler
+                log.warning("claim of %s slot %d expired before its outcome was recorded", tid, c.slot)
                 return "fired"
             events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now_ms(), error=err,
                                   prompt_id=prompt_id)  # fmt: skip
@@ -325,7 +328,9 @@ class Scheduler:
             await self._absorb(envs)
             if err is None:
                 report.fired.append((tid, c.slot))
+                log.info("fired %s slot %d (attempt %d) in %s", tid, c.slot, c.attempt, sid)
             else:
                 report.failed.append((tid, c.slot, err))
+                log.info("fire of %s slot %d failed: %s", tid, c.slot, err)
             return "fired"
         return "fired"
