@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+import msgspec
+
 from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
@@ -141,7 +143,30 @@ async def handle(
     directory: Path | None = None,
     home: Path | None = None,
 ) -> decide.Outcome:
-    """Run one ``/loop ARGS`` command for ``session_id`` (reference §2.2) and return what it decided."""
+    """Run one ``/loop ARGS`` command for ``session_id`` (reference §2.2): the message and the model's prompt."""
+    out = await _handle(store, args, session_id=session_id, now=now, cfg=cfg, origin_id=origin_id, u=u, owner=owner,
+                        durable=durable, directory=directory, home=home)  # fmt: skip
+    if out.model_prompt is not None:
+        return out
+    if out.error is not None or out.message.startswith("❌"):
+        return msgspec.structs.replace(out, model_prompt=texts.failure_prompt(out.message))
+    return msgspec.structs.replace(out, model_prompt=texts.presentation_prompt(out.message))
+
+
+async def _handle(
+    store: LogStore,
+    args: str,
+    *,
+    session_id: str | None,
+    now: int,
+    cfg: decide.Config,
+    origin_id: str | None,
+    u: float | None,
+    owner: str | None,
+    durable: bool,
+    directory: Path | None,
+    home: Path | None,
+) -> decide.Outcome:
     parsed = parse(args, has_session=bool(session_id))
     if isinstance(parsed, Fail):
         return decide.Outcome(message=parsed.message, error="usage")

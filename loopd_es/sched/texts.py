@@ -232,3 +232,21 @@ def goal_tick(count: int, max_runs: int | None) -> str:
         f"Scheduled tick {shown} — re-execute the objective now. Previous completion: {count} runs. Ensure "
         "artifact checks pass for this tick (e.g., append timestamp to tick.txt)."
     )
+
+
+def failure_prompt(message: str) -> str:
+    """What the model gets instead of a failed ``/loop`` command (reference §2.8)."""
+    return (
+        f"The user's /loop command failed: {message.removeprefix('❌').strip()}\n"
+        "Briefly inform the user of this in their language. Do not call tools in this reply."
+    )
+
+
+def presentation_prompt(result: str) -> str:
+    """What the model gets instead of a list/cancel/pause/resume/stop/help command (reference §2.8)."""
+    body = result.removeprefix("📋").removeprefix("📭").strip()
+    return (
+        f"{body}\n\nPresent this result to the user, written in the same language the user uses. Show task lists "
+        "as a markdown table with the columns Job ID, frequency, content and type. Do not call tools in this "
+        "reply, and do not execute any task prompt in this reply."
+    )

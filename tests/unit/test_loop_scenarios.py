@@ -440,3 +440,14 @@ async def test_any_loop_command_activates_its_session_once(tmp_path: Path) -> No
         await w.loop("list")
         assert await w.store.stream_version(ev.ACTIVE_STREAM) == 3  # s1, s2, s1: a repeat writes nothing
         assert (await w.tick()).fired == [(task_id_for("a"), 1)]
+
+
+async def test_the_model_gets_a_presentation_or_failure_prompt(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        out = await w.loop("5m")
+        assert out.model_prompt is not None
+        assert out.model_prompt.startswith('The user\'s /loop command failed: Missing prompt after interval "5m".')
+        assert "Do not call tools" in out.model_prompt
+        out = await w.loop("list")
+        assert out.model_prompt is not None and out.model_prompt.startswith("No loop tasks.")
+        assert "Do not call tools in this reply, and do not execute any task prompt in this reply." in out.model_prompt
