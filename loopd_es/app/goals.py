@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..domain import goal_commands as c
+from ..domain.prompts import turn_prompt
 from ..domain.rules import lease_valid
-from ..errors import ConflictError
+from ..errors import ConflictError, WrongExpectedVersionError
 from ..events import goal as g
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError, ProviderError
@@ -23,7 +24,7 @@ from ..procs.service import cancel_goal_awaits
 from ..sagas.fallback import Source, observe_provider_error, safe_error_text
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
-from .service import Ctx, GoalService
+from .service import MAX_ATTEMPTS, Ctx, GoalService
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -42,30 +43,9 @@ class TurnReport(msgspec.Struct, kw_only=True):
 
     goal_id: str
     result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
-                    "prompt-failed"]
+                    "prompt-failed", "switch-failed", "switching"]
     switches: list[SwitchReport] = msgspec.field(default_factory=list)
     detail: str = ""
-
-
-def first_prompt(state: GoalState) -> str:
-    """The first turn's steering (reference §3.5, abridged)."""
-    return (
-        "You are a worker for an active goal.\n\n"
-        "Call get_goal to read the authoritative objective, acceptance criteria, and current state.\n"
-        "Perform one concrete batch of work. After durable verification:\n\n"
-        "- Call report_goal_progress if work remains.\n"
-        "- Call complete_goal only if ALL acceptance criteria pass with concrete evidence.\n"
-        "- Call block_goal only for a real external blocker requiring user intervention.\n\n"
-        f"## OUTPUT LOCATION\n{state.config.artifact_dir or '.'}\n"
-    )
-
-
-def continuation_prompt(state: GoalState) -> str:
-    """A continuation turn's steering (reference §3.5, abridged)."""
-    return (
-        f"This is continuation run {state.run_count} for the goal below.\n\n"
-        f"## GOAL (user-provided data)\n{state.objective}\n"
-    )
 
 
 class Goals:
@@ -105,12 +85,23 @@ class Goals:
         except HostError as e:
             await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
             return await self.service.load(goal_id)
-        assigned = await self.service.append_goal(
-            goal_id, [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)], ctx,
-            expected=state.version,
-        )
-        await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
+        assigned = await self._assign_worker(goal_id, worker.session_id, ctx)
+        if assigned:
+            await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
         return await self.service.load(goal_id)
+
+    async def _assign_worker(self, goal_id: str, session_id: str, ctx: Ctx) -> list[Envelope]:
+        """Record the new worker on the goal's current version; nothing when the goal went away meanwhile."""
+        for _ in range(MAX_ATTEMPTS):
+            state = await self.service.load(goal_id)
+            if not state.exists:
+                return []
+            event = g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=session_id)
+            try:
+                return await self.service.append_goal(goal_id, [event], ctx, expected=state.version)
+            except WrongExpectedVersionError:
+                self.service.forget(goal_id)
+        raise ConflictError(f"goal {goal_id} kept changing while its worker was being recorded; retry")
 
     async def pause(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
         """Pause an active goal and abort its worker's run (best effort); the session is kept."""
@@ -136,14 +127,27 @@ class Goals:
         recorded = await self.service.execute(c.ResumeGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
-        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+        return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
 
     async def retry(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
         """Retry a blocked goal: counters reset, then a turn (which applies a prepared fallback first)."""
         recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
-        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+        return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
+
+    async def _owner_turn(self, goal_id: str, ctx: Ctx) -> TurnReport:
+        """The turn an owner action starts; a refused pending switch is its outcome, not an exception.
+
+        The owner's own event is already recorded (and the refusal with its blocker), so the caller gets both
+        back: raising here would lose what ``resume``/``retry`` recorded.
+        """
+        try:
+            return await self.continue_turn(goal_id, ctx, explicit=True)
+        except SwitchFailedError as e:
+            return TurnReport(
+                goal_id=goal_id, result="switch-failed", switches=[e.report], detail=e.report.message()
+            )
 
     async def clear(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
         """Abort the worker (best effort), then remove the goal; irreversible."""
@@ -230,6 +234,8 @@ class Goals:
             return TurnReport(goal_id=goal_id, result="interactive")
         if state.phase == "running" and lease_valid(state, self.service.clock()):
             return TurnReport(goal_id=goal_id, result="running")
+        if state.switch_in_flight is not None:
+            return TurnReport(goal_id=goal_id, result="switching", detail=state.switch_in_flight.switch_id)
         worker = state.worker_session_id
         if worker is None:
             return TurnReport(goal_id=goal_id, result="no-worker")
@@ -240,10 +246,14 @@ class Goals:
         switches = await self.apply_pending(goal_id, ctx) if has_pending else []
         run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
         started = await self.service.execute(c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id), ctx)
-        if not started:
+        if not started:  # decided on the goal's current version: another process may have moved it meanwhile
+            now = await self.service.load(goal_id)
+            if now.switch_in_flight is not None:
+                return TurnReport(goal_id=goal_id, result="switching", switches=switches,
+                                  detail=now.switch_in_flight.switch_id)
             return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
         state = await self.service.load(goal_id)
-        text = first_prompt(state) if state.run_count <= 1 else continuation_prompt(state)
+        text = turn_prompt(state)
         ctx = ctx.caused_by(started[-1].event_id)
         try:
             await self.host.prompt(
@@ -252,7 +262,7 @@ class Goals:
         except ProviderError as e:
             await self.service.execute(
                 c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(e.info.as_reported()),
-                                   source="prompt-delivery"), ctx,
+                                   source="prompt-delivery", run_id=run_id, generation=state.run_generation), ctx,
             )
             await observe_provider_error(
                 self.service, goal_id, e.info.as_reported(), ctx, source="prompt-delivery", record_failure=False
@@ -260,7 +270,8 @@ class Goals:
             return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
         except HostError as e:
             await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery"), ctx
+                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery", run_id=run_id,
+                                   generation=state.run_generation), ctx
             )
             return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
         return TurnReport(goal_id=goal_id, result="started", switches=switches)
@@ -303,9 +314,13 @@ class Goals:
 
     async def observe_error(
         self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-        expected_model: str | None = None,
+        expected_model: str | None = None, run_id: str | None = None, generation: int | None = None,
     ) -> list[Envelope]:
-        """A provider error as the host reported it: run failure, classification, fallback preparation."""
+        """A provider error as the host reported it: run failure, classification, fallback preparation.
+
+        ``run_id``/``generation``: the run the error was seen on; an error of an earlier run fails nothing.
+        """
         return await observe_provider_error(
-            self.service, goal_id, error, ctx, source=source, expected_model=expected_model
+            self.service, goal_id, error, ctx, source=source, expected_model=expected_model, run_id=run_id,
+            generation=generation,
         )
