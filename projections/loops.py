@@ -1,7 +1,7 @@
 """``loops``: every ``/loop`` task with its next due time, last fire, missed slots and owner; ``loop_fires``: every slot
 attempt with the next due time it chose (and why: jitter offset, random fallback draw).
 
-Rows are folded with the scheduler's own fold (:func:`loopd_es.sched.model.evolve`), so the read model never
+Rows are folded with the scheduler's own fold (:func:`loopd_es.domain.loop.model.evolve`), so the read model never
 disagrees with what a scheduler decides on: the task's whole folded state is kept (msgpack) next to the
 columns queries filter on, loaded and saved once per session stream per batch.
 """
@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from loopd_es.domain.loop.model import SessionLoops, Task, evolve
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
-from loopd_es.sched.model import SessionLoops, Task, evolve
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope

@@ -6,7 +6,7 @@ Usage: ``python tools/bench_sched.py [--sizes 10,1000,100000] [--ticks 200] [--l
 
 Detection: tasks of random intervals (1 min .. 1 h) in sessions of 10, folded from ``loop.task_created``
 events by the scheduler's own fold; each tick advances a second, takes what is due from the index
-(:class:`~loopd_es.sched.due.DueIndex`) and re-arms it, exactly as a fire would. The peer is the reference's
+(:class:`~loopd_es.domain.loop.due.DueIndex`) and re-arms it, exactly as a fire would. The peer is the reference's
 way: look at every task's due time on every tick.
 
 Latency: a real SQLite log, the in-memory simulated host, ``--latency-tasks`` 1-second tasks (no jitter),
@@ -32,14 +32,15 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loopd_es.domain.loop import decide
+from loopd_es.domain.loop.due import DueIndex
+from loopd_es.domain.loop.model import SessionLoops, evolve
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import new_event
 from loopd_es.host.sim_script import HostScript, ScriptSession
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
-from loopd_es.sched import decide, service
-from loopd_es.sched.due import DueIndex
-from loopd_es.sched.model import SessionLoops, evolve
+from loopd_es.sched import service
 from loopd_es.sched.runner import Scheduler, SystemClock
 
 

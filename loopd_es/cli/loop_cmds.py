@@ -15,19 +15,20 @@ import signal
 import sqlite3
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import anyio
+import anyio.to_thread
 
+from ..domain.loop import decide
 from ..errors import UsageError
 from ..host import host_url, open_host
 from ..log import open_store
-from ..sched import decide, service, tools
+from ..sched import service, tools
 from ..sched.runner import Clock, FakeClock, FireReport, Scheduler, SystemClock
-from .host_cmds import add_host_option
-from .main import store_url
-from .query_cmds import read_models
+from .options import add_host_option, store_url
 
 SESSION_ENV = "LOOPD_SESSION"
 _LOOP_WORDS = {"list", "status", "cancel", "stop", "pause", "resume", "stop-all", "help", "--help", "-h"}
@@ -236,6 +237,46 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
             )  # fmt: skip
     print(json.dumps(result, indent=2, ensure_ascii=False))
     return 0 if result.get("ok") else 3
+
+
+T = TypeVar("T")
+
+
+async def read_models(args: argparse.Namespace, query: Callable[[sqlite3.Connection], T]) -> T:
+    """Catch the ``loops`` read model up (unless ``--no-catch-up``), then run ``query`` on the read database.
+
+    Only ``loops`` is opened (found with the registry's ``projection_named``), so the other read models are
+    neither imported nor caught up here.
+    """
+    import importlib
+
+    from ..projector import Projection, Projector, default_read_db
+
+    url = store_url(args)
+    named = getattr(importlib.import_module("projections"), "projection_named", None)
+    loops = named("loops") if callable(named) else None
+    if not isinstance(loops, Projection):
+        raise UsageError(
+            "the loops read model is not in the projections registry; is loopd-es installed whole?"
+        )
+    read_db: Path = args.read_db or default_read_db(url)
+    store = await open_store(url, create=False)
+    try:
+        async with await Projector.open(store, [loops], read_db) as projector:
+            if not args.no_catch_up:
+                await projector.run_once()
+    finally:
+        await store.aclose()
+
+    def run() -> T:
+        conn = sqlite3.connect(f"{read_db.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            conn.execute("BEGIN")  # one snapshot for every table the query reads
+            return query(conn)
+        finally:
+            conn.close()
+
+    return await anyio.to_thread.run_sync(run)
 
 
 def _loop_rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:

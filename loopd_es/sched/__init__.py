@@ -1,7 +1,7 @@
-"""Scheduled loops: ``/loop`` tasks and goal schedules that fire exactly once per slot.
+"""Scheduled loops against the log and the host: ``/loop`` tasks and goal schedules, fired exactly once per slot.
 
-Pure parts (no I/O; deciders get outside facts as arguments): :mod:`.jitter`, :mod:`.grammar`,
-:mod:`.texts`, :mod:`.model` (state folded from events), :mod:`.decide`, :mod:`.due` (the due-time index).
-I/O parts: :mod:`.service` (commands: read a session stream, decide, append with its version),
-:mod:`.runner` (``fire_due(now)``: claim, inject, close) and :mod:`.goals` (goal-schedule slots).
+The pure part (state, deciders, jitter, grammar, texts, the due-time index) is :mod:`loopd_es.domain.loop`.
+Here: :mod:`.service` (commands: read a session stream, decide, append at the version read), :mod:`.runner`
+(``Scheduler.fire_due(now)``: claim, inject, close), :mod:`.goals` (goal-schedule slots) and :mod:`.tools` (the
+reference's ``loop_schedule`` / ``loop_status`` tools).
 """

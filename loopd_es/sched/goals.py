@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
+from ..domain.loop import texts
+from ..domain.loop.due import DueIndex
 from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import WrongExpectedVersionError
 from ..events import goal as g
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
-from . import texts
-from .due import DueIndex
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Final, Protocol
 import anyio
 import msgspec
 
+from ..domain.loop import decide
+from ..domain.loop.due import DueIndex
+from ..domain.loop.model import SessionLoops, evolve
 from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..host.errors import HostError
-from . import decide
-from .due import DueIndex
 from .goals import GoalSlots
-from .model import SessionLoops, evolve
 from .service import read_loop_file
 
 if TYPE_CHECKING:

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from ..domain.loop import decide, texts
+from ..domain.loop.grammar import Fail, Sub, parse
+from ..domain.loop.model import SessionLoops, evolve
 from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
-from . import decide, texts
-from .grammar import Fail, Sub, parse
-from .model import SessionLoops, evolve
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -11,16 +11,16 @@ import random
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from ..domain.loop import decide
+from ..domain.loop.grammar import Adaptive, Fixed, Maintenance
+from ..domain.loop.jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, normalise_bounds
 from ..errors import DomainError, UsageError
 from ..events import loop as ev
-from . import decide
-from .grammar import Adaptive, Fixed, Maintenance
-from .jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, normalise_bounds
 from .service import append_decided, read_all_sessions, read_session
 
 if TYPE_CHECKING:
+    from ..domain.loop.model import SessionLoops, Task
     from ..log.base import LogStore
-    from .model import SessionLoops, Task
 
 
 def _iso(ms: float | None) -> str | None:

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
+from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.log import open_store
 from loopd_es.sched import service
-from loopd_es.sched.decide import task_id_for
 
 if TYPE_CHECKING:
-    from loopd_es.sched.model import Task
+    from loopd_es.domain.loop.model import Task
 
 ROOT = Path(__file__).resolve().parents[2]
 

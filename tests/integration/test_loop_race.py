@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
+from loopd_es.domain.loop import decide
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.log import open_store
-from loopd_es.sched import decide, service
+from loopd_es.sched import service
 
 if TYPE_CHECKING:
     from loopd_es.events.base import Event

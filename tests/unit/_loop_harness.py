@@ -7,17 +7,18 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loopd_es.domain.loop import decide
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.host.sim_script import HostScript, ScriptSession
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
-from loopd_es.sched import decide, service
+from loopd_es.sched import service
 from loopd_es.sched.runner import FakeClock, FireReport, Scheduler
 
 if TYPE_CHECKING:
+    from loopd_es.domain.loop.model import SessionLoops, Task
     from loopd_es.log.base import LogStore
-    from loopd_es.sched.model import SessionLoops, Task
 
 T0 = 1_800_000_000_000
 
@@ -58,7 +59,9 @@ class World:
         return [p.text for p in snap.prompts if sid is None or p.session_id == sid]
 
     async def events(self, sid: str = "s1") -> list[Any]:
-        return [decode_payload(env) async for env in self.store.read_all() if env.stream == ev.session_stream(sid)]
+        return [
+            decode_payload(env) async for env in self.store.read_all() if env.stream == ev.session_stream(sid)
+        ]
 
     async def activate(self, sid: str) -> None:
         await service.activate(self.store, sid, self.clock.now_ms())

@@ -1,4 +1,4 @@
-"""The pure half of ``loopd_es.sched`` does no I/O: deciders get the clock, the random draw and loop.md as facts."""
+"""The pure core of loops (``loopd_es.domain.loop``) does no I/O: the clock, the random draw and loop.md are facts."""
 
 from __future__ import annotations
 
@@ -7,26 +7,24 @@ from pathlib import Path
 
 import loopd_es
 
-SCHED = Path(loopd_es.__file__).parent / "sched"
-PURE = ("jitter", "grammar", "texts", "model", "decide", "due")
+PURE = Path(loopd_es.__file__).parent / "domain" / "loop"
 FORBIDDEN = {"anyio", "aiosqlite", "sqlite3", "subprocess", "socket", "os", "pathlib", "random", "time"}
-FORBIDDEN_LOCAL = {"service", "runner", "goals", "tools"}
+FORBIDDEN_UP = {"log", "host", "projector", "procs", "cli", "app", "sagas", "sched", "replay"}
 
 
-def test_pure_sched_modules_import_no_io() -> None:
-    for name in PURE:
-        tree = ast.parse((SCHED / f"{name}.py").read_text())
-        for node in ast.walk(tree):
+def test_pure_loop_modules_import_no_io() -> None:
+    modules = sorted(PURE.glob("*.py"))
+    assert {p.stem for p in modules} >= {"model", "decide", "jitter", "grammar", "texts", "due"}
+    for path in modules:
+        for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 bad = {a.name for a in node.names if a.name.split(".")[0] in FORBIDDEN}
             elif isinstance(node, ast.ImportFrom):
                 mod = node.module or ""
                 top = mod.split(".")[0]
-                bad = {mod} if (node.level == 0 and top in FORBIDDEN) else set()
-                if node.level == 1 and top in FORBIDDEN_LOCAL:
-                    bad.add(mod)
-                if node.level == 2 and top in ("log", "host", "projector", "procs", "cli", "app", "sagas"):
+                bad = {mod} if node.level == 0 and (top in FORBIDDEN or mod.startswith("loopd_es")) else set()
+                if node.level == 3 and top in FORBIDDEN_UP:
                     bad.add(mod)
             else:
                 continue
-            assert not bad, f"sched/{name}.py imports {sorted(bad)}"
+            assert not bad, f"domain/loop/{path.name} imports {sorted(bad)}"

@@ -10,9 +10,9 @@ import anyio
 import pytest
 
 from loopd_es.cli.main import main
+from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.log import open_store
 from loopd_es.projector import Projector
-from loopd_es.sched.decide import task_id_for
 from projections.loops import Loops
 
 T0 = 1_800_000_000_000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loopd_es.sched import texts
-from loopd_es.sched.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
+from loopd_es.domain.loop import texts
+from loopd_es.domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 
 
 def fixed(args: str) -> Fixed:
@@ -136,7 +136,7 @@ def test_display_interval() -> None:
 
 
 def test_scenario_11_run_mode_interception() -> None:
-    from loopd_es.sched.grammar import intercept
+    from loopd_es.domain.loop.grammar import intercept
 
     assert intercept([("/loop 5m", False)]) == "5m"
     assert intercept([('"/loop 5m"', False)]) == "5m"

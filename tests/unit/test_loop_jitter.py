@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from loopd_es.sched.jitter import clamp_due, fallback_due, fnv1a, jitter_offset, js_round, normalise_bounds
+from loopd_es.domain.loop.jitter import (
+    clamp_due,
+    fallback_due,
+    fnv1a,
+    jitter_offset,
+    js_round,
+    normalise_bounds,
+)
 
 T = 1_800_000_000_000
 

@@ -12,12 +12,13 @@ from typing import Any
 import anyio
 import pytest
 
+from loopd_es.domain.loop import decide
+from loopd_es.domain.loop.decide import task_id_for
+from loopd_es.domain.loop.model import TTL_MS
 from loopd_es.errors import WrongExpectedVersionError
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import new_event
-from loopd_es.sched import decide, service
-from loopd_es.sched.decide import task_id_for
-from loopd_es.sched.model import TTL_MS
+from loopd_es.sched import service
 
 from ._loop_harness import world
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from loopd_es.domain.loop import decide
+from loopd_es.domain.loop.jitter import jitter_offset
+from loopd_es.domain.loop.model import SessionLoops, evolve
 from loopd_es.events import loop as ev
-from loopd_es.sched import decide
-from loopd_es.sched.jitter import jitter_offset
-from loopd_es.sched.model import SessionLoops, evolve
 
 T0 = 1_800_000_000_000
 CFG = decide.Config()
@@ -68,7 +68,7 @@ def test_every_slot_is_claimed_or_missed_once_on_the_grid(
 )  # fmt: skip
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_due_index_agrees_with_the_plain_definition(ops: list[tuple[str, int, int]]) -> None:
-    from loopd_es.sched.due import DueIndex
+    from loopd_es.domain.loop.due import DueIndex
 
     sessions = {f"s{i % 3}": SessionLoops(session_id=f"s{i % 3}") for i in range(3)}
     index = DueIndex()

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.domain.loop import texts
+from loopd_es.domain.loop.decide import task_id_for
+from loopd_es.domain.loop.jitter import jitter_offset
 from loopd_es.events import loop as ev
-from loopd_es.sched import texts
-from loopd_es.sched.decide import task_id_for
-from loopd_es.sched.jitter import jitter_offset
 
 from ._loop_harness import T0, world
 
@@ -446,8 +446,13 @@ async def test_the_model_gets_a_presentation_or_failure_prompt(tmp_path: Path) -
     async with world(tmp_path) as w:
         out = await w.loop("5m")
         assert out.model_prompt is not None
-        assert out.model_prompt.startswith('The user\'s /loop command failed: Missing prompt after interval "5m".')
+        assert out.model_prompt.startswith(
+            'The user\'s /loop command failed: Missing prompt after interval "5m".'
+        )
         assert "Do not call tools" in out.model_prompt
         out = await w.loop("list")
         assert out.model_prompt is not None and out.model_prompt.startswith("No loop tasks.")
-        assert "Do not call tools in this reply, and do not execute any task prompt in this reply." in out.model_prompt
+        assert (
+            "Do not call tools in this reply, and do not execute any task prompt in this reply."
+            in out.model_prompt
+        )

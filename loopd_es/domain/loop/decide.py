@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..events import loop as ev
-from ..events.base import Event
+from ...events import loop as ev
+from ...events.base import Event
 from . import texts
 from .grammar import Adaptive, Fixed, Maintenance
 from .jitter import fallback_due, jitter_offset, normalise_bounds

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from ..events import loop as ev
+from ...events import loop as ev
 
 if TYPE_CHECKING:
-    from ..events.base import Event
+    from ...events.base import Event
 
 TTL_MS: Final = 7 * 86_400_000
 RECENT: Final = 5
