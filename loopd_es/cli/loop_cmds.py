@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -23,14 +24,16 @@ import anyio
 import anyio.to_thread
 
 from ..domain.loop import decide
-from ..errors import UsageError
+from ..errors import StorageError, UsageError
 from ..host import host_url, open_host
+from ..host.errors import HostError
 from ..log import open_store
 from ..sched import service, tools
 from ..sched.runner import Clock, FakeClock, FireReport, Scheduler, SystemClock
 from .options import add_host_option, store_url
 
 SESSION_ENV = "LOOPD_SESSION"
+log = logging.getLogger(__name__)
 _LOOP_WORDS = {"list", "status", "cancel", "stop", "pause", "resume", "stop-all", "help", "--help", "-h"}
 
 
@@ -206,7 +209,10 @@ async def _forever(sched: Scheduler, clock: Clock, args: argparse.Namespace, tot
         async with anyio.create_task_group() as tg:
             tg.start_soon(on_signal)
             while not stop.is_set() and (deadline is None or anyio.current_time() < deadline):
-                _add(totals, await sched.fire_due())
+                try:
+                    _add(totals, await sched.fire_due())
+                except (StorageError, HostError) as e:  # transient: the next tick re-reads and decides again
+                    log.warning("tick failed, retrying: %s", e)
                 wake = sched.next_wake()
                 pause = args.period_ms / 1000
                 if wake is not None:
