@@ -18,7 +18,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -189,13 +189,21 @@ async def _run(args: argparse.Namespace, *, forever: bool) -> int:
     return 0
 
 
+class _Ticker(Protocol):
+    """What ``loop run`` drives: a :class:`~loopd_es.sched.runner.Scheduler`."""
+
+    async def fire_due(self) -> FireReport: ...
+
+    def next_wake(self) -> int | None: ...
+
+
 def _add(totals: dict[str, int], r: FireReport) -> None:
     for k in totals:
         v = getattr(r, k)
         totals[k] += len(v) if isinstance(v, list) else v
 
 
-async def _forever(sched: Scheduler, clock: Clock, args: argparse.Namespace, totals: dict[str, int]) -> None:
+async def _forever(sched: _Ticker, clock: Clock, args: argparse.Namespace, totals: dict[str, int]) -> None:
     """Fire, then sleep until the next due time (at most ``--period-ms``), until SIGTERM/SIGINT or ``--duration``."""
     deadline = None if args.duration is None else anyio.current_time() + args.duration
     stop = anyio.Event()

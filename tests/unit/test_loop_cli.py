@@ -181,3 +181,29 @@ def test_scenario_39_history_is_the_log(env: Path, capsys: pytest.CaptureFixture
     code, out, _ = run(capsys, "loop", "tool", '{"tool": "loop_status"}')
     recent = json.loads(out)["tasks"][0]["recentFires"]
     assert [(r["slot"], r["outcome"][:6]) for r in recent] == [(1, "succee"), (2, "failed")]
+
+
+def test_run_keeps_ticking_after_a_transient_storage_failure() -> None:
+    import argparse
+
+    from loopd_es.cli import loop_cmds
+    from loopd_es.errors import StorageError
+    from loopd_es.sched.runner import FakeClock, FireReport
+
+    class Flaky:
+        calls = 0
+
+        async def fire_due(self) -> FireReport:
+            self.calls += 1
+            if self.calls == 1:
+                raise StorageError("database is busy")
+            return FireReport(fired=[("t", self.calls)])
+
+        def next_wake(self) -> int | None:
+            return None
+
+    sched = Flaky()
+    totals = {"fired": 0, "failed": 0, "missed": 0, "swept": 0, "goal_ticks": 0}
+    args = argparse.Namespace(duration=0.3, period_ms=50)
+    anyio.run(loop_cmds._forever, sched, FakeClock(T0), args, totals)
+    assert sched.calls >= 3 and totals["fired"] == sched.calls - 1
