@@ -9,6 +9,8 @@ Streams (one aggregate each, so every check that must be atomic is one version-c
 - ``loop-active``: which session the user is in (``loop.session_activated``) and child→parent links.
 - ``loop-lease-<owner>``: an owner's lease; an ephemeral task dies when its owner's lease expires.
 - ``loop-goal-<goal id>``: the slots of a goal schedule (reference loopd §3.15), claimed the same way.
+- ``loop-cap``: one ``loop.task_counted`` per creation, appended together with it at the version read when the
+  live tasks were counted, so concurrent creations in different sessions cannot pass the 50-task cap.
 
 Times are epoch milliseconds (the reference's unit). Every decision a replay would otherwise recompute - the
 chosen next due time, the jitter offset, the random fallback draw, the clamp inputs - is in the event.
@@ -29,6 +31,7 @@ SESSION_PREFIX: Final = "loop-session-"
 ACTIVE_STREAM: Final = "loop-active"
 LEASE_PREFIX: Final = "loop-lease-"
 GOAL_PREFIX: Final = "loop-goal-"
+CAP_STREAM: Final = "loop-cap"
 
 
 def session_stream(session_id: str) -> str:
@@ -72,6 +75,14 @@ class TaskCreated(Event, frozen=True, kw_only=True):
     next_due_at: int
     jitter_offset_ms: int = 0
     fallback_u: float | None = None
+
+
+@event("loop.task_counted")
+class TaskCounted(Event, frozen=True, kw_only=True):
+    """A creation passed the task cap; written atomically with its ``loop.task_created`` (the cap's fence)."""
+
+    task_id: str
+    session_id: str
 
 
 @event("loop.task_paused")

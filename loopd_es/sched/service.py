@@ -15,16 +15,16 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from ..domain.loop import decide, texts
-from ..domain.loop.grammar import Fail, Sub, parse
+from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 from ..domain.loop.model import SessionLoops, evolve
 from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
+from ..log.base import StreamWrite
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..events.base import Event
     from ..log.base import LogStore
 
 _RETRIES: Final = 20
@@ -108,17 +108,21 @@ async def activate(store: LogStore, session_id: str, now: int, *, if_changed: bo
 
 
 async def delete_session(store: LogStore, session_id: str, now: int) -> int:
-    """Cancel every task of a deleted session (``session-deleted``), then record the deletion."""
-
-    def cancel_all(s: SessionLoops) -> decide.Outcome:
-        events: list[Event] = [
-            ev.TaskCancelled(task_id=t.task_id, reason="session-deleted", at=now, by="host") for t in s.live()
+    """Cancel every task of a deleted session (``session-deleted``) and record the deletion, in one append."""
+    deleted = new_event(ev.SessionDeleted(session_id=session_id, at=now))
+    for _ in range(_RETRIES):
+        s = await read_session(store, session_id)
+        cancels = [
+            new_event(ev.TaskCancelled(task_id=t.task_id, reason="session-deleted", at=now, by="host"))
+            for t in s.live()
         ]
-        return decide.Outcome(events=events)
-
-    out = await append_decided(store, session_id, cancel_all)
-    await store.append(ev.ACTIVE_STREAM, [new_event(ev.SessionDeleted(session_id=session_id, at=now))])
-    return len(out.events)
+        writes = [StreamWrite(ev.session_stream(session_id), cancels, s.version)] if cancels else []
+        try:
+            await store.append_many([*writes, StreamWrite(ev.ACTIVE_STREAM, [deleted])])
+        except WrongExpectedVersionError:
+            continue
+        return len(cancels)
+    raise WrongExpectedVersionError(ev.session_stream(session_id), "the version read", -1)
 
 
 async def renew_lease(store: LogStore, owner: str, now: int, ttl_ms: int) -> None:
@@ -187,29 +191,57 @@ async def _handle(
             lambda s: decide.manage(s, _action(sub), sub.task_id, now=now, u=draw, cfg=cfg),
         )
     where = directory or Path.cwd()
-    loop_file = find_loop_file(where, home or Path.home())
-    origin = origin_id or str(uuid.uuid4())
-    total = sum(len(s.live()) for s in await read_all_sessions(store))
-    other = total - len((await read_session(store, session_id)).live())
-    spec = parsed
-    return await append_decided(
-        store,
-        session_id,
-        lambda s: decide.create(
-            s,
-            spec,
-            origin_id=origin,
-            now=now,
-            u=draw,
-            total_live=other + len(s.live()),
-            cfg=cfg,
-            owner=owner,
-            durable=durable,
-            directory=str(where),
-            loop_file=loop_file,
-        ),  # fmt: skip
-        correlation_id=str(uuid.uuid5(_NS, origin)),
-    )
+    return await create_task(
+        store, session_id, parsed, origin_id=origin_id or str(uuid.uuid4()), now=now, u=draw, cfg=cfg, owner=owner,
+        durable=durable, directory=str(where), loop_file=find_loop_file(where, home or Path.home()),
+    )  # fmt: skip
+
+
+async def create_task(
+    store: LogStore,
+    session_id: str,
+    spec: Fixed | Adaptive | Maintenance,
+    *,
+    origin_id: str,
+    now: int,
+    u: float,
+    cfg: decide.Config,
+    owner: str | None = None,
+    durable: bool = True,
+    directory: str = "",
+    via: ev.Via = "slash",
+    loop_file: decide.LoopFile | None = None,
+) -> decide.Outcome:
+    """Create a task unless the project already has ``cfg.max_tasks`` live ones, exactly, even under races.
+
+    The live tasks are counted after reading the ``loop-cap`` fence's version; the creation and a
+    ``loop.task_counted`` on the fence land together (one atomic multi-stream append), so a creation that
+    raced another one re-counts. Cancellations only lower the count, so they need not touch the fence.
+    """
+    corr = str(uuid.uuid5(_NS, origin_id))
+    for _ in range(_RETRIES):
+        fence = await store.stream_version(ev.CAP_STREAM)
+        sessions = await read_all_sessions(store)
+        s = next((x for x in sessions if x.session_id == session_id), SessionLoops(session_id=session_id))
+        out = decide.create(
+            s, spec, origin_id=origin_id, now=now, u=u, total_live=sum(len(x.live()) for x in sessions), cfg=cfg,
+            owner=owner, durable=durable, directory=directory, via=via, loop_file=loop_file,
+        )  # fmt: skip
+        if not out.events or out.task_id is None:
+            return out
+        counted = ev.TaskCounted(task_id=out.task_id, session_id=session_id)
+        try:
+            await store.append_many(
+                [
+                    StreamWrite(ev.session_stream(session_id), [new_event(e, correlation_id=corr) for e in out.events],
+                                s.version),
+                    StreamWrite(ev.CAP_STREAM, [new_event(counted, correlation_id=corr)], fence),
+                ]
+            )  # fmt: skip
+        except WrongExpectedVersionError:
+            continue
+        return out
+    raise WrongExpectedVersionError(ev.CAP_STREAM, "the version read", -1)
 
 
 def _action(sub: Sub) -> str:

@@ -16,7 +16,7 @@ from ..domain.loop.grammar import Adaptive, Fixed, Maintenance
 from ..domain.loop.jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, normalise_bounds
 from ..errors import DomainError, UsageError
 from ..events import loop as ev
-from .service import append_decided, read_all_sessions, read_session
+from .service import append_decided, create_task, read_session
 
 if TYPE_CHECKING:
     from ..domain.loop.model import SessionLoops, Task
@@ -210,13 +210,10 @@ async def _create(
         spec = Adaptive(prompt=str(prompt).strip())
     else:
         spec = Maintenance()
-    total = sum(len(s.live()) for s in await read_all_sessions(store))
-    here = len((await read_session(store, sid)).live())
-    out = await append_decided(
-        store, sid,
-        lambda s: decide.create(s, spec, origin_id=origin_id, now=now, u=u, total_live=total - here + len(s.live()),
-                                cfg=cfg, via="tool", loop_file=decide.LoopFile(path=None, content=str(prompt)) if mode == "maintenance" else None),
-    )  # fmt: skip
+    loop_file = decide.LoopFile(path=None, content=str(prompt)) if mode == "maintenance" else None
+    out = await create_task(
+        store, sid, spec, origin_id=origin_id, now=now, u=u, cfg=cfg, via="tool", loop_file=loop_file
+    )
     if out.error:
         raise DomainError(out.message.removeprefix("❌ /loop failed: "))
     t = (await read_session(store, sid)).tasks[str(out.task_id)]

@@ -20,7 +20,7 @@ from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import new_event
 from loopd_es.sched import service
 
-from ._loop_harness import world
+from ._loop_harness import T0, world
 
 pytestmark = pytest.mark.anyio
 
@@ -177,3 +177,29 @@ async def test_scenario_38_two_schedulers_one_fire_per_slot(tmp_path: Path) -> N
         assert len(await w.prompts()) == len(done)
         missed = sum(e.n for e in events if isinstance(e, ev.SlotsMissed))
         assert len(done) + missed == 50
+
+
+async def test_the_task_cap_holds_under_concurrent_creations_in_different_sessions(tmp_path: Path) -> None:
+    from loopd_es.sched.tools import loop_schedule
+
+    async with world(tmp_path, max_tasks=3, sessions=tuple(f"s{i}" for i in range(8))) as w:
+        await w.loop("5m a", session="s0", origin_id="a")
+        await w.loop("5m b", session="s1", origin_id="b")
+        results: list[str | None] = []
+
+        async def slash(i: int) -> None:
+            results.append((await w.loop(f"5m t{i}", session=f"s{i}", origin_id=f"c{i}")).error)
+
+        async def tool(i: int) -> None:
+            try:
+                await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 60_000},
+                                    session_id=f"s{i}", now=T0, cfg=w.cfg, origin_id=f"d{i}")  # fmt: skip
+                results.append(None)
+            except Exception:  # the reference's tool throws "Max tasks"
+                results.append("conflict")
+
+        async with anyio.create_task_group() as tg:
+            for i in range(2, 8):
+                tg.start_soon(slash if i % 2 else tool, i)
+        live = sum([len((await w.session(f"s{i}")).live()) for i in range(8)])
+        assert live == 3 and results.count(None) == 1
