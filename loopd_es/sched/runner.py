@@ -4,6 +4,14 @@ The engine calls :meth:`Scheduler.fire_due` from its tick (with its own clock); 
 ``loop run`` call it too. Any number of schedulers may run against one log: a slot is fired only by the
 one whose ``loop.slot_claimed`` append met the session stream's expected version, and the injection uses
 the slot key as the host's prompt id, so a retry of the same slot is recognisable to the host.
+
+For the engine::
+
+    sched = Scheduler(store, host, clock, claimer=engine_id, owner=engine_id, all_sessions=True)
+    report = await sched.fire_due(clock.now_ms())   # on every tick: sweeps, goal ticks, due slots
+    wake_at = sched.next_wake()                     # epoch ms worth waking for (None: nothing scheduled)
+
+``clock`` only needs ``now_ms()``; :func:`loopd_es.domain.loop.decide.due_now` is the pure "what is due at T".
 """
 
 from __future__ import annotations
