@@ -56,7 +56,7 @@ def stage_group(
 
     ``chain`` is the index chain value of record ``head``.
     """
-    if len(group) == 1 and len(group[0].events) == 1:
+    if len(group) == 1 and len(group[0].parts) == 1 and len(group[0].events) == 1:
         return _stage_one(group[0], head, end, chain, versions, names, find_retry)
     recorded_at = now_rfc3339()
     bodies: list[bytes] = []

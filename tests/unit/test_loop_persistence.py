@@ -203,3 +203,19 @@ async def test_the_task_cap_holds_under_concurrent_creations_in_different_sessio
                 tg.start_soon(slash if i % 2 else tool, i)
         live = sum([len((await w.session(f"s{i}")).live()) for i in range(8)])
         assert live == 3 and results.count(None) == 1
+
+
+async def test_multi_stream_appends_of_loops_land_whole_on_ndjson(tmp_path: Path) -> None:
+    # A creation (session stream + cap fence) and a session deletion (cancellations + the deletion fact) are
+    # each one append_many; on NDJSON a one-event first part once hid every later part.
+    from loopd_es.domain.loop import decide as d
+    from loopd_es.log import open_store
+
+    async with await open_store(f"ndjson:{tmp_path / 'ev.ndjson'}") as store:
+        out = await service.handle(store, "5m ping", session_id="s1", now=0, cfg=d.Config(), origin_id="m",
+                                   directory=tmp_path, home=tmp_path)  # fmt: skip
+        assert out.error is None
+        assert await store.stream_version(ev.CAP_STREAM) == 1
+        assert await service.delete_session(store, "s1", 1) == 1
+        types = [env.type async for env in store.read_stream(ev.ACTIVE_STREAM)]
+        assert types == ["loop.session_activated", "loop.session_deleted"]
