@@ -255,7 +255,7 @@ class Scheduler:
                 if not events:
                     break
                 try:
-                    envs = await self._append(sid, events, s.version)
+                    envs = await self._append(sid, events, s.version, corr=str(uuid.uuid4()))
                 except WrongExpectedVersionError:
                     await self.refresh()
                     continue

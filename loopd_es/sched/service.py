@@ -17,7 +17,7 @@ import msgspec
 from ..domain.loop import decide, texts
 from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 from ..domain.loop.model import SessionLoops, evolve
-from ..errors import WrongExpectedVersionError
+from ..errors import ConflictError, WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..log.base import StreamWrite
@@ -55,6 +55,7 @@ async def append_decided(
     correlation_id: str | None = None,
 ) -> decide.Outcome:
     """Decide on the freshest state and append at its version; on a lost race, re-read and decide again."""
+    correlation_id = correlation_id or str(uuid.uuid4())  # one id for the events of one command
     for _ in range(_RETRIES):
         s = await read_session(store, session_id)
         out = decide_fn(s)
@@ -69,7 +70,11 @@ async def append_decided(
         except WrongExpectedVersionError:
             continue
         return out
-    raise WrongExpectedVersionError(ev.session_stream(session_id), "the version read", -1)
+    raise _gave_up(ev.session_stream(session_id))
+
+
+def _gave_up(stream: str) -> ConflictError:
+    return ConflictError(f"stream {stream!r} kept changing during {_RETRIES} attempts; run the command again")
 
 
 def find_loop_file(directory: Path, home: Path) -> decide.LoopFile:
@@ -122,7 +127,7 @@ async def delete_session(store: LogStore, session_id: str, now: int) -> int:
         except WrongExpectedVersionError:
             continue
         return len(cancels)
-    raise WrongExpectedVersionError(ev.session_stream(session_id), "the version read", -1)
+    raise _gave_up(ev.session_stream(session_id))
 
 
 async def renew_lease(store: LogStore, owner: str, now: int, ttl_ms: int) -> None:
@@ -241,7 +246,7 @@ async def create_task(
         except WrongExpectedVersionError:
             continue
         return out
-    raise WrongExpectedVersionError(ev.CAP_STREAM, "the version read", -1)
+    raise _gave_up(ev.CAP_STREAM)
 
 
 def _action(sub: Sub) -> str:

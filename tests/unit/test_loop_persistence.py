@@ -219,3 +219,17 @@ async def test_multi_stream_appends_of_loops_land_whole_on_ndjson(tmp_path: Path
         assert await service.delete_session(store, "s1", 1) == 1
         types = [env.type async for env in store.read_stream(ev.ACTIVE_STREAM)]
         assert types == ["loop.session_activated", "loop.session_deleted"]
+
+
+async def test_a_command_that_keeps_losing_races_says_so(tmp_path: Path) -> None:
+    from loopd_es.errors import ConflictError
+
+    async with world(tmp_path) as w:
+        await w.loop("5m ping", origin_id="p")
+
+        async def always_moved(stream: str, events: object, expected_version: object = None) -> object:
+            raise WrongExpectedVersionError(stream, 1, 2)
+
+        w.store.append = always_moved  # type: ignore[method-assign,assignment]
+        with pytest.raises(ConflictError, match="kept changing during 20 attempts; run the command again"):
+            await w.loop(f"pause {task_id_for('p')}")
