@@ -237,8 +237,8 @@ class Scheduler:
                     self.due.push(due, sid, tid)
                 continue
             for i, (_, tid) in enumerate(sorted(items)):
-                status = await self.host.session_status(sid)
-                result = "waiting" if status != "idle" else await self._fire(sid, tid, now, report)
+                idle = await self.host.session_status(sid) == "idle"  # "unknown" counts as not idle
+                result = await self._fire(sid, tid, now, report, idle=idle)
                 if result == "waiting":  # one injection per session at a time: the rest wait for idle
                     report.waiting += len(items) - i
                     for d, t in sorted(items)[i:]:
@@ -278,7 +278,7 @@ class Scheduler:
             expected_version=version,
         )
 
-    async def _fire(self, sid: str, tid: str, now: int, report: FireReport) -> str:
+    async def _fire(self, sid: str, tid: str, now: int, report: FireReport, *, idle: bool) -> str:
         for _ in range(_RETRIES):
             s = self.sessions[sid]
             t = s.tasks[tid]
@@ -288,10 +288,12 @@ class Scheduler:
             if s.open_claim(now) is not None:
                 return "waiting"
             lf = None
-            if t.loop_file_path is not None:
+            if t.loop_file_path is not None and idle:  # read loop.md only for a fire that can happen
                 path = t.loop_file_path
                 lf = decide.LoopFile(path=path, content=await anyio.to_thread.run_sync(read_loop_file, path))
-            c = decide.claim(s, tid, now, claimer=self.claimer, cfg=self.cfg, u=self.rng(), loop_file=lf)
+            c = decide.claim(
+                s, tid, now, claimer=self.claimer, cfg=self.cfg, u=self.rng(), loop_file=lf, session_idle=idle
+            )
             if c is None:
                 return "waiting"
             corr = str(uuid.uuid5(_NS, slot_key(tid, c.slot)))
