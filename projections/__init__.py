@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .goals import Goals as Goals
     from .identities import Identities as Identities
     from .notifications import Notifications as Notifications
+    from .loops import Loops as Loops
     from .provider_limits import ProviderLimits as ProviderLimits
     from .runs import Runs as Runs
     from .stream_stats import StreamStats as StreamStats
@@ -43,6 +44,7 @@ _MODELS: Final[tuple[tuple[str, str, str], ...]] = (
     ("awaits", "awaits", "Awaits"),
     ("goal_links", "goal_links", "GoalLinks"),
     ("notifications", "notifications", "Notifications"),
+    ("loops", "loops", "Loops"),
 )
 _CLASSES: Final = {cls: module for _, module, cls in _MODELS}
 _INSTANCES: dict[str, Projection] = {}
@@ -55,6 +57,7 @@ __all__ = (
     "Goals",
     "Identities",
     "Notifications",
+    "Loops",
     "ProviderLimits",
     "Runs",
     "StreamStats",

@@ -1,6 +1,6 @@
 """The catalogue: every event type this version knows, how to validate it and how to read it back.
 
-Importing this module imports every payload module (goal, run, identity, command, saga, imported), so
+Importing this module imports every payload module (goal, run, identity, command, saga, imported, loop), so
 :data:`~loopd_es.events.base.CATALOGUE` is complete afterwards. ``loopd-es append`` calls :func:`validate`
 before anything is written; readers call :func:`decode_payload`, which upcasts old schema versions.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..errors import InvalidEventError
-from . import command, engine, goal, identity, imported, notification, run, saga
+from . import command, engine, goal, identity, imported, loop, notification, run, saga
 from .base import CATALOGUE, Event, payload_decoder
 from .envelope import NewEvent
 from .upcasting import upcast
@@ -22,7 +22,7 @@ from .upcasting import upcast
 if TYPE_CHECKING:
     from .envelope import Envelope
 
-PAYLOAD_MODULES: Final = (goal, run, identity, saga, command, imported, engine, notification)
+PAYLOAD_MODULES: Final = (goal, run, identity, saga, command, imported, engine, notification, loop)
 """Every payload module; importing this module registers all their event types."""
 
 _DICT: Final = msgspec.json.Decoder(dict[str, Any])

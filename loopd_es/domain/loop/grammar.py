@@ -1,0 +1,170 @@
+"""The ``/loop`` argument grammar of opencode-plugin-loop 0.8.1 (reference §2.2-§2.5), as a pure parser.
+
+:func:`parse` turns the argument string into one :data:`Parsed` value; it never touches state. The order of
+the checks is the reference's, because it decides which error a malformed command gets.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+import msgspec
+
+from . import texts
+
+Action = Literal["help", "list", "cancel", "stop", "pause", "resume", "stop-all"]
+
+
+class _P(msgspec.Struct, frozen=True, kw_only=True):
+    pass
+
+
+class Sub(_P, frozen=True, kw_only=True):
+    """A management subcommand; ``task_id`` is case-sensitive."""
+
+    action: Action
+    task_id: str | None = None
+
+
+class Fail(_P, frozen=True, kw_only=True):
+    """A parse error; ``message`` is the reference's ``❌`` text."""
+
+    message: str
+
+
+class Maintenance(_P, frozen=True, kw_only=True):
+    """Bare ``/loop``: a maintenance task whose prompt comes from ``loop.md``."""
+
+
+class Fixed(_P, frozen=True, kw_only=True):
+    interval_ms: int
+    prompt: str
+    once: bool
+    jitter: bool | None
+    token: str
+
+
+class Adaptive(_P, frozen=True, kw_only=True):
+    prompt: str
+
+
+Parsed = Sub | Fail | Maintenance | Fixed | Adaptive
+
+_CC_FLAGS: Final[dict[str, Action]] = {
+    "--cancel": "cancel", "--stop": "stop", "--list": "list", "--status": "list",
+    "--pause": "pause", "--resume": "resume", "--stop-all": "stop-all",
+}  # fmt: skip
+_ALLOWED_FLAGS: Final = ("--once", "--jitter=true", "--jitter=false", "--")
+_UNITS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_INTERVAL: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdSMHD])")
+_EVERY: Final = re.compile(
+    r"\bevery\s+(\d+(?:\.\d+)?)\s*(seconds?|minutes?|hours?|days?|s|m|h|d)\s*$", re.IGNORECASE
+)
+_CRON_FIELD: Final = re.compile(r"[\d*,/\-]+")
+_TOKEN: Final = re.compile(r"\S+")
+
+
+def interval_ms(token: str) -> int | None:
+    """The interval a token like ``5m`` or ``1.5h`` names, or ``None`` when invalid or below 1 s."""
+    m = _INTERVAL.fullmatch(token)
+    if m is None:
+        return None
+    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    return int(value) if value >= 1000 else None
+
+
+def _strip_quotes(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
+        text = text[1:-1].strip()
+    return text
+
+
+def _prefix(rest: str) -> tuple[bool, bool | None, str]:
+    """Flags recognised only before the prompt: ``(once, jitter, prompt)``; the prompt is kept verbatim."""
+    once, jitter = False, None
+    for m in _TOKEN.finditer(rest):
+        tok = m.group(0)
+        if tok == "--once":
+            once = True
+        elif tok in ("--jitter=true", "--jitter=false"):
+            jitter = tok == "--jitter=true"
+        elif tok == "--":
+            return once, jitter, rest[m.end() :].strip()
+        else:
+            return once, jitter, rest[m.start() :].strip()
+    return once, jitter, ""
+
+
+def parse(args: str, *, has_session: bool = True) -> Parsed:
+    """Parse a ``/loop`` argument string (reference §2.2, in its order)."""
+    text = _strip_quotes(args)
+    tokens = text.split()
+    head = tokens[0].lower() if tokens else ""
+    if head in _CC_FLAGS:
+        head = _CC_FLAGS[head]
+    elif head in ("help", "--help", "-h"):
+        return Sub(action="help")
+    elif head.startswith("--") and head not in _ALLOWED_FLAGS:
+        return Fail(message=texts.unknown_flag(tokens[0]))
+    arg = tokens[1] if len(tokens) > 1 else None
+    if head in ("cancel", "stop"):
+        if arg is None:
+            return Sub(action="stop-all") if head == "stop" else Fail(message=texts.usage("cancel"))
+        return Sub(action="cancel", task_id=arg)
+    if head in ("list", "status"):
+        return Sub(action="list")
+    if head in ("pause", "resume"):
+        action: Action = "pause" if head == "pause" else "resume"
+        return Sub(action=action, task_id=arg) if arg is not None else Fail(message=texts.usage(head))
+    if head == "stop-all":
+        return Sub(action="stop-all")
+    if not has_session:
+        return Fail(message=texts.NO_SESSION)
+    if not tokens:
+        return Maintenance()
+    found: tuple[int, str] | None = None
+    first = interval_ms(tokens[0])
+    if first is not None:
+        found = (first, text[text.index(tokens[0]) + len(tokens[0]) :].lstrip())
+    else:
+        m = _EVERY.search(text)
+        if m is not None:
+            unit = m.group(2).lower()[0]
+            value = float(m.group(1)) * _UNITS[unit]
+            if value >= 1000:
+                found = (int(value), text[: m.start()].strip())
+    if found is not None:
+        once, jitter, prompt = _prefix(found[1])
+        if not prompt:
+            return Fail(message=texts.missing_prompt(tokens[0]))
+        return Fixed(interval_ms=found[0], prompt=prompt, once=once, jitter=jitter, token=tokens[0])
+    if len(tokens) >= 5 and all(_CRON_FIELD.fullmatch(t) for t in tokens[:5]):
+        return Fail(message=texts.cron(" ".join(tokens[5:]) or "check the build"))
+    if tokens[0][0].isdigit():
+        return Fail(message=texts.invalid_interval(tokens[0]))
+    once, _, prompt = _prefix(text)
+    if not prompt:
+        return Fail(message=texts.EMPTY)
+    if once:
+        return Fail(message=texts.ONCE_FIXED_ONLY)
+    return Adaptive(prompt=prompt)
+
+
+_COMMAND: Final = re.compile(r"/(?:loop|proactive)(?:\s+(.*))?", re.DOTALL)
+
+
+def intercept(parts: list[tuple[str, bool]]) -> str | None:
+    """The ``/loop`` (or ``/proactive``) arguments in a chat message's text parts, ``None`` when it has none.
+
+    ``parts`` are ``(text, consumed)``; a part already marked synthetic or ignored (the command hook handled
+    it) is skipped, so one message never makes two tasks. Mentions inside a sentence are not commands.
+    """
+    for text, consumed in parts:
+        if consumed:
+            continue
+        m = _COMMAND.fullmatch(_strip_quotes(text))
+        if m is not None:
+            return (m.group(1) or "").strip()
+    return None

@@ -1,0 +1,252 @@
+"""User- and model-visible strings of opencode-plugin-loop 0.8.1, verbatim (reference §2.7, §2.8, §3.3, §3.6, §3.14)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Final
+
+from .jitter import js_round
+
+NO_SESSION: Final = "❌ /loop requires an active session context"
+EMPTY: Final = "❌ Empty loop command — see `/loop help`."
+ONCE_FIXED_ONLY: Final = (
+    "❌ --once is only supported for fixed-interval tasks, e.g. `/loop 30s --once <prompt>`."
+)
+NO_LIST: Final = "📭 No loop tasks. Use `/loop <prompt>` or `/loop 5m <prompt>` to create one."
+LIST_FOOTER: Final = "Manage: `/loop cancel|pause|resume <id>` or `/loop stop-all`"
+DEFAULT_MAINTENANCE: Final = (
+    "Continue any unfinished work in this session. Check for pending tasks, follow-ups, failing checks or open "
+    "review comments, and handle what is actionable now. If there is nothing pending, reply with one line saying "
+    'so. When the maintenance loop is no longer useful, call loop_schedule(action="cancel", taskId="<your id>").'
+)
+HELP: Final = """/loop — run prompts on a schedule
+
+Usage:
+  /loop <prompt>                  Adaptive: runs now; the model decides when to check again
+  /loop <interval> <prompt>       Fixed: runs immediately, then repeats every <interval> (s/m/h/d, min 1s)
+  /loop <prompt> every <interval> Fixed, with a trailing "every" clause (e.g. every 20m, every 5 minutes)
+  /loop                           Maintenance: loop.md is re-read on every run — edits apply next fire
+  /loop help                      This help (/proactive is an alias of /loop)
+
+Subcommands:
+  list | status                   Tasks of this session
+  cancel <id> | stop <id>         Cancel one task
+  pause <id> | resume <id>        Pause or resume a task (resume re-arms from now)
+  stop | stop-all                 Cancel every task of this session
+
+Flags:
+  --jitter=true|false             Spread fixed runs a little (default true)
+  --once                          Run once (fixed interval only)
+  Flags are recognised only before the prompt; `--` forces the rest to be prompt text.
+  --cancel, --list, --status, --pause, --resume, --stop, --stop-all map to the subcommands.
+
+Examples:
+  /loop check the deploy
+  /loop 5m check the deploy
+  /loop check CI every 10m
+  /loop 30s --once remind me to stretch
+  /loop cancel a1b2c3d4"""
+
+
+def display_interval(ms: float) -> str:
+    """Messages' interval display: ``90s`` -> ``2m``, ``1.5h`` -> ``2h``, ``36h`` -> ``2d`` (half up)."""
+    if ms < 60_000:
+        return f"{js_round(ms / 1000)}s"
+    if ms < 3_600_000:
+        return f"{js_round(ms / 60_000)}m"
+    if ms < 86_400_000:
+        return f"{js_round(ms / 3_600_000)}h"
+    return f"{js_round(ms / 86_400_000)}d"
+
+
+def cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def _secs(ms: float) -> str:
+    s = ms / 1000
+    return str(int(s)) if s == int(s) else str(s)
+
+
+def unknown_flag(token: str) -> str:
+    return f'❌ Unknown flag "{token}". Run `/loop help` to see usage.'
+
+
+def missing_prompt(token: str) -> str:
+    return f'❌ Missing prompt after interval "{token}". Usage: /loop <interval> <prompt> — see `/loop help`.'
+
+
+def cron(example: str) -> str:
+    return (
+        "❌ Cron expressions are not supported. Use an interval like `5m` instead, "
+        f"e.g. `/loop 5m {example}`."
+    )
+
+
+def invalid_interval(token: str) -> str:
+    return f'❌ Invalid interval "{token}". Use <number>s/m/h/d (min 1s), e.g. 30s, 5m, 2h, 1d — see `/loop help`.'
+
+
+def max_tasks(n: int) -> str:
+    return f"Max tasks ({n}) reached. Cancel some before adding more."
+
+
+def usage(action: str) -> str:
+    return f"❌ Usage: /loop {action} <taskId>"
+
+
+def no_task(task_id: str) -> str:
+    return f"❌ No task {task_id} in this session"
+
+
+def failed(error: str) -> str:
+    return f"❌ /loop failed: {error}"
+
+
+def cancelled(task_id: str) -> str:
+    return f"🛑 Cancelled {task_id}"
+
+
+def paused(task_id: str) -> str:
+    return f"⏸ Paused {task_id}"
+
+
+def resumed(task_id: str) -> str:
+    return f"▶ Resumed {task_id}"
+
+
+def cancelled_n(n: int) -> str:
+    return f"🛑 Cancelled {n} task(s) in current session"
+
+
+def started_fixed(interval_ms: int, prompt: str, task_id: str, session_id: str, once: bool) -> str:
+    disp, p50, sid8 = display_interval(interval_ms), cut(prompt, 50), session_id[:8]
+    if once:
+        return (
+            f'🔁 Loop started: every {disp}, prompt "{p50}" [id={task_id}] [s={sid8}] (runs once). '
+            f"Cancel: `/loop cancel {task_id}`"
+        )
+    return (
+        f'🔁 Loop started: every {disp} (running now), prompt "{p50}" [id={task_id}] [s={sid8}]. '
+        f"Cancel: `/loop cancel {task_id}`"
+    )
+
+
+def started_adaptive(min_ms: int, max_ms: int, prompt: str, task_id: str, session_id: str) -> str:
+    return (
+        f'🔁 Loop started (adaptive {_secs(min_ms)}s–{_secs(max_ms)}s): "{cut(prompt, 50)}" '
+        f"[id={task_id}] [s={session_id[:8]}]. Cancel: `/loop cancel {task_id}`"
+    )
+
+
+def started_maintenance(max_ms: int, task_id: str, session_id: str) -> str:
+    return (
+        f"🔁 Loop started (maintenance mode): task {task_id} (session {session_id[:8]}). Running now; then "
+        f"re-arms every {_secs(max_ms)}s. Use `/loop cancel {task_id}` to stop."
+    )
+
+
+def list_row(
+    task_id: str, paused: bool, mode: str, interval_ms: int | None, once: bool,
+    min_ms: int | None, max_ms: int | None, prompt: str,
+) -> str:  # fmt: skip
+    state = "⏸ paused" if paused else "▶ active"
+    if mode == "fixed":
+        sched = f"every {_secs(interval_ms or 0)}s" + (" • once" if once else "")
+    elif mode == "adaptive":
+        sched = f"adaptive {_secs(min_ms or 0)}s–{_secs(max_ms or 0)}s"
+    else:
+        sched = f"maintenance {_secs(max_ms or 0)}s"
+    return f"  [{task_id}] {state} • {sched} • {cut(prompt, 60)}"
+
+
+def first_run_prompt(task_id: str, interval_ms: int, prompt: str) -> str:
+    return (
+        f"The /loop task {task_id} has just been scheduled to run every {display_interval(interval_ms)}. This is its "
+        f"first execution — it runs now, then repeats on schedule (cancel anytime with: /loop cancel {task_id}). "
+        "Briefly confirm the schedule in the user's language, then perform the task described below now and "
+        f"report the result concisely.\n\n{prompt}"
+    )
+
+
+def creation_confirmation(task_id: str, interval_ms: int, prompt: str, once: bool) -> str:
+    suffix = " (runs once)" if once else ""
+    return (
+        "The opencode-plugin-loop plugin has successfully created a scheduled loop task from the user's /loop "
+        f'command:\n- Task: "{prompt}"\n- Schedule: every {display_interval(interval_ms)}{suffix}\n'
+        f"- Job ID: {task_id}\n- Cancel anytime with: /loop cancel {task_id}\n"
+        "Confirm this to the user in their language. Do not execute the task and do not call tools in this reply."
+    )
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def adaptive_prompt(task_id: str, prompt: str, next_due_at: int, min_ms: int, max_ms: int) -> str:
+    return (
+        f"{prompt}\n\n---\nThis is Adaptive loop task {task_id}. Complete the user request above first. "
+        f"A fallback run is already scheduled at {next_due_at} ({_iso(next_due_at)}), using the allowed delay "
+        f"range {min_ms}ms to {max_ms}ms. Keep that fallback by making no scheduling tool call when it is "
+        "appropriate.\n"
+        f'- If the request implies a clear, stable cadence, call loop_schedule once with action="set_fixed", '
+        f'taskId="{task_id}" and intervalMs (jitter is off by default).\n'
+        f'- If the next check depends on the result, call loop_schedule with action="reschedule", taskId="{task_id}" '
+        "and a relative delayMs within the range: a shorter delay for pending, rapidly changing, or retryable "
+        "conditions and a longer delay for stable or slow-moving conditions. Do not calculate an epoch timestamp "
+        "when delayMs can express the decision.\n"
+        f'- If nothing more needs doing, call loop_schedule with action="cancel", taskId="{task_id}".\n'
+        "Do not claim that the schedule changed unless the tool call succeeds."
+    )
+
+
+def fire_text(task_id: str, prompt: str) -> str:
+    return (
+        f"This is the scheduled execution of /loop task {task_id}. Perform the task described below now, then "
+        f"report the result concisely.\n\n{prompt}"
+    )
+
+
+def maintenance_unchanged(task_id: str) -> str:
+    return (
+        f"This is the scheduled execution of /loop maintenance task {task_id}. The maintenance instructions from "
+        "loop.md are unchanged since the previous run earlier in this conversation — refer to them above. "
+        "If there is pending maintenance work, perform it now and report concisely. If nothing is pending, reply "
+        f'with one line saying so and call loop_schedule(action="cancel", taskId="{task_id}") to end the loop.'
+    )
+
+
+def maintenance_changed(task_id: str, content: str) -> str:
+    return (
+        f"This is the scheduled execution of /loop maintenance task {task_id}. The maintenance instructions from "
+        "loop.md (re-read at fire time; they may have been edited since the last run) follow below — perform "
+        "them now, then report concisely. When the loop is no longer useful, call "
+        f'loop_schedule(action="cancel", taskId="{task_id}").\n\n{content}'
+    )
+
+
+def goal_tick(count: int, max_runs: int | None) -> str:
+    """The inbox message of a goal-schedule tick (loopd §3.15); ``count`` = completed runs before it."""
+    shown = f"{count + 1}/{max_runs}" if max_runs is not None else f"{count + 1}"
+    return (
+        f"Scheduled tick {shown} — re-execute the objective now. Previous completion: {count} runs. Ensure "
+        "artifact checks pass for this tick (e.g., append timestamp to tick.txt)."
+    )
+
+
+def failure_prompt(message: str) -> str:
+    """What the model gets instead of a failed ``/loop`` command (reference §2.8)."""
+    return (
+        f"The user's /loop command failed: {message.removeprefix('❌').strip()}\n"
+        "Briefly inform the user of this in their language. Do not call tools in this reply."
+    )
+
+
+def presentation_prompt(result: str) -> str:
+    """What the model gets instead of a list/cancel/pause/resume/stop/help command (reference §2.8)."""
+    body = result.removeprefix("📋").removeprefix("📭").strip()
+    return (
+        f"{body}\n\nPresent this result to the user, written in the same language the user uses. Show task lists "
+        "as a markdown table with the columns Job ID, frequency, content and type. Do not call tools in this "
+        "reply, and do not execute any task prompt in this reply."
+    )

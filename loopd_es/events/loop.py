@@ -1,0 +1,254 @@
+"""Scheduled-loop events: ``/loop`` tasks, their slots, session facts, owner leases and goal-schedule slots.
+
+Streams (one aggregate each, so every check that must be atomic is one version-checked append):
+
+- ``loop-session-<session id>``: every task of that session and every fire of those tasks. A claim
+  (``loop.slot_claimed``) is appended with the stream's expected version, so a concurrent pause, cancel or
+  a second claimer moves the version and loses; "one injection per session at a time" is a fact of the same
+  stream (an open claim), checked by the same append.
+- ``loop-active``: which session the user is in (``loop.session_activated``) and child→parent links.
+- ``loop-lease-<owner>``: an owner's lease; an ephemeral task dies when its owner's lease expires.
+- ``loop-goal-<goal id>``: the slots of a goal schedule (reference loopd §3.15), claimed the same way.
+- ``loop-cap``: one ``loop.task_counted`` per creation, appended together with it at the version read when the
+  live tasks were counted, so concurrent creations in different sessions cannot pass the 50-task cap.
+
+Times are epoch milliseconds (the reference's unit). Every decision a replay would otherwise recompute - the
+chosen next due time, the jitter offset, the random fallback draw, the clamp inputs - is in the event.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from .base import Event, event
+
+Mode = Literal["fixed", "adaptive", "maintenance"]
+CancelReason = Literal["user", "once-complete", "session-deleted", "expired", "owner-dead"]
+Source = Literal["user", "default"]
+Via = Literal["slash", "tool"]
+
+SESSION_PREFIX: Final = "loop-session-"
+ACTIVE_STREAM: Final = "loop-active"
+LEASE_PREFIX: Final = "loop-lease-"
+GOAL_PREFIX: Final = "loop-goal-"
+CAP_STREAM: Final = "loop-cap"
+
+
+def session_stream(session_id: str) -> str:
+    """The stream holding every task and fire of one session."""
+    return f"{SESSION_PREFIX}{session_id}"
+
+
+def lease_stream(owner: str) -> str:
+    """The stream holding one owner's lease renewals."""
+    return f"{LEASE_PREFIX}{owner}"
+
+
+def goal_slot_stream(goal_id: str) -> str:
+    """The stream holding the schedule slots of one goal."""
+    return f"{GOAL_PREFIX}{goal_id}"
+
+
+@event("loop.task_created")
+class TaskCreated(Event, frozen=True, kw_only=True):
+    """A ``/loop`` task was scheduled; ``origin_id`` (the message it came from) makes creation idempotent."""
+
+    task_id: str
+    origin_id: str
+    session_id: str
+    prompt: str
+    mode: Mode
+    interval_ms: int | None = None
+    jitter: bool | None = None
+    once: bool = False
+    adaptive_min_ms: int | None = None
+    adaptive_max_ms: int | None = None
+    source: Source = "user"
+    via: Via = "slash"
+    directory: str = ""
+    loop_file_path: str | None = None
+    content_hash: str | None = None
+    owner: str | None = None
+    durable: bool = False
+    created_at: int
+    ran_on_creation: bool = False
+    next_due_at: int
+    jitter_offset_ms: int = 0
+    fallback_u: float | None = None
+
+
+@event("loop.task_counted")
+class TaskCounted(Event, frozen=True, kw_only=True):
+    """A creation passed the task cap; written atomically with its ``loop.task_created`` (the cap's fence)."""
+
+    task_id: str
+    session_id: str
+
+
+@event("loop.task_paused")
+class TaskPaused(Event, frozen=True, kw_only=True):
+    """The task stops being due until resumed."""
+
+    task_id: str
+    at: int
+    by: str = "user"
+
+
+@event("loop.task_resumed")
+class TaskResumed(Event, frozen=True, kw_only=True):
+    """The task was re-armed from ``at`` (no catch-up fire after a pause)."""
+
+    task_id: str
+    at: int
+    by: str = "user"
+    next_due_at: int
+    jitter_offset_ms: int = 0
+    fallback_u: float | None = None
+
+
+@event("loop.task_rescheduled")
+class TaskRescheduled(Event, frozen=True, kw_only=True):
+    """The next due time was moved; ``requested_*`` and the bounds are the clamp's inputs."""
+
+    task_id: str
+    at: int
+    by: str = "model"
+    requested_delay_ms: float | None = None
+    requested_next_due_at: float | None = None
+    min_ms: int | None = None
+    max_ms: int | None = None
+    fallback_u: float | None = None
+    next_due_at: int
+
+
+@event("loop.task_converted_to_fixed")
+class TaskConvertedToFixed(Event, frozen=True, kw_only=True):
+    """An adaptive task became fixed (``set_fixed``); its grid is anchored at ``at``."""
+
+    task_id: str
+    at: int
+    by: str = "model"
+    interval_ms: int
+    jitter: bool
+    jitter_offset_ms: int = 0
+    next_due_at: int
+
+
+@event("loop.task_cancelled")
+class TaskCancelled(Event, frozen=True, kw_only=True):
+    """The task ended for good; nothing after this can bring it back."""
+
+    task_id: str
+    reason: CancelReason
+    at: int
+    by: str = "user"
+
+
+@event("loop.task_adopted")
+class TaskAdopted(Event, frozen=True, kw_only=True):
+    """A durable task whose owner's lease expired now belongs to ``owner``."""
+
+    task_id: str
+    owner: str
+    previous_owner: str | None = None
+    at: int
+
+
+@event("loop.slot_claimed")
+class SlotClaimed(Event, frozen=True, kw_only=True):
+    """``claimer`` alone fires ``slot`` of the task; the next slot's due time is decided here, before the fire.
+
+    ``slot`` is the key of the occurrence: a retry (one-shot failure, a claimer lost mid-fire) claims the
+    same slot with ``attempt + 1``. ``prompt`` is set when a file-backed maintenance task's ``loop.md``
+    changed (the new text and ``content_hash`` become the task's).
+    """
+
+    task_id: str
+    slot: int
+    attempt: int = 1
+    due_at: int
+    claimed_at: int
+    claimer: str
+    claim_expires_at: int
+    next_due_at: int | None = None
+    jitter_offset_ms: int = 0
+    fallback_u: float | None = None
+    content_hash: str | None = None
+    prompt: str | None = None
+    goal_id: str | None = None
+    """Set on a goal-schedule slot: it links the slot stream to the goal's history."""
+
+
+@event("loop.slots_missed")
+class SlotsMissed(Event, frozen=True, kw_only=True):
+    """Slots ``first_slot..last_slot`` passed while nothing ran; they are recorded, never fired late."""
+
+    task_id: str
+    n: int
+    first_slot: int
+    last_slot: int
+    at: int
+
+
+@event("loop.fire_succeeded")
+class FireSucceeded(Event, frozen=True, kw_only=True):
+    """The host accepted the slot's prompt."""
+
+    task_id: str
+    slot: int
+    attempt: int = 1
+    at: int
+    prompt_id: str = ""
+
+
+@event("loop.fire_failed")
+class FireFailed(Event, frozen=True, kw_only=True):
+    """The slot's fire failed; a one-shot retries the same slot at ``retry_at``, a recurring task moves on."""
+
+    task_id: str
+    slot: int
+    attempt: int = 1
+    at: int
+    reason: str
+    retry_at: int | None = None
+
+
+@event("loop.session_activated")
+class SessionActivated(Event, frozen=True, kw_only=True):
+    """The user typed into ``session_id`` (a child session activates its root)."""
+
+    session_id: str
+    at: int
+
+
+@event("loop.session_linked")
+class SessionLinked(Event, frozen=True, kw_only=True):
+    """``session_id`` is a child (sub-agent) of ``parent_id``."""
+
+    session_id: str
+    parent_id: str
+
+
+@event("loop.session_deleted")
+class SessionDeleted(Event, frozen=True, kw_only=True):
+    """The session is gone; its tasks are cancelled in its own stream (``session-deleted``)."""
+
+    session_id: str
+    at: int
+
+
+@event("loop.owner_lease_renewed")
+class OwnerLeaseRenewed(Event, frozen=True, kw_only=True):
+    """``owner`` is alive until ``expires_at``; an ephemeral task dies with an expired lease."""
+
+    owner: str
+    at: int
+    expires_at: int
+
+
+@event("loop.owner_lease_released")
+class OwnerLeaseReleased(Event, frozen=True, kw_only=True):
+    """``owner`` stopped cleanly; its lease is over now."""
+
+    owner: str
+    at: int

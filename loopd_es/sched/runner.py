@@ -1,0 +1,346 @@
+"""``fire_due(now)``: claim every due slot, inject it through the host port, record the outcome.
+
+The engine calls :meth:`Scheduler.fire_due` from its tick (with its own clock); ``loopd-es loop tick`` and
+``loop run`` call it too. Any number of schedulers may run against one log: a slot is fired only by the
+one whose ``loop.slot_claimed`` append met the session stream's expected version, and the injection uses
+the slot key as the host's prompt id, so a retry of the same slot is recognisable to the host.
+
+For the engine::
+
+    sched = Scheduler(store, host, clock, claimer=engine_id, owner=engine_id, all_sessions=True)
+    report = await sched.fire_due(clock.now_ms())   # on every tick: sweeps, goal ticks, due slots
+    wake_at = sched.next_wake()                     # epoch ms worth waking for (None: nothing scheduled)
+
+``clock`` only needs ``now_ms()``; :func:`loopd_es.domain.loop.decide.due_now` is the pure "what is due at T".
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Protocol
+
+import anyio
+import msgspec
+
+from ..domain.loop import decide
+from ..domain.loop.due import DueIndex
+from ..domain.loop.model import SessionLoops, evolve
+from ..errors import WrongExpectedVersionError
+from ..events import loop as ev
+from ..events.catalogue import decode_payload, new_event
+from ..host.errors import HostError
+from .goals import GoalSlots
+from .service import read_loop_file
+
+if TYPE_CHECKING:
+    from ..events.base import Event
+    from ..events.envelope import Envelope
+    from ..host.base import WorkerHost
+    from ..log.base import LogStore
+
+_RETRIES: Final = 20
+log = logging.getLogger(__name__)
+_NS: Final = uuid.UUID("0b7d6a52-8c1e-4f0e-a7c4-3c1d2f9e5a10")
+
+
+class Clock(Protocol):
+    """Where a scheduler gets "now" (epoch ms); the engine passes its fake-capable clock."""
+
+    def now_ms(self) -> int: ...
+
+
+class SystemClock:
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now_ms: int) -> None:
+        self.t = now_ms
+
+    def now_ms(self) -> int:
+        return self.t
+
+    def advance(self, ms: int) -> None:
+        self.t += ms
+
+
+class FireReport(msgspec.Struct, kw_only=True):
+    """What one ``fire_due`` did: slots fired / failed, slots recorded missed, housekeeping events, waits."""
+
+    fired: list[tuple[str, int]] = msgspec.field(default_factory=list)
+    failed: list[tuple[str, int, str]] = msgspec.field(default_factory=list)
+    missed: int = 0
+    swept: int = 0
+    waiting: int = 0
+    lost: int = 0
+    goal_ticks: int = 0
+
+
+def slot_key(task_id: str, slot: int) -> str:
+    """The identity of one occurrence, used as the host prompt id (the same for every retry)."""
+    return f"loop-{task_id}-{slot}"
+
+
+class Scheduler:
+    """Folds ``loop.*`` and goal events into memory and fires due slots; see the module docstring.
+
+    ``all_sessions`` fires every session's tasks (a headless engine); otherwise only the active session's
+    (reference §3.10). ``owner`` names this scheduler's lease: it adopts durable tasks of dead owners.
+    """
+
+    def __init__(
+        self,
+        store: LogStore,
+        host: WorkerHost,
+        clock: Clock,
+        *,
+        claimer: str,
+        cfg: decide.Config | None = None,
+        all_sessions: bool = False,
+        owner: str | None = None,
+        lease_ttl_ms: int = 15_000,
+        rng: Callable[[], float] = random.random,
+    ) -> None:
+        self.store, self.host, self.clock = store, host, clock
+        self.claimer, self.cfg = claimer, cfg or decide.Config()
+        self.all_sessions, self.owner, self.lease_ttl_ms, self.rng = all_sessions, owner, lease_ttl_ms, rng
+        self.sessions: dict[str, SessionLoops] = {}
+        self.active: str | None = None
+        self.parents: dict[str, str] = {}
+        self.leases: dict[str, int] = {}
+        self.position = 0
+        self.due = DueIndex()
+        self.sweeps = DueIndex()
+        self.goals = GoalSlots()
+        self._owned: dict[str, set[tuple[str, str]]] = {}
+        self._lease_until = 0
+
+    # -- folding ----------------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Fold everything appended since the last call (by this or any other process)."""
+        async for batch in self.store.read_batches(from_position=self.position + 1):
+            for env in batch:
+                self.position = env.position
+                self._apply(env)
+
+    async def _absorb(self, envs: list[Envelope]) -> None:
+        """Fold our own just-appended events without a read when nothing else was appended in between."""
+        if envs and envs[0].position == self.position + 1:
+            for env in envs:
+                self.position = env.position
+                self._apply(env)
+        else:
+            await self.refresh()
+
+    def _apply(self, env: Envelope) -> None:
+        stream = env.stream
+        if stream.startswith(ev.SESSION_PREFIX):
+            sid = stream[len(ev.SESSION_PREFIX) :]
+            s = self.sessions.get(sid) or self.sessions.setdefault(sid, SessionLoops(session_id=sid))
+            e = decode_payload(env)
+            evolve(s, e)
+            s.version = env.version
+            tid = getattr(e, "task_id", None)
+            if tid is not None and tid in s.tasks:
+                self._index(s, tid)
+        elif stream == ev.ACTIVE_STREAM:
+            e = decode_payload(env)
+            if isinstance(e, ev.SessionActivated):
+                self.active = self.root(e.session_id)
+            elif isinstance(e, ev.SessionLinked):
+                self.parents[e.session_id] = e.parent_id
+            elif isinstance(e, ev.SessionDeleted) and self.active == e.session_id:
+                self.active = None
+        elif stream.startswith(ev.LEASE_PREFIX):
+            e = decode_payload(env)
+            if isinstance(e, ev.OwnerLeaseRenewed):
+                self.leases[e.owner] = e.expires_at
+            elif isinstance(e, ev.OwnerLeaseReleased):
+                self.leases[e.owner] = e.at
+            owner = getattr(e, "owner", "")
+            for sid, tid in self._owned.get(owner, ()):
+                self.sweeps.push(self._sweep_at(sid, tid), sid, tid)
+        else:
+            self.goals.apply(env)
+
+    def _index(self, s: SessionLoops, tid: str) -> None:
+        t = s.tasks[tid]
+        self.due.push(t.due_at(), s.session_id, tid)
+        self.sweeps.push(self._sweep_at(s.session_id, tid), s.session_id, tid)
+        if t.owner is not None:
+            self._owned.setdefault(t.owner, set()).add((s.session_id, tid))
+
+    def root(self, session_id: str) -> str:
+        """A child session's root: its tasks fire while the user works in a sub-agent (§3.10)."""
+        seen = {session_id}
+        while session_id in self.parents and self.parents[session_id] not in seen:
+            session_id = self.parents[session_id]
+            seen.add(session_id)
+        return session_id
+
+    def _due_of(self, sid: str, tid: str) -> int | None:
+        t = self.sessions[sid].tasks.get(tid)
+        return t.due_at() if t is not None else None
+
+    def _sweep_at(self, sid: str, tid: str) -> int | None:
+        t = self.sessions[sid].tasks.get(tid)
+        if t is None or not t.live:
+            return None
+        times = [t.expires_at()]
+        if t.claim is not None:
+            times.append(t.claim.expires_at)
+        if t.owner is not None:
+            times.append(self.leases.get(t.owner, 0))
+        return min(times)
+
+    def next_wake(self) -> int | None:
+        """The earliest time a ``fire_due`` could do something (for a sleeping engine)."""
+        times = [x for x in (self.due.next_at(), self.sweeps.next_at(), self.goals.index.next_at()) if x]
+        return min(times) if times else None
+
+    # -- firing -----------------------------------------------------------------------------------------
+
+    async def fire_due(self, now: int | None = None) -> FireReport:
+        """Renew this scheduler's lease, sweep, tick due goals, then claim and fire every due slot."""
+        now = self.clock.now_ms() if now is None else now
+        report = FireReport()
+        if self.owner is not None and self._lease_until - now < self.lease_ttl_ms // 2:
+            await self.store.append(
+                ev.lease_stream(self.owner),
+                [
+                    new_event(
+                        ev.OwnerLeaseRenewed(owner=self.owner, at=now, expires_at=now + self.lease_ttl_ms)
+                    )
+                ],
+            )
+            self._lease_until = now + self.lease_ttl_ms
+        await self.refresh()
+        await self._sweep(now, report)
+        report.goal_ticks = await self.goals.fire_due(
+            self.store, now, claimer=self.claimer, claim_ttl_ms=self.cfg.claim_ttl_ms
+        )
+        by_session: dict[str, list[tuple[int, str]]] = {}
+        for due, sid, tid in self.due.pop_due(now, self._due_of):
+            by_session.setdefault(sid, []).append((due, tid))
+        for sid, items in by_session.items():
+            if not self.all_sessions and sid != self.active:
+                report.waiting += len(items)
+                for due, tid in items:
+                    self.due.push(due, sid, tid)
+                continue
+            for i, (_, tid) in enumerate(sorted(items)):
+                idle = await self.host.session_status(sid) == "idle"  # "unknown" counts as not idle
+                result = await self._fire(sid, tid, now, report, idle=idle)
+                if result == "waiting":  # one injection per session at a time: the rest wait for idle
+                    report.waiting += len(items) - i
+                    for d, t in sorted(items)[i:]:
+                        self.due.push(d, sid, t)
+                    break
+        return report
+
+    async def _sweep(self, now: int, report: FireReport) -> None:
+        sids = {sid for _, sid, _ in self.sweeps.pop_due(now, self._sweep_at)}
+        for sid in sids:
+            for _ in range(_RETRIES):
+                s = self.sessions[sid]
+                events = decide.sweep(s, now, leases=self.leases, runner=self.owner)
+                if not events:
+                    break
+                try:
+                    envs = await self._append(sid, events, s.version, corr=str(uuid.uuid4()))
+                except WrongExpectedVersionError:
+                    await self.refresh()
+                    continue
+                report.swept += len(events)
+                await self._absorb(envs)
+                break
+
+    async def _append(
+        self,
+        sid: str,
+        events: list[Event],
+        version: int,
+        *,
+        causation: str | None = None,
+        corr: str | None = None,
+    ) -> list[Envelope]:
+        return await self.store.append(
+            ev.session_stream(sid),
+            [new_event(e, causation_id=causation, correlation_id=corr) for e in events],
+            expected_version=version,
+        )
+
+    async def _fire(self, sid: str, tid: str, now: int, report: FireReport, *, idle: bool) -> str:
+        for _ in range(_RETRIES):
+            s = self.sessions[sid]
+            t = s.tasks[tid]
+            due = t.due_at()
+            if due is None or due > now:
+                return "gone"  # fired, paused or cancelled meanwhile (maybe by another scheduler)
+            if s.open_claim(now) is not None:
+                return "waiting"
+            lf = None
+            if t.loop_file_path is not None and idle:  # read loop.md only for a fire that can happen
+                path = t.loop_file_path
+                lf = decide.LoopFile(path=path, content=await anyio.to_thread.run_sync(read_loop_file, path))
+            c = decide.claim(
+                s, tid, now, claimer=self.claimer, cfg=self.cfg, u=self.rng(), loop_file=lf, session_idle=idle
+            )
+            if c is None:
+                return "waiting"
+            corr = str(uuid.uuid5(_NS, slot_key(tid, c.slot)))
+            try:
+                envs = await self._append(sid, c.events, s.version, corr=corr)
+            except WrongExpectedVersionError:
+                await self.refresh()
+                continue
+            await self._absorb(envs)
+            report.missed += sum(e.n for e in c.events if isinstance(e, ev.SlotsMissed))
+            if c.text is None:
+                report.failed.append((tid, c.slot, "loop.md missing or empty"))
+                return "fired"
+            err, prompt_id = None, ""
+            try:
+                receipt = await self.host.prompt(sid, c.text, prompt_id=slot_key(tid, c.slot))
+                prompt_id = receipt.prompt_id
+            except HostError as e:
+                err = str(e)
+            return await self._close(sid, tid, c, err, prompt_id, envs[-1].event_id, corr, report)
+        return "waiting"
+
+    async def _close(
+        self, sid: str, tid: str, c: decide.Claim, err: str | None, prompt_id: str, cause: str, corr: str,
+        report: FireReport,
+    ) -> str:  # fmt: skip
+        for _ in range(_RETRIES):
+            s = self.sessions[sid]
+            t = s.tasks[tid]
+            mine = t.claim
+            if mine is None or (mine.slot, mine.attempt, mine.claimer) != (c.slot, c.attempt, self.claimer):
+                report.lost += 1  # our claim expired and was recorded as lost by another scheduler
+                log.warning("claim of %s slot %d expired before its outcome was recorded", tid, c.slot)
+                return "fired"
+            events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now_ms(), error=err,
+                                  prompt_id=prompt_id)  # fmt: skip
+            try:
+                envs = await self._append(sid, events, s.version, causation=cause, corr=corr)
+            except WrongExpectedVersionError:
+                await self.refresh()
+                continue
+            await self._absorb(envs)
+            if err is None:
+                report.fired.append((tid, c.slot))
+                log.info("fired %s slot %d (attempt %d) in %s", tid, c.slot, c.attempt, sid)
+            else:
+                report.failed.append((tid, c.slot, err))
+                log.info("fire of %s slot %d failed: %s", tid, c.slot, err)
+            return "fired"
+        return "fired"

@@ -1,0 +1,253 @@
+"""``/loop`` commands against the log: read the session stream, decide, append at the version read.
+
+A lost race (another instance appended first) re-reads and decides again, so two instances handling the same
+message create one task (the decider finds it by ``origin_id``) and a pause is never overwritten: it is its
+own event, and whatever else happened to the stream is folded before deciding.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from ..domain.loop import decide, texts
+from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
+from ..domain.loop.model import SessionLoops, evolve
+from ..errors import ConflictError, WrongExpectedVersionError
+from ..events import loop as ev
+from ..events.catalogue import decode_payload, new_event
+from ..log.base import StreamWrite
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..log.base import LogStore
+
+_RETRIES: Final = 20
+_NS: Final = uuid.UUID("6f1f3c55-3b2e-4f83-9d2a-0c4a58d1e0a1")
+
+
+async def read_session(store: LogStore, session_id: str) -> SessionLoops:
+    """One session's tasks, folded from its stream (empty when it has none)."""
+    s = SessionLoops(session_id=session_id)
+    async for batch in store.read_batches(stream=ev.session_stream(session_id)):
+        for env in batch:
+            evolve(s, decode_payload(env))
+            s.version = env.version
+    return s
+
+
+async def read_all_sessions(store: LogStore) -> list[SessionLoops]:
+    """Every session that has loop tasks (used for the project-wide 50-task cap and listings)."""
+    found = [n for n in await store.streams() if n.startswith(ev.SESSION_PREFIX)]
+    return [await read_session(store, n[len(ev.SESSION_PREFIX) :]) for n in found]
+
+
+async def append_decided(
+    store: LogStore,
+    session_id: str,
+    decide_fn: Callable[[SessionLoops], decide.Outcome],
+    *,
+    correlation_id: str | None = None,
+) -> decide.Outcome:
+    """Decide on the freshest state and append at its version; on a lost race, re-read and decide again."""
+    correlation_id = correlation_id or str(uuid.uuid4())  # one id for the events of one command
+    for _ in range(_RETRIES):
+        s = await read_session(store, session_id)
+        out = decide_fn(s)
+        if not out.events:
+            return out
+        try:
+            await store.append(
+                ev.session_stream(session_id),
+                [new_event(e, correlation_id=correlation_id) for e in out.events],
+                expected_version=s.version,
+            )
+        except WrongExpectedVersionError:
+            continue
+        return out
+    raise _gave_up(ev.session_stream(session_id))
+
+
+def _gave_up(stream: str) -> ConflictError:
+    return ConflictError(f"stream {stream!r} kept changing during {_RETRIES} attempts; run the command again")
+
+
+def find_loop_file(directory: Path, home: Path) -> decide.LoopFile:
+    """The first ``loop.md`` with non-empty trimmed content: project ``.opencode/``, project root, user-level."""
+    for path in (directory / ".opencode" / "loop.md", directory / "loop.md", home / ".opencode" / "loop.md"):
+        content = read_loop_file(str(path))
+        if content:
+            return decide.LoopFile(path=str(path), content=content)
+    return decide.LoopFile(path=None, content=None)
+
+
+def read_loop_file(path: str) -> str | None:
+    """``loop.md``'s text, ``None`` when missing, unreadable or blank."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return text if text.strip() else None
+
+
+async def active_session(store: LogStore) -> str | None:
+    """The session most recently activated (reading only the last event of ``loop-active``)."""
+    version = await store.stream_version(ev.ACTIVE_STREAM)
+    async for batch in store.read_batches(stream=ev.ACTIVE_STREAM, from_version=max(1, version)):
+        for env in batch:
+            e = decode_payload(env)
+            return e.session_id if isinstance(e, ev.SessionActivated) else None
+    return None
+
+
+async def activate(store: LogStore, session_id: str, now: int, *, if_changed: bool = False) -> None:
+    """Record that the user is in ``session_id`` (it becomes the session whose tasks fire)."""
+    if if_changed and await active_session(store) == session_id:
+        return
+    await store.append(ev.ACTIVE_STREAM, [new_event(ev.SessionActivated(session_id=session_id, at=now))])
+
+
+async def delete_session(store: LogStore, session_id: str, now: int) -> int:
+    """Cancel every task of a deleted session (``session-deleted``) and record the deletion, in one append."""
+    deleted = new_event(ev.SessionDeleted(session_id=session_id, at=now))
+    for _ in range(_RETRIES):
+        s = await read_session(store, session_id)
+        cancels = [
+            new_event(ev.TaskCancelled(task_id=t.task_id, reason="session-deleted", at=now, by="host"))
+            for t in s.live()
+        ]
+        writes = [StreamWrite(ev.session_stream(session_id), cancels, s.version)] if cancels else []
+        try:
+            await store.append_many([*writes, StreamWrite(ev.ACTIVE_STREAM, [deleted])])
+        except WrongExpectedVersionError:
+            continue
+        return len(cancels)
+    raise _gave_up(ev.session_stream(session_id))
+
+
+async def renew_lease(store: LogStore, owner: str, now: int, ttl_ms: int) -> None:
+    """Extend ``owner``'s lease to ``now + ttl_ms``."""
+    await store.append(
+        ev.lease_stream(owner),
+        [new_event(ev.OwnerLeaseRenewed(owner=owner, at=now, expires_at=now + ttl_ms))],
+    )
+
+
+async def handle(
+    store: LogStore,
+    args: str,
+    *,
+    session_id: str | None,
+    now: int,
+    cfg: decide.Config,
+    origin_id: str | None = None,
+    u: float | None = None,
+    owner: str | None = None,
+    durable: bool = True,
+    directory: Path | None = None,
+    home: Path | None = None,
+) -> decide.Outcome:
+    """Run one ``/loop ARGS`` command for ``session_id`` (reference §2.2): the message and the model's prompt."""
+    out = await _handle(store, args, session_id=session_id, now=now, cfg=cfg, origin_id=origin_id, u=u, owner=owner,
+                        durable=durable, directory=directory, home=home)  # fmt: skip
+    if out.model_prompt is not None:
+        return out
+    if out.error is not None or out.message.startswith("❌"):
+        return msgspec.structs.replace(out, model_prompt=texts.failure_prompt(out.message))
+    return msgspec.structs.replace(out, model_prompt=texts.presentation_prompt(out.message))
+
+
+async def _handle(
+    store: LogStore,
+    args: str,
+    *,
+    session_id: str | None,
+    now: int,
+    cfg: decide.Config,
+    origin_id: str | None,
+    u: float | None,
+    owner: str | None,
+    durable: bool,
+    directory: Path | None,
+    home: Path | None,
+) -> decide.Outcome:
+    parsed = parse(args, has_session=bool(session_id))
+    if isinstance(parsed, Fail):
+        return decide.Outcome(message=parsed.message, error="usage")
+    if isinstance(parsed, Sub) and parsed.action == "help":
+        return decide.Outcome(message=texts.HELP)
+    if not session_id:  # subcommands before the session check operate on an empty scope
+        empty = SessionLoops(session_id="")
+        if isinstance(parsed, Sub):
+            return decide.manage(empty, _action(parsed), parsed.task_id, now=now, u=0.0, cfg=cfg)
+        return decide.Outcome(message=texts.NO_SESSION, error="usage")
+    draw = random.random() if u is None else u
+    await activate(store, session_id, now, if_changed=True)  # every /loop command marks its session active
+    if isinstance(parsed, Sub):
+        sub = parsed
+        return await append_decided(
+            store,
+            session_id,
+            lambda s: decide.manage(s, _action(sub), sub.task_id, now=now, u=draw, cfg=cfg),
+        )
+    where = directory or Path.cwd()
+    return await create_task(
+        store, session_id, parsed, origin_id=origin_id or str(uuid.uuid4()), now=now, u=draw, cfg=cfg, owner=owner,
+        durable=durable, directory=str(where), loop_file=find_loop_file(where, home or Path.home()),
+    )  # fmt: skip
+
+
+async def create_task(
+    store: LogStore,
+    session_id: str,
+    spec: Fixed | Adaptive | Maintenance,
+    *,
+    origin_id: str,
+    now: int,
+    u: float,
+    cfg: decide.Config,
+    owner: str | None = None,
+    durable: bool = True,
+    directory: str = "",
+    via: ev.Via = "slash",
+    loop_file: decide.LoopFile | None = None,
+) -> decide.Outcome:
+    """Create a task unless the project already has ``cfg.max_tasks`` live ones, exactly, even under races.
+
+    The live tasks are counted after reading the ``loop-cap`` fence's version; the creation and a
+    ``loop.task_counted`` on the fence land together (one atomic multi-stream append), so a creation that
+    raced another one re-counts. Cancellations only lower the count, so they need not touch the fence.
+    """
+    corr = str(uuid.uuid5(_NS, origin_id))
+    for _ in range(_RETRIES):
+        fence = await store.stream_version(ev.CAP_STREAM)
+        sessions = await read_all_sessions(store)
+        s = next((x for x in sessions if x.session_id == session_id), SessionLoops(session_id=session_id))
+        out = decide.create(
+            s, spec, origin_id=origin_id, now=now, u=u, total_live=sum(len(x.live()) for x in sessions), cfg=cfg,
+            owner=owner, durable=durable, directory=directory, via=via, loop_file=loop_file,
+        )  # fmt: skip
+        if not out.events or out.task_id is None:
+            return out
+        counted = ev.TaskCounted(task_id=out.task_id, session_id=session_id)
+        try:
+            await store.append_many(
+                [
+                    StreamWrite(ev.session_stream(session_id), [new_event(e, correlation_id=corr) for e in out.events],
+                                s.version),
+                    StreamWrite(ev.CAP_STREAM, [new_event(counted, correlation_id=corr)], fence),
+                ]
+            )  # fmt: skip
+        except WrongExpectedVersionError:
+            continue
+        return out
+    raise _gave_up(ev.CAP_STREAM)
+
+
+def _action(sub: Sub) -> str:
+    return "cancel" if sub.action == "stop" else sub.action

@@ -1,0 +1,95 @@
+"""Goal schedules (loopd-domain §3.15) through the same slot claims: requeue, max runs, writer rule, one tick per slot."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import pytest
+
+from loopd_es.domain.evolve import fold, initial
+from loopd_es.domain.streams import goal_stream
+from loopd_es.events import goal as g
+from loopd_es.events import loop as ev
+from loopd_es.events.catalogue import decode_payload, new_event
+
+from ._loop_harness import T0, World, world
+
+pytestmark = pytest.mark.anyio
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+async def _goal(
+    w: World, gid: str, *, writer: bool = False, every: int = 10_000, max_runs: int | None = 3
+) -> None:
+    config = g.GoalConfig(schedule=g.Schedule(every_ms=every, max_runs=max_runs), workspace_write=writer)
+    created = g.GoalCreated(goal_id=gid, name=gid, objective="tick", owner_session_id="s1", config=config)
+    await w.store.append(goal_stream(gid), [new_event(created)])
+
+
+async def _complete(w: World, gid: str, next_run_at: int | None) -> None:
+    done = g.GoalCompleted(
+        goal_id=gid, summary="ok", evidence="e", next_run_at=iso(next_run_at) if next_run_at else None
+    )
+    await w.store.append(goal_stream(gid), [new_event(done)])
+
+
+async def _state(w: World, gid: str):  # type: ignore[no-untyped-def]
+    return fold([env async for env in w.store.read_stream(goal_stream(gid))], initial(gid))
+
+
+async def test_ticks_until_max_runs_with_the_reference_message(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await _goal(w, "g1")
+        await _complete(w, "g1", T0 + 10_000)  # the initial run: count 1
+        w.clock.t = T0 + 9_999
+        assert (await w.tick()).goal_ticks == 0
+        w.clock.t = T0 + 10_000
+        assert (await w.tick()).goal_ticks == 1
+        st = await _state(w, "g1")
+        assert st.status == "active" and st.inbox[-1].text.startswith(
+            "Scheduled tick 2/3 — re-execute the objective now."
+        )
+        assert "Previous completion: 1 runs." in st.inbox[-1].text
+        assert (await w.tick()).goal_ticks == 0  # running: skipped
+        await _complete(w, "g1", T0 + 20_000)
+        w.clock.t = T0 + 20_000
+        assert (await w.tick()).goal_ticks == 1
+        await _complete(w, "g1", None)  # count 3 = max: next_run_at cleared, stays complete
+        w.clock.t = T0 + 60_000
+        assert (await w.tick()).goal_ticks == 0
+        st = await _state(w, "g1")
+        assert st.status == "complete" and st.schedule_run_count == 3
+        slots = [decode_payload(e) async for e in w.store.read_stream(ev.goal_slot_stream("g1"))]
+        assert [(type(s).__name__, getattr(s, "slot", None)) for s in slots] == [
+            ("SlotClaimed", 2), ("FireSucceeded", 2), ("SlotClaimed", 3), ("FireSucceeded", 3),
+        ]  # fmt: skip
+
+
+async def test_writer_goal_waits_while_another_writer_is_active(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await _goal(w, "g1", writer=True)
+        await _goal(w, "g2", writer=True)
+        await _complete(w, "g1", T0 + 10_000)
+        w.clock.t = T0 + 10_000
+        assert (await w.tick()).goal_ticks == 0
+        await _complete(w, "g2", None)
+        assert (await w.tick()).goal_ticks == 1
+        assert (await _state(w, "g1")).status == "active"
+
+
+async def test_racing_schedulers_tick_a_goal_once(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await _goal(w, "g1", max_runs=None)
+        await _complete(w, "g1", T0 + 10_000)
+        w.clock.t = T0 + 10_000
+        scheds = [w.scheduler(f"e{i}") for i in range(4)]
+        async with anyio.create_task_group() as tg:
+            for s in scheds:
+                tg.start_soon(s.fire_due)
+        events = [decode_payload(e) async for e in w.store.read_stream(goal_stream("g1"))]
+        assert sum(isinstance(e, g.GoalResumed) and e.by == "schedule" for e in events) == 1
