@@ -490,7 +490,13 @@ def test_unwritable_store_is_a_storage_error(cli: Any, tmp_path: Path, scheme: s
 
 
 def test_unknown_store_scheme_is_a_usage_error(cli: Any) -> None:
-    assert_one_line_error(cli("--store", "postgres://nowhere/db", "read"), 2)
+    assert_one_line_error(cli("--store", "mysql://nowhere/db", "read"), 2)
+
+
+def test_an_unreachable_postgres_server_is_a_storage_error(cli: Any) -> None:
+    r = cli("--store", "postgres://nowhere.invalid/db", "read")
+    assert_one_line_error(r, 4)
+    assert "cannot connect" in r.err
 
 
 def test_read_notes_a_torn_tail_it_skips(cli: Any, tmp_path: Path) -> None:
