@@ -104,7 +104,7 @@ class PostgresLog(LogStore):
         self._pool = pool
         self._conninfo = split_postgres_url(url)[0]
         self._table = sql.Identifier(schema, "events")
-        self._function = sql.Identifier(schema, "loopd_append_v2")
+        self._function = sql.Identifier(schema, "loopd_append_v3")
         self._sql = {name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()}
         self._group = GroupCommitter(self._commit)
         self._closed = False
@@ -126,7 +126,7 @@ class PostgresLog(LogStore):
             ) from e
         await probe.close()
         pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-            conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+            conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}, configure=_configure
         )
         try:
             await pool.open(wait=True, timeout=10)
@@ -166,7 +166,7 @@ class PostgresLog(LogStore):
                 )
             if create:
                 function = await (
-                    await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.loopd_append_v2",))
+                    await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.loopd_append_v3",))
                 ).fetchone()
                 if function is None or function[0] is None:
                     async with conn.transaction():
@@ -459,6 +459,12 @@ def _place(part: Part, head: int, version: int, recorded_at: str, out: list[Enve
             )
         )
     return head
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Plan every statement for its own parameters: a generic plan made while the log was small (a sequential
+    scan) would otherwise stay in use as it grows, and appends would slow down with the log's size."""
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 def _expected_code(expected: ExpectedVersion) -> int:

@@ -1,6 +1,6 @@
 """The PostgreSQL log's schema and statements, kept apart from the code that runs them.
 
-``loopd_append_v2`` is the fast path of a commit: one statement that takes the position lock, checks that no
+``loopd_append_v3`` is the fast path of a commit: one statement that takes the position lock, checks that no
 event id is recorded yet and that every stream is at its expected version, inserts every event and notifies
 followers — or, when any of that does not hold, writes nothing and returns NULL so that the store resolves the
 group on its careful path (retries, conflicts, a stream twice in one group). One statement instead of seven
@@ -42,7 +42,10 @@ APPEND_FUNCTION: Final = sql.SQL("""
 CREATE OR REPLACE FUNCTION {f}(
     p_streams text[], p_expected bigint[], p_counts int[], p_ids text[], p_types text[], p_schema_versions int[],
     p_causation text[], p_correlation text[], p_data bytea[], p_recorded_at text, p_tag text
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint[] LANGUAGE plpgsql
+-- every lookup here is by a unique index; a plan cached while the table was small must not stay a scan
+SET enable_seqscan = off
+AS $$
 DECLARE
     head bigint;
     found bigint;
