@@ -9,8 +9,8 @@ switches are validated before they are accepted, permissions never leave a worke
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
@@ -66,8 +66,8 @@ class Recorder:
             self._changed.set()
             self._changed = anyio.Event()
 
-    async def wait(self, match: Callable[[AnyHostEvent], bool], timeout: float = 30) -> AnyHostEvent:
-        with anyio.fail_after(timeout):
+    async def wait(self, match: Callable[[AnyHostEvent], bool], within: float = 30) -> AnyHostEvent:
+        with anyio.fail_after(within):
             while True:
                 found = next((e for e in self.events if match(e)), None)
                 if found is not None:
