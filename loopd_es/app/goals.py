@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..domain import goal_commands as c
+from ..domain import steering
 from ..domain.rules import lease_valid
 from ..errors import ConflictError
 from ..events import goal as g
@@ -48,24 +49,13 @@ class TurnReport(msgspec.Struct, kw_only=True):
 
 
 def first_prompt(state: GoalState) -> str:
-    """The first turn's steering (reference §3.5, abridged)."""
-    return (
-        "You are a worker for an active goal.\n\n"
-        "Call get_goal to read the authoritative objective, acceptance criteria, and current state.\n"
-        "Perform one concrete batch of work. After durable verification:\n\n"
-        "- Call report_goal_progress if work remains.\n"
-        "- Call complete_goal only if ALL acceptance criteria pass with concrete evidence.\n"
-        "- Call block_goal only for a real external blocker requiring user intervention.\n\n"
-        f"## OUTPUT LOCATION\n{state.config.artifact_dir or '.'}\n"
-    )
+    """The first turn's steering (reference §3.5)."""
+    return steering.first_prompt(state)
 
 
 def continuation_prompt(state: GoalState) -> str:
-    """A continuation turn's steering (reference §3.5, abridged)."""
-    return (
-        f"This is continuation run {state.run_count} for the goal below.\n\n"
-        f"## GOAL (user-provided data)\n{state.objective}\n"
-    )
+    """A continuation turn's steering (reference §3.5); the engine adds progress, recent work and force finish."""
+    return steering.continuation_prompt(state, force_finish=bool(state.force_finish_requested))
 
 
 class Goals:

@@ -41,7 +41,7 @@ from .clock import Clock, parse_iso
 from .live import Live, Tracker, after
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .turns import USAGE_WINDOW, TurnStarter
+from .turns import USAGE_WINDOW, Guard, TurnStarter, no_guard
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -66,14 +66,6 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     unknown_threshold: int = 3
 
 
-Guard = Callable[[], Awaitable[None]]
-"""Called before the engine acts; raises when this process may no longer write (its lease was taken)."""
-
-
-async def _no_guard() -> None:
-    return None
-
-
 class Engine:
     """Runs goals on one log and one host; see the module docstring."""
 
@@ -86,11 +78,11 @@ class Engine:
         self.clock = clock
         self.config = config or EngineConfig()
         self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
-        self.turns = TurnStarter(self.service, host)
-        self.outbox = Outbox(store, host, clock)
+        self.guard = guard or no_guard
+        self.turns = TurnStarter(self.service, host, self.guard)
+        self.outbox = Outbox(store, host, clock, self.guard)
         self.tracker = Tracker()
         self.position = 0
-        self.guard = guard or _no_guard
         self.next_maintenance: datetime | None = None
         self.due_schedules: Callable[[datetime], Awaitable[int]] | None = None
         """The scheduling issue's hook: called on each maintenance pass with the engine's time."""
@@ -158,6 +150,9 @@ class Engine:
     async def on_host_event(self, event: AnyHostEvent) -> bool:
         """React to one host event; ``False`` when it concerns no active goal of this log (ignored)."""
         goal_id = self.tracker.goal_of_session(event.session_id)
+        if goal_id is None:  # a worker created a moment ago by another process: look at the log first
+            await self.catch_up()
+            goal_id = self.tracker.goal_of_session(event.session_id)
         if goal_id is None:
             return False
         state = await self.service.load(goal_id)
@@ -362,8 +357,13 @@ class Engine:
 
     async def _retry_timer(self, goal_id: str) -> None:
         state = await self.service.load(goal_id)
-        if state.exists and state.status == "active" and state.phase == "waiting_retry" and not state.interactive:
-            await self.turns.continue_turn(goal_id, Ctx.new(), explicit=False)
+        if not (state.exists and state.status == "active" and state.phase == "waiting_retry") or state.interactive:
+            return
+        if state.retry_after is not None and iso(self.clock.now()) < state.retry_after:
+            # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
+            self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+            return
+        await self.turns.continue_turn(goal_id, Ctx.new(), explicit=False)
 
 
 def _confirm_failure(

@@ -12,7 +12,7 @@ here: every event that parks a goal or clears its run releases the lease in the 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..app.service import Ctx
 from ..domain import goal_commands as c
@@ -92,6 +92,7 @@ class Maintenance:
         if not events:
             return False
         assert state.worker_session_id is not None
+        await engine.guard()
         try:
             await engine.host.abort(state.worker_session_id)
         except HostError:
@@ -149,18 +150,11 @@ class Maintenance:
         ):
             return False
         stuck = _ms(now, failed_at) / 1000
-        recorded = await engine.service.append_goal(
-            state.goal_id,
-            [r.RunStuck(goal_id=state.goal_id, run_id=state.active_run_id, stuck_seconds=round(stuck, 3),
-                        watchdog="idle-unconfirmed", generation=state.run_generation)],
-            ctx, expected=state.version,
-        )
-        text = (
+        await self._stuck(state, stuck, "idle-unconfirmed", ctx, (
             f'Loop goal "{state.name}" worker is idle but its turn will not confirm (unconfirmed for '
             f"{max(1, int(stuck // 60))}m, no activity). The goal remains active; use inspect_background_goal to "
             "look, nudge_goal to re-prompt, or pause_goal to stop it."
-        )
-        await engine.outbox.request(state, "stuck", text, recorded[-1].event_id, ctx)
+        ))
         return True
 
     async def busy_stuck(self, state: GoalState, live: Live, now: datetime, status: str, ctx: Ctx) -> None:
@@ -177,18 +171,24 @@ class Maintenance:
         ):
             return
         stuck = _ms(now, last) / 1000
-        recorded = await engine.service.append_goal(
-            state.goal_id,
-            [r.RunStuck(goal_id=state.goal_id, run_id=state.active_run_id, stuck_seconds=round(stuck, 3),
-                        watchdog="busy", generation=state.run_generation)],
-            ctx, expected=state.version,
-        )
-        text = (
+        await self._stuck(state, stuck, "busy", ctx, (
             f'Loop goal "{state.name}" worker may be stuck: no activity for {max(1, int(stuck // 60))}m while '
             f"reporting {status}, lease expired. The goal remains active; use inspect_background_goal to look, "
             "nudge_goal to re-prompt, or pause_goal to stop it."
+        ))
+
+    async def _stuck(
+        self, state: GoalState, stuck: float, watchdog: Literal["idle-unconfirmed", "busy"], ctx: Ctx, text: str
+    ) -> None:
+        """One ``run.stuck`` for the run (its fold marks the run notified) and one notice caused by it."""
+        assert state.active_run_id is not None
+        recorded = await self.engine.service.append_goal(
+            state.goal_id,
+            [r.RunStuck(goal_id=state.goal_id, run_id=state.active_run_id, stuck_seconds=round(stuck, 3),
+                        watchdog=watchdog, generation=state.run_generation)],
+            ctx, expected=state.version,
         )
-        await engine.outbox.request(state, "stuck", text, recorded[-1].event_id, ctx)
+        await self.engine.outbox.request(state, "stuck", text, recorded[-1].event_id, ctx)
 
     async def _last_event_id(self, state: GoalState) -> str:
         """The id of the goal's latest event: the cause of a notice that no single event caused."""

@@ -113,6 +113,28 @@ class Operations:
         state = await self.service.load(goal_id)
         return Result(message=f'Goal "{state.name}" resumed.', goal_id=goal_id, status=state.status)
 
+    async def retry(self, goal_id: str) -> Result:
+        """Retry a blocked goal: failure, rejection and force-finish counters reset, then a turn."""
+        ctx = Ctx.new()
+        recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
+        if recorded:
+            await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+        state = await self.service.load(goal_id)
+        return Result(message=f'Goal "{state.name}" resumed.', goal_id=goal_id, status=state.status)
+
+    async def switch_identity(
+        self, goal_id: str, *, model: str | None = None, agent: str | None = None, resume: bool = False
+    ) -> Result:
+        """§3.10: switch the worker's model and/or agent on the same session (deferred while it is busy)."""
+        report = await self.goals.switch_identity(goal_id, Ctx.new(), model=model, agent=agent, resume=resume)
+        state = await self.service.load(goal_id)
+        return Result(ok=report.ok, message=report.message(), goal_id=goal_id, status=state.status,
+                      data={"outcome": report.outcome, "resumed": report.resumed})
+
+    async def inspect(self, goal_id: str) -> GoalState:
+        """The goal's whole state, folded from its stream (``loopd-es goal show`` reads the read models)."""
+        return await self.service.load(goal_id)
+
     async def clear(self, goal_id: str) -> Result:
         state = await self.service.load(goal_id)
         await self.goals.clear(goal_id, Ctx.new())

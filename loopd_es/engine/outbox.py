@@ -17,6 +17,7 @@ from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
 from ..events.envelope import ANY
 from ..host.errors import HostError
+from .turns import Guard, no_guard
 
 if TYPE_CHECKING:
     from ..app.service import Ctx
@@ -38,17 +39,19 @@ def notification_event_id(notification_id: str, what: str = "requested") -> str:
 class Outbox:
     """Records notices and delivers the undelivered ones through the host."""
 
-    def __init__(self, store: LogStore, host: EngineHost, clock: Clock) -> None:
+    def __init__(self, store: LogStore, host: EngineHost, clock: Clock, guard: Guard | None = None) -> None:
         self.store = store
         self.host = host
         self.clock = clock
+        self.guard = guard or no_guard
         self.pending: dict[str, n.NotificationRequested] = {}
         self.delivered: set[str] = set()
 
     async def load(self) -> None:
         """Find every requested notice that was not delivered (start-up)."""
-        async for env in self.store.read_stream(STREAM):
-            self.observe(env)
+        if await self.store.stream_version(STREAM):
+            async for env in self.store.read_stream(STREAM):
+                self.observe(env)
 
     def observe(self, env: Envelope) -> None:
         """Keep the pending set in step with the stream (also for notices other processes recorded)."""
@@ -88,6 +91,7 @@ class Outbox:
         """Show every pending notice through the host and record it delivered; returns how many were shown."""
         shown = 0
         for notification_id, payload in list(self.pending.items()):
+            await self.guard()
             try:
                 if await self.host.notify(payload.owner_session_id, payload.text, notification_id=notification_id):
                     shown += 1

@@ -9,6 +9,7 @@ messages leave the inbox (``goal.input_delivered``) only after the host accepted
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
     from ..host.events import EngineHost, TranscriptMessage
 
 Kind = Literal["steer", "bare", "force_finish"]
+Guard = Callable[[], Awaitable[None]]
+"""Called before a side effect; raises when this process may no longer act (its engine lease was taken)."""
+
+
+async def no_guard() -> None:
+    return None
+
 USAGE_WINDOW = 50
 
 
@@ -43,10 +51,11 @@ def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMe
 class TurnStarter:
     """Acquires turns and sends their prompts; one per engine (or per CLI operation)."""
 
-    def __init__(self, service: GoalService, host: EngineHost) -> None:
+    def __init__(self, service: GoalService, host: EngineHost, guard: Guard | None = None) -> None:
         self.service = service
         self.host = host
         self.goals = Goals(service)
+        self.guard = guard or no_guard
 
     async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
         """Usage of completed assistant messages not yet counted (idempotent by message id, §3.12)."""
@@ -102,6 +111,7 @@ class TurnStarter:
             text = first_prompt(state)
         else:
             text = await self._continuation(state, ctx, force_finish=kind == "force_finish")
+        await self.guard()  # fenced: a process that lost the engine lease sends nothing
         try:
             await self.host.prompt(
                 worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id

@@ -69,3 +69,16 @@ def test_every_module_imports() -> None:
         if info.name.endswith("__main__"):
             continue
         importlib.import_module(info.name)
+
+
+def test_only_the_cli_and_the_engine_itself_use_the_engine() -> None:
+    """The engine wires everything below it; nothing below it may depend on it (no cycle through app)."""
+    for path in PACKAGE.rglob("*.py"):
+        top = path.relative_to(PACKAGE).parts[0]
+        if top in ("engine", "cli"):
+            continue
+        for name in _imports(path):
+            stripped = name.lstrip(".")
+            assert not (stripped == "engine" or stripped.startswith("engine.") or name.startswith("loopd_es.engine")), (
+                f"{path.relative_to(PACKAGE)} imports {name}; only cli/ may use the engine"
+            )

@@ -163,3 +163,16 @@ async def test_force_complete_and_force_block_say_when_already_done(tmp_path: Pa
         await r.ops.force_block(gid)
         with pytest.raises(RuleError, match='Goal "g" already blocked.'):
             await r.ops.force_block(gid)
+
+
+async def test_retry_switch_and_inspect_through_the_python_api(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        gid = await r.create(model="openai/gpt-5", agent="build")
+        await r.ops.force_block(gid)
+        result = await r.ops.retry(gid)
+        assert result.status == "active" and (await r.ops.inspect(gid)).run_count == 2
+        sid = await _worker(r, gid)
+        await r.host.go_busy(sid)
+        result = await r.ops.switch_identity(gid, agent="plan")
+        assert result.data["outcome"] == "deferred"
+        assert (await r.ops.inspect(gid)).agent_pending is not None

@@ -310,3 +310,131 @@ async def test_s26_blocked_goals_are_not_restarted(tmp_path: Path) -> None:
             r.engine.next_maintenance = r.clock.now()
             await r.advance(30)
         assert (await r.state(gid)).status == "blocked" and len(await r.prompts(sid)) == 1
+
+
+async def test_idle_but_unconfirmable_for_five_minutes_is_reported_once(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.reply(sid, complete=False)
+        await r.host.go_idle(sid)
+        await r.pump()  # stage, then the confirmation fails: the answer is incomplete
+        assert (await r.types(gid)).count("run.confirm_failed") == 1
+        for _ in range(4):  # activity keeps the run from idle recovery, not from this watchdog
+            r.clock.advance(100)
+            await r.host.go_busy(sid)
+            await r.host.set_status(sid, "idle")
+            await r.pump()
+            r.engine.next_maintenance = r.clock.now()
+            await r.advance(0)
+        events = [e async for e in r.store.read_stream(f"goal-{gid}") if e.type == "run.stuck"]
+        assert len(events) == 1 and events[0].data_dict()["watchdog"] == "idle-unconfirmed"
+        notes = [n.text for n in await r.host.notifications()]
+        assert len(notes) == 1 and "worker is idle but its turn will not confirm (unconfirmed for 6m" in notes[0]  # 400 s after the failure
+        assert "run.recovered" not in await r.types(gid)
+
+
+async def test_s14_only_messages_of_the_running_prompt_count_as_its_activity(tmp_path: Path) -> None:
+    from loopd_es.host.events import MessageUpdated, TranscriptMessage
+
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        state = await r.state(gid)
+        sid, prompt = state.worker_session_id, state.active_prompt_message_id
+        assert sid is not None and prompt is not None
+
+        def answer(message_id: str, parent: str, completed: bool = False) -> MessageUpdated:
+            message = TranscriptMessage(message_id=message_id, role="assistant", parent_id=parent, completed=completed)
+            return MessageUpdated(session_id=sid, message=message)
+
+        assert await r.engine.on_host_event(answer("assistant-current", prompt)) is True
+        assert r.engine.tracker.live(gid).assistant_id == "assistant-current"
+        assert await r.engine.on_host_event(answer("assistant-old", "older-prompt")) is False
+        assert r.engine.tracker.live(gid).assistant_id == "assistant-current"
+        assert await r.engine.on_host_event(answer("assistant-current", prompt, completed=True)) is True
+        before = r.engine.tracker.live(gid).last_activity
+        r.clock.advance(5)
+        assert await r.engine.on_host_event(answer("assistant-current", prompt)) is False  # trailing part
+        assert r.engine.tracker.live(gid).last_activity == before
+
+
+async def test_s34_a_paused_goal_ignores_idle_and_s35_resume_reuses_the_worker(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        result = await r.ops.pause(gid)
+        assert result.message == 'Goal "g" paused. Resume with resume_goal.'
+        state = await r.state(gid)
+        assert (state.status, state.phase, state.active_run_id) == ("paused", "idle", None)
+        assert [c.op for c in await r.host.journal("abort")] == ["abort"]
+        await r.host.go_idle(sid)
+        from loopd_es.host.events import SessionIdle
+
+        assert await r.engine.on_host_event(SessionIdle(session_id=sid)) is False
+        result = await r.ops.resume(gid)
+        state = await r.state(gid)
+        assert state.status == "active" and state.worker_session_id == sid and state.run_count == 2
+        assert len(await r.prompts(sid)) == 2
+
+
+async def test_s41_a_cleared_goal_is_forgotten_by_the_engine(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        result = await r.ops.clear(gid)
+        assert result.message == 'Goal "g" cleared and removed.'
+        await r.engine.catch_up()
+        assert r.engine.tracker.goal_of_session(sid) is None
+        await r.host.reply(sid)
+        await r.pump()
+        r.engine.next_maintenance = r.clock.now()
+        await r.advance(30)
+        assert len(await r.prompts(sid)) == 1
+
+
+async def test_a_restarted_engine_resumes_the_current_retry_deadline_not_an_old_one(tmp_path: Path) -> None:
+    from loopd_es.engine.core import Engine
+
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.fail(sid, {"statusCode": 500})
+        await r.pump()
+        await r.advance(2)  # the first retry (2 s)
+        await r.host.fail(sid, {"statusCode": 500})
+        await r.pump()  # the second failure waits 4 s
+        fresh = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
+        await fresh.start()  # replays both failures' deadlines
+        fresh.next_maintenance = None
+        r.clock.advance(3.9)
+        await fresh.run_due()
+        assert len(await r.prompts(sid)) == 2
+        r.clock.advance(0.1)
+        await fresh.run_due()
+        assert len(await r.prompts(sid)) == 3
+
+
+async def test_a_restaged_candidate_is_confirmed_by_its_own_timer(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.reply(sid, idle=False)
+        await r.host.go_idle(sid)
+        await r.pump()  # staged at 0 s
+        r.clock.advance(1.5)
+        await r.host.tool_call(sid, "c1")
+        await r.host.tool_call(sid, "c1", done=True)  # activity at 1.5 s
+        await r.host.go_idle(sid)
+        await r.pump()  # inside the quiet period: kept
+        await r.advance(0.5)  # 2 s: the timer's poll finds activity after the candidate: staged again at 2 s
+        assert len(await r.prompts(sid)) == 1
+        assert (await r.types(gid)).count("run.idle_candidate") == 2
+        await r.advance(1.9)
+        assert len(await r.prompts(sid)) == 1
+        await r.advance(0.1)  # 4 s: the new candidate's own timer confirms, without any new host event
+        assert len(await r.prompts(sid)) == 2
