@@ -8,7 +8,10 @@ The model named in a request decides how it answers:
 - ``quota``: 429 ``insufficient_quota`` with no header; ``broken``: 500; ``badreq``: 400.
 
 A prompt whose last user text contains ``CALL <tool> <json args>`` makes the model call that tool once (the
-answer after the tool result is plain text). Every request is logged (model, OpenCode session id, last user
+answer after the tool result is plain text). A worker session (one whose first prompt names ``get_goal``, as the
+engine's first turn does) follows :attr:`FakeLLM.worker_script` instead, one step per user turn: ``("call",
+tool, args)``, ``("slow", chunks)`` or ``("text",)``; the turn is the number of user messages, so OpenCode's own
+retries of a turn and the answers after tool results stay on the same step. Every request is logged (model, OpenCode session id, last user
 text, tools offered) and the log is served at ``GET /log`` and kept on :attr:`FakeLLM.requests`.
 """
 
@@ -29,6 +32,8 @@ class FakeLLM:
 
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.worker_script: list[tuple[Any, ...]] = []
+        self.workers: set[str] = set()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -78,12 +83,17 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 return
             model = str(body.get("model", ""))
             messages = body.get("messages") or []
-            last_user = next((_text(m) for m in reversed(messages) if m.get("role") == "user"), "")
+            users = [_text(m) for m in messages if m.get("role") == "user"]
+            last_user = users[-1] if users else ""
             tool_answered = bool(messages) and messages[-1].get("role") == "tool"
+            session = self.headers.get("x-session-id")
+            if session and users and "get_goal" in users[0]:
+                fake.workers.add(session)
             fake.log(
                 {
                     "model": model,
-                    "session": self.headers.get("x-session-id"),
+                    "session": session,
+                    "turn": len(users),
                     "last_user": last_user,
                     "tools": sorted(t.get("function", {}).get("name", "") for t in body.get("tools") or []),
                     "at": time.time(),
@@ -104,10 +114,19 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             elif model == "badreq":
                 self._error(400, "Bad request", "invalid_request_error", {})
             else:
-                call = None if tool_answered else _CALL.search(last_user)
-                self._stream(model, last_user, call)
+                step: tuple[Any, ...] = ("text",)
+                match = _CALL.search(last_user)
+                if match is not None:
+                    step = ("call", match.group(1), json.loads(match.group(2)))
+                elif session in fake.workers and len(users) <= len(fake.worker_script):
+                    step = fake.worker_script[len(users) - 1]
+                if model == "slow":
+                    step = ("slow", 20)
+                if step[0] == "call" and tool_answered:
+                    step = ("text",)
+                self._stream(model, last_user, step)
 
-        def _stream(self, model: str, prompt: str, call: re.Match[str] | None) -> None:
+        def _stream(self, model: str, prompt: str, step: tuple[Any, ...]) -> None:
             self.send_response(200)
             self.send_header("content-type", "text/event-stream")
             self.send_header("cache-control", "no-cache")
@@ -127,19 +146,18 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
 
             try:
                 chunk({"role": "assistant", "content": ""})
-                if call is not None:
-                    chunk({"tool_calls": [{"index": 0, "id": f"call_{int(time.time() * 1000) % 100000}",
+                if step[0] == "call":
+                    chunk({"tool_calls": [{"index": 0, "id": f"call_{time.monotonic_ns() % 10**9}",
                                            "type": "function",
-                                           "function": {"name": call.group(1), "arguments": call.group(2)}}]})
+                                           "function": {"name": step[1], "arguments": json.dumps(step[2])}}]})
                     chunk({}, "tool_calls")
                     completion = 5
                 else:
-                    words = [f"ok {model}: ", *prompt.split()[:6]]
-                    if model == "slow":
-                        words = [f"tick{i} " for i in range(20)]
+                    slow = step[0] == "slow"
+                    words = [f"tick{i} " for i in range(int(step[1]))] if slow else [f"ok {model}: ", *prompt.split()[:6]]
                     for word in words:
                         chunk({"content": word + " "})
-                        if model == "slow":
+                        if slow:
                             time.sleep(0.5)
                     chunk({}, "stop")
                     completion = len(words)

@@ -82,7 +82,8 @@ class OpenCodeServer:
         config_dirs = [self.home / ".config" / "opencode", self.project / ".opencode"]
         for directory in config_dirs:
             directory.mkdir(parents=True, exist_ok=True)
-            shutil.copy(self.install / "plugin" / "package.json", directory / "package.json")
+            for name in ("package.json", "package-lock.json"):
+                shutil.copy(self.install / "plugin" / name, directory / name)
             if not (directory / "node_modules").exists():
                 shutil.copytree(self.install / "plugin" / "node_modules", directory / "node_modules", symlinks=True)
         config: dict[str, Any] = {
