@@ -16,17 +16,19 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
-from loopd_es.events.envelope import Envelope
 from loopd_es.host.opencode import OpenCodeHost
 from loopd_es.log import open_store
 
 from ..opencode.fake_llm import FakeLLM
 from ..opencode.server import OpenCodeServer, free_port
+
+if TYPE_CHECKING:
+    from loopd_es.events.envelope import Envelope
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -155,7 +157,7 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
 
         envs = await stack.until("the goal to complete", lambda e: bool(of_type(e, "goal.completed")), within=120)
         by_turn = [(r["turn"], r["model"]) for r in fake.requests if r["session"] == worker]
-        turns = {t: m for t, m in by_turn}  # the model that answered each turn (tool follow-ups included)
+        turns = dict(by_turn)  # the model that answered each turn (tool follow-ups included)
         assert turns[1] == "good" and turns[2] == "good"
         assert "limited" in [m for t, m in by_turn if t == 3], by_turn  # the deferred switch landed next turn
         assert turns[max(turns)] == "other", by_turn  # the fallback, on the same OpenCode session
