@@ -116,7 +116,6 @@ async def _drive(goals: int, turns: int, workdir: Path, run: int = 0) -> dict[st
                     events_handled += 1
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         appended = await store.head() - head0
-        prompts = len((await host.snapshot()).prompts)
     latencies.sort()
     return {
         "goals": goals,
@@ -128,7 +127,6 @@ async def _drive(goals: int, turns: int, workdir: Path, run: int = 0) -> dict[st
         "appended_per_turn": round(appended / turns, 2),
         "idle_to_prompt_ms_p50": round(statistics.median(latencies) * 1000, 3),
         "idle_to_prompt_ms_p99": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 3),
-        "prompts_recorded": prompts,
     }
 
 

@@ -14,17 +14,16 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from ..domain import goal_commands as c
-from ..domain import steering
-from ..domain.rules import lease_valid
 from ..errors import ConflictError
 from ..events import goal as g
 from ..events.envelope import Envelope, new_event_id
-from ..host.errors import HostError, ProviderError
+from ..host.errors import HostError
 from ..procs.service import cancel_goal_awaits
-from ..sagas.fallback import Source, observe_provider_error, safe_error_text
+from ..sagas.fallback import Source, observe_provider_error
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
 from .service import Ctx, GoalService
+from .turns import Guard, Kind, TurnStarter
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -48,23 +47,14 @@ class TurnReport(msgspec.Struct, kw_only=True):
     detail: str = ""
 
 
-def first_prompt(state: GoalState) -> str:
-    """The first turn's steering (reference §3.5)."""
-    return steering.first_prompt(state)
-
-
-def continuation_prompt(state: GoalState) -> str:
-    """A continuation turn's steering (reference §3.5); the engine adds progress, recent work and force finish."""
-    return steering.continuation_prompt(state, force_finish=bool(state.force_finish_requested))
-
-
 class Goals:
     """The goal use cases over one :class:`GoalService`."""
 
-    def __init__(self, service: GoalService) -> None:
+    def __init__(self, service: GoalService, guard: Guard | None = None) -> None:
         self.service = service
         self.host = service.host
         self.switches = SwitchSaga(service)
+        self.turns = TurnStarter(service, self, guard)
 
     async def recover(self, ctx: Ctx | None = None) -> list[SwitchReport]:
         """Settle the switch sagas a crashed process left open (run before any other use case)."""
@@ -208,52 +198,16 @@ class Goals:
 
     # -- turns ----------------------------------------------------------------------------------------
 
-    async def continue_turn(self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False) -> TurnReport:
+    async def continue_turn(
+        self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport:
         """Start the goal's next turn if it may run (reference §3.2): pendings first, then prompt.
 
         ``explicit`` marks an owner action; without it an interactive goal is never prompted.
+
+        :raises SwitchFailedError: when a pending switch is refused; the goal is then blocked.
         """
-        state = await self.service.load(goal_id)
-        if not state.exists or state.status != "active":
-            return TurnReport(goal_id=goal_id, result="not-active")
-        if state.interactive and not explicit:
-            return TurnReport(goal_id=goal_id, result="interactive")
-        if state.phase == "running" and lease_valid(state, self.service.clock()):
-            return TurnReport(goal_id=goal_id, result="running")
-        worker = state.worker_session_id
-        if worker is None:
-            return TurnReport(goal_id=goal_id, result="no-worker")
-        status = await self.host.session_status(worker)
-        has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
-        if status != "idle" and (not force or has_pending):
-            return TurnReport(goal_id=goal_id, result="busy")
-        switches = await self.apply_pending(goal_id, ctx) if has_pending else []
-        run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
-        started = await self.service.execute(c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id), ctx)
-        if not started:
-            return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
-        state = await self.service.load(goal_id)
-        text = first_prompt(state) if state.run_count <= 1 else continuation_prompt(state)
-        ctx = ctx.caused_by(started[-1].event_id)
-        try:
-            await self.host.prompt(
-                worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id
-            )
-        except ProviderError as e:
-            await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(e.info.as_reported()),
-                                   source="prompt-delivery"), ctx,
-            )
-            await observe_provider_error(
-                self.service, goal_id, e.info.as_reported(), ctx, source="prompt-delivery", record_failure=False
-            )
-            return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
-        except HostError as e:
-            await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery"), ctx
-            )
-            return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
-        return TurnReport(goal_id=goal_id, result="started", switches=switches)
+        return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
 
     async def idle(self, goal_id: str, ctx: Ctx) -> TurnReport:
         """The worker went idle: confirm the run, enforce limits, and (unless interactive) continue."""

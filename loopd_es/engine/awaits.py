@@ -72,5 +72,5 @@ class AwaitWaker:
         if state.worker_session_id is None:
             return False
         await engine.service.append_goal(goal_id, [g.GoalNudged(goal_id=goal_id)], ctx, expected=state.version)
-        report = await engine.turns.continue_turn(goal_id, ctx, explicit=True, force=True)
-        return report.result == "started"
+        report = await engine.continue_goal(goal_id, ctx, explicit=True, force=True)
+        return report is not None and report.result == "started"

@@ -21,9 +21,12 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
+from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
+from ..app.turns import USAGE_WINDOW, Guard, Kind, no_guard
 from ..domain import goal_commands as c
 from ..domain.provider_limit import iso
+from ..domain.streams import aggregate_of
 from ..events import engine as en
 from ..events import run as r
 from ..host.errors import HostError
@@ -39,9 +42,9 @@ from ..host.events import (
 )
 from .clock import Clock, parse_iso
 from .live import Live, Tracker, after
+from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .turns import USAGE_WINDOW, Guard, TurnStarter, no_guard
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -79,7 +82,8 @@ class Engine:
         self.config = config or EngineConfig()
         self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
         self.guard = guard or no_guard
-        self.turns = TurnStarter(self.service, host, self.guard)
+        self.goals = Goals(self.service, self.guard)
+        self.turns = self.goals.turns
         self.outbox = Outbox(store, host, clock, self.guard)
         self.tracker = Tracker()
         self.position = 0
@@ -122,7 +126,10 @@ class Engine:
         while react and self._reactions:
             pending, self._reactions = self._reactions, []
             for env in pending:
-                await self.awaits.react(env)
+                if env.type in NOTICE_TYPES:
+                    await self.notice(env)
+                else:
+                    await self.awaits.react(env)
             seen += await self.catch_up()
         return seen
 
@@ -136,6 +143,8 @@ class Engine:
         goal_id = self.tracker.observe(env)
         if goal_id is None:
             return
+        if env.type in NOTICE_TYPES:
+            self._reactions.append(env)
         if env.type == "run.failed":
             retry_after = env.data_dict().get("retry_after")
             if retry_after:
@@ -204,18 +213,21 @@ class Engine:
         return True
 
     async def _session_error(self, state: GoalState, event: SessionError) -> None:
-        ctx = Ctx.new()
-        recorded = await self.turns.goals.observe_error(
-            state.goal_id, event.error, ctx, source="session-error", expected_model=state.config.model
+        await self.goals.observe_error(
+            state.goal_id, event.error, Ctx.new(), source="session-error", expected_model=state.config.model
         )
-        after_state = await self.service.load(state.goal_id)
-        blocked = next((e for e in recorded if e.type == "goal.blocked"), None)
-        if blocked is not None and after_state.blocker is not None:
-            text = (
-                f'Loop goal "{after_state.name}" failed: {after_state.blocker.reason}. '
-                f"Needed: {after_state.blocker.needed}."
-            )
-            await self.outbox.request(after_state, "failed", text, blocked.event_id, ctx)
+
+    async def notice(self, env: Envelope) -> None:
+        """Record (once) and deliver the notice a goal event calls for (:mod:`.notices`)."""
+        _, goal_id = aggregate_of(env.stream)
+        state = await self.service.load(goal_id)
+        found = notice_for(env, state) if state.exists else None
+        if found is None:
+            return
+        kind, text = found
+        if self.outbox.known(f"{env.event_id}:{kind}"):
+            return
+        await self.outbox.request(state, kind, text, env.event_id, Ctx(env.correlation_id or env.event_id, env.event_id))
 
     # -- the two-stage idle --------------------------------------------------------------------------
 
@@ -277,28 +289,29 @@ class Engine:
         )
 
     async def _after_confirm(self, goal_id: str, recorded: list[Envelope], ctx: Ctx) -> None:
-        """§3.13 after ``run.completed``: notify a force-finish block, force-finish turn, compaction, next turn."""
+        """§3.13 after ``run.completed``: the force-finish turn, compaction, or the next turn."""
         state = await self.service.load(goal_id)
         types = {e.type: e for e in recorded}
-        if "goal.blocked" in types and state.blocker is not None:
-            reason = state.blocker.reason.removesuffix(" (force-finish ignored)")
-            progress = state.last_progress.summary if state.last_progress is not None else "none"
-            text = (
-                f'Loop goal "{state.name}" stopped: {reason} (child did not wrap up). Status: blocked. '
-                f"Last progress: {progress}."
-            )
-            await self.outbox.request(state, "stopped", text, types["goal.blocked"].event_id, ctx)
-            return
         if state.status != "active":
-            return
+            return  # blocked (the owner is told from the log, see notice) or out of budget
         if "goal.force_finish_requested" in types:
-            await self.turns.continue_turn(goal_id, ctx, explicit=False, kind="force_finish")
+            await self.continue_goal(goal_id, ctx, kind="force_finish")
             return
         every = state.config.compact_every
         if every and state.run_count > 0 and state.run_count % every == 0:
             await self.compact(goal_id, ctx)
             return
-        await self.turns.continue_turn(goal_id, ctx, explicit=False)
+        await self.continue_goal(goal_id, ctx)
+
+    async def continue_goal(
+        self, goal_id: str, ctx: Ctx, *, explicit: bool = False, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport | None:
+        """The next turn, if the goal may have one; a refused pending switch has blocked the goal (``None``)."""
+        try:
+            return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
+        except SwitchFailedError as e:
+            log.info("goal %s blocked: %s", goal_id, e)
+            return None
 
     async def compact(self, goal_id: str, ctx: Ctx) -> None:
         """§3.14: ``compaction.started``, pending switches first, the host's compaction, ``compaction.completed``."""
@@ -309,7 +322,7 @@ class Engine:
         )
         error = None
         try:
-            await self.turns.goals.compact(goal_id, ctx.caused_by(started[-1].event_id))
+            await self.goals.compact(goal_id, ctx.caused_by(started[-1].event_id))
         except Exception as e:  # the reference swallows compaction errors; keep what went wrong
             error = str(e) or type(e).__name__
         state = await self.service.load(goal_id)
@@ -363,7 +376,7 @@ class Engine:
             # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
             self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
             return
-        await self.turns.continue_turn(goal_id, Ctx.new(), explicit=False)
+        await self.continue_goal(goal_id, Ctx.new())
 
 
 def _confirm_failure(

@@ -61,7 +61,7 @@ class Maintenance:
         assert worker is not None
         if state.phase == "waiting_retry":
             if state.retry_after is None or iso(now) >= state.retry_after:
-                await engine.turns.continue_turn(goal_id, ctx, explicit=False)
+                await engine.continue_goal(goal_id, ctx)
             return
         if state.phase not in ("running", "idle"):
             return
@@ -80,7 +80,7 @@ class Maintenance:
                     return
                 await engine.on_idle(goal_id)
             else:
-                await engine.turns.continue_turn(goal_id, ctx, explicit=False)
+                await engine.continue_goal(goal_id, ctx)
             return
         await self.busy_stuck(state, live, now, status, ctx)
 
@@ -97,14 +97,8 @@ class Maintenance:
             await engine.host.abort(state.worker_session_id)
         except HostError:
             pass
-        recorded = await engine.service.append_goal(state.goal_id, events, ctx, expected=state.version)
-        reason = getattr(events[0], "reason", "budget exhausted")
-        text = (
-            f'Loop goal "{state.name}" stopped: {reason}. Worker aborted, status: budget_limited. '
-            "Resume with resume_goal to continue spending."
-        )
-        await engine.outbox.request(state, "stopped", text, recorded[-1].event_id, ctx)
-        return True
+        await engine.service.append_goal(state.goal_id, events, ctx, expected=state.version)
+        return True  # the owner is told from the log (notices)
 
     async def unknown(self, state: GoalState, live: Live, ctx: Ctx) -> None:
         engine = self.engine
@@ -134,7 +128,7 @@ class Maintenance:
         )
         await engine.service.append_goal(state.goal_id, [event], ctx, expected=state.version)
         live.tools.clear()
-        await engine.turns.continue_turn(state.goal_id, ctx, explicit=False)
+        await engine.continue_goal(state.goal_id, ctx)
         return True
 
     async def idle_stuck(self, state: GoalState, live: Live, now: datetime, ctx: Ctx) -> bool:
@@ -149,12 +143,7 @@ class Maintenance:
             or _ms(now, failed_at) <= engine.config.idle_unconfirmed_ms
         ):
             return False
-        stuck = _ms(now, failed_at) / 1000
-        await self._stuck(state, stuck, "idle-unconfirmed", ctx, (
-            f'Loop goal "{state.name}" worker is idle but its turn will not confirm (unconfirmed for '
-            f"{max(1, int(stuck // 60))}m, no activity). The goal remains active; use inspect_background_goal to "
-            "look, nudge_goal to re-prompt, or pause_goal to stop it."
-        ))
+        await self._stuck(state, _ms(now, failed_at) / 1000, "idle-unconfirmed", ctx)
         return True
 
     async def busy_stuck(self, state: GoalState, live: Live, now: datetime, status: str, ctx: Ctx) -> None:
@@ -170,25 +159,19 @@ class Maintenance:
             or _ms(now, last) <= engine.config.stuck_running_ms
         ):
             return
-        stuck = _ms(now, last) / 1000
-        await self._stuck(state, stuck, "busy", ctx, (
-            f'Loop goal "{state.name}" worker may be stuck: no activity for {max(1, int(stuck // 60))}m while '
-            f"reporting {status}, lease expired. The goal remains active; use inspect_background_goal to look, "
-            "nudge_goal to re-prompt, or pause_goal to stop it."
-        ))
+        await self._stuck(state, _ms(now, last) / 1000, "busy", ctx)
 
     async def _stuck(
-        self, state: GoalState, stuck: float, watchdog: Literal["idle-unconfirmed", "busy"], ctx: Ctx, text: str
+        self, state: GoalState, stuck: float, watchdog: Literal["idle-unconfirmed", "busy"], ctx: Ctx
     ) -> None:
-        """One ``run.stuck`` for the run (its fold marks the run notified) and one notice caused by it."""
+        """One ``run.stuck`` for the run (its fold marks the run notified); the notice follows from the log."""
         assert state.active_run_id is not None
-        recorded = await self.engine.service.append_goal(
+        await self.engine.service.append_goal(
             state.goal_id,
             [r.RunStuck(goal_id=state.goal_id, run_id=state.active_run_id, stuck_seconds=round(stuck, 3),
                         watchdog=watchdog, generation=state.run_generation)],
             ctx, expected=state.version,
         )
-        await self.engine.outbox.request(state, "stuck", text, recorded[-1].event_id, ctx)
 
     async def _last_event_id(self, state: GoalState) -> str:
         """The id of the goal's latest event: the cause of a notice that no single event caused."""

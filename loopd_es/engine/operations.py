@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..app.goals import Goals
 from ..app.service import Ctx, GoalService
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
@@ -23,12 +24,13 @@ from ..events.envelope import new_event_id
 from ..host.errors import HostError
 from .checks import run_checks
 from .clock import Clock, SystemClock
+from .notices import notice_for
 from .outbox import Outbox
-from .turns import TurnStarter
 
 if TYPE_CHECKING:
     from ..app.goals import Goals
     from ..domain.state import GoalState
+    from ..events.envelope import Envelope
     from ..host.events import EngineHost
     from ..log.base import LogStore
 
@@ -53,8 +55,8 @@ class Operations:
         self.clock = clock or SystemClock()
         self.service = GoalService(store, host, clock=self.clock.now, directory=directory, owner=owner)
         self.host = host
-        self.turns = TurnStarter(self.service, host)
-        self.goals: Goals = self.turns.goals
+        self.goals = Goals(self.service)
+        self.turns = self.goals.turns
         self.outbox = Outbox(store, host, self.clock)
         self.directory = directory
 
@@ -239,18 +241,12 @@ class Operations:
                            check_results=tuple(results), cwd=cwd),
             ctx,
         )
-        after = await self.service.load(state.goal_id)
+        after = await self._tell(state.goal_id, recorded, ctx)
         failed = [r for r in results if r.exit_code != 0]
         if not failed:
-            text = (f'Loop goal "{after.name}" completed: {summary}. Evidence: {evidence}. '
-                    f"Artifacts: {cfg.artifact_dir or 'n/a'}.")
-            await self.outbox.request(after, "complete", text, recorded[-1].event_id, ctx)
             return Result(message=f'Goal "{after.name}" complete.', goal_id=state.goal_id, status=after.status,
                           data={"summary": summary, "evidence": evidence})
         blocked = after.status == "blocked"
-        if blocked and after.blocker is not None:
-            text = f'Loop goal "{after.name}" blocked: {after.blocker.reason}. Needed: {after.blocker.needed}.'
-            await self.outbox.request(after, "blocked", text, recorded[-1].event_id, ctx)
         message = (
             "Evaluator rejection limit reached. Goal blocked; owner retry required."
             if blocked
@@ -266,10 +262,17 @@ class Operations:
         state = await self._worker_state(session_id, blocked_message=True)
         ctx = Ctx.new()
         recorded = await self.service.execute(c.BlockGoal(goal_id=state.goal_id, reason=reason, needed=needed), ctx)
-        after = await self.service.load(state.goal_id)
-        text = f'Loop goal "{after.name}" blocked: {reason}. Needed: {needed}.'
-        await self.outbox.request(after, "blocked", text, recorded[-1].event_id, ctx)
+        after = await self._tell(state.goal_id, recorded, ctx)
         return Result(message=f'Goal "{after.name}" blocked.', goal_id=state.goal_id, status=after.status)
+
+    async def _tell(self, goal_id: str, recorded: list[Envelope], ctx: Ctx) -> GoalState:
+        """Tell the owner at once what ``recorded`` calls for (a running engine would too, under the same id)."""
+        state = await self.service.load(goal_id)
+        for env in recorded:
+            found = notice_for(env, state)
+            if found is not None:
+                await self.outbox.request(state, found[0], found[1], env.event_id, ctx)
+        return state
 
     async def _worker_state(
         self, session_id: str, *, missing: str = "No active goal to report progress for.",

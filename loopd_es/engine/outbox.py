@@ -11,13 +11,13 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Final
 
+from ..app.turns import Guard, no_guard
 from ..domain.provider_limit import iso
 from ..errors import DuplicateEventIdError
 from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
 from ..events.envelope import ANY
 from ..host.errors import HostError
-from .turns import Guard, no_guard
 
 if TYPE_CHECKING:
     from ..app.service import Ctx
@@ -52,6 +52,10 @@ class Outbox:
         if await self.store.stream_version(STREAM):
             async for env in self.store.read_stream(STREAM):
                 self.observe(env)
+
+    def known(self, notification_id: str) -> bool:
+        """Whether the notice was recorded already (pending or delivered)."""
+        return notification_id in self.pending or notification_id in self.delivered
 
     def observe(self, env: Envelope) -> None:
         """Keep the pending set in step with the stream (also for notices other processes recorded)."""
@@ -100,12 +104,15 @@ class Outbox:
             done = n.NotificationDelivered(
                 notification_id=notification_id, goal_id=payload.goal_id, at=iso(self.clock.now())
             )
-            await self.store.append(
-                STREAM,
-                [new_event(done, event_id=notification_event_id(notification_id, "delivered"),
-                           causation_id=notification_event_id(notification_id))],
-                ANY,
-            )
+            try:
+                await self.store.append(
+                    STREAM,
+                    [new_event(done, event_id=notification_event_id(notification_id, "delivered"),
+                               causation_id=notification_event_id(notification_id))],
+                    ANY,
+                )
+            except DuplicateEventIdError:
+                pass  # another process (an engine, a CLI operation) recorded the same delivery first
             self.pending.pop(notification_id, None)
             self.delivered.add(notification_id)
         return shown

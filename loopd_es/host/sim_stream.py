@@ -179,8 +179,9 @@ class SimEvents:
         if prompt is None:
             return None
         answer_id = f"msg_sim_a{state.next_message:05d}"
-        existing = next(
-            (m for m in transcript if m.role == "assistant" and m.parent_id == prompt.message_id), None
+        existing = next(  # an answer still being written is continued; a finished one is followed by a new one
+            (m for m in transcript if m.role == "assistant" and m.parent_id == prompt.message_id and not m.completed),
+            None,
         )
         if existing is not None:
             answer_id = existing.message_id

@@ -74,6 +74,14 @@ def goal(workdir: Path, goal_id: str) -> GoalState:
     return anyio.run(load)
 
 
+def _types(workdir: Path, goal_id: str) -> list[str]:
+    async def read() -> list[str]:
+        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+            return [e.type async for e in store.read_stream(goal_stream(goal_id))]
+
+    return anyio.run(read)
+
+
 def lease_events(workdir: Path) -> list[str]:
     async def read() -> list[str]:
         async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
@@ -120,12 +128,13 @@ def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir
         # a 429: the run fails, waits 2 s, and the engine retries by itself
         fail = cli(workdir, "sim", "fail", session, "--error", '{"statusCode": 429}')
         assert fail.returncode == 0, fail.stderr
-        wait_for("the failure", lambda: goal(workdir, goal_id).phase == "waiting_retry")
+        wait_for("the failure", lambda: goal(workdir, goal_id).consecutive_failures == 1)
         # kill -9 in the middle of the backoff; a new engine resumes the timer from the log
         engine.kill()
         engine.communicate(timeout=10)
         engine = start_engine(workdir, "e2", "--lease-ms", "1000")
         wait_for("the retry turn", lambda: len(prompts(workdir, session)) == 3)
+        assert "run.failed" in _types(workdir, goal_id)
         # a check that fails, then passes
         out = cli(workdir, "worker", "complete", "--session", session, "done", "see done.txt")
         assert "Evaluator rejected completion." in out.stdout

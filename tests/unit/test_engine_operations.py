@@ -176,3 +176,22 @@ async def test_retry_switch_and_inspect_through_the_python_api(tmp_path: Path) -
         result = await r.ops.switch_identity(gid, agent="plan")
         assert result.data["outcome"] == "deferred"
         assert (await r.ops.inspect(gid)).agent_pending is not None
+
+
+async def test_a_notice_whose_cause_was_recorded_without_an_engine_is_delivered_once_at_start(tmp_path: Path) -> None:
+    from loopd_es.app.service import Ctx
+    from loopd_es.domain import goal_commands as c
+    from loopd_es.engine.core import Engine
+
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        other = await r.create("h", workspace_write=False)
+        # recorded by a process that crashed before asking for the notice
+        await r.ops.service.execute(c.BlockGoal(goal_id=gid, reason="no network", needed="connect me"), Ctx.new())
+        await r.ops.force_block(other)  # the owner's own block is not told back to them
+        assert await r.host.notifications() == []
+        for _ in range(2):
+            engine = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
+            await engine.start()
+        notes = [n.text for n in await r.host.notifications()]
+        assert notes == ['Loop goal "g" blocked: no network. Needed: connect me.']

@@ -438,3 +438,22 @@ async def test_a_restaged_candidate_is_confirmed_by_its_own_timer(tmp_path: Path
         assert len(await r.prompts(sid)) == 1
         await r.advance(0.1)  # 4 s: the new candidate's own timer confirms, without any new host event
         assert len(await r.prompts(sid)) == 2
+
+
+async def test_a_refused_pending_switch_blocks_the_goal_and_the_engine_goes_on(tmp_path: Path) -> None:
+    from loopd_es.host.sim_script import FailureRule
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create(model="openai/gpt-5", agent="build")
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.go_busy(sid)
+        await r.ops.switch_identity(gid, agent="plan")  # deferred: the worker is busy
+        await r.host.inject(FailureRule(op="switch_agent", error="rejected"))
+        await r.host.reply(sid)
+        await r.pump()
+        await r.advance(0)  # the confirmation's next turn applies the pending switch first: refused
+        state = await r.state(gid)
+        assert state.status == "blocked" and state.blocker is not None
+        assert state.blocker.reason == "Pending agent switch was not accepted."
+        assert len(await r.prompts(sid)) == 1

@@ -12,18 +12,20 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
-from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..domain import goal_commands as c
 from ..domain.rules import lease_valid
 from ..domain.steering import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
 from ..events import goal as g
 from ..host.errors import HostError, ProviderError
+from ..host.events import EngineHost
 from ..sagas.fallback import observe_provider_error, safe_error_text
 
 if TYPE_CHECKING:
-    from ..app.service import Ctx, GoalService
     from ..domain.state import GoalState
-    from ..host.events import EngineHost, TranscriptMessage
+    from ..host.base import WorkerHost
+    from ..host.events import TranscriptMessage
+    from .goals import Goals, TurnReport
+    from .service import Ctx, GoalService
 
 Kind = Literal["steer", "bare", "force_finish"]
 Guard = Callable[[], Awaitable[None]]
@@ -49,13 +51,25 @@ def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMe
 
 
 class TurnStarter:
-    """Acquires turns and sends their prompts; one per engine (or per CLI operation)."""
+    """Acquires turns and sends their prompts for one :class:`~loopd_es.app.goals.Goals` (its service and host).
 
-    def __init__(self, service: GoalService, host: EngineHost, guard: Guard | None = None) -> None:
+    With a host that reports transcripts (:class:`~loopd_es.host.events.EngineHost`) a continuation quotes the
+    recent work and a restart can resend a prompt the host never got; with any other host it does without.
+    """
+
+    def __init__(self, service: GoalService, goals: Goals, guard: Guard | None = None) -> None:
         self.service = service
-        self.host = host
-        self.goals = Goals(service)
+        self.host: WorkerHost = service.host
+        self.goals = goals
         self.guard = guard or no_guard
+
+    async def _messages(self, session_id: str, limit: int) -> list[TranscriptMessage]:
+        if not isinstance(self.host, EngineHost):
+            return []
+        try:
+            return await self.host.messages(session_id, limit=limit)
+        except HostError:
+            return []
 
     async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
         """Usage of completed assistant messages not yet counted (idempotent by message id, §3.12)."""
@@ -65,7 +79,14 @@ class TurnStarter:
     async def continue_turn(
         self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
     ) -> TurnReport:
-        """Start the goal's next turn if it may run; ``explicit`` marks an owner action (§3.9)."""
+        """Start the goal's next turn if it may run (reference §3.2): pending switches first, then the prompt.
+
+        ``explicit`` marks an owner action: without it an interactive goal is never prompted (§3.9).
+
+        :raises SwitchFailedError: when a pending switch is refused; the goal is then blocked.
+        """
+        from .goals import TurnReport
+
         service = self.service
         state = await service.load(goal_id)
         if not state.exists or state.status != "active":
@@ -81,10 +102,7 @@ class TurnStarter:
         has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
         if status != "idle" and (not force or has_pending):
             return TurnReport(goal_id=goal_id, result="busy")
-        try:
-            switches = await self.goals.apply_pending(goal_id, ctx) if has_pending else []
-        except SwitchFailedError as e:
-            return TurnReport(goal_id=goal_id, result="not-active", switches=[e.report], detail=str(e))
+        switches = await self.goals.apply_pending(goal_id, ctx) if has_pending else []
         state = await service.load(goal_id)
         if kind == "bare" and not state.inbox:
             kind = "steer"
@@ -147,6 +165,8 @@ class TurnStarter:
         worker, prompt_id = state.worker_session_id, state.active_prompt_message_id
         if state.status != "active" or state.phase != "running" or worker is None or prompt_id is None:
             return False
+        if not isinstance(self.host, EngineHost):
+            return False
         try:
             transcript = await self.host.messages(worker, limit=200)
         except HostError:
@@ -158,12 +178,7 @@ class TurnStarter:
 
     async def _continuation(self, state: GoalState, ctx: Ctx, *, force_finish: bool) -> str:
         worker = state.worker_session_id
-        recent: list[TranscriptMessage] = []
-        if worker is not None:
-            try:
-                recent = await self.host.messages(worker, limit=5)
-            except HostError:
-                recent = []
+        recent = await self._messages(worker, 5) if worker is not None else []
         await self.account(state.goal_id, recent, ctx)
         progress = (
             [ProgressLine(summary=state.last_progress.summary, next=state.last_progress.next,
