@@ -247,9 +247,9 @@ class Goals:
 
     async def observe_error(
         self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-        expected_model: str | None = None,
+        expected_model: str | None = None, via: str | None = None,
     ) -> list[Envelope]:
         """A provider error as the host reported it: run failure, classification, fallback preparation."""
         return await observe_provider_error(
-            self.service, goal_id, error, ctx, source=source, expected_model=expected_model
+            self.service, goal_id, error, ctx, source=source, expected_model=expected_model, via=via
         )

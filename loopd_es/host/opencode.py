@@ -371,8 +371,14 @@ def translate_event(
     if kind == "session.idle":
         return [SessionIdle(session_id=session_id)]
     if kind == "session.status":
-        status = (props.get("status") or {}).get("type")
-        if status in ("idle", "busy", "retry"):
+        detail = props.get("status") or {}
+        status = detail.get("type")
+        if status == "retry":
+            return [SessionStatusChanged(
+                session_id=session_id, status="retry", message=_str_or_none(detail.get("message")),
+                attempt=_int_or_none(detail.get("attempt")), next_at_ms=_int_or_none(detail.get("next")),
+            )]
+        if status in ("idle", "busy"):
             return [SessionStatusChanged(session_id=session_id, status=status)]
         return []
     if kind == "session.error":
@@ -442,6 +448,14 @@ def _transcript_message(info: dict[str, Any], parts: list[dict[str, Any]]) -> Tr
         duration_ms=float(completed - created) if isinstance(created, int | float) and isinstance(completed, int | float) else 0.0,
         text="".join(str(p.get("text", "")) for p in parts if p.get("type") == "text"),
     )
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _message_id(prompt_id: str) -> str:

@@ -47,7 +47,7 @@ def safe_error_text(error: Any) -> str:
 
 async def observe_provider_error(
     service: GoalService, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-    expected_model: str | None = None, record_failure: bool = True,
+    expected_model: str | None = None, record_failure: bool = True, via: str | None = None,
 ) -> list[Envelope]:
     """Record the run failure (unless the caller already did) and the §3.11 observation; returns both."""
     text = safe_error_text(error)
@@ -55,7 +55,7 @@ async def observe_provider_error(
     if record_failure:
         recorded += await service.execute(c.RecordRunFailure(goal_id=goal_id, error_text=text, source=source), ctx)
     observe = c.ObserveProviderError(
-        goal_id=goal_id, error=error, error_text=text, source=source, expected_model=expected_model
+        goal_id=goal_id, error=error, error_text=text, source=source, expected_model=expected_model, via=via
     )
     recorded += await service.execute(observe, ctx if not recorded else ctx.caused_by(recorded[-1].event_id))
     return recorded

@@ -178,3 +178,59 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
             assert needle in history.stdout
     finally:
         await host.aclose()
+
+
+async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_for_its_retries(stack: Stack) -> None:
+    """``ra30`` answers 429 with Retry-After 30: OpenCode would retry for minutes before reporting the error.
+    The engine sees the retry status, aborts, and the next turn goes to the fallback on the same session."""
+    stack.fake.worker_script = [("text",), ("text",), ("text",)]
+    stack.start_engine()
+    created = cli(stack.project, stack.env, "goal", "create", "early", "--objective", "Answer", "--model", "fake/ra30",
+                  "--fallback-model", "fake/other", "--max-turns", "3", "--check", "true")
+    assert created.returncode == 0, created.stderr
+    started = time.monotonic()
+    envs = await stack.until(
+        "a turn on the fallback",
+        lambda e: any(r["model"] == "other" for r in stack.fake.requests),
+        within=40,
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed < 25, f"the fallback took {elapsed:.1f} s: it waited for OpenCode's own retries"
+    observed = [data(e) for e in of_type(envs, "identity.provider_limit_observed")]
+    assert observed and observed[0]["via"] == "retry-status" and observed[0]["kind"] == "rate-limit", observed
+    sessions = {r["session"] for r in stack.fake.requests}
+    assert len(sessions) == 1, "the fallback must run on the same OpenCode session"
+    models = [r["model"] for r in stack.fake.requests]
+    assert models[0] == "ra30" and "other" in models
+
+
+async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -> None:
+    stack.fake.worker_script = [("slow", 6), ("text",), ("text",)]
+    stack.start_engine()
+    created = cli(stack.project, stack.env, "goal", "create", "sturdy", "--objective", "Keep going", "--model",
+                  "fake/good", "--max-turns", "3", "--check", "true")
+    assert created.returncode == 0, created.stderr
+    deadline = time.monotonic() + 30
+    while not any(r["turn"] == 1 for r in stack.fake.requests):  # the first (slow) turn is running
+        assert time.monotonic() < deadline
+        await anyio.sleep(0.1)
+    assert stack.engine is not None
+    stack.engine.send_signal(signal.SIGKILL)
+    stack.engine.wait(timeout=10)
+    stack.engine.stderr.close() if stack.engine.stderr else None
+    stack.start_engine()  # takes over once the dead engine's lease (3 s) expires
+    envs = await stack.until("the goal to stop at its turn limit",
+                             lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e), within=90)
+    prompts = [e for e in envs if e.type == "run.started"]
+    ids = [data(e)["prompt_message_id"] for e in prompts]
+    assert len(ids) == len(set(ids))
+    worker = data(of_type(envs, "goal.worker_assigned")[0])["worker_session_id"]
+    users = [r["turn"] for r in stack.fake.requests if r["session"] == worker]
+    host = OpenCodeHost(stack.opencode.url)
+    try:
+        transcript = await host.messages(worker)
+    finally:
+        await host.aclose()
+    user_ids = [m.message_id for m in transcript if m.role == "user"]
+    assert len(user_ids) == len(set(user_ids)) == len(ids), (user_ids, ids)  # each prompt delivered once
+    assert sorted(set(users)) == list(range(1, len(ids) + 1))

@@ -52,3 +52,17 @@ def test_streamed_text_is_activity_only_when_the_throttle_lets_it_through() -> N
     ]
     assert translate_event("message.part.delta", delta, {}, False) == []
     assert translate_event("plugin.added", {"sessionID": "ses_1"}, {}, False) == []
+
+
+def test_a_retry_status_keeps_the_providers_message_attempt_and_next_time() -> None:
+    props = {"sessionID": "ses_1", "status": {"type": "retry", "attempt": 2, "message": "Rate limit exceeded",
+                                              "next": 1796237854801}}
+    assert translate_event("session.status", props, {}, False) == [
+        SessionStatusChanged(session_id="ses_1", status="retry", message="Rate limit exceeded", attempt=2,
+                             next_at_ms=1796237854801)
+    ]
+    limit = classify({"message": "Rate limit exceeded"}, "session-error", NOW)
+    quota = classify({"message": "You exceeded your current quota, please check your plan and billing details."},
+                     "session-error", NOW)
+    assert limit is not None and limit.kind == "rate-limit"
+    assert quota is not None and quota.kind == "quota"
