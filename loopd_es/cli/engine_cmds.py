@@ -50,6 +50,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--lease-ms", type=int, default=15_000, help="lease length (default 15000)")
     p.add_argument("--confirm-idle-ms", type=int, default=2000, help="idle confirmation period (default 2000)")
     p.add_argument("--maintenance-ms", type=int, default=30_000, help="maintenance interval (default 30000)")
+    p.add_argument(
+        "--idle-recover-ms", type=int, default=180_000,
+        help="how long a running turn may sit on an idle worker before it is recovered (default 180000)",
+    )
     p.set_defaults(handler=_run)
 
     p = sub.add_parser("notifications", help="owner notifications and whether they were delivered")
@@ -126,13 +130,14 @@ async def _run(args: argparse.Namespace) -> int:
     from ..engine.core import EngineConfig
     from ..engine.daemon import RunOptions, run_daemon
 
-    for name in ("lease_ms", "confirm_idle_ms", "maintenance_ms"):
+    for name in ("lease_ms", "confirm_idle_ms", "maintenance_ms", "idle_recover_ms"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     options = RunOptions(
         store_url=store_url(args), host_url=host_url(args.host),
         holder=args.holder or f"{socket.gethostname()}:{os.getpid()}",
-        config=EngineConfig(confirm_idle_ms=args.confirm_idle_ms, maintenance_ms=args.maintenance_ms),
+        config=EngineConfig(confirm_idle_ms=args.confirm_idle_ms, maintenance_ms=args.maintenance_ms,
+                            idle_recover_ms=args.idle_recover_ms),
         lease_ms=args.lease_ms, directory=os.getcwd(), tool_api=_tool_api(args.tool_api),
     )
     stop = anyio.Event()

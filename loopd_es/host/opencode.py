@@ -184,11 +184,15 @@ class OpenCodeHost:
         return PromptReceipt(session_id=session_id, prompt_id=prompt_id or message_id or "", model=model, agent=agent)
 
     async def session_status(self, session_id: str) -> SessionStatus:
-        statuses = await self._call("status", "GET", "/session/status")
-        entry = (statuses or {}).get(session_id)
-        if entry is None:  # absent means idle, or no such session: only GET /session/{id} tells them apart
-            await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
-            return "idle"
+        """As the port says: an unreachable host or a missing session is ``"unknown"``, never an error."""
+        try:
+            statuses = await self._call("status", "GET", "/session/status")
+            entry = (statuses or {}).get(session_id)
+            if entry is None:  # absent means idle, or no such session: only GET /session/{id} tells them apart
+                await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
+                return "idle"
+        except HostError:
+            return "unknown"
         kind = entry.get("type")
         return kind if kind in ("busy", "retry", "idle") else "unknown"
 

@@ -234,3 +234,32 @@ async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -
     user_ids = [m.message_id for m in transcript if m.role == "user"]
     assert len(user_ids) == len(set(user_ids)) == len(ids), (user_ids, ids)  # each prompt delivered once
     assert sorted(set(users)) == list(range(1, len(ids) + 1))
+
+
+async def test_an_opencode_restart_is_noticed_once_and_the_goal_goes_on(stack: Stack) -> None:
+    """OpenCode dies mid-goal: the engine counts the worker unreachable, tells the owner once, and when OpenCode
+    is back (same data directory, same sessions) the goal goes on where it was."""
+    stack.fake.worker_script = [("slow", 4), ("text",), ("text",), ("text",)]
+    assert stack.engine is None
+    stack.engine = subprocess.Popen(
+        [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "300", "--maintenance-ms", "500",
+         "--idle-recover-ms", "3000"],
+        cwd=stack.project, env=stack.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )
+    created = cli(stack.project, stack.env, "goal", "create", "phoenix", "--objective", "Survive", "--model",
+                  "fake/good", "--max-turns", "4", "--check", "true")
+    assert created.returncode == 0, created.stderr
+    deadline = time.monotonic() + 30
+    while not stack.fake.requests:
+        assert time.monotonic() < deadline, "the first turn never reached the model"
+        await anyio.sleep(0.1)
+    stack.opencode.stop()  # SIGTERM to the whole process group, mid-turn
+    await stack.until("the unreachable notice", lambda e: any(
+        x.type.startswith("notification.") and "unreachable" in json.dumps(data(x)) for x in e), within=60)
+    stack.opencode.start()  # same port, same HOME: the sessions are still there
+    envs = await stack.until("the goal to reach its turn limit",
+                             lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e), within=120)
+    notices = [data(x) for x in envs if x.type.startswith("notification.") and "unreachable" in json.dumps(data(x))]
+    requested = [n for n in notices if n.get("kind") == "unreachable"]
+    assert len(requested) == 1, notices
+    assert len(of_type(envs, "run.started")) >= 2  # it went on after the restart

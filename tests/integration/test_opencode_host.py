@@ -161,8 +161,9 @@ async def test_switches_are_validated_before_they_are_accepted(host: OpenCodeHos
 
 
 async def test_an_unknown_session_is_told_apart_from_an_idle_one(host: OpenCodeHost) -> None:
-    with pytest.raises(SessionNotFoundError):
-        await host.session_status("ses_doesnotexist")
+    worker = await host.create_worker(title="idle")
+    assert await host.session_status(worker.session_id) == "idle"
+    assert await host.session_status("ses_doesnotexist") == "unknown"  # absent from the map, like an idle one
     with pytest.raises(SessionNotFoundError):
         await host.abort("ses_doesnotexist")
 
@@ -230,8 +231,9 @@ async def test_notifications_are_shown_once_without_a_model_call(host: OpenCodeH
 async def test_an_unreachable_server_is_a_host_error(tmp_path: Path) -> None:
     host = OpenCodeHost("http://127.0.0.1:9", timeout=2)
     try:
+        assert await host.session_status("ses_x") == "unknown"
         with pytest.raises(HostUnavailableError):
-            await host.session_status("ses_x")
+            await host.session_identity("ses_x")
         assert (await host.list_models()).capability == "unavailable"
     finally:
         await host.aclose()
