@@ -241,7 +241,7 @@ async def test_an_opencode_restart_is_noticed_once_and_the_goal_goes_on(stack: S
     is back (same data directory, same sessions) the goal goes on where it was."""
     stack.fake.worker_script = [("slow", 4), ("text",), ("text",), ("text",)]
     assert stack.engine is None
-    stack.engine = subprocess.Popen(
+    stack.engine = subprocess.Popen(  # noqa: ASYNC220 - a long-running child, not waited for here
         [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "300", "--maintenance-ms", "500",
          "--idle-recover-ms", "3000"],
         cwd=stack.project, env=stack.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,

@@ -168,13 +168,16 @@ async def test_an_unknown_session_is_told_apart_from_an_idle_one(host: OpenCodeH
         await host.abort("ses_doesnotexist")
 
 
-async def test_abort_mid_stream_reports_the_abort_and_goes_idle(host: OpenCodeHost, recorder: Recorder) -> None:
+async def test_abort_mid_stream_reports_the_abort_and_goes_idle(
+    host: OpenCodeHost, recorder: Recorder, fake: FakeLLM
+) -> None:
     worker = await host.create_worker(title="abort")
     pid = prompt_id()
     await host.prompt(worker.session_id, "take your time", model="fake/slow", prompt_id=pid)
-    await recorder.wait(
-        lambda e: isinstance(e, SessionStatusChanged) and e.session_id == worker.session_id and e.status == "busy"
-    )
+    # mid-stream: the answer is being written (an abort before the model answers reports no error)
+    await recorder.wait(lambda e: isinstance(e, MessageUpdated) and e.message.parent_id == pid)
+    await anyio.sleep(1.0)
+    assert fake.models_used(worker.session_id) == ["slow"]
     assert await host.session_status(worker.session_id) == "busy"
     await host.abort(worker.session_id)
     error = await recorder.wait(lambda e: isinstance(e, SessionError) and e.session_id == worker.session_id)
