@@ -34,6 +34,7 @@ from ..opencode.fake_llm import FakeLLM
 from ..opencode.server import OpenCodeServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+PASSWORD = "s3cret-for-tests"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def fake() -> Iterator[FakeLLM]:
 
 @pytest.fixture(scope="module")
 def opencode(fake: FakeLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OpenCodeServer]:
-    server = OpenCodeServer(tmp_path_factory.mktemp("opencode"), fake)
+    server = OpenCodeServer(tmp_path_factory.mktemp("opencode"), fake, password=PASSWORD)
     server.start()
     yield server
     server.stop()
@@ -76,7 +77,8 @@ class Recorder:
 
 
 @pytest.fixture
-async def host(opencode: OpenCodeServer) -> AsyncIterator[OpenCodeHost]:
+async def host(opencode: OpenCodeServer, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[OpenCodeHost]:
+    monkeypatch.setenv("LOOPD_ES_OPENCODE_PASSWORD", PASSWORD)  # the server asks for it on every route
     opened = await open_host(f"opencode:{opencode.url}")
     assert isinstance(opened, OpenCodeHost)
     yield opened
@@ -229,6 +231,16 @@ async def test_notifications_are_shown_once_without_a_model_call(host: OpenCodeH
     users = [m for m in await host.messages(owner.session_id) if m.role == "user"]
     assert [m.text for m in users] == ["Loop goal done"]
     assert len(fake.requests) == before
+
+
+async def test_without_the_password_nothing_gets_through(opencode: OpenCodeServer) -> None:
+    host = OpenCodeHost(opencode.url)
+    try:
+        with pytest.raises(HostUnavailableError):
+            await host.create_worker(title="nope")
+        assert (await host.list_models()).capability == "unavailable"
+    finally:
+        await host.aclose()
 
 
 async def test_an_unreachable_server_is_a_host_error(tmp_path: Path) -> None:
