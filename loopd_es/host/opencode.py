@@ -72,6 +72,9 @@ log = logging.getLogger("loopd_es.host.opencode")
 
 PASSWORD_ENVS: Final = ("LOOPD_ES_OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD")
 PermissionPolicy = Literal["allow", "reject"]
+CATALOG_TTL_S: Final = 30.0
+"""How long a model or agent catalog read for validating a prompt is reused (it rarely changes; every prompt
+would otherwise pay two more round trips, one of them the whole provider list)."""
 ACTIVITY_EVERY_S: Final = 1.0
 """Streamed text is reported as activity at most once a second per session (deltas come at ~2 Hz or more)."""
 
@@ -99,6 +102,7 @@ class OpenCodeHost:
         )
         self._seq = 0
         self._closed = False
+        self._catalogs: dict[str, tuple[float, Any]] = {}  # validation lookups, kept CATALOG_TTL_S
         self._last_activity: dict[str, float] = {}
         self._open_tools: dict[str, set[str]] = {}
 
@@ -223,7 +227,8 @@ class OpenCodeHost:
         return [_transcript_message(row.get("info") or {}, row.get("parts") or []) for row in rows or []]
 
     async def _has_message(self, session_id: str, message_id: str) -> bool:
-        return any(m.message_id == message_id for m in await self.messages(session_id, limit=50))
+        # a prompt resent after a crash is among the newest messages: a short window keeps this cheap
+        return any(m.message_id == message_id for m in await self.messages(session_id, limit=20))
 
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
         """Put ``text`` in the owner's session without asking for a reply (``noReply``); shown once per id."""
@@ -289,14 +294,28 @@ class OpenCodeHost:
 
     async def _check_model(self, operation: str, session_id: str | None, model: str) -> None:
         """OpenCode takes any name and fails later: refuse a model it does not offer as usable, now."""
-        catalog = await self.list_models()
+        catalog: ModelCatalog = await self._cached("models", self.list_models)
+        if catalog.capability == "supported" and not catalog.usable(model):
+            catalog = await self._cached("models", self.list_models, fresh=True)  # a provider just connected?
         if catalog.capability == "supported" and not catalog.usable(model):
             raise HostRejectedError(operation, session_id=session_id, detail=f"model {model!r} is not usable here")
 
     async def _check_agent(self, operation: str, session_id: str | None, agent: str) -> None:
-        catalog = await self.list_agents()
+        catalog: AgentCatalog = await self._cached("agents", self.list_agents)
+        if catalog.capability == "supported" and agent not in catalog.names():
+            catalog = await self._cached("agents", self.list_agents, fresh=True)
         if catalog.capability == "supported" and agent not in catalog.names():
             raise HostRejectedError(operation, session_id=session_id, detail=f"agent {agent!r} is not offered here")
+
+    async def _cached(self, key: str, read: Any, *, fresh: bool = False) -> Any:
+        now = time.monotonic()
+        found = self._catalogs.get(key)
+        if fresh or found is None or now - found[0] > CATALOG_TTL_S:
+            value = await read()
+            if value.capability != "supported":
+                return value  # a failed read is not kept
+            found = self._catalogs[key] = (now, value)
+        return found[1]
 
     # -- the event stream -----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ The model named in a request decides how it answers:
 
 - ``good``, ``other``: a short streamed answer with usage (``ok <model>: <start of the prompt>``);
 - ``slow``: twenty chunks half a second apart (ten seconds in all), so a turn can be aborted mid-stream;
+- ``burst``: two thousand chunks as fast as they can be written (a flood of stream events, for benchmarks);
 - ``limited``: 429 ``rate_limit_exceeded`` with ``retry-after: 1``; ``ra<N>``: the same with ``retry-after: N``;
 - ``quota``: 429 ``insufficient_quota`` with no header; ``broken``: 500; ``badreq``: 400.
 
@@ -122,6 +123,8 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     step = fake.worker_script[len(users) - 1]
                 if model == "slow":
                     step = ("slow", 20)
+                elif model == "burst":
+                    step = ("burst", 2000)
                 if step[0] == "call" and tool_answered:
                     step = ("text",)
                 self._stream(model, last_user, step)
@@ -154,7 +157,10 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     completion = 5
                 else:
                     slow = step[0] == "slow"
-                    words = [f"tick{i} " for i in range(int(step[1]))] if slow else [f"ok {model}: ", *prompt.split()[:6]]
+                    if step[0] in ("slow", "burst"):
+                        words = [f"tick{i} " for i in range(int(step[1]))]
+                    else:
+                        words = [f"ok {model}: ", *prompt.split()[:6]]
                     for word in words:
                         chunk({"content": word + " "})
                         if slow:
