@@ -113,10 +113,10 @@ async def opencode_own_latency(bench: Bench, samples: int) -> list[float]:
             before = len(bench.fake.requests)
             sent = time.time()
             await host.prompt(worker.session_id, "one", model="fake/good", agent="build")
-            while len(bench.fake.requests) == before:
+            while len(bench.fake.requests) == before:  # noqa: ASYNC110 - the fake's thread fills it
                 await anyio.sleep(0.0005)
             out.append(bench.fake.requests[before]["at"] - sent)
-            while await host.session_status(worker.session_id) != "idle":
+            while await host.session_status(worker.session_id) != "idle":  # noqa: ASYNC110 - a host poll
                 await anyio.sleep(0.01)
     finally:
         await host.aclose()
@@ -184,8 +184,7 @@ async def sse_rates(bench: Bench) -> dict[str, Any]:
                 async for sse in source.aiter_sse():
                     raw.append(sse.data)
                     stamp = time.perf_counter()
-                    for event in await host._translate(sse.data):
-                        seen.append((stamp, event))
+                    seen.extend((stamp, event) for event in await host._translate(sse.data))
 
         async with anyio.create_task_group() as tg:
             ready = anyio.Event()
@@ -194,7 +193,7 @@ async def sse_rates(bench: Bench) -> dict[str, Any]:
             started = time.perf_counter()
             await host.prompt(worker.session_id, "flood", model="fake/burst", agent="build")
             with anyio.move_on_after(60):
-                while not any(isinstance(e, SessionIdle) for _, e in seen):
+                while not any(isinstance(e, SessionIdle) for _, e in seen):  # noqa: ASYNC110 - listener fills it
                     await anyio.sleep(0.05)
             elapsed = time.perf_counter() - started
             tg.cancel_scope.cancel()
