@@ -149,6 +149,17 @@ class StoreUnavailableError(StorageError):
     """Raised when the store cannot be opened or written (path, permissions, disk, URL)."""
 
 
+class NotALogError(StoreUnavailableError):
+    """Raised when ``--store`` points at a file that is not a loopd-es log; the file is left untouched."""
+
+    def __init__(self, where: str, why: str) -> None:
+        self.where = where
+        super().__init__(
+            f"{where} is not a loopd-es log ({why}); it was not changed - point --store at a loopd-es log "
+            "or at a new path"
+        )
+
+
 def _describe_expected(expected: int | str) -> str:
     if isinstance(expected, int):
         return "no stream" if expected == 0 else f"version {expected}"

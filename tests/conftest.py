@@ -1,8 +1,12 @@
-"""Shared fixtures: anyio on asyncio only (aiosqlite is asyncio-bound), and a fresh directory per test."""
+"""Shared fixtures: anyio on asyncio only (aiosqlite is asyncio-bound), and the hypothesis profiles."""
 
 from __future__ import annotations
 
 import pytest
+
+from tests import _profiles
+
+_profiles.load()
 
 
 @pytest.fixture

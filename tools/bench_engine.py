@@ -34,6 +34,8 @@ from loopd_es.domain.evolve import initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.engine.clock import FakeClock
 from loopd_es.engine.core import Engine, EngineConfig
+from loopd_es.engine.fence import FencedStore
+from loopd_es.engine.lease import Lease
 from loopd_es.events.catalogue import new_event
 from loopd_es.events.envelope import NewEvent
 from loopd_es.events.goal import GoalWorkerAssigned
@@ -76,14 +78,19 @@ async def _setup(store: Any, host: SimulatedHost, goals: int) -> dict[str, str]:
     return sessions
 
 
-async def _drive(goals: int, turns: int, workdir: Path, run: int = 0) -> dict[str, Any]:
+async def _drive(goals: int, turns: int, workdir: Path, run: int = 0, *, fenced: bool = False) -> dict[str, Any]:
     clock = FakeClock()
     host = SimulatedHost(clock=clock)
     collector = _Collector()
     host._subscribers.append(collector)  # type: ignore[arg-type]
     async with await open_store(f"sqlite:{workdir / f'engine-{run}-{goals}.db'}") as store:
         sessions = await _setup(store, host, goals)
-        engine = Engine(store, host, clock, EngineConfig(confirm_idle_ms=0), directory=str(workdir))
+        view: Any = store
+        if fenced:  # as `loopd-es run` does: every append carries the lease token atomically
+            lease = Lease(store, "bench", clock, ttl_ms=10**9)
+            assert await lease.try_acquire() is None
+            view = FencedStore(store, lease)
+        engine = Engine(view, host, clock, EngineConfig(confirm_idle_ms=0), directory=str(workdir))
         await engine.start()
         engine.next_maintenance = None
         from loopd_es.app.service import Ctx
@@ -116,12 +123,20 @@ async def _drive(goals: int, turns: int, workdir: Path, run: int = 0) -> dict[st
                     events_handled += 1
         elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         appended = await store.head() - head0
+        restarted = Engine(view, host, clock, EngineConfig(confirm_idle_ms=0), directory=str(workdir))
+        t1 = time.perf_counter()
+        await restarted.start()  # a restart: the whole log read back, timers and trackers rebuilt
+        start_s = time.perf_counter() - t1
+        log_events = await store.head()
     latencies.sort()
     return {
         "goals": goals,
+        "fenced": fenced,
         "turns": turns,
         "turns_per_s": round(turns / elapsed, 1),
         "cpu_ms_per_turn": round(cpu / turns * 1000, 3),
+        "restart_s": round(start_s, 3),
+        "log_events_at_restart": log_events,
         "host_events_per_s": round(events_handled / elapsed, 1),
         "appended_events_per_s": round(appended / elapsed, 1),
         "appended_per_turn": round(appended / turns, 2),
@@ -130,11 +145,11 @@ async def _drive(goals: int, turns: int, workdir: Path, run: int = 0) -> dict[st
     }
 
 
-async def main_async(sizes: list[int], turns: int, appends: int) -> dict[str, Any]:
+async def main_async(sizes: list[int], turns: int, appends: int, fenced: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp:
         workdir = Path(tmp)
         limit = await _append_limit(workdir / "limit.db", appends)
-        results = [await _drive(size, turns, workdir, i) for i, size in enumerate(sizes)]
+        results = [await _drive(size, turns, workdir, i, fenced=fenced) for i, size in enumerate(sizes)]
     first = results[0]["turns_per_s"]
     for r in results:
         r["vs_first_size"] = round(r["turns_per_s"] / first, 2)
@@ -154,10 +169,11 @@ def main() -> None:
     parser.add_argument("--goals", default="1,100,1000", help="comma-separated numbers of active goals")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="small sizes (1,20) and 60 turns")
+    parser.add_argument("--fenced", action="store_true", help="append through the lease fence, as `loopd-es run`")
     args = parser.parse_args()
     sizes = [1, 20] if args.quick else [int(x) for x in args.goals.split(",")]
     turns = 60 if args.quick else args.turns
-    print(json.dumps(anyio.run(main_async, sizes, turns, 300 if args.quick else 1000), indent=2))
+    print(json.dumps(anyio.run(main_async, sizes, turns, 300 if args.quick else 1000, args.fenced), indent=2))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """Replay speed: decode+fold of 1M events, a 10k-event goal from scratch and from its snapshot, and the
-``eventsourcing`` library rebuilding an aggregate from the same 10k events, measured in the same run.
+``eventsourcing`` library rebuilding an aggregate from the same 10k events, measured in the same run; then a
+fleet: ``--fleet-goals`` goals of ``--fleet-events`` events each in one SQLite log, every goal rebuilt by
+``replay_all`` (one pass over the log) against ``eventsourcing`` rebuilding every aggregate from its SQLite store.
 
-Usage: ``python tools/bench_replay.py [--events 1000000] [--goal-events 10000]`` (needs ``pip install
-eventsourcing`` for the comparison; it is not a loopd-es dependency). Prints one JSON object.
+Usage: ``python tools/bench_replay.py [--events 1000000] [--goal-events 10000] [--fleet-goals 10000]
+[--fleet-events 100]`` (``--fleet-goals 0`` skips the fleet; needs ``pip install eventsourcing`` for the
+comparisons; it is not a loopd-es dependency). Prints one JSON object.
 
 The 1M-event figure folds the way ``loopd-es replay`` does (:class:`~loopd_es.domain.reducers.LogFold`, fed
 4096 envelopes at a time) minus SQLite. The 10k-event goal is also split into its two halves, measured
@@ -13,6 +16,7 @@ and decoding the payloads and folding them (``decode_fold_ms``).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -33,7 +37,7 @@ from loopd_es.events.catalogue import new_event
 from loopd_es.events.envelope import ENVELOPE_DECODER, ENVELOPE_ENCODER, Envelope
 from loopd_es.log import open_store
 from loopd_es.log.base import READ_BATCH
-from loopd_es.replay import SnapshotStore, replay_stream
+from loopd_es.replay import SnapshotStore, replay_all, replay_stream
 
 if TYPE_CHECKING:
     from loopd_es.events.base import Event
@@ -147,21 +151,9 @@ def _ms(seconds: list[float], digits: int = 2) -> float:
 def bench_eventsourcing(path: Path, count: int, repeats: int) -> dict[str, Any] | None:
     try:
         from eventsourcing.application import Application
-        from eventsourcing.domain import Aggregate, event
     except ImportError:
         return None
-
-    class Goal(Aggregate):
-        @event("Created")
-        def __init__(self, name: str) -> None:
-            self.name = name
-            self.tokens = 0
-            self.turns = 0
-
-        @event("Turn")
-        def turn(self, run_id: str, tokens: int, summary: str) -> None:
-            self.turns += 1
-            self.tokens += tokens
+    Goal = _es_goal_class()
 
     os.environ.update({"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)})
 
@@ -184,12 +176,75 @@ def bench_eventsourcing(path: Path, count: int, repeats: int) -> dict[str, Any] 
     return {"events": count, "rebuild_ms": _ms(times)}
 
 
+async def bench_fleet(path: Path, goals: int, per_goal: int) -> dict[str, Any]:
+    """Every goal of a ``goals * per_goal``-event SQLite log rebuilt in one pass (``replay_all``)."""
+    async with await open_store(f"sqlite:{path}") as store:
+        for k in range(goals):
+            await store.append(f"goal-f{k}", [new_event(e) for e in goal_traffic(f"f{k}", per_goal)], "no_stream")
+        t0 = time.perf_counter()
+        states = await replay_all(store)
+        seconds = time.perf_counter() - t0
+    assert len(states) == goals and all(f.state.exists and not f.state.anomaly_count for f in states.values())
+    return {"goals": goals, "events": goals * per_goal, "rebuild_s": round(seconds, 3),
+            "events_per_s": round(goals * per_goal / seconds)}
+
+
+@functools.cache
+def _es_goal_class() -> Any:
+    """The ``eventsourcing`` goal aggregate (defined once: the library registers each class by its topic)."""
+    from eventsourcing.domain import Aggregate, event
+
+    class Goal(Aggregate):
+        @event("Created")
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.tokens = 0
+            self.turns = 0
+
+        @event("Turn")
+        def turn(self, run_id: str, tokens: int, summary: str) -> None:
+            self.turns += 1
+            self.tokens += tokens
+
+    return Goal
+
+
+def bench_eventsourcing_fleet(path: Path, goals: int, per_goal: int) -> dict[str, Any] | None:
+    """The same fleet in ``eventsourcing`` (one aggregate per goal, saved whole), every aggregate rebuilt."""
+    try:
+        from eventsourcing.application import Application
+    except ImportError:
+        return None
+    os.environ.update({"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(path)})
+    goal_cls = _es_goal_class()
+
+    class Fleet(Application[Any]):
+        pass
+
+    app = Fleet()
+    ids = []
+    for k in range(goals):
+        goal = goal_cls(name=f"f{k}")
+        for n in range(1, per_goal):
+            goal.turn(run_id=f"run-{n}", tokens=1234, summary=f"step {n} done: refactored the parser")
+        app.save(goal)
+        ids.append(goal.id)
+    t0 = time.perf_counter()
+    turns = sum(app.repository.get(i).turns for i in ids)
+    seconds = time.perf_counter() - t0
+    assert turns == goals * (per_goal - 1)
+    return {"goals": goals, "events": goals * per_goal, "rebuild_s": round(seconds, 3),
+            "events_per_s": round(goals * per_goal / seconds)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--goals", type=int, default=2000)
     parser.add_argument("--goal-events", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--fleet-goals", type=int, default=10_000)
+    parser.add_argument("--fleet-events", type=int, default=100)
     args = parser.parse_args()
     result: dict[str, Any] = {}
     lines = encoded_log(args.events, args.goals)
@@ -205,8 +260,16 @@ def main() -> int:
         # what the ratio would be if decoding and folding cost nothing: the SQLite read alone
         result["ratio_eventsourcing_over_read_only"] = round(es["rebuild_ms"] / goal["read_ms"], 2)
         result["ratio_eventsourcing_over_snapshot"] = round(es["rebuild_ms"] / goal["from_snapshot_ms"], 1)
+    if args.fleet_goals:
+        with tempfile.TemporaryDirectory() as tmp:
+            fleet = anyio.run(bench_fleet, Path(tmp) / "fleet.db", args.fleet_goals, args.fleet_events)
+            es_fleet = bench_eventsourcing_fleet(Path(tmp) / "es-fleet.db", args.fleet_goals, args.fleet_events)
+        result["fleet"], result["eventsourcing_fleet"] = fleet, es_fleet
+        if es_fleet:
+            result["ratio_eventsourcing_over_fleet"] = round(es_fleet["rebuild_s"] / fleet["rebuild_s"], 2)
     result["targets"] = {
-        "decode_fold_events_per_s": 400_000, "scratch_vs_eventsourcing": 10, "snapshot_ms": 2,
+        "decode_fold_events_per_s": 400_000, "scratch_vs_eventsourcing": 10, "fleet_vs_eventsourcing": 10,
+        "snapshot_ms": 2,
     }
     print(json.dumps(result, indent=2))
     return 0

@@ -11,10 +11,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
-import msgspec
-
 from ..domain import goal_commands as c
-from ..errors import ConflictError
+from ..errors import ConflictError, WrongExpectedVersionError
 from ..events import goal as g
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError
@@ -22,8 +20,9 @@ from ..procs.service import cancel_goal_awaits
 from ..sagas.fallback import Source, observe_provider_error
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
-from .service import Ctx, GoalService
+from .service import MAX_ATTEMPTS, Ctx, GoalService
 from .turns import Guard, Kind, TurnStarter
+from .turns import TurnReport as TurnReport
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -35,16 +34,6 @@ class SwitchFailedError(ConflictError):
     def __init__(self, report: SwitchReport) -> None:
         self.report = report
         super().__init__(report.message())
-
-
-class TurnReport(msgspec.Struct, kw_only=True):
-    """What an attempt to start a turn did: ``started`` (prompted), or why not."""
-
-    goal_id: str
-    result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
-                    "prompt-failed"]
-    switches: list[SwitchReport] = msgspec.field(default_factory=list)
-    detail: str = ""
 
 
 class Goals:
@@ -85,12 +74,23 @@ class Goals:
         except HostError as e:
             await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
             return await self.service.load(goal_id)
-        assigned = await self.service.append_goal(
-            goal_id, [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)], ctx,
-            expected=state.version,
-        )
-        await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
+        assigned = await self._assign_worker(goal_id, worker.session_id, ctx)
+        if assigned:
+            await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
         return await self.service.load(goal_id)
+
+    async def _assign_worker(self, goal_id: str, session_id: str, ctx: Ctx) -> list[Envelope]:
+        """Record the new worker on the goal's current version; nothing when the goal went away meanwhile."""
+        for _ in range(MAX_ATTEMPTS):
+            state = await self.service.load(goal_id)
+            if not state.exists:
+                return []
+            event = g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=session_id)
+            try:
+                return await self.service.append_goal(goal_id, [event], ctx, expected=state.version)
+            except WrongExpectedVersionError:
+                self.service.forget(goal_id)
+        raise ConflictError(f"goal {goal_id} kept changing while its worker was being recorded; retry")
 
     async def pause(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
         """Pause an active goal and abort its worker's run (best effort); the session is kept."""
@@ -116,14 +116,27 @@ class Goals:
         recorded = await self.service.execute(c.ResumeGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
-        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+        return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
 
     async def retry(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
         """Retry a blocked goal: counters reset, then a turn (which applies a prepared fallback first)."""
         recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
-        return recorded, await self.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+        return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
+
+    async def _owner_turn(self, goal_id: str, ctx: Ctx) -> TurnReport:
+        """The turn an owner action starts; a refused pending switch is its outcome, not an exception.
+
+        The owner's own event is already recorded (and the refusal with its blocker), so the caller gets both
+        back: raising here would lose what ``resume``/``retry`` recorded.
+        """
+        try:
+            return await self.continue_turn(goal_id, ctx, explicit=True)
+        except SwitchFailedError as e:
+            return TurnReport(
+                goal_id=goal_id, result="switch-failed", switches=[e.report], detail=e.report.message()
+            )
 
     async def clear(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
         """Abort the worker (best effort), then remove the goal; irreversible."""
@@ -247,9 +260,14 @@ class Goals:
 
     async def observe_error(
         self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-        expected_model: str | None = None, via: str | None = None,
+        expected_model: str | None = None, run_id: str | None = None, generation: int | None = None,
+        via: str | None = None,
     ) -> list[Envelope]:
-        """A provider error as the host reported it: run failure, classification, fallback preparation."""
+        """A provider error as the host reported it: run failure, classification, fallback preparation.
+
+        ``run_id``/``generation``: the run the error was seen on; an error of an earlier run fails nothing.
+        """
         return await observe_provider_error(
-            self.service, goal_id, error, ctx, source=source, expected_model=expected_model, via=via
+            self.service, goal_id, error, ctx, source=source, expected_model=expected_model, run_id=run_id,
+            generation=generation, via=via,
         )

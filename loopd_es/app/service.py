@@ -16,16 +16,15 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-import msgspec
-
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, fold, initial
 from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import ConflictError, UsageError, WrongExpectedVersionError
 from ..events.catalogue import new_event
-from ..events.envelope import ANY, Envelope, ExpectedVersion, new_event_id
-from .crashpoints import crashpoint
+from ..events.envelope import ANY, Envelope, ExpectedVersion
+from ..sagas.crashpoints import crashpoint
+from ..sagas.ports import Ctx
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -33,28 +32,14 @@ if TYPE_CHECKING:
     from ..host.base import AgentCatalog, ModelCatalog, WorkerHost
     from ..log.base import LogStore
 
+__all__ = ["MAX_ATTEMPTS", "Ctx", "GoalService", "domain_agent_catalog", "domain_model_catalog"]
+"""``Ctx`` is re-exported: it is defined beside the sagas' port (:mod:`loopd_es.sagas.ports`)."""
+
 MAX_ATTEMPTS: Final = 8
 """Decide-and-append attempts before a goal that keeps changing underneath is reported as a conflict."""
 
 _CATALOG_COMMANDS: Final = (c.CreateGoal, c.SwitchIdentity, c.ApplyPendingSwitch, c.ObserveProviderError)
 _WRITER_COMMANDS: Final = (c.CreateGoal, c.ResumeGoal, c.RetryGoal, c.SwitchIdentity, c.RecordSwitchOutcome)
-
-
-class Ctx(msgspec.Struct, frozen=True):
-    """The causal links of what is being written: the flow (correlation) and the direct cause (causation)."""
-
-    correlation_id: str
-    causation_id: str
-
-    @classmethod
-    def new(cls) -> Ctx:
-        """A fresh flow whose root cause is the request itself (both ids the same)."""
-        request = new_event_id()
-        return cls(request, request)
-
-    def caused_by(self, event_id: str) -> Ctx:
-        """The same flow, caused by the event ``event_id``."""
-        return Ctx(self.correlation_id, event_id)
 
 
 def domain_model_catalog(catalog: ModelCatalog) -> c.ModelCatalog:

@@ -12,19 +12,22 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
+import msgspec
+
 from ..domain import goal_commands as c
+from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
 from ..domain.rules import lease_valid
-from ..domain.steering import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
 from ..events import goal as g
 from ..host.errors import HostError, ProviderError
 from ..host.events import EngineHost
 from ..sagas.fallback import observe_provider_error, safe_error_text
+from ..sagas.identity_switch import SwitchReport
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
     from ..host.base import WorkerHost
     from ..host.events import TranscriptMessage
-    from .goals import Goals, TurnReport
+    from .goals import Goals
     from .service import Ctx, GoalService
 
 Kind = Literal["steer", "bare", "force_finish"]
@@ -36,6 +39,16 @@ async def no_guard() -> None:
     return None
 
 USAGE_WINDOW = 50
+
+
+class TurnReport(msgspec.Struct, kw_only=True):
+    """What an attempt to start a turn did: ``started`` (prompted), or why not."""
+
+    goal_id: str
+    result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
+                    "prompt-failed", "switch-failed", "switching"]
+    switches: list[SwitchReport] = msgspec.field(default_factory=list)
+    detail: str = ""
 
 
 def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMessage, ...]:
@@ -85,8 +98,6 @@ class TurnStarter:
 
         :raises SwitchFailedError: when a pending switch is refused; the goal is then blocked.
         """
-        from .goals import TurnReport
-
         service = self.service
         state = await service.load(goal_id)
         if not state.exists or state.status != "active":
@@ -95,6 +106,8 @@ class TurnStarter:
             return TurnReport(goal_id=goal_id, result="interactive")
         if state.phase == "running" and lease_valid(state, service.clock()):
             return TurnReport(goal_id=goal_id, result="running")
+        if state.switch_in_flight is not None:  # no turn with the identity being replaced
+            return TurnReport(goal_id=goal_id, result="switching", detail=state.switch_in_flight.switch_id)
         worker = state.worker_session_id
         if worker is None:
             return TurnReport(goal_id=goal_id, result="no-worker")
@@ -110,7 +123,11 @@ class TurnStarter:
         started = await service.execute(
             c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id, kind=kind), ctx
         )
-        if not started:
+        if not started:  # decided on the goal's current version: another process may have moved it meanwhile
+            now = await service.load(goal_id)
+            if now.switch_in_flight is not None:
+                return TurnReport(goal_id=goal_id, result="switching", switches=switches,
+                                  detail=now.switch_in_flight.switch_id)
             return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
         ctx = ctx.caused_by(started[-1].event_id)
         result = await self.send(goal_id, ctx, kind=kind)
@@ -128,7 +145,9 @@ class TurnStarter:
         elif state.run_count <= 1:
             text = first_prompt(state)
         else:
-            text = await self._continuation(state, ctx, force_finish=kind == "force_finish")
+            text = await self._continuation(
+                state, ctx, force_finish=kind == "force_finish" or bool(state.force_finish_requested)
+            )
         await self.guard()  # fenced: a process that lost the engine lease sends nothing
         try:
             await self.host.prompt(
@@ -137,7 +156,8 @@ class TurnStarter:
         except ProviderError as e:
             reported = e.info.as_reported()
             await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(reported), source="prompt-delivery"),
+                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(reported), source="prompt-delivery",
+                                   run_id=state.active_run_id, generation=state.run_generation),
                 ctx,
             )
             await observe_provider_error(
@@ -146,7 +166,8 @@ class TurnStarter:
             return "prompt-failed"
         except HostError as e:
             await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery"), ctx
+                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery",
+                                   run_id=state.active_run_id, generation=state.run_generation), ctx
             )
             return "prompt-failed"
         if items:
@@ -171,7 +192,14 @@ class TurnStarter:
             transcript = await self.host.messages(worker, limit=200)
         except HostError:
             return False
-        if any(m.message_id == prompt_id for m in transcript):
+        sent = next((m for m in transcript if m.message_id == prompt_id), None)
+        if sent is not None:  # delivered before the crash: only its inbox delivery may be missing
+            carried = tuple(i.input_id for i in state.inbox if f"[{i.sender}] {i.text}" in sent.text)
+            if carried:
+                await self.service.append_goal(
+                    goal_id, [g.GoalInputDelivered(goal_id=goal_id, input_ids=carried, run_id=state.active_run_id)],
+                    ctx, expected=state.version,
+                )
             return False
         kind: Kind = "force_finish" if state.force_finish_requested else "steer"
         return await self.send(goal_id, ctx, kind=kind) == "started"

@@ -20,6 +20,7 @@ import msgspec
 from ..domain.command import CommandNotFoundError, CommandStateError, compile_read_pattern
 from ..errors import UsageError
 from ..events.command import WatchSpec
+from ..ids import check_id
 from ..log import open_store
 from ..procs import service
 from ..procs.outlog import read_pattern, read_plain
@@ -151,6 +152,8 @@ def _parse_env(items: list[str]) -> dict[str, str]:
 
 async def _start(args: argparse.Namespace) -> int:
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if args.goal is not None:
+        check_id("goal", args.goal)
     if not argv:
         raise UsageError("cmd start: command is required (give it after --, e.g. `cmd start -- make test`)")
     watch = WatchSpec(
@@ -201,6 +204,7 @@ def _record(s: Any) -> dict[str, Any]:
 
 
 async def _with_command(args: argparse.Namespace) -> tuple[str, LogStore, CommandPaths, str]:
+    check_id("command", args.id)  # before the store is opened: a bad id touches nothing
     url = store_url(args)
     store = await open_store(url)
     try:
@@ -289,6 +293,7 @@ async def _remove(args: argparse.Namespace) -> int:
 
 
 async def _await(args: argparse.Namespace) -> int:
+    check_id("goal", args.goal)
     _, store, paths, cid = await _with_command(args)
     async with store:
         _, message = await service.request_await(
@@ -313,7 +318,7 @@ async def _attach(args: argparse.Namespace) -> int:
     if state is None or not state.running:
         raise CommandStateError(f"Command is {state.status if state else 'gone'}; nothing to attach to.")
     try:
-        stream = await anyio.connect_unix(paths.socket(cid))
+        stream = await service.connect_owner(paths.socket(cid))
     except OSError:
         raise CommandStateError("No live handle (host restarted?); nothing to attach to.") from None
     from anyio.streams.buffered import BufferedByteReceiveStream

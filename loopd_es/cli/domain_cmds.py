@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime
 from typing import Any
 
 import msgspec
 
 from ..errors import UsageError
-from ..events.envelope import parse_rfc3339
+from .options import parse_time, store_url
 
 
 def register(subparsers: Any) -> None:
@@ -50,24 +49,14 @@ async def _events(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_at(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    try:
-        return parse_rfc3339(text)
-    except ValueError:
-        raise UsageError(f"invalid --at {text!r}: use an ISO 8601 time, e.g. 2026-12-02T12:00:00Z") from None
-
-
 async def _replay(args: argparse.Namespace) -> int:
     from ..domain.reducers import reducer_versions
     from ..log import open_store, parse_store_url
     from ..replay import SnapshotStore, replay_all, replay_stream
-    from .main import store_url
 
     if args.until is not None and args.until < 0:
         raise UsageError(f"--until must be a position >= 0, got {args.until}")
-    at = _parse_at(args.at)
+    at = parse_time(args.at)
     url = store_url(args)
     async with await open_store(url, create=False) as store:
         if args.stream is None:

@@ -25,8 +25,8 @@ import msgspec
 
 from ..errors import EXIT_OK, UsageError
 from ..host import host_url, open_host
-from .host_cmds import add_host_option
 from .main import store_url
+from .options import add_host_option
 
 if TYPE_CHECKING:
     from ..engine.operations import Operations, Result
@@ -87,8 +87,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     worker = sub.add_parser("worker", help="worker tools: get, progress, complete (runs the checks), block")
     verbs = worker.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for name in ("get", "progress", "complete", "block"):
-        v = verbs.add_parser(name)
+    for name, help_ in (
+        ("get", "the goal this worker session works on, as JSON"),
+        ("progress", "report progress (resets the failure count)"),
+        ("complete", "claim completion: the goal's checks run, and a failure is a rejection"),
+        ("block", "block the goal: a real external blocker that needs the owner"),
+    ):
+        v = verbs.add_parser(name, help=help_)
         v.add_argument("--session", required=True, help="the worker session id")
         add_host_option(v)
         if name == "progress":
@@ -104,9 +109,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     sim = sub.add_parser("sim", help="make the simulated host's worker act (answer, idle, busy, fail, tool call)")
     verbs = sim.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for name in ("reply", "idle", "busy", "fail", "tool"):
-        v = verbs.add_parser(name)
-        v.add_argument("session")
+    for name, help_ in (
+        ("reply", "answer the latest prompt with usage, then go idle"),
+        ("idle", "report session.status idle and session.idle"),
+        ("busy", "report busy until the next idle"),
+        ("fail", "fail the run with an error as a host reports it"),
+        ("tool", "open (or with --done close) a tool call"),
+    ):
+        v = verbs.add_parser(name, help=help_)
+        v.add_argument("session", metavar="SESSION|GOAL", help="a worker session id, or a goal id (or prefix)")
         add_host_option(v)
         if name == "reply":
             v.add_argument("--input", type=int, default=100)
@@ -267,10 +278,31 @@ async def _sim(args: argparse.Namespace) -> int:
     try:
         if not isinstance(host, SimulatedHost):
             raise UsageError(f"`loopd-es sim` drives the simulated host only, not {host.url}")
+        if args.session not in (await host.snapshot()).sessions:
+            args.session = await _worker_of(args, args.session)
         await _sim_act(host, args)
     finally:
         await host.aclose()
     return EXIT_OK
+
+
+async def _worker_of(args: argparse.Namespace, goal: str) -> str:
+    """The worker session of the goal ``goal`` (id or unique prefix).
+
+    :raises UsageError: when no session or goal matches, or the goal has no worker yet.
+    """
+    from ..app.service import GoalService
+    from ..log import open_store
+
+    async with await open_store(store_url(args)) as store:
+        service = GoalService(store, await open_host(host_url(args.host)))
+        try:
+            state = await service.load(await service.resolve_id(goal))
+        finally:
+            await service.host.aclose()
+    if state.worker_session_id is None:
+        raise UsageError(f"goal {state.goal_id} has no worker session yet")
+    return state.worker_session_id
 
 
 async def _sim_act(host: SimulatedHost, args: argparse.Namespace) -> None:

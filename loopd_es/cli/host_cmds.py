@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import EXIT_OK
-from ..host import DEFAULT_HOST, HOST_ENV, host_url, open_host
+from ..errors import EXIT_OK, LoopdError
+from ..host import host_url, open_host
+from .options import add_host_option, store_url
 
 if TYPE_CHECKING:
+    from ..domain.state import GoalState
     from ..host.base import AgentCatalog, ModelCatalog
 
 
@@ -30,16 +32,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_host_option(p)
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     p.set_defaults(handler=_models)
-
-
-def add_host_option(parser: argparse.ArgumentParser) -> None:
-    """``--host URL``, shared by every command that talks to a worker host."""
-    parser.add_argument(
-        "--host",
-        default=None,
-        metavar="URL",
-        help=f"the worker host: sim:FILE (JSON or TOML script) (default: ${HOST_ENV} or {DEFAULT_HOST})",
-    )
 
 
 async def _models(args: argparse.Namespace) -> int:
@@ -114,13 +106,78 @@ def _word(value: bool | str) -> str:
 
 async def _assigned_goals(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Each goal's identity and pending switch (reference §3.21 ``assignedGoals``), folded from the log."""
-    from .main import store_url
-    from .saga_cmds import assigned_goals
-
-    return await assigned_goals(store_url(argparse.Namespace(store=getattr(args, "store", None))))
+    return await assigned_goals(store_url(args))
 
 
 def _render_goals(goals: list[dict[str, Any]]) -> list[str]:
-    from .saga_cmds import render_goal_rows
-
     return render_goal_rows(goals)
+
+
+# -- the per-goal part of `loopd-es models` ------------------------------------------------------------------
+
+
+def goal_row(state: GoalState) -> dict[str, Any]:
+    """One goal's identity, pending switches and fallback bookkeeping (reference §3.21 ``assignedGoals``)."""
+    return {
+        "id": state.goal_id,
+        "name": state.name,
+        "status": state.status,
+        "model": state.config.model,
+        "agent": state.config.agent,
+        "worker_session_id": state.worker_session_id,
+        "interactive": state.interactive,
+        "pending_identity": msgspec.to_builtins(state.pending_identity),
+        "model_switch": msgspec.to_builtins(
+            {"pending": state.model_pending, "last": state.model_last, "last_failure": state.model_last_failure}
+        ),
+        "agent_switch": msgspec.to_builtins(
+            {"pending": state.agent_pending, "last": state.agent_last, "last_failure": state.agent_last_failure}
+        ),
+        "model_fallback": msgspec.to_builtins(state.model_fallback),
+        "fallback_models": list(state.config.fallback_models),
+        "last_provider_limit": msgspec.to_builtins(state.last_provider_limit),
+    }
+
+
+def _pending_text(row: dict[str, Any]) -> str:
+    pair = row["pending_identity"]
+    if pair:
+        return f"{pair['model']} / {pair['agent']}"
+    parts = []
+    if row["model_switch"]["pending"]:
+        parts.append(f"model {row['model_switch']['pending']['model']} ({row['model_switch']['pending']['reason']})")
+    if row["agent_switch"]["pending"]:
+        parts.append(f"agent {row['agent_switch']['pending']['agent']}")
+    return ", ".join(parts) or "-"
+
+
+async def assigned_goals(url: str) -> list[dict[str, Any]]:
+    """Every goal of the log at ``url`` as :func:`goal_row` describes it; ``[]`` when there is no log."""
+    from ..app.service import GoalService
+    from ..log import open_store
+
+    try:
+        store = await open_store(url, create=False)
+    except LoopdError:
+        return []
+    try:
+        service = GoalService(store, _NoHost())  # reading goals needs no host
+        return [goal_row(state) for state in await service.goals()]
+    finally:
+        await store.aclose()
+
+
+def render_goal_rows(goals: list[dict[str, Any]]) -> list[str]:
+    """``Goals:`` then one line per goal: id, identity, pending switch."""
+    return ["Goals:" if goals else "Goals: none"] + [
+        f"  {row['id']}  {row['name']!r}  {row['status']}  {row['model'] or '-'} / {row['agent'] or '-'}  "
+        f"pending: {_pending_text(row)}"
+        for row in goals
+    ]
+
+
+class _NoHost:
+    """A host stand-in for read-only use of :class:`GoalService` (never called)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"no host for read-only goal queries ({name})")

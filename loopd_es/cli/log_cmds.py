@@ -45,8 +45,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = sub.add_parser("read", help="read events, as a table or as NDJSON envelopes")
     p.add_argument("--stream", help="read only this stream (--from is then a stream version)")
-    p.add_argument("--from", dest="start", type=_positive, default=1, help="first position (or version)")
+    p.add_argument(
+        "--from", dest="start", type=_positive, default=None,
+        help="first position (or version); with --backwards the newest one shown (default: the first, or the last)",
+    )
     p.add_argument("--limit", type=_non_negative, default=None, help="at most this many events")
+    p.add_argument(
+        "--type", dest="types", action="append", metavar="TYPE", help="only events of this type (repeatable)"
+    )
+    p.add_argument("--backwards", action="store_true", help="newest first")
+    p.add_argument("--last", type=_non_negative, default=None, metavar="N", help="only the last N events")
     p.add_argument("--json", action="store_true", help="print envelopes as NDJSON")
     p.set_defaults(handler=_read)
 
@@ -73,20 +81,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_import)
 
 
+_MAX_NUMBER = (1 << 63) - 1
+
+
 def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
+    return _number(text, 1)
 
 
 def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return _number(text, 0)
+
+
+def _number(text: str, low: int) -> int:
+    """A decimal integer from ``low`` up to 2**63 - 1 (what both backends can store)."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    value = int(digits)
+    if not low <= value <= _MAX_NUMBER:
+        raise argparse.ArgumentTypeError(f"must be between {low} and {_MAX_NUMBER}, got {text!r}")
     return value
 
 
@@ -108,7 +121,6 @@ async def _append(args: argparse.Namespace) -> int:
     store = await _open(args)
     try:
         recorded = await store.append(args.stream, events, expected)
-        _report_repairs(store)
     finally:
         await store.aclose()
     out = sys.stdout.buffer
@@ -203,22 +215,17 @@ def _optional_str(item: dict[str, Any], key: str, where: str) -> str | None:
     return value
 
 
-def _report_repairs(store: LogStore) -> None:
-    for message in getattr(store, "repairs", []):
-        print(f"loopd-es: {message}", file=sys.stderr)
-
-
 # -- read, streams ------------------------------------------------------------------------------------
 
 
 async def _read(args: argparse.Namespace) -> int:
+    if args.last is not None and args.start is not None:
+        raise UsageError("--last and --from do not mix: --last N shows the N newest events")
     store = await _open(args, create=False)
     try:
         if args.stream is not None and await store.stream_version(args.stream) == 0:
             raise StreamNotFoundError(args.stream)
-        batches = store.read_batches(
-            from_position=args.start, from_version=args.start, stream=args.stream, limit=args.limit
-        )
+        batches = _selected(store, args)
         if args.json:
             out = sys.stdout.buffer
             async for batch in batches:
@@ -239,6 +246,47 @@ async def _read(args: argparse.Namespace) -> int:
     finally:
         await store.aclose()
     return EXIT_OK
+
+
+async def _selected(store: LogStore, args: argparse.Namespace) -> AsyncIterator[list[Envelope]]:
+    """The batches ``read`` prints: forwards or backwards, filtered by type, bounded by --limit/--last."""
+    types = None if args.types is None else frozenset(args.types)
+    if not args.backwards and args.last is None:
+        start = args.start or 1
+        if args.stream is None:
+            async for batch in store.read_filtered(from_position=start, limit=args.limit, types=args.types):
+                yield batch
+            return
+        source = store.read_batches(stream=args.stream, from_version=start)
+        async for batch in _kept(source, types, args.limit):
+            yield batch
+        return
+    bound = args.last if args.limit is None else min(args.limit, args.last if args.last is not None else args.limit)
+    newest = _kept(store.read_backwards(stream=args.stream, start=args.start), types, bound)
+    if args.backwards:
+        async for batch in newest:
+            yield batch
+        return
+    window = [env async for batch in newest for env in batch]
+    window.reverse()
+    yield window
+
+
+async def _kept(
+    source: AsyncIterator[list[Envelope]], types: frozenset[str] | None, limit: int | None
+) -> AsyncIterator[list[Envelope]]:
+    remaining = -1 if limit is None else limit
+    if remaining == 0:
+        return
+    async for batch in source:
+        kept = batch if types is None else [env for env in batch if env.type in types]
+        if remaining >= 0:
+            kept = kept[:remaining]
+            remaining -= len(kept)
+        if kept:
+            yield kept
+        if remaining == 0:
+            return
 
 
 def _row(env: Envelope) -> str:

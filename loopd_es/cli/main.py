@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import NoReturn
@@ -18,9 +17,8 @@ from typing import NoReturn
 import anyio
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
-
-DEFAULT_STORE = "sqlite:.loopd/events.db"
-STORE_ENV = "LOOPD_ES_STORE"
+from .options import DEFAULT_STORE, STORE_ENV
+from .options import store_url as store_url
 
 Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
@@ -95,11 +93,6 @@ def _command_of(args: list[str]) -> str | None:
     return None
 
 
-def store_url(args: argparse.Namespace) -> str:
-    """The store URL the user asked for: ``--store``, then ``$LOOPD_ES_STORE``, then the default."""
-    return args.store or os.environ.get(STORE_ENV) or DEFAULT_STORE
-
-
 def main(*argv: str) -> int:
     """Run one command and return its exit code; tests call this in-process."""
     args_list = list(argv) if argv else sys.argv[1:]
@@ -110,8 +103,12 @@ def main(*argv: str) -> int:
     except _UsageExit as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
-    if verbose:
-        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    bad = _not_utf8(args)
+    if bad is not None:
+        print(f"loopd-es: {bad} is not valid UTF-8; pass text, or use a file for binary data", file=sys.stderr)
+        return EXIT_USAGE
+    # one notice per repair or warning: ours, not the logging module's last-resort handler as well
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="loopd-es: %(message)s")
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)
@@ -137,6 +134,18 @@ def main(*argv: str) -> int:
             raise
         print(f"loopd-es: internal error: {type(e).__name__}: {e} (rerun with --verbose)", file=sys.stderr)
         return EXIT_INTERNAL
+
+
+def _not_utf8(args: argparse.Namespace) -> str | None:
+    """The option whose value holds bytes that are not UTF-8 (argv keeps them as surrogates), if any."""
+    for name, value in vars(args).items():
+        for text in value if isinstance(value, list) else [value]:
+            if isinstance(text, str):
+                try:
+                    text.encode()
+                except UnicodeEncodeError:
+                    return f"--{name.replace('_', '-')}"
+    return None
 
 
 def entry() -> NoReturn:

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from .options import parse_time, store_url
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from ..log.base import LogStore
     from ..postmortem.links import GoalStreams
     from ..projector.base import Projection
@@ -142,11 +141,10 @@ async def _history(args: argparse.Namespace) -> int:
 
     from ..log import open_store
     from ..postmortem.history import build_history, render_text, to_json
-    from .main import store_url
 
     if args.until is not None and args.until < 0:
         raise UsageError(f"--until must be a position >= 0, got {args.until}")
-    at = _parse_time(args.at)
+    at = parse_time(args.at)
     url = store_url(args)
     async with await open_store(url, create=False) as store:
         goal = await _goal(store, args, url)
@@ -172,17 +170,6 @@ async def _history(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_time(text: str | None) -> datetime | None:
-    from ..events.envelope import parse_rfc3339
-
-    if text is None:
-        return None
-    try:
-        return parse_rfc3339(text)
-    except ValueError:
-        raise UsageError(f"invalid --at {text!r}: use an ISO 8601 time, e.g. 2026-12-02T12:00:00Z") from None
-
-
 @_gc_paused
 async def _explain(args: argparse.Namespace) -> int:
     import msgspec
@@ -190,7 +177,6 @@ async def _explain(args: argparse.Namespace) -> int:
     from ..log import open_store
     from ..postmortem.explain import explain, render_text, to_json
     from ..postmortem.history import build_history
-    from .main import store_url
 
     url = store_url(args)
     async with await open_store(url, create=False) as store:

@@ -20,6 +20,7 @@ from typing import Any, Final, TypeVar
 import anyio.to_thread
 import msgspec
 
+from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
 from ..errors import EXIT_OK, UsageError
 from ..log import open_store
 from ..projector import Projector, default_read_db, load_registry
@@ -314,17 +315,6 @@ def _json(doc: Any) -> int:
 
 def _say(*lines: str) -> None:
     sys.stdout.write("".join(f"{line}\n" for line in lines))
-
-
-def short_ids(ids: Sequence[str], least: int = 8) -> dict[str, str]:
-    """Each id cut to the shortest prefix (at least ``least`` characters) no other id shares."""
-    result = {}
-    for i in ids:
-        n = min(least, len(i))
-        while n < len(i) and any(o != i and o.startswith(i[:n]) for o in ids):
-            n += 1
-        result[i] = i[:n]
-    return result
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40) -> list[str]:

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, LoopdError, UsageError
+from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, UsageError
 from ..host import host_url, open_host
-from .host_cmds import add_host_option
-from .main import store_url
+from .options import add_host_option, store_url
 from .query_cmds import add_goal_show
 
 if TYPE_CHECKING:
@@ -174,7 +173,7 @@ async def _resume(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     else:
         _recorded, turn = await goals.resume(args.goal, ctx)
     _say(f'Goal "{before.name}" resumed.', *_turn_lines(turn))
-    return EXIT_OK
+    return _turn_exit(turn)
 
 
 async def _retry(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
@@ -184,7 +183,12 @@ async def _retry(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
         _say(f'Goal "{before.name}" is {before.status}; only a blocked goal can be retried.')
         return EXIT_OK
     _say(f'Goal "{before.name}" retried.', *_turn_lines(turn))
-    return EXIT_OK
+    return _turn_exit(turn)
+
+
+def _turn_exit(turn: TurnReport | None) -> int:
+    """A refused pending switch exits 3 (conflict), as it did when it was raised."""
+    return EXIT_CONFLICT if turn is not None and turn.result == "switch-failed" else EXIT_OK
 
 
 async def _clear(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
@@ -269,75 +273,7 @@ def _turn_lines(turn: TurnReport | None) -> list[str]:
         "interactive": "goal is interactive: the engine starts no turn (pending switches wait for an explicit "
         "turn)",
         "prompt-failed": f"prompt failed: {turn.detail}",
+        "switch-failed": "no turn: the pending switch was refused and the goal is blocked",
+        "switching": "an identity switch is being applied: the turn waits for it",
     }[turn.result]
     return [*lines, text]
-
-
-# -- the per-goal part of `loopd-es models` ------------------------------------------------------------------
-
-
-def goal_row(state: GoalState) -> dict[str, Any]:
-    """One goal's identity, pending switches and fallback bookkeeping (reference §3.21 ``assignedGoals``)."""
-    return {
-        "id": state.goal_id,
-        "name": state.name,
-        "status": state.status,
-        "model": state.config.model,
-        "agent": state.config.agent,
-        "worker_session_id": state.worker_session_id,
-        "interactive": state.interactive,
-        "pending_identity": msgspec.to_builtins(state.pending_identity),
-        "model_switch": msgspec.to_builtins(
-            {"pending": state.model_pending, "last": state.model_last, "last_failure": state.model_last_failure}
-        ),
-        "agent_switch": msgspec.to_builtins(
-            {"pending": state.agent_pending, "last": state.agent_last, "last_failure": state.agent_last_failure}
-        ),
-        "model_fallback": msgspec.to_builtins(state.model_fallback),
-        "fallback_models": list(state.config.fallback_models),
-        "last_provider_limit": msgspec.to_builtins(state.last_provider_limit),
-    }
-
-
-def _pending_text(row: dict[str, Any]) -> str:
-    pair = row["pending_identity"]
-    if pair:
-        return f"{pair['model']} / {pair['agent']}"
-    parts = []
-    if row["model_switch"]["pending"]:
-        parts.append(f"model {row['model_switch']['pending']['model']} ({row['model_switch']['pending']['reason']})")
-    if row["agent_switch"]["pending"]:
-        parts.append(f"agent {row['agent_switch']['pending']['agent']}")
-    return ", ".join(parts) or "-"
-
-
-async def assigned_goals(url: str) -> list[dict[str, Any]]:
-    """Every goal of the log at ``url`` as :func:`goal_row` describes it; ``[]`` when there is no log."""
-    from ..app.service import GoalService
-    from ..log import open_store
-
-    try:
-        store = await open_store(url, create=False)
-    except LoopdError:
-        return []
-    try:
-        service = GoalService(store, _NoHost())  # reading goals needs no host
-        return [goal_row(state) for state in await service.goals()]
-    finally:
-        await store.aclose()
-
-
-def render_goal_rows(goals: list[dict[str, Any]]) -> list[str]:
-    """``Goals:`` then one line per goal: id, identity, pending switch."""
-    return ["Goals:" if goals else "Goals: none"] + [
-        f"  {row['id']}  {row['name']!r}  {row['status']}  {row['model'] or '-'} / {row['agent'] or '-'}  "
-        f"pending: {_pending_text(row)}"
-        for row in goals
-    ]
-
-
-class _NoHost:
-    """A host stand-in for read-only use of :class:`GoalService` (never called)."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"no host for read-only goal queries ({name})")

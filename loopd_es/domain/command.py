@@ -1,4 +1,4 @@
-"""Command sessions and awaits, pure: fold a ``command-<id>`` stream into state, decide what happens next.
+"""Command sessions and awaits, pure: decide what happens next to a command folded from its stream.
 
 Nothing here does I/O or reads a clock: the owner (``loopd_es.procs``) reads the world (exit status, the
 output tail, the time) and passes it in; the deciders return the events to append. Exactly-once rests on
@@ -11,14 +11,12 @@ recognise them.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..errors import DomainError, UsageError
+from ..errors import UsageError
 from ..events.command import (
     AwaitCancelled,
     AwaitDiscarded,
@@ -26,9 +24,6 @@ from ..events.command import (
     AwaitRequested,
     CommandExited,
     CommandRemoved,
-    CommandResized,
-    CommandSpawned,
-    CommandStarted,
     EndReason,
     InputWritten,
     SignalName,
@@ -36,289 +31,84 @@ from ..events.command import (
     SignalSent,
     Status,
     UntilStopped,
-    WatchMatched,
     WatchSet,
     WatchSpec,
     WatchSuspended,
 )
 from ..events.envelope import parse_rfc3339
+from .command_checks import (
+    compile_read_pattern,
+    compile_watch_regex,
+    is_dangerous_regex,
+    shell_join,
+    shell_quote,
+    validate_size,
+    validate_start,
+    validate_watch,
+)
+from .command_state import (
+    EXIT_CODE_KILL,
+    EXIT_CODE_TERMINATE,
+    MAX_AWAIT_TAIL_BYTES,
+    MAX_OUTPUT_BYTES,
+    MAX_UNTIL_EVIDENCE_LINES,
+    TERMINATE_GRACE_S,
+    AwaitState,
+    CommandNotFoundError,
+    CommandState,
+    CommandStateError,
+    argv_text,
+    evolve,
+    fold,
+)
 
 if TYPE_CHECKING:
     from ..events.base import Event
 
-MAX_OUTPUT_BYTES: Final = 512 * 1024
-MAX_AWAIT_TAIL_BYTES: Final = 4096
-MAX_UNTIL_EVIDENCE_LINES: Final = 20
-TERMINATE_GRACE_S: Final = 3.0
-EXIT_CODE_TERMINATE: Final = 143
-EXIT_CODE_KILL: Final = 137
-
-
-class CommandNotFoundError(UsageError):
-    """Raised when a command id names no command (or a removed one)."""
-
-    hint = "`loopd-es cmd list` lists the commands; ids may be shortened to a unique prefix"
-
-    def __init__(self, message: str = "Command not found.") -> None:
-        super().__init__(message)
-
-
-class CommandStateError(DomainError):
-    """Raised when an operation does not fit the command's status (e.g. write to an exited command)."""
-
-
-# -- state ----------------------------------------------------------------------------------------
-
-
-class AwaitState(msgspec.Struct, frozen=True, kw_only=True):
-    """One outstanding await (at most one per goal and command)."""
-
-    goal_id: str
-    until: str | None = None
-    ignore_case: bool = False
-
-
-class CommandState(msgspec.Struct, frozen=True, kw_only=True):
-    """A command folded from its stream: the reference's CommandSession (§1.7) plus its awaits."""
-
-    id: str
-    title: str
-    command: str
-    args: tuple[str, ...]
-    cwd: str
-    shell: bool
-    env_keys: tuple[str, ...]
-    timeout_seconds: int | None
-    deadline_at: str | None
-    cols: int
-    rows: int
-    watch: WatchSpec | None
-    goal_id: str | None
-    notify_on_exit: bool | None
-    created_at: str
-    status: Status = "running"
-    end_reason: EndReason | None = None
-    claim: SignalReason | None = None
-    exit_code: int | None = None
-    signal: str | None = None
-    pid: int | None = None
-    supervisor_pid: int | None = None
-    last_error: str | None = None
-    ended_at: str | None = None
-    output_bytes: int = 0
-    stream_bytes: int = 0
-    truncated: bool = False
-    watch_pushes: int = 0
-    watch_matches: int = 0
-    watch_state: str = "active"
-    input_bytes: int = 0
-    removed: bool = False
-    awaits: tuple[AwaitState, ...] = ()
-    version: int = 0
-
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
-
-    def await_for(self, goal_id: str) -> AwaitState | None:
-        return next((a for a in self.awaits if a.goal_id == goal_id), None)
-
+__all__ = [
+    "EXIT_CODE_KILL",
+    "EXIT_CODE_TERMINATE",
+    "MAX_AWAIT_TAIL_BYTES",
+    "MAX_OUTPUT_BYTES",
+    "MAX_UNTIL_EVIDENCE_LINES",
+    "TERMINATE_GRACE_S",
+    "AwaitState",
+    "CommandNotFoundError",
+    "CommandState",
+    "CommandStateError",
+    "OutputFacts",
+    "argv_text",
+    "cap_utf8",
+    "compile_read_pattern",
+    "compile_watch_regex",
+    "deadline_for",
+    "decide_await",
+    "decide_cancel_goal_awaits",
+    "decide_discard",
+    "decide_exit",
+    "decide_fire_outstanding",
+    "decide_missing",
+    "decide_remove",
+    "decide_signal",
+    "decide_until_fired",
+    "decide_until_stop",
+    "decide_watch",
+    "decide_write",
+    "evolve",
+    "exit_evidence",
+    "fold",
+    "is_dangerous_regex",
+    "shell_join",
+    "shell_quote",
+    "until_evidence",
+    "validate_size",
+    "validate_start",
+    "validate_watch",
+]
+"""The state and the checks live in :mod:`.command_state` and :mod:`.command_checks`; this module re-exports
+them so callers keep one import for the command domain."""
 
 _replace = msgspec.structs.replace
-
-
-def evolve(state: CommandState | None, e: Event, version: int = 0) -> CommandState | None:
-    """Apply one event; unknown payloads leave the state as it is (forward compatibility)."""
-    if isinstance(e, CommandStarted):
-        return CommandState(
-            id=e.command_id,
-            title=e.title,
-            command=e.command,
-            args=tuple(e.args),
-            cwd=e.cwd,
-            shell=e.shell,
-            env_keys=tuple(e.env_keys),
-            timeout_seconds=e.timeout_seconds,
-            deadline_at=e.deadline_at,
-            cols=e.cols,
-            rows=e.rows,
-            watch=None if e.watch is None or e.watch.empty else e.watch,
-            goal_id=e.goal_id,
-            notify_on_exit=e.notify_on_exit,
-            created_at=e.started_at,
-            version=version or 1,
-        )
-    if state is None:
-        return None
-    s = _evolve(state, e)
-    return _replace(s, version=version or s.version + 1)
-
-
-def _evolve(s: CommandState, e: Event) -> CommandState:
-    if isinstance(e, CommandSpawned):
-        return _replace(s, pid=e.pid, supervisor_pid=e.supervisor_pid)
-    if isinstance(e, WatchSet):
-        return _replace(
-            s, watch=None if e.watch.empty else e.watch, watch_state="active", watch_pushes=0, watch_matches=0
-        )
-    if isinstance(e, WatchMatched):
-        return _replace(
-            s,
-            watch_pushes=e.pushes,
-            watch_matches=e.matches,
-            watch_state="until-matched" if e.until is not None else s.watch_state,
-        )
-    if isinstance(e, WatchSuspended):
-        if e.reason == "cleared":
-            return _replace(s, watch=None, watch_state="active")
-        return _replace(s, watch_state="flood-suspended" if e.reason == "flood" else "budget-exhausted")
-    if isinstance(e, UntilStopped):
-        return _replace(s, watch_state="until-matched")
-    if isinstance(e, SignalSent):
-        claim = s.claim
-        if e.signal != "SIGINT" and claim not in ("timeout", "until"):
-            claim = e.reason  # timeout/until are never overwritten by a later claim
-        return _replace(s, signal=e.signal, claim=claim)
-    if isinstance(e, InputWritten):
-        return _replace(s, input_bytes=s.input_bytes + e.bytes)
-    if isinstance(e, CommandResized):
-        return _replace(s, cols=e.cols, rows=e.rows)
-    if isinstance(e, CommandExited):
-        if not s.running:
-            return s  # one terminal transition per command; a stray second one changes nothing
-        reason = s.end_reason if s.end_reason in ("timeout", "until") else e.end_reason
-        return _replace(
-            s,
-            status=e.status,
-            end_reason=reason,
-            exit_code=e.exit_code,
-            signal=e.signal,
-            last_error=e.last_error,
-            ended_at=e.ended_at,
-            output_bytes=e.output_bytes,
-            stream_bytes=e.stream_bytes,
-            truncated=e.truncated,
-        )
-    if isinstance(e, CommandRemoved):
-        return _replace(s, removed=True, awaits=())
-    if isinstance(e, AwaitRequested):
-        if s.await_for(e.goal_id) is not None:
-            return s
-        new = AwaitState(goal_id=e.goal_id, until=e.until, ignore_case=e.ignore_case)
-        return _replace(s, awaits=(*s.awaits, new))
-    if isinstance(e, AwaitFired | AwaitDiscarded | AwaitCancelled):
-        return _replace(s, awaits=tuple(a for a in s.awaits if a.goal_id != e.goal_id))
-    return s
-
-
-def fold(events: Iterable[Event], state: CommandState | None = None) -> CommandState | None:
-    """Fold payloads in stream order (versions counted from the state's)."""
-    for e in events:
-        state = evolve(state, e)
-    return state
-
-
-# -- validation (all before anything is spawned or appended) -----------------------------------------
-
-_DANGEROUS: Final = tuple(
-    re.compile(p)
-    for p in (
-        r"\(\?:.*\)\*.*\(\?:.*\)\*",
-        r".*\(\.\*\?\)\{2,\}.*",
-        r".*\(.*\|.*\)\{3,\}.*",
-        r"\([^()]*[+*][^()]*\)[+*]",
-        r"\([^()]*(\.\*.*\.\*|\.\+.*\.\+|\\w\+.*\\s\*|\\s\*.*\\w\+)[^()]*\)",
-    )
-)
-
-
-def is_dangerous_regex(source: str) -> bool:
-    """The reference's guard against catastrophic backtracking (``(a+)+``, ``(.*.*)``, ``(\\w+\\s*)+``)."""
-    return any(p.search(source) for p in _DANGEROUS)
-
-
-def compile_watch_regex(kind: str, source: str, ignore_case: bool = False) -> re.Pattern[str]:
-    """Compile a watch/await regex (``kind`` is ``filter`` or ``until``).
-
-    :raises UsageError: with the reference's message for an invalid or dangerous pattern.
-    """
-    try:
-        pattern = re.compile(source, re.IGNORECASE if ignore_case else 0)
-    except re.error as e:
-        raise UsageError(f"Invalid watch {kind} regex '{source}': {e}") from None
-    if is_dangerous_regex(source):
-        raise UsageError(
-            f"Potentially dangerous watch {kind} regex rejected: '{source}'. Please use a safer pattern."
-        )
-    return pattern
-
-
-def compile_read_pattern(source: str, ignore_case: bool = False) -> re.Pattern[str]:
-    """Compile a ``read --pattern`` regex.
-
-    :raises UsageError: with the reference's message for an invalid or dangerous pattern.
-    """
-    try:
-        pattern = re.compile(source, re.IGNORECASE if ignore_case else 0)
-    except re.error as e:
-        raise UsageError(f"Invalid regex pattern '{source}': {e}") from None
-    if is_dangerous_regex(source):
-        raise UsageError(
-            f"Potentially dangerous regex pattern rejected: '{source}'. Please use a safer pattern."
-        )
-    return pattern
-
-
-def validate_watch(spec: WatchSpec) -> None:
-    """:raises UsageError: for a bad until action or regex (the previous watch stays untouched)."""
-    if spec.until_action not in ("stop", "keep"):
-        raise UsageError(f'Invalid watch untilAction \'{spec.until_action}\': must be "stop" or "keep".')
-    if spec.filter:
-        compile_watch_regex("filter", spec.filter, spec.ignore_case)
-    if spec.until:
-        compile_watch_regex("until", spec.until, spec.ignore_case)
-
-
-def validate_start(title: str, command: str, timeout_seconds: object, watch: WatchSpec | None) -> None:
-    """The reference's start checks, in its order.
-
-    :raises UsageError: naming the first problem.
-    """
-    if not title.strip():
-        raise UsageError("title is required")
-    if not command.strip():
-        raise UsageError("command is required")
-    if timeout_seconds is not None and (
-        isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds <= 0
-    ):
-        raise UsageError("timeoutSeconds must be a positive integer in seconds")
-    if watch is not None:
-        validate_watch(watch)
-
-
-def validate_size(cols: int, rows: int) -> None:
-    """:raises UsageError: for a non-positive size."""
-    if cols <= 0 or rows <= 0:
-        raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
-
-
-_SAFE_WORD: Final = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
-
-
-def shell_quote(word: str) -> str:
-    """POSIX single-quote ``word`` unless it is plainly safe: ``it's`` → ``'it'\\''s'``."""
-    if _SAFE_WORD.match(word):
-        return word
-    return "'" + word.replace("'", "'\\''") + "'"
-
-
-def shell_join(command: str, args: Iterable[str]) -> str:
-    """The ``/bin/sh -c`` script for a shell command: every word quoted as needed."""
-    return " ".join(shell_quote(w) for w in (command, *args))
-
-
-def argv_text(s: CommandState) -> str:
-    return " ".join((s.command, *s.args))
 
 
 # -- decisions ------------------------------------------------------------------------------------

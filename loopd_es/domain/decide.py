@@ -93,8 +93,8 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
             "missing_checks",
         )
     fallbacks = _validate_fallbacks(cmd.fallback_models or (), facts)
-    if state.exists:
-        raise RuleError(f"goal {cmd.goal_id} already exists")
+    if state.exists or state.cleared:
+        raise RuleError(f"goal {cmd.goal_id} {'was cleared' if state.cleared else 'already exists'}")
     if writer:
         for other in facts.active_writers:
             raise RuleError(writer_conflict(other.name, other.goal_id, other.owner_session_id, owner))
@@ -376,7 +376,11 @@ def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]
         return []
     if state.phase == "running" and lease_valid(state, facts.now):
         return []
+    if state.switch_in_flight is not None:  # the prompt would carry the identity being replaced (#10.2)
+        return []
     timeout = state.config.timeout_ms or DEFAULT_TIMEOUT_MS
+    # the wrap-up turn a reached limit asked for is a force-finish turn whoever starts it (§3.13)
+    kind: r.RunKind = "force_finish" if state.force_finish_requested and cmd.kind == "steer" else cmd.kind
     return [
         r.RunStarted(
             goal_id=state.goal_id,
@@ -385,7 +389,7 @@ def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]
             prompt_message_id=cmd.prompt_message_id,
             turn_count=state.run_count + 1,
             charged=not state.free_retry_pending,
-            kind=cmd.kind,
+            kind=kind,
             lease_expires_at=iso(after_ms(facts.now, timeout)),
             at=iso(facts.now),
         )
@@ -396,6 +400,8 @@ def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]
 def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists or state.status != "active":
         return []
+    if _stale_failure(cmd, state):
+        return []  # a late error of an earlier run: the current turn is not failed by it (§2.3)
     failures = state.consecutive_failures + 1
     blocked = cmd.block_immediately or failures >= (state.config.max_failures or DEFAULT_MAX_FAILURES)
     retry_after = None if blocked else iso(after_ms(facts.now, backoff_ms(failures)))
@@ -403,6 +409,7 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
         r.RunFailed(
             goal_id=state.goal_id, run_id=state.active_run_id or "unknown", error=cmd.error_text,
             consecutive_failures=failures, retry_after=retry_after, source=cmd.source,
+            generation=state.run_generation,
         )
     ]
     if blocked:
@@ -421,6 +428,13 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
                           last_error=cmd.error_text, at=iso(facts.now))
         )
     return events
+
+
+def _stale_failure(cmd: c.RecordRunFailure, state: GoalState) -> bool:
+    """The failure names a run (or generation) that is not the goal's current one."""
+    if cmd.generation is not None and cmd.generation != state.run_generation:
+        return True
+    return cmd.run_id is not None and state.active_run_id is not None and cmd.run_id != state.active_run_id
 
 
 @_on(c.ConfirmIdle)

@@ -242,7 +242,7 @@ def _release(d: GoalDraft) -> None:
     d.idle_candidate_generation = None
 
 
-def _stale(d: GoalDraft, event: r.RunIdleCandidate | r.RunCompleted | r.RunRecovered) -> bool:
+def _stale(d: GoalDraft, event: r.RunIdleCandidate | r.RunCompleted | r.RunRecovered | r.RunStuck) -> bool:
     generation = event.generation
     if generation is not None and generation != d.run_generation:
         return True
@@ -256,6 +256,8 @@ def _stale(d: GoalDraft, event: r.RunIdleCandidate | r.RunCompleted | r.RunRecov
 def _created(d: GoalDraft, e: g.GoalCreated, m: _Memo) -> None:
     if d.exists:
         raise _Refused(e.event_type, "goal already exists")
+    if d.cleared:  # a stream is one goal's life: a cleared goal never comes back with its old counters
+        raise _Refused(e.event_type, "goal was cleared")
     d.exists = True
     d.name = e.name
     d.objective = e.objective
@@ -372,17 +374,32 @@ def _interactive(d: GoalDraft, e: g.GoalInteractiveChanged, m: _Memo) -> None:
 @_on(g.GoalUsageAccounted)
 def _usage(d: GoalDraft, e: g.GoalUsageAccounted, m: _Memo) -> None:
     ids = e.message_ids
-    seen = m.seen(d)
-    fresh: tuple[str, ...]
-    if len(ids) == 1:  # the usual case, without the de-duplication below
-        fresh = ids if ids[0] not in seen else ()
+    if len(ids) == 1 and (m.dirty or d.accounted_message_ids is m.ids):
+        # a replay's usual case, inlined: one id against the memo's live watermark (as _Memo.account does)
+        mid, counts, order = ids[0], m.counts, m.order
+        if mid in counts:
+            raise _Refused(e.event_type, "every message id was already accounted")
+        order.append(mid)
+        counts[mid] = 1
+        if len(order) > MAX_ACCOUNTED_IDS:
+            old = order.popleft()
+            if counts[old] == 1:
+                del counts[old]
+            else:
+                counts[old] -= 1
+        m.dirty = True
     else:
-        fresh = tuple(mid for mid in dict.fromkeys(ids) if mid not in seen)
-    if not fresh:
-        raise _Refused(e.event_type, "every message id was already accounted")
-    if len(fresh) != len(ids):
-        raise _Refused(e.event_type, "some message ids were already accounted; deltas not applied")
-    m.account(d, fresh)
+        seen = m.seen(d)
+        fresh: tuple[str, ...]
+        if len(ids) == 1:  # without the de-duplication below
+            fresh = ids if ids[0] not in seen else ()
+        else:
+            fresh = tuple(mid for mid in dict.fromkeys(ids) if mid not in seen)
+        if not fresh:
+            raise _Refused(e.event_type, "every message id was already accounted")
+        if len(fresh) != len(ids):
+            raise _Refused(e.event_type, "some message ids were already accounted; deltas not applied")
+        m.account(d, fresh)
     d.tokens_used += e.token_delta
     d.cost_used += e.cost_delta
     d.time_used_seconds += e.time_delta_seconds
@@ -461,6 +478,10 @@ def _run_completed(d: GoalDraft, e: r.RunCompleted, m: _Memo) -> None:
 
 @_on(r.RunFailed)
 def _run_failed(d: GoalDraft, e: r.RunFailed, m: _Memo) -> None:
+    if (e.generation is not None and e.generation != d.run_generation) or (
+        d.active_run_id is not None and e.run_id not in (d.active_run_id, "unknown")
+    ):
+        raise _Refused(e.event_type, "stale run")
     _release(d)
     d.consecutive_failures = e.consecutive_failures
     d.last_error = e.error
@@ -479,6 +500,8 @@ def _run_recovered(d: GoalDraft, e: r.RunRecovered, m: _Memo) -> None:
 
 @_on(r.RunStuck)
 def _run_stuck(d: GoalDraft, e: r.RunStuck, m: _Memo) -> None:
+    if _stale(d, e):
+        raise _Refused(e.event_type, "stale run")
     d.stuck_notified_run_id = e.run_id
 
 
@@ -501,14 +524,16 @@ def _switch_requested(d: GoalDraft, e: i.IdentitySwitchRequested, m: _Memo) -> N
 
 @_on(i.IdentitySwitchDeferred)
 def _switch_deferred(d: GoalDraft, e: i.IdentitySwitchDeferred, m: _Memo) -> None:
+    # deferred while another switch is in flight: newer than it, so that switch's outcome must not clear it
+    after = d.switch_in_flight.switch_id if d.switch_in_flight is not None else None
     if e.model is not None and e.agent is not None:
-        d.pending_identity = PendingIdentity(model=e.model, agent=e.agent)
+        d.pending_identity = PendingIdentity(model=e.model, agent=e.agent, after_switch=after)
         d.model_pending = None
         d.agent_pending = None
     elif e.model is not None:
-        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason=e.reason)
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason=e.reason, after_switch=after)
     elif e.agent is not None:
-        d.agent_pending = PendingAgent(agent=e.agent, requested_at=e.at)
+        d.agent_pending = PendingAgent(agent=e.agent, requested_at=e.at, after_switch=after)
     else:
         raise _Refused(e.event_type, "neither model nor agent")
 
@@ -522,17 +547,20 @@ def _switch_unsupported(d: GoalDraft, e: i.IdentitySwitchUnsupported, m: _Memo) 
 @_on(i.IdentitySwitchApplied)
 def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
     d.switch_in_flight = None
+    switch_id = e.switch_id
     if e.to_model is not None:
         d.config = replace(d.config, model=e.to_model)
         d.model_last = SwitchRecord(to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model, reason=e.reason)
-        d.model_pending = None
+        if d.model_pending is not None and d.model_pending.after_switch != switch_id:
+            d.model_pending = None
         d.model_last_failure = None
     if e.to_agent is not None:
         d.config = replace(d.config, agent=e.to_agent)
         d.agent_last = SwitchRecord(to=e.to_agent, at=e.at, outcome=e.outcome, from_=e.from_agent)
-        d.agent_pending = None
+        if d.agent_pending is not None and d.agent_pending.after_switch != switch_id:
+            d.agent_pending = None
         d.agent_last_failure = None
-    if e.target == "identity":
+    if e.target == "identity" and d.pending_identity is not None and d.pending_identity.after_switch != switch_id:
         d.pending_identity = None
 
 

@@ -227,11 +227,17 @@ class EnforceBudget(_GoalCommand, frozen=True, kw_only=True):
 
 
 class RecordRunFailure(_GoalCommand, frozen=True, kw_only=True):
-    """A ``session.error`` or a failed prompt delivery; ``error_text`` is ``describeError(error)``."""
+    """A ``session.error`` or a failed prompt delivery; ``error_text`` is ``describeError(error)``.
+
+    ``run_id``/``generation`` name the run the error was observed on (``None``: whatever run is current); a
+    failure of another run decides nothing, so a late error of an earlier run never fails the current turn.
+    """
 
     error_text: str
     source: Literal["session-error", "prompt-delivery"] = "session-error"
     block_immediately: bool = False
+    run_id: str | None = None
+    generation: int | None = None
 
 
 class SwitchIdentity(_GoalCommand, frozen=True, kw_only=True):

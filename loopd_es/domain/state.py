@@ -14,7 +14,7 @@ import msgspec
 
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
 
-REDUCER_VERSION: Final = 1
+REDUCER_VERSION: Final = 2
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
 
 MAX_ANOMALIES: Final = 50
@@ -51,14 +51,18 @@ class Evidence(_S, frozen=True):
 
 
 class PendingModel(_S, frozen=True):
+    """A deferred model switch; ``after_switch`` names the switch that was in flight when it was deferred."""
+
     model: str
     requested_at: str
     reason: Literal["owner", "quota"] = "owner"
+    after_switch: str | None = None
 
 
 class PendingAgent(_S, frozen=True):
     agent: str
     requested_at: str
+    after_switch: str | None = None
 
 
 class PendingIdentity(_S, frozen=True):
@@ -66,6 +70,7 @@ class PendingIdentity(_S, frozen=True):
 
     model: str
     agent: str
+    after_switch: str | None = None
 
 
 class SwitchRecord(_S, frozen=True):

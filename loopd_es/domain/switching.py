@@ -73,7 +73,8 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
     if unsupported or state.worker_session_id is None:
         return [i.IdentitySwitchUnsupported(goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent)]
     now = iso(facts.now)
-    if facts.worker_status != "idle" or (state.phase == "running" and lease_valid(state, facts.now)):
+    busy = state.switch_in_flight is not None or (state.phase == "running" and lease_valid(state, facts.now))
+    if facts.worker_status != "idle" or busy:
         return [
             i.IdentitySwitchDeferred(goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent, at=now)
         ]

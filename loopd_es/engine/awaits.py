@@ -56,11 +56,12 @@ class AwaitWaker:
                                     at=env.recorded_at)
         event = new_event(payload, event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)), causation_id=env.event_id,
                           correlation_id=ctx.correlation_id)
-        try:
-            await engine.store.append(goal_stream(goal_id), [event], "any")
-        except DuplicateEventIdError:
-            pass
-        engine.service.forget(goal_id)
+        if input_id not in engine.queued_wakes:
+            try:
+                await engine.store.append(goal_stream(goal_id), [event], "any")
+            except DuplicateEventIdError:
+                pass
+            engine.service.forget(goal_id)
         await self.wake(goal_id, input_id, ctx)
 
     async def wake(self, goal_id: str, input_id: str, ctx: Ctx) -> bool:

@@ -32,6 +32,8 @@ from ..events import run as r
 from ..host.errors import HostError
 from ..host.events import (
     AnyHostEvent,
+    ExecutionSucceeded,
+    MessagePartUpdated,
     MessageUpdated,
     SessionError,
     SessionIdle,
@@ -55,6 +57,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("loopd_es.engine")
 
 TRANSCRIPT_WINDOW: Final = 200
+
+ENGINE_TYPES: Final = (
+    "goal.worker_assigned", "goal.cleared", "goal.input_queued", "run.started", "run.idle_candidate",
+    "run.confirm_failed", "run.failed", "command.await-fired", "command.await-discarded",
+    "notification.requested", "notification.delivered", *sorted(NOTICE_TYPES),
+)
+"""The events the engine's trackers, timers, reactions and outbox are built from."""
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,6 +100,8 @@ class Engine:
         self.due_schedules: Callable[[datetime], Awaitable[int]] | None = None
         """The scheduling issue's hook: called on each maintenance pass with the engine's time."""
         self._reactions: list[Envelope] = []
+        self.queued_wakes: set[str] = set()
+        """Await evidence already in some goal's inbox (a replayed fire event records nothing again)."""
         from .awaits import AwaitWaker
         from .maintenance import Maintenance
 
@@ -103,6 +114,7 @@ class Engine:
         """Read the whole log (trackers, timers, outbox), then repair what a crash left half done."""
         await self.catch_up(react=False)  # first finish turns a crash interrupted, then replay reactions
         ctx = Ctx.new()
+        await self.goals.recover(ctx)  # identity switches a crash left open, settled from the host's truth
         for goal_id in list(self.tracker.goals):
             state = await self.service.load(goal_id)
             if state.exists and state.status == "active" and state.phase == "running":
@@ -112,17 +124,16 @@ class Engine:
         await self.catch_up()
 
     async def catch_up(self, *, react: bool = True) -> int:
-        """Observe every event appended since the last look, then run the reactions they call for."""
+        """Observe every event appended since the last look, then run the reactions they call for.
+
+        Only the event types the engine acts on are read: the log filters them, so other facts cost a scan of
+        their rows, not a decode.
+        """
         seen = 0
-        while True:
-            batch = [env async for env in self.store.read_all(self.position + 1, limit=1000)]
-            for env in batch:
-                self._observe(env)
-            seen += len(batch)
-            if batch:
-                self.position = batch[-1].position
-            if len(batch) < 1000:
-                break
+        async for env in self.store.read_all(self.position + 1, types=ENGINE_TYPES):
+            self._observe(env)
+            self.position = env.position
+            seen += 1
         while react and self._reactions:
             pending, self._reactions = self._reactions, []
             for env in pending:
@@ -145,6 +156,10 @@ class Engine:
             return
         if env.type in NOTICE_TYPES:
             self._reactions.append(env)
+        if env.type == "goal.input_queued":
+            input_id = env.data_dict().get("input_id", "")
+            if input_id.startswith("await:"):
+                self.queued_wakes.add(input_id)
         if env.type == "run.failed":
             retry_after = env.data_dict().get("retry_after")
             if retry_after:
@@ -183,6 +198,19 @@ class Engine:
             await self._session_error(state, event)
         elif isinstance(event, MessageUpdated):
             handled = await self._message(state, live, event, now)
+        elif isinstance(event, MessagePartUpdated):
+            # a part of the running answer is work, unless that answer already completed (trailing parts)
+            handled = (
+                state.phase == "running" and event.message_id == live.assistant_id
+                and live.assistant_completed_at is None
+            )
+            if handled:
+                live.activity(now)
+        elif isinstance(event, ExecutionSucceeded):
+            handled = state.phase == "running"
+            if handled:
+                live.activity(now)
+                live.assistant_completed_at = now
         elif isinstance(event, ToolCallStarted):
             live.tools[event.call_id] = now
             live.activity(now)
@@ -232,8 +260,9 @@ class Engine:
             await self.host.abort(worker)
         except HostError:
             return  # the host's own error will come through the session error path
-        await self.turns.goals.observe_error(
-            state.goal_id, reported, Ctx.new(), source="session-error", expected_model=model, via="retry-status"
+        await self.goals.observe_error(
+            state.goal_id, reported, Ctx.new(), source="session-error", expected_model=model,
+            run_id=state.active_run_id, generation=state.run_generation, via="retry-status",
         )
 
     async def _session_error(self, state: GoalState, event: SessionError) -> None:

@@ -2,8 +2,8 @@
 
 The process waits for the lease (standing by while another engine holds it), then runs one reactor: host
 events arrive on a queue, the log's files wake it when another process appends (the projector's watcher), and
-it sleeps no longer than the next timer, the lease renewal, or a short poll. Each turn of the loop handles
-the queued host events, catches up with the log, runs due timers, and renews the lease. Losing the lease
+it sleeps no longer than the next timer or a short poll. Each turn of the loop handles the queued host events,
+catches up with the log and runs due timers; a task of its own renews the lease on time. Losing the lease
 (another engine took it after this one stalled) stops the engine and sends it back to standing by.
 """
 
@@ -27,6 +27,7 @@ from ..log import open_store
 from ..projector.watch import Waker, log_files, watch_log
 from .clock import Clock, SystemClock
 from .core import Engine, EngineConfig
+from .fence import FencedStore
 from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError
 
 if TYPE_CHECKING:
@@ -95,8 +96,8 @@ async def _serve(
     store: LogStore, host: EngineHost, lease: Lease, options: RunOptions, clock: Clock, stop: anyio.Event,
     say: Say,
 ) -> None:
-    engine = Engine(store, host, clock, options.config, directory=options.directory, owner=options.holder,
-                    guard=lease.check)
+    engine = Engine(FencedStore(store, lease), host, clock, options.config, directory=options.directory,
+                    owner=options.holder, guard=lease.check)
     send, receive = anyio.create_memory_object_stream[AnyHostEvent | None](math.inf)
     waker = Waker()
     watch_stop = anyio.Event()
@@ -113,16 +114,23 @@ async def _serve(
             if await waker.wait(3600):
                 send.send_nowait(None)
 
+    async def renew() -> None:
+        """Renew on time even while the engine is busy (a long start-up reading a big log)."""
+        while True:
+            await anyio.sleep(max(0.0, (lease.renew_due() - clock.now()).total_seconds()))
+            await lease.renew()
+
     async with anyio.create_task_group() as tg:
         if options.tool_api is not None:
             await tg.start(_tools, options, store, host, clock, say)
         tg.start_soon(pump_host)
         tg.start_soon(pump_log)
         tg.start_soon(wake_on_log)
+        tg.start_soon(renew)
         try:
             await engine.start()
             while not stop.is_set():
-                timeout = _sleep_for(engine.next_wakeup(), lease.renew_due(), clock.now())
+                timeout = _sleep_for(engine.next_wakeup(), clock.now())
                 item: AnyHostEvent | None = None
                 with anyio.move_on_after(timeout):
                     item = await receive.receive()
@@ -134,8 +142,6 @@ async def _serve(
                         batch.append(receive.receive_nowait())
                     except anyio.WouldBlock:
                         break
-                if clock.now() >= lease.renew_due():
-                    await lease.renew()
                 for event in batch:
                     if event is not None:
                         await engine.on_host_event(event)
@@ -163,6 +169,7 @@ async def _tools(
     await serve_tools(config, dispatcher, task_status=task_status)
 
 
-def _sleep_for(timer: datetime | None, renew: datetime, now: datetime) -> float:
-    until = min(t for t in (timer, renew) if t is not None)
-    return max(0.0, min(POLL_S, (until - now).total_seconds()))
+def _sleep_for(timer: datetime | None, now: datetime) -> float:
+    if timer is None:
+        return POLL_S
+    return max(0.0, min(POLL_S, (timer - now).total_seconds()))

@@ -3,17 +3,19 @@
 Acquiring appends ``engine.lease_acquired`` at the stream version the contender read, so of two contenders
 only one append succeeds; a live lease (not released, ``expires_at`` not passed) is never taken. The holder
 renews at a third of the lease's length. Its fencing token is the stream version of its acquisition; every
-renewal or takeover moves the version, so :meth:`Lease.check` (run before the engine acts) sees at once that
-another process took over, and the holder also stops by itself once its own lease has run out. The check is a
-read before the write, not part of the write's transaction: a holder paused *between* its check and its
-append (a few microseconds) could still land one write; the goal streams' expected versions then refuse any
-decision the new holder's writes made stale.
+renewal or takeover moves the version. :meth:`Lease.check` (run before the engine acts, and before each prompt,
+abort or notice) sees at once that another process took over, and the holder also stops by itself once its own
+lease has run out; every event the engine appends lands atomically with an ``engine.fenced`` event at the
+version this holder last wrote (:mod:`loopd_es.engine.fence`), so even a holder paused between its check and
+its write cannot land that write after losing the lease.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
+
+import anyio
 
 from ..domain.provider_limit import iso
 from ..errors import LoopdError, WrongExpectedVersionError
@@ -57,6 +59,8 @@ class Lease:
         self.version = 0
         self.token: int | None = None
         self.expires_at: datetime | None = None
+        self.lock = anyio.Lock()
+        """Held around every write to the lease stream by this process (renewals, fences), which must not race."""
 
     async def current(self) -> tuple[int, Holder]:
         """The lease stream's version and who holds the lease by its last event."""
@@ -65,7 +69,7 @@ class Lease:
         if version:
             async for env in self.store.read_stream(STREAM, from_version=version):
                 e = decode_payload(env)
-                if isinstance(e, en.EngineLeaseAcquired | en.EngineLeaseRenewed):
+                if isinstance(e, en.EngineLeaseAcquired | en.EngineLeaseRenewed | en.EngineFenced):
                     holder = Holder(e.holder, e.token, parse_iso(e.expires_at), False)
                 elif isinstance(e, en.EngineLeaseReleased):
                     holder = Holder(e.holder, e.token, None, True)
@@ -101,17 +105,18 @@ class Lease:
 
         :raises LeaseLostError: when another process took it or it ran out.
         """
-        await self.check()
-        assert self.token is not None
-        now = self.clock.now()
-        expires = now + self.ttl
-        event = en.EngineLeaseRenewed(holder=self.holder, token=self.token, expires_at=iso(expires))
-        try:
-            await self.store.append(STREAM, [new_event(event)], self.version)
-        except WrongExpectedVersionError:
-            raise LeaseLostError(f"engine lease of {self.holder} was taken by another process") from None
-        self.version += 1
-        self.expires_at = expires
+        async with self.lock:
+            await self.check()
+            assert self.token is not None
+            now = self.clock.now()
+            expires = now + self.ttl
+            event = en.EngineLeaseRenewed(holder=self.holder, token=self.token, expires_at=iso(expires))
+            try:
+                await self.store.append(STREAM, [new_event(event)], self.version)
+            except WrongExpectedVersionError:
+                raise LeaseLostError(f"engine lease of {self.holder} was taken by another process") from None
+            self.version += 1
+            self.expires_at = expires
 
     async def check(self) -> None:
         """:raises LeaseLostError: unless this process still holds a lease that has not run out."""

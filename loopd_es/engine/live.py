@@ -20,7 +20,7 @@ from .clock import parse_iso
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
 
-TimerKind = Literal["confirm", "retry", "wake"]
+TimerKind = Literal["confirm", "retry"]
 
 
 @dataclass
@@ -116,7 +116,7 @@ class Tracker:
         heapq.heappush(self._heap, (due, self._seq, goal_id, kind))
 
     def cancel(self, goal_id: str) -> None:
-        for kind in ("confirm", "retry", "wake"):
+        for kind in ("confirm", "retry"):
             self._due.pop((goal_id, kind), None)
 
     def pop_due(self, now: datetime) -> list[tuple[str, TimerKind]]:

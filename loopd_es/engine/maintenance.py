@@ -19,6 +19,7 @@ from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
+from ..events import engine as en
 from ..events import run as r
 from ..host.errors import HostError
 
@@ -62,6 +63,13 @@ class Maintenance:
         if state.phase == "waiting_retry":
             if state.retry_after is None or iso(now) >= state.retry_after:
                 await engine.continue_goal(goal_id, ctx)
+            return
+        if state.phase == "compacting":
+            # the engine compacts within one step, so a compaction still open here was cut by a crash
+            await engine.service.append_goal(
+                goal_id, [en.CompactionCompleted(goal_id=goal_id, error="interrupted (the engine stopped)")],
+                ctx, expected=state.version,
+            )
             return
         if state.phase not in ("running", "idle"):
             return

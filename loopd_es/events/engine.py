@@ -31,6 +31,20 @@ class EngineLeaseRenewed(Event, frozen=True):
     expires_at: str
 
 
+@event("engine.fenced")
+class EngineFenced(Event, frozen=True):
+    """Written atomically with each batch the engine appends to ``stream``: the holder and its fencing token.
+
+    It lands only while the lease stream is where this holder left it, so a holder that lost the lease can
+    write nothing more. It does not extend the lease (``expires_at`` repeats the current expiry).
+    """
+
+    holder: str
+    token: int
+    expires_at: str
+    stream: str = ""
+
+
 @event("engine.lease_released")
 class EngineLeaseReleased(Event, frozen=True):
     """The holder stopped cleanly; anyone may take the lease at once."""

@@ -49,7 +49,11 @@ class RunCompleted(Event, frozen=True):
 
 @event("run.failed")
 class RunFailed(Event, frozen=True):
-    """A session error or a failed prompt delivery; below the failure limit the goal waits until ``retry_after``."""
+    """A session error or a failed prompt delivery; below the failure limit the goal waits until ``retry_after``.
+
+    ``run_id`` is the run it failed (``"unknown"`` outside a run, as the reference records it) and ``generation``
+    the run generation it was decided on (absent in logs written before it existed: then only the run id fences).
+    """
 
     goal_id: str
     run_id: str
@@ -57,6 +61,7 @@ class RunFailed(Event, frozen=True):
     consecutive_failures: int
     retry_after: str | None = None
     source: Literal["session-error", "prompt-delivery"] = "session-error"
+    generation: int | None = None
 
 
 @event("run.recovered")

@@ -7,6 +7,8 @@ These are exactly what OpenCode's event bus tells a plugin (reference §2.3), no
   ``responseHeaders``, ``message`` ...), classified later by :mod:`loopd_es.domain.provider_limit`;
 - ``message.updated``: a user or assistant message appeared or changed; an assistant message carries its
   ``parent_id`` (the prompt it answers), whether it completed, and its token and cost usage;
+  ``message.part.updated``: a part of a message changed (work in progress); ``session.execution.succeeded``: a
+  v2 host says the execution finished;
 - ``tool.started`` / ``tool.ended``: a tool call opened or closed (the plugin's before/after hooks);
 - ``session.compacted``: the host finished summarising the session.
 
@@ -83,6 +85,16 @@ class MessageUpdated(HostEvent, frozen=True, kw_only=True, tag="message.updated"
     message: TranscriptMessage
 
 
+class MessagePartUpdated(HostEvent, frozen=True, kw_only=True, tag="message.part.updated"):
+    """A part (text, a tool step) of message ``message_id`` changed: work in progress on that message."""
+
+    message_id: str
+
+
+class ExecutionSucceeded(HostEvent, frozen=True, kw_only=True, tag="session.execution.succeeded"):
+    """The host says the session's current execution finished (v2 hosts): the turn's answer is complete."""
+
+
 class ToolCallStarted(HostEvent, frozen=True, kw_only=True, tag="tool.started"):
     """The worker started a tool call; the run is not over while it is open."""
 
@@ -100,8 +112,8 @@ class SessionCompacted(HostEvent, frozen=True, kw_only=True, tag="session.compac
 
 
 AnyHostEvent = (
-    SessionIdle | SessionStatusChanged | SessionError | MessageUpdated | ToolCallStarted | ToolCallEnded
-    | SessionCompacted
+    SessionIdle | SessionStatusChanged | SessionError | MessageUpdated | MessagePartUpdated | ExecutionSucceeded
+    | ToolCallStarted | ToolCallEnded | SessionCompacted
 )
 
 ENCODER = msgspec.json.Encoder()

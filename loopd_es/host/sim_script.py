@@ -5,6 +5,8 @@ The **script** (``host.json`` or ``host.toml``) is read-only configuration::
     model_switching = "session"            # session | next-prompt | unsupported
     agent_capability = "supported"         # supported | unavailable | unsupported
     prompt_busy_polls = 2                  # after a prompt, 2 status polls say busy, then idle
+    auto_reply = true                      # answer every prompt at once (usage below), then go idle
+    reply_usage = { input = 100, output = 50, cost = 0.001 }
     [[models]]
     provider = "p"
     id = "new"
@@ -28,7 +30,9 @@ The **script** (``host.json`` or ``host.toml``) is read-only configuration::
 Left-out ``providers``, ``models`` and ``agents`` mean the default catalog (:data:`DEFAULT_SCRIPT`).
 
 The **state** (``<script stem>.state.json`` beside it) holds what changes: sessions and their identity, status
-scripts, call counters, the call journal, prompts, and failures injected at run time. It is rewritten
+scripts, call counters, the call journal, prompts, transcripts, owner notices, and failures injected at run
+time. The host's events (:mod:`loopd_es.host.events`) go to ``<script stem>.events.ndjson``, which subscribers
+in any process follow. It is rewritten
 atomically (temp file, fsync, rename, fsync of the directory) under an exclusive lock after every call, so
 it survives ``kill -9`` of any process using the host and every process sees the same live identity.
 """

@@ -20,6 +20,7 @@ from ..errors import ConflictError, LoopdError, StorageError
 from ..events.catalogue import new_event
 from ..events.envelope import NO_STREAM
 from ..events.imported import STREAM_PREFIX, ImportCompleted, ImportedEvent, ImportedStream, ImportStarted
+from ..ids import InvalidIdError, is_valid_id
 from .check import differences
 from .commands import build_commands
 from .goals import GoalInput, build_goal
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from ..events.envelope import NewEvent
     from ..log.base import LogStore
     from .builder import Emitted
+    from .source import LoadedLedger, LoadedState
 
 NAMESPACE: Final = uuid.UUID("5b0f3c52-8a51-4d3e-9a40-6c1f2f0e1a77")
 """The UUIDv5 namespace of imported event ids (fixed forever: changing it would re-import everything)."""
@@ -93,6 +95,7 @@ def build_plan(directory: Path) -> ImportPlan:
     base = directory / LOOPD_DIR
     loaded = load_state(base / "state.json")
     ledger = load_ledger(base / "events.ndjson")
+    _check_ids(loaded, ledger)
     state = loaded.state
     warnings: list[str] = []
     if ledger.torn_line is not None:
@@ -175,6 +178,27 @@ def build_plan(directory: Path) -> ImportPlan:
         warnings=tuple(warnings),
         torn_line=ledger.torn_line,
     )
+
+
+def _check_ids(loaded: LoadedState, ledger: LoadedLedger) -> None:
+    """Refuse the whole import when any goal or command id could not safely be a stream or file name.
+
+    :raises ImportSourceError: naming the file, the record and the id.
+    """
+    st, sp, lp = loaded.state, loaded.path, ledger.path
+    checks = [
+        *((sp, "goal", g.id, f"goals[{i}].id") for i, g in enumerate(st.goals)),
+        *((sp, "goal", r.goal_id, f"runtimes[{i}].goalID") for i, r in enumerate(st.runtimes)),
+        *((sp, "command", c.id, f"commands[{i}].id") for i, c in enumerate(st.commands)),
+        *((sp, "goal", c.goal_id, f"commands[{i}].goalID") for i, c in enumerate(st.commands) if c.goal_id),
+        *((sp, "goal", a.goal_id, f"commandAwaits[{i}].goalID") for i, a in enumerate(st.command_awaits)),
+        *((sp, "command", a.command_id, f"commandAwaits[{i}].commandID") for i, a in enumerate(st.command_awaits)),
+        *((lp, "goal", ln.goal_id, f"line {ln.line} goalID") for ln in ledger.lines if ln.goal_id),
+        *((lp, "command", ln.command_id, f"line {ln.line} commandID") for ln in ledger.lines if ln.command_id),
+    ]
+    for path, kind, value, where in checks:
+        if not is_valid_id(value):
+            raise ImportSourceError(path, str(InvalidIdError(kind, value, where)))
 
 
 def _event_id(import_id: str, stream: str, index: int, source: str) -> str:

@@ -1,6 +1,7 @@
 """The append-only log: one contract (:class:`LogStore`), two backends, opened by URL.
 
-``sqlite:PATH`` (the default, ``sqlite:.loopd/events.db``) and ``ndjson:PATH``; a bare path ending in
+``sqlite:PATH`` (the default, ``sqlite:.loopd/events.db``), ``ndjson:PATH`` and
+``postgresql://USER@HOST:PORT/DB?schema=NAME`` (a server shared by many machines); a bare path ending in
 ``.ndjson``/``.jsonl`` means NDJSON and any other bare path means SQLite. NDJSON takes a durability mode as a
 query: ``ndjson:events.ndjson?durability=batch`` (``always`` by default, ``batch``, ``none``);
 SQLite takes ``?synchronous=FULL|NORMAL|OFF``.
@@ -22,6 +23,15 @@ async def open_store(url: str, *, create: bool = True) -> LogStore:
     :raises LogNotFoundError: when the log does not exist and ``create`` is false.
     :raises StoreUnavailableError: when the path cannot be opened.
     """
+    if url.strip().startswith(POSTGRES_SCHEMES):
+        try:
+            from .postgres import PostgresLog
+        except ImportError as e:
+            raise UsageError(
+                f"{url.split('@')[-1]!r} needs the PostgreSQL driver: pip install 'loopd-es[postgres]' ({e})"
+            ) from e
+
+        return await PostgresLog.open(url, create=create)
     scheme, path, options = parse_store_url(url)
     if scheme == "ndjson":
         from .ndjson import NdjsonLog
@@ -36,6 +46,9 @@ async def open_store(url: str, *, create: bool = True) -> LogStore:
     return await SqliteLog.open(Path(path), synchronous=synchronous, create=create)
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
 def parse_store_url(url: str) -> tuple[str, str, dict[str, str]]:
     """Split ``scheme:PATH?k=v`` into its parts.
 
@@ -48,7 +61,9 @@ def parse_store_url(url: str) -> tuple[str, str, dict[str, str]]:
     if ":" in text and text.split(":", 1)[0] in ("sqlite", "ndjson"):
         scheme, path = text.split(":", 1)
     elif ":" in text and len(text.split(":", 1)[0]) > 1 and "/" not in text.split(":", 1)[0]:
-        raise UsageError(f"unknown store scheme in {url!r}: use sqlite:PATH or ndjson:PATH")
+        raise UsageError(
+            f"unknown store scheme in {url!r}: use sqlite:PATH, ndjson:PATH or postgresql://USER@HOST:PORT/DB"
+        )
     else:
         path = text
         scheme = "ndjson" if path.endswith((".ndjson", ".jsonl")) else "sqlite"

@@ -8,14 +8,33 @@ deleted or reordered, and an acknowledged append survives a crash of the process
 from __future__ import annotations
 
 import abc
+import math
+import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Self
+from typing import TYPE_CHECKING, NamedTuple, Self
+
+import anyio
 
 from ..errors import StreamNotFoundError, UsageError
 from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
 
+if TYPE_CHECKING:
+    from .group_commit import Request
+
 READ_BATCH = 4096
 """Events read per storage round trip: large enough to amortise a thread hop, small enough for bounded memory."""
+
+
+class StreamWrite(NamedTuple):
+    """One stream's share of an :meth:`LogStore.append_many`: its events and the version it must be at."""
+
+    stream: str
+    events: Sequence[NewEvent]
+    expected_version: ExpectedVersion = ANY
+
+
+WriteSpec = StreamWrite | tuple[str, Sequence[NewEvent]] | tuple[str, Sequence[NewEvent], ExpectedVersion]
+"""A :class:`StreamWrite`, or the same as a plain tuple."""
 
 
 class LogStore(abc.ABC):
@@ -40,6 +59,52 @@ class LogStore(abc.ABC):
         :raises UsageError: for an invalid stream name, event type or expected version.
         :raises StorageError: when the log cannot be written durably.
         """
+
+    async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
+        """Append to several streams atomically: every write lands, or none does.
+
+        Each write names a different stream and carries its own expected version; the events get
+        contiguous positions in the order of ``writes``. Resending the same writes after they landed
+        returns the original envelopes, as for :meth:`append`. Returns each write's envelopes.
+
+        :raises WrongExpectedVersionError: when any stream is not at its expected version (nothing lands).
+        :raises DuplicateEventIdError: as for :meth:`append`.
+        :raises UsageError: for no writes, a stream named twice, or any invalid stream, event or version.
+        :raises StorageError: when the log cannot be written durably.
+        """
+        from .group_commit import Request
+        from .validation import check_new_events
+
+        checked: list[tuple[str, Sequence[NewEvent], ExpectedVersion]] = []
+        seen: set[str] = set()
+        ids: set[str] = set()
+        for write in writes:
+            stream, events, expected = StreamWrite(*write)
+            check_stream_name(stream)
+            if stream in seen:
+                raise UsageError(f"stream {stream!r} appears twice in one append_many; put its events in one write")
+            seen.add(stream)
+            events = check_new_events(events)
+            if not events:
+                raise UsageError(f"the write to stream {stream!r} has no events; leave it out")
+            for new in events:
+                if new.event_id in ids:
+                    raise UsageError(f"event id {new.event_id} appears twice in one append_many")
+                ids.add(new.event_id)
+            checked.append((stream, events, parse_expected_version(expected)))
+        if not checked:
+            raise UsageError("append_many needs at least one write")
+        recorded = await self._submit(Request.many(checked))
+        out: list[list[Envelope]] = []
+        start = 0
+        for _stream, events, _expected in checked:
+            out.append(recorded[start : start + len(events)])
+            start += len(events)
+        return out
+
+    async def _submit(self, request: Request) -> list[Envelope]:
+        """Commit a validated request (all its parts or none) through the backend's group commit."""
+        raise NotImplementedError(f"{type(self).__name__} does not support append_many")
 
     @abc.abstractmethod
     def read_batches(
@@ -89,11 +154,106 @@ class LogStore(abc.ABC):
 
     # -- conveniences shared by every backend -----------------------------------------------------
 
-    async def read_all(self, from_position: int = 1, limit: int | None = None) -> AsyncIterator[Envelope]:
-        """Every event from ``from_position`` on, in global order, streamed with bounded memory."""
-        async for batch in self.read_batches(from_position=from_position, limit=limit):
+    async def read_all(
+        self, from_position: int = 1, limit: int | None = None, *, types: Sequence[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> AsyncIterator[Envelope]:
+        """Every event from ``from_position`` on, in global order, streamed with bounded memory.
+
+        ``types`` keeps only events of those types and ``stream_prefix`` only streams whose name starts
+        with it; ``limit`` counts the events kept. Payloads of skipped events are never decoded.
+        """
+        async for batch in self.read_filtered(
+            from_position=from_position, limit=limit, types=types, stream_prefix=stream_prefix
+        ):
             for envelope in batch:
                 yield envelope
+
+    async def read_filtered(
+        self, *, from_position: int = 1, limit: int | None = None, types: Sequence[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> AsyncIterator[list[Envelope]]:
+        """:meth:`read_all`'s batches; backends that can filter in storage override this."""
+        if types is None and not stream_prefix:
+            async for batch in self.read_batches(from_position=from_position, limit=limit):
+                yield batch
+            return
+        wanted = None if types is None else frozenset(types)
+        remaining = -1 if limit is None else limit
+        if remaining == 0:
+            return
+        async for batch in self.read_batches(from_position=from_position):
+            kept = [
+                e for e in batch
+                if (wanted is None or e.type in wanted) and (not stream_prefix or e.stream.startswith(stream_prefix))
+            ]
+            if remaining >= 0:
+                kept = kept[:remaining]
+                remaining -= len(kept)
+            if kept:
+                yield kept
+            if remaining == 0:
+                return
+
+    async def read_backwards(
+        self, *, stream: str | None = None, start: int | None = None, limit: int | None = None
+    ) -> AsyncIterator[list[Envelope]]:
+        """Events newest first, from ``start`` (a position, or a version with ``stream``; default: the last).
+
+        Costs what it returns: each batch is one bounded forward read of the window before the last one.
+
+        :raises StreamNotFoundError: when ``stream`` has no events.
+        """
+        if stream is not None:
+            top = await self.stream_version(stream)
+            if top == 0:
+                raise StreamNotFoundError(stream)
+        else:
+            top = await self.head()
+        end = top if start is None else min(start, top)
+        remaining = -1 if limit is None else limit
+        while end >= 1 and remaining != 0:
+            size = READ_BATCH if remaining < 0 else min(READ_BATCH, remaining)
+            first = max(1, end - size + 1)
+            window: list[Envelope] = []
+            async for batch in self.read_batches(
+                from_position=first, from_version=first, stream=stream, limit=end - first + 1
+            ):
+                window.extend(batch)
+            if not window:
+                return
+            window.reverse()
+            yield window
+            end = first - 1
+            if remaining > 0:
+                remaining -= len(window)
+
+    async def wait_for(self, position: int, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the API
+        """Wait until the log holds ``position`` (by any writer); False when ``timeout`` seconds pass first.
+
+        An append through this store wakes the waiter at once; appends by other processes are noticed
+        within 50 ms (the head is polled, at growing intervals from 1 ms).
+        """
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        poll = 0.001
+        while True:
+            signal = self._commit_signal()
+            if await self.head() >= position:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with anyio.move_on_after(min(poll, left)):
+                if signal is None:
+                    await anyio.sleep(poll)
+                else:
+                    await signal.wait()
+            poll = min(poll * 2, 0.05)
+
+    def _commit_signal(self) -> anyio.Event | None:
+        """An event set when this store next commits, or None when the backend has no such signal."""
+        group = getattr(self, "_group", None)
+        return None if group is None else group.committed()
 
     async def read_stream(
         self, stream: str, from_version: int = 1, limit: int | None = None
@@ -170,7 +330,7 @@ def parse_expected_version(text: str | int) -> ExpectedVersion:
     value = str(text).strip()
     if value in (NO_STREAM, EXISTS, ANY):
         return value  # type: ignore[return-value]
-    if value.isdigit():
+    if value.isascii() and value.isdigit() and len(value) < 19:
         return int(value)
     raise UsageError(
         f"invalid expected version {text!r}: use a version number (0 for a new stream), "

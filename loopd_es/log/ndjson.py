@@ -2,102 +2,53 @@
 
 Writes. Appends from one process are gathered into one group commit (one ``write``, one ``fdatasync``)
 by whichever task arrives first; that task takes the cross-process ``flock``, catches up on what other
-processes appended, repairs a crashed writer's partial write, checks ids and versions, writes, syncs and
+processes appended, cuts a crashed writer's unfinished write, checks ids and versions, writes, syncs and
 only then acknowledges. The sync runs on the event-loop thread on purpose: on this machine class a
 thread hand-off costs about half an fsync, and group commit means one fsync per batch of writers.
 
 Reads never take the lock; they stop before a write in flight (see :mod:`.ndjson_files`) and before an
-incomplete last line, so a reader never sees an event that could still disappear.
+unfinished write (see :mod:`.ndjson_scan`), so a reader never sees an event that could still disappear.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import time
-from array import array
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Final
 
 import anyio
 import anyio.lowlevel
-import msgspec
 
-from ..errors import (
-    CorruptLogError,
-    LoopdError,
-    StorageError,
-    StoreUnavailableError,
-    StreamNotFoundError,
-    UsageError,
-)
-from ..events.envelope import (
-    ANY,
-    ENVELOPE_DECODER,
-    ENVELOPE_ENCODER,
-    Envelope,
-    ExpectedVersion,
-    NewEvent,
-    now_rfc3339,
-)
+from ..errors import CorruptLogError, StoreUnavailableError, StreamNotFoundError, UsageError
+from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
 from .base import (
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
-    check_expected_version,
     check_stream_name,
     parse_expected_version,
 )
-from .group_commit import GroupCommitter, Request, prepare_path
-from .ndjson_files import RECORD, RECORD_FIELDS, IndexFile, LockFile, StreamNames, event_id_key
-from .validation import check_new_events, resolve_retry
-
-log = logging.getLogger("loopd_es.log")
+from .group_commit import Request, prepare_path
+from .ndjson_files import event_id_key
+from .ndjson_foreign import check_is_log
+from .ndjson_scan import IndexMismatch, Span, read_spans, scan
+from .ndjson_state import NdjsonState, Rec, log
+from .ndjson_write import stage_group, stage_import
+from .validation import check_new_events
 
 DURABILITY: Final = ("always", "batch", "none")
-_CHUNK: Final = 1 << 20
 _BATCH_SYNC_SECONDS: Final = 0.05
 
 
-class _Rec(msgspec.Struct, array_like=True):
-    """Where one event lives, for events not (yet) in the index file."""
-
-    offset: int
-    length: int
-    stream: str
-    version: int
-    key: int
-
-
-class NdjsonLog(LogStore):
+class NdjsonLog(NdjsonState, LogStore):
     """An append-only log in one NDJSON file, safe for many processes appending at once."""
 
     def __init__(self, path: Path, durability: str, lock_timeout: float) -> None:
-        self.path = path
-        self.url = f"ndjson:{path}"
-        self.durability = durability
-        self.repairs: list[str] = []
-        self.torn_tail: tuple[int, int] | None = None
-        """(byte offset, size) of an incomplete last write readers skip, until a writer or ``verify --repair``
-        cuts it."""
-        self._fd = -1
-        self._lock = LockFile(path.with_name(path.name + ".lock"), lock_timeout)
-        self._index = IndexFile(path.with_name(path.name + ".idx"))
-        self._names = StreamNames(path.with_name(path.name + ".streams"))
-        self._end = 0  # bytes of complete, committed events this instance has seen
-        self._head = 0
-        self._indexed = 0  # positions 1.._indexed are in the index file
-        self._tail: list[_Rec] = []  # positions _indexed+1.._head
-        self._versions: dict[str, int] | None = None  # writer state, built on the first append
-        self._keys: set[int] | None = None
-        self._group = GroupCommitter(self._commit)
+        super().__init__(path, durability, lock_timeout)
         self._unsynced_since: float | None = None
-        self._closed = False
-        self._index_suspect = False
-
-    # -- opening ------------------------------------------------------------------------------------
 
     @classmethod
     async def open(
@@ -106,11 +57,13 @@ class NdjsonLog(LogStore):
         """Open the log at ``path``, validating (or rebuilding) its index.
 
         :raises UsageError: for an unknown durability mode.
-        :raises StoreUnavailableError: when the file cannot be opened (or does not exist and not ``create``).
+        :raises StoreUnavailableError: when the file cannot be opened (or does not exist and not ``create``),
+            or is not a loopd-es log (nothing is then created or changed).
         """
         if durability not in DURABILITY:
             raise UsageError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITY)}")
         prepare_path(path, create=create)
+        check_is_log(path)
         store = cls(path, durability, lock_timeout)
         try:
             store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -119,148 +72,16 @@ class NdjsonLog(LogStore):
             raise StoreUnavailableError(f"cannot open {path}: {e.strerror}; check --store and permissions") from e
         try:
             store._load_index()
-            store._refresh()
+            try:
+                store._refresh()
+            except CorruptLogError:
+                pass  # every read and append raises it again; ``verify`` still lists every problem
         except BaseException:
             store._close_files()
             raise
         return store
 
-    def _load_index(self) -> None:
-        """Trust the index only after checking its first and last records against the log."""
-        self._names.refresh()
-        count = self._index.count()
-        if count and not (self._record_matches(1) and self._record_matches(count)):
-            log.warning("%s: index does not match the log; rebuilding it from the log", self.path)
-            if self._lock.try_acquire():
-                try:
-                    count = self._rebuild_index()
-                finally:
-                    self._lock.release()
-            else:  # a writer is busy: read from the log alone, and rebuild under the lock on our first write
-                self._index_suspect = True
-                count = 0
-        self._indexed = self._head = count
-        if count:
-            offset, length, *_ = self._index.record(count)
-            self._end = offset + length
-
-    def _record_matches(self, position: int) -> bool:
-        offset, length, number, version, key = self._index.record(position)
-        if number >= len(self._names.names) or offset + length > os.fstat(self._fd).st_size:
-            return False
-        line = os.pread(self._fd, length, offset)
-        try:
-            env = ENVELOPE_DECODER.decode(line)
-        except msgspec.DecodeError:
-            return False
-        return (
-            line.endswith(b"\n")
-            and env.position == position
-            and env.version == version
-            and env.stream == self._names.names[number]
-            and event_id_key(env.event_id) == key
-        )
-
-    def _rebuild_index(self) -> int:
-        """Rebuild the index files from the log (a full scan); returns the positions indexed."""
-        self._index.reset()
-        self._names.reset()
-        records = bytearray()
-        position = 0
-        offset = 0
-        for lines, envs in self._scan(0, self._visible_end(), 1):
-            for line, env in zip(lines, envs, strict=True):
-                number = self._names.number(env.stream)
-                if number is None:
-                    number = self._names.add(env.stream)
-                records += RECORD.pack(offset, len(line), number, env.version, event_id_key(env.event_id))
-                offset += len(line)
-                position += 1
-        self._index.append(bytes(records), 0)
-        return position
-
     # -- reading ------------------------------------------------------------------------------------
-
-    def _visible_end(self) -> int:
-        """The end of what readers may see: not past a write in flight."""
-        size = os.fstat(self._fd).st_size
-        intent = self._lock.intent()
-        if intent is not None and intent[0] < size and not self._lock.held:
-            return intent[0]
-        return size
-
-    def _refresh(self) -> None:
-        """Catch up (in memory) on complete events appended since we last looked."""
-        visible = self._visible_end()
-        if visible < self._end:
-            raise CorruptLogError(
-                str(self.path), None, f"the log shrank from {self._end} to {visible} bytes behind our back"
-            )
-        if visible > self._end:
-            self._catch_up(visible)
-        # what is left past the last complete event is a torn write (an in-flight one is not visible)
-        self.torn_tail = (self._end, visible - self._end) if visible > self._end else None
-
-    def _catch_up(self, visible: int) -> None:
-        offset = self._end
-        for lines, envs in self._scan(offset, visible, first_position=self._head + 1):
-            for line, env in zip(lines, envs, strict=True):
-                key = event_id_key(env.event_id)
-                self._tail.append(_Rec(offset, len(line), env.stream, env.version, key))
-                offset += len(line)
-                self._head = env.position
-                if self._versions is not None:
-                    self._versions[env.stream] = env.version
-                if self._keys is not None:
-                    self._keys.add(key)
-        self._end = offset
-
-    def _scan(self, start: int, stop: int, first_position: int) -> Iterator[tuple[list[bytes], list[Envelope]]]:
-        """Yield (lines, envelopes) of the complete lines in [start, stop), a chunk at a time.
-
-        An incomplete or undecodable *last* line is a torn tail and is left out (``verify`` reports it
-        and the next writer cuts it); any other bad line raises CorruptLogError naming the line.
-        """
-        expected = first_position
-        offset = start
-        carry = b""
-        while offset < stop:
-            data = os.pread(self._fd, min(_CHUNK, stop - offset), offset)
-            if not data:
-                break
-            offset += len(data)
-            data = carry + data if carry else data
-            cut = data.rfind(b"\n") + 1
-            complete, carry = data[:cut], data[cut:]
-            if not complete:
-                continue
-            lines = complete.splitlines(keepends=True)
-            envs = self._decode_lines(complete, lines, offset >= stop and not carry, expected)
-            del lines[len(envs) :]
-            for env in envs:
-                if env.position != expected:
-                    raise CorruptLogError(
-                        str(self.path), expected, f"expected position {expected}, found {env.position}"
-                    )
-                expected += 1
-            yield lines, envs
-
-    def _decode_lines(
-        self, complete: bytes, lines: list[bytes], at_end: bool, line_base: int
-    ) -> list[Envelope]:
-        try:
-            return ENVELOPE_DECODER.decode_lines(complete)
-        except msgspec.DecodeError:
-            pass
-        envs: list[Envelope] = []
-        for i, line in enumerate(lines):
-            try:
-                envs.append(ENVELOPE_DECODER.decode(line))
-            except msgspec.DecodeError as e:
-                if at_end and i == len(lines) - 1:
-                    return envs  # a torn last line: not an event yet
-                raise CorruptLogError(str(self.path), line_base + i, str(e)) from e
-        return envs
 
     async def read_batches(
         self,
@@ -270,7 +91,7 @@ class NdjsonLog(LogStore):
         stream: str | None = None,
         from_version: int = 1,
     ) -> AsyncIterator[list[Envelope]]:
-        self._check_open()
+        self._check_usable()
         self._refresh()
         remaining = limit if limit is not None else -1
         if remaining == 0:
@@ -283,15 +104,12 @@ class NdjsonLog(LogStore):
         if position > self._head:
             return
         offset = self._offset_of(position)
-        stop = self._end
+        # read only what the limit asks for: up to the start of the first event past it
+        stop = self._end if remaining < 0 or position + remaining > self._head else self._offset_of(position + remaining)
         batch: list[Envelope] = []
-        for _lines, envs in self._scan(offset, stop, first_position=position):
+        for _lines, envs in scan(self.path, self._fd, offset, stop, first_position=position):
             for env in envs:
                 batch.append(env)
-                remaining -= 1
-                if remaining == 0:
-                    yield batch
-                    return
                 if len(batch) == READ_BATCH:
                     yield batch
                     batch = []
@@ -307,7 +125,7 @@ class NdjsonLog(LogStore):
     async def read_stream(
         self, stream: str, from_version: int = 1, limit: int | None = None
     ) -> AsyncIterator[Envelope]:
-        self._check_open()
+        self._check_usable()
         self._refresh()
         spans = self._stream_spans(stream, 1)
         if not spans:
@@ -317,73 +135,68 @@ class NdjsonLog(LogStore):
                 yield envelope
 
     async def _read_stream_batches(
-        self, stream: str, from_version: int, remaining: int, spans: list[tuple[int, int]] | None = None
+        self, stream: str, from_version: int, remaining: int, spans: list[Span] | None = None
     ) -> AsyncIterator[list[Envelope]]:
         if spans is None:
             spans = self._stream_spans(stream, max(from_version, 1))
         elif from_version > 1:
             spans = spans[from_version - 1 :]  # versions are contiguous from 1
-        for i in range(0, len(spans), READ_BATCH):
+        i = 0
+        rebuilt = False
+        while i < len(spans):
             chunk = spans[i : i + READ_BATCH]
             if remaining >= 0:
                 chunk = chunk[:remaining]
-            envs = self._read_spans(chunk)
+            try:
+                envs = read_spans(self.path, self._fd, chunk)
+            except IndexMismatch as e:  # a wrong index record: rebuild (or read from the log alone), go on
+                if rebuilt:
+                    raise self._corrupt(None, str(e)) from e
+                rebuilt = True
+                self._index_broken(str(e))
+                self._refresh()
+                spans = spans[:i] + self._stream_spans(stream, max(from_version, 1) + i)
+                continue
             for env in envs:
                 if env.stream != stream:
-                    raise CorruptLogError(
-                        str(self.path), env.position, f"the index points at stream {env.stream!r}, not {stream!r}"
-                    )
+                    raise self._corrupt(env.position, f"the index points at stream {env.stream!r}, not {stream!r}")
             yield envs
+            i += len(chunk)
             if remaining >= 0:
                 remaining -= len(envs)
                 if remaining <= 0:
                     return
             await anyio.lowlevel.checkpoint()
 
-    def _stream_spans(self, stream: str, from_version: int) -> list[tuple[int, int]]:
-        """(offset, length) of the stream's events from ``from_version``: index scan plus the tail."""
-        spans: list[tuple[int, int]] = []
+    def _stream_spans(self, stream: str, from_version: int) -> list[Span]:
+        """(offset, length, checksum, position) of the stream's events from ``from_version``: index scan
+        plus the tail."""
+        spans: list[Span] = []
         number = self._names.number(stream)
         if number is not None:
-            for chunk, base in self._indexed_matches(2, number):
+            for chunk, base, position in self._index.matches(2, number, self._indexed):
                 if chunk[base + 3] >= from_version:
-                    spans.append((chunk[base], chunk[base + 1]))
+                    spans.append((chunk[base], chunk[base + 1], chunk[base + 5] & 0xFFFFFFFF, position))
+        first_tail = self._indexed + 1
         spans.extend(
-            (rec.offset, rec.length) for rec in self._tail if rec.stream == stream and rec.version >= from_version
+            (rec.offset, rec.length, rec.crc, first_tail + i)
+            for i, rec in enumerate(self._tail)
+            if rec.stream == stream and rec.version >= from_version
         )
         return spans
 
-    def _read_spans(self, spans: list[tuple[int, int]]) -> list[Envelope]:
-        parts: list[bytes] = []
-        i = 0
-        while i < len(spans):
-            start, length = spans[i]
-            end = start + length
-            j = i + 1
-            while j < len(spans) and spans[j][0] == end:  # coalesce adjacent lines into one read
-                end += spans[j][1]
-                j += 1
-            parts.append(os.pread(self._fd, end - start, start))
-            i = j
-        data = b"".join(parts)
-        try:
-            return ENVELOPE_DECODER.decode_lines(data)
-        except msgspec.DecodeError:
-            envs = []
-            for line in data.splitlines():
-                try:
-                    envs.append(ENVELOPE_DECODER.decode(line))
-                except msgspec.DecodeError as e:
-                    raise CorruptLogError(str(self.path), None, f"an indexed line does not decode: {e}") from e
-            return envs
+    def _corrupt(self, position: int | None, why: str) -> Exception:
+        from ..errors import CorruptLogError
+
+        return CorruptLogError(str(self.path), position, why)
 
     async def head(self) -> int:
-        self._check_open()
+        self._check_usable()
         self._refresh()
         return self._head
 
     async def stream_version(self, stream: str) -> int:
-        self._check_open()
+        self._check_usable()
         self._refresh()
         if self._versions is not None:
             return self._versions.get(stream, 0)
@@ -393,11 +206,10 @@ class NdjsonLog(LogStore):
         spans = self._stream_spans(stream, 1)
         if not spans:
             return 0
-        offset, length = spans[-1]
-        return ENVELOPE_DECODER.decode(os.pread(self._fd, length, offset)).version
+        return read_spans(self.path, self._fd, spans[-1:])[0].version
 
     async def streams(self) -> list[str]:
-        self._check_open()
+        self._check_usable()
         self._refresh()
         self._ensure_writer_state()
         assert self._versions is not None
@@ -408,13 +220,17 @@ class NdjsonLog(LogStore):
     async def append(
         self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
     ) -> list[Envelope]:
-        self._check_open()
+        self._check_usable()
         check_stream_name(stream)
         expected_version = parse_expected_version(expected_version)
-        check_new_events(events)
+        events = check_new_events(events)
         if not events:
             return []
         return await self._group.submit(Request(stream, events, expected_version))
+
+    async def _submit(self, request: Request) -> list[Envelope]:
+        self._check_usable()
+        return await self._group.submit(request)
 
     async def _commit(self, group: list[Request]) -> None:
         if not self._lock.try_acquire():
@@ -427,126 +243,30 @@ class NdjsonLog(LogStore):
         finally:
             self._lock.release()
 
-    def _sync_locked(self) -> None:
-        """Under the lock: repair a crashed writer's leftovers, catch up, bring the index up to date."""
-        if self._index_suspect:
-            self._index_suspect = False
-            self._rebuild_index()
-        size = os.fstat(self._fd).st_size
-        if size != self._end:
-            intent = self._lock.intent()
-            if intent is not None and self._end <= intent[0] < size:
-                self._truncate(intent[0], size, "an unacknowledged write of a crashed writer")
-                self._lock.clear_intent()
-                size = intent[0]
-            if size < self._end:
-                raise CorruptLogError(
-                    str(self.path), None, f"the log shrank from {self._end} to {size} bytes behind our back"
-                )
-            self._catch_up(size)
-            if self._end < size:
-                self._truncate(self._end, size, "a torn last line (an incomplete write)")
-            self._flush_tail()
-        elif self._tail:
-            self._flush_tail()
-        self._ensure_writer_state()
-
-    def _truncate(self, offset: int, size: int, what: str) -> None:
-        os.ftruncate(self._fd, offset)
-        os.fsync(self._fd)
-        message = f"repaired {self.path}: dropped {size - offset} bytes at byte offset {offset}: {what}"
-        log.warning("%s", message)
-        self.repairs.append(message)
-
-    def _flush_tail(self) -> None:
-        """Write index records for events we know of that the index file lacks."""
-        on_disk = self._index.count()
-        if on_disk >= self._head:
-            self._indexed, self._tail = self._head, []
-            return
-        if on_disk < self._indexed:
-            self._indexed = self._rebuild_index()
-            self._tail = []
-            return
-        records = bytearray()
-        for rec in self._tail[on_disk - self._indexed :]:
-            number = self._names.number(rec.stream)
-            if number is None:
-                number = self._names.add(rec.stream)
-            records += RECORD.pack(rec.offset, rec.length, number, rec.version, rec.key)
-        self._index.append(bytes(records), on_disk)
-        self._indexed, self._tail = self._head, []
-
-    def _ensure_writer_state(self) -> None:
-        """Stream versions and event-id keys of the whole log, built once from the index."""
-        if self._versions is not None:
-            return
-        versions: dict[int, int] = {}
-        keys: set[int] = set()
-        for chunk in self._index.chunks(0, self._indexed):
-            versions.update(zip(chunk[2::RECORD_FIELDS], chunk[3::RECORD_FIELDS], strict=True))
-            keys.update(chunk[4::RECORD_FIELDS])
-        self._names.refresh()
-        by_name = {self._names.names[number]: version for number, version in versions.items()}
-        for rec in self._tail:
-            by_name[rec.stream] = rec.version
-            keys.add(rec.key)
-        self._versions, self._keys = by_name, keys
-
     def _write_group(self, group: list[Request]) -> None:
         assert self._versions is not None and self._keys is not None
-        recorded_at = now_rfc3339()
-        buffer = bytearray()
-        records = bytearray()
-        staged_versions: dict[str, int] = {}
-        staged: dict[int, Envelope] = {}
-        accepted: list[tuple[Request, list[Envelope], list[int]]] = []
-        encode = ENVELOPE_ENCODER.encode
-        Raw = msgspec.Raw
-        pack = RECORD.pack
-        position = self._head
-        offset = self._end
-        for request in group:
-            keys = [event_id_key(new.event_id) for new in request.events]
-            try:
-                originals = self._find_retry(request, keys, staged)
-                if originals is not None:
-                    request.result = originals
-                    continue
-                stream = request.stream
-                version = staged_versions.get(stream, self._versions.get(stream, 0))
-                check_expected_version(stream, request.expected, version)
-            except LoopdError as e:
-                request.error = e
-                continue
-            number = self._names.number(stream)
-            if number is None:
-                number = self._names.add(stream)
-            envelopes = []
-            for new, key in zip(request.events, keys, strict=True):
-                position += 1
-                version += 1
-                env = Envelope(  # positional: this is the hot path
-                    position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                    new.causation_id, new.correlation_id, Raw(new.data_bytes()),
-                )
-                line = encode(env) + b"\n"
-                buffer += line
-                records += pack(offset, len(line), number, version, key)
-                offset += len(line)
-                envelopes.append(env)
-            staged.update(zip(keys, envelopes, strict=True))
-            staged_versions[stream] = version
-            accepted.append((request, envelopes, keys))
-        if not accepted:
+        staged = stage_group(
+            group, self._head, self._end, self._chain, self._versions, self._names, self._find_retry
+        )
+        if not staged.accepted:
             return
-        self._write_durably(bytes(buffer))
-        self._index.write_at(bytes(records), self._head)  # _sync_locked left the index at _head records
-        self._head = self._indexed = position
-        self._end = offset
-        for request, envelopes, keys in accepted:
+        self._write_durably(staged.data)
+        # from here on the events are appended: whatever happens to the index, the callers are told so
+        try:
+            self._index.write_at(staged.records, self._head)  # _sync_locked left the index at _head records
+            self._indexed, self._chain = staged.head, staged.chain
+        except OSError as e:
+            log.warning("%s: cannot write the index (%s); the next writer brings it up to date", self.path, e)
+            names = self._names.names
+            self._tail.extend(Rec(o, n, names[s], v, k, c) for o, n, s, v, k, c in staged.fields)
+        self._head = staged.head
+        self._end = staged.end
+        for request, envelopes, keys in staged.accepted:
             request.result = envelopes
-            self._versions[request.stream] = envelopes[-1].version
+            if len(request.parts) == 1:
+                self._versions[request.stream] = envelopes[-1].version
+            else:
+                self._versions.update((env.stream, env.version) for env in envelopes)
             self._keys.update(keys)
 
     def _write_durably(self, data: bytes) -> None:
@@ -585,47 +305,32 @@ class NdjsonLog(LogStore):
         if known.isdisjoint(keys) and (not staged or staged.keys().isdisjoint(keys)):
             return None
         originals: list[Envelope | None] = []
-        for new, key in zip(request.events, keys, strict=True):
+        for new, key in zip(request.all_events, keys, strict=True):
             env = staged.get(key)
             if env is not None and env.event_id != new.event_id:
                 env = None
             if env is None and key in known:
                 env = self._lookup_event(new.event_id)
             originals.append(env)
-        return resolve_retry(request.stream, request.events, originals)
+        return request.retry_result(originals)
 
     def _lookup_event(self, event_id: str) -> Envelope | None:
         key = event_id_key(event_id)
-        for rec in self._tail:
+        first_tail = self._indexed + 1
+        for i, rec in enumerate(self._tail):
             if rec.key == key:
-                env = ENVELOPE_DECODER.decode(os.pread(self._fd, rec.length, rec.offset))
+                env = read_spans(self.path, self._fd, [(rec.offset, rec.length, rec.crc, first_tail + i)])[0]
                 if env.event_id == event_id:
                     return env
-        for chunk, base in self._indexed_matches(4, key):
-            env = ENVELOPE_DECODER.decode(os.pread(self._fd, chunk[base + 1], chunk[base]))
+        for chunk, base, position in self._index.matches(4, key, self._indexed):
+            span = (chunk[base], chunk[base + 1], chunk[base + 5] & 0xFFFFFFFF, position)
+            env = read_spans(self.path, self._fd, [span])[0]
             if env.event_id == event_id:
                 return env
         return None
 
-    def _indexed_matches(self, field: int, value: int) -> Iterator[tuple[array[int], int]]:
-        """(chunk, record start) of every indexed record whose ``field`` equals ``value``.
-
-        Searches the field's column as bytes (C speed) and keeps only 8-byte-aligned hits, so a match that
-        straddles two values is never taken for one.
-        """
-        needle = value.to_bytes(8, "little", signed=True)
-        for chunk in self._index.chunks(0, self._indexed):
-            column = chunk[field::RECORD_FIELDS].tobytes()
-            at = column.find(needle)
-            while at != -1:
-                if at % 8 == 0:
-                    yield chunk, (at // 8) * RECORD_FIELDS
-                    at = column.find(needle, at + 8)
-                else:
-                    at = column.find(needle, at + 1)
-
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
-        self._check_open()
+        self._check_usable()
         await self._lock.acquire()
         try:
             self._sync_locked()
@@ -633,21 +338,12 @@ class NdjsonLog(LogStore):
                 raise UsageError(f"{self.url} is not empty ({self._head} events); import only into a new log")
             checker = SequenceChecker(self.url)
             offset = 0
+            chain = self._chain
             try:
                 async for batch in batches:
-                    buffer = bytearray()
-                    records = bytearray()
-                    for env in batch:
-                        checker.check(env)
-                        number = self._names.number(env.stream)
-                        if number is None:
-                            number = self._names.add(env.stream)
-                        line = ENVELOPE_ENCODER.encode(env) + b"\n"
-                        records += RECORD.pack(offset + len(buffer), len(line), number, env.version,
-                                               event_id_key(env.event_id))
-                        buffer += line
-                    os.pwrite(self._fd, bytes(buffer), offset)
-                    self._index.append(bytes(records), self._index.count())
+                    buffer, records, chain = stage_import(batch, checker, self._names, offset, chain)
+                    os.pwrite(self._fd, buffer, offset)
+                    self._index.append(records, self._index.count())
                     offset += len(buffer)
                 os.fsync(self._fd)
             except BaseException:
@@ -655,7 +351,7 @@ class NdjsonLog(LogStore):
                 self._index.reset()
                 self._names.reset()
                 raise
-            self._end, self._head = offset, checker.position
+            self._end, self._head, self._chain = offset, checker.position, chain
             self._indexed, self._tail = self._head, []
             self._versions, self._keys = None, None
             self._ensure_writer_state()
@@ -666,24 +362,33 @@ class NdjsonLog(LogStore):
     # -- verification and closing -------------------------------------------------------------------
 
     async def verify(self, *, repair: bool = False) -> VerifyReport:
-        from .ndjson_verify import verify_ndjson
+        from .ndjson_verify import changed_lines, verify_ndjson
 
         self._check_open()
         if repair:
             await self._lock.acquire()
             try:
+                changed = changed_lines(self._verify_now(True, verify_ndjson))
+                if self.index_mismatch is not None or changed:
+                    self.repairs.append(
+                        f"repaired {self.path}: accepted the log as it is ({changed} changed lines): "
+                        "rebuilt the index and its checksums from the log"
+                    )
+                    self._rebuild_index()
                 self._sync_locked()
             finally:
                 self._lock.release()
-        quiet = self._lock.try_acquire()  # no writer in flight: check the whole file
+        quiet = self._lock.try_acquire()  # no writer in flight: an intent left behind is a dead writer's
         try:
-            size = os.fstat(self._fd).st_size if quiet else self._visible_end()
-            report = verify_ndjson(self.path, self._fd, size)
+            report = self._verify_now(quiet, verify_ndjson)
         finally:
             if quiet:
                 self._lock.release()
         report.repaired.extend(self.repairs)
         return report
+
+    def _verify_now(self, quiet: bool, check: Callable[..., VerifyReport]) -> VerifyReport:
+        return check(self.path, self._fd, os.fstat(self._fd).st_size, self._lock.intent(), quiet, self._index)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -694,16 +399,3 @@ class NdjsonLog(LogStore):
                 os.fdatasync(self._fd)
         finally:
             self._close_files()
-
-    def _close_files(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self._lock.close()
-        self._index.close()
-        self._names.close()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StorageError(f"{self.url} is closed; open the store again")
-

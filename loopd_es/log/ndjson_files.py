@@ -6,9 +6,9 @@ its index sidecars.
                            (start and end offsets), zero when none: readers never read past the start
                            of a write in flight, and a crashed writer's partial write is truncated by the
                            next writer, so a batch lands whole or not at all
-``events.ndjson.idx``      fixed 40-byte records per position: offset, length, stream number, version,
-                           event-id key; a cache, validated on open and rebuilt from the log when it
-                           does not match
+``events.ndjson.idx``      fixed 48-byte records per position (see :mod:`.ndjson_index`): a cache with
+                           a checksum chain and a checksum of each line, validated and rebuilt from the
+                           log when it does not match
 ``events.ndjson.streams``  stream names, one per line; line *n* is stream number *n*
 """
 
@@ -19,7 +19,6 @@ import fcntl
 import os
 import struct
 import time
-from array import array
 from pathlib import Path
 from typing import Final
 
@@ -27,8 +26,6 @@ import anyio
 
 from ..errors import LockTimeoutError, StoreUnavailableError
 
-RECORD: Final = struct.Struct("<qqqqq")  # offset, length, stream number, version, event-id key
-RECORD_FIELDS: Final = 5
 _INTENT: Final = struct.Struct("<qq")
 _NO_INTENT: Final = _INTENT.pack(0, 0)
 
@@ -44,7 +41,7 @@ class LockFile:
     def __init__(self, path: Path, timeout: float) -> None:
         self.path = path
         self.timeout = timeout
-        self.fd = _open(path, os.O_RDWR | os.O_CREAT)
+        self.fd = open_sidecar(path, os.O_RDWR | os.O_CREAT)
         self.held = False
 
     async def acquire(self) -> None:
@@ -104,59 +101,12 @@ class LockFile:
         os.close(self.fd)
 
 
-class IndexFile:
-    """The position index: one :data:`RECORD` per event, in position order."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = _open(path, os.O_RDWR | os.O_CREAT)
-
-    def count(self) -> int:
-        return os.fstat(self.fd).st_size // RECORD.size
-
-    def record(self, position: int) -> tuple[int, int, int, int, int]:
-        """The record of one position (1-based); the caller checks ``position <= count()``."""
-        raw = os.pread(self.fd, RECORD.size, (position - 1) * RECORD.size)
-        return RECORD.unpack(raw)
-
-    def chunks(self, start: int = 0, count: int | None = None, per_chunk: int = 65536) -> list[array[int]]:
-        """The records from index ``start`` (0-based), ``per_chunk`` records per array, flat int64 fields."""
-        total = self.count() if count is None else count
-        out: list[array[int]] = []
-        i = start
-        while i < total:
-            n = min(per_chunk, total - i)
-            values: array[int] = array("q")
-            values.frombytes(os.pread(self.fd, n * RECORD.size, i * RECORD.size))
-            out.append(values)
-            i += n
-        return out
-
-    def append(self, records: bytes, at_count: int) -> None:
-        """Write records so that they start at record ``at_count`` (cutting any torn or stale rest)."""
-        offset = at_count * RECORD.size
-        if os.fstat(self.fd).st_size != offset:
-            os.ftruncate(self.fd, offset)
-        if records:
-            os.pwrite(self.fd, records, offset)
-
-    def write_at(self, records: bytes, at_count: int) -> None:
-        """Write records at record ``at_count`` when the caller knows the file holds exactly that many."""
-        os.pwrite(self.fd, records, at_count * RECORD.size)
-
-    def reset(self) -> None:
-        os.ftruncate(self.fd, 0)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
 class StreamNames:
     """Stream number <-> name; numbers are assigned in order of first appearance, from 0."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fd = _open(path, os.O_RDWR | os.O_CREAT)
+        self.fd = open_sidecar(path, os.O_RDWR | os.O_CREAT)
         self.names: list[str] = []
         self.numbers: dict[str, int] = {}
         self._read_to = 0
@@ -202,7 +152,7 @@ class StreamNames:
         os.close(self.fd)
 
 
-def _open(path: Path, flags: int) -> int:
+def open_sidecar(path: Path, flags: int) -> int:
     try:
         return os.open(path, flags | os.O_CLOEXEC, 0o644)
     except OSError as e:

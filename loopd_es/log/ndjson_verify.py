@@ -1,76 +1,142 @@
-"""A full, read-only check of an NDJSON log file: every line, every invariant."""
+"""A full, read-only check of an NDJSON log file: every line, every invariant, every checksum.
+
+It checks what ``read`` shows and says what it leaves out: a write in flight of a writer that died (the
+intent record in the lock file), an unfinished write after the last whole one, a damaged line.
+"""
 
 from __future__ import annotations
 
 import os
+from array import array
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 
 from ..events.envelope import ENVELOPE_DECODER
 from .base import VerifyReport
+from .ndjson_index import RECORD_FIELDS, IndexFile
+from .ndjson_scan import CHUNK, body_crc, last_write_end
 
-_CHUNK = 1 << 20
 _MAX_PROBLEMS = 20
+_CHANGED = "does not match its checksum"
 
 
-def verify_ndjson(path: Path, fd: int, size: int) -> VerifyReport:
-    """Check gapless positions, contiguous versions, unique ids, decodable lines and a complete tail."""
+def changed_lines(report: VerifyReport) -> int:
+    """How many lines ``report`` found changed after they were written (their index checksum differs)."""
+    return sum(_CHANGED in problem for problem in report.problems)
+
+
+def verify_ndjson(
+    path: Path, fd: int, size: int, intent: tuple[int, int] | None, quiet: bool, index: IndexFile
+) -> VerifyReport:
+    """Check gapless positions, contiguous versions, unique ids, decodable lines, checksums, a whole tail.
+
+    ``intent`` is the write in flight the lock file records; ``quiet`` says we hold the writers' lock, so
+    such a write's writer died before acknowledging it.
+    """
     report = VerifyReport(f"ndjson:{path}")
+    end = size
+    if intent is not None and intent[0] < size:
+        end = intent[0]
+        if quiet:
+            report.problems.append(
+                f"an unacknowledged write of a writer that died: {size - end} bytes at byte offset {end}; "
+                "`loopd-es read` does not show it; `loopd-es verify --repair` (or the next append) removes it"
+            )
+    committed = last_write_end(fd, 0, end)
+    crcs = _index_checksums(path, index, report)
     versions: dict[str, int] = {}
     ids: dict[str, int] = {}
-    offset = 0
     line_no = 0
-    carry = b""
-    while offset < size:
-        data = os.pread(fd, min(_CHUNK, size - offset), offset)
-        if not data:
+    for line_start, line in _lines(fd, committed):
+        line_no += 1
+        try:
+            env = ENVELOPE_DECODER.decode(line)
+        except msgspec.DecodeError as e:
+            report.problems.append(f"line {line_no} of {path} (byte offset {line_start}) does not decode: {e}")
+            continue
+        report.events += 1
+        if crcs is not None and line_no <= len(crcs) and (crcs[line_no - 1] & 0xFFFFFFFF) != body_crc(line):
+            report.problems.append(
+                f"line {line_no} of {path} {_CHANGED}: it was changed after it was written"
+            )
+        if env.position != line_no:
+            report.problems.append(f"line {line_no} of {path}: position {env.position}, expected {line_no}")
+        expected_version = versions.get(env.stream, 0) + 1
+        if env.version != expected_version:
+            report.problems.append(
+                f"line {line_no} of {path}: stream {env.stream!r} version {env.version}, expected {expected_version}"
+            )
+        versions[env.stream] = env.version
+        first = ids.setdefault(env.event_id, line_no)
+        if first != line_no:
+            report.problems.append(f"line {line_no} of {path}: event id {env.event_id} repeats line {first}")
+        if len(report.problems) >= _MAX_PROBLEMS:
+            report.problems.append("... stopping after 20 problems")
             break
-        data = carry + data
-        offset += len(data) - len(carry)
-        cut = data.rfind(b"\n") + 1
-        carry = data[cut:]
-        lines = data[:cut].splitlines(keepends=True)
-        line_start = offset - len(data)
-        for i, line in enumerate(lines):
-            line_no += 1
-            is_last = offset >= size and not carry and i == len(lines) - 1
-            try:
-                env = ENVELOPE_DECODER.decode(line)
-            except msgspec.DecodeError as e:
-                if is_last:
-                    report.torn_offset = line_start
-                    report.problems.append(
-                        f"torn tail: the last line ({len(line)} bytes at byte offset {line_start}) does not "
-                        f"decode ({e}); `loopd-es verify --repair` truncates it"
-                    )
-                else:
-                    report.problems.append(f"line {line_no} of {path} (byte offset {line_start}): {e}")
-                line_start += len(line)
-                continue
-            line_start += len(line)
-            report.events += 1
-            if env.position != line_no:
-                report.problems.append(f"line {line_no} of {path}: position {env.position}, expected {line_no}")
-            expected_version = versions.get(env.stream, 0) + 1
-            if env.version != expected_version:
-                report.problems.append(
-                    f"line {line_no} of {path}: stream {env.stream!r} version {env.version}, "
-                    f"expected {expected_version}"
-                )
-            versions[env.stream] = env.version
-            first = ids.setdefault(env.event_id, line_no)
-            if first != line_no:
-                report.problems.append(f"line {line_no} of {path}: event id {env.event_id} repeats line {first}")
-            if len(report.problems) >= _MAX_PROBLEMS:
-                report.problems.append("... stopping after 20 problems")
-                report.streams = len(versions)
-                return report
-    if carry:
-        report.torn_offset = size - len(carry)
-        report.problems.append(
-            f"torn tail: {len(carry)} bytes at byte offset {size - len(carry)} have no final newline "
-            "(an incomplete write); `loopd-es verify --repair` truncates them"
-        )
+    else:
+        if crcs is not None and len(crcs) > line_no:
+            report.problems.append(
+                f"the index records {len(crcs)} events but {path} holds {line_no}: events were lost"
+            )
+        _check_rest(path, fd, committed, end, line_no, report)
     report.streams = len(versions)
     return report
+
+
+def _check_rest(path: Path, fd: int, committed: int, end: int, lines: int, report: VerifyReport) -> None:
+    """What follows the last whole write: an unfinished write (reported, cut by a repair) or damage."""
+    if committed >= end:
+        return
+    rest = os.pread(fd, end - committed, committed)
+    at = rest.find(b"\n")
+    while at >= 0:
+        if at == 0 or rest[at - 1 : at] != b" ":
+            line = lines + 1 + rest.count(b"\n", 0, at)
+            report.problems.append(
+                f"line {line} of {path} is complete but does not end an event: "
+                "damaged (never cut: restore it from a copy)"
+            )
+            return
+        at = rest.find(b"\n", at + 1)
+    report.torn_offset = committed
+    whole = rest.count(b"\n")
+    report.problems.append(
+        f"an unfinished write: {len(rest)} bytes at byte offset {committed} ({whole} whole lines "
+        "of a batch whose last line never came), never acknowledged; `loopd-es read` does not show it; "
+        "`loopd-es verify --repair` removes it"
+    )
+
+
+def _index_checksums(path: Path, index: IndexFile, report: VerifyReport) -> array[int] | None:
+    """The index's line-checksum slots (CRC in the low 32 bits), or None when the index fails its own check."""
+    count = index.count()
+    if not index.intact(count):
+        report.problems.append(
+            f"the index {path.name}.idx fails its checksum (records edited, reordered or torn), so the events' "
+            "checksums cannot be checked; `loopd-es verify --repair` rebuilds it from the log"
+        )
+        return None
+    out: array[int] = array("q")
+    for chunk in index.chunks(0, count):
+        out.extend(chunk[5::RECORD_FIELDS])
+    return out
+
+
+def _lines(fd: int, stop: int) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, line) of every line in [0, stop), a chunk at a time; ``stop`` ends a line."""
+    offset = 0
+    carry = b""
+    while offset < stop:
+        data = os.pread(fd, min(CHUNK, stop - offset), offset)
+        if not data:
+            return
+        start = offset - len(carry)
+        offset += len(data)
+        data = carry + data if carry else data
+        cut = data.rfind(b"\n") + 1
+        carry = data[cut:]
+        for line in data[:cut].splitlines(keepends=True):
+            yield start, line
+            start += len(line)

@@ -14,14 +14,20 @@ if TYPE_CHECKING:
     from ..events.envelope import Envelope, NewEvent
 
 
-def check_new_events(events: Sequence[NewEvent]) -> None:
+def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
     """Refuse a batch with an invalid type, a non-UUID or repeated event id, or a payload that is not an object.
+
+    Returns the batch to store: ``events`` itself, or a copy in which raw payload bytes lose their outer
+    whitespace and have each inner line break (legal JSON whitespace, but it would split an NDJSON line and
+    fool line-based readers) turned into a space, which leaves the JSON value unchanged. So every payload that reaches a backend is one
+    JSON object with no raw line break, whatever the caller passed.
 
     :raises UsageError: naming the first offending event.
     """
     seen: set[str] = set()
     good_types: set[str] = set()
     match = _UUID.fullmatch
+    normalised: list[NewEvent] | None = None
     for i, new in enumerate(events):
         kind = new.type
         if kind not in good_types:
@@ -38,10 +44,39 @@ def check_new_events(events: Sequence[NewEvent]) -> None:
             raise UsageError(f"event {i + 1} of the batch: schema_version must be >= 1, got {new.schema_version}")
         data = new.data
         if type(data) is not dict and not isinstance(data, msgspec.Struct):
-            if not new.data_bytes().lstrip().startswith(b"{"):
-                raise UsageError(f"event {i + 1} of the batch: data must be a JSON object, e.g. {{\"name\": \"x\"}}")
+            raw = _checked_raw(i, new)
+            if raw is not None:
+                if normalised is None:
+                    normalised = list(events[:i])
+                normalised.append(msgspec.structs.replace(new, data=msgspec.Raw(raw)))
+                continue
+        if normalised is not None:
+            normalised.append(new)
+    return events if normalised is None else normalised
 
 
+def _checked_raw(i: int, new: NewEvent) -> bytes | None:
+    """Check a payload given as bytes in full; returns its normalised bytes, or None when they need no change.
+
+    :raises UsageError: when the bytes are not exactly one JSON object.
+    """
+    try:
+        raw = new.data_bytes()
+        value = _OBJECT.decode(raw)
+    except (msgspec.DecodeError, TypeError, ValueError) as e:
+        raise UsageError(f"event {i + 1} of the batch: data must be one JSON object, e.g. {{\"name\": \"x\"}} ({e})"
+                         ) from e
+    if not isinstance(value, dict):
+        raise UsageError(f"event {i + 1} of the batch: data must be a JSON object, e.g. {{\"name\": \"x\"}}")
+    # valid JSON has no raw control character inside a string, so line breaks are whitespace between tokens;
+    # the outer whitespace goes too, as a reader of the line would not see it in ``data``
+    clean = raw.strip(b" \t\r\n")
+    if b"\n" in clean or b"\r" in clean:
+        clean = clean.replace(b"\r", b" ").replace(b"\n", b" ")
+    return None if clean == raw else clean
+
+
+_OBJECT: Final = msgspec.json.Decoder()
 _UUID: Final = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 

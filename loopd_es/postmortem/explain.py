@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..domain.streams import short_id
 from .history import Entry, History, short_stream, show, summarize
 
 if TYPE_CHECKING:
@@ -289,11 +290,6 @@ def _sentence(status: str, steps: list[Step], end: str) -> str:
         parts.append(clause if k == 0 else f"{_CONNECT.get(step.link, '← ')}{clause}")
     text = f"{status}, because " + " ".join(parts) if parts else status
     return text + (f" ← end of the chain: {end}." if end else ".")
-
-
-def short_id(value: str) -> str:
-    """The last 8 characters of an id: time-ordered (v7) ids share their first ones."""
-    return "…" + value[-8:]
 
 
 # -- output -------------------------------------------------------------------------------------------

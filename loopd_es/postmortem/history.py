@@ -20,7 +20,7 @@ from msgspec.structs import astuple
 
 from ..domain.evolve import GoalFold, initial
 from ..domain.state import GoalState
-from ..domain.streams import goal_stream
+from ..domain.streams import goal_stream, short_id
 
 if TYPE_CHECKING:
     from ..domain.reducers import Cut
@@ -303,7 +303,7 @@ def short_stream(stream: str, goal_id: str) -> str:
     if stream == goal_stream(goal_id):
         return "goal"
     kind, _, ident = stream.partition("-")
-    return f"{kind}-{ident[:8]}" if ident else stream
+    return f"{kind}-{short_id(ident)}" if ident else stream
 
 
 def short_time(recorded_at: str) -> str:

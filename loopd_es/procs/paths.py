@@ -11,9 +11,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import socket
+import stat
+import struct
 import tempfile
 from pathlib import Path
 
+from ..errors import StorageError
+from ..ids import path_under
 from ..log import parse_store_url
 
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
@@ -36,24 +41,87 @@ class CommandPaths:
     def ensure(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
+    # Every builder goes through path_under: an id that could name a file elsewhere is refused here too.
+
     def log(self, command_id: str) -> Path:
-        return self.root / f"{command_id}.log"
+        return path_under(self.root, "command", command_id, ".log")
 
     def lock(self, command_id: str) -> Path:
-        return self.root / f"{command_id}.lock"
+        return path_under(self.root, "command", command_id, ".lock")
 
     def supervisor_log(self, command_id: str) -> Path:
-        return self.root / f"{command_id}.supervisor.log"
+        return path_under(self.root, "command", command_id, ".supervisor.log")
 
     def socket(self, command_id: str) -> Path:
-        """``<id>.sock`` beside the log, or a hashed name under the temp dir when that path is too long."""
-        path = self.root / f"{command_id}.sock"
+        """``<id>.sock`` beside the log, or a hashed name under a private temp dir when that path is too long.
+
+        Either way the directory holding it must be ours and closed to others (see :func:`private_dir`).
+
+        :raises UnsafeDirectoryError: when it is not.
+        """
+        path = path_under(self.root, "command", command_id, ".sock")
         if len(str(path)) <= _MAX_SOCKET_PATH:
+            check_private(self.root)
             return path
         digest = hashlib.sha256(str(path).encode()).hexdigest()[:24]
-        short = Path(tempfile.gettempdir()) / f"loopd-es-{os.getuid()}"
-        short.mkdir(mode=0o700, exist_ok=True)
+        short = private_dir(Path(tempfile.gettempdir()) / f"loopd-es-{os.getuid()}")
         return short / f"{digest}.sock"
+
+
+class UnsafeDirectoryError(StorageError):
+    """Raised when a directory meant to hold an owner's socket belongs to another user or others can write it."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(
+            f"refusing to use {str(path)!r} for command sockets: {problem}; remove it (or point TMPDIR at a "
+            "directory only you can write) and retry"
+        )
+
+
+def check_private(path: Path) -> Path:
+    """``path`` when it is a real directory (not a symlink) owned by us that nobody else can write.
+
+    :raises UnsafeDirectoryError: otherwise.
+    """
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafeDirectoryError(path, "it is not a directory (a symlink?)")
+    if st.st_uid != os.getuid():
+        raise UnsafeDirectoryError(path, f"it belongs to uid {st.st_uid}, not to you (uid {os.getuid()})")
+    if st.st_mode & 0o022:
+        raise UnsafeDirectoryError(path, f"others can write it (mode {stat.S_IMODE(st.st_mode):04o})")
+    return path
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` with mode 0700 if it is missing, then :func:`check_private` it (whoever created it)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    return check_private(path)
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket (``SO_PEERCRED``, Linux)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+def same_user(sock: socket.socket) -> bool:
+    """True when the peer runs as our uid: the only one an owner serves and a client talks to."""
+    return peer_uid(sock) == os.getuid()
+
+
+class ForeignOwnerError(StorageError):
+    """Raised when the process serving a command's socket runs as another user (a replaced socket)."""
+
+    def __init__(self, path: Path, uid: int) -> None:
+        super().__init__(
+            f"refusing to talk to {str(path)!r}: it is served by uid {uid}, not by you (uid {os.getuid()}), "
+            "so it is not this command's owner; nothing was sent"
+        )
 
 
 def take_lock(path: Path) -> int | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ..domain.command import (
@@ -46,10 +47,13 @@ from ..events.base import Event
 from ..events.catalogue import decode_payload
 from ..events.command import STREAM_PREFIX, CommandStarted, WatchSpec, command_stream
 from ..events.envelope import NO_STREAM, NewEvent
+from ..ids import check_id, is_valid_id
 from .outlog import stored_facts, until_matches
-from .paths import CommandPaths, absolute_store_url, owner_alive, take_lock
+from .paths import CommandPaths, ForeignOwnerError, absolute_store_url, owner_alive, peer_uid, take_lock
 
 if TYPE_CHECKING:
+    from anyio.abc import SocketStream
+
     from ..log.base import LogStore
 
 OWNER_CONNECT_WAIT_S = 10.0
@@ -75,10 +79,14 @@ async def load_state(store: LogStore, command_id: str) -> CommandState | None:
 
 
 async def list_states(store: LogStore) -> list[CommandState]:
-    """Every command ever started in this log, oldest first."""
+    """Every command ever started in this log, oldest first.
+
+    A stream whose id could not be a file name (appended by hand with ``loopd-es append``) is not a command
+    this process will touch: it is left out rather than turned into a path.
+    """
     out = []
     for stream in await store.streams():
-        if stream.startswith(STREAM_PREFIX):
+        if stream.startswith(STREAM_PREFIX) and is_valid_id(stream[len(STREAM_PREFIX) :]):
             s = await load_state(store, stream[len(STREAM_PREFIX) :])
             if s is not None:
                 out.append(s)
@@ -176,12 +184,15 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
     :raises UsageError: for invalid input (nothing recorded, nothing spawned).
     """
     validate_start(spec.title, spec.command, spec.timeout_seconds, spec.watch)
+    if spec.goal_id is not None:
+        check_id("goal", spec.goal_id)
     paths = CommandPaths(store_url)
     child_env = {**os.environ, **spec.env}
     cwd = _check_runnable(spec, child_env)
     paths.ensure()
     await reconcile(store, paths)
     command_id = str(uuid.uuid4())
+    paths.socket(command_id)  # a socket directory that is not ours is refused before anything is recorded
     lock_fd = take_lock(paths.lock(command_id))
     assert lock_fd is not None  # a fresh uuid has no owner
     try:
@@ -308,6 +319,19 @@ async def _discard_awaits_of_cleared_goals(store: LogStore, s: CommandState) -> 
 # -- requests to the owner -----------------------------------------------------------------------
 
 
+async def connect_owner(sock: Path) -> SocketStream:
+    """Connect to an owner's socket and check (``SO_PEERCRED``) that the process serving it is us.
+
+    :raises OSError: when nobody listens; :raises ForeignOwnerError: when another user does.
+    """
+    stream = await anyio.connect_unix(sock)
+    uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
+    if uid != os.getuid():
+        await stream.aclose()
+        raise ForeignOwnerError(sock, uid)
+    return stream
+
+
 async def owner_request(
     paths: CommandPaths, command_id: str, request: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -320,7 +344,7 @@ async def owner_request(
     with anyio.move_on_after(OWNER_CONNECT_WAIT_S):
         while True:
             try:
-                stream = await anyio.connect_unix(sock)
+                stream = await connect_owner(sock)
             except OSError:
                 if not owner_alive(lock):
                     return None
@@ -370,6 +394,7 @@ async def request_await(
     ignore_case: bool,
 ) -> tuple[list[Event], str]:
     """Register an await (or fire it at once when its condition already holds); tells the owner to look."""
+    check_id("goal", goal_id)
     await reconcile(store, paths, only=command_id)
     pattern = compile_watch_regex("until", until, ignore_case) if until else None
     message = ""
@@ -437,11 +462,17 @@ _NO_HANDLE = {
 
 
 async def resolve_id(store: LogStore, text: str) -> str:
-    """A full command id from an id or a unique prefix of at least 4 characters (as ``cmd list`` shows)."""
+    """A full command id from an id or a unique prefix of at least 4 characters (as ``cmd list`` shows).
+
+    :raises InvalidIdError: for text that is not of the id shape (it never reaches a path or a prefix scan).
+    """
+    check_id("command", text)
     if await store.stream_version(command_stream(text)) > 0:
         return text
     if len(text) >= 4:
-        hits = [s[len(STREAM_PREFIX) :] for s in await store.streams() if s.startswith(STREAM_PREFIX + text)]
+        streams = await store.streams()
+        hits = [s[len(STREAM_PREFIX) :] for s in streams if s.startswith(STREAM_PREFIX + text)]
+        hits = [h for h in hits if is_valid_id(h)]
         if len(hits) == 1:
             return hits[0]
         if len(hits) > 1:

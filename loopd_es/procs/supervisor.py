@@ -24,7 +24,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import SocketStream, TaskGroup
+from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -48,7 +48,7 @@ from ..events.command import CommandResized, CommandSpawned, SignalReason, Watch
 from ..events.envelope import parse_rfc3339
 from ..log import open_store
 from .outlog import OutputLog, until_matches
-from .paths import CommandPaths
+from .paths import CommandPaths, peer_uid
 from .pty import PtyChild
 from .service import append_decided, load_state, reconcile, utcnow
 from .text import LineAssembler, clean_line
@@ -111,8 +111,9 @@ class Supervisor:
         s = self.state
         argv = ["/bin/sh", "-c", shell_join(s.command, s.args)] if s.shell else [s.command, *s.args]
         try:
+            sock = self.paths.socket(self.id)  # refused before anything runs when its directory is not ours
             self.child = PtyChild.spawn(argv, cwd=s.cwd, env=self.env, cols=s.cols, rows=s.rows)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, LoopdError) as e:
             msg = f"spawn failed: {e}"
             await self.append(
                 lambda st: decide_exit(
@@ -128,7 +129,6 @@ class Supervisor:
                 else []
             )
         )
-        sock = self.paths.socket(self.id)
         sock.unlink(missing_ok=True)
         listener = await anyio.create_unix_listener(sock)
         try:
@@ -263,6 +263,11 @@ class Supervisor:
     # -- requests ---------------------------------------------------------------------------------
 
     async def _handle(self, stream: SocketStream) -> None:
+        uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
+        if uid != os.getuid():  # only our own user may type into the command or signal it
+            log.warning("refused a connection from uid %d on %s", uid, self.paths.socket(self.id))
+            await stream.aclose()
+            return
         self.pending += 1
         try:
             async with stream:

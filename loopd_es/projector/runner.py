@@ -22,7 +22,7 @@ import anyio.to_thread
 
 from .base import Projection, ProjectionError, UnknownProjectionError, check_registry
 from .readdb import BatchResult, ProjectionStatus, ReadDb
-from .watch import SETTLE_DELAYS, Waker, WatchFactory, default_read_db, log_files, watch_log
+from .watch import SETTLE_DELAYS, Waker, WatchFactory, default_read_db, log_files, watch_commits, watch_log
 
 if TYPE_CHECKING:
     from ..log import LogStore
@@ -168,8 +168,12 @@ class Projector:
         waker = Waker()
         stop = anyio.Event()
         files = log_files(self.store.url)
+        commits = getattr(self.store, "commits", None)  # a database server that notifies its followers
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: watch_log(files, waker, stop, debounce=debounce, step=step, awatch=awatch))
+            if commits is not None:
+                tg.start_soon(watch_commits, commits(), waker)
+            else:
+                tg.start_soon(lambda: watch_log(files, waker, stop, debounce=debounce, step=step, awatch=awatch))
             # On asyncio the new task runs first, up to awatch's first thread hop, by which point its inotify
             # watches exist: an append made during the catch-up below then wakes the next round.
             await anyio.lowlevel.checkpoint()

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import anyio
 
-from ..log import parse_store_url
+from ..log import POSTGRES_SCHEMES, parse_store_url
 
 log = logging.getLogger("loopd_es.projector")
 
@@ -38,7 +38,12 @@ WatchFactory = Callable[..., AsyncIterator[Any]]
 
 
 def log_files(store_url: str) -> list[Path]:
-    """The files whose changes mean new events may be readable in the log at ``store_url``."""
+    """The files whose changes mean new events may be readable in the log at ``store_url``.
+
+    None for a database server: its store wakes followers itself (:meth:`PostgresLog.commits`).
+    """
+    if store_url.startswith(POSTGRES_SCHEMES):
+        return []
     scheme, path, _ = parse_store_url(store_url)
     main = Path(path).absolute()
     if scheme == "ndjson":
@@ -47,7 +52,14 @@ def log_files(store_url: str) -> list[Path]:
 
 
 def default_read_db(store_url: str) -> Path:
-    """``read.db`` in the log's directory: ``sqlite:.loopd/events.db`` -> ``.loopd/read.db``."""
+    """``read.db`` in the log's directory: ``sqlite:.loopd/events.db`` -> ``.loopd/read.db``.
+
+    A log on a database server keeps its read models on this machine: ``.loopd/read-<schema>.db``.
+    """
+    if store_url.startswith(POSTGRES_SCHEMES):
+        from ..log.postgres import split_postgres_url
+
+        return Path(".loopd") / f"read-{split_postgres_url(store_url)[1]}.db"
     _, path, _ = parse_store_url(store_url)
     return Path(path).parent / "read.db"
 
@@ -69,6 +81,12 @@ class Waker:
         if woken:
             self._event = anyio.Event()
         return woken
+
+
+async def watch_commits(commits: AsyncIterator[int], waker: Waker) -> None:
+    """Wake ``waker`` on every commit a database server reports, until cancelled."""
+    async for _head in commits:
+        waker.wake()
 
 
 async def watch_log(

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..domain import goal_commands as c
 
 if TYPE_CHECKING:
-    from ..app.service import Ctx, GoalService
     from ..events.envelope import Envelope
+    from .ports import Ctx, GoalPort
 
 Source = Literal["prompt-delivery", "session-error"]
 
@@ -46,14 +46,21 @@ def safe_error_text(error: Any) -> str:
 
 
 async def observe_provider_error(
-    service: GoalService, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-    expected_model: str | None = None, record_failure: bool = True, via: str | None = None,
+    service: GoalPort, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
+    expected_model: str | None = None, record_failure: bool = True, run_id: str | None = None,
+    generation: int | None = None, via: str | None = None,
 ) -> list[Envelope]:
-    """Record the run failure (unless the caller already did) and the §3.11 observation; returns both."""
+    """Record the run failure (unless the caller already did) and the §3.11 observation; returns both.
+
+    ``run_id``/``generation`` name the run the error was seen on: a failure of an earlier run is not recorded.
+    """
     text = safe_error_text(error)
     recorded: list[Envelope] = []
     if record_failure:
-        recorded += await service.execute(c.RecordRunFailure(goal_id=goal_id, error_text=text, source=source), ctx)
+        failure = c.RecordRunFailure(
+            goal_id=goal_id, error_text=text, source=source, run_id=run_id, generation=generation
+        )
+        recorded += await service.execute(failure, ctx)
     observe = c.ObserveProviderError(
         goal_id=goal_id, error=error, error_text=text, source=source, expected_model=expected_model, via=via
     )

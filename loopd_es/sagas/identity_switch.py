@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
-from ..app.crashpoints import crashpoint
 from ..domain import goal_commands as c
 from ..domain.provider_limit import iso
 from ..domain.streams import goal_stream
@@ -34,13 +33,14 @@ from ..events import identity as i
 from ..events import saga as s
 from ..events.catalogue import decode_payload
 from ..host.errors import HostError, HostUnavailableError
+from .crashpoints import crashpoint
 from .switch_state import CallState, SwitchSagaState, call_key, switch_stream
 
 if TYPE_CHECKING:
-    from ..app.service import Ctx, GoalService
     from ..domain.state import GoalState
     from ..events.base import Event
     from ..events.envelope import Envelope
+    from .ports import Ctx, GoalPort
 
 RUNNING: Final[set[str]] = set()
 """Switch ids whose saga runs in this process right now; recovery leaves them alone."""
@@ -105,9 +105,9 @@ class SwitchReport(msgspec.Struct, kw_only=True):
 
 
 class SwitchSaga:
-    """Runs switch sagas for one :class:`~loopd_es.app.service.GoalService` (its store and host)."""
+    """Runs switch sagas for one :class:`~loopd_es.sagas.ports.GoalPort` (the goal service: its store and host)."""
 
-    def __init__(self, service: GoalService) -> None:
+    def __init__(self, service: GoalPort) -> None:
         self.service = service
         self.host = service.host
 

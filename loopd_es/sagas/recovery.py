@@ -19,15 +19,15 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Final
 
-from ..app.service import Ctx
 from ..errors import WrongExpectedVersionError
 from ..events import saga as s
 from ..events.catalogue import decode_payload
 from ..host.errors import HostError
 from .identity_switch import RUNNING, SwitchReport, SwitchSaga
+from .ports import Ctx
 
 if TYPE_CHECKING:
-    from ..app.service import GoalService
+    from .ports import GoalPort
 
 CHECKPOINT_STREAM: Final = "saga-checkpoints"
 CHECKPOINT_EVERY: Final = 256
@@ -45,7 +45,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def open_switches(service: GoalService) -> tuple[dict[str, str], int, int, int, dict[str, Ctx]]:
+async def open_switches(service: GoalPort) -> tuple[dict[str, str], int, int, int, dict[str, Ctx]]:
     """Open switches ``{switch_id: goal_id}``, the checkpoint's position and stream version, the last position
     scanned, and the causal context of each request seen (so recovery's events join the flow they finish).
     """
@@ -74,7 +74,7 @@ async def open_switches(service: GoalService) -> tuple[dict[str, str], int, int,
     return open_, position, cp_version, scanned, flows
 
 
-async def recover(service: GoalService, ctx: Ctx) -> list[SwitchReport]:
+async def recover(service: GoalPort, ctx: Ctx) -> list[SwitchReport]:
     """Settle every open switch saga whose owner is gone; returns what each one became.
 
     Recovery's events carry the correlation id of the request they finish (``ctx`` only when that request lies

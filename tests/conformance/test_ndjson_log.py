@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
-from loopd_es.errors import LogNotFoundError, StoreUnavailableError, UsageError
+from loopd_es.errors import CorruptLogError, LogNotFoundError, StoreUnavailableError, UsageError
 from loopd_es.log import open_store
 from loopd_es.log.ndjson import NdjsonLog
+from loopd_es.log.ndjson_index import IndexFile
 
 from .contract import LogStoreContract, assert_log_invariants, everything, new, stream_events
+from .contract_integrity import IntegrityContract
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -40,7 +47,7 @@ def _sidecars(log: Path) -> list[Path]:
     return [p for p in log.parent.iterdir() if p.is_file() and p != log and not p.name.endswith(".lock")]
 
 
-class TestNdjsonLog(LogStoreContract):
+class TestNdjsonLog(LogStoreContract, IntegrityContract):
     durability = "always"
 
     @pytest.fixture
@@ -139,6 +146,196 @@ class TestNdjsonLog(LogStoreContract):
             await open_store(f"ndjson:{tmp_path / 'log.ndjson'}?durability=sometimes")
         with pytest.raises(UsageError):
             await open_store(f"ndjson:{tmp_path / 'log.ndjson'}?colour=blue")
+
+
+    # -- issue 9: what only a file of lines can get wrong ---------------------------------------------
+
+    @pytest.mark.parametrize("where", ["inside", "last-brace"])
+    @pytest.mark.parametrize("sidecars", ["kept", "deleted"])
+    async def test_a_damaged_last_line_is_corruption_and_never_cut(
+        self, tmp_path: Path, where: str, sidecars: str
+    ) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            for i in range(3):
+                await s.append("s", [new(i=i)])
+        data = bytearray(log.read_bytes())
+        at = data.rindex(b'"position":3') + len(b'"position"') if where == "inside" else len(data) - 2
+        data[at] ^= 0x01
+        log.write_bytes(bytes(data))
+        if sidecars == "deleted":
+            for p in _sidecars(log):
+                p.unlink()
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            with pytest.raises(CorruptLogError) as info:
+                await everything(s)
+            assert info.value.exit_code == 4
+            assert info.value.line in (3, None)
+            with pytest.raises(CorruptLogError):
+                await s.append("s", [new(i=9)])
+            for repair in (False, True):
+                if repair:
+                    with pytest.raises(CorruptLogError):
+                        await s.verify(repair=True)
+                else:
+                    report = await s.verify()
+                    assert not report.ok
+                    assert any("line 3" in p for p in report.problems), report.problems
+        assert log.read_bytes() == bytes(data)
+
+    async def test_a_writer_killed_between_write_and_sync_is_reported_then_cut(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            first = await s.append("s", [new(i=0)])
+        with anyio.fail_after(60):
+            child = await anyio.run_process([sys.executable, "-c", _DIE_BEFORE_SYNC, str(log)], check=False)
+        assert child.returncode == -9
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            assert await everything(s) == first
+            report = await s.verify()
+            assert not report.ok and report.events == 1, (report.events, report.problems)
+            assert any("unacknowledged" in p for p in report.problems), report.problems
+            more = await s.append("s", [new(i=3)], 1)
+            assert (more[0].position, more[0].version) == (2, 2)
+            assert any("dropped" in r for r in s.repairs)
+            report = await s.verify()
+            assert report.ok and report.events == 2, report.problems
+            assert await everything(s) == [*first, *more]
+
+    async def test_a_batch_cut_short_by_power_loss_is_never_visible(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            first = await s.append("s", [new(i=0)])
+            before = {p: p.read_bytes() for p in _sidecars(log)}
+            await s.append("s", [new(i=1), new(i=2), new(i=3)])
+        lines = log.read_bytes().splitlines(keepends=True)
+        log.write_bytes(b"".join(lines[:3]))  # the pages of the batch's last line never reached the disk
+        for p, content in before.items():  # nor did the index records written after the sync
+            p.write_bytes(content)
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            assert await everything(s) == first
+            assert await s.stream_version("s") == 1
+            report = await s.verify()
+            assert not report.ok and report.events == 1, report.problems
+            assert any("unfinished write" in p for p in report.problems), report.problems
+            more = await s.append("s", [new(i=4)], 1)
+            assert more[0].position == 2
+            assert_log_invariants(await everything(s))
+        assert len(log.read_bytes().splitlines()) == 2
+
+    async def test_an_index_write_that_fails_after_the_log_write_still_acknowledges(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            await s.append("s", [new(i=0)])
+
+            def full(self: IndexFile, records: bytes, at_count: int) -> None:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+            with monkeypatch.context() as m:
+                m.setattr(IndexFile, "write_at", full)
+                landed = await s.append("s", [new(i=1), new(i=2)], 1)
+            assert [e.position for e in landed] == [2, 3]
+            assert (await everything(s))[1:] == landed
+            assert await stream_events(s, "s", 2) == landed
+            more = await s.append("s", [new(i=3)], 3)
+            assert more[0].position == 4
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            assert (await everything(s))[1:3] == landed
+            report = await s.verify()
+            assert report.ok, report.problems
+
+    async def test_swapped_index_records_are_detected(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            for i in range(6):
+                await s.append("s", [new(i=i)])
+                await s.append("t", [new(i=i)])
+            truth = await stream_events(s, "s")
+        idx = log.with_name(log.name + ".idx")
+        data = bytearray(idx.read_bytes())
+        size = len(data) // 12
+        a, b = 2, 6  # positions 3 and 7: versions 2 and 4 of "s"
+        data[a * size : (a + 1) * size], data[b * size : (b + 1) * size] = (
+            data[b * size : (b + 1) * size],
+            data[a * size : (a + 1) * size],
+        )
+        idx.write_bytes(bytes(data))
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            report = await s.verify()
+            assert any("index" in p for p in report.problems), report.problems
+            got = await stream_events(s, "s")
+            assert [e.version for e in got] == [1, 2, 3, 4, 5, 6]
+            assert got == truth
+            assert_log_invariants(await everything(s))
+
+    async def test_a_zeroed_id_in_the_index_does_not_let_an_event_in_twice(self, tmp_path: Path) -> None:
+        log = tmp_path / "log.ndjson"
+        events = [new(i=i) for i in range(4)]
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            recorded = [(await s.append("s", [e]))[0] for e in events]
+        idx = log.with_name(log.name + ".idx")
+        data = bytearray(idx.read_bytes())
+        size = len(data) // 4
+        data[size + 32 : size + 40] = bytes(8)  # the event-id key of position 2
+        idx.write_bytes(bytes(data))
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            again = await s.append("s", [events[1]])
+            assert again == [recorded[1]]
+            assert await s.head() == 4
+            assert_log_invariants(await everything(s))
+
+    @pytest.mark.parametrize("edit", ["same-length", "longer"])
+    async def test_an_edited_payload_that_stays_valid_json_is_detected(self, tmp_path: Path, edit: str) -> None:
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            for i in range(3):
+                await s.append("s", [new(i=i)])
+        raw = log.read_bytes()
+        edited = raw.replace(b'{"i":1}', b'{"i":7}' if edit == "same-length" else b'{"i":1000}')
+        assert edited != raw
+        log.write_bytes(edited)
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            report = await s.verify()
+            assert not report.ok
+            assert any("line 2" in p and "checksum" in p for p in report.problems), report.problems
+            with pytest.raises(CorruptLogError):
+                await stream_events(s, "s")
+            report = await s.verify(repair=True)
+            assert report.ok, report.problems
+            assert [e.data_dict() for e in await stream_events(s, "s")][1] != {"i": 1}
+        assert log.read_bytes() == edited
+
+    def test_cli_refuses_a_file_that_is_not_a_log(self, tmp_path: Path) -> None:
+        notes = tmp_path / "notes.txt"
+        notes.write_bytes(b"hello")
+        result = subprocess.run(
+            [sys.executable, "-m", "loopd_es", "--store", f"ndjson:{notes}", "append", "--stream", "goal-1",
+             "--type", "goal.paused", "--data", '{"goal_id":"g1"}'],
+            check=False, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 4, result
+        assert "not a loopd-es log" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert notes.read_bytes() == b"hello"
+        assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+_DIE_BEFORE_SYNC = """
+import os, signal, sys
+import anyio
+from pathlib import Path
+from loopd_es.events.envelope import NewEvent
+from loopd_es.log.ndjson import NdjsonLog
+
+async def main() -> None:
+    store = await NdjsonLog.open(Path(sys.argv[1]))
+    os.fdatasync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)
+    await store.append("s", [NewEvent(type="t.x", data={"i": 1}), NewEvent(type="t.x", data={"i": 2})])
+
+anyio.run(main)
+"""
 
 
 class TestNdjsonLogNoFsync(TestNdjsonLog):

@@ -60,19 +60,19 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
         for trial in range(KILLS):
             time.sleep(rand.uniform(0.05, 0.5))
             engine.kill()
-            engine.communicate(timeout=10)
+            engine.wait(timeout=10)
             engine = start_engine(tmp_path, f"e{trial + 1}", *lease)
         wait_for("every goal to reach its end", lambda: _finished(tmp_path, goal_ids), timeout=120)
         time.sleep(0.5)  # let the last notices be delivered
     finally:
         engine.kill()
-        engine.communicate(timeout=10)
+        engine.wait(timeout=10)
     # a final engine delivers whatever a kill left pending, then stops cleanly
     final = start_engine(tmp_path, "final", *lease)
     wait_for("the final engine", lambda: _lease_holder(tmp_path) == "final", timeout=20)
     time.sleep(0.5)
     final.terminate()
-    final.communicate(timeout=15)
+    final.wait(timeout=15)
 
     streams = _log(tmp_path)
     host = host_state(tmp_path)

@@ -40,11 +40,17 @@ def cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def start_engine(workdir: Path, name: str, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "loopd_es", "run", "--holder", name, "--confirm-idle-ms", "100",
-         "--maintenance-ms", "300", *extra],
-        cwd=workdir, env=_env(workdir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    """``loopd-es run`` in the background; its stderr goes to ``<name>.err`` (no pipe left to close)."""
+    with (workdir / f"{name}.err").open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "loopd_es", "run", "--holder", name, "--confirm-idle-ms", "100",
+             "--maintenance-ms", "300", *extra],
+            cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=err, text=True,
+        )
+
+
+def engine_err(workdir: Path, name: str) -> str:
+    return (workdir / f"{name}.err").read_text()
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
@@ -108,9 +114,10 @@ def _create(workdir: Path, *extra: str) -> tuple[str, str]:
     return goal_id, session
 
 
-def _stop(process: subprocess.Popen[str]) -> str:
+def _stop(process: subprocess.Popen[str], workdir: Path, name: str) -> str:
     process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=15)
+    process.wait(timeout=15)
+    err = engine_err(workdir, name)
     assert process.returncode == 0, err
     return err
 
@@ -131,7 +138,7 @@ def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir
         wait_for("the failure", lambda: goal(workdir, goal_id).consecutive_failures == 1)
         # kill -9 in the middle of the backoff; a new engine resumes the timer from the log
         engine.kill()
-        engine.communicate(timeout=10)
+        engine.wait(timeout=10)
         engine = start_engine(workdir, "e2", "--lease-ms", "1000")
         wait_for("the retry turn", lambda: len(prompts(workdir, session)) == 3)
         assert "run.failed" in _types(workdir, goal_id)
@@ -152,7 +159,7 @@ def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir
         assert len(set(prompts(workdir, session))) == len(prompts(workdir, session))  # nothing sent twice
     finally:
         if engine.poll() is None:
-            _stop(engine)
+            _stop(engine, workdir, "e2")
 
 
 def test_a_standby_takes_over_when_the_lease_runs_out_and_sigterm_releases_it(workdir: Path) -> None:
@@ -166,13 +173,14 @@ def test_a_standby_takes_over_when_the_lease_runs_out_and_sigterm_releases_it(wo
         first.send_signal(signal.SIGSTOP)  # a paused holder stops renewing; the standby waits for expiry
         wait_for("the takeover", lambda: lease_events(workdir).count("engine.lease_acquired") == 2)
         first.send_signal(signal.SIGCONT)
-        err = _stop(first)
+        err = _stop(first, workdir, "first")
         assert "lost the engine lease" in err or "stopped" in err
         # the old holder wrote nothing after losing the lease: the last acquisition is the second engine's
         assert lease_events(workdir)[-1] in ("engine.lease_acquired", "engine.lease_renewed")
-        assert _stop(second).strip().endswith("stopped")
+        assert _stop(second, workdir, "second").strip().endswith("stopped")
         assert lease_events(workdir)[-1] == "engine.lease_released"
     finally:
         for p in (first, second):
             if p is not None and p.poll() is None:
                 p.kill()
+                p.wait(timeout=10)

@@ -287,20 +287,22 @@ def test_torn_tail_is_reported_and_repaired(tmp_path: Path, flavour: str) -> Non
     assert cli(url, "verify").returncode == 0
 
 
-def test_invalid_last_line_with_newline_is_a_torn_tail(tmp_path: Path) -> None:
+def test_invalid_last_line_with_newline_is_damage_not_a_torn_tail(tmp_path: Path) -> None:
+    """A complete line that does not decode is never cut (issue 9 item 8): only an unfinished write is."""
     url = url_for("ndjson", tmp_path)
     path = tmp_path / "log.ndjson"
     append(url, "s", 3)
-    good = path.read_bytes()
     with path.open("ab") as f:
         f.write(b'{"position": 4, "stream": "s", "vers\n')
+    damaged = path.read_bytes()
     report = cli(url, "verify")
     assert report.returncode == 4, report
-    assert str(len(good)) in report.stdout + report.stderr
+    assert "line 4" in report.stdout + report.stderr
     repair = cli(url, "verify", "--repair")
-    assert repair.returncode == 0, repair
-    assert path.read_bytes() == good
-    assert cli(url, "verify").returncode == 0
+    assert repair.returncode == 4, repair
+    assert path.read_bytes() == damaged
+    assert cli(url, "append", "--stream", "goal-1", "--type", "goal.paused", "--data", '{"goal_id":"g1"}').returncode == 4
+    assert path.read_bytes() == damaged
 
 
 # -- corrupt middle line --------------------------------------------------------------------------

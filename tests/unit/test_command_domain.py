@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopd_es.domain.command import (
@@ -40,9 +40,12 @@ from loopd_es.events.command import (
     AwaitRequested,
     CommandExited,
     CommandStarted,
+    SignalReason,
     SignalSent,
     WatchSpec,
 )
+
+from .._profiles import scaled
 
 if TYPE_CHECKING:
     from loopd_es.events.base import Event
@@ -248,6 +251,7 @@ def test_deadline_and_signal_events() -> None:
 
 
 @given(st.lists(st.sampled_from(["int", "term", "kill", "exit", "await", "timeout"]), max_size=12))
+@settings(max_examples=scaled(100))
 def test_exactly_one_terminal_event_whatever_the_order(ops: list[str]) -> None:
     s = started(watch=WatchSpec(until="R"))
     terminal = 0
@@ -288,3 +292,38 @@ def test_every_event_round_trips() -> None:
         started_at="now",
     )
     assert decode_data(ev.event_type, msgspec.json.encode(ev), 1) == ev
+
+
+@pytest.mark.parametrize("claim", ["timeout", "until"])
+def test_the_fold_keeps_a_timeout_or_until_claim_as_the_end_reason(claim: SignalReason) -> None:
+    """#10.6: an exit recorded without seeing the claim (another writer, an import) does not overwrite it."""
+    s = apply(started(timeout_seconds=2), [SignalSent(command_id="c0ffee00-1111", signal="SIGTERM", reason=claim)])
+    assert s.claim == claim and s.end_reason is None  # nothing ended yet: end_reason is empty while running
+    plain = CommandExited(command_id=s.id, status="terminated", end_reason="terminate", exit_code=143,
+                          signal="SIGTERM", ended_at="2026-12-02T12:00:03.000000Z")
+    done = apply(s, [plain])
+    assert done.status == "terminated" and done.end_reason == claim
+
+
+def test_a_later_kill_claim_does_not_replace_a_timeout_claim() -> None:
+    s = apply(started(timeout_seconds=2), [
+        SignalSent(command_id="c0ffee00-1111", signal="SIGTERM", reason="timeout"),
+        SignalSent(command_id="c0ffee00-1111", signal="SIGKILL", reason="kill"),
+    ])
+    assert s.claim == "timeout" and s.signal == "SIGKILL"
+    [exited, *_] = decide_exit(s, exit_code=None, signal="SIGKILL", now=NOW, output=FACTS)
+    assert isinstance(exited, CommandExited) and exited.end_reason == "timeout"
+    assert apply(s, [exited]).end_reason == "timeout"
+
+
+def test_the_command_domain_is_split_by_job() -> None:
+    """#17.3: state/fold, checks and decisions are separate modules, each well under 600 lines."""
+    from pathlib import Path
+
+    import loopd_es.domain.command as decisions
+    import loopd_es.domain.command_checks as checks
+    import loopd_es.domain.command_state as state
+
+    for module in (decisions, checks, state):
+        assert len(Path(module.__file__ or "").read_text().splitlines()) < 600
+    assert decisions.evolve is state.evolve and decisions.validate_start is checks.validate_start

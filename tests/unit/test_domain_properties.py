@@ -16,7 +16,7 @@ import typing
 from typing import Any
 
 import msgspec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loopd_es.domain import goal_commands as c
@@ -29,6 +29,7 @@ from loopd_es.events import run as r
 from loopd_es.events.base import CATALOGUE, Event
 from loopd_es.events.envelope import Envelope
 
+from .._profiles import scaled
 from ._domain_harness import OWNER, Goal
 
 GOAL_TYPES = [cls for t, cls in sorted(CATALOGUE.items()) if t.split(".")[0] in ("goal", "run", "identity")]
@@ -70,7 +71,7 @@ created = g.GoalCreated(goal_id="g1", name="n", objective="o", owner_session_id=
 
 
 @given(events_st)
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(300))
 def test_fold_never_raises(events: list[Event]) -> None:
     state = fold([created, *events], initial("g1"))
     assert isinstance(state, GoalState)
@@ -78,7 +79,7 @@ def test_fold_never_raises(events: list[Event]) -> None:
 
 
 @given(events_st, st.integers(0, 40))
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(200))
 def test_snapshot_plus_tail_equals_full_fold(events: list[Event], cut: int) -> None:
     seq = [created, *events]
     cut = min(cut, len(seq))
@@ -100,7 +101,7 @@ def _stored(k: int, e: Event) -> Envelope:
 
 
 @given(events_st, st.lists(st.integers(0, 41), max_size=4), st.integers(0, 3))
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(200))
 def test_batched_fold_equals_evolving_one_at_a_time(events: list[Event], cuts: list[int], stored: int) -> None:
     seq = [created, *events]
     items: list[Event | Envelope] = [_stored(k + 1, e) if (k + stored) % 3 else e for k, e in enumerate(seq)]
@@ -233,7 +234,7 @@ def _scenario(draw: Any) -> tuple[Goal, list[tuple[Any, list[Event], GoalState, 
 
 
 @given(_scenario())
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(300))
 def test_decide_then_evolve_keeps_the_invariants(scenario: Any) -> None:
     goal, steps = scenario
     prepared: list[str] = []

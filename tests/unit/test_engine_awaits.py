@@ -88,3 +88,26 @@ async def test_an_await_discarded_because_its_command_is_gone_tells_the_goal_why
         )
         await r.engine.catch_up()
         assert "discarded: command record gone" in (await r.prompts(sid))[-1]
+
+
+async def test_a_prompt_delivered_just_before_a_crash_is_not_resent_and_its_inbox_is_marked_delivered(
+    tmp_path: Path,
+) -> None:
+    from loopd_es.app.service import Ctx
+    from loopd_es.domain import goal_commands as c
+
+    async with rig(tmp_path) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.ops.service.execute(c.SendInput(goal_id=gid, input_id="in-1", text="use pnpm"), Ctx.new())
+        state = await r.state(gid)
+        # the turn was recorded and its prompt delivered, then the process died before recording the delivery
+        await r.ops.service.execute(c.StartRun(goal_id=gid, run_id="run-x", prompt_message_id="msg_x", kind="bare"),
+                                    Ctx.new())
+        await r.host.prompt(sid, "[user] use pnpm", prompt_id="msg_x")
+        assert [i.input_id for i in (await r.state(gid)).inbox] == ["in-1"] and state.inbox
+        fresh = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
+        await fresh.start()
+        assert (await r.state(gid)).inbox == ()
+        assert len(await r.prompts(sid)) == 2  # the first turn and the bare one, nothing resent

@@ -70,3 +70,13 @@ def test_bad_input_is_one_line_with_the_usage_exit_code(env: Path, capsys: pytes
     assert "--lease-ms must be >= 0" in capsys.readouterr().err
     assert main("notifications") == 0
     assert "no notifications" in capsys.readouterr().out
+
+
+def test_sim_takes_a_goal_id_for_its_worker(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    goal_id = _create(capsys)
+    assert main("sim", "reply", goal_id[:8], "--input", "7") == 0
+    state = json.loads((env / "host.state.json").read_text())
+    answers = [m for m in state["transcripts"][_session(env)] if m["role"] == "assistant"]
+    assert len(answers) == 1 and answers[0]["input"] == 7
+    assert main("sim", "idle", "no-such-thing") == EXIT_USAGE
+    assert "no goal matches 'no-such-thing'" in capsys.readouterr().err

@@ -457,3 +457,74 @@ async def test_a_refused_pending_switch_blocks_the_goal_and_the_engine_goes_on(t
         assert state.status == "blocked" and state.blocker is not None
         assert state.blocker.reason == "Pending agent switch was not accepted."
         assert len(await r.prompts(sid)) == 1
+
+
+async def test_compaction_applies_a_pending_switch_first(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create(model="openai/gpt-5", agent="build", compact_every=1)
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.go_busy(sid)
+        await r.ops.switch_identity(gid, agent="plan")  # deferred while busy
+        await r.host.reply(sid)
+        await r.pump()
+        await r.advance(0)  # run 1 confirmed: compaction is due (every 1 run)
+        ops = [c.op for c in await r.host.journal("switch_agent", "compact")]
+        assert ops == ["switch_agent", "compact"]
+        state = await r.state(gid)
+        assert state.config.agent == "plan" and state.agent_pending is None and state.phase == "idle"
+
+
+async def test_parts_of_the_running_answer_are_activity_and_a_v2_success_anchors_the_turn(tmp_path: Path) -> None:
+    from loopd_es.host.events import ExecutionSucceeded, MessagePartUpdated, MessageUpdated, TranscriptMessage
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create()
+        state = await r.state(gid)
+        sid, prompt = state.worker_session_id, state.active_prompt_message_id
+        assert sid is not None and prompt is not None
+        answer = TranscriptMessage(message_id="a1", role="assistant", parent_id=prompt)
+        assert await r.engine.on_host_event(MessageUpdated(session_id=sid, message=answer))
+        r.clock.advance(1)
+        assert await r.engine.on_host_event(MessagePartUpdated(session_id=sid, message_id="a1")) is True
+        assert r.engine.tracker.live(gid).last_activity == r.clock.now()
+        assert await r.engine.on_host_event(MessagePartUpdated(session_id=sid, message_id="other")) is False
+        # v2: the execution succeeded, though the transcript never shows a completed answer
+        assert await r.engine.on_host_event(ExecutionSucceeded(session_id=sid)) is True
+        await r.host.go_idle(sid)
+        await r.pump()
+        assert len(await r.prompts(sid)) == 2
+
+
+async def test_a_compaction_cut_by_a_crash_is_closed_and_the_goal_goes_on(tmp_path: Path) -> None:
+    from loopd_es.events.catalogue import new_event
+    from loopd_es.events.engine import CompactionStarted
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create(compact_every=1)
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.reply(sid)
+        await r.pump()
+        state = await r.state(gid)
+        await r.store.append(f"goal-{gid}", [new_event(CompactionStarted(goal_id=gid, run_count=1))], state.version)
+        assert (await r.state(gid)).phase == "compacting"  # and then the engine died
+        for _ in range(2):
+            r.engine.next_maintenance = r.clock.now()
+            await r.advance(30)
+        events = [e async for e in r.store.read_stream(f"goal-{gid}") if e.type == "compaction.completed"]
+        assert [bool(e.data_dict().get("error")) for e in events] == [False, True]  # the real one, the repair
+        assert len(await r.prompts(sid)) == 2
+
+
+async def test_an_interactive_goal_still_has_its_budget_enforced(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=60_000)) as r:
+        gid = await r.create(interactive=True, cost_budget=0.5)
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        await r.host.reply(sid, cost=0.75, idle=False)
+        await r.pump()
+        r.engine.next_maintenance = r.clock.now()
+        await r.advance(0)
+        assert (await r.state(gid)).status == "budget_limited"
+        assert len(await r.prompts(sid)) == 1

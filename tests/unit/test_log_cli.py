@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -502,3 +503,83 @@ def test_read_notes_a_torn_tail_it_skips(cli: Any, tmp_path: Path) -> None:
     assert r.code == 0 and len(r.lines()) == 1
     assert f"incomplete write (19 bytes at byte offset {size})" in r.err and "verify --repair" in r.err
     assert (tmp_path / "torn.ndjson").stat().st_size == size + 19, "reading repairs nothing"
+
+
+# -- clean errors for odd input (#9 item 13) --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ((*APPEND_G1, "--expected-version", "\u00b2"), 2),
+        ((*APPEND_G1, "--expected-version", "99999999999999999999"), 2),
+        (("read", "--from", "99999999999999999999"), 2),
+        (("read", "--stream", "goal-1", "--from", "99999999999999999999"), 2),
+        (("read", "--limit", "\u0664"), 2),
+        (("append", "--stream", "goal-1", "--type", "goal.paused", "--data", '{"goal_id": "\udcff"}'), 2),
+        ((*APPEND_G1, "--causation-id", "\udcff"), 2),
+        (("read", "--stream", "goal-\udcff"), 2),
+        (("read", "--last", "2", "--from", "1"), 2),
+    ],
+)
+def test_odd_arguments_are_usage_errors(cli: Any, url: str, args: tuple[str, ...], code: int) -> None:
+    seed(url, "goal-1", paused())
+    before = contents(url)
+    assert_one_line_error(cli("--store", url, *args), code)
+    assert contents(url) == before
+
+
+def test_read_from_zero_says_what_it_accepts(cli: Any, url: str) -> None:
+    seed(url, "goal-1", paused())
+    r = cli("--store", url, "read", "--from", "0")
+    assert_one_line_error(r, 2)
+    assert "between 1 and" in r.err and ">= 0" not in r.err
+
+
+def test_a_directory_as_sqlite_store_is_one_storage_error(tmp_path: Path) -> None:
+    """In a real process: no traceback from a background thread after the error line."""
+    r = subprocess.run(
+        [sys.executable, "-m", "loopd_es.cli", "--store", f"sqlite:{tmp_path}", "read"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert r.returncode == 4, r
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_repair_is_reported_once(tmp_path: Path) -> None:
+    url = f"ndjson:{tmp_path / 'torn.ndjson'}"
+    seed(url, "s", paused())
+    with (tmp_path / "torn.ndjson").open("ab") as f:
+        f.write(b'{"position":2,"stre')
+    r = subprocess.run(
+        [sys.executable, "-m", "loopd_es.cli", "--store", url, *APPEND_G1[:1], "--stream", "s", *APPEND_G1[3:]],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert r.returncode == 0, r
+    assert r.stderr.count("repaired") == 1 and r.stderr.count("\n") == 1, r.stderr
+
+
+# -- read filters, backwards, last N (#9 item 15) -------------------------------------------------------
+
+
+def test_read_by_type_backwards_and_last(cli: Any, url: str) -> None:
+    recorded = []
+    for k in range(6):
+        recorded += seed(url, f"goal-{k % 2}", paused(f"g{k}") if k % 3 else NewEvent(type="goal.resumed",
+                                                                                 data={"goal_id": f"g{k}"}))
+
+    def positions(*args: str) -> list[int]:
+        r = cli("--store", url, "read", "--json", *args)
+        assert r.code == 0, r
+        return [line["position"] for line in r.lines()]
+
+    assert positions("--type", "goal.resumed") == [1, 4]
+    assert positions("--type", "goal.resumed", "--type", "goal.paused", "--limit", "3") == [1, 2, 3]
+    assert positions("--backwards") == [6, 5, 4, 3, 2, 1]
+    assert positions("--backwards", "--from", "4", "--limit", "2") == [4, 3]
+    assert positions("--last", "2") == [5, 6]
+    assert positions("--last", "2", "--backwards") == [6, 5]
+    assert positions("--stream", "goal-0", "--last", "2") == [3, 5]
+    assert positions("--stream", "goal-1", "--backwards", "--type", "goal.paused") == [6, 2]
+    assert positions("--stream", "goal-0", "--type", "goal.resumed") == [1]
+    assert positions("--last", "0") == []

@@ -32,6 +32,7 @@ from loopd_es.host.sim_script import FailureRule
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import LogStore, open_store
 
+from .._profiles import profile_name, scaled
 from ._saga_harness import SCRIPT, Clock
 
 MODELS = ("p/old", "p/new", "p/last")
@@ -139,7 +140,10 @@ class SwitchMachine(RuleBasedStateMachine):
 
     @rule(name=st.sampled_from(["auto", "manual"]))
     def retry(self, name: str) -> None:
-        self.call(self.goals.retry, self.ids[name], Ctx.new())
+        recorded, turn = self.call(self.goals.retry, self.ids[name], Ctx.new())
+        if turn is not None and turn.result == "switch-failed":
+            state = self.call(self.goals.service.load, self.ids[name])
+            assert state.status == "blocked" and turn.switches and not turn.switches[-1].ok
 
     @rule(seconds=st.sampled_from((1, 30, 600)))
     def tick(self, seconds: int) -> None:
@@ -184,8 +188,20 @@ class SwitchMachine(RuleBasedStateMachine):
         assert self.prompt_count("manual") == self.manual_prompts + self._explicit_manual_turns()
 
     def _explicit_manual_turns(self) -> int:
-        # retry of the manual goal is explicit; count its turns from the log (run.started after the first)
-        return sum(1 for e in self._events("manual") if e.type == "run.started") - 1
+        """Turns of the manual goal after its first whose prompt the host took (all explicit: retry, resume).
+
+        A turn whose prompt the host refused is recorded (``run.started``, then ``run.failed`` with source
+        ``prompt-delivery`` naming that run) but never reached the worker, so it is not a prompt received.
+        """
+        started: list[str] = []
+        undelivered: set[str] = set()
+        for e in self._events("manual"):
+            data = e.data_dict()
+            if e.type == "run.started":
+                started.append(data["run_id"])
+            elif e.type == "run.failed" and data.get("source") == "prompt-delivery":
+                undelivered.add(data["run_id"])
+        return sum(1 for run_id in started[1:] if run_id not in undelivered)
 
     @invariant()
     def replay_equals_live(self) -> None:
@@ -198,7 +214,53 @@ class SwitchMachine(RuleBasedStateMachine):
 
 
 SwitchMachine.TestCase.settings = settings(
-    max_examples=50, stateful_step_count=20, deadline=None,
+    max_examples=scaled(50), stateful_step_count=20,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_switch_machine = pytest.mark.timeout(60)(SwitchMachine.TestCase)
+test_switch_machine = pytest.mark.timeout(None if profile_name() == "thorough" else 60)(SwitchMachine.TestCase)
+
+
+# -- sequences hypothesis found, replayed step by step (a state machine takes no ``@example``) ----------------
+
+
+def _replay(steps: list[tuple[str, dict[str, Any]]]) -> None:
+    """Run ``steps`` (rule name, arguments) on a fresh machine, checking every invariant after each step."""
+    machine = SwitchMachine()
+    checks = [
+        machine.recorded_identity_is_live_identity, machine.no_fallback_twice,
+        machine.interactive_goal_is_never_engine_prompted, machine.replay_equals_live,
+    ]
+    try:
+        for check in checks:
+            check()
+        for name, kwargs in steps:
+            getattr(machine, name)(**kwargs)
+            for check in checks:
+                check()
+    finally:
+        machine.teardown()
+
+
+_FIVE_429S: list[tuple[str, dict[str, Any]]] = [("provider_error", {"name": "manual", "error": ERRORS[0]})] * 5
+
+
+def test_found_a_refused_prompt_is_not_a_prompt_received() -> None:
+    """Issue #10.1, first sequence: the model counted a turn whose prompt the host refused (model fixed)."""
+    _replay([
+        ("idle", {"name": "auto"}),
+        ("inject", {"op": "prompt", "kind": "rejected"}),
+        *_FIVE_429S,
+        ("switch", {"name": "auto", "model": None, "agent": None, "crash": None}),
+        ("retry", {"name": "manual"}),
+    ])
+
+
+def test_found_retry_reports_a_refused_pending_switch() -> None:
+    """Issue #10.1, second sequence: ``Goals.retry`` raised ``SwitchFailedError`` after recording (code fixed)."""
+    _replay([
+        ("idle", {"name": "auto"}),
+        ("inject", {"op": "switch_model", "kind": "rejected"}),
+        *_FIVE_429S,
+        ("switch", {"name": "auto", "model": "p/new", "agent": None, "crash": None}),
+        ("retry", {"name": "manual"}),
+    ])

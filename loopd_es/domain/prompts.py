@@ -1,23 +1,45 @@
-"""The steering prompt every engine turn sends (reference §3.5), built from the goal's state; pure.
+"""The steering prompt every turn sends (reference §3.5), built from the goal's state and what the caller read; pure.
 
 The first turn tells the worker how to work; a continuation restates the goal, what was done, recent work,
 warnings, where to write, the verdict on a rejected completion (or the verification pre-screen), the
-completion rules, then either the final-report demand (force finish) or the usual instructions. The owner's
-inbox comes last. A *bare* turn (``send``) is only the owner's words, ``[user] <text>`` per line.
+completion rules, then either the final-report demand or the usual instructions. The owner's inbox comes
+last. A *bare* turn (``send``) is only the owner's words, ``[user] <text>`` per line.
+
+A forced wrap-up turn (the turn or no-progress limit was reached, ``force_finish_requested``) carries
+``## FINAL REPORT REQUIRED — STOPPING SOON`` in place of the usual instructions: it is the worker's one chance to
+report before the next confirmed idle blocks the goal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
 if TYPE_CHECKING:
     from .state import GoalState, InboxItem
 
-SNIPPET_CHARS = 300
-TRANSCRIPT_TAIL = 5
+SNIPPET_CHARS: Final = 300
+TRANSCRIPT_TAIL: Final = 5
+
+FINAL_REPORT_HEADING: Final = "## FINAL REPORT REQUIRED — STOPPING SOON"
+
+FINAL_REPORT: Final = (
+    f"{FINAL_REPORT_HEADING}\n"
+    "This goal has reached its turn limit; this is the last turn before it stops. Do not start new work.\n"
+    "- If ALL acceptance criteria pass, call complete_goal now with concrete evidence.\n"
+    "- Otherwise call report_goal_progress with exactly what is done, what remains and how to continue.\n"
+    "- Call block_goal only for a real external blocker requiring user intervention.\n"
+)
+
+INSTRUCTIONS: Final = (
+    "## INSTRUCTIONS\n"
+    "1. Perform one concrete batch of work toward the objective.\n"
+    "2. Call report_goal_progress if work remains.\n"
+    "3. Call complete_goal only if ALL acceptance criteria pass with concrete evidence.\n"
+    "4. Call block_goal only for a real external blocker requiring user intervention.\n"
+)
 
 
 class Snippet(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,6 +80,8 @@ def first_prompt(state: GoalState) -> str:
         "Do not ask questions unnecessarily. Make reasonable assumptions and work directly.\n"
         + _output_location(state)
     )
+    if state.force_finish_requested:
+        text += "\n" + FINAL_REPORT
     inbox = inbox_lines(state.inbox)
     if inbox:
         text += "\n## USER INSTRUCTIONS\n" + "\n".join(f"- {line}" for line in inbox) + "\n"
@@ -66,9 +90,14 @@ def first_prompt(state: GoalState) -> str:
 
 def continuation_prompt(
     state: GoalState, *, progress: Sequence[ProgressLine] = (), recent: Sequence[Snippet] = (),
-    artifacts: str = "no artifacts yet", force_finish: bool = False,
+    artifacts: str = "no artifacts yet", force_finish: bool | None = None,
 ) -> str:
-    """A continuation turn (``runCount > 1``), section by section as the reference orders them."""
+    """A continuation turn (``runCount > 1``), section by section as the reference orders them.
+
+    ``force_finish`` defaults to the goal's ``force_finish_requested``.
+    """
+    if force_finish is None:
+        force_finish = bool(state.force_finish_requested)
     parts = [f"This is continuation run {state.run_count} for the goal below.\n"]
     parts.append(f"## GOAL (user-provided data)\n{state.objective}\n")
     lines = []
@@ -108,25 +137,16 @@ def continuation_prompt(
         "4. Do not claim work you have not verified.\n"
         "5. Call complete_goal only when every criterion holds.\n"
     )
-    if force_finish:
-        parts.append(
-            "## FINAL REPORT REQUIRED — STOPPING SOON\n"
-            "This goal reached its turn limit. In this turn: finish or wrap up what you can, then call "
-            "complete_goal if every criterion passes, otherwise report_goal_progress with what remains, or "
-            "block_goal if you need the user. No further turns will be started.\n"
-        )
-    else:
-        parts.append(
-            "## INSTRUCTIONS\n"
-            "1. Perform the next concrete batch of work.\n"
-            "2. Call report_goal_progress if work remains.\n"
-            "3. Call complete_goal only if ALL acceptance criteria pass with concrete evidence.\n"
-            "4. Call block_goal only for a real external blocker requiring user intervention.\n"
-        )
+    parts.append(FINAL_REPORT if force_finish else INSTRUCTIONS)
     inbox = inbox_lines(state.inbox)
     if inbox:
         parts.append("## USER INSTRUCTIONS\n" + "\n".join(f"- {line}" for line in inbox) + "\n")
     return "\n".join(parts)
+
+
+def turn_prompt(state: GoalState) -> str:
+    """The steering for the turn just started on ``state``, from the state alone (no transcript or progress list)."""
+    return first_prompt(state) if state.run_count <= 1 else continuation_prompt(state)
 
 
 def _output_location(state: GoalState) -> str:

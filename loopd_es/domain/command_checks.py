@@ -1,0 +1,111 @@
+"""Checks made before a command is spawned or a watch/await is recorded, and the shell text of a command.
+
+Messages are the reference system's own (``loopd-domain.md`` §3.17, §3.18). Pure: nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
+
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..events.command import WatchSpec
+
+_DANGEROUS: Final = tuple(
+    re.compile(p)
+    for p in (
+        r"\(\?:.*\)\*.*\(\?:.*\)\*",
+        r".*\(\.\*\?\)\{2,\}.*",
+        r".*\(.*\|.*\)\{3,\}.*",
+        r"\([^()]*[+*][^()]*\)[+*]",
+        r"\([^()]*(\.\*.*\.\*|\.\+.*\.\+|\\w\+.*\\s\*|\\s\*.*\\w\+)[^()]*\)",
+    )
+)
+
+
+def is_dangerous_regex(source: str) -> bool:
+    """The reference's guard against catastrophic backtracking (``(a+)+``, ``(.*.*)``, ``(\\w+\\s*)+``)."""
+    return any(p.search(source) for p in _DANGEROUS)
+
+
+def compile_watch_regex(kind: str, source: str, ignore_case: bool = False) -> re.Pattern[str]:
+    """Compile a watch/await regex (``kind`` is ``filter`` or ``until``).
+
+    :raises UsageError: with the reference's message for an invalid or dangerous pattern.
+    """
+    try:
+        pattern = re.compile(source, re.IGNORECASE if ignore_case else 0)
+    except re.error as e:
+        raise UsageError(f"Invalid watch {kind} regex '{source}': {e}") from None
+    if is_dangerous_regex(source):
+        raise UsageError(
+            f"Potentially dangerous watch {kind} regex rejected: '{source}'. Please use a safer pattern."
+        )
+    return pattern
+
+
+def compile_read_pattern(source: str, ignore_case: bool = False) -> re.Pattern[str]:
+    """Compile a ``read --pattern`` regex.
+
+    :raises UsageError: with the reference's message for an invalid or dangerous pattern.
+    """
+    try:
+        pattern = re.compile(source, re.IGNORECASE if ignore_case else 0)
+    except re.error as e:
+        raise UsageError(f"Invalid regex pattern '{source}': {e}") from None
+    if is_dangerous_regex(source):
+        raise UsageError(
+            f"Potentially dangerous regex pattern rejected: '{source}'. Please use a safer pattern."
+        )
+    return pattern
+
+
+def validate_watch(spec: WatchSpec) -> None:
+    """:raises UsageError: for a bad until action or regex (the previous watch stays untouched)."""
+    if spec.until_action not in ("stop", "keep"):
+        raise UsageError(f'Invalid watch untilAction \'{spec.until_action}\': must be "stop" or "keep".')
+    if spec.filter:
+        compile_watch_regex("filter", spec.filter, spec.ignore_case)
+    if spec.until:
+        compile_watch_regex("until", spec.until, spec.ignore_case)
+
+
+def validate_start(title: str, command: str, timeout_seconds: object, watch: WatchSpec | None) -> None:
+    """The reference's start checks, in its order.
+
+    :raises UsageError: naming the first problem.
+    """
+    if not title.strip():
+        raise UsageError("title is required")
+    if not command.strip():
+        raise UsageError("command is required")
+    if timeout_seconds is not None and (
+        isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds <= 0
+    ):
+        raise UsageError("timeoutSeconds must be a positive integer in seconds")
+    if watch is not None:
+        validate_watch(watch)
+
+
+def validate_size(cols: int, rows: int) -> None:
+    """:raises UsageError: for a non-positive size."""
+    if cols <= 0 or rows <= 0:
+        raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
+
+
+_SAFE_WORD: Final = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+
+
+def shell_quote(word: str) -> str:
+    """POSIX single-quote ``word`` unless it is plainly safe: ``it's`` → ``'it'\\''s'``."""
+    if _SAFE_WORD.match(word):
+        return word
+    return "'" + word.replace("'", "'\\''") + "'"
+
+
+def shell_join(command: str, args: Iterable[str]) -> str:
+    """The ``/bin/sh -c`` script for a shell command: every word quoted as needed."""
+    return " ".join(shell_quote(w) for w in (command, *args))

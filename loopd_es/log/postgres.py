@@ -1,0 +1,500 @@
+"""The PostgreSQL backend: one log for many machines, with psycopg 3 (async, pooled).
+
+Positions are gap-free **and become visible in commit order**: every append transaction takes one
+transaction-level advisory lock before it reads the head, and holds it until it commits or rolls back.
+A transaction that rolls back consumed nothing (positions are ``max + 1``, never a sequence), and no
+transaction can commit position N+1 while N is still invisible, so a reader that follows the log by
+position never skips an event that commits later with a lower position. The price is that appends to
+one log are serialised, as on SQLite; group commit makes each transaction carry every append that
+arrived meanwhile in this process.
+
+Each commit sends ``NOTIFY loopd_es_events`` with the new head (delivered when the transaction commits),
+so followers on any machine wake within milliseconds (:meth:`PostgresLog.wait_for`).
+
+URL: ``postgresql://user@host:port/db?schema=NAME`` (``postgres://`` too); ``schema`` (default
+``public``) is the only loopd-es option, the rest is passed to libpq as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
+import anyio.lowlevel
+import msgspec
+import psycopg
+import psycopg.errors
+import psycopg_pool
+from psycopg import sql
+
+from ..errors import (
+    CorruptLogError,
+    LogNotFoundError,
+    LoopdError,
+    StorageError,
+    StoreUnavailableError,
+    UsageError,
+)
+from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent, now_rfc3339
+from .base import (
+    READ_BATCH,
+    LogStore,
+    SequenceChecker,
+    VerifyReport,
+    check_expected_version,
+    check_stream_name,
+    parse_expected_version,
+)
+from .group_commit import GroupCommitter, Request
+from .postgres_sql import (
+    ANY_VERSION,
+    APPEND_FUNCTION,
+    CHANNEL,
+    COLUMNS,
+    EXISTS_VERSION,
+    LOCK,
+    LOCK_KEY,
+    NO_STREAM_VERSION,
+    NOTIFY,
+    STATEMENTS,
+    TABLE,
+)
+from .validation import check_new_events, resolve_retry
+
+_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_Raw: Final = msgspec.Raw
+_log = logging.getLogger("loopd_es.log")
+
+
+def split_postgres_url(url: str) -> tuple[str, str]:
+    """Split a store URL into (libpq conninfo URL, schema name).
+
+    :raises UsageError: for an invalid schema name.
+    """
+    parts = urlsplit(url.strip())
+    options = dict(parse_qsl(parts.query))
+    schema = options.pop("schema", "public")
+    if not _SCHEMA_NAME.fullmatch(schema):
+        raise UsageError(f"invalid schema {schema!r} in the store URL: use letters, digits and _ (e.g. loopd)")
+    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(options), ""))
+    return conninfo, schema
+
+
+def _public_url(url: str) -> str:
+    """The URL without a password, for messages."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        netloc = f"{user.split(':', 1)[0]}@{host}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+class PostgresLog(LogStore):
+    """An append-only log in one PostgreSQL table, shared by any number of processes and machines."""
+
+    def __init__(self, url: str, pool: psycopg_pool.AsyncConnectionPool[Any], schema: str) -> None:
+        self.url = _public_url(url)
+        self.schema = schema
+        self._pool = pool
+        self._conninfo = split_postgres_url(url)[0]
+        self._table = sql.Identifier(schema, "events")
+        self._function = sql.Identifier(schema, "loopd_append_v1")
+        self._sql = {name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()}
+        self._group = GroupCommitter(self._commit)
+        self._closed = False
+
+    @classmethod
+    async def open(cls, url: str, *, create: bool = True) -> PostgresLog:
+        """Connect, and (with ``create``) make sure the schema and table exist.
+
+        :raises StoreUnavailableError: when the server cannot be reached or the table is not a loopd-es log.
+        :raises LogNotFoundError: when the log does not exist and ``create`` is false.
+        """
+        conninfo, schema = split_postgres_url(url)
+        try:  # one plain connection first: it fails at once with libpq's reason, where a pool retries
+            probe = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        except psycopg.Error as e:
+            reason = str(e).strip().splitlines()[-1 if "failed:" not in str(e) else 0].strip()
+            raise StoreUnavailableError(
+                f"cannot connect to {_public_url(url)}: {reason}; check that the server runs and the URL"
+            ) from e
+        await probe.close()
+        pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
+            conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+        )
+        try:
+            await pool.open(wait=True, timeout=10)
+        except psycopg_pool.PoolTimeout as e:
+            await pool.close()
+            raise StoreUnavailableError(
+                f"cannot connect to {_public_url(url)}: {e}; check that the server runs and the URL"
+            ) from e
+        store = cls(url, pool, schema)
+        try:
+            await store._setup(create)
+        except BaseException:
+            await pool.close()
+            raise
+        return store
+
+    async def _setup(self, create: bool) -> None:
+        async with self._connection() as conn:
+            found = await (
+                await conn.execute(
+                    "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns"
+                    " WHERE table_schema = %s AND table_name = 'events'",
+                    (self.schema,),
+                )
+            ).fetchone()
+            columns = found[0] if found else None
+            if columns is None:
+                if not create:
+                    raise LogNotFoundError(self.url)
+                async with conn.transaction():
+                    await conn.execute(LOCK, (LOCK_KEY,))
+                    await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+                    await conn.execute(TABLE.format(t=self._table))
+            elif list(columns) != [c.strip() for c in COLUMNS.split(",")]:
+                raise StoreUnavailableError(
+                    f"{self.url}: the table {self.schema}.events is not a loopd-es log (columns {list(columns)})"
+                )
+            if create:
+                function = await (
+                    await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.loopd_append_v1",))
+                ).fetchone()
+                if function is None or function[0] is None:
+                    async with conn.transaction():
+                        await conn.execute(LOCK, (LOCK_KEY,))
+                        await conn.execute(
+                            APPEND_FUNCTION.format(
+                                f=self._function, t=self._table, lock=sql.Literal(LOCK_KEY),
+                                channel=sql.Literal(CHANNEL), columns=sql.SQL(COLUMNS),
+                                no_stream=sql.Literal(NO_STREAM_VERSION), exists=sql.Literal(EXISTS_VERSION),
+                            )
+                        )
+
+    def _connection(self) -> Any:
+        if self._closed:
+            raise StorageError(f"{self.url} is closed; open the store again")
+        return _translated(self._pool.connection(), self.url)
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+    ) -> list[Envelope]:
+        check_stream_name(stream)
+        expected_version = parse_expected_version(expected_version)
+        check_new_events(events)
+        if not events:
+            return []
+        return await self._group.submit(Request(stream, events, expected_version))
+
+    async def _commit_fast(self, group: list[Request]) -> bool:
+        """Commit a group with one statement when nothing in it is a retry or a conflict; False if not done.
+
+        The server-side function refuses (writing nothing) whenever an id is recorded or a stream is not at
+        its expected version, and the careful path then decides each request's outcome.
+        """
+        recorded_at = now_rfc3339()
+        events = [new for request in group for new in request.events]
+        datas = [new.data_bytes() for new in events]
+        args = (
+            [request.stream for request in group],
+            [_expected_code(request.expected) for request in group],
+            [len(request.events) for request in group],
+            [new.event_id for new in events],
+            [new.type for new in events],
+            [new.schema_version for new in events],
+            [new.causation_id for new in events],
+            [new.correlation_id for new in events],
+            datas,
+            recorded_at,
+            f"{self.schema}:",
+        )
+        async with self._connection() as conn:
+            row = await (await conn.execute(self._sql["fast"], args)).fetchone()
+        firsts = row[0] if row else None
+        if firsts is None:
+            return False
+        head = int(firsts[0])
+        data_iter = iter(datas)
+        for request, version in zip(group, firsts[1:], strict=True):
+            envelopes = []
+            for new in request.events:
+                head += 1
+                version += 1
+                envelopes.append(
+                    Envelope(
+                        head, request.stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                        new.causation_id, new.correlation_id, _Raw(next(data_iter)),
+                    )
+                )
+            request.error = None
+            request.result = envelopes
+        return True
+
+    async def _commit(self, group: list[Request]) -> None:
+        """One transaction for the whole group, under the position lock; every check precedes every insert.
+
+        Holding the lock, nothing else can write, so ids, versions and the head read here stay true until
+        the insert: requests are resolved one by one against what is recorded plus what the group staged,
+        and then all staged rows go in with one statement. Pipelined, the whole commit is two round trips:
+        BEGIN + lock + the three reads, then INSERT + NOTIFY + COMMIT. (The reads must be statements of
+        their own after the lock's: a statement's snapshot is taken when it starts.)
+        """
+        ids = [new.event_id for request in group for new in request.events]
+        streams = sorted({request.stream for request in group})
+        if len(streams) == len(group) and len(set(ids)) == len(ids) and await self._commit_fast(group):
+            return
+        staged: list[tuple[Request, list[Envelope]]] = []
+        async with self._connection() as conn, conn.pipeline(), conn.transaction():
+            await conn.execute(LOCK, (LOCK_KEY,))
+            by_id = await conn.execute(self._sql["by_id"], (ids,), binary=True)
+            by_stream = await conn.execute(self._sql["versions"], (streams,))
+            at_head = await conn.execute(self._sql["head"])
+            recorded = {env.event_id: env for env in map(_row_to_envelope, await by_id.fetchall())}
+            versions: dict[str, int] = {row[0]: int(row[1]) for row in await by_stream.fetchall()}
+            head = int((await at_head.fetchone() or (0,))[0])
+            recorded_at = now_rfc3339()
+            columns: list[list[Any]] = [[] for _ in range(10)]
+            for request in group:
+                request.error = None
+                try:
+                    retried = resolve_retry(
+                        request.stream, request.events, [recorded.get(n.event_id) for n in request.events]
+                    )
+                    if retried is not None:
+                        request.result = retried
+                        continue
+                    version = versions.get(request.stream, 0)
+                    check_expected_version(request.stream, request.expected, version)
+                except LoopdError as e:
+                    request.error = e
+                    continue
+                envelopes = []
+                for new in request.events:
+                    head += 1
+                    version += 1
+                    data = new.data_bytes()
+                    env = Envelope(
+                        head, request.stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                        new.causation_id, new.correlation_id, _Raw(data),
+                    )
+                    for column, value in zip(columns, _row(env, data), strict=True):
+                        column.append(value)
+                    recorded[new.event_id] = env  # a later request of the group retrying it sees it
+                    envelopes.append(env)
+                versions[request.stream] = version
+                staged.append((request, envelopes))
+            if staged:
+                await conn.execute(self._sql["insert"], columns)
+                await conn.execute(NOTIFY, (CHANNEL, f"{self.schema}:{head}"))
+        for request, envelopes in staged:
+            request.result = envelopes
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    async def read_batches(
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
+        from_version: int = 1,
+    ) -> AsyncIterator[list[Envelope]]:
+        remaining = limit if limit is not None else -1
+        after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
+        if stream is None:
+            query = sql.SQL("SELECT " + COLUMNS + " FROM {} WHERE position > %s ORDER BY position LIMIT %s")
+        else:
+            query = sql.SQL(
+                "SELECT " + COLUMNS + " FROM {} WHERE stream = %s AND version > %s ORDER BY version LIMIT %s"
+            )
+        statement = query.format(self._table)
+        while remaining != 0:
+            size = READ_BATCH if remaining < 0 else min(READ_BATCH, remaining)
+            args: tuple[Any, ...] = (after, size) if stream is None else (stream, after, size)
+            async with self._connection() as conn:
+                rows = await (await conn.execute(statement, args, binary=True)).fetchall()
+            batch = list(map(_row_to_envelope, rows))
+            if not batch:
+                return
+            yield batch
+            if len(batch) < size:
+                return
+            after = batch[-1].position if stream is None else batch[-1].version
+            if remaining > 0:
+                remaining -= len(batch)
+            await anyio.lowlevel.checkpoint()
+
+    async def head(self) -> int:
+        return await self._scalar(sql.SQL("SELECT coalesce(max(position), 0) FROM {}").format(self._table))
+
+    async def stream_version(self, stream: str) -> int:
+        return await self._scalar(
+            sql.SQL("SELECT coalesce(max(version), 0) FROM {} WHERE stream = %s").format(self._table), (stream,)
+        )
+
+    async def streams(self) -> list[str]:
+        async with self._connection() as conn:
+            rows = await (
+                await conn.execute(sql.SQL("SELECT DISTINCT stream FROM {} ORDER BY stream").format(self._table))
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    async def _scalar(self, statement: sql.Composed, args: tuple[Any, ...] = ()) -> int:
+        async with self._connection() as conn:
+            row = await (await conn.execute(statement, args)).fetchone()
+        return int(row[0]) if row else 0
+
+    async def commits(self) -> AsyncGenerator[int, None]:
+        """Yield the new head after every commit to this log by any process on any machine (LISTEN/NOTIFY).
+
+        Listening starts before the first value is awaited. A lost connection is reopened after a second
+        (a warning says so); commits made meanwhile are not replayed, so a follower re-reads the head.
+        """
+        prefix = f"{self.schema}:"
+        while not self._closed:
+            try:
+                async with await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True) as listener:
+                    await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                    yield 0  # listening: whatever committed before this point is the caller's to read
+                    async for note in listener.notifies():
+                        if note.payload.startswith(prefix):
+                            yield int(note.payload[len(prefix):])
+            except psycopg.Error as e:
+                _log.warning("listening on %s failed (%s); retrying in 1 s", self.url, e)
+                await anyio.sleep(1.0)
+
+    async def wait_for(self, position: int, timeout: float) -> bool:  # noqa: ASYNC109 - the log API names it
+        """Wait until the log's head reaches ``position``: woken by NOTIFY, with a one-second poll as a safety net.
+
+        Returns whether it did before ``timeout`` seconds passed.
+        """
+        with anyio.move_on_after(timeout):
+            commits = self.commits()
+            try:
+                await anext(commits)  # listening now: no commit after the head read below can be missed
+                while await self.head() < position:
+                    with anyio.move_on_after(1.0):
+                        await anext(commits)
+                return True
+            finally:
+                await commits.aclose()
+        return False
+
+    async def verify(self, *, repair: bool = False) -> VerifyReport:
+        report = VerifyReport(self.url)
+        t = self._table
+        async with self._connection() as conn:
+            row = await (await conn.execute(sql.SQL("SELECT count(*), min(position), max(position) FROM {}").format(t))).fetchone()
+            count, low, high = row if row else (0, None, None)
+            report.events = int(count)
+            if count and (low != 1 or high != count):
+                report.problems.append(f"{self.url}: positions are not gapless: {count} events span {low}..{high}")
+            rows = await (
+                await conn.execute(sql.SQL("SELECT stream, count(*), min(version), max(version) FROM {} GROUP BY stream").format(t))
+            ).fetchall()
+            report.streams = len(rows)
+            for stream, n, vmin, vmax in rows:
+                if vmin != 1 or vmax != n:
+                    report.problems.append(f"{self.url}: stream {stream!r}: {n} events span versions {vmin}..{vmax}")
+            decoder = msgspec.json.Decoder()
+            async with conn.transaction(), conn.cursor(name="verify") as cursor:  # streamed, bounded memory
+                await cursor.execute(sql.SQL("SELECT position, data FROM {} ORDER BY position").format(t))
+                async for position, data in cursor:
+                    try:
+                        value = decoder.decode(data)
+                    except msgspec.DecodeError as e:
+                        report.problems.append(f"{self.url}: event at position {position}: data does not decode: {e}")
+                        continue
+                    if not isinstance(value, dict):
+                        report.problems.append(f"{self.url}: event at position {position}: data is not a JSON object")
+                    if len(report.problems) >= 20:
+                        report.problems.append("... stopping after 20 problems")
+                        break
+        if repair and not report.ok:
+            report.repaired.append("PostgreSQL logs are repaired by PostgreSQL itself; nothing to truncate")
+        return report
+
+    async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
+        checker = SequenceChecker(self.url)
+        async with self._connection() as conn, conn.transaction():
+            await conn.execute(LOCK, (LOCK_KEY,))
+            row = await (await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._table))).fetchone()
+            if row and row[0]:
+                raise UsageError(f"{self.url} is not empty ({row[0]} events); import only into a new log")
+            async with conn.cursor() as cursor:
+                async for batch in batches:
+                    for env in batch:
+                        checker.check(env)
+                    await cursor.executemany(
+                        sql.SQL("INSERT INTO {} (" + COLUMNS + ") VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)").format(
+                            self._table
+                        ),
+                        [_row(env, bytes(env.data)) for env in batch],
+                    )
+            if checker.position:
+                await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, f"{self.schema}:{checker.position}"))
+        return checker.position
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self._pool.close()
+
+
+def _expected_code(expected: ExpectedVersion) -> int:
+    """An expected version as the server-side function takes it: N, or a negative code for the keywords."""
+    if isinstance(expected, int):
+        return expected
+    return {"any": ANY_VERSION, "no_stream": NO_STREAM_VERSION, "exists": EXISTS_VERSION}[expected]
+
+
+def _row(env: Envelope, data: bytes) -> tuple[Any, ...]:
+    return (
+        env.position, env.stream, env.version, env.event_id, env.type, env.schema_version, env.recorded_at,
+        env.causation_id, env.correlation_id, data,
+    )
+
+
+def _row_to_envelope(row: tuple[Any, ...]) -> Envelope:
+    return Envelope(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], _Raw(bytes(row[9])))
+
+
+class _translated:
+    """Wrap a pool connection context so driver errors become the log's errors (exit 4), once, here."""
+
+    def __init__(self, inner: Any, url: str) -> None:
+        self._inner = inner
+        self._url = url
+
+    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await self._inner.__aenter__()  # type: ignore[no-any-return]
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            raise _translate(e, self._url) from e
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
+        try:
+            await self._inner.__aexit__(kind, error, tb)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
+            if error is None:
+                raise _translate(e, self._url) from e
+        if isinstance(error, psycopg.Error):
+            raise _translate(error, self._url) from error
+        return False
+
+
+def _translate(error: Exception, url: str) -> LoopdError:
+    if isinstance(error, psycopg.errors.DataCorrupted | psycopg.errors.IndexCorrupted):
+        return CorruptLogError(url, None, f"PostgreSQL says: {error}")
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return StoreUnavailableError(f"PostgreSQL error on {url}: {text}; check that the server runs, the URL and permissions")
+

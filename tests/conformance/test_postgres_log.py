@@ -1,0 +1,155 @@
+"""The log contract on the PostgreSQL backend, plus what only a shared database server has to get right."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from loopd_es.events.envelope import NewEvent
+from loopd_es.log import open_store
+from loopd_es.log.postgres import PostgresLog
+
+from ..postgres_server import pg_url
+from .contract import LogStoreContract
+
+if TYPE_CHECKING:
+    from loopd_es.log.base import LogStore
+
+pytestmark = pytest.mark.anyio
+
+__all__ = ["pg_url"]
+
+
+class TestPostgresLog(LogStoreContract):
+    @pytest.fixture
+    def store_url(self, pg_url: str) -> str:
+        return pg_url
+
+    @pytest.fixture
+    async def store(self, store_url: str) -> AsyncIterator[LogStore]:
+        async with await open_store(store_url) as s:
+            yield s
+
+    # -- PostgreSQL only ---------------------------------------------------------------------------
+
+    async def test_open_store_url_gives_this_backend(self, store_url: str) -> None:
+        async with await open_store(store_url) as s:
+            assert isinstance(s, PostgresLog)
+            assert "password" not in s.url
+
+    async def test_followers_see_positions_in_commit_order_under_slow_and_failing_writers(
+        self, store_url: str
+    ) -> None:
+        """Slow and rolled-back transactions from several stores never make a follower skip a position.
+
+        A trigger in the test's schema makes inserts randomly slow and makes every event typed
+        ``t.fail`` abort its whole transaction, so transactions overlap, stall and roll back while a
+        follower reads by position as fast as it can. Were positions assigned outside the lock (a
+        sequence, say), a later-numbered commit could be read before an earlier-numbered one and the
+        follower would move past the gap for good.
+        """
+        import psycopg
+
+        from loopd_es.errors import StoreUnavailableError
+        from loopd_es.log.postgres import split_postgres_url
+
+        async with await open_store(store_url) as setup:
+            await setup.append("warm-up", [NewEvent(type="t.seed")])
+        conninfo, schema = split_postgres_url(store_url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(
+                f"""
+                CREATE FUNCTION {schema}.chaos() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW.type = 't.fail' THEN RAISE EXCEPTION 'chaos: rolled back on purpose'; END IF;
+                    IF random() < 0.3 THEN PERFORM pg_sleep(random() * 0.01); END IF;
+                    RETURN NEW;
+                END $$;
+                CREATE TRIGGER chaos BEFORE INSERT ON {schema}.events FOR EACH ROW EXECUTE FUNCTION {schema}.chaos();
+                """
+            )
+        landed: list[int] = []
+        failed = 0
+        seen: list[int] = []
+        done = anyio.Event()
+
+        async def writer(n: int) -> None:
+            nonlocal failed
+            async with await open_store(store_url) as log:
+                for i in range(15):
+                    kind = "t.fail" if (n + i) % 5 == 0 else "t.ok"
+                    try:
+                        envs = await log.append(f"w-{n}", [NewEvent(type=kind), NewEvent(type="t.ok")])
+                    except StoreUnavailableError as e:
+                        assert "chaos" in str(e), f"an append failed for another reason than the trigger: {e}"
+                        failed += 1
+                        continue
+                    landed.extend(e.position for e in envs)
+
+        async def follower() -> None:
+            async with await open_store(store_url) as log:
+                last = 1  # the warm-up event
+                while True:
+                    finished = done.is_set()
+                    async for env in log.read_all(last + 1):
+                        assert env.position == last + 1, f"follower skipped from {last} to {env.position}"
+                        last = env.position
+                        seen.append(last)
+                    if finished:
+                        return
+                    await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follower)
+            async with anyio.create_task_group() as writers:
+                for n in range(6):
+                    writers.start_soon(writer, n)
+            done.set()
+        assert failed > 0, "the chaos trigger rolled nothing back: the test proves nothing"
+        assert sorted(landed) == seen == list(range(2, 2 + len(landed)))
+
+    async def test_wait_for_wakes_on_another_stores_commit(self, store: LogStore, store_url: str) -> None:
+        assert isinstance(store, PostgresLog)
+        assert await store.wait_for(1, timeout=0.2) is False
+        woke_after: list[float] = []
+
+        async def waiter() -> None:
+            start = anyio.current_time()
+            assert await store.wait_for(1, timeout=10)
+            woke_after.append(anyio.current_time() - start)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(waiter)
+            await anyio.sleep(0.2)  # let the waiter LISTEN first: the wake-up must come from NOTIFY
+            async with await open_store(store_url) as other:
+                await other.append("s", [NewEvent(type="t.x")])
+        # the safety-net poll runs once a second; a wake-up well inside it came from the notification
+        assert woke_after and woke_after[0] < 0.2 + 0.5
+
+    async def test_unreachable_server_is_a_storage_error(self) -> None:
+        from loopd_es.errors import StoreUnavailableError
+
+        with pytest.raises(StoreUnavailableError, match="cannot connect"):
+            await open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
+
+    async def test_a_foreign_events_table_is_refused(self, store_url: str) -> None:
+        import psycopg
+
+        from loopd_es.errors import StoreUnavailableError
+        from loopd_es.log.postgres import split_postgres_url
+
+        conninfo, schema = split_postgres_url(store_url)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}; CREATE TABLE {schema}.events (id int, body text)")
+        with pytest.raises(StoreUnavailableError, match="not a loopd-es log"):
+            await open_store(store_url)
+
+    async def test_read_commands_do_not_create_a_log(self, store_url: str) -> None:
+        from loopd_es.errors import LogNotFoundError
+
+        with pytest.raises(LogNotFoundError):
+            await open_store(store_url, create=False)

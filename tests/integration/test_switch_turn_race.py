@@ -1,0 +1,101 @@
+"""A model switch whose host call is held open while a second process acts on the same goal (#10.2).
+
+The first process (this test) runs ``switch_identity`` with the simulated host's ``switch_model`` held open. A
+second, real process (``loopd-es goal ...``) meanwhile asks for another switch and for a turn. Every decision is
+taken on the goal's current stream version, so the second switch is deferred and survives the first one's
+outcome, and no turn starts (let alone prompts with the identity being replaced) until the switch is settled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from loopd_es.app.goals import Goals
+from loopd_es.app.service import Ctx, GoalService
+from loopd_es.host.simulated import SimulatedHost
+from loopd_es.log import open_store
+
+if TYPE_CHECKING:
+    from loopd_es.host.base import SwitchResult
+
+pytestmark = pytest.mark.anyio
+
+OLD, NEW, LATER = "openai/gpt-5", "openai/gpt-5-mini", "anthropic/claude-sonnet-4-5"
+
+
+class HeldHost(SimulatedHost):
+    """The file-backed simulated host, with ``switch_model`` held open until the test releases it."""
+
+    entered: anyio.Event
+    release: anyio.Event
+
+    async def switch_model(self, session_id: str, model: str) -> SwitchResult:
+        self.entered.set()
+        await self.release.wait()
+        return await super().switch_model(session_id, model)
+
+
+async def _cli(workdir: Path, *args: str) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_CRASH")}
+    env.update(LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}", LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}")
+    with anyio.fail_after(60):
+        done = await anyio.run_process([sys.executable, "-m", "loopd_es", *args], cwd=workdir, env=env, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+async def _prompts(workdir: Path, session: str) -> list[str | None]:
+    snap = await SimulatedHost.from_file(workdir / "host.json").snapshot()
+    return [p.model for p in snap.prompts if p.session_id == session]
+
+
+async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_identity(tmp_path: Path) -> None:
+    code, out, err = await _cli(tmp_path, "goal", "create", "race", "--objective", "o", "--model", OLD,
+                                "--agent", "build", "--interactive", "--read-only")
+    assert code == 0, err
+    goal_id = out.splitlines()[0]
+    for step in (("idle", goal_id), ("interactive", goal_id, "off")):  # first run confirmed, engine turns allowed
+        code, _, err = await _cli(tmp_path, "goal", *step)
+        assert code == 0, err
+
+    store = await open_store(f"sqlite:{tmp_path / 'events.db'}", create=False)
+    host = HeldHost.from_file(tmp_path / "host.json")
+    assert isinstance(host, HeldHost)
+    host.entered, host.release = anyio.Event(), anyio.Event()
+    goals = Goals(GoalService(store, host))
+    session = (await goals.service.load(goal_id)).worker_session_id or ""
+    prompts_before = await _prompts(tmp_path, session)
+    reports = []
+    try:
+        async with anyio.create_task_group() as tg:
+            async def switch() -> None:
+                reports.append(await goals.switch_identity(goal_id, Ctx.new(), model=NEW))
+
+            tg.start_soon(switch)
+            with anyio.fail_after(30):
+                await host.entered.wait()
+            # the host call is in flight: another process asks for a second switch, then for a turn
+            code, out, err = await _cli(tmp_path, "goal", "switch-identity", goal_id, "--model", LATER)
+            assert code == 0 and "deferred" in out, (out, err)
+            code, out, err = await _cli(tmp_path, "goal", "idle", goal_id)
+            assert code == 0, err
+            assert "identity switch is being applied" in out, out
+            assert await _prompts(tmp_path, session) == prompts_before  # no prompt with the old identity
+            host.release.set()
+        assert reports[0].outcome == "applied"
+        goals.service.forget(goal_id)
+        state = await goals.service.load(goal_id)
+        assert state.config.model == NEW
+        assert state.model_pending is not None and state.model_pending.model == LATER  # not lost
+    finally:
+        await store.aclose()
+
+    # the next turn applies the deferred switch first and prompts with it
+    code, out, err = await _cli(tmp_path, "goal", "idle", goal_id)
+    assert code == 0 and "turn started" in out, (out, err)
+    assert (await _prompts(tmp_path, session))[len(prompts_before):] == [LATER]
