@@ -123,6 +123,32 @@ async def opencode_own_latency(bench: Bench, samples: int) -> list[float]:
     return out
 
 
+async def host_call_costs(bench: Bench, samples: int) -> dict[str, Any]:
+    """What each host call an engine turn makes costs on this OpenCode (the profile behind the turn overhead):
+    the transcript read that confirms an idle (200 messages), the status read, the resend check (20 messages)."""
+    host = OpenCodeHost(bench.opencode.url)
+    out: dict[str, list[float]] = {"messages_200": [], "session_status": [], "messages_20": [], "list_models": []}
+    try:
+        worker = await host.create_worker(title="profile")
+        for i in range(6):  # a transcript of a few turns, as an engine-driven session has
+            await host.prompt(worker.session_id, f"turn {i}", model="fake/good", agent="build")
+            while await host.session_status(worker.session_id) != "idle":  # noqa: ASYNC110 - a host poll
+                await anyio.sleep(0.02)
+        for _ in range(samples):
+            for name, call in (
+                ("messages_200", lambda: host.messages(worker.session_id, limit=200)),
+                ("session_status", lambda: host.session_status(worker.session_id)),
+                ("messages_20", lambda: host.messages(worker.session_id, limit=20)),
+                ("list_models", host.list_models),
+            ):
+                started = time.perf_counter()
+                await call()
+                out[name].append(time.perf_counter() - started)
+    finally:
+        await host.aclose()
+    return {name: summary(values) for name, values in out.items()}
+
+
 async def engine_turns(bench: Bench, turns: int) -> dict[str, Any]:
     """Drive one goal for ``turns`` turns with the engine; time each idle → next turn."""
     idles: dict[str, list[float]] = {}
@@ -238,11 +264,13 @@ def main(argv: list[str] | None = None) -> int:
                 "p99_ms": round(turns["idle_to_next_model_request"]["p99_ms"] - own_s["p99_ms"], 2),
                 "target": "<= 5 ms beyond OpenCode's own latency",
             }
+            calls = anyio.run(host_call_costs, bench, args.own_samples)
             sse = anyio.run(sse_rates, bench)
             mem = memory(bench, args.goals)
         finally:
             bench.stop()
-    print(json.dumps({"turn": {**turns, "opencode_prompt_to_model_request": own_s, "engine_overhead_estimate": overhead},
+    print(json.dumps({"turn": {**turns, "opencode_prompt_to_model_request": own_s, "engine_overhead_estimate": overhead,
+                               "host_call_costs": calls},
                       "sse": sse, "memory": mem}, indent=2))
     return 0
 
