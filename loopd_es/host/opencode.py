@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import math
 import os
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -72,6 +73,8 @@ log = logging.getLogger("loopd_es.host.opencode")
 
 PASSWORD_ENVS: Final = ("LOOPD_ES_OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD")
 PermissionPolicy = Literal["allow", "reject"]
+STATUS_TTL_S: Final = 0.05
+ALIVE_TTL_S: Final = 30.0
 CATALOG_TTL_S: Final = 30.0
 """How long a model or agent catalog read for validating a prompt is reused (it rarely changes; every prompt
 would otherwise pay two more round trips, one of them the whole provider list)."""
@@ -105,6 +108,9 @@ class OpenCodeHost:
         self._catalogs: dict[str, tuple[float, Any]] = {}  # validation lookups, kept CATALOG_TTL_S
         self._last_activity: dict[str, float] = {}
         self._open_tools: dict[str, set[str]] = {}
+        self._users: set[str] = set()
+        self._statuses: tuple[float, dict[str, Any]] | None = None
+        self._alive: dict[str, float] = {}
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> OpenCodeHost:
@@ -128,6 +134,8 @@ class OpenCodeHost:
         self, operation: str, method: str, path: str, *, session_id: str | None = None, **kwargs: Any
     ) -> Any:
         """One request; host errors translated here and only here (a 404 on a session path: no such session)."""
+        if method != "GET":
+            self._statuses = None  # a prompt, abort or summary may change what the status map says
         try:
             reply = await self._client.request(method, path, **kwargs)
         except httpx.TimeoutException as e:
@@ -188,13 +196,25 @@ class OpenCodeHost:
         return PromptReceipt(session_id=session_id, prompt_id=prompt_id or message_id or "", model=model, agent=agent)
 
     async def session_status(self, session_id: str) -> SessionStatus:
-        """As the port says: an unreachable host or a missing session is ``"unknown"``, never an error."""
+        """As the port says: an unreachable host or a missing session is ``"unknown"``, never an error.
+
+        One engine decision reads the status several times within milliseconds: the map is reused for
+        :data:`STATUS_TTL_S` (and dropped by anything this host sends), and a session seen alive recently is
+        not looked up again to tell "idle" from "gone" (a 404 forgets it).
+        """
         try:
-            statuses = await self._call("status", "GET", "/session/status")
-            entry = (statuses or {}).get(session_id)
+            now = time.monotonic()
+            if self._statuses is None or now - self._statuses[0] > STATUS_TTL_S:
+                self._statuses = (now, await self._call("status", "GET", "/session/status") or {})
+            entry = self._statuses[1].get(session_id)
             if entry is None:  # absent means idle, or no such session: only GET /session/{id} tells them apart
-                await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
+                if now - self._alive.get(session_id, -math.inf) > ALIVE_TTL_S:
+                    await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
+                    self._alive[session_id] = now
                 return "idle"
+        except SessionNotFoundError:
+            self._alive.pop(session_id, None)
+            return "unknown"
         except HostError:
             return "unknown"
         kind = entry.get("type")
@@ -352,7 +372,8 @@ class OpenCodeHost:
         session_id = props.get("sessionID")
         if not isinstance(session_id, str):
             return []
-        return [self._stamp(event) for event in translate_event(kind, props, self._open_tools, self._activity(kind, session_id))]
+        translated = translate_event(kind, props, self._open_tools, self._activity(kind, session_id), self._users)
+        return [self._stamp(event) for event in translated]
 
     def _activity(self, kind: object, session_id: str) -> bool:
         """Whether a streamed-text delta should be reported as activity now (throttled per session)."""
@@ -384,11 +405,13 @@ class OpenCodeHost:
 
 
 def translate_event(
-    kind: object, props: dict[str, Any], open_tools: dict[str, set[str]], activity: bool
+    kind: object, props: dict[str, Any], open_tools: dict[str, set[str]], activity: bool,
+    seen_users: set[str] | None = None,
 ) -> list[AnyHostEvent]:
     """One OpenCode bus event as the host events it means (none for noise).
 
-    ``open_tools`` (session → call ids) turns tool-part state updates into one start and one end per call.
+    ``open_tools`` (session → call ids) turns tool-part state updates into one start and one end per call;
+    ``seen_users`` (user message ids) lets a prompt appear once.
     """
     session_id = str(props.get("sessionID"))
     if kind == "session.idle":
@@ -412,6 +435,15 @@ def translate_event(
         info = props.get("info") or {}
         if info.get("role") not in ("user", "assistant"):
             return []
+        if info.get("role") == "user" and seen_users is not None:
+            # a prompt appears once; OpenCode updates it again after the turn (its diff summary), which is
+            # not the worker doing anything and must not count as activity after the idle
+            message_id = str(info.get("id", ""))
+            if message_id in seen_users:
+                return []
+            if len(seen_users) > 10_000:
+                seen_users.clear()
+            seen_users.add(message_id)
         return [MessageUpdated(session_id=session_id, message=_transcript_message(info, []))]
     if kind == "message.part.updated":
         part = props.get("part") or {}

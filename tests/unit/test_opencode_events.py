@@ -66,3 +66,14 @@ def test_a_retry_status_keeps_the_providers_message_attempt_and_next_time() -> N
                      "session-error", NOW)
     assert limit is not None and limit.kind == "rate-limit"
     assert quota is not None and quota.kind == "quota"
+
+
+def test_a_prompt_appears_once_and_its_later_summary_update_is_not_activity() -> None:
+    seen: set[str] = set()
+    user = {"sessionID": "ses_1", "info": {"id": "msg_1", "role": "user", "time": {"created": 1}}}
+    assert len(translate_event("message.updated", user, {}, False, seen)) == 1
+    summary = {"sessionID": "ses_1", "info": {**user["info"], "summary": {"diffs": []}}}  # type: ignore[dict-item]
+    assert translate_event("message.updated", summary, {}, False, seen) == []
+    assistant = {"sessionID": "ses_1", "info": {"id": "msg_2", "role": "assistant", "parentID": "msg_1"}}
+    assert len(translate_event("message.updated", assistant, {}, False, seen)) == 1
+    assert len(translate_event("message.updated", assistant, {}, False, seen)) == 1  # answers do update
