@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .goal_links import GoalLinks as GoalLinks
     from .goals import Goals as Goals
     from .identities import Identities as Identities
+    from .notifications import Notifications as Notifications
     from .provider_limits import ProviderLimits as ProviderLimits
     from .runs import Runs as Runs
     from .stream_stats import StreamStats as StreamStats
@@ -41,6 +42,7 @@ _MODELS: Final[tuple[tuple[str, str, str], ...]] = (
     ("commands", "commands", "Commands"),
     ("awaits", "awaits", "Awaits"),
     ("goal_links", "goal_links", "GoalLinks"),
+    ("notifications", "notifications", "Notifications"),
 )
 _CLASSES: Final = {cls: module for _, module, cls in _MODELS}
 _INSTANCES: dict[str, Projection] = {}
@@ -52,6 +54,7 @@ __all__ = (
     "GoalLinks",
     "Goals",
     "Identities",
+    "Notifications",
     "ProviderLimits",
     "Runs",
     "StreamStats",

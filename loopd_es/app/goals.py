@@ -11,20 +11,18 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
-import msgspec
-
 from ..domain import goal_commands as c
-from ..domain.prompts import turn_prompt
-from ..domain.rules import lease_valid
 from ..errors import ConflictError, WrongExpectedVersionError
 from ..events import goal as g
 from ..events.envelope import Envelope, new_event_id
-from ..host.errors import HostError, ProviderError
+from ..host.errors import HostError
 from ..procs.service import cancel_goal_awaits
-from ..sagas.fallback import Source, observe_provider_error, safe_error_text
+from ..sagas.fallback import Source, observe_provider_error
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
 from .service import MAX_ATTEMPTS, Ctx, GoalService
+from .turns import Guard, Kind, TurnStarter
+from .turns import TurnReport as TurnReport
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -38,23 +36,14 @@ class SwitchFailedError(ConflictError):
         super().__init__(report.message())
 
 
-class TurnReport(msgspec.Struct, kw_only=True):
-    """What an attempt to start a turn did: ``started`` (prompted), or why not."""
-
-    goal_id: str
-    result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
-                    "prompt-failed", "switch-failed", "switching"]
-    switches: list[SwitchReport] = msgspec.field(default_factory=list)
-    detail: str = ""
-
-
 class Goals:
     """The goal use cases over one :class:`GoalService`."""
 
-    def __init__(self, service: GoalService) -> None:
+    def __init__(self, service: GoalService, guard: Guard | None = None) -> None:
         self.service = service
         self.host = service.host
         self.switches = SwitchSaga(service)
+        self.turns = TurnStarter(service, self, guard)
 
     async def recover(self, ctx: Ctx | None = None) -> list[SwitchReport]:
         """Settle the switch sagas a crashed process left open (run before any other use case)."""
@@ -222,59 +211,16 @@ class Goals:
 
     # -- turns ----------------------------------------------------------------------------------------
 
-    async def continue_turn(self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False) -> TurnReport:
+    async def continue_turn(
+        self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport:
         """Start the goal's next turn if it may run (reference §3.2): pendings first, then prompt.
 
         ``explicit`` marks an owner action; without it an interactive goal is never prompted.
+
+        :raises SwitchFailedError: when a pending switch is refused; the goal is then blocked.
         """
-        state = await self.service.load(goal_id)
-        if not state.exists or state.status != "active":
-            return TurnReport(goal_id=goal_id, result="not-active")
-        if state.interactive and not explicit:
-            return TurnReport(goal_id=goal_id, result="interactive")
-        if state.phase == "running" and lease_valid(state, self.service.clock()):
-            return TurnReport(goal_id=goal_id, result="running")
-        if state.switch_in_flight is not None:
-            return TurnReport(goal_id=goal_id, result="switching", detail=state.switch_in_flight.switch_id)
-        worker = state.worker_session_id
-        if worker is None:
-            return TurnReport(goal_id=goal_id, result="no-worker")
-        status = await self.host.session_status(worker)
-        has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
-        if status != "idle" and (not force or has_pending):
-            return TurnReport(goal_id=goal_id, result="busy")
-        switches = await self.apply_pending(goal_id, ctx) if has_pending else []
-        run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
-        started = await self.service.execute(c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id), ctx)
-        if not started:  # decided on the goal's current version: another process may have moved it meanwhile
-            now = await self.service.load(goal_id)
-            if now.switch_in_flight is not None:
-                return TurnReport(goal_id=goal_id, result="switching", switches=switches,
-                                  detail=now.switch_in_flight.switch_id)
-            return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
-        state = await self.service.load(goal_id)
-        text = turn_prompt(state)
-        ctx = ctx.caused_by(started[-1].event_id)
-        try:
-            await self.host.prompt(
-                worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id
-            )
-        except ProviderError as e:
-            await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(e.info.as_reported()),
-                                   source="prompt-delivery", run_id=run_id, generation=state.run_generation), ctx,
-            )
-            await observe_provider_error(
-                self.service, goal_id, e.info.as_reported(), ctx, source="prompt-delivery", record_failure=False
-            )
-            return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
-        except HostError as e:
-            await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery", run_id=run_id,
-                                   generation=state.run_generation), ctx
-            )
-            return TurnReport(goal_id=goal_id, result="prompt-failed", switches=switches, detail=str(e))
-        return TurnReport(goal_id=goal_id, result="started", switches=switches)
+        return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
 
     async def idle(self, goal_id: str, ctx: Ctx) -> TurnReport:
         """The worker went idle: confirm the run, enforce limits, and (unless interactive) continue."""
@@ -315,6 +261,7 @@ class Goals:
     async def observe_error(
         self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
         expected_model: str | None = None, run_id: str | None = None, generation: int | None = None,
+        via: str | None = None,
     ) -> list[Envelope]:
         """A provider error as the host reported it: run failure, classification, fallback preparation.
 
@@ -322,5 +269,5 @@ class Goals:
         """
         return await observe_provider_error(
             self.service, goal_id, error, ctx, source=source, expected_model=expected_model, run_id=run_id,
-            generation=generation,
+            generation=generation, via=via,
         )

@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ class _Story:
         from .main import main
 
         argv = ("--store", self.store, *args)
-        if args[0] == "models" or (args[0] == "goal" and args[1] != "show"):
+        if args[0] in ("models", "sim", "owner", "worker") or (args[0] == "goal" and args[1] != "show"):
             argv = (*argv, "--host", self.host)
 
         def call() -> tuple[int, str, str]:
@@ -151,6 +152,8 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
         if "blocked" in out or "not active" in out:
             break
 
+    await _engine_part(story, host)
+
     await story.say("What the read models say")
     await story.run("goals")
     await story.say("The history of the docs goal")
@@ -161,6 +164,52 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
     await story.run("history", docs, "--html", str(html), show=False)
     print(f"\nThe HTML timeline of the docs goal is in {html}; the log is {story.store}.")
     print(f"Explore: loopd-es --store {story.store} read | goals | history GOAL | explain GOAL")
+
+
+async def _engine_part(story: _Story, host: SimulatedHost) -> None:
+    """The engine drives a goal by itself: the worker only answers; nobody pokes ``goal idle``."""
+    from ..engine.core import EngineConfig
+    from ..engine.daemon import RunOptions, run_daemon
+
+    await story.say("`loopd-es run`: the engine drives a goal by itself (the worker only answers)")
+    options = RunOptions(
+        store_url=story.store, host_url=story.host, holder="demo-engine",
+        config=EngineConfig(confirm_idle_ms=100, maintenance_ms=500), lease_ms=3000, directory=str(story.root),
+    )
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        # the commands run with stdout redirected (process-wide), so the engine writes past the redirection
+        tg.start_soon(run_daemon, options, stop,
+                      lambda line: print(f"  [engine] {line}", file=sys.__stdout__, flush=True))
+        report = (await story.run(
+            "goal", "create", "report", "--objective", "Summarise the week", "--model", "openai/gpt-5",
+            "--agent", "build", "--max-turns", "2", "--read-only",
+        )).splitlines()[0]
+        session = await story.session_of(report)
+        for turn in range(1, 4):
+            await story.run("sim", "reply", session, "--input", "1200", "--output", "300", "--cost", "0.02")
+            if not await _wait_prompts(host, session, turn + 1):
+                break
+        await _wait_status(story, report, "blocked")
+        stop.set()
+    await story.run("notifications", "--goal", report)
+
+
+async def _wait_prompts(host: SimulatedHost, session: str, count: int, limit_s: float = 15.0) -> bool:
+    with anyio.move_on_after(limit_s):
+        while True:  # the host's state is a file other processes write: poll it
+            if len([p for p in (await host.snapshot()).prompts if p.session_id == session]) >= count:
+                return True
+            await anyio.sleep(0.05)
+    return False
+
+
+async def _wait_status(story: _Story, goal: str, status: str, limit_s: float = 15.0) -> None:
+    with anyio.move_on_after(limit_s):
+        while True:
+            if json.loads(await story.run("goal", "show", goal, "--json", show=False))["goal"]["status"] == status:
+                return
+            await anyio.sleep(0.1)
 
 
 def _text(stream: io.TextIOWrapper) -> str:

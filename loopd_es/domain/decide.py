@@ -244,7 +244,9 @@ def _force_block(cmd: c.ForceBlock, state: GoalState, facts: c.Facts) -> list[Ev
     require_goal(state, cmd.caller)
     if state.status == "blocked":
         raise RuleError(f'Goal "{state.name}" already blocked.')
-    return [g.GoalBlocked(goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, at=iso(facts.now))]
+    return [
+        g.GoalBlocked(goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="owner", at=iso(facts.now))
+    ]
 
 
 # -- worker tools -------------------------------------------------------------------------------------
@@ -267,7 +269,9 @@ def _progress(cmd: c.ReportProgress, state: GoalState, facts: c.Facts) -> list[E
 def _block(cmd: c.BlockGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists or state.status != "active":
         raise RuleError(f"Cannot block goal in {state.status if state.exists else 'missing'} state.")
-    return [g.GoalBlocked(goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, at=iso(facts.now))]
+    return [
+        g.GoalBlocked(goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="worker", at=iso(facts.now))
+    ]
 
 
 @_on(c.CompleteGoal)
@@ -312,6 +316,7 @@ def _complete(cmd: c.CompleteGoal, state: GoalState, facts: c.Facts) -> list[Eve
                 goal_id=state.goal_id,
                 reason=f"Evaluator rejected {count} time(s). Last failure:\n{text[:500]}",
                 needed="Fix the failing checks and retry the goal.",
+                source="evaluator",
                 at=now,
             )
         )

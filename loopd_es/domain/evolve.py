@@ -23,6 +23,7 @@ import msgspec
 from msgspec.structs import astuple, replace
 
 from ..errors import InvalidEventError
+from ..events import engine as en
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
@@ -613,6 +614,17 @@ def _fallback_status(status: Any) -> _Handler:
         d.model_fallback = ModelFallback(attempted=e.attempted, status=status)
 
     return apply
+
+
+@_on(en.CompactionStarted)
+def _compaction_started(d: GoalDraft, e: en.CompactionStarted, m: _Memo) -> None:
+    d.phase = "compacting"
+
+
+@_on(en.CompactionCompleted)
+def _compaction_completed(d: GoalDraft, e: en.CompactionCompleted, m: _Memo) -> None:
+    if d.phase == "compacting":
+        d.phase = "idle"
 
 
 _HANDLERS[i.FallbackExhausted] = _fallback_status("exhausted")

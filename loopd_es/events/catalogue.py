@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..errors import InvalidEventError
-from . import command, goal, identity, imported, run, saga
+from . import command, engine, goal, identity, imported, notification, run, saga
 from .base import CATALOGUE, Event, payload_decoder
 from .envelope import NewEvent
 from .upcasting import upcast
@@ -22,7 +22,7 @@ from .upcasting import upcast
 if TYPE_CHECKING:
     from .envelope import Envelope
 
-PAYLOAD_MODULES: Final = (goal, run, identity, saga, command, imported)
+PAYLOAD_MODULES: Final = (goal, run, identity, saga, command, imported, engine, notification)
 """Every payload module; importing this module registers all their event types."""
 
 _DICT: Final = msgspec.json.Decoder(dict[str, Any])

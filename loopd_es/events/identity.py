@@ -121,6 +121,9 @@ class ProviderLimitObserved(Event, frozen=True):
     status_code: int | None = None
     retry_at: str | None = None
     marks_blocker: bool = False
+    via: str | None = None
+    """The host signal it was seen on when that was not the error itself: ``retry-status`` when OpenCode was
+    still retrying the provider (early fallback, before its own retries ran out)."""
 
 
 @event("identity.fallback_prepared")

@@ -94,3 +94,4 @@ class RunConfirmFailed(Event, frozen=True):
     generation: int
     reason: Literal["prompt-outside-window", "assistant-incomplete", "worker-active"]
     run_id: str | None = None
+    at: str = ""

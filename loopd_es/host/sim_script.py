@@ -5,6 +5,8 @@ The **script** (``host.json`` or ``host.toml``) is read-only configuration::
     model_switching = "session"            # session | next-prompt | unsupported
     agent_capability = "supported"         # supported | unavailable | unsupported
     prompt_busy_polls = 2                  # after a prompt, 2 status polls say busy, then idle
+    auto_reply = true                      # answer every prompt at once (usage below), then go idle
+    reply_usage = { input = 100, output = 50, cost = 0.001 }
     [[models]]
     provider = "p"
     id = "new"
@@ -28,7 +30,9 @@ The **script** (``host.json`` or ``host.toml``) is read-only configuration::
 Left-out ``providers``, ``models`` and ``agents`` mean the default catalog (:data:`DEFAULT_SCRIPT`).
 
 The **state** (``<script stem>.state.json`` beside it) holds what changes: sessions and their identity, status
-scripts, call counters, the call journal, prompts, and failures injected at run time. It is rewritten
+scripts, call counters, the call journal, prompts, transcripts, owner notices, and failures injected at run
+time. The host's events (:mod:`loopd_es.host.events`) go to ``<script stem>.events.ndjson``, which subscribers
+in any process follow. It is rewritten
 atomically (temp file, fsync, rename, fsync of the directory) under an exclusive lock after every call, so
 it survives ``kill -9`` of any process using the host and every process sees the same live identity.
 """
@@ -49,6 +53,7 @@ import msgspec
 
 from .base import AgentMode, SessionStatus, Usable
 from .errors import HostConfigError, HostStateError, ProviderErrorInfo
+from .events import TranscriptMessage
 
 Operation = Literal[
     "create_worker",
@@ -65,6 +70,8 @@ Operation = Literal[
 ErrorKind = Literal["unavailable", "timeout", "rejected", "busy", "session-not-found", "provider"]
 JOURNAL_CAP: Final = 1000
 PROMPTS_CAP: Final = 200
+TRANSCRIPT_CAP: Final = 400
+NOTIFICATIONS_CAP: Final = 1000
 LOCK_TIMEOUT_S: Final = 10.0
 
 
@@ -144,6 +151,15 @@ class ScriptProviderError(_Script, frozen=True, kw_only=True, forbid_unknown_fie
         )
 
 
+class ScriptUsage(_Script, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The usage an automatic reply reports (tokens and dollars)."""
+
+    input: int = 100
+    output: int = 50
+    cost: float = 0.001
+    duration_ms: float = 1000.0
+
+
 class HostScript(_Script, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A simulated host's configuration; ``None`` lists mean "the default catalog"."""
 
@@ -160,6 +176,9 @@ class HostScript(_Script, frozen=True, kw_only=True, forbid_unknown_fields=True)
     sessions: tuple[ScriptSession, ...] = ()
     failures: tuple[FailureRule, ...] = ()
     provider_errors: tuple[ScriptProviderError, ...] = ()
+    auto_reply: bool = False
+    """Answer every prompt at once: a completed assistant message with ``reply_usage``, then idle."""
+    reply_usage: ScriptUsage = ScriptUsage()
 
     def resolved(self, where: str) -> HostScript:
         """The script with defaults filled in and cross-references checked.
@@ -261,6 +280,11 @@ def state_path_for(script: Path) -> Path:
     return script.with_name(f"{script.stem}.state.json")
 
 
+def events_path_for(state: Path) -> Path:
+    """``host.state.json`` -> ``host.events.ndjson``: the event stream other processes tail."""
+    return state.with_name(state.name.removesuffix(".state.json") + ".events.ndjson")
+
+
 # -- live state ----------------------------------------------------------------------------------------
 
 
@@ -291,6 +315,14 @@ class PromptRecord(msgspec.Struct, frozen=True, kw_only=True):
     text: str
 
 
+class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A notice shown to an owner session; ``notification_id`` makes showing it idempotent."""
+
+    notification_id: str
+    session_id: str
+    text: str
+
+
 class SimState(msgspec.Struct, kw_only=True):
     """Everything the simulated host remembers between calls and processes."""
 
@@ -304,6 +336,10 @@ class SimState(msgspec.Struct, kw_only=True):
     prompts: list[PromptRecord] = msgspec.field(default_factory=list)
     failures: list[FailureRule] = msgspec.field(default_factory=list)
     usable_overrides: dict[str, Usable] = msgspec.field(default_factory=dict)
+    transcripts: dict[str, list[TranscriptMessage]] = msgspec.field(default_factory=dict)
+    notifications: list[NotificationRecord] = msgspec.field(default_factory=list)
+    next_event: int = 1
+    next_message: int = 1
 
     @classmethod
     def initial(cls, script: HostScript) -> SimState:

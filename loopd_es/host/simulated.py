@@ -42,6 +42,7 @@ from .errors import (
     SessionNotFoundError,
     WorkerBusyError,
 )
+from .events import AnyHostEvent, SessionStatusChanged, TranscriptMessage
 from .sim_script import (
     JOURNAL_CAP,
     PROMPTS_CAP,
@@ -53,12 +54,14 @@ from .sim_script import (
     SimSession,
     SimState,
     check_rule,
+    events_path_for,
     load_state,
     locked,
     read_script,
     save_state,
     state_path_for,
 )
+from .sim_stream import SimEvents
 
 T = TypeVar("T")
 
@@ -71,8 +74,8 @@ _ERRORS: dict[ErrorKind, type[HostError]] = {
 }
 
 
-class SimulatedHost:
-    """A :class:`~loopd_es.host.base.WorkerHost` driven by a :class:`HostScript`; see the module docstring."""
+class SimulatedHost(SimEvents):
+    """A :class:`~loopd_es.host.events.EngineHost` driven by a :class:`HostScript`; see the module docstring."""
 
     def __init__(
         self,
@@ -87,6 +90,9 @@ class SimulatedHost:
         self._url = url
         self._clock = clock or (lambda: datetime.now(UTC))
         self._memory = SimState.initial(self.script)
+        self._pending: list[AnyHostEvent] = []
+        self._subscribers = []
+        self.events_path = events_path_for(state_path) if state_path is not None else None
 
     @classmethod
     def from_file(cls, path: Path, *, clock: Callable[[], datetime] | None = None) -> SimulatedHost:
@@ -139,6 +145,12 @@ class SimulatedHost:
                 self._check_model(state, "prompt", session_id, model)
             if agent is not None:
                 self._check_agent(state, "prompt", session_id, agent)
+            if prompt_id is not None:  # a prompt id is delivered once: a resend after a crash is a no-op
+                sent = next((p for p in state.prompts if p.prompt_id == prompt_id), None)
+                if sent is not None:
+                    self._record(state, "prompt", session_id, model, "duplicate")
+                    return PromptReceipt(session_id=session_id, prompt_id=prompt_id, model=sent.model,
+                                         agent=sent.agent)
             pid = prompt_id or f"prm_sim_{state.next_prompt:04d}"
             state.next_prompt += 1
             session.model = model or session.model
@@ -147,6 +159,15 @@ class SimulatedHost:
             if polls:
                 busy: list[SessionStatus] = ["busy"] * (polls - 1)
                 session.status, session.then = "busy", [*busy, "idle"]
+            self._add_message(
+                state, session_id, TranscriptMessage(message_id=pid, role="user", created_at=self._now(), text=text)
+            )
+            self._emit(state, lambda seq: SessionStatusChanged(session_id=session_id, seq=seq, status="busy"))
+            if self.script.auto_reply:
+                u = self.script.reply_usage
+                self._answer(state, session_id, input=u.input, output=u.output, cost=u.cost,
+                             duration_ms=u.duration_ms, complete=True, text="")
+                self._go_idle(state, session)
             state.prompts.append(
                 PromptRecord(
                     prompt_id=pid, session_id=session_id, model=session.model, agent=session.agent, text=text
@@ -369,17 +390,25 @@ class SimulatedHost:
 
     async def _transact(self, fn: Callable[[SimState], T]) -> T:
         if self.state_path is None:
-            return fn(self._memory)
+            self._pending = []
+            try:
+                return fn(self._memory)
+            finally:
+                self._publish(self._pending)
+                self._pending = []
         return await anyio.to_thread.run_sync(self._transact_file, fn, self.state_path)
 
     def _transact_file(self, fn: Callable[[SimState], T], path: Path) -> T:
         with locked(path):
             state = load_state(path) or SimState.initial(self.script)
+            self._pending = []
             try:
                 return fn(state)
             finally:
                 # failed calls count too ("fails on the 2nd call" must hold across processes)
                 save_state(path, state)
+                self._publish(self._pending)  # under the lock: the events file stays in seq order
+                self._pending = []
 
     def _enter(
         self, state: SimState, op: str, session_id: str | None, arg: str | None

@@ -25,6 +25,8 @@ def test_demo_plays_the_story_and_every_claim_is_in_the_log(tmp_path: Path) -> N
         "Switch rejected:",
         "rolled-back",
         "goal is blocked: Reached max turns (2)",
+        "[engine] engine running: holder demo-engine",
+        'Loop goal "report" stopped: Reached max turns (2) (child did not wrap up).',
     ):
         assert claim in out, f"{claim!r} missing from the demo's output"
     root = tmp_path / "loopd-demo"
@@ -38,6 +40,7 @@ def test_demo_plays_the_story_and_every_claim_is_in_the_log(tmp_path: Path) -> N
     for event_type in (
         "identity.switch_deferred", "identity.switch_applied", "identity.provider_limit_observed",
         "identity.fallback_prepared", "identity.switch_rolled_back", "goal.blocked", "saga.host_call_failed",
+        "engine.lease_acquired", "run.idle_candidate", "goal.force_finish_requested", "notification.delivered",
     ):
         assert event_type in recorded, f"the story claims {event_type} but the log has none"
 

@@ -48,11 +48,11 @@ LAYERS: dict[str, int] = {
     "importer": 6,
     "projections": 6,
     "engine": 7,
-    "cli": 7,
-    "dash": 7,
-    "loopd_es": 8,  # the package root only re-exports; nothing inside imports it
-    "__main__": 8,
-    "tools": 9,  # scripts: may use anything, nothing imports them
+    "cli": 8,  # the CLI starts the engine (`loopd-es run`) and calls its operations
+    "dash": 8,
+    "loopd_es": 9,  # the package root only re-exports; nothing inside imports it
+    "__main__": 9,
+    "tools": 10,  # scripts: may use anything, nothing imports them
 }
 """Each package's rank: an import must go to a strictly lower rank (or stay in its own package). Packages of
 one rank are independent of each other. A new package needs a rank here (DESIGN.md says where it goes)."""
@@ -460,3 +460,4 @@ def test_every_module_imports() -> None:
         if info.name.endswith("__main__"):
             continue
         importlib.import_module(info.name)
+

@@ -114,5 +114,6 @@ async def test_a_running_row_agrees_with_the_goal_phase_after_every_append(tmp_p
 def test_registry_holds_every_read_model() -> None:
     assert [p.name for p in ALL] == [
         "stream_stats", "goals", "runs", "identities", "provider_limits", "commands", "awaits", "goal_links",
+        "notifications",
     ]  # fmt: skip
     assert isinstance(Runs().version, int)

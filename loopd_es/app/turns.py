@@ -1,0 +1,218 @@
+"""Starting a turn (reference §3.2 ``continueTurn``) with the full steering prompt, the inbox and its delivery.
+
+``run.started`` is recorded *before* the prompt is sent, with the prompt's message id; the host delivers a
+message id once. So a crash between the two is repaired by sending the same prompt id again
+(:meth:`TurnStarter.resend`), which the host either delivers now or ignores: never twice, never lost. Inbox
+messages leave the inbox (``goal.input_delivered``) only after the host accepted the prompt carrying them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Literal
+
+import msgspec
+
+from ..domain import goal_commands as c
+from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
+from ..domain.rules import lease_valid
+from ..events import goal as g
+from ..host.errors import HostError, ProviderError
+from ..host.events import EngineHost
+from ..sagas.fallback import observe_provider_error, safe_error_text
+from ..sagas.identity_switch import SwitchReport
+
+if TYPE_CHECKING:
+    from ..domain.state import GoalState
+    from ..host.base import WorkerHost
+    from ..host.events import TranscriptMessage
+    from .goals import Goals
+    from .service import Ctx, GoalService
+
+Kind = Literal["steer", "bare", "force_finish"]
+Guard = Callable[[], Awaitable[None]]
+"""Called before a side effect; raises when this process may no longer act (its engine lease was taken)."""
+
+
+async def no_guard() -> None:
+    return None
+
+USAGE_WINDOW = 50
+
+
+class TurnReport(msgspec.Struct, kw_only=True):
+    """What an attempt to start a turn did: ``started`` (prompted), or why not."""
+
+    goal_id: str
+    result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
+                    "prompt-failed", "switch-failed", "switching"]
+    switches: list[SwitchReport] = msgspec.field(default_factory=list)
+    detail: str = ""
+
+
+def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMessage, ...]:
+    """Transcript messages as the usage decider reads them (it counts completed assistant ones only)."""
+    return tuple(
+        c.AssistantMessage(
+            message_id=m.message_id, role=m.role, completed=m.completed, input=m.input, output=m.output,
+            reasoning=m.reasoning, cache_read=m.cache_read, cache_write=m.cache_write, cost=m.cost,
+            duration_ms=m.duration_ms,
+        )
+        for m in messages
+    )
+
+
+class TurnStarter:
+    """Acquires turns and sends their prompts for one :class:`~loopd_es.app.goals.Goals` (its service and host).
+
+    With a host that reports transcripts (:class:`~loopd_es.host.events.EngineHost`) a continuation quotes the
+    recent work and a restart can resend a prompt the host never got; with any other host it does without.
+    """
+
+    def __init__(self, service: GoalService, goals: Goals, guard: Guard | None = None) -> None:
+        self.service = service
+        self.host: WorkerHost = service.host
+        self.goals = goals
+        self.guard = guard or no_guard
+
+    async def _messages(self, session_id: str, limit: int) -> list[TranscriptMessage]:
+        if not isinstance(self.host, EngineHost):
+            return []
+        try:
+            return await self.host.messages(session_id, limit=limit)
+        except HostError:
+            return []
+
+    async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
+        """Usage of completed assistant messages not yet counted (idempotent by message id, §3.12)."""
+        if any(m.role == "assistant" and m.completed for m in messages):
+            await self.service.execute(c.AccountUsage(goal_id=goal_id, messages=assistant_messages(messages)), ctx)
+
+    async def continue_turn(
+        self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport:
+        """Start the goal's next turn if it may run (reference §3.2): pending switches first, then the prompt.
+
+        ``explicit`` marks an owner action: without it an interactive goal is never prompted (§3.9).
+
+        :raises SwitchFailedError: when a pending switch is refused; the goal is then blocked.
+        """
+        service = self.service
+        state = await service.load(goal_id)
+        if not state.exists or state.status != "active":
+            return TurnReport(goal_id=goal_id, result="not-active")
+        if state.interactive and not explicit:
+            return TurnReport(goal_id=goal_id, result="interactive")
+        if state.phase == "running" and lease_valid(state, service.clock()):
+            return TurnReport(goal_id=goal_id, result="running")
+        if state.switch_in_flight is not None:  # no turn with the identity being replaced
+            return TurnReport(goal_id=goal_id, result="switching", detail=state.switch_in_flight.switch_id)
+        worker = state.worker_session_id
+        if worker is None:
+            return TurnReport(goal_id=goal_id, result="no-worker")
+        status = await self.host.session_status(worker)
+        has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
+        if status != "idle" and (not force or has_pending):
+            return TurnReport(goal_id=goal_id, result="busy")
+        switches = await self.goals.apply_pending(goal_id, ctx) if has_pending else []
+        state = await service.load(goal_id)
+        if kind == "bare" and not state.inbox:
+            kind = "steer"
+        run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
+        started = await service.execute(
+            c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id, kind=kind), ctx
+        )
+        if not started:  # decided on the goal's current version: another process may have moved it meanwhile
+            now = await service.load(goal_id)
+            if now.switch_in_flight is not None:
+                return TurnReport(goal_id=goal_id, result="switching", switches=switches,
+                                  detail=now.switch_in_flight.switch_id)
+            return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
+        ctx = ctx.caused_by(started[-1].event_id)
+        result = await self.send(goal_id, ctx, kind=kind)
+        return TurnReport(goal_id=goal_id, result=result, switches=switches)
+
+    async def send(self, goal_id: str, ctx: Ctx, *, kind: Kind) -> Literal["started", "prompt-failed"]:
+        """Build the running turn's prompt and send it under its prompt id; record delivery or failure."""
+        state = await self.service.load(goal_id)
+        worker, prompt_id = state.worker_session_id, state.active_prompt_message_id
+        if worker is None or prompt_id is None:
+            return "prompt-failed"
+        items = state.inbox
+        if kind == "bare":
+            text = bare_prompt(items)
+        elif state.run_count <= 1:
+            text = first_prompt(state)
+        else:
+            text = await self._continuation(
+                state, ctx, force_finish=kind == "force_finish" or bool(state.force_finish_requested)
+            )
+        await self.guard()  # fenced: a process that lost the engine lease sends nothing
+        try:
+            await self.host.prompt(
+                worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id
+            )
+        except ProviderError as e:
+            reported = e.info.as_reported()
+            await self.service.execute(
+                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(reported), source="prompt-delivery",
+                                   run_id=state.active_run_id, generation=state.run_generation),
+                ctx,
+            )
+            await observe_provider_error(
+                self.service, goal_id, reported, ctx, source="prompt-delivery", record_failure=False
+            )
+            return "prompt-failed"
+        except HostError as e:
+            await self.service.execute(
+                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery",
+                                   run_id=state.active_run_id, generation=state.run_generation), ctx
+            )
+            return "prompt-failed"
+        if items:
+            state = await self.service.load(goal_id)
+            await self.service.append_goal(
+                goal_id,
+                [g.GoalInputDelivered(goal_id=goal_id, input_ids=tuple(i.input_id for i in items),
+                                      run_id=state.active_run_id)],
+                ctx, expected=state.version,
+            )
+        return "started"
+
+    async def resend(self, goal_id: str, ctx: Ctx) -> bool:
+        """After a restart: send the running turn's prompt again unless the host's transcript already has it."""
+        state = await self.service.load(goal_id)
+        worker, prompt_id = state.worker_session_id, state.active_prompt_message_id
+        if state.status != "active" or state.phase != "running" or worker is None or prompt_id is None:
+            return False
+        if not isinstance(self.host, EngineHost):
+            return False
+        try:
+            transcript = await self.host.messages(worker, limit=200)
+        except HostError:
+            return False
+        sent = next((m for m in transcript if m.message_id == prompt_id), None)
+        if sent is not None:  # delivered before the crash: only its inbox delivery may be missing
+            carried = tuple(i.input_id for i in state.inbox if f"[{i.sender}] {i.text}" in sent.text)
+            if carried:
+                await self.service.append_goal(
+                    goal_id, [g.GoalInputDelivered(goal_id=goal_id, input_ids=carried, run_id=state.active_run_id)],
+                    ctx, expected=state.version,
+                )
+            return False
+        kind: Kind = "force_finish" if state.force_finish_requested else "steer"
+        return await self.send(goal_id, ctx, kind=kind) == "started"
+
+    async def _continuation(self, state: GoalState, ctx: Ctx, *, force_finish: bool) -> str:
+        worker = state.worker_session_id
+        recent = await self._messages(worker, 5) if worker is not None else []
+        await self.account(state.goal_id, recent, ctx)
+        progress = (
+            [ProgressLine(summary=state.last_progress.summary, next=state.last_progress.next,
+                          at=state.last_progress.at)]
+            if state.last_progress is not None
+            else []
+        )
+        snippets = [Snippet(role=m.role, text=m.text) for m in recent if m.text]
+        return continuation_prompt(state, progress=progress, recent=snippets, force_finish=force_finish)

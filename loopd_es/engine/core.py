@@ -1,0 +1,447 @@
+"""The engine: reacts to host events, to the log and to its timers, and records every decision as an event.
+
+One :class:`Engine` handles one item at a time (a host event, a due timer, a maintenance pass), then catches
+up with the log, which is how it learns what it and everyone else wrote: the tracker and the timers are only
+ever updated from the log, in log order, so a restarted engine that reads the log rebuilds them exactly.
+
+The turn loop follows reference §2.3 and §3.13: a first idle signal stages a candidate (``run.idle_candidate``,
+fenced by the run's generation), a second one at least ``confirm_idle_ms`` later confirms it against the
+transcript (or the completion event already seen), usage is accounted by message id, limits are enforced
+(``run.completed`` + force finish / block / budget stop), then compaction or the next turn. An interactive
+goal never gets a turn the engine started: every idle signal - ``session.idle`` or a status of ``idle`` -
+goes through the same gate.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Final, Literal
+
+import msgspec
+
+from ..app.goals import Goals, SwitchFailedError, TurnReport
+from ..app.service import Ctx, GoalService
+from ..app.turns import USAGE_WINDOW, Guard, Kind, no_guard
+from ..domain import goal_commands as c
+from ..domain.provider_limit import classify, iso
+from ..domain.streams import aggregate_of
+from ..events import engine as en
+from ..events import run as r
+from ..host.errors import HostError
+from ..host.events import (
+    AnyHostEvent,
+    ExecutionSucceeded,
+    MessagePartUpdated,
+    MessageUpdated,
+    SessionError,
+    SessionIdle,
+    SessionStatusChanged,
+    ToolCallEnded,
+    ToolCallStarted,
+    TranscriptMessage,
+)
+from .clock import Clock, parse_iso
+from .live import Live, Tracker, after
+from .notices import NOTICE_TYPES, notice_for
+from .outbox import STREAM as NOTIFICATIONS
+from .outbox import Outbox
+
+if TYPE_CHECKING:
+    from ..domain.state import GoalState
+    from ..events.envelope import Envelope
+    from ..host.events import EngineHost
+    from ..log.base import LogStore
+
+log = logging.getLogger("loopd_es.engine")
+
+TRANSCRIPT_WINDOW: Final = 200
+
+ENGINE_TYPES: Final = (
+    "goal.worker_assigned", "goal.cleared", "goal.input_queued", "run.started", "run.idle_candidate",
+    "run.confirm_failed", "run.failed", "command.await-fired", "command.await-discarded",
+    "notification.requested", "notification.delivered", *sorted(NOTICE_TYPES),
+)
+"""The events the engine's trackers, timers, reactions and outbox are built from."""
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """The engine's timings (reference §5); tests shorten them, nothing else should need to."""
+
+    confirm_idle_ms: int = 2000
+    maintenance_ms: int = 30_000
+    idle_recover_ms: int = 180_000
+    idle_unconfirmed_ms: int = 300_000
+    stuck_running_ms: int = 600_000
+    tool_ttl_ms: int = 30_000
+    unknown_threshold: int = 3
+
+
+class Engine:
+    """Runs goals on one log and one host; see the module docstring."""
+
+    def __init__(
+        self, store: LogStore, host: EngineHost, clock: Clock, config: EngineConfig | None = None, *,
+        directory: str = ".", owner: str = "engine", guard: Guard | None = None,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.clock = clock
+        self.config = config or EngineConfig()
+        self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
+        self.guard = guard or no_guard
+        self.goals = Goals(self.service, self.guard)
+        self.turns = self.goals.turns
+        self.outbox = Outbox(store, host, clock, self.guard)
+        self.tracker = Tracker()
+        self.position = 0
+        self.next_maintenance: datetime | None = None
+        self.due_schedules: Callable[[datetime], Awaitable[int]] | None = None
+        """The scheduling issue's hook: called on each maintenance pass with the engine's time."""
+        self._reactions: list[Envelope] = []
+        self.queued_wakes: set[str] = set()
+        """Await evidence already in some goal's inbox (a replayed fire event records nothing again)."""
+        from .awaits import AwaitWaker
+        from .maintenance import Maintenance
+
+        self.awaits = AwaitWaker(self)
+        self.maintenance = Maintenance(self)
+
+    # -- the log -------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Read the whole log (trackers, timers, outbox), then repair what a crash left half done."""
+        await self.catch_up(react=False)  # first finish turns a crash interrupted, then replay reactions
+        ctx = Ctx.new()
+        await self.goals.recover(ctx)  # identity switches a crash left open, settled from the host's truth
+        for goal_id in list(self.tracker.goals):
+            state = await self.service.load(goal_id)
+            if state.exists and state.status == "active" and state.phase == "running":
+                await self.turns.resend(goal_id, ctx)
+        await self.outbox.deliver()
+        self.next_maintenance = self.clock.now()
+        await self.catch_up()
+
+    async def catch_up(self, *, react: bool = True) -> int:
+        """Observe every event appended since the last look, then run the reactions they call for.
+
+        Only the event types the engine acts on are read: the log filters them, so other facts cost a scan of
+        their rows, not a decode.
+        """
+        seen = 0
+        async for env in self.store.read_all(self.position + 1, types=ENGINE_TYPES):
+            self._observe(env)
+            self.position = env.position
+            seen += 1
+        while react and self._reactions:
+            pending, self._reactions = self._reactions, []
+            for env in pending:
+                if env.type in NOTICE_TYPES:
+                    await self.notice(env)
+                else:
+                    await self.awaits.react(env)
+            seen += await self.catch_up()
+        return seen
+
+    def _observe(self, env: Envelope) -> None:
+        if env.stream == NOTIFICATIONS:
+            self.outbox.observe(env)
+            return
+        if env.type in ("command.await-fired", "command.await-discarded"):
+            self._reactions.append(env)
+            return
+        goal_id = self.tracker.observe(env)
+        if goal_id is None:
+            return
+        if env.type in NOTICE_TYPES:
+            self._reactions.append(env)
+        if env.type == "goal.input_queued":
+            input_id = env.data_dict().get("input_id", "")
+            if input_id.startswith("await:"):
+                self.queued_wakes.add(input_id)
+        if env.type == "run.failed":
+            retry_after = env.data_dict().get("retry_after")
+            if retry_after:
+                self.tracker.schedule(goal_id, "retry", parse_iso(retry_after))
+        elif env.type == "run.idle_candidate":
+            live = self.tracker.live(goal_id)
+            if live.candidate_at is not None:
+                self.tracker.schedule(goal_id, "confirm", after(live.candidate_at, self.config.confirm_idle_ms))
+
+    # -- host events ---------------------------------------------------------------------------------
+
+    async def on_host_event(self, event: AnyHostEvent) -> bool:
+        """React to one host event; ``False`` when it concerns no active goal of this log (ignored)."""
+        goal_id = self.tracker.goal_of_session(event.session_id)
+        if goal_id is None:  # a worker created a moment ago by another process: look at the log first
+            await self.catch_up()
+            goal_id = self.tracker.goal_of_session(event.session_id)
+        if goal_id is None:
+            return False
+        state = await self.service.load(goal_id)
+        if not state.exists or state.status != "active":
+            return False
+        await self.guard()
+        live = self.tracker.live(goal_id)
+        now = self.clock.now()
+        handled = True
+        if isinstance(event, SessionIdle) or (isinstance(event, SessionStatusChanged) and event.status == "idle"):
+            live.status = "idle"
+            handled = await self.on_idle(goal_id)
+        elif isinstance(event, SessionStatusChanged):
+            live.status = event.status
+            live.activity(now)
+            if event.status == "retry":
+                await self._retrying(state, event)
+        elif isinstance(event, SessionError):
+            await self._session_error(state, event)
+        elif isinstance(event, MessageUpdated):
+            handled = await self._message(state, live, event, now)
+        elif isinstance(event, MessagePartUpdated):
+            # a part of the running answer is work, unless that answer already completed (trailing parts)
+            handled = (
+                state.phase == "running" and event.message_id == live.assistant_id
+                and live.assistant_completed_at is None
+            )
+            if handled:
+                live.activity(now)
+        elif isinstance(event, ExecutionSucceeded):
+            handled = state.phase == "running"
+            if handled:
+                live.activity(now)
+                live.assistant_completed_at = now
+        elif isinstance(event, ToolCallStarted):
+            live.tools[event.call_id] = now
+            live.activity(now)
+        elif isinstance(event, ToolCallEnded):
+            live.tools.pop(event.call_id, None)
+            live.activity(now)
+        await self.catch_up()
+        return handled
+
+    async def _message(self, state: GoalState, live: Live, event: MessageUpdated, now: datetime) -> bool:
+        """Correlate a message with the running turn (§2.3 activity rules); account a completed answer."""
+        m = event.message
+        prompt = state.active_prompt_message_id
+        if state.phase != "running" or prompt is None:
+            return False
+        if m.role == "user":
+            if m.message_id != prompt:
+                return False
+            live.activity(now)
+            return True
+        if m.parent_id != prompt:
+            return False
+        if live.assistant_completed_at is not None and m.message_id == live.assistant_id and not m.completed:
+            return False  # trailing parts after completion are not work
+        live.assistant_id = m.message_id
+        live.activity(now)
+        if m.completed:
+            live.assistant_completed_at = now
+            await self.turns.account(state.goal_id, [m], Ctx.new())
+        return True
+
+    async def _retrying(self, state: GoalState, event: SessionStatusChanged) -> None:
+        """Early fallback: the host is retrying a quota or rate limit by itself (OpenCode: up to ~75 s, or
+        five times a long Retry-After, before it reports the error). A goal with an unused fallback model
+        does not wait: it aborts the turn and records the limit, seen on the retry status, so the next turn
+        goes out on the next fallback model, on the same session."""
+        worker, model = state.worker_session_id, state.config.model
+        if state.phase != "running" or worker is None or not event.message:
+            return
+        attempted = set(state.model_fallback.attempted if state.model_fallback else ()) | {model}
+        if not any(m not in attempted for m in state.config.fallback_models):
+            return
+        reported = {"message": event.message, "attempt": event.attempt}
+        if classify(reported, "session-error", self.clock.now(), model) is None:
+            return
+        try:
+            await self.host.abort(worker)
+        except HostError:
+            return  # the host's own error will come through the session error path
+        await self.goals.observe_error(
+            state.goal_id, reported, Ctx.new(), source="session-error", expected_model=model,
+            run_id=state.active_run_id, generation=state.run_generation, via="retry-status",
+        )
+
+    async def _session_error(self, state: GoalState, event: SessionError) -> None:
+        await self.goals.observe_error(
+            state.goal_id, event.error, Ctx.new(), source="session-error", expected_model=state.config.model
+        )
+
+    async def notice(self, env: Envelope) -> None:
+        """Record (once) and deliver the notice a goal event calls for (:mod:`.notices`)."""
+        _, goal_id = aggregate_of(env.stream)
+        state = await self.service.load(goal_id)
+        found = notice_for(env, state) if state.exists else None
+        if found is None:
+            return
+        kind, text = found
+        if self.outbox.known(f"{env.event_id}:{kind}"):
+            return
+        await self.outbox.request(state, kind, text, env.event_id, Ctx(env.correlation_id or env.event_id, env.event_id))
+
+    # -- the two-stage idle --------------------------------------------------------------------------
+
+    async def on_idle(self, goal_id: str) -> bool:
+        """An idle signal for the goal's worker (an event or a status poll): stage, confirm, continue."""
+        state = await self.service.load(goal_id)
+        if not state.exists or state.status != "active" or state.interactive:
+            return False
+        if state.phase != "running" or state.active_run_id is None:
+            return False
+        live = self.tracker.live(goal_id)
+        now = self.clock.now()
+        gen = state.run_generation
+        ctx = Ctx.new()
+        if live.tools:
+            live.candidate_at, live.candidate_generation = None, None
+            return True
+        if live.candidate_generation != gen or live.candidate_at is None:
+            await self._stage(state, now, ctx)
+            return True
+        if (now - live.candidate_at).total_seconds() * 1000 < self.config.confirm_idle_ms:
+            return True
+        quiet_since = live.assistant_completed_at or live.candidate_at
+        if live.last_activity is not None and live.last_activity > live.candidate_at and live.last_activity > quiet_since:
+            await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
+            return True
+        worker = state.worker_session_id
+        prompt = state.active_prompt_message_id
+        if prompt is not None and worker is not None:
+            try:
+                transcript = await self.host.messages(worker, limit=TRANSCRIPT_WINDOW)
+            except HostError:
+                return True
+            reason = _confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
+            if reason is not None:
+                if state.confirm_failed_generation != gen:
+                    await self.service.append_goal(
+                        goal_id,
+                        [r.RunConfirmFailed(goal_id=goal_id, generation=gen, reason=reason,
+                                            run_id=state.active_run_id, at=iso(now))],
+                        ctx, expected=state.version,
+                    )
+                return True
+            await self.turns.account(goal_id, transcript[-USAGE_WINDOW:], ctx)
+        recorded = await self.service.execute(
+            c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=gen), ctx
+        )
+        if recorded:
+            await self._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id))
+        return True
+
+    async def _stage(self, state: GoalState, now: datetime, ctx: Ctx) -> None:
+        assert state.active_run_id is not None
+        await self.service.append_goal(
+            state.goal_id,
+            [r.RunIdleCandidate(goal_id=state.goal_id, run_id=state.active_run_id,
+                                generation=state.run_generation, at=iso(now))],
+            ctx, expected=state.version,
+        )
+
+    async def _after_confirm(self, goal_id: str, recorded: list[Envelope], ctx: Ctx) -> None:
+        """§3.13 after ``run.completed``: the force-finish turn, compaction, or the next turn."""
+        state = await self.service.load(goal_id)
+        types = {e.type: e for e in recorded}
+        if state.status != "active":
+            return  # blocked (the owner is told from the log, see notice) or out of budget
+        if "goal.force_finish_requested" in types:
+            await self.continue_goal(goal_id, ctx, kind="force_finish")
+            return
+        every = state.config.compact_every
+        if every and state.run_count > 0 and state.run_count % every == 0:
+            await self.compact(goal_id, ctx)
+            return
+        await self.continue_goal(goal_id, ctx)
+
+    async def continue_goal(
+        self, goal_id: str, ctx: Ctx, *, explicit: bool = False, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport | None:
+        """The next turn, if the goal may have one; a refused pending switch has blocked the goal (``None``)."""
+        try:
+            return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
+        except SwitchFailedError as e:
+            log.info("goal %s blocked: %s", goal_id, e)
+            return None
+
+    async def compact(self, goal_id: str, ctx: Ctx) -> None:
+        """§3.14: ``compaction.started``, pending switches first, the host's compaction, ``compaction.completed``."""
+        state = await self.service.load(goal_id)
+        started = await self.service.append_goal(
+            goal_id, [en.CompactionStarted(goal_id=goal_id, run_count=state.run_count, at=iso(self.clock.now()))],
+            ctx, expected=state.version,
+        )
+        error = None
+        try:
+            await self.goals.compact(goal_id, ctx.caused_by(started[-1].event_id))
+        except Exception as e:  # the reference swallows compaction errors; keep what went wrong
+            error = str(e) or type(e).__name__
+        state = await self.service.load(goal_id)
+        await self.service.append_goal(
+            goal_id, [en.CompactionCompleted(goal_id=goal_id, error=error)], ctx.caused_by(started[-1].event_id),
+            expected=state.version,
+        )
+
+    # -- timers --------------------------------------------------------------------------------------
+
+    async def run_due(self) -> int:
+        """Run every timer due now, then maintenance if its time has come; returns how many ran."""
+        now = self.clock.now()
+        ran = 0
+        for goal_id, kind in self.tracker.pop_due(now):
+            await self.guard()
+            ran += 1
+            if kind == "confirm":
+                await self._confirm_timer(goal_id)
+            elif kind == "retry":
+                await self._retry_timer(goal_id)
+            await self.catch_up()
+        if self.next_maintenance is not None and now >= self.next_maintenance:
+            await self.guard()
+            await self.maintenance.run()
+            self.next_maintenance = after(now, self.config.maintenance_ms)
+            ran += 1
+            await self.catch_up()
+        return ran
+
+    def next_wakeup(self) -> datetime | None:
+        """When :meth:`run_due` next has something to do."""
+        due = self.tracker.next_due()
+        if self.next_maintenance is None:
+            return due
+        return min(due, self.next_maintenance) if due is not None else self.next_maintenance
+
+    async def _confirm_timer(self, goal_id: str) -> None:
+        """The candidate's quiet period ended: poll the worker; still idle means the second signal."""
+        state = await self.service.load(goal_id)
+        if state.worker_session_id is None or state.phase != "running":
+            return
+        if await self.host.session_status(state.worker_session_id) == "idle":
+            await self.on_idle(goal_id)
+
+    async def _retry_timer(self, goal_id: str) -> None:
+        state = await self.service.load(goal_id)
+        if not (state.exists and state.status == "active" and state.phase == "waiting_retry") or state.interactive:
+            return
+        if state.retry_after is not None and iso(self.clock.now()) < state.retry_after:
+            # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
+            self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+            return
+        await self.continue_goal(goal_id, Ctx.new())
+
+
+def _confirm_failure(
+    transcript: list[TranscriptMessage], prompt: str, *, anchored: bool
+) -> Literal["prompt-outside-window", "assistant-incomplete"] | None:
+    """Why the transcript cannot confirm the turn's end (§2.3 step 7), or ``None`` when it can."""
+    users = [m for m in transcript if m.role == "user"]
+    latest_is_prompt = bool(users) and users[-1].message_id == prompt
+    if not latest_is_prompt and not anchored:
+        return "prompt-outside-window"
+    completed = any(m.role == "assistant" and m.parent_id == prompt and m.completed for m in transcript)
+    if not anchored and not completed:
+        return "assistant-incomplete"
+    return None
+

@@ -1,0 +1,175 @@
+"""``loopd-es run``: one long-running engine per log, with a standby that takes over when the lease expires.
+
+The process waits for the lease (standing by while another engine holds it), then runs one reactor: host
+events arrive on a queue, the log's files wake it when another process appends (the projector's watcher), and
+it sleeps no longer than the next timer or a short poll. Each turn of the loop handles the queued host events,
+catches up with the log and runs due timers; a task of its own renews the lease on time. Losing the lease
+(another engine took it after this one stalled) stops the engine and sends it back to standing by.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import anyio
+import anyio.abc
+
+from ..errors import UsageError
+from ..host import open_host
+from ..host.events import AnyHostEvent, EngineHost
+from ..log import open_store
+from ..projector.watch import Waker, log_files, watch_log
+from .clock import Clock, SystemClock
+from .core import Engine, EngineConfig
+from .fence import FencedStore
+from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError
+
+if TYPE_CHECKING:
+    from ..log.base import LogStore
+
+log = logging.getLogger("loopd_es.engine")
+
+POLL_S: Final = 0.5
+"""The longest the reactor sleeps without looking at the log (a safety net under the file watcher)."""
+
+
+@dataclass
+class RunOptions:
+    store_url: str
+    host_url: str
+    holder: str
+    config: EngineConfig
+    lease_ms: int = DEFAULT_TTL_MS
+    directory: str = "."
+    tool_api: Path | None = None
+
+
+Say = Callable[[str], None]
+
+
+async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Clock | None = None) -> None:
+    """Stand by, hold the lease, run the engine; until ``stop`` is set (then release the lease)."""
+    clock = clock or SystemClock()
+    async with await open_store(options.store_url) as store:
+        host = await open_host(options.host_url)
+        try:
+            if not isinstance(host, EngineHost):
+                raise UsageError(f"host {options.host_url} has no event stream; `loopd-es run` needs one")
+            lease = Lease(store, options.holder, clock, ttl_ms=options.lease_ms)
+            while not stop.is_set():
+                if not await _stand_by(lease, clock, stop, say):
+                    break
+                try:
+                    await _serve(store, host, lease, options, clock, stop, say)
+                except* LeaseLostError as group:
+                    say(f"lost the engine lease ({group.exceptions[0]}); standing by")
+            await lease.release()
+        finally:
+            await host.aclose()
+
+
+async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say) -> bool:
+    """Wait until this process holds the lease (``False`` when stopped first)."""
+    announced = None
+    while not stop.is_set():
+        holder = await lease.try_acquire()
+        if holder is None:
+            say(f"engine running: holder {lease.holder}, fencing token {lease.token}")
+            return True
+        if holder.holder != announced:
+            until = holder.expires_at.isoformat() if holder.expires_at else "?"
+            say(f"standing by: the engine lease is held by {holder.holder} until {until}")
+            announced = holder.holder
+        wait = (holder.expires_at - clock.now()).total_seconds() if holder.expires_at else 0.5
+        with anyio.move_on_after(min(max(wait, 0.05), lease.ttl.total_seconds() / 3)):
+            await stop.wait()
+    return False
+
+
+async def _serve(
+    store: LogStore, host: EngineHost, lease: Lease, options: RunOptions, clock: Clock, stop: anyio.Event,
+    say: Say,
+) -> None:
+    engine = Engine(FencedStore(store, lease), host, clock, options.config, directory=options.directory,
+                    owner=options.holder, guard=lease.check)
+    send, receive = anyio.create_memory_object_stream[AnyHostEvent | None](math.inf)
+    waker = Waker()
+    watch_stop = anyio.Event()
+
+    async def pump_host() -> None:
+        async for event in host.events():
+            send.send_nowait(event)
+
+    async def pump_log() -> None:
+        await watch_log(log_files(options.store_url), waker, watch_stop, debounce=0, step=1)
+
+    async def wake_on_log() -> None:
+        while True:
+            if await waker.wait(3600):
+                send.send_nowait(None)
+
+    async def renew() -> None:
+        """Renew on time even while the engine is busy (a long start-up reading a big log)."""
+        while True:
+            await anyio.sleep(max(0.0, (lease.renew_due() - clock.now()).total_seconds()))
+            await lease.renew()
+
+    async with anyio.create_task_group() as tg:
+        if options.tool_api is not None:
+            await tg.start(_tools, options, store, host, clock, say)
+        tg.start_soon(pump_host)
+        tg.start_soon(pump_log)
+        tg.start_soon(wake_on_log)
+        tg.start_soon(renew)
+        try:
+            await engine.start()
+            while not stop.is_set():
+                timeout = _sleep_for(engine.next_wakeup(), clock.now())
+                item: AnyHostEvent | None = None
+                with anyio.move_on_after(timeout):
+                    item = await receive.receive()
+                if stop.is_set():
+                    break
+                batch = [item]
+                while True:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except anyio.WouldBlock:
+                        break
+                for event in batch:
+                    if event is not None:
+                        await engine.on_host_event(event)
+                await engine.guard()
+                await engine.catch_up()
+                await engine.run_due()
+        finally:
+            watch_stop.set()
+            tg.cancel_scope.cancel()
+
+
+async def _tools(
+    options: RunOptions, store: LogStore, host: EngineHost, clock: Clock, say: Say,
+    *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the OpenCode tools; workers' prompts then carry a tools map that hides the owner tools."""
+    from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, serve_tools
+
+    assert options.tool_api is not None
+    config = ToolApiConfig.load(options.tool_api)
+    if hasattr(host, "tools"):
+        host.tools = hidden_from_workers()
+    dispatcher = ToolDispatcher(store, host, clock, options.directory)
+    say(f"serving the OpenCode tools on {config.url}")
+    await serve_tools(config, dispatcher, task_status=task_status)
+
+
+def _sleep_for(timer: datetime | None, now: datetime) -> float:
+    if timer is None:
+        return POLL_S
+    return max(0.0, min(POLL_S, (timer - now).total_seconds()))

@@ -1,0 +1,118 @@
+"""Owner notifications through an outbox on stream ``notifications``: recorded once, delivered exactly once.
+
+A notice is recorded as ``notification.requested`` whose event id is derived from its cause and kind, so the
+same cause recorded twice (a retry, a restart replaying its reaction) appends nothing. Delivery shows it
+through the host under its ``notification_id`` (the host shows an id once) and then records
+``notification.delivered``. Undelivered notices are found again at start-up by reading the stream.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Final
+
+from ..app.turns import Guard, no_guard
+from ..domain.provider_limit import iso
+from ..errors import DuplicateEventIdError
+from ..events import notification as n
+from ..events.catalogue import decode_payload, new_event
+from ..events.envelope import ANY
+from ..host.errors import HostError
+
+if TYPE_CHECKING:
+    from ..app.service import Ctx
+    from ..domain.state import GoalState
+    from ..events.envelope import Envelope
+    from ..host.events import EngineHost
+    from ..log.base import LogStore
+    from .clock import Clock
+
+STREAM: Final = "notifications"
+_NAMESPACE: Final = uuid.UUID("5b0c3f1e-7c1d-4c55-9a57-5f0e8b1d2a10")
+
+
+def notification_event_id(notification_id: str, what: str = "requested") -> str:
+    """The event id of a notice's request (or delivery): the same notice always gets the same id."""
+    return str(uuid.uuid5(_NAMESPACE, f"{what}:{notification_id}"))
+
+
+class Outbox:
+    """Records notices and delivers the undelivered ones through the host."""
+
+    def __init__(self, store: LogStore, host: EngineHost, clock: Clock, guard: Guard | None = None) -> None:
+        self.store = store
+        self.host = host
+        self.clock = clock
+        self.guard = guard or no_guard
+        self.pending: dict[str, n.NotificationRequested] = {}
+        self.delivered: set[str] = set()
+
+    async def load(self) -> None:
+        """Find every requested notice that was not delivered (start-up)."""
+        if await self.store.stream_version(STREAM):
+            async for env in self.store.read_stream(STREAM):
+                self.observe(env)
+
+    def known(self, notification_id: str) -> bool:
+        """Whether the notice was recorded already (pending or delivered)."""
+        return notification_id in self.pending or notification_id in self.delivered
+
+    def observe(self, env: Envelope) -> None:
+        """Keep the pending set in step with the stream (also for notices other processes recorded)."""
+        if env.type == "notification.requested":
+            payload = decode_payload(env)
+            assert isinstance(payload, n.NotificationRequested)
+            if payload.notification_id not in self.delivered:
+                self.pending.setdefault(payload.notification_id, payload)
+        elif env.type == "notification.delivered":
+            notification_id = env.data_dict()["notification_id"]
+            self.delivered.add(notification_id)
+            self.pending.pop(notification_id, None)
+
+    async def request(
+        self, state: GoalState, kind: n.NotificationKind, text: str, cause_event_id: str, ctx: Ctx
+    ) -> str:
+        """Record the notice ``kind`` caused by ``cause_event_id`` (once) and deliver it; returns its id."""
+        notification_id = f"{cause_event_id}:{kind}"
+        payload = n.NotificationRequested(
+            notification_id=notification_id, goal_id=state.goal_id, owner_session_id=state.owner_session_id,
+            kind=kind, text=text, cause_event_id=cause_event_id, at=iso(self.clock.now()),
+        )
+        event = new_event(
+            payload, event_id=notification_event_id(notification_id), causation_id=cause_event_id,
+            correlation_id=ctx.correlation_id,
+        )
+        try:
+            await self.store.append(STREAM, [event], ANY)
+        except DuplicateEventIdError:
+            return notification_id  # recorded before (its text may have named another moment): nothing new
+        if notification_id not in self.delivered:
+            self.pending.setdefault(notification_id, payload)
+        await self.deliver()
+        return notification_id
+
+    async def deliver(self) -> int:
+        """Show every pending notice through the host and record it delivered; returns how many were shown."""
+        shown = 0
+        for notification_id, payload in list(self.pending.items()):
+            await self.guard()
+            try:
+                if await self.host.notify(payload.owner_session_id, payload.text, notification_id=notification_id):
+                    shown += 1
+            except HostError:
+                continue  # stays pending: the next delivery pass tries again
+            done = n.NotificationDelivered(
+                notification_id=notification_id, goal_id=payload.goal_id, at=iso(self.clock.now())
+            )
+            try:
+                await self.store.append(
+                    STREAM,
+                    [new_event(done, event_id=notification_event_id(notification_id, "delivered"),
+                               causation_id=notification_event_id(notification_id))],
+                    ANY,
+                )
+            except DuplicateEventIdError:
+                pass  # another process (an engine, a CLI operation) recorded the same delivery first
+            self.pending.pop(notification_id, None)
+            self.delivered.add(notification_id)
+        return shown

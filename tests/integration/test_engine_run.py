@@ -1,0 +1,186 @@
+"""``loopd-es run`` as a real process: goals created from other processes advance by themselves; a standby
+takes over when the lease runs out; SIGTERM stops it cleanly; kill -9 and a restart change nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from loopd_es.domain.evolve import fold, initial
+from loopd_es.domain.streams import goal_stream
+from loopd_es.log import open_store
+
+if TYPE_CHECKING:
+    from loopd_es.domain.state import GoalState
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = {"models": [{"provider": "p", "id": "m"}], "agents": [{"name": "build"}]}
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_CRASH")}
+    env.update(LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}", LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}")
+    return env
+
+
+def cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loopd_es", *args], cwd=workdir, env=_env(workdir),
+                          capture_output=True, text=True, timeout=30)
+
+
+def start_engine(workdir: Path, name: str, *extra: str) -> subprocess.Popen[str]:
+    """``loopd-es run`` in the background; its stderr goes to ``<name>.err`` (no pipe left to close)."""
+    with (workdir / f"{name}.err").open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "loopd_es", "run", "--holder", name, "--confirm-idle-ms", "100",
+             "--maintenance-ms", "300", *extra],
+            cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=err, text=True,
+        )
+
+
+def engine_err(workdir: Path, name: str) -> str:
+    return (workdir / f"{name}.err").read_text()
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def host_state(workdir: Path) -> dict[str, Any]:
+    path = workdir / "host.state.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def prompts(workdir: Path, session: str) -> list[str]:
+    return [p["text"] for p in host_state(workdir).get("prompts", []) if p["session_id"] == session]
+
+
+def goal(workdir: Path, goal_id: str) -> GoalState:
+    async def load() -> GoalState:
+        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+            return fold([e async for e in store.read_stream(goal_stream(goal_id))], initial(goal_id))
+
+    return anyio.run(load)
+
+
+def _types(workdir: Path, goal_id: str) -> list[str]:
+    async def read() -> list[str]:
+        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+            return [e.type async for e in store.read_stream(goal_stream(goal_id))]
+
+    return anyio.run(read)
+
+
+def lease_events(workdir: Path) -> list[str]:
+    async def read() -> list[str]:
+        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+            if not await store.stream_version("engine-lease"):
+                return []
+            return [e.type async for e in store.read_stream("engine-lease")]
+
+    return anyio.run(read)
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    (tmp_path / "host.json").write_text(json.dumps(SCRIPT))
+    yield tmp_path
+
+
+def _create(workdir: Path, *extra: str) -> tuple[str, str]:
+    out = cli(workdir, "goal", "create", "g", "--objective", "write done.txt", "--model", "p/m", "--agent", "build",
+              *extra)
+    assert out.returncode == 0, out.stderr
+    goal_id = out.stdout.splitlines()[0]
+    session = goal(workdir, goal_id).worker_session_id
+    assert session is not None
+    return goal_id, session
+
+
+def _stop(process: subprocess.Popen[str], workdir: Path, name: str) -> str:
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=15)
+    err = engine_err(workdir, name)
+    assert process.returncode == 0, err
+    return err
+
+
+def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir: Path) -> None:
+    engine = start_engine(workdir, "e1", "--lease-ms", "2000")
+    try:
+        goal_id, session = _create(workdir, "--check", "test -f done.txt")
+        assert len(prompts(workdir, session)) == 1
+        # the worker answers with usage and goes idle: the engine confirms and sends the next turn
+        assert cli(workdir, "sim", "reply", session, "--input", "100", "--output", "20").returncode == 0
+        wait_for("a continuation turn", lambda: len(prompts(workdir, session)) == 2)
+        assert prompts(workdir, session)[1].startswith("This is continuation run 2")
+        assert goal(workdir, goal_id).tokens_used == 120
+        # a 429: the run fails, waits 2 s, and the engine retries by itself
+        fail = cli(workdir, "sim", "fail", session, "--error", '{"statusCode": 429}')
+        assert fail.returncode == 0, fail.stderr
+        wait_for("the failure", lambda: goal(workdir, goal_id).consecutive_failures == 1)
+        # kill -9 in the middle of the backoff; a new engine resumes the timer from the log
+        engine.kill()
+        engine.wait(timeout=10)
+        engine = start_engine(workdir, "e2", "--lease-ms", "1000")
+        wait_for("the retry turn", lambda: len(prompts(workdir, session)) == 3)
+        assert "run.failed" in _types(workdir, goal_id)
+        # a check that fails, then passes
+        out = cli(workdir, "worker", "complete", "--session", session, "done", "see done.txt")
+        assert "Evaluator rejected completion." in out.stdout
+        (workdir / "done.txt").write_text("ok")
+        out = cli(workdir, "worker", "complete", "--session", session, "done", "see done.txt")
+        assert out.returncode == 0 and 'Goal "g" complete.' in out.stdout
+        state = goal(workdir, goal_id)
+        assert state.status == "complete" and state.consecutive_failures == 1
+        notes = cli(workdir, "notifications", "--goal", goal_id[:8])
+        assert 'Loop goal "g" completed: done. Evidence: see done.txt.' in notes.stdout
+        history = cli(workdir, "history", goal_id)
+        for fact in ("run.idle_candidate", "run.completed", "goal.usage_accounted", "run.failed",
+                     "goal.completion_rejected", "goal.completed"):
+            assert fact in history.stdout, fact
+        assert len(set(prompts(workdir, session))) == len(prompts(workdir, session))  # nothing sent twice
+    finally:
+        if engine.poll() is None:
+            _stop(engine, workdir, "e2")
+
+
+def test_a_standby_takes_over_when_the_lease_runs_out_and_sigterm_releases_it(workdir: Path) -> None:
+    first = start_engine(workdir, "first", "--lease-ms", "1500")
+    second: subprocess.Popen[str] | None = None
+    try:
+        wait_for("the first engine's lease", lambda: lease_events(workdir)[:1] == ["engine.lease_acquired"])
+        second = start_engine(workdir, "second", "--lease-ms", "1500")
+        time.sleep(0.5)
+        assert second.poll() is None
+        first.send_signal(signal.SIGSTOP)  # a paused holder stops renewing; the standby waits for expiry
+        wait_for("the takeover", lambda: lease_events(workdir).count("engine.lease_acquired") == 2)
+        first.send_signal(signal.SIGCONT)
+        err = _stop(first, workdir, "first")
+        assert "lost the engine lease" in err or "stopped" in err
+        # the old holder wrote nothing after losing the lease: the last acquisition is the second engine's
+        assert lease_events(workdir)[-1] in ("engine.lease_acquired", "engine.lease_renewed")
+        assert _stop(second, workdir, "second").strip().endswith("stopped")
+        assert lease_events(workdir)[-1] == "engine.lease_released"
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)

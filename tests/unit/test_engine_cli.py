@@ -1,0 +1,82 @@
+"""The engine's commands in-process: owner, worker, sim and notifications, and their errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loopd_es.cli.main import main
+from loopd_es.errors import EXIT_CONFLICT, EXIT_USAGE
+
+SCRIPT = {"models": [{"provider": "p", "id": "m"}], "agents": [{"name": "build"}]}
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "host.json").write_text(json.dumps(SCRIPT))
+    monkeypatch.setenv("LOOPD_ES_STORE", f"sqlite:{tmp_path / 'events.db'}")
+    monkeypatch.setenv("LOOPD_ES_HOST", f"sim:{tmp_path / 'host.json'}")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _create(capsys: pytest.CaptureFixture[str], *extra: str) -> str:
+    assert main("goal", "create", "g", "--objective", "o", "--model", "p/m", "--agent", "build", *extra) == 0
+    return capsys.readouterr().out.splitlines()[0]
+
+
+def _session(env: Path) -> str:
+    state = json.loads((env / "host.state.json").read_text())
+    return str(next(iter(state["sessions"])))
+
+
+def test_worker_block_notifies_the_owner_and_notifications_lists_it(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    goal_id = _create(capsys)
+    session = _session(env)
+    assert main("worker", "block", "--session", session, "no network", "connect me") == 0
+    assert capsys.readouterr().out.strip() == 'Goal "g" blocked.'
+    assert main("notifications", "--goal", goal_id[:6], "--json") == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 1 and rows[0]["kind"] == "blocked" and rows[0]["delivered_at"] is not None
+    assert rows[0]["text"] == 'Loop goal "g" blocked: no network. Needed: connect me.'
+    assert main("worker", "block", "--session", session, "again", "x") == EXIT_CONFLICT
+    assert capsys.readouterr().err.strip() == "loopd-es: Cannot block goal in blocked state."
+
+
+def test_owner_operations_print_the_reference_messages(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    goal_id = _create(capsys)
+    assert main("owner", "nudge", goal_id[:8]) == 0
+    assert capsys.readouterr().out.strip() == 'Re-prompted worker for "g".'
+    assert main("owner", "send", goal_id, "use pnpm") == 0
+    assert capsys.readouterr().out.strip() == 'Sent to "g" as its own turn.'
+    assert main("owner", "abort", goal_id) == 0
+    assert capsys.readouterr().out.strip().endswith("Engine continues the same session next turn.")
+    assert main("owner", "force-complete", goal_id) == 0
+    assert main("owner", "force-complete", goal_id) == EXIT_CONFLICT
+    assert 'Goal "g" already complete.' in capsys.readouterr().err
+
+
+def test_bad_input_is_one_line_with_the_usage_exit_code(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _create(capsys)
+    session = _session(env)
+    assert main("sim", "fail", session, "--error", "{not json") == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("loopd-es: --error is not valid JSON") and err.count("\n") == 1
+    assert main("run", "--lease-ms", "-1") == EXIT_USAGE
+    assert "--lease-ms must be >= 0" in capsys.readouterr().err
+    assert main("notifications") == 0
+    assert "no notifications" in capsys.readouterr().out
+
+
+def test_sim_takes_a_goal_id_for_its_worker(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    goal_id = _create(capsys)
+    assert main("sim", "reply", goal_id[:8], "--input", "7") == 0
+    state = json.loads((env / "host.state.json").read_text())
+    answers = [m for m in state["transcripts"][_session(env)] if m["role"] == "assistant"]
+    assert len(answers) == 1 and answers[0]["input"] == 7
+    assert main("sim", "idle", "no-such-thing") == EXIT_USAGE
+    assert "no goal matches 'no-such-thing'" in capsys.readouterr().err

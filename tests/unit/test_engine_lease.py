@@ -1,0 +1,105 @@
+"""The engine lease as events: one holder at a time, takeover only after expiry, and a holder that lost it
+neither writes nor prompts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loopd_es.engine.core import Engine, EngineConfig
+from loopd_es.engine.lease import Lease, LeaseLostError
+
+from ._engine_harness import rig
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_one_holder_takeover_after_expiry_and_release(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        a = Lease(r.store, "a", r.clock, ttl_ms=10_000)
+        b = Lease(r.store, "b", r.clock, ttl_ms=10_000)
+        assert await a.try_acquire() is None and a.token == 1
+        holder = await b.try_acquire()
+        assert holder is not None and holder.holder == "a"
+        r.clock.advance(6)
+        await a.renew()  # renewed at 6 s: now valid until 16 s
+        r.clock.advance(6)
+        assert await b.try_acquire() is not None
+        r.clock.advance(5)
+        assert await b.try_acquire() is None and b.token == 3
+        with pytest.raises(LeaseLostError):
+            await a.check()
+        with pytest.raises(LeaseLostError):
+            await a.renew()
+        await b.release()
+        assert await a.try_acquire() is None  # a released lease is free at once
+
+
+async def test_an_engine_that_lost_its_lease_sends_no_prompt(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        old = Lease(r.store, "old", r.clock, ttl_ms=5_000)
+        assert await old.try_acquire() is None
+        engine = Engine(r.store, r.host, r.clock, EngineConfig(confirm_idle_ms=0), guard=old.check)
+        await engine.start()
+        r.clock.advance(6)  # the old holder stalled past its lease; another engine takes over
+        assert await Lease(r.store, "new", r.clock).try_acquire() is None
+        await r.host.reply(sid)
+        head = await r.store.head()
+        with pytest.raises(LeaseLostError):
+            for event in list(r.seen):
+                await engine.on_host_event(event)
+        assert await r.store.head() == head
+        assert len(await r.prompts(sid)) == 1
+
+
+async def test_the_fence_refuses_a_write_of_an_old_holder_even_without_its_check(tmp_path: Path) -> None:
+    from loopd_es.engine.fence import FencedStore
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid = await r.create()
+        sid = (await r.state(gid)).worker_session_id
+        assert sid is not None
+        old = Lease(r.store, "old", r.clock, ttl_ms=5_000)
+        assert await old.try_acquire() is None
+        engine = Engine(FencedStore(r.store, old), r.host, r.clock, EngineConfig(confirm_idle_ms=0))  # no guard
+        await engine.start()
+        await r.host.reply(sid)
+        await engine.on_host_event(r.seen.pop(0))  # the answer: usage accounted, fenced with token 1
+        fences = [e async for e in r.store.read_stream("engine-lease") if e.type == "engine.fenced"]
+        assert fences and fences[-1].data_dict()["token"] == 1
+        r.clock.advance(6)
+        assert await Lease(r.store, "new", r.clock).try_acquire() is None  # the old holder stalled; taken over
+        head = await r.store.head()
+        with pytest.raises(LeaseLostError):
+            for event in list(r.seen):
+                await engine.on_host_event(event)
+        assert await r.store.head() == head  # the idle candidate it decided never landed
+        assert len(await r.prompts(sid)) == 1
+
+
+async def test_renewals_and_fenced_writes_of_one_holder_never_race(tmp_path: Path) -> None:
+    import anyio
+
+    from loopd_es.engine.fence import FencedStore
+    from loopd_es.events.envelope import NewEvent
+
+    async with rig(tmp_path) as r:
+        lease = Lease(r.store, "one", r.clock, ttl_ms=60_000)
+        assert await lease.try_acquire() is None
+        fenced = FencedStore(r.store, lease)
+
+        async def write(i: int) -> None:
+            await fenced.append(f"s-{i}", [NewEvent(type="goal.nudged", data={"goal_id": str(i)})])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(write, i)
+                if i % 4 == 0:
+                    tg.start_soon(lease.renew)
+        types = [e.type async for e in r.store.read_stream("engine-lease")]
+        assert types.count("engine.fenced") == 20 and types.count("engine.lease_renewed") == 5
+        await lease.check()
