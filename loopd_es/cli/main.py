@@ -46,6 +46,7 @@ COMMAND_MODULES: dict[str, str] = {
     "import-loopd": "import_cmds",
     "cmd": "cmd_cmds",
     "demo": "demo_cmds",
+    "dash": "dash_cmds",
 }  # fmt: skip
 """Which module defines each command, so one command imports only its own module (start-up time matters
 for a CLI that agents call many times); ``tests/unit/test_cli_main.py`` checks it against the modules."""
