@@ -10,6 +10,7 @@ notice while its events appear in the views.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
+from textual.coordinate import Coordinate
+from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 
@@ -50,6 +53,49 @@ def bar(used: float, limit: float | None, width: int = 20) -> Text:
     out.append("." * (width - filled))
     out.append(f"] {used:g}/{limit:g}")
     return out
+
+
+LOOP_KEYS = ("task_id", "status", "interval", "next_due_at", "last_fired_at")
+
+
+def goal_cells(g: dict[str, Any]) -> tuple[Any, ...]:
+    turns = f"{g['turns_used']}/{g['max_turns'] or '-'}"
+    return (g["goal_id"][:8], safe(g["name"], 24), g["status"], g["phase"], safe(g["model"], 28),
+            safe(g["agent"], 12), turns, f"${g['cost_used']:.4f}")
+
+
+def command_cells(c: dict[str, Any]) -> tuple[Any, ...]:
+    return (c["command_id"][:12], safe(c["title"], 24), c["status"], c["end_reason"] or "",
+            (c["goal_id"] or "")[:8], (c["started_at"] or "")[:19])
+
+
+def note_cells(n: dict[str, Any]) -> tuple[Any, ...]:
+    state = "delivered" if n.get("delivered_at") else "pending"
+    return ((n.get("requested_at") or "")[:19], (n.get("goal_id") or "")[:8], n.get("kind", ""), state,
+            safe(n.get("text"), 70))
+
+
+def fill(table: DataTable[Any], rows: list[tuple[str, tuple[Any, ...]]], selected: str | None) -> str | None:
+    """Show ``rows`` (key, cells) in ``table``, changing only what changed; returns the selected key, kept when
+    it is still there. Rebuilding a 1,000-row table on every append would cost more than the append itself."""
+    keys = [key for key, _ in rows]
+    shown = [str(row_key.value) for row_key in table.rows]
+    if shown == keys:
+        for row_index, (_, cells) in enumerate(rows):
+            current = table.get_row_at(row_index)
+            for column, value in enumerate(cells):
+                if str(current[column]) != str(value):
+                    table.update_cell_at(Coordinate(row_index, column), value)
+    else:
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+    if not keys:
+        return None
+    chosen = selected if selected in keys else keys[0]
+    if table.cursor_row != keys.index(chosen):
+        table.move_cursor(row=keys.index(chosen))
+    return chosen
 
 
 @dataclass
@@ -137,6 +183,8 @@ class Dashboard(App[None]):
 
     def w(self, selector: str, kind: type[W]) -> W:
         """A widget of the main screen, whichever screen (help, a dialog) is on top."""
+        if not self.screen_stack:  # closing
+            raise NoMatches(selector)
         return self.screen_stack[0].query_one(selector, kind)
 
     # -- live data -------------------------------------------------------------------------------------
@@ -179,77 +227,54 @@ class Dashboard(App[None]):
                 await self._reload()
                 if not self._reload_again:
                     return
+        except NoMatches:  # the app is closing: its widgets are already gone
+            return
         finally:
             self._reloading = False
 
     async def _reload(self) -> None:
         self.snap = await anyio.to_thread.run_sync(data.snapshot, self.config.read_db)
-        self._fill_goals()
-        self._fill_commands()
-        self._fill_simple()
-        events = await data.recent_events(self.store)
-        table = self.w("#event-table", DataTable)
-        table.clear()
-        for e in events:
-            table.add_row(str(e["position"]), e["recorded_at"][11:23], safe(e["stream"], 40), e["type"])
+        goals = [(g["goal_id"], goal_cells(g)) for g in self.snap.goals]
+        self.goal_id = fill(self.w("#goal-table", DataTable), goals, self.goal_id)
+        commands = [(c["command_id"], command_cells(c)) for c in self.snap.commands]
+        self.command_id = fill(self.w("#command-table", DataTable), commands, self.command_id)
+        loops = [(str(r.get("task_id")), tuple(safe(r.get(k), 30) for k in LOOP_KEYS)) for r in self.snap.loops]
+        fill(self.w("#loop-table", DataTable), loops, None)
+        notes = [(str(n.get("position")), note_cells(n)) for n in self.snap.notifications]
+        fill(self.w("#notification-table", DataTable), notes, None)
+        if self.w("TabbedContent", TabbedContent).active == "events":  # read the log only when it is shown
+            await self.show_events()
         await self.show_goal()
         await self.show_command()
         self.refreshes += 1
 
-    def _fill_goals(self) -> None:
-        table = self.w("#goal-table", DataTable)
-        keep = self.goal_id
-        table.clear()
-        for g in self.snap.goals:
-            turns = f"{g['turns_used']}/{g['max_turns'] or '-'}"
-            table.add_row(
-                g["goal_id"][:8], safe(g["name"], 24), g["status"], g["phase"], safe(g["model"], 28),
-                safe(g["agent"], 12), turns, f"${g['cost_used']:.4f}", key=g["goal_id"],
-            )
-        ids = [g["goal_id"] for g in self.snap.goals]
-        if ids:
-            self.goal_id = keep if keep in ids else ids[0]
-            table.move_cursor(row=ids.index(self.goal_id))
+    async def show_events(self) -> None:
+        events = await data.recent_events(self.store)
+        rows = [(str(e["position"]), (str(e["position"]), e["recorded_at"][11:23], safe(e["stream"], 40), e["type"]))
+                for e in events]
+        fill(self.w("#event-table", DataTable), rows, None)
 
-    def _fill_commands(self) -> None:
-        table = self.w("#command-table", DataTable)
-        keep = self.command_id
-        table.clear()
-        for c in self.snap.commands:
-            table.add_row(
-                c["command_id"][:12], safe(c["title"], 24), c["status"], c["end_reason"] or "",
-                (c["goal_id"] or "")[:8], (c["started_at"] or "")[:19], key=c["command_id"],
-            )
-        ids = [c["command_id"] for c in self.snap.commands]
-        if ids:
-            self.command_id = keep if keep in ids else ids[0]
-            table.move_cursor(row=ids.index(self.command_id))
-
-    def _fill_simple(self) -> None:
-        loops = self.w("#loop-table", DataTable)
-        loops.clear()
-        for row in self.snap.loops:
-            loops.add_row(*(safe(row.get(k), 30) for k in ("task_id", "status", "interval", "next_due_at", "last_fired_at")))
-        notes = self.w("#notification-table", DataTable)
-        notes.clear()
-        for n in self.snap.notifications:
-            state = "delivered" if n.get("delivered_at") else "pending"
-            notes.add_row((n.get("requested_at") or "")[:19], (n.get("goal_id") or "")[:8], n.get("kind", ""),
-                          state, safe(n.get("text"), 70))
+    @on(TabbedContent.TabActivated)
+    async def _tab(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "events":
+            with contextlib.suppress(NoMatches):
+                await self.show_events()
 
     @on(DataTable.RowHighlighted, "#goal-table")
     async def _goal_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value
         if key is not None and key != self.goal_id:
             self.goal_id, self.pane_mode, self.cursor = key, "detail", None
-            await self.show_goal()
+            with contextlib.suppress(NoMatches):  # the app may be closing
+                await self.show_goal()
 
     @on(DataTable.RowHighlighted, "#command-table")
     async def _command_highlighted(self, event: DataTable.RowHighlighted) -> None:
         key = event.row_key.value
         if key is not None and key != self.command_id:
             self.command_id = key
-            await self.show_command()
+            with contextlib.suppress(NoMatches):
+                await self.show_command()
 
     async def show_goal(self) -> None:
         pane = self.w("#goal-detail", Static)

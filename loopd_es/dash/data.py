@@ -44,14 +44,14 @@ def _connect(read_db: Path) -> sqlite3.Connection:
 
 
 def snapshot(read_db: Path) -> Snapshot:
-    """Goals (newest first), commands, loops and notifications, in one read transaction."""
+    """Goals and commands (newest first, a stable order), loops and notifications, in one read transaction."""
     if not read_db.exists():
         return Snapshot()
     conn = _connect(read_db)
     try:
         conn.execute("BEGIN")
         return Snapshot(
-            goals=_rows(conn, "SELECT * FROM goals WHERE cleared = 0 ORDER BY updated_at DESC, goal_id"),
+            goals=_rows(conn, "SELECT * FROM goals WHERE cleared = 0 ORDER BY created_at DESC, goal_id"),
             commands=_rows(conn, "SELECT * FROM commands WHERE removed = 0 ORDER BY started_at DESC, command_id"),
             loops=_rows(conn, "SELECT * FROM loops ORDER BY task_id"),
             notifications=_rows(conn, "SELECT * FROM notifications ORDER BY position DESC LIMIT 50"),
