@@ -262,6 +262,7 @@ class Goals:
     async def observe_error(
         self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
         expected_model: str | None = None, run_id: str | None = None, generation: int | None = None,
+        via: str | None = None,
     ) -> list[Envelope]:
         """A provider error as the host reported it: run failure, classification, fallback preparation.
 
@@ -269,5 +270,5 @@ class Goals:
         """
         return await observe_provider_error(
             self.service, goal_id, error, ctx, source=source, expected_model=expected_model, run_id=run_id,
-            generation=generation,
+            generation=generation, via=via,
         )

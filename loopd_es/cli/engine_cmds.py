@@ -42,9 +42,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_host_option(p)
     p.add_argument("--holder", default=None, help="this engine's name in the lease (default: host:pid)")
+    p.add_argument(
+        "--tool-api", type=Path, default=None, metavar="FILE",
+        help="serve the OpenCode tools at the address in FILE (default: .opencode/loopd/engine.json when it "
+        "exists; written by `loopd-es opencode install`)",
+    )
     p.add_argument("--lease-ms", type=int, default=15_000, help="lease length (default 15000)")
     p.add_argument("--confirm-idle-ms", type=int, default=2000, help="idle confirmation period (default 2000)")
     p.add_argument("--maintenance-ms", type=int, default=30_000, help="maintenance interval (default 30000)")
+    p.add_argument(
+        "--idle-recover-ms", type=int, default=180_000,
+        help="how long a running turn may sit on an idle worker before it is recovered (default 180000)",
+    )
     p.set_defaults(handler=_run)
 
     p = sub.add_parser("notifications", help="owner notifications and whether they were delivered")
@@ -132,14 +141,15 @@ async def _run(args: argparse.Namespace) -> int:
     from ..engine.core import EngineConfig
     from ..engine.daemon import RunOptions, run_daemon
 
-    for name in ("lease_ms", "confirm_idle_ms", "maintenance_ms"):
+    for name in ("lease_ms", "confirm_idle_ms", "maintenance_ms", "idle_recover_ms"):
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     options = RunOptions(
         store_url=store_url(args), host_url=host_url(args.host),
         holder=args.holder or f"{socket.gethostname()}:{os.getpid()}",
-        config=EngineConfig(confirm_idle_ms=args.confirm_idle_ms, maintenance_ms=args.maintenance_ms),
-        lease_ms=args.lease_ms, directory=os.getcwd(),
+        config=EngineConfig(confirm_idle_ms=args.confirm_idle_ms, maintenance_ms=args.maintenance_ms,
+                            idle_recover_ms=args.idle_recover_ms),
+        lease_ms=args.lease_ms, directory=os.getcwd(), tool_api=_tool_api(args.tool_api),
     )
     stop = anyio.Event()
 
@@ -160,6 +170,16 @@ async def _run(args: argparse.Namespace) -> int:
         tg.cancel_scope.cancel()
     say("stopped")
     return EXIT_OK
+
+
+def _tool_api(given: Path | None) -> Path | None:
+    """The tool channel's config file: the one given (which must exist), or the installed one in this directory."""
+    if given is not None:
+        if not given.is_file():
+            raise UsageError(f"--tool-api {given}: no such file; run `loopd-es opencode install` first")
+        return given
+    default = Path(".opencode") / "loopd" / "engine.json"
+    return default if default.is_file() else None
 
 
 # -- notifications --------------------------------------------------------------------------------------

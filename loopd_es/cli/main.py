@@ -48,6 +48,8 @@ COMMAND_MODULES: dict[str, str] = {
     "run": "engine_cmds", "notifications": "engine_cmds", "owner": "engine_cmds", "worker": "engine_cmds",
     "sim": "engine_cmds",
     "loop": "loop_cmds", "loops": "loop_cmds",
+    "opencode": "opencode_cmds",
+    "dash": "dash_cmds",
 }  # fmt: skip
 """Which module defines each command, so one command imports only its own module (start-up time matters
 for a CLI that agents call many times); ``tests/unit/test_cli_main.py`` checks it against the modules."""

@@ -273,6 +273,7 @@ class ObserveProviderError(_GoalCommand, frozen=True, kw_only=True):
     error_text: str
     source: Literal["prompt-delivery", "session-error"]
     expected_model: str | None = None
+    via: str | None = None
 
 
 GoalCommand = (

@@ -245,7 +245,7 @@ def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> l
         i.ProviderLimitObserved(
             goal_id=state.goal_id, kind=observation.kind, source=observation.source,
             observed_at=observation.observed_at, model=observation.model, status_code=observation.status_code,
-            retry_at=observation.retry_at, marks_blocker=same_model and quota_blocked,
+            retry_at=observation.retry_at, marks_blocker=same_model and quota_blocked, via=cmd.via,
         )
     ]
     if not eligible:

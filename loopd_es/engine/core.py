@@ -25,7 +25,7 @@ from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import USAGE_WINDOW, Guard, Kind, no_guard
 from ..domain import goal_commands as c
-from ..domain.provider_limit import iso
+from ..domain.provider_limit import classify, iso
 from ..domain.streams import aggregate_of
 from ..events import engine as en
 from ..events import run as r
@@ -192,6 +192,8 @@ class Engine:
         elif isinstance(event, SessionStatusChanged):
             live.status = event.status
             live.activity(now)
+            if event.status == "retry":
+                await self._retrying(state, event)
         elif isinstance(event, SessionError):
             await self._session_error(state, event)
         elif isinstance(event, MessageUpdated):
@@ -239,6 +241,29 @@ class Engine:
             live.assistant_completed_at = now
             await self.turns.account(state.goal_id, [m], Ctx.new())
         return True
+
+    async def _retrying(self, state: GoalState, event: SessionStatusChanged) -> None:
+        """Early fallback: the host is retrying a quota or rate limit by itself (OpenCode: up to ~75 s, or
+        five times a long Retry-After, before it reports the error). A goal with an unused fallback model
+        does not wait: it aborts the turn and records the limit, seen on the retry status, so the next turn
+        goes out on the next fallback model, on the same session."""
+        worker, model = state.worker_session_id, state.config.model
+        if state.phase != "running" or worker is None or not event.message:
+            return
+        attempted = set(state.model_fallback.attempted if state.model_fallback else ()) | {model}
+        if not any(m not in attempted for m in state.config.fallback_models):
+            return
+        reported = {"message": event.message, "attempt": event.attempt}
+        if classify(reported, "session-error", self.clock.now(), model) is None:
+            return
+        try:
+            await self.host.abort(worker)
+        except HostError:
+            return  # the host's own error will come through the session error path
+        await self.goals.observe_error(
+            state.goal_id, reported, Ctx.new(), source="session-error", expected_model=model,
+            run_id=state.active_run_id, generation=state.run_generation, via="retry-status",
+        )
 
     async def _session_error(self, state: GoalState, event: SessionError) -> None:
         await self.goals.observe_error(

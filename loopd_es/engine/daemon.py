@@ -14,9 +14,11 @@ import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import anyio
+import anyio.abc
 
 from ..errors import UsageError
 from ..host import open_host
@@ -47,6 +49,7 @@ class RunOptions:
     directory: str = "."
     due_schedules: DueHook | None = None
     """Called with the engine's time on every maintenance pass (scheduled loops fire their due slots there)."""
+    tool_api: Path | None = None
 
 
 Say = Callable[[str], None]
@@ -122,6 +125,8 @@ async def _serve(
             await lease.renew()
 
     async with anyio.create_task_group() as tg:
+        if options.tool_api is not None:
+            await tg.start(_tools, options, store, host, clock, say)
         tg.start_soon(pump_host)
         tg.start_soon(pump_log)
         tg.start_soon(wake_on_log)
@@ -150,6 +155,22 @@ async def _serve(
         finally:
             watch_stop.set()
             tg.cancel_scope.cancel()
+
+
+async def _tools(
+    options: RunOptions, store: LogStore, host: EngineHost, clock: Clock, say: Say,
+    *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the OpenCode tools; workers' prompts then carry a tools map that hides the owner tools."""
+    from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, serve_tools
+
+    assert options.tool_api is not None
+    config = ToolApiConfig.load(options.tool_api)
+    if hasattr(host, "tools"):
+        host.tools = hidden_from_workers()
+    dispatcher = ToolDispatcher(store, host, clock, options.directory)
+    say(f"serving the OpenCode tools on {config.url}")
+    await serve_tools(config, dispatcher, task_status=task_status)
 
 
 def _sleep_for(timer: datetime | None, now: datetime) -> float:

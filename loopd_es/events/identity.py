@@ -129,6 +129,9 @@ class ProviderLimitObserved(Event, ProviderLimitFacts, frozen=True):
 
     goal_id: str
     marks_blocker: bool = False
+    via: str | None = None
+    """The host signal it was seen on when that was not the error itself: ``retry-status`` when OpenCode was
+    still retrying the provider (early fallback, before its own retries ran out)."""
 
 
 @event("identity.fallback_prepared")

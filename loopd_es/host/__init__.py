@@ -2,7 +2,8 @@
 
 ``sim:PATH`` is the simulated host scripted by ``PATH`` (JSON, or TOML when it ends in ``.toml``; a missing
 file gives the default catalog), with its live state in ``<stem>.state.json`` beside it. It is the default
-(``sim:.loopd/host.json``, or ``$LOOPD_ES_HOST``). The OpenCode HTTP host will be ``http://HOST:PORT``.
+(``sim:.loopd/host.json``, or ``$LOOPD_ES_HOST``). ``opencode:http://HOST:PORT`` (or a bare ``http://`` URL) is a
+running ``opencode serve`` (:mod:`loopd_es.host.opencode`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def host_url(explicit: str | None = None) -> str:
 async def open_host(url: str) -> WorkerHost:
     """Open the host at ``url``.
 
-    :raises HostConfigError: for an unknown scheme, an empty path or an invalid simulated-host script.
+    :raises HostConfigError: for an unknown scheme, an empty path, an invalid simulated-host script or a
+        malformed OpenCode URL.
     """
     text = url.strip()
     scheme, sep, rest = text.partition(":")
@@ -59,8 +61,10 @@ async def open_host(url: str) -> WorkerHost:
         path = rest.removeprefix("//")
     elif not sep or (len(scheme) <= 1 and text.endswith((".json", ".toml"))):
         path = text  # a bare script path (a one-letter "scheme" is a Windows drive)
-    elif scheme in ("http", "https"):
-        raise HostConfigError(url, "the OpenCode HTTP host is not available yet; use sim:FILE")
+    elif scheme == "opencode" or scheme in ("http", "https"):
+        from .opencode import OpenCodeHost  # httpx is imported only by those who drive OpenCode
+
+        return OpenCodeHost.from_url(text)
     else:
         raise HostConfigError(url, f"unknown host scheme {scheme!r}; use sim:FILE (e.g. {DEFAULT_HOST})")
     if not path:

@@ -60,9 +60,17 @@ class SessionIdle(HostEvent, frozen=True, kw_only=True, tag="session.idle"):
 
 
 class SessionStatusChanged(HostEvent, frozen=True, kw_only=True, tag="session.status"):
-    """The session's status changed; ``idle`` counts as an idle signal."""
+    """The session's status changed; ``idle`` counts as an idle signal.
+
+    A ``retry`` status says the host is retrying a refused model call by itself: ``message`` is the
+    provider's text (the only hint of a quota or rate limit until the retries run out), ``attempt`` the
+    retry number and ``next_at_ms`` when the next attempt goes (epoch milliseconds).
+    """
 
     status: Literal["idle", "busy", "retry"]
+    message: str | None = None
+    attempt: int | None = None
+    next_at_ms: int | None = None
 
 
 class SessionError(HostEvent, frozen=True, kw_only=True, tag="session.error"):

@@ -18,6 +18,7 @@ URL: ``postgresql://user@host:port/db?schema=NAME`` (``postgres://`` too); ``sch
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any, Final
@@ -49,7 +50,7 @@ from .base import (
     check_stream_name,
     parse_expected_version,
 )
-from .group_commit import GroupCommitter, Request
+from .group_commit import GroupCommitter, Part, Request
 from .postgres_sql import (
     ANY_VERSION,
     APPEND_FUNCTION,
@@ -103,7 +104,7 @@ class PostgresLog(LogStore):
         self._pool = pool
         self._conninfo = split_postgres_url(url)[0]
         self._table = sql.Identifier(schema, "events")
-        self._function = sql.Identifier(schema, "loopd_append_v1")
+        self._function = sql.Identifier(schema, "loopd_append_v3")
         self._sql = {name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()}
         self._group = GroupCommitter(self._commit)
         self._closed = False
@@ -125,7 +126,7 @@ class PostgresLog(LogStore):
             ) from e
         await probe.close()
         pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-            conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+            conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}, configure=_configure
         )
         try:
             await pool.open(wait=True, timeout=10)
@@ -165,7 +166,7 @@ class PostgresLog(LogStore):
                 )
             if create:
                 function = await (
-                    await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.loopd_append_v1",))
+                    await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.loopd_append_v3",))
                 ).fetchone()
                 if function is None or function[0] is None:
                     async with conn.transaction():
@@ -190,7 +191,7 @@ class PostgresLog(LogStore):
     ) -> list[Envelope]:
         check_stream_name(stream)
         expected_version = parse_expected_version(expected_version)
-        check_new_events(events)
+        events = check_new_events(events)
         if not events:
             return []
         return await self._group.submit(Request(stream, events, expected_version))
@@ -198,25 +199,34 @@ class PostgresLog(LogStore):
     async def _submit(self, request: Request) -> list[Envelope]:
         return await self._group.submit(request)
 
-    async def _commit_fast(self, group: list[Request]) -> bool:
-        """Commit a group with one statement when nothing in it is a retry or a conflict; False if not done.
+    async def _commit(self, group: list[Request]) -> None:
+        """Commit a group: in one statement when nothing in it is a retry or a conflict, else carefully."""
+        parts = [part for request in group for part in request.parts]
+        ids = [new.event_id for part in parts for new in part.events]
+        if len({part.stream for part in parts}) == len(parts) and len(set(ids)) == len(ids):
+            if await self._commit_fast(group, parts):
+                return
+        await self._commit_careful(group, ids)
 
-        The server-side function refuses (writing nothing) whenever an id is recorded or a stream is not at
-        its expected version, and the careful path then decides each request's outcome.
+    async def _commit_fast(self, group: list[Request], parts: list[Part]) -> bool:
+        """One statement for the whole group; False (nothing written) when an id is recorded or a version is off.
+
+        The server-side function refuses whenever any check fails, and the careful path then decides each
+        request's own outcome.
         """
         recorded_at = now_rfc3339()
-        events = [new for request in group for new in request.events]
-        datas = [new.data_bytes() for new in events]
+        events = [new for part in parts for new in part.events]
+        payloads = [data for part in parts for data in part.payloads]
         args = (
-            [request.stream for request in group],
-            [_expected_code(request.expected) for request in group],
-            [len(request.events) for request in group],
+            [part.stream for part in parts],
+            [_expected_code(part.expected) for part in parts],
+            [len(part.events) for part in parts],
             [new.event_id for new in events],
             [new.type for new in events],
             [new.schema_version for new in events],
             [new.causation_id for new in events],
             [new.correlation_id for new in events],
-            datas,
+            payloads,
             recorded_at,
             f"{self.schema}:",
         )
@@ -226,36 +236,26 @@ class PostgresLog(LogStore):
         if firsts is None:
             return False
         head = int(firsts[0])
-        data_iter = iter(datas)
-        for request, version in zip(group, firsts[1:], strict=True):
-            envelopes = []
-            for new in request.events:
-                head += 1
-                version += 1
-                envelopes.append(
-                    Envelope(
-                        head, request.stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                        new.causation_id, new.correlation_id, _Raw(next(data_iter)),
-                    )
-                )
+        versions = iter(firsts[1:])
+        for request in group:
+            envelopes: list[Envelope] = []
+            for part in request.parts:
+                head = _place(part, head, int(next(versions)), recorded_at, envelopes)
             request.error = None
             request.result = envelopes
         return True
 
-    async def _commit(self, group: list[Request]) -> None:
-        """One transaction for the whole group, under the position lock; every check precedes every insert.
+    async def _commit_careful(self, group: list[Request], ids: list[str]) -> None:
+        """One transaction for the whole group under the position lock; every check precedes every insert.
 
         Holding the lock, nothing else can write, so ids, versions and the head read here stay true until
-        the insert: requests are resolved one by one against what is recorded plus what the group staged,
-        and then all staged rows go in with one statement. Pipelined, the whole commit is two round trips:
-        BEGIN + lock + the three reads, then INSERT + NOTIFY + COMMIT. (The reads must be statements of
-        their own after the lock's: a statement's snapshot is taken when it starts.)
+        the insert: each request is resolved (retry, conflict, or new) against what is recorded plus what the
+        group staged before it, all its parts or none, and then all staged rows go in with one statement.
+        Pipelined, that is two round trips: BEGIN + lock + the three reads, then INSERT + NOTIFY + COMMIT.
+        (The reads must be statements of their own after the lock's: a statement's snapshot is taken when it
+        starts.)
         """
-        ids = [new.event_id for request in group for new in request.all_events]
         streams = sorted({part.stream for request in group for part in request.parts})
-        single = all(len(request.parts) == 1 for request in group)
-        if single and len(streams) == len(group) and len(set(ids)) == len(ids) and await self._commit_fast(group):
-            return
         staged: list[tuple[Request, list[Envelope]]] = []
         async with self._connection() as conn, conn.pipeline(), conn.transaction():
             await conn.execute(LOCK, (LOCK_KEY,))
@@ -266,36 +266,29 @@ class PostgresLog(LogStore):
             versions: dict[str, int] = {row[0]: int(row[1]) for row in await by_stream.fetchall()}
             head = int((await at_head.fetchone() or (0,))[0])
             recorded_at = now_rfc3339()
-            columns: list[list[Any]] = [[] for _ in range(10)]
+            rows: list[Envelope] = []
             for request in group:
                 request.error = None
                 try:
-                    retried = request.retry_result([recorded.get(n.event_id) for n in request.all_events])
+                    retried = request.retry_result([recorded.get(new.event_id) for new in request.all_events])
                     if retried is not None:
                         request.result = retried
                         continue
-                    for part in request.parts:  # every part's check before any is staged: all or none
+                    for part in request.parts:
                         check_expected_version(part.stream, part.expected, versions.get(part.stream, 0))
                 except LoopdError as e:
                     request.error = e
                     continue
-                envelopes = []
-                for stream, events, _expected, payloads in request.parts:
-                    version = versions.get(stream, 0)
-                    for new, data in zip(events, payloads, strict=True):
-                        head += 1
-                        version += 1
-                        env = Envelope(
-                            head, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                            new.causation_id, new.correlation_id, _Raw(data),
-                        )
-                        for column, value in zip(columns, _row(env, data), strict=True):
-                            column.append(value)
-                        recorded[new.event_id] = env  # a later request of the group retrying it sees it
-                        envelopes.append(env)
-                    versions[stream] = version
+                envelopes: list[Envelope] = []
+                for part in request.parts:
+                    head = _place(part, head, versions.get(part.stream, 0), recorded_at, envelopes)
+                    versions[part.stream] = envelopes[-1].version
+                for env in envelopes:
+                    recorded[env.event_id] = env  # a later request of the group retrying it sees it
+                rows.extend(envelopes)
                 staged.append((request, envelopes))
-            if staged:
+            if rows:
+                columns = [list(column) for column in zip(*(_row(env, bytes(env.data)) for env in rows), strict=True)]
                 await conn.execute(self._sql["insert"], columns)
                 await conn.execute(NOTIFY, (CHANNEL, f"{self.schema}:{head}"))
         for request, envelopes in staged:
@@ -375,14 +368,13 @@ class PostgresLog(LogStore):
                 _log.warning("listening on %s failed (%s); retrying in 1 s", self.url, e)
                 await anyio.sleep(1.0)
 
-    async def wait_for(self, position: int, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the log API
-        """Wait until the log's head reaches ``position``: woken by NOTIFY, with a one-second poll as a safety net.
-
-        Returns whether it did before ``timeout`` seconds passed.
+    async def wait_for(self, position: int, timeout: float | None = None) -> bool:  # noqa: ASYNC109 - the API
+        """Wait until the log's head reaches ``position``: woken by NOTIFY from any machine, with a one-second
+        poll as a safety net. Returns whether it did before ``timeout`` seconds passed.
         """
         if await self.head() >= position:
             return True
-        with anyio.move_on_after(timeout):
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
             commits = self.commits()
             try:
                 await anext(commits)  # listening now: no commit after the head read below can be missed
@@ -453,6 +445,26 @@ class PostgresLog(LogStore):
         if not self._closed:
             self._closed = True
             await self._pool.close()
+
+
+def _place(part: Part, head: int, version: int, recorded_at: str, out: list[Envelope]) -> int:
+    """Append ``part``'s envelopes after ``head`` and its stream's ``version`` to ``out``; returns the new head."""
+    for new, data in zip(part.events, part.payloads, strict=True):
+        head += 1
+        version += 1
+        out.append(
+            Envelope(
+                head, part.stream, version, new.event_id, new.type, new.schema_version, recorded_at,
+                new.causation_id, new.correlation_id, _Raw(data),
+            )
+        )
+    return head
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Plan every statement for its own parameters: a generic plan made while the log was small (a sequential
+    scan) would otherwise stay in use as it grows, and appends would slow down with the log's size."""
+    await conn.execute("SET plan_cache_mode = force_custom_plan")
 
 
 def _expected_code(expected: ExpectedVersion) -> int:

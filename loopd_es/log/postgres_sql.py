@@ -1,6 +1,6 @@
 """The PostgreSQL log's schema and statements, kept apart from the code that runs them.
 
-``loopd_append_v1`` is the fast path of a commit: one statement that takes the position lock, checks that no
+``loopd_append_v3`` is the fast path of a commit: one statement that takes the position lock, checks that no
 event id is recorded yet and that every stream is at its expected version, inserts every event and notifies
 followers — or, when any of that does not hold, writes nothing and returns NULL so that the store resolves the
 group on its careful path (retries, conflicts, a stream twice in one group). One statement instead of seven
@@ -42,7 +42,10 @@ APPEND_FUNCTION: Final = sql.SQL("""
 CREATE OR REPLACE FUNCTION {f}(
     p_streams text[], p_expected bigint[], p_counts int[], p_ids text[], p_types text[], p_schema_versions int[],
     p_causation text[], p_correlation text[], p_data bytea[], p_recorded_at text, p_tag text
-) RETURNS bigint[] LANGUAGE plpgsql AS $$
+) RETURNS bigint[] LANGUAGE plpgsql
+-- every lookup here is by a unique index; a plan cached while the table was small must not stay a scan
+SET enable_seqscan = off
+AS $$
 DECLARE
     head bigint;
     found bigint;
@@ -57,18 +60,20 @@ BEGIN
     END IF;
     SELECT coalesce(max(position), 0) INTO head FROM {t};
     firsts := firsts || head;
-    FOR i IN 1 .. array_length(p_streams, 1) LOOP
+    FOR i IN 1 .. array_length(p_streams, 1) LOOP  -- every check before any insert: all parts or none
         SELECT coalesce(max(version), 0) INTO found FROM {t} WHERE stream = p_streams[i];
         IF (p_expected[i] = {no_stream} AND found <> 0) OR (p_expected[i] = {exists} AND found = 0)
            OR (p_expected[i] >= 0 AND found <> p_expected[i]) THEN
             RETURN NULL;
         END IF;
+        firsts := firsts || found;
+    END LOOP;
+    FOR i IN 1 .. array_length(p_streams, 1) LOOP
         hi := lo + p_counts[i] - 1;
         INSERT INTO {t} ({columns})
-        SELECT head + e.o, p_streams[i], found + e.o, e.id, e.ty, e.sv, p_recorded_at, e.ca, e.co, e.da
+        SELECT head + e.o, p_streams[i], firsts[i + 1] + e.o, e.id, e.ty, e.sv, p_recorded_at, e.ca, e.co, e.da
         FROM unnest(p_ids[lo:hi], p_types[lo:hi], p_schema_versions[lo:hi], p_causation[lo:hi],
                     p_correlation[lo:hi], p_data[lo:hi]) WITH ORDINALITY AS e(id, ty, sv, ca, co, da, o);
-        firsts := firsts || found;
         head := head + p_counts[i];
         lo := hi + 1;
     END LOOP;

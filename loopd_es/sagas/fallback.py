@@ -48,7 +48,7 @@ def safe_error_text(error: Any) -> str:
 async def observe_provider_error(
     service: GoalPort, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
     expected_model: str | None = None, record_failure: bool = True, run_id: str | None = None,
-    generation: int | None = None,
+    generation: int | None = None, via: str | None = None,
 ) -> list[Envelope]:
     """Record the run failure (unless the caller already did) and the §3.11 observation; returns both.
 
@@ -62,7 +62,7 @@ async def observe_provider_error(
         )
         recorded += await service.execute(failure, ctx)
     observe = c.ObserveProviderError(
-        goal_id=goal_id, error=error, error_text=text, source=source, expected_model=expected_model
+        goal_id=goal_id, error=error, error_text=text, source=source, expected_model=expected_model, via=via
     )
     recorded += await service.execute(observe, ctx if not recorded else ctx.caused_by(recorded[-1].event_id))
     return recorded

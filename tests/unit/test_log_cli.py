@@ -493,6 +493,12 @@ def test_unknown_store_scheme_is_a_usage_error(cli: Any) -> None:
     assert_one_line_error(cli("--store", "mysql://nowhere/db", "read"), 2)
 
 
+def test_an_unreachable_postgres_server_is_a_storage_error(cli: Any) -> None:
+    r = cli("--store", "postgres://nowhere.invalid/db", "read")
+    assert_one_line_error(r, 4)
+    assert "cannot connect" in r.err
+
+
 def test_read_notes_a_torn_tail_it_skips(cli: Any, tmp_path: Path) -> None:
     url = f"ndjson:{tmp_path / 'torn.ndjson'}"
     seed(url, "s", paused())

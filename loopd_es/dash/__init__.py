@@ -1,0 +1,1 @@
+"""The live terminal dashboard (``loopd-es dash``); the only package that imports Textual."""

@@ -1,0 +1,547 @@
+"""The OpenCode host: a real ``opencode serve`` driven over its HTTP API and ``/event`` stream (httpx + httpx-sse).
+
+URL: ``opencode:http://127.0.0.1:4096`` (``LOOPD_ES_OPENCODE_PASSWORD`` or ``OPENCODE_SERVER_PASSWORD`` for a
+server started with a password). What OpenCode does, and so what this adapter relies on (verified against
+opencode-ai 1.18.33, ``shared/reference/opencode-host.md``):
+
+- Identity rides on prompts: ``prompt_async`` carries ``model`` + ``agent`` + the same ``tools`` map every time
+  (the model and the tools map are sticky in OpenCode, the agent is not). Switching is ``"next-prompt"``, and
+  because OpenCode accepts any name and fails later, a switch is validated against ``/provider`` (usable =
+  connected) and ``/agent`` (hidden ones dropped) **before** it is accepted.
+- The client chooses the prompt's ``messageID`` (``msg…``); it is the run's fence, and a prompt id that is
+  already in the transcript is not sent again (a resend after a crash is a no-op).
+- ``/session/status`` is a sparse map (absent = idle); a session that does not exist is told apart by a 404 on
+  ``GET /session/{id}``.
+- ``/event`` has no resume id: after a reconnect the engine reconciles from status and messages. Streamed text
+  (``message.part.delta``) counts as activity, idle pairs may repeat or come out of order (the engine's
+  two-stage idle handles that), and ``permission.asked`` is answered by the configured policy so a headless
+  worker never hangs.
+- Usage is per assistant message (tokens and cost); a tool turn has two assistant messages with the same
+  parent, each with its own usage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncGenerator, Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+import anyio
+import httpx
+import httpx_sse
+import msgspec
+
+from .base import (
+    AgentCatalog,
+    AgentInfo,
+    ModelCatalog,
+    ModelInfo,
+    PromptReceipt,
+    ProviderInfo,
+    QuotaReport,
+    SessionIdentity,
+    SessionStatus,
+    SwitchResult,
+)
+from .errors import (
+    HostConfigError,
+    HostError,
+    HostRejectedError,
+    HostTimeoutError,
+    HostUnavailableError,
+    SessionNotFoundError,
+)
+from .events import (
+    AnyHostEvent,
+    MessageUpdated,
+    SessionCompacted,
+    SessionError,
+    SessionIdle,
+    SessionStatusChanged,
+    ToolCallEnded,
+    ToolCallStarted,
+    TranscriptMessage,
+)
+
+log = logging.getLogger("loopd_es.host.opencode")
+
+PASSWORD_ENVS: Final = ("LOOPD_ES_OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD")
+PermissionPolicy = Literal["allow", "reject"]
+STATUS_TTL_S: Final = 0.05
+ALIVE_TTL_S: Final = 30.0
+CATALOG_TTL_S: Final = 30.0
+"""How long a model or agent catalog read for validating a prompt is reused (it rarely changes; every prompt
+would otherwise pay two more round trips, one of them the whole provider list)."""
+ACTIVITY_EVERY_S: Final = 1.0
+"""Streamed text is reported as activity at most once a second per session (deltas come at ~2 Hz or more)."""
+
+
+class OpenCodeHost:
+    """A worker host on a running ``opencode serve``; implements :class:`~loopd_es.host.events.EngineHost`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        password: str | None = None,
+        tools: Mapping[str, bool] | None = None,
+        permission: PermissionPolicy = "reject",
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.tools = dict(tools or {})
+        self.permission = permission
+        auth = httpx.BasicAuth("opencode", password) if password else None
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, auth=auth, timeout=timeout, transport=transport,
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
+        )
+        self._seq = 0
+        self._closed = False
+        self._catalogs: dict[str, tuple[float, Any]] = {}  # validation lookups, kept CATALOG_TTL_S
+        self._last_activity: dict[str, float] = {}
+        self._open_tools: dict[str, set[str]] = {}
+        self._users: set[str] = set()
+        self._statuses: tuple[float, dict[str, Any]] | None = None
+        self._alive: dict[str, float] = {}
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> OpenCodeHost:
+        """``opencode:http://HOST:PORT`` → a host; the password comes from the environment.
+
+        :raises HostConfigError: for a URL that is not http(s).
+        """
+        base = url.strip().removeprefix("opencode:")
+        if not base.startswith(("http://", "https://")):
+            raise HostConfigError(url, "use opencode:http://HOST:PORT (the address `opencode serve` prints)")
+        password = next((os.environ[name] for name in PASSWORD_ENVS if os.environ.get(name)), None)
+        return cls(base, password=password, **options)
+
+    @property
+    def url(self) -> str:
+        return f"opencode:{self.base_url}"
+
+    # -- HTTP -----------------------------------------------------------------------------------------
+
+    async def _call(
+        self, operation: str, method: str, path: str, *, session_id: str | None = None, **kwargs: Any
+    ) -> Any:
+        """One request; host errors translated here and only here (a 404 on a session path: no such session)."""
+        if method != "GET":
+            self._statuses = None  # a prompt, abort or summary may change what the status map says
+        try:
+            reply = await self._client.request(method, path, **kwargs)
+        except httpx.TimeoutException as e:
+            raise HostTimeoutError(operation, session_id=session_id, detail=str(e)) from e
+        except httpx.HTTPError as e:
+            raise HostUnavailableError(operation, session_id=session_id, detail=str(e)) from e
+        if reply.status_code == 404 and session_id is not None:
+            raise SessionNotFoundError(operation, session_id=session_id, detail=reply.text)
+        if reply.status_code in (400, 404, 409, 422):
+            raise HostRejectedError(operation, session_id=session_id, detail=reply.text)
+        if reply.status_code >= 400:
+            raise HostUnavailableError(operation, session_id=session_id, detail=f"{reply.status_code}: {reply.text}")
+        if reply.status_code == 204 or not reply.content:
+            return None
+        return reply.json()
+
+    # -- sessions -------------------------------------------------------------------------------------
+
+    async def create_worker(
+        self, *, title: str, model: str | None = None, agent: str | None = None
+    ) -> SessionIdentity:
+        body: dict[str, Any] = {"title": title or "loopd-es worker"}  # no title costs OpenCode an LLM call
+        if model is not None:
+            await self._check_model("create", None, model)
+            provider, model_id = _split_model(model)
+            body["model"] = {"providerID": provider, "id": model_id}
+        if agent is not None:
+            await self._check_agent("create", None, agent)
+            body["agent"] = agent
+        info = await self._call("create", "POST", "/session", json=body)
+        return SessionIdentity(session_id=info["id"], model=model or _model_of(info), agent=agent or info.get("agent"))
+
+    async def prompt(
+        self,
+        session_id: str,
+        text: str,
+        *,
+        model: str | None = None,
+        agent: str | None = None,
+        prompt_id: str | None = None,
+    ) -> PromptReceipt:
+        message_id = _message_id(prompt_id) if prompt_id is not None else None
+        if message_id is not None and await self._has_message(session_id, message_id):
+            return PromptReceipt(session_id=session_id, prompt_id=prompt_id or message_id, model=model, agent=agent)
+        body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
+        if model is not None:
+            await self._check_model("prompt", session_id, model)
+            provider, model_id = _split_model(model)
+            body["model"] = {"providerID": provider, "modelID": model_id}
+        if agent is not None:
+            await self._check_agent("prompt", session_id, agent)
+            body["agent"] = agent
+        if message_id is not None:
+            body["messageID"] = message_id
+        if self.tools:
+            body["tools"] = self.tools
+        await self._call("prompt", "POST", f"/session/{session_id}/prompt_async", session_id=session_id, json=body)
+        return PromptReceipt(session_id=session_id, prompt_id=prompt_id or message_id or "", model=model, agent=agent)
+
+    async def session_status(self, session_id: str) -> SessionStatus:
+        """As the port says: an unreachable host or a missing session is ``"unknown"``, never an error.
+
+        One engine decision reads the status several times within milliseconds: the map is reused for
+        :data:`STATUS_TTL_S` (and dropped by anything this host sends), and a session seen alive recently is
+        not looked up again to tell "idle" from "gone" (a 404 forgets it).
+        """
+        try:
+            now = time.monotonic()
+            if self._statuses is None or now - self._statuses[0] > STATUS_TTL_S:
+                self._statuses = (now, await self._call("status", "GET", "/session/status") or {})
+            entry = self._statuses[1].get(session_id)
+            if entry is None:  # absent means idle, or no such session: only GET /session/{id} tells them apart
+                if now - self._alive.get(session_id, -math.inf) > ALIVE_TTL_S:
+                    await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
+                    self._alive[session_id] = now
+                return "idle"
+        except SessionNotFoundError:
+            self._alive.pop(session_id, None)
+            return "unknown"
+        except HostError:
+            return "unknown"
+        kind = entry.get("type")
+        return kind if kind in ("busy", "retry", "idle") else "unknown"
+
+    async def abort(self, session_id: str) -> None:
+        await self._call("get", "GET", f"/session/{session_id}", session_id=session_id)  # abort says true to anything
+        await self._call("abort", "POST", f"/session/{session_id}/abort", session_id=session_id)
+
+    async def session_identity(self, session_id: str) -> SessionIdentity:
+        info = await self._call("identity", "GET", f"/session/{session_id}", session_id=session_id)
+        return SessionIdentity(session_id=session_id, model=_model_of(info), agent=info.get("agent"))
+
+    async def compact(self, session_id: str, *, model: str | None = None) -> None:
+        if model is None:
+            model = (await self.session_identity(session_id)).model
+        if model is None:
+            raise HostRejectedError("compact", session_id=session_id, detail="no model to summarise with")
+        provider, model_id = _split_model(model)
+        # blocks until OpenCode's compaction turn ends, which can take as long as a turn
+        await self._call(
+            "compact", "POST", f"/session/{session_id}/summarize", session_id=session_id,
+            json={"providerID": provider, "modelID": model_id}, timeout=None,
+        )
+
+    async def messages(self, session_id: str, *, limit: int = 200) -> list[TranscriptMessage]:
+        rows = await self._call(
+            "messages", "GET", f"/session/{session_id}/message", session_id=session_id, params={"limit": limit}
+        )
+        return [_transcript_message(row.get("info") or {}, row.get("parts") or []) for row in rows or []]
+
+    async def _has_message(self, session_id: str, message_id: str) -> bool:
+        # a prompt resent after a crash is among the newest messages: a short window keeps this cheap
+        return any(m.message_id == message_id for m in await self.messages(session_id, limit=20))
+
+    async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
+        """Put ``text`` in the owner's session without asking for a reply (``noReply``); shown once per id."""
+        message_id = "msg_" + hashlib.sha256(notification_id.encode()).hexdigest()[:26]
+        if await self._has_message(session_id, message_id):
+            return False
+        await self._call(
+            "notify", "POST", f"/session/{session_id}/prompt_async", session_id=session_id,
+            json={"parts": [{"type": "text", "text": text}], "noReply": True, "messageID": message_id},
+        )
+        return True
+
+    # -- catalogs and switches ------------------------------------------------------------------------
+
+    async def list_models(self) -> ModelCatalog:
+        now = _now()
+        try:
+            reply = await self._call("list_models", "GET", "/provider")
+        except HostError:
+            return ModelCatalog(capability="unavailable", source=self.url, observed_at=now, switching="next-prompt",
+                                quota=QuotaReport(source=self.url, observed_at=now))
+        connected = set(reply.get("connected") or [])
+        providers, models = [], []
+        for provider in reply.get("all") or []:
+            pid = provider.get("id", "")
+            providers.append(ProviderInfo(provider_id=pid, name=provider.get("name") or pid, connected=pid in connected))
+            for model_id, model in (provider.get("models") or {}).items():
+                limit = model.get("limit") or {}
+                models.append(
+                    ModelInfo(
+                        provider_id=pid, model_id=model_id, name=model.get("name") or model_id,
+                        usable=pid in connected, context_limit=limit.get("context"), output_limit=limit.get("output"),
+                    )
+                )
+        return ModelCatalog(
+            capability="supported", source=self.url, observed_at=now, switching="next-prompt",
+            providers=tuple(providers), models=tuple(models), quota=QuotaReport(source=self.url, observed_at=now),
+        )
+
+    async def list_agents(self) -> AgentCatalog:
+        now = _now()
+        try:
+            reply = await self._call("list_agents", "GET", "/agent")
+        except HostError:
+            return AgentCatalog(capability="unavailable", source=self.url, observed_at=now, switching="next-prompt")
+        agents = tuple(
+            AgentInfo(name=a["name"], mode=a.get("mode") or "primary", description=a.get("description"))
+            for a in reply or []
+            if not a.get("hidden") and a.get("mode") in ("primary", "subagent", "all", None)
+        )
+        return AgentCatalog(capability="supported", source=self.url, observed_at=now, switching="next-prompt",
+                            agents=agents)
+
+    async def switch_model(self, session_id: str, model: str) -> SwitchResult:
+        await self._call("switch_model", "GET", f"/session/{session_id}", session_id=session_id)
+        await self._check_model("switch_model", session_id, model)
+        return "next-prompt"
+
+    async def switch_agent(self, session_id: str, agent: str) -> SwitchResult:
+        await self._call("switch_agent", "GET", f"/session/{session_id}", session_id=session_id)
+        await self._check_agent("switch_agent", session_id, agent)
+        return "next-prompt"
+
+    async def _check_model(self, operation: str, session_id: str | None, model: str) -> None:
+        """OpenCode takes any name and fails later: refuse a model it does not offer as usable, now."""
+        catalog: ModelCatalog = await self._cached("models", self.list_models)
+        if catalog.capability == "supported" and not catalog.usable(model):
+            catalog = await self._cached("models", self.list_models, fresh=True)  # a provider just connected?
+        if catalog.capability == "supported" and not catalog.usable(model):
+            raise HostRejectedError(operation, session_id=session_id, detail=f"model {model!r} is not usable here")
+
+    async def _check_agent(self, operation: str, session_id: str | None, agent: str) -> None:
+        catalog: AgentCatalog = await self._cached("agents", self.list_agents)
+        if catalog.capability == "supported" and agent not in catalog.names():
+            catalog = await self._cached("agents", self.list_agents, fresh=True)
+        if catalog.capability == "supported" and agent not in catalog.names():
+            raise HostRejectedError(operation, session_id=session_id, detail=f"agent {agent!r} is not offered here")
+
+    async def _cached(self, key: str, read: Any, *, fresh: bool = False) -> Any:
+        now = time.monotonic()
+        found = self._catalogs.get(key)
+        if fresh or found is None or now - found[0] > CATALOG_TTL_S:
+            value = await read()
+            if value.capability != "supported":
+                return value  # a failed read is not kept
+            found = self._catalogs[key] = (now, value)
+        return found[1]
+
+    # -- the event stream -----------------------------------------------------------------------------
+
+    async def events(self) -> AsyncGenerator[AnyHostEvent, None]:
+        """Host events from now on, reconnecting (with backoff) when the stream drops, until closed."""
+        delay = 0.1
+        while not self._closed:
+            try:
+                async with httpx_sse.aconnect_sse(self._client, "GET", "/event", timeout=None) as source:
+                    source.response.raise_for_status()
+                    delay = 0.1
+                    async for sse in source.aiter_sse():
+                        for event in await self._translate(sse.data):
+                            yield event
+            except (httpx.HTTPError, httpx_sse.SSEError) as e:
+                if self._closed:
+                    return
+                log.warning("OpenCode event stream at %s dropped (%s); reconnecting in %.1f s", self.base_url,
+                            type(e).__name__, delay)
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _translate(self, data: str) -> list[AnyHostEvent]:
+        try:
+            raw = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return []
+        if not isinstance(raw, dict):
+            return []
+        kind, props = raw.get("type"), raw.get("properties") or {}
+        if kind == "permission.asked":
+            await self._answer_permission(props)
+            return []
+        session_id = props.get("sessionID")
+        if not isinstance(session_id, str):
+            return []
+        translated = translate_event(kind, props, self._open_tools, self._activity(kind, session_id), self._users)
+        return [self._stamp(event) for event in translated]
+
+    def _activity(self, kind: object, session_id: str) -> bool:
+        """Whether a streamed-text delta should be reported as activity now (throttled per session)."""
+        if kind != "message.part.delta":
+            return False
+        now = time.monotonic()
+        if now - self._last_activity.get(session_id, 0.0) < ACTIVITY_EVERY_S:
+            return False
+        self._last_activity[session_id] = now
+        return True
+
+    def _stamp(self, event: AnyHostEvent) -> AnyHostEvent:
+        self._seq += 1
+        return msgspec.structs.replace(event, seq=self._seq)
+
+    async def _answer_permission(self, props: dict[str, Any]) -> None:
+        request_id = props.get("id")
+        if not isinstance(request_id, str):
+            return
+        reply = "once" if self.permission == "allow" else "reject"
+        with contextlib.suppress(HostError):
+            await self._call("permission", "POST", f"/permission/{request_id}/reply", json={"reply": reply})
+        log.info("answered OpenCode permission %s (%s) for session %s: %s", request_id, props.get("permission"),
+                 props.get("sessionID"), reply)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._client.aclose()
+
+
+def translate_event(
+    kind: object, props: dict[str, Any], open_tools: dict[str, set[str]], activity: bool,
+    seen_users: set[str] | None = None,
+) -> list[AnyHostEvent]:
+    """One OpenCode bus event as the host events it means (none for noise).
+
+    ``open_tools`` (session → call ids) turns tool-part state updates into one start and one end per call;
+    ``seen_users`` (user message ids) lets a prompt appear once.
+    """
+    session_id = str(props.get("sessionID"))
+    if kind == "session.idle":
+        return [SessionIdle(session_id=session_id)]
+    if kind == "session.status":
+        detail = props.get("status") or {}
+        status = detail.get("type")
+        if status == "retry":
+            return [SessionStatusChanged(
+                session_id=session_id, status="retry", message=_str_or_none(detail.get("message")),
+                attempt=_int_or_none(detail.get("attempt")), next_at_ms=_int_or_none(detail.get("next")),
+            )]
+        if status in ("idle", "busy"):
+            return [SessionStatusChanged(session_id=session_id, status=status)]
+        return []
+    if kind == "session.error":
+        return [SessionError(session_id=session_id, error=normalise_error(props.get("error") or {}))]
+    if kind == "session.compacted":
+        return [SessionCompacted(session_id=session_id)]
+    if kind == "message.updated":
+        info = props.get("info") or {}
+        if info.get("role") not in ("user", "assistant"):
+            return []
+        if info.get("role") == "user" and seen_users is not None:
+            # a prompt appears once; OpenCode updates it again after the turn (its diff summary), which is
+            # not the worker doing anything and must not count as activity after the idle
+            message_id = str(info.get("id", ""))
+            if message_id in seen_users:
+                return []
+            if len(seen_users) > 10_000:
+                seen_users.clear()
+            seen_users.add(message_id)
+        return [MessageUpdated(session_id=session_id, message=_transcript_message(info, []))]
+    if kind == "message.part.updated":
+        part = props.get("part") or {}
+        if part.get("type") != "tool":
+            return []
+        call_id = str(part.get("callID") or part.get("id"))
+        status = (part.get("state") or {}).get("status")
+        calls = open_tools.setdefault(session_id, set())
+        if status in ("pending", "running") and call_id not in calls:
+            calls.add(call_id)
+            return [ToolCallStarted(session_id=session_id, call_id=call_id)]
+        if status in ("completed", "error") and call_id in calls:
+            calls.discard(call_id)
+            return [ToolCallEnded(session_id=session_id, call_id=call_id)]
+        return []
+    if kind == "message.part.delta" and activity:
+        return [SessionStatusChanged(session_id=session_id, status="busy")]
+    return []
+
+
+def normalise_error(error: dict[str, Any]) -> dict[str, Any]:
+    """OpenCode's error (``{name, data: {statusCode, responseHeaders, responseBody, message}}``) in the shape the
+    §6 classifier reads, with the provider's ``code`` taken out of the response body string."""
+    raw = error.get("data")
+    data: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    out: dict[str, Any] = {"name": error.get("name"), **{k: v for k, v in data.items() if k != "responseBody"}}
+    body = data.get("responseBody")
+    if isinstance(body, str):
+        with contextlib.suppress(msgspec.DecodeError):
+            parsed = msgspec.json.decode(body)
+            inner = parsed.get("error") if isinstance(parsed, dict) else None
+            if isinstance(inner, dict):
+                if inner.get("code"):
+                    out["code"] = inner["code"]
+                if inner.get("type"):
+                    out["type"] = inner["type"]
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _transcript_message(info: dict[str, Any], parts: list[dict[str, Any]]) -> TranscriptMessage:
+    times = info.get("time") or {}
+    tokens = info.get("tokens") or {}
+    cache = tokens.get("cache") or {}
+    created, completed = times.get("created"), times.get("completed")
+    return TranscriptMessage(
+        message_id=str(info.get("id", "")),
+        role="assistant" if info.get("role") == "assistant" else "user",
+        parent_id=info.get("parentID"),
+        completed=completed is not None,
+        created_at=_iso(created),
+        input=int(tokens.get("input") or 0),
+        output=int(tokens.get("output") or 0),
+        reasoning=int(tokens.get("reasoning") or 0),
+        cache_read=int(cache.get("read") or 0),
+        cache_write=int(cache.get("write") or 0),
+        cost=float(info.get("cost") or 0.0),
+        duration_ms=float(completed - created) if isinstance(created, int | float) and isinstance(completed, int | float) else 0.0,
+        text="".join(str(p.get("text", "")) for p in parts if p.get("type") == "text"),
+    )
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _message_id(prompt_id: str) -> str:
+    """OpenCode wants message ids that start with ``msg``; any other prompt id is mapped to one, stably."""
+    if prompt_id.startswith("msg"):
+        return prompt_id
+    return "msg_" + hashlib.sha256(prompt_id.encode()).hexdigest()[:26]
+
+
+def _split_model(model: str) -> tuple[str, str]:
+    provider, sep, model_id = model.partition("/")
+    if not sep or not provider or not model_id:
+        raise HostRejectedError("model", detail=f"{model!r} is not provider/model")
+    return provider, model_id
+
+
+def _model_of(info: dict[str, Any]) -> str | None:
+    model = info.get("model") or {}
+    provider, model_id = model.get("providerID"), model.get("id") or model.get("modelID")
+    return f"{provider}/{model_id}" if provider and model_id else None
+
+
+def _iso(ms: object) -> str:
+    if not isinstance(ms, int | float):
+        return ""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+__all__ = ("OpenCodeHost", "normalise_error", "translate_event")
+

@@ -1,0 +1,265 @@
+"""The whole story against a real ``opencode serve``: owner tool → engine → worker → switch → 429 → fallback → done.
+
+Real processes: the fake model server (in this process), ``opencode serve`` with the loopd tools installed in its
+project, and ``loopd-es run`` started from the project directory. The worker's answers come from the fake's
+script, one step per turn; everything the test asserts is read back from the log, the fake's request log and
+OpenCode's transcripts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from loopd_es.host.opencode import OpenCodeHost
+from loopd_es.log import open_store
+
+from ..opencode.fake_llm import FakeLLM
+from ..opencode.server import OpenCodeServer, free_port
+
+if TYPE_CHECKING:
+    from loopd_es.events.envelope import Envelope
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(240)]
+
+
+def cli(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loopd_es.cli", *args], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+class Stack:
+    """Fake model server + OpenCode (tools installed) + ``loopd-es run``, in one project directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.fake = FakeLLM().start()
+        self.opencode = OpenCodeServer(root / "oc", self.fake)
+        self.project = self.opencode.project
+        self.project.mkdir(parents=True, exist_ok=True)
+        self.store = f"sqlite:{root / 'log' / 'events.db'}"
+        self.env = {**os.environ, "LOOPD_ES_STORE": self.store, "LOOPD_ES_HOST": "",
+                    "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        installed = cli(self.project, self.env, "opencode", "install", ".", "--port", str(free_port()))
+        assert installed.returncode == 0, installed.stderr
+        self.opencode.start()
+        self.env["LOOPD_ES_HOST"] = f"opencode:{self.opencode.url}"
+        self.engine: subprocess.Popen[str] | None = None
+
+    def start_engine(self) -> None:
+        self.engine = subprocess.Popen(
+            [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "300", "--lease-ms", "3000"],
+            cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        assert self.engine.stderr is not None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.engine.stderr.readline()
+            if "serving the OpenCode tools" in line:
+                time.sleep(0.3)  # the listener binds right after it says so
+                return
+        raise AssertionError("the engine did not start serving tools")
+
+    def stop(self) -> None:
+        if self.engine is not None:
+            if self.engine.poll() is None:
+                self.engine.send_signal(signal.SIGTERM)
+                try:
+                    self.engine.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.engine.kill()
+                    self.engine.wait(timeout=10)
+            if self.engine.stderr is not None:
+                self.engine.stderr.close()
+        self.opencode.stop()
+        self.fake.stop()
+
+    async def events(self) -> list[Envelope]:
+        async with await open_store(self.store, create=False) as log:
+            return [env async for env in log.read_all()]
+
+    async def until(self, what: str, check: Callable[[list[Envelope]], bool], within: float = 60) -> list[Envelope]:
+        deadline = time.monotonic() + within
+        while True:
+            try:
+                envs = await self.events()
+            except Exception:  # the log may not exist yet
+                envs = []
+            if check(envs):
+                return envs
+            if time.monotonic() > deadline:
+                kinds = [(e.stream[:14], e.type) for e in envs][-25:]
+                raise AssertionError(f"timed out waiting for {what}; last events: {kinds}")
+            await anyio.sleep(0.2)
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    s = Stack(tmp_path)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def of_type(envs: list[Envelope], kind: str) -> list[Envelope]:
+    return [e for e in envs if e.type == kind]
+
+
+def data(env: Envelope) -> dict[str, Any]:
+    return env.data_dict()
+
+
+async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_completes(stack: Stack) -> None:
+    fake = stack.fake
+    fake.worker_script = [
+        ("call", "report_goal_progress", {"summary": "read the goal", "next": "write the guide"}),
+        ("slow", 8),  # four seconds: the owner's switch arrives while the worker is busy
+        ("text",),  # the switched model, which answers 429: OpenCode retries, then the engine falls back
+        ("call", "complete_goal", {"summary": "guide written", "evidence": "checks pass"}),
+    ]
+    stack.start_engine()
+    host = OpenCodeHost(stack.opencode.url)
+    try:
+        owner = await host.create_worker(title="owner")
+        create = {"name": "guide", "objective": "Write the guide", "model": "fake/good", "agent": "build",
+                  "fallbackModels": ["fake/other"], "checks": ["true"], "maxTurns": 10}
+        await host.prompt(owner.session_id, f"CALL loopd_create_goal {json.dumps(create)}", model="fake/good",
+                          agent="build")
+        envs = await stack.until("the goal's progress", lambda e: bool(of_type(e, "goal.progress")))
+        created = data(of_type(envs, "goal.created")[0])
+        assert created["owner_session_id"] == owner.session_id  # the tool knew which session called it
+        goal_stream = of_type(envs, "goal.created")[0].stream
+        goal_id = goal_stream.removeprefix("goal-")
+        worker = data(of_type(envs, "goal.worker_assigned")[0])["worker_session_id"]
+        assert worker != owner.session_id
+        progress = of_type(envs, "goal.progress")[0]
+        assert progress.stream == goal_stream and data(progress)["summary"] == "read the goal"
+
+        # the second turn is slow: switch the model while the worker is busy
+        deadline = time.monotonic() + 30
+        while not any(r["session"] == worker and r["turn"] == 2 for r in fake.requests):
+            assert time.monotonic() < deadline, "the second turn never reached the model"
+            await anyio.sleep(0.1)
+        switch = {"goal_id": goal_id, "model": "fake/limited"}  # the owner asks from its OpenCode session
+        await host.prompt(owner.session_id, f"CALL switch_goal_identity {json.dumps(switch)}", model="fake/good",
+                          agent="build")
+        envs = await stack.until("the deferred switch", lambda e: any("deferred" in x.type for x in e))
+
+        envs = await stack.until("the goal to complete", lambda e: bool(of_type(e, "goal.completed")), within=120)
+        by_turn = [(r["turn"], r["model"]) for r in fake.requests if r["session"] == worker]
+        turns = dict(by_turn)  # the model that answered each turn (tool follow-ups included)
+        assert turns[1] == "good" and turns[2] == "good"
+        assert "limited" in [m for t, m in by_turn if t == 3], by_turn  # the deferred switch landed next turn
+        assert turns[max(turns)] == "other", by_turn  # the fallback, on the same OpenCode session
+        assert {r["session"] for r in fake.requests if r["session"] in (worker,)} == {worker}
+        kinds = [e.type for e in envs if e.stream == goal_stream or e.stream.startswith("switch-")]
+        assert "identity.switch_deferred" in kinds or any("deferred" in k for k in kinds), kinds
+        assert any("provider_limit" in k or "fallback" in k for k in kinds), kinds
+
+        # the owner hears about it exactly once
+        await stack.until("the notice to be delivered", lambda e: any("delivered" in x.type for x in e), within=30)
+        await anyio.sleep(1.0)
+        notices = [m for m in await host.messages(owner.session_id) if m.role == "user" and "completed" in m.text]
+        assert len(notices) == 1, [m.text for m in notices]
+
+        history = cli(stack.project, stack.env, "history", goal_id)
+        assert history.returncode == 0, history.stderr
+        for needle in ("goal.created", "goal.progress", "goal.completed"):
+            assert needle in history.stdout
+    finally:
+        await host.aclose()
+
+
+async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_for_its_retries(stack: Stack) -> None:
+    """``ra30`` answers 429 with Retry-After 30: OpenCode would retry for minutes before reporting the error.
+    The engine sees the retry status, aborts, and the next turn goes to the fallback on the same session."""
+    stack.fake.worker_script = [("text",), ("text",), ("text",)]
+    stack.start_engine()
+    created = cli(stack.project, stack.env, "goal", "create", "early", "--objective", "Answer", "--model", "fake/ra30",
+                  "--fallback-model", "fake/other", "--max-turns", "3", "--check", "true")
+    assert created.returncode == 0, created.stderr
+    started = time.monotonic()
+    envs = await stack.until(
+        "a turn on the fallback",
+        lambda e: any(r["model"] == "other" for r in stack.fake.requests),
+        within=40,
+    )
+    elapsed = time.monotonic() - started
+    assert elapsed < 25, f"the fallback took {elapsed:.1f} s: it waited for OpenCode's own retries"
+    observed = [data(e) for e in of_type(envs, "identity.provider_limit_observed")]
+    assert observed and observed[0]["via"] == "retry-status" and observed[0]["kind"] == "rate-limit", observed
+    sessions = {r["session"] for r in stack.fake.requests}
+    assert len(sessions) == 1, "the fallback must run on the same OpenCode session"
+    models = [r["model"] for r in stack.fake.requests]
+    assert models[0] == "ra30" and "other" in models
+
+
+async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -> None:
+    stack.fake.worker_script = [("slow", 6), ("text",), ("text",)]
+    stack.start_engine()
+    created = cli(stack.project, stack.env, "goal", "create", "sturdy", "--objective", "Keep going", "--model",
+                  "fake/good", "--max-turns", "3", "--check", "true")
+    assert created.returncode == 0, created.stderr
+    deadline = time.monotonic() + 30
+    while not any(r["turn"] == 1 for r in stack.fake.requests):  # the first (slow) turn is running
+        assert time.monotonic() < deadline
+        await anyio.sleep(0.1)
+    assert stack.engine is not None
+    stack.engine.send_signal(signal.SIGKILL)
+    stack.engine.wait(timeout=10)
+    stack.engine.stderr.close() if stack.engine.stderr else None
+    stack.start_engine()  # takes over once the dead engine's lease (3 s) expires
+    envs = await stack.until("the goal to stop at its turn limit",
+                             lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e), within=90)
+    prompts = [e for e in envs if e.type == "run.started"]
+    ids = [data(e)["prompt_message_id"] for e in prompts]
+    assert len(ids) == len(set(ids))
+    worker = data(of_type(envs, "goal.worker_assigned")[0])["worker_session_id"]
+    users = [r["turn"] for r in stack.fake.requests if r["session"] == worker]
+    host = OpenCodeHost(stack.opencode.url)
+    try:
+        transcript = await host.messages(worker)
+    finally:
+        await host.aclose()
+    user_ids = [m.message_id for m in transcript if m.role == "user"]
+    assert len(user_ids) == len(set(user_ids)) == len(ids), (user_ids, ids)  # each prompt delivered once
+    assert sorted(set(users)) == list(range(1, len(ids) + 1))
+
+
+async def test_an_opencode_restart_is_noticed_once_and_the_goal_goes_on(stack: Stack) -> None:
+    """OpenCode dies mid-goal: the engine counts the worker unreachable, tells the owner once, and when OpenCode
+    is back (same data directory, same sessions) the goal goes on where it was."""
+    stack.fake.worker_script = [("slow", 4), ("text",), ("text",), ("text",)]
+    assert stack.engine is None
+    stack.engine = subprocess.Popen(  # noqa: ASYNC220 - a long-running child, not waited for here
+        [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "300", "--maintenance-ms", "500",
+         "--idle-recover-ms", "3000"],
+        cwd=stack.project, env=stack.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )
+    created = cli(stack.project, stack.env, "goal", "create", "phoenix", "--objective", "Survive", "--model",
+                  "fake/good", "--max-turns", "4", "--check", "true")
+    assert created.returncode == 0, created.stderr
+    deadline = time.monotonic() + 30
+    while not stack.fake.requests:
+        assert time.monotonic() < deadline, "the first turn never reached the model"
+        await anyio.sleep(0.1)
+    stack.opencode.stop()  # SIGTERM to the whole process group, mid-turn
+    await stack.until("the unreachable notice", lambda e: any(
+        x.type.startswith("notification.") and "unreachable" in json.dumps(data(x)) for x in e), within=60)
+    stack.opencode.start()  # same port, same HOME: the sessions are still there
+    envs = await stack.until("the goal to reach its turn limit",
+                             lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e), within=120)
+    notices = [data(x) for x in envs if x.type.startswith("notification.") and "unreachable" in json.dumps(data(x))]
+    requested = [n for n in notices if n.get("kind") == "unreachable"]
+    assert len(requested) == 1, notices
+    assert len(of_type(envs, "run.started")) >= 2  # it went on after the restart

@@ -1,0 +1,157 @@
+"""The dashboard under Textual's test pilot: views fill from the read models, change when the log grows, and
+every key runs the same CLI operation (its events land in the log)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from textual.widgets import DataTable, Static
+
+from loopd_es.cli import main as cli
+from loopd_es.dash.app import Config, Dashboard
+from loopd_es.log import open_store
+
+if TYPE_CHECKING:
+    from loopd_es.events.envelope import Envelope
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    """A log with two goals on the simulated host (created through the CLI, as a user would)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOOPD_ES_STORE", raising=False)
+    monkeypatch.delenv("LOOPD_ES_HOST", raising=False)
+    url = f"sqlite:{tmp_path / '.loopd' / 'events.db'}"
+    for name, objective in (("docs", "Write the guide"), ("evil\x1b[2J\x07name", "Objective with [b]markup[/b]")):
+        assert cli.main("--store", url, "goal", "create", name, "--objective", objective, "--model", "openai/gpt-5",
+                        "--agent", "build", "--read-only") == 0
+    return Config(store_url=url, read_db=tmp_path / ".loopd" / "read.db",
+                  cli=[sys.executable, "-m", "loopd_es.cli", "--store", url])
+
+
+async def wait_until(app: Dashboard, check: Callable[[], bool], within: float = 15) -> None:
+    with anyio.fail_after(within):
+        while not check():  # noqa: ASYNC110 - the app redraws on its own tasks; there is no event to wait on
+            await anyio.sleep(0.05)
+
+
+def table_text(app: Dashboard, table_id: str) -> str:
+    table = app.query_one(table_id, DataTable)
+    return "\n".join(" ".join(str(cell) for cell in table.get_row_at(i)) for i in range(table.row_count))
+
+
+def pane_text(app: Dashboard) -> str:
+    rendered: Any = app.query_one("#goal-detail", Static).render()
+    return str(rendered)
+
+
+async def events_of(url: str) -> list[Envelope]:
+    async with await open_store(url, create=False) as store:
+        return [e async for e in store.read_all()]
+
+
+async def test_goals_fill_the_table_and_the_detail_pane(workspace: Config) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)):
+        await wait_until(app, lambda: app.refreshes > 0)
+        text = table_text(app, "#goal-table")
+        assert "docs" in text and "active" in text and "openai/gpt-5" in text
+        assert "\x1b" not in text and "\x07" not in text  # a hostile name cannot drive the terminal
+        await wait_until(app, lambda: "turns" in pane_text(app))
+        detail = pane_text(app)
+        assert "identity openai/gpt-5 / build" in detail and "runs" in detail
+
+
+async def test_an_append_by_another_process_shows_without_a_key(workspace: Config) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)):
+        await wait_until(app, lambda: app.refreshes > 0)
+        assert "paused" not in table_text(app, "#goal-table")
+        docs = next(g["goal_id"] for g in app.snap.goals if g["name"] == "docs")
+        done = await anyio.run_process([*workspace.cli, "goal", "pause", docs], check=False)
+        assert done.returncode == 0, done.stderr
+        await wait_until(app, lambda: "paused" in table_text(app, "#goal-table"))
+
+
+async def test_keys_run_the_cli_operation_and_its_events_land(workspace: Config) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(app, lambda: app.refreshes > 0)
+        chosen = app.goal_id
+        assert chosen is not None
+        await pilot.press("p")
+        await wait_until(app, lambda: any(g["goal_id"] == chosen and g["status"] == "paused" for g in app.snap.goals))
+        events = await events_of(workspace.store_url)
+        assert any(e.type == "goal.paused" and e.stream == f"goal-{chosen}" for e in events)
+        await pilot.press("r")
+        await wait_until(app, lambda: any(g["goal_id"] == chosen and g["status"] == "active" for g in app.snap.goals))
+
+
+async def test_clear_asks_first(workspace: Config) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(app, lambda: app.refreshes > 0)
+        chosen = app.goal_id
+        await pilot.press("x")
+        await pilot.press("n")  # no: nothing happens
+        await anyio.sleep(0.5)
+        assert not any(e.type == "goal.cleared" for e in await events_of(workspace.store_url))
+        await pilot.press("x")
+        await pilot.press("y")
+        await wait_until(app, lambda: all(g["goal_id"] != chosen for g in app.snap.goals))
+        assert any(e.type == "goal.cleared" for e in await events_of(workspace.store_url))
+
+
+async def test_history_with_a_time_cursor_and_explain(workspace: Config) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(app, lambda: app.refreshes > 0)
+        await pilot.press("h")
+        await wait_until(app, lambda: "goal.created" in pane_text(app))
+        last = pane_text(app)
+        assert "cursor at #" in last
+        await pilot.press("left_square_bracket")
+        await wait_until(app, lambda: pane_text(app) != last)
+        assert app.cursor == len(app.positions) - 2
+        await pilot.press("e")
+        await wait_until(app, lambda: "is active" in pane_text(app))
+
+
+async def test_help_and_the_switch_picker(workspace: Config) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(80, 24)) as pilot:  # the smallest terminal it promises to fit
+        await wait_until(app, lambda: app.refreshes > 0)
+        await pilot.press("question_mark")
+        await wait_until(app, lambda: type(app.screen).__name__ == "HelpScreen")
+        await pilot.press("escape")
+        await pilot.press("m")
+        await wait_until(app, lambda: type(app.screen).__name__ == "PickScreen")
+        screen: Any = app.screen
+        assert "openai/gpt-5-mini" in screen.choices  # the host's catalog to pick from
+        chosen = app.goal_id
+        target = screen.choices.index("openai/gpt-5-mini")
+        for _ in range(target + 1):
+            await pilot.press("down")
+        await pilot.press("enter")
+        # the worker is busy with its first turn: the switch is deferred, and the pane says so
+        await wait_until(app, lambda: any(
+            g["goal_id"] == chosen and (g["model"] == "openai/gpt-5-mini" or g["pending_switch"])
+            for g in app.snap.goals
+        ))
+        switched = [e for e in await events_of(workspace.store_url) if e.type.startswith("identity.")]
+        assert switched and all(e.stream in (f"goal-{chosen}",) or e.stream.startswith("switch-") for e in switched)
+
+
+async def test_a_missing_log_is_a_message_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = await anyio.to_thread.run_sync(lambda: cli.main("--store", f"sqlite:{tmp_path / 'none.db'}", "dash"))
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,279 @@
+"""Benchmark loopd-es against a live ``opencode serve`` (and the tests' fake model server), in one run.
+
+    eval "$(bash tools/opencode_setup.sh)"
+    python tools/bench_opencode.py                  # --turns 40 --goals 100
+
+Prints one JSON document:
+
+- ``turn``: per turn of a goal driven by ``loopd-es run`` (idle confirmation set to 0 ms, so what is left is the
+  engine's own work): from OpenCode's ``session.idle`` (seen by this script on ``/event``) to the engine's
+  ``run.started`` for the next turn, and to the next model request reaching the fake server; beside it, OpenCode's
+  own time from ``prompt_async`` to the model request, measured directly in the same run. The engine's overhead is
+  the turnaround minus OpenCode's own part (target: p50/p99 <= 5 ms beyond OpenCode's latency).
+- ``sse``: host events per second, (a) translating recorded OpenCode events in isolation, (b) live, from a
+  2,000-chunk answer streamed through OpenCode (target >= 5,000 events/s).
+- ``memory``: resident memory of ``loopd-es run`` and of OpenCode after ``--goals`` goals ran a turn each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loopd_es.host.events import AnyHostEvent, SessionIdle  # noqa: E402
+from loopd_es.host.opencode import OpenCodeHost  # noqa: E402
+from loopd_es.log import open_store  # noqa: E402
+from tests.opencode.fake_llm import FakeLLM  # noqa: E402
+from tests.opencode.server import OpenCodeServer, free_port  # noqa: E402
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def summary(values_s: list[float]) -> dict[str, float]:
+    ms = [v * 1000 for v in values_s]
+    return {"p50_ms": round(statistics.median(ms), 2), "p99_ms": round(pct(ms, 0.99), 2), "n": len(ms)}
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def tree_rss_kb(pid: int) -> int:
+    """RSS of a process and its children (OpenCode runs as one process; its MCP/tool helpers would be children)."""
+    total = rss_kb(pid)
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        total += sum(tree_rss_kb(int(c)) for c in children.read_text().split())
+    return total
+
+
+class Bench:
+    def __init__(self, root: Path) -> None:
+        self.fake = FakeLLM().start()
+        self.opencode = OpenCodeServer(root / "oc", self.fake)
+        self.project = self.opencode.project
+        self.project.mkdir(parents=True, exist_ok=True)
+        self.store = f"sqlite:{root / 'events.db'}"
+        self.env = {**os.environ, "LOOPD_ES_STORE": self.store, "PYTHONPATH": str(ROOT)}
+        subprocess.run([sys.executable, "-m", "loopd_es.cli", "opencode", "install", ".", "--port", str(free_port())],
+                       cwd=self.project, env=self.env, check=True, capture_output=True)
+        self.opencode.start()
+        self.env["LOOPD_ES_HOST"] = f"opencode:{self.opencode.url}"
+        self.engine: subprocess.Popen[bytes] | None = None
+
+    def start_engine(self) -> None:
+        self.engine = subprocess.Popen(
+            [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "0"],
+            cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        time.sleep(2.0)
+
+    def cli(self, *args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "loopd_es.cli", *args], cwd=self.project, env=self.env,
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            raise SystemExit(f"loopd-es {' '.join(args)} failed: {done.stderr}")
+        return done.stdout
+
+    def stop(self) -> None:
+        if self.engine is not None:
+            self.engine.terminate()
+            self.engine.wait(timeout=10)
+        self.opencode.stop()
+        self.fake.stop()
+
+
+async def opencode_own_latency(bench: Bench, samples: int) -> list[float]:
+    """prompt_async sent → the model request reaching the fake, straight from this script."""
+    host = OpenCodeHost(bench.opencode.url)
+    out = []
+    try:
+        worker = await host.create_worker(title="own latency")
+        for _ in range(samples):
+            before = len(bench.fake.requests)
+            sent = time.time()
+            await host.prompt(worker.session_id, "one", model="fake/good", agent="build")
+            while len(bench.fake.requests) == before:  # noqa: ASYNC110 - the fake's thread fills it
+                await anyio.sleep(0.0005)
+            out.append(bench.fake.requests[before]["at"] - sent)
+            while await host.session_status(worker.session_id) != "idle":  # noqa: ASYNC110 - a host poll
+                await anyio.sleep(0.01)
+    finally:
+        await host.aclose()
+    return out
+
+
+async def host_call_costs(bench: Bench, samples: int) -> dict[str, Any]:
+    """What each host call an engine turn makes costs on this OpenCode (the profile behind the turn overhead):
+    the transcript read that confirms an idle (200 messages), the status read, the resend check (20 messages)."""
+    host = OpenCodeHost(bench.opencode.url)
+    out: dict[str, list[float]] = {"messages_200": [], "session_status": [], "messages_20": [], "list_models": []}
+    try:
+        worker = await host.create_worker(title="profile")
+        for i in range(6):  # a transcript of a few turns, as an engine-driven session has
+            await host.prompt(worker.session_id, f"turn {i}", model="fake/good", agent="build")
+            while await host.session_status(worker.session_id) != "idle":  # noqa: ASYNC110 - a host poll
+                await anyio.sleep(0.02)
+        for _ in range(samples):
+            for name, call in (
+                ("messages_200", lambda: host.messages(worker.session_id, limit=200)),
+                ("session_status", lambda: host.session_status(worker.session_id)),
+                ("messages_20", lambda: host.messages(worker.session_id, limit=20)),
+                ("list_models", host.list_models),
+            ):
+                started = time.perf_counter()
+                await call()
+                out[name].append(time.perf_counter() - started)
+    finally:
+        await host.aclose()
+    return {name: summary(values) for name, values in out.items()}
+
+
+async def engine_turns(bench: Bench, turns: int) -> dict[str, Any]:
+    """Drive one goal for ``turns`` turns with the engine; time each idle → next turn."""
+    idles: dict[str, list[float]] = {}
+    host = OpenCodeHost(bench.opencode.url)
+
+    async def listen(ready: anyio.Event) -> None:
+        stream = host.events()
+        ready.set()
+        async for event in stream:
+            if isinstance(event, SessionIdle):
+                idles.setdefault(event.session_id, []).append(time.time())
+
+    async with anyio.create_task_group() as tg:
+        ready = anyio.Event()
+        tg.start_soon(listen, ready)
+        await ready.wait()
+        bench.start_engine()
+        bench.cli("goal", "create", "bench", "--objective", "Turn after turn", "--model", "fake/good",
+                  "--max-turns", str(turns), "--check", "true")
+        deadline = time.monotonic() + 60 + turns * 5
+        while time.monotonic() < deadline:
+            async with await open_store(bench.store, create=False) as log:
+                done = [e async for e in log.read_all() if e.type in ("goal.blocked", "goal.budget_limited")]
+            if done:
+                break
+            await anyio.sleep(0.5)
+        async with await open_store(bench.store, create=False) as log:
+            everything = [e async for e in log.read_all()]
+        started = [e for e in everything if e.type == "run.started"]
+        assigned = [e for e in everything if e.type == "goal.worker_assigned"]
+        tg.cancel_scope.cancel()
+    await host.aclose()
+    worker = assigned[0].data_dict()["worker_session_id"]
+    starts = [datetime.fromisoformat(e.recorded_at.replace("Z", "+00:00")).timestamp() for e in started]
+    requests = [r["at"] for r in bench.fake.requests if r["session"] == worker]
+    to_start, to_request = [], []
+    for idle in idles.get(worker, []):
+        nxt = [s for s in starts if s > idle]
+        req = [r for r in requests if r > idle]
+        if nxt and req and nxt[0] - idle < 5:
+            to_start.append(nxt[0] - idle)
+            to_request.append(req[0] - idle)
+    return {"idle_to_run_started": summary(to_start), "idle_to_next_model_request": summary(to_request),
+            "turns": len(started)}
+
+
+async def sse_rates(bench: Bench) -> dict[str, Any]:
+    host = OpenCodeHost(bench.opencode.url)
+    seen: list[tuple[float, AnyHostEvent]] = []
+    raw: list[str] = []
+    try:
+        worker = await host.create_worker(title="burst")
+
+        async def listen(ready: anyio.Event) -> None:
+            import httpx_sse
+
+            async with httpx_sse.aconnect_sse(host._client, "GET", "/event", timeout=None) as source:
+                ready.set()
+                async for sse in source.aiter_sse():
+                    raw.append(sse.data)
+                    stamp = time.perf_counter()
+                    seen.extend((stamp, event) for event in await host._translate(sse.data))
+
+        async with anyio.create_task_group() as tg:
+            ready = anyio.Event()
+            tg.start_soon(listen, ready)
+            await ready.wait()
+            started = time.perf_counter()
+            await host.prompt(worker.session_id, "flood", model="fake/burst", agent="build")
+            with anyio.move_on_after(60):
+                while not any(isinstance(e, SessionIdle) for _, e in seen):  # noqa: ASYNC110 - listener fills it
+                    await anyio.sleep(0.05)
+            elapsed = time.perf_counter() - started
+            tg.cancel_scope.cancel()
+        live = len(raw) / elapsed
+        # the same events again, translated in isolation: the adapter's own ceiling
+        translate_started = time.perf_counter()
+        rounds = 20
+        for _ in range(rounds):
+            for data in raw:
+                await host._translate(data)
+        isolated = len(raw) * rounds / (time.perf_counter() - translate_started)
+    finally:
+        await host.aclose()
+    return {"live_events_per_s": round(live), "live_events": len(raw), "translate_events_per_s": round(isolated),
+            "target": ">= 5000/s", "pass": isolated >= 5000}
+
+
+def memory(bench: Bench, goals: int) -> dict[str, Any]:
+    for i in range(goals):
+        bench.cli("goal", "create", f"g{i}", "--objective", "One turn", "--model", "fake/good", "--max-turns", "1",
+                  "--check", "true", "--read-only")
+    time.sleep(10)
+    assert bench.engine is not None and bench.opencode.process is not None
+    return {"goals": goals, "engine_rss_mb": round(rss_kb(bench.engine.pid) / 1024, 1),
+            "opencode_rss_mb": round(tree_rss_kb(bench.opencode.process.pid) / 1024, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=40)
+    parser.add_argument("--goals", type=int, default=100)
+    parser.add_argument("--own-samples", type=int, default=40)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        bench = Bench(Path(tmp))
+        try:
+            own = anyio.run(opencode_own_latency, bench, args.own_samples + 1)[1:]  # the first builds the instance
+            turns = anyio.run(engine_turns, bench, args.turns)
+            own_s = summary(own)
+            overhead = {
+                "p50_ms": round(turns["idle_to_next_model_request"]["p50_ms"] - own_s["p50_ms"], 2),
+                "p99_ms": round(turns["idle_to_next_model_request"]["p99_ms"] - own_s["p99_ms"], 2),
+                "target": "<= 5 ms beyond OpenCode's own latency",
+            }
+            calls = anyio.run(host_call_costs, bench, args.own_samples)
+            sse = anyio.run(sse_rates, bench)
+            mem = memory(bench, args.goals)
+        finally:
+            bench.stop()
+    print(json.dumps({"turn": {**turns, "opencode_prompt_to_model_request": own_s, "engine_overhead_estimate": overhead,
+                               "host_call_costs": calls},
+                      "sse": sse, "memory": mem}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
