@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from .goal_links import GoalLinks as GoalLinks
     from .goals import Goals as Goals
     from .identities import Identities as Identities
-    from .notifications import Notifications as Notifications
     from .loops import Loops as Loops
+    from .notifications import Notifications as Notifications
     from .provider_limits import ProviderLimits as ProviderLimits
     from .runs import Runs as Runs
     from .stream_stats import StreamStats as StreamStats

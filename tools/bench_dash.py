@@ -94,7 +94,7 @@ async def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     app._reload = timed_reload  # type: ignore[method-assign]
     async with app.run_test(size=(120, 40)):
         with anyio.fail_after(120):
-            while app.refreshes == 0:
+            while app.refreshes == 0:  # noqa: ASYNC110 - the app redraws on its own tasks
                 await anyio.sleep(0.05)
         # idle: nothing appends; measure this process's CPU time and memory
         cpu0, wall0 = time.process_time(), time.monotonic()
@@ -106,7 +106,7 @@ async def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )
         with anyio.move_on_after(10):
-            while f"step {args.appends - 1}" not in shown:
+            while f"step {args.appends - 1}" not in shown:  # noqa: ASYNC110 - the redraw hook fills it
                 await anyio.sleep(0.01)
     acks = [json.loads(line) for line in appender.stdout.decode().splitlines()]
     lags = [(shown[f"step {a['i']}"] - a["ack"]) * 1000 for a in acks if f"step {a['i']}" in shown]

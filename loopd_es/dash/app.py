@@ -28,7 +28,7 @@ from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 
-from ..procs.text import sanitize
+from ..text_safe import term_block, term_line
 from . import data
 from .screens import ConfirmScreen, HelpScreen, InputScreen, PickScreen
 
@@ -37,7 +37,7 @@ W = TypeVar("W", bound=Widget)
 
 def safe(value: Any, width: int = 60) -> Text:
     """Untrusted text (names, objectives, errors, output) as plain text: no markup, no escapes, one line."""
-    text = sanitize("" if value is None else str(value)).replace("\n", " ")
+    text = term_line("" if value is None else str(value))
     return Text(text if len(text) <= width else text[: width - 1] + "…")
 
 
@@ -285,11 +285,11 @@ class Dashboard(App[None]):
             until = self.positions[self.cursor] if self.positions and self.cursor is not None else None
             lines = await data.history_lines(self.store, self.config.read_db, self.goal_id, until)
             head = f"history (cursor at #{until}; [ and ] move it, h closes)" if until else "history ([ and ] scrub)"
-            pane.update(Text("\n".join([head, "", *(sanitize(x) for x in lines)])))
+            pane.update(Text("\n".join([head, "", *(term_block(x) for x in lines)])))
             return
         if self.pane_mode == "explain":
             lines = await data.explain_lines(self.store, self.config.read_db, self.goal_id)
-            pane.update(Text("\n".join(sanitize(x) for x in lines)))
+            pane.update(Text("\n".join(term_block(x) for x in lines)))
             return
         g = await anyio.to_thread.run_sync(data.goal_detail, self.config.read_db, self.goal_id)
         pane.update(render_goal(g) if g else Text("The goal is gone."))
@@ -302,12 +302,12 @@ class Dashboard(App[None]):
             return
         tail = await anyio.to_thread.run_sync(data.output_tail, self.config.store_url, row["command_id"], 40)
         out = Text()
-        out.append(f"{row['command_id']}  {sanitize(row['title'])}  [{row['status']}]\n", style="bold")
-        out.append(f"$ {sanitize(row['command_line'])}\n")
+        out.append(f"{row['command_id']}  {term_line(row['title'])}  [{row['status']}]\n", style="bold")
+        out.append(f"$ {term_line(row['command_line'])}\n")
         if row.get("watch_filter") or row.get("watch_until"):
-            out.append(f"watch: filter={sanitize(row.get('watch_filter') or '-')} "
-                       f"until={sanitize(row.get('watch_until') or '-')} state={row['watch_state']}\n")
-        out.append("\n".join(sanitize(line) for line in tail))
+            out.append(f"watch: filter={term_line(row.get('watch_filter') or '-')} "
+                       f"until={term_line(row.get('watch_until') or '-')} state={row['watch_state']}\n")
+        out.append("\n".join(term_block(line) for line in tail))
         pane.update(out)
 
     # -- actions ---------------------------------------------------------------------------------------
@@ -317,7 +317,7 @@ class Dashboard(App[None]):
         command = [*self.config.cli, *args]
         result = await anyio.run_process(command, input=stdin.encode() if stdin else None, check=False)
         said = (result.stdout or result.stderr).decode("utf-8", "replace").strip().splitlines()
-        text = sanitize(said[0] if said else f"{shlex.join(args)}: done")
+        text = term_line(said[0] if said else f"{shlex.join(args)}: done")
         self.notify(text, severity="information" if result.returncode == 0 else "error", timeout=6)
 
     async def action_goal(self, verb: str) -> None:
@@ -374,7 +374,7 @@ class Dashboard(App[None]):
                 if yes:
                     await self.run_cli("goal", "clear", goal)
 
-            self.push_screen(ConfirmScreen(f"Clear goal {sanitize(name)!r} for good? (y/n)"), clear)
+            self.push_screen(ConfirmScreen(f"Clear goal {term_line(name)!r} for good? (y/n)"), clear)
 
     async def action_history(self) -> None:
         if self.goal_id is None:
@@ -418,14 +418,14 @@ class Dashboard(App[None]):
 
 def render_goal(g: dict[str, Any]) -> Text:
     out = Text()
-    out.append(sanitize(g["name"]), style="bold")
+    out.append(term_line(g["name"]), style="bold")
     out.append(f"  {g['goal_id']}\n")
     out.append(f"status {g['status']}  phase {g['phase']}{'  interactive' if g['interactive'] else ''}\n")
-    out.append(f"identity {sanitize(g['model'] or '-')} / {sanitize(g['agent'] or '-')}")
+    out.append(f"identity {term_line(g['model'] or '-')} / {term_line(g['agent'] or '-')}")
     if g.get("pending_switch"):
-        out.append(f"  pending switch: {sanitize(g['pending_switch'])}", style="yellow")
+        out.append(f"  pending switch: {term_line(g['pending_switch'])}", style="yellow")
     if g.get("switch_in_flight"):
-        out.append(f"  switching: {sanitize(g['switch_in_flight'])}", style="yellow")
+        out.append(f"  switching: {term_line(g['switch_in_flight'])}", style="yellow")
     out.append("\n\nturns  ")
     out.append(bar(g["turns_used"], g["max_turns"]))
     out.append("\ntokens ")
@@ -434,15 +434,15 @@ def render_goal(g: dict[str, Any]) -> Text:
     out.append(bar(round(g["cost_used"], 4), g["cost_budget"]))
     out.append("\n\n")
     if g.get("last_progress"):
-        out.append(f"progress: {sanitize(g['last_progress'])}")
+        out.append(f"progress: {term_line(g['last_progress'])}")
         if g.get("last_progress_next"):
-            out.append(f" (next: {sanitize(g['last_progress_next'])})")
+            out.append(f" (next: {term_line(g['last_progress_next'])})")
         out.append("\n")
     if g.get("blocker_reason"):
-        out.append(f"blocked: {sanitize(g['blocker_reason'])}; needed: {sanitize(g['blocker_needed'] or '-')}\n",
+        out.append(f"blocked: {term_line(g['blocker_reason'])}; needed: {term_line(g['blocker_needed'] or '-')}\n",
                    style="red")
     if g.get("last_error"):
-        out.append(f"last error: {sanitize(g['last_error'])}\n")
+        out.append(f"last error: {term_line(g['last_error'])}\n")
     out.append("\nruns\n", style="bold")
     for r in g.get("runs", [])[-10:]:
         out.append(f"  #{r['turn']:<3} {r['kind']:<12} {r['status']:<10} {r['tokens']:>7} tok  "
@@ -450,7 +450,7 @@ def render_goal(g: dict[str, Any]) -> Text:
     if g.get("switches"):
         out.append("\nswitches\n", style="bold")
         for s in g["switches"][-6:]:
-            out.append(f"  {sanitize(str(s.get('model') or ''))} {sanitize(str(s.get('agent') or ''))} "
+            out.append(f"  {term_line(str(s.get('model') or ''))} {term_line(str(s.get('agent') or ''))} "
                        f"{s.get('outcome') or s.get('status') or ''}\n")
     out.append("\nh history · e explain · p pause · r resume · m model · a agent · ? help")
     return out

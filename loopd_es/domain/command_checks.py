@@ -5,7 +5,6 @@ Messages are the reference system's own (``loopd-domain.md`` §3.17, §3.18). Pu
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Final
 
 from ..errors import UsageError

@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..host import open_host
 from ..host.events import AnyHostEvent, EngineHost
 from ..log import open_store
-from ..projector.watch import Waker, log_files, watch_log
+from ..projector.watch import Waker, log_files, watch_commits, watch_log
 from .clock import Clock, SystemClock
 from .core import Engine, EngineConfig
 from .fence import FencedStore
@@ -111,7 +111,11 @@ async def _serve(
             send.send_nowait(event)
 
     async def pump_log() -> None:
-        await watch_log(log_files(options.store_url), waker, watch_stop, debounce=0, step=1)
+        commits = getattr(store, "commits", None)  # a database server notifies its followers itself
+        if commits is not None:
+            await watch_commits(commits(), waker)
+        else:
+            await watch_log(log_files(options.store_url), waker, watch_stop, debounce=0, step=1)
 
     async def wake_on_log() -> None:
         while True:
