@@ -18,7 +18,7 @@ from ..errors import DuplicateEventIdError, WrongExpectedVersionError
 from ..events import engine as en
 from ..events.catalogue import new_event
 from ..events.envelope import ANY
-from ..log.base import LogStore
+from ..log.base import LogStore, StreamWrite, WriteSpec
 from .lease import STREAM as LEASE_STREAM
 from .lease import LeaseLostError
 
@@ -41,6 +41,20 @@ class FencedStore(LogStore):
     ) -> list[Envelope]:
         if not events or stream == LEASE_STREAM:
             return await self.inner.append(stream, events, expected_version)
+        recorded = await self._fenced([StreamWrite(stream, events, expected_version)])
+        return recorded[0] if recorded is not None else await self.inner.append(stream, events, expected_version)
+
+    async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
+        """Several streams at once (a saga step and the goal event it causes), fenced like :meth:`append`."""
+        checked = [StreamWrite(*write) for write in writes]
+        if any(w.stream == LEASE_STREAM for w in checked):
+            return await self.inner.append_many(checked)
+        recorded = await self._fenced(checked)
+        return recorded if recorded is not None else await self.inner.append_many(checked)
+
+    async def _fenced(self, writes: list[StreamWrite]) -> list[list[Envelope]] | None:
+        """Append ``writes`` with this holder's fence in one transaction; ``None`` when every event was already
+        recorded (a retry: nothing new is written, so there is nothing to fence, and the caller resends plain)."""
         lease = self.lease
         async with lease.lock:  # a renewal meanwhile would move the version this write is fenced on
             if lease.token is None or lease.expires_at is None:
@@ -49,19 +63,17 @@ class FencedStore(LogStore):
             # append does not (NDJSON as merged on 2026-12-02) from writing after a takeover it can see
             await lease.check()
             fence = en.EngineFenced(holder=lease.holder, token=lease.token, expires_at=iso(lease.expires_at),
-                                    stream=stream)
+                                    stream=writes[0].stream)
             try:
-                recorded, _ = await self.inner.append_many(
-                    [(stream, events, expected_version), (LEASE_STREAM, [new_event(fence)], lease.version)]
+                *recorded, _ = await self.inner.append_many(
+                    [*writes, StreamWrite(LEASE_STREAM, [new_event(fence)], lease.version)]
                 )
             except WrongExpectedVersionError:
                 if await self.inner.stream_version(LEASE_STREAM) != lease.version:
                     raise LeaseLostError(f"engine lease of {lease.holder} was taken by another process") from None
                 raise
             except DuplicateEventIdError:
-                # recorded before (a retry after a crash or by another path): the plain append returns the
-                # originals, or says what differs; nothing new is written, so there is nothing to fence
-                return await self.inner.append(stream, events, expected_version)
+                return None  # recorded before (a retry after a crash or by another path)
             lease.version += 1
             return recorded
 

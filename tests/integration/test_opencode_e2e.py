@@ -56,18 +56,20 @@ class Stack:
         self.engine: subprocess.Popen[str] | None = None
 
     def start_engine(self) -> None:
-        self.engine = subprocess.Popen(
-            [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "300", "--lease-ms", "3000"],
-            cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        assert self.engine.stderr is not None
+        log = self.project.parent / f"engine-{time.monotonic_ns()}.log"  # kept for post-mortems of failures
+        with log.open("w") as out:
+            self.engine = subprocess.Popen(
+                [sys.executable, "-m", "loopd_es.cli", "--verbose", "run", "--confirm-idle-ms", "300", "--lease-ms", "3000"],
+                cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=out, text=True,
+            )
+        self.engine_log = log
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            line = self.engine.stderr.readline()
-            if "serving the OpenCode tools" in line:
+            if "serving the OpenCode tools" in log.read_text():
                 time.sleep(0.3)  # the listener binds right after it says so
                 return
-        raise AssertionError("the engine did not start serving tools")
+            time.sleep(0.05)
+        raise AssertionError(f"the engine did not start serving tools: {log.read_text()[-2000:]}")
 
     def stop(self) -> None:
         if self.engine is not None:
@@ -78,8 +80,6 @@ class Stack:
                 except subprocess.TimeoutExpired:
                     self.engine.kill()
                     self.engine.wait(timeout=10)
-            if self.engine.stderr is not None:
-                self.engine.stderr.close()
         self.opencode.stop()
         self.fake.stop()
 
@@ -98,7 +98,8 @@ class Stack:
                 return envs
             if time.monotonic() > deadline:
                 kinds = [(e.stream[:14], e.type) for e in envs][-25:]
-                raise AssertionError(f"timed out waiting for {what}; last events: {kinds}")
+                engine = self.engine_log.read_text()[-3000:] if hasattr(self, "engine_log") else ""
+                raise AssertionError(f"timed out waiting for {what}; last events: {kinds}; engine said: {engine}")
             await anyio.sleep(0.2)
 
 
@@ -217,7 +218,6 @@ async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -
     assert stack.engine is not None
     stack.engine.send_signal(signal.SIGKILL)
     stack.engine.wait(timeout=10)
-    stack.engine.stderr.close() if stack.engine.stderr else None
     stack.start_engine()  # takes over once the dead engine's lease (3 s) expires
     envs = await stack.until("the goal to stop at its turn limit",
                              lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e), within=90)

@@ -106,3 +106,28 @@ async def test_renewals_and_fenced_writes_of_one_holder_never_race(tmp_path: Pat
         types = [e.type async for e in r.store.read_stream("engine-lease")]
         assert types.count("engine.fenced") == 20 and types.count("engine.lease_renewed") == 5
         await lease.check()
+
+
+async def test_a_multi_stream_write_is_fenced_too_and_refused_after_a_takeover(tmp_path: Path) -> None:
+    """A saga step and the goal event it causes go in one ``append_many``; the engine's view of the log must
+    fence that as well (it raised NotImplementedError, which stopped the engine at a deferred switch)."""
+    from loopd_es.engine.fence import FencedStore
+    from loopd_es.events.envelope import NewEvent
+
+    async with rig(tmp_path) as r:
+        lease = Lease(r.store, "one", r.clock, ttl_ms=5_000)
+        assert await lease.try_acquire() is None
+        fenced = FencedStore(r.store, lease)
+        step = [("a", [NewEvent(type="goal.nudged", data={"goal_id": "a"})]),
+                ("b", [NewEvent(type="goal.nudged", data={"goal_id": "b"})])]
+        first, second = await fenced.append_many(step)
+        assert (first[0].stream, second[0].stream) == ("a", "b")
+        fences = [e async for e in r.store.read_stream("engine-lease") if e.type == "engine.fenced"]
+        assert len(fences) == 1 and fences[0].position == second[0].position + 1  # one transaction, contiguous
+        assert await fenced.append_many(step) == [first, second]  # a retry writes nothing and needs no fence
+        r.clock.advance(6)
+        assert await Lease(r.store, "new", r.clock).try_acquire() is None
+        head = await r.store.head()
+        with pytest.raises(LeaseLostError):
+            await fenced.append_many([("c", [NewEvent(type="goal.nudged", data={"goal_id": "c"})])])
+        assert await r.store.head() == head
