@@ -76,6 +76,15 @@ COMMAND_HELP: dict[str, str] = {
     "import-loopd": "import an opencode-loopd project (state.json + events.ndjson) into the log",
     "cmd": "command sessions: long-running processes in a PTY",
     "demo": "play a short scripted story (switches, a 429 and fallback, a rollback, a budget stop)",
+    "run": "run the engine: goals advance by themselves (one engine per log; others stand by)",
+    "notifications": "owner notifications and whether they were delivered",
+    "owner": "owner operations: nudge, send, force-complete, force-block, abort",
+    "worker": "worker tools: get, progress, complete (runs the checks), block",
+    "sim": "make the simulated host's worker act (answer, idle, busy, fail, tool call)",
+    "loop": "scheduled /loop tasks: add, list, cancel, pause, resume, stop-all, tick, run, history",
+    "loops": "every /loop task: next due, last fire, missed slots, owner",
+    "opencode": "set up an OpenCode project for loopd-es (custom tools)",
+    "dash": "the live dashboard: goals, commands, loops, notifications, events (press ? for keys)",
 }
 """Each command's one-line help, so ``loopd-es --help`` lists the commands without importing every command
 module (a third of its start-up). ``tests/unit/test_log_cli.py`` checks it against what the modules register;

@@ -39,8 +39,8 @@ async def _install(args: argparse.Namespace) -> int:
 
 
 def _install_files(args: argparse.Namespace) -> int:
+    from ..engine.opencode_tools import install
     from ..engine.tool_api import OWNER_TOOLS, WORKER_TOOLS, ToolApiConfig
-    from ..host.opencode_tools import install
 
     if not 1024 <= args.port <= 65535:
         raise UsageError(f"--port must be between 1024 and 65535, got {args.port}")

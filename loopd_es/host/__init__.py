@@ -2,8 +2,7 @@
 
 ``sim:PATH`` is the simulated host scripted by ``PATH`` (JSON, or TOML when it ends in ``.toml``; a missing
 file gives the default catalog), with its live state in ``<stem>.state.json`` beside it. It is the default
-(``sim:.loopd/host.json``, or ``$LOOPD_ES_HOST``). ``opencode:http://HOST:PORT`` (or a bare ``http://`` URL) is a
-running ``opencode serve`` (:mod:`loopd_es.host.opencode`).
+(``sim:.loopd/host.json``, or ``$LOOPD_ES_HOST``). ``opencode:http://HOST:PORT`` is a running ``opencode serve`` (:mod:`loopd_es.host.opencode`).
 """
 
 from __future__ import annotations
@@ -61,10 +60,12 @@ async def open_host(url: str) -> WorkerHost:
         path = rest.removeprefix("//")
     elif not sep or (len(scheme) <= 1 and text.endswith((".json", ".toml"))):
         path = text  # a bare script path (a one-letter "scheme" is a Windows drive)
-    elif scheme == "opencode" or scheme in ("http", "https"):
+    elif scheme == "opencode":
         from .opencode import OpenCodeHost  # httpx is imported only by those who drive OpenCode
 
         return OpenCodeHost.from_url(text)
+    elif scheme in ("http", "https"):
+        raise HostConfigError(url, f"say which kind of host: opencode:{text} for an OpenCode server")
     else:
         raise HostConfigError(url, f"unknown host scheme {scheme!r}; use sim:FILE (e.g. {DEFAULT_HOST})")
     if not path:

@@ -53,7 +53,7 @@ LAYERS: dict[str, int] = {
     "projections": 6,
     "engine": 7,  # the daemon wires everything below it
     "cli": 8,  # `loopd-es run` starts the engine
-    "dash": 8,  # a client of the same operations as the CLI, never of the CLI's modules
+    "dash": 7,  # a client of the read models and the log; the CLI starts it, and it runs CLI commands as processes
     "loopd_es": 9,  # the package root only re-exports; nothing inside imports it
     "__main__": 9,
     "tools": 10,  # scripts: may use anything, nothing imports them

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..engine.tool_api import ToolApiConfig, ToolSpec
+    from .tool_api import ToolApiConfig, ToolSpec
 
 PLUGIN_VERSION = "1.18.33"
 
