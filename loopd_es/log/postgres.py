@@ -190,7 +190,7 @@ class PostgresLog(LogStore):
     ) -> list[Envelope]:
         check_stream_name(stream)
         expected_version = parse_expected_version(expected_version)
-        check_new_events(events)
+        events = check_new_events(events)
         if not events:
             return []
         return await self._group.submit(Request(stream, events, expected_version))
