@@ -36,7 +36,7 @@ from .base import (
 from .group_commit import Request, prepare_path
 from .ndjson_files import event_id_key, id_time_range
 from .ndjson_foreign import check_is_log
-from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, RECORD_FIELDS, VERSION
+from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, RECORD_FIELDS, VERSION, Record
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
 from .ndjson_write import Staged, stage_group, stage_import
@@ -145,7 +145,8 @@ class NdjsonLog(NdjsonState, LogStore):
             for slot in chunk[CRC::RECORD_FIELDS]:
                 if crc(lines[at].rstrip(b" \n")) != slot & 0xFFFFFFFF:
                     raise self._corrupt(
-                        first + at, "the line does not match its checksum: it was changed after it was written"
+                        first + at,
+                        "the line does not match its checksum: it was changed after it was written",
                     )
                 at += 1
 
@@ -214,13 +215,24 @@ class NdjsonLog(NdjsonState, LogStore):
             spans.append((rec.offset, rec.length, rec.crc, position))
             position, version = rec.prev, version - 1
         number = self._names.number(stream)
+        block: list[Record] = []
+        low = 0
+        want = 1  # records per read, grown while the stream's events sit side by side (a batch)
         while position > 0 and version >= from_version:
-            r = self._index.record(position)
+            if not low <= position < low + len(block):
+                low = max(1, position - want + 1)
+                block = self._index.records(low, position)
+                want = min(want * 4, 1024)
+                if position - low >= len(block):
+                    raise IndexMismatch(str(self.path), position, "the index ends before this record")
+            r = block[position - low]
             if r[NUMBER] != number or r[VERSION] != version:
                 raise IndexMismatch(
                     str(self.path), position, f"the index does not hold version {version} here"
                 )
             spans.append((r[OFFSET], r[LENGTH], r[CRC] & 0xFFFFFFFF, position))
+            if r[PREV] != position - 1:
+                want = 1
             position, version = r[PREV], version - 1
         if position == 0 and version >= max(from_version, 1):
             raise IndexMismatch(
@@ -308,7 +320,10 @@ class NdjsonLog(NdjsonState, LogStore):
                 f"cannot sync {self.path}: {e.strerror}; the events were written but may not be durable: "
                 "read the stream before retrying (a retry with the same event ids is safe)"
             ) from e
-        self._lock.advance_synced(staged.end)  # our sync covered every byte written before it
+        try:
+            self._lock.advance_synced(staged.end)  # our sync covered every byte written before it
+        except OSError as e:  # durable all the same: readers see it once a later writer records its end
+            log.warning("%s: cannot record the durable end (%s)", self.path, e)
         for request, envelopes, _keys in staged.accepted:
             request.result = envelopes
 

@@ -76,6 +76,11 @@ class IndexFile(Sidecar):
         raw = os.pread(self.fd, RECORD_SIZE, (position - 1) * RECORD_SIZE)
         return _RECORD.unpack(raw)
 
+    def records(self, first: int, last: int) -> list[Record]:
+        """Records ``first``..``last`` (positions, inclusive) in one read; fewer when the file is shorter."""
+        raw = os.pread(self.fd, (last - first + 1) * RECORD_SIZE, (first - 1) * RECORD_SIZE)
+        return list(_RECORD.iter_unpack(raw[: len(raw) - len(raw) % RECORD_SIZE]))
+
     def chain_before(self, position: int) -> int:
         """The chain value the record at ``position`` continues."""
         if position <= 1:
