@@ -153,3 +153,13 @@ class TestPostgresLog(LogStoreContract):
 
         with pytest.raises(LogNotFoundError):
             await open_store(store_url, create=False)
+
+
+async def test_raw_line_breaks_never_reach_the_postgres_log(pg_url: str) -> None:
+    """A raw payload is stored as the normalised bytes every backend stores (an export to NDJSON stays one line)."""
+    import msgspec
+
+    async with await open_store(pg_url) as s:
+        recorded = await s.append("s", [NewEvent(type="t.x", data=msgspec.Raw(b'{"a":\n1}\r\n'))])
+        assert bytes(recorded[0].data) == b'{"a": 1}'
+        assert [bytes(e.data) async for e in s.read_all()] == [b'{"a": 1}']
