@@ -47,7 +47,9 @@ class StreamNotFoundError(UsageError):
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
-        super().__init__(f"stream {stream!r} does not exist; `loopd-es streams` lists the streams in this log")
+        super().__init__(
+            f"stream {stream!r} does not exist; `loopd-es streams` lists the streams in this log"
+        )
 
 
 class LogNotFoundError(UsageError):

@@ -64,9 +64,7 @@ class Awaits:
         env, e = envelope, payload(envelope)
         at = when("", env)  # an imported event's source time
         if isinstance(e, c.CommandRemoved):  # the fold drops what is left; removal cancels it first
-            conn.execute(
-                _CLOSE, ("cancelled", "command removed", at, env.position, e.command_id)
-            )
+            conn.execute(_CLOSE, ("cancelled", "command removed", at, env.position, e.command_id))
             return
         assert isinstance(e, c.AwaitRequested | c.AwaitFired | c.AwaitDiscarded | c.AwaitCancelled)
         waiting = conn.execute(

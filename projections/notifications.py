@@ -51,8 +51,16 @@ class Notifications:
             conn.execute(
                 "INSERT OR IGNORE INTO notifications (notification_id, position, goal_id, owner_session_id, kind, "
                 "text, cause_event_id, requested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (e.notification_id, envelope.position, e.goal_id, e.owner_session_id, e.kind, e.text,
-                 e.cause_event_id, e.at or envelope.recorded_at),
+                (
+                    e.notification_id,
+                    envelope.position,
+                    e.goal_id,
+                    e.owner_session_id,
+                    e.kind,
+                    e.text,
+                    e.cause_event_id,
+                    e.at or envelope.recorded_at,
+                ),
             )
         elif isinstance(e, n.NotificationDelivered):
             conn.execute(

@@ -20,7 +20,12 @@ _COMMON: Final = {"deadline": None, "suppress_health_check": [HealthCheck.too_sl
 
 settings.register_profile("dev", max_examples=BASE_EXAMPLES, **_COMMON)  # type: ignore[arg-type]
 settings.register_profile(
-    "ci", max_examples=BASE_EXAMPLES, derandomize=True, database=None, print_blob=True, **_COMMON  # type: ignore[arg-type]
+    "ci",
+    max_examples=BASE_EXAMPLES,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    **_COMMON,  # type: ignore[arg-type]
 )
 settings.register_profile("thorough", max_examples=20 * BASE_EXAMPLES, print_blob=True, **_COMMON)  # type: ignore[arg-type]
 

@@ -20,7 +20,9 @@ def server_url() -> str:
     url = os.environ.get(ENV, "")
     if url:
         return url
-    reason = f"no PostgreSQL server for the tests: run eval \"$(bash tools/pg_test_server.sh start)\" to set {ENV}"
+    reason = (
+        f'no PostgreSQL server for the tests: run eval "$(bash tools/pg_test_server.sh start)" to set {ENV}'
+    )
     if os.environ.get("CI") == "true":
         pytest.fail(reason)
     pytest.skip(reason)

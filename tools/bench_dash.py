@@ -59,16 +59,40 @@ async def seed(url: str, goals: int, commands: int) -> str:
         for i in range(goals):
             goal = str(uuid.uuid4())
             first = first or goal
-            await store.append(f"goal-{goal}", [NewEvent(type="goal.created", schema_version=2, data={
-                "goal_id": goal, "name": f"goal {i}", "objective": "benchmark", "owner_session_id": "bench",
-                "config": {"workspace_write": False}, "at": now_rfc3339(),
-            })])
+            await store.append(
+                f"goal-{goal}",
+                [
+                    NewEvent(
+                        type="goal.created",
+                        schema_version=2,
+                        data={
+                            "goal_id": goal,
+                            "name": f"goal {i}",
+                            "objective": "benchmark",
+                            "owner_session_id": "bench",
+                            "config": {"workspace_write": False},
+                            "at": now_rfc3339(),
+                        },
+                    )
+                ],
+            )
         for i in range(commands):
             command = f"cmd{i:04d}"
-            await store.append(f"command-{command}", [NewEvent(type="command.started", data={
-                "command_id": command, "title": f"job {i}", "command": "sleep 1", "cwd": "/tmp",
-                "started_at": now_rfc3339(),
-            })])
+            await store.append(
+                f"command-{command}",
+                [
+                    NewEvent(
+                        type="command.started",
+                        data={
+                            "command_id": command,
+                            "title": f"job {i}",
+                            "command": "sleep 1",
+                            "cwd": "/tmp",
+                            "started_at": now_rfc3339(),
+                        },
+                    )
+                ],
+            )
     return first
 
 
@@ -113,11 +137,20 @@ async def run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     missed = len(acks) - len(lags)  # coalesced: a later redraw showed a newer step first
     return {
         "append_to_screen_ms": {
-            "p50": round(statistics.median(lags), 1), "p99": round(pct(lags, 0.99), 1), "shown": len(lags),
-            "coalesced": missed, "target": "p99 <= 100 ms", "pass": pct(lags, 0.99) <= 100,
+            "p50": round(statistics.median(lags), 1),
+            "p99": round(pct(lags, 0.99), 1),
+            "shown": len(lags),
+            "coalesced": missed,
+            "target": "p99 <= 100 ms",
+            "pass": pct(lags, 0.99) <= 100,
         },
-        "idle": {"goals": args.goals, "commands": args.commands, "seconds": args.idle,
-                 "cpu_share_of_one_core": round(cpu_share, 4), "max_rss_mb": round(rss_mb, 1)},
+        "idle": {
+            "goals": args.goals,
+            "commands": args.commands,
+            "seconds": args.idle,
+            "cpu_share_of_one_core": round(cpu_share, 4),
+            "max_rss_mb": round(rss_mb, 1),
+        },
     }
 
 

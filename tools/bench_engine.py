@@ -67,9 +67,18 @@ async def _setup(store: Any, host: SimulatedHost, goals: int) -> dict[str, str]:
     for i in range(goals):
         goal_id = f"bench-{i:05d}"
         created = decide(
-            c.CreateGoal(goal_id=goal_id, name=f"g{i}", objective="o", owner_session_id="owner", max_turns=0,
-                         workspace_write=False, model="openai/gpt-5", agent="build"),
-            initial(goal_id), facts,
+            c.CreateGoal(
+                goal_id=goal_id,
+                name=f"g{i}",
+                objective="o",
+                owner_session_id="owner",
+                max_turns=0,
+                workspace_write=False,
+                model="openai/gpt-5",
+                agent="build",
+            ),
+            initial(goal_id),
+            facts,
         )
         worker = await host.create_worker(title=f"g{i}", model="openai/gpt-5", agent="build")
         sessions[goal_id] = worker.session_id
@@ -78,7 +87,9 @@ async def _setup(store: Any, host: SimulatedHost, goals: int) -> dict[str, str]:
     return sessions
 
 
-async def _drive(goals: int, turns: int, workdir: Path, run: int = 0, *, fenced: bool = False) -> dict[str, Any]:
+async def _drive(
+    goals: int, turns: int, workdir: Path, run: int = 0, *, fenced: bool = False
+) -> dict[str, Any]:
     clock = FakeClock()
     host = SimulatedHost(clock=clock)
     collector = _Collector()
@@ -141,7 +152,9 @@ async def _drive(goals: int, turns: int, workdir: Path, run: int = 0, *, fenced:
         "appended_events_per_s": round(appended / elapsed, 1),
         "appended_per_turn": round(appended / turns, 2),
         "idle_to_prompt_ms_p50": round(statistics.median(latencies) * 1000, 3),
-        "idle_to_prompt_ms_p99": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 3),
+        "idle_to_prompt_ms_p99": round(
+            latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 3
+        ),
     }
 
 
@@ -169,7 +182,9 @@ def main() -> None:
     parser.add_argument("--goals", default="1,100,1000", help="comma-separated numbers of active goals")
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--quick", action="store_true", help="small sizes (1,20) and 60 turns")
-    parser.add_argument("--fenced", action="store_true", help="append through the lease fence, as `loopd-es run`")
+    parser.add_argument(
+        "--fenced", action="store_true", help="append through the lease fence, as `loopd-es run`"
+    )
     args = parser.parse_args()
     sizes = [1, 20] if args.quick else [int(x) for x in args.goals.split(",")]
     turns = 60 if args.quick else args.turns

@@ -489,7 +489,11 @@ class Bench:
     def h_profile(self, backend: str, res: dict[str, Any]) -> dict[str, Any]:
         from bench_log_ndjson import profile
 
-        return {**profile(self.base, self.runs), "note": "a profile beside its peer, not a target", "pass": True}
+        return {
+            **profile(self.base, self.runs),
+            "note": "a profile beside its peer, not a target",
+            "pass": True,
+        }
 
     def d_read_all(self, backend: str, res: dict[str, Any]) -> dict[str, Any]:
         n: int = self.args.read_events
@@ -549,7 +553,11 @@ FIGURES = (
     "a_single_append", "b_concurrent_16", "c_batch_100", "d_read_all", "e_stream_from_big_log",
     "f_scaling", "g_processes", "h_profile",
 )  # fmt: skip
-NDJSON_ONLY = ("f_scaling", "g_processes", "h_profile")  # issue 9: the NDJSON figures (tools/bench_log_ndjson.py)
+NDJSON_ONLY = (
+    "f_scaling",
+    "g_processes",
+    "h_profile",
+)  # issue 9: the NDJSON figures (tools/bench_log_ndjson.py)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -603,7 +611,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", nargs="+", default=["ndjson", "sqlite"], choices=["ndjson", "sqlite"])
     parser.add_argument("--figures", nargs="+", default=list(FIGURES), choices=FIGURES)
     parser.add_argument(
-        "--scale-sizes", type=lambda text: [int(x) for x in text.split(",")], default=[10_000, 100_000, 1_000_000],
+        "--scale-sizes",
+        type=lambda text: [int(x) for x in text.split(",")],
+        default=[10_000, 100_000, 1_000_000],
         help="log sizes for (f), comma-separated",
     )
     parser.add_argument("--process-events", type=int, default=400, help="durable appends per run for (g)")

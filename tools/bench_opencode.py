@@ -75,8 +75,13 @@ class Bench:
         self.project.mkdir(parents=True, exist_ok=True)
         self.store = f"sqlite:{root / 'events.db'}"
         self.env = {**os.environ, "LOOPD_ES_STORE": self.store, "PYTHONPATH": str(ROOT)}
-        subprocess.run([sys.executable, "-m", "loopd_es.cli", "opencode", "install", ".", "--port", str(free_port())],
-                       cwd=self.project, env=self.env, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "loopd_es.cli", "opencode", "install", ".", "--port", str(free_port())],
+            cwd=self.project,
+            env=self.env,
+            check=True,
+            capture_output=True,
+        )
         self.opencode.start()
         self.env["LOOPD_ES_HOST"] = f"opencode:{self.opencode.url}"
         self.engine: subprocess.Popen[bytes] | None = None
@@ -84,13 +89,22 @@ class Bench:
     def start_engine(self) -> None:
         self.engine = subprocess.Popen(
             [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "0"],
-            cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=self.project,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(2.0)
 
     def cli(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "loopd_es.cli", *args], cwd=self.project, env=self.env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "loopd_es.cli", *args],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode:
             raise SystemExit(f"loopd-es {' '.join(args)} failed: {done.stderr}")
         return done.stdout
@@ -127,7 +141,12 @@ async def host_call_costs(bench: Bench, samples: int) -> dict[str, Any]:
     """What each host call an engine turn makes costs on this OpenCode (the profile behind the turn overhead):
     the transcript read that confirms an idle (200 messages), the status read, the resend check (20 messages)."""
     host = OpenCodeHost(bench.opencode.url)
-    out: dict[str, list[float]] = {"messages_200": [], "session_status": [], "messages_20": [], "list_models": []}
+    out: dict[str, list[float]] = {
+        "messages_200": [],
+        "session_status": [],
+        "messages_20": [],
+        "list_models": [],
+    }
     try:
         worker = await host.create_worker(title="profile")
         for i in range(6):  # a transcript of a few turns, as an engine-driven session has
@@ -166,8 +185,19 @@ async def engine_turns(bench: Bench, turns: int) -> dict[str, Any]:
         tg.start_soon(listen, ready)
         await ready.wait()
         bench.start_engine()
-        bench.cli("goal", "create", "bench", "--objective", "Turn after turn", "--model", "fake/good",
-                  "--max-turns", str(turns), "--check", "true")
+        bench.cli(
+            "goal",
+            "create",
+            "bench",
+            "--objective",
+            "Turn after turn",
+            "--model",
+            "fake/good",
+            "--max-turns",
+            str(turns),
+            "--check",
+            "true",
+        )
         deadline = time.monotonic() + 60 + turns * 5
         while time.monotonic() < deadline:
             async with await open_store(bench.store, create=False) as log:
@@ -191,8 +221,11 @@ async def engine_turns(bench: Bench, turns: int) -> dict[str, Any]:
         if nxt and req and nxt[0] - idle < 5:
             to_start.append(nxt[0] - idle)
             to_request.append(req[0] - idle)
-    return {"idle_to_run_started": summary(to_start), "idle_to_next_model_request": summary(to_request),
-            "turns": len(started)}
+    return {
+        "idle_to_run_started": summary(to_start),
+        "idle_to_next_model_request": summary(to_request),
+        "turns": len(started),
+    }
 
 
 async def sse_rates(bench: Bench) -> dict[str, Any]:
@@ -233,18 +266,38 @@ async def sse_rates(bench: Bench) -> dict[str, Any]:
         isolated = len(raw) * rounds / (time.perf_counter() - translate_started)
     finally:
         await host.aclose()
-    return {"live_events_per_s": round(live), "live_events": len(raw), "translate_events_per_s": round(isolated),
-            "target": ">= 5000/s", "pass": isolated >= 5000}
+    return {
+        "live_events_per_s": round(live),
+        "live_events": len(raw),
+        "translate_events_per_s": round(isolated),
+        "target": ">= 5000/s",
+        "pass": isolated >= 5000,
+    }
 
 
 def memory(bench: Bench, goals: int) -> dict[str, Any]:
     for i in range(goals):
-        bench.cli("goal", "create", f"g{i}", "--objective", "One turn", "--model", "fake/good", "--max-turns", "1",
-                  "--check", "true", "--read-only")
+        bench.cli(
+            "goal",
+            "create",
+            f"g{i}",
+            "--objective",
+            "One turn",
+            "--model",
+            "fake/good",
+            "--max-turns",
+            "1",
+            "--check",
+            "true",
+            "--read-only",
+        )
     time.sleep(10)
     assert bench.engine is not None and bench.opencode.process is not None
-    return {"goals": goals, "engine_rss_mb": round(rss_kb(bench.engine.pid) / 1024, 1),
-            "opencode_rss_mb": round(tree_rss_kb(bench.opencode.process.pid) / 1024, 1)}
+    return {
+        "goals": goals,
+        "engine_rss_mb": round(rss_kb(bench.engine.pid) / 1024, 1),
+        "opencode_rss_mb": round(tree_rss_kb(bench.opencode.process.pid) / 1024, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +309,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
         try:
-            own = anyio.run(opencode_own_latency, bench, args.own_samples + 1)[1:]  # the first builds the instance
+            own = anyio.run(opencode_own_latency, bench, args.own_samples + 1)[
+                1:
+            ]  # the first builds the instance
             turns = anyio.run(engine_turns, bench, args.turns)
             own_s = summary(own)
             overhead = {
@@ -269,9 +324,21 @@ def main(argv: list[str] | None = None) -> int:
             mem = memory(bench, args.goals)
         finally:
             bench.stop()
-    print(json.dumps({"turn": {**turns, "opencode_prompt_to_model_request": own_s, "engine_overhead_estimate": overhead,
-                               "host_call_costs": calls},
-                      "sse": sse, "memory": mem}, indent=2))
+    print(
+        json.dumps(
+            {
+                "turn": {
+                    **turns,
+                    "opencode_prompt_to_model_request": own_s,
+                    "engine_overhead_estimate": overhead,
+                    "host_call_costs": calls,
+                },
+                "sse": sse,
+                "memory": mem,
+            },
+            indent=2,
+        )
+    )
     return 0
 
 

@@ -88,7 +88,9 @@ def raw_writer(url: str, batch: int, seconds: float, worker: int) -> int:
             rows = []
             for _ in range(batch):
                 version += 1
-                rows.append((f"raw-{worker}", version, str(uuid.uuid4()), "goal.progress", now_rfc3339(), DATA))
+                rows.append(
+                    (f"raw-{worker}", version, str(uuid.uuid4()), "goal.progress", now_rfc3339(), DATA)
+                )
             if batch == 1:
                 conn.execute(insert, rows[0])
             else:
@@ -125,7 +127,9 @@ def writers(kind: str, base: str, processes: int, batch: int, seconds: float) ->
         procs = [
             subprocess.Popen(
                 [sys.executable, __file__, "--worker", kind, url, str(batch), repr(seconds), str(i)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
                 env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
             )
             for i in range(processes)
@@ -240,9 +244,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 store_runs.append(writers("store", args.url, processes, batch, args.seconds))
             store, raw = statistics.median(store_runs), statistics.median(raw_runs)
             appends[f"batch{batch}_processes{processes}"] = {
-                "store_per_s": round(store), "raw_psycopg_per_s": round(raw), "ratio": round(store / raw, 2),
-                "target": f">= {TARGET_RATIO}x raw", "pass": store / raw >= TARGET_RATIO,
-                "store_runs": [round(x) for x in store_runs], "raw_runs": [round(x) for x in raw_runs],
+                "store_per_s": round(store),
+                "raw_psycopg_per_s": round(raw),
+                "ratio": round(store / raw, 2),
+                "target": f">= {TARGET_RATIO}x raw",
+                "pass": store / raw >= TARGET_RATIO,
+                "store_runs": [round(x) for x in store_runs],
+                "raw_runs": [round(x) for x in raw_runs],
             }
     out["appends"] = appends
     import tempfile
@@ -252,12 +260,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ms = sorted(x * 1000 for x in lags)
     p99 = ms[min(len(ms) - 1, int(len(ms) * 0.99))]
     out["projector_lag_ms"] = {
-        "p50": round(statistics.median(ms), 2), "p99": round(p99, 2), "max": round(ms[-1], 2), "samples": len(ms),
-        "target": f"p99 <= {TARGET_LAG_P99_MS} ms", "pass": p99 <= TARGET_LAG_P99_MS,
+        "p50": round(statistics.median(ms), 2),
+        "p99": round(p99, 2),
+        "max": round(ms[-1], 2),
+        "samples": len(ms),
+        "target": f"p99 <= {TARGET_LAG_P99_MS} ms",
+        "pass": p99 <= TARGET_LAG_P99_MS,
     }
     read = anyio.run(read_all_rate, args.url, args.read_events)
     out["read_all_decoded"] = {
-        "events_per_s": round(read), "events": args.read_events, "target": f">= {TARGET_READ:.0f}/s",
+        "events_per_s": round(read),
+        "events": args.read_events,
+        "target": f">= {TARGET_READ:.0f}/s",
         "pass": read >= TARGET_READ,
     }
     return out

@@ -46,22 +46,55 @@ if TYPE_CHECKING:
 def goal_traffic(goal_id: str, count: int) -> list[Event]:
     """A realistic goal: created, then turns of start / progress / usage / completion, the odd failure."""
     events: list[Event] = [
-        g.GoalCreated(goal_id=goal_id, name=f"goal {goal_id}", objective="make the tests pass",
-                      owner_session_id="ses_owner", config=g.GoalConfig(model="openai/gpt-5", checks=("make test",)))
+        g.GoalCreated(
+            goal_id=goal_id,
+            name=f"goal {goal_id}",
+            objective="make the tests pass",
+            owner_session_id="ses_owner",
+            config=g.GoalConfig(model="openai/gpt-5", checks=("make test",)),
+        )
     ]
     n = 0
     while len(events) < count:
         n += 1
-        events.append(r.RunStarted(goal_id=goal_id, run_id=f"run-{n}", generation=n,
-                                   prompt_message_id=f"msg_{n:08d}", turn_count=n,
-                                   lease_expires_at="2026-12-02T12:05:00.000Z", at="2026-12-02T12:00:00.000Z"))
-        events.append(g.GoalProgressReported(goal_id=goal_id, summary=f"step {n} done: refactored the parser",
-                                             next="wire the CLI", at="2026-12-02T12:01:00.000Z"))
-        events.append(g.GoalUsageAccounted(goal_id=goal_id, message_ids=(f"asst-{n}",), token_delta=1234,
-                                           cost_delta=0.0123, time_delta_seconds=12.5))
+        events.append(
+            r.RunStarted(
+                goal_id=goal_id,
+                run_id=f"run-{n}",
+                generation=n,
+                prompt_message_id=f"msg_{n:08d}",
+                turn_count=n,
+                lease_expires_at="2026-12-02T12:05:00.000Z",
+                at="2026-12-02T12:00:00.000Z",
+            )
+        )
+        events.append(
+            g.GoalProgressReported(
+                goal_id=goal_id,
+                summary=f"step {n} done: refactored the parser",
+                next="wire the CLI",
+                at="2026-12-02T12:01:00.000Z",
+            )
+        )
+        events.append(
+            g.GoalUsageAccounted(
+                goal_id=goal_id,
+                message_ids=(f"asst-{n}",),
+                token_delta=1234,
+                cost_delta=0.0123,
+                time_delta_seconds=12.5,
+            )
+        )
         if n % 10 == 0:
-            events.append(r.RunFailed(goal_id=goal_id, run_id=f"run-{n}", error="overloaded",
-                                      consecutive_failures=1, retry_after="2026-12-02T12:00:02.000Z"))
+            events.append(
+                r.RunFailed(
+                    goal_id=goal_id,
+                    run_id=f"run-{n}",
+                    error="overloaded",
+                    consecutive_failures=1,
+                    retry_after="2026-12-02T12:00:02.000Z",
+                )
+            )
         else:
             events.append(r.RunCompleted(goal_id=goal_id, run_id=f"run-{n}", generation=n))
     return events[:count]
@@ -77,10 +110,18 @@ def encoded_log(total: int, goals: int) -> list[bytes]:
         for k in range(goals):
             position += 1
             e = streams[k][version]
-            env = Envelope(position=position, stream=f"goal-g{k}", version=version + 1,
-                           event_id=f"00000000-0000-4000-8000-{position:012d}", type=e.event_type,
-                           schema_version=e.schema_version, recorded_at="2026-12-02T12:00:00.000000Z",
-                           causation_id=None, correlation_id=None, data=_raw(e))
+            env = Envelope(
+                position=position,
+                stream=f"goal-g{k}",
+                version=version + 1,
+                event_id=f"00000000-0000-4000-8000-{position:012d}",
+                type=e.event_type,
+                schema_version=e.schema_version,
+                recorded_at="2026-12-02T12:00:00.000000Z",
+                causation_id=None,
+                correlation_id=None,
+                data=_raw(e),
+            )
             lines.append(ENVELOPE_ENCODER.encode(env))
     return lines
 
@@ -97,7 +138,7 @@ def bench_decode_fold(lines: list[bytes]) -> dict[str, Any]:
     t0 = time.perf_counter()
     folding = LogFold()
     for i in range(0, len(lines), READ_BATCH):
-        folding.feed([decode(line) for line in lines[i:i + READ_BATCH]])
+        folding.feed([decode(line) for line in lines[i : i + READ_BATCH]])
     states = folding.result()
     dt = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -105,17 +146,22 @@ def bench_decode_fold(lines: list[bytes]) -> dict[str, Any]:
         decode(line)
     envelopes_s = time.perf_counter() - t0
     anomalies = sum(f.state.anomaly_count for f in states.values())
-    return {"events": len(lines), "seconds": round(dt, 3), "events_per_s": round(len(lines) / dt),
-            "us_per_event": round(dt / len(lines) * 1e6, 3),
-            "of_which_envelope_decode_us": round(envelopes_s / len(lines) * 1e6, 3),
-            "aggregates": len(states), "anomalies": anomalies}
+    return {
+        "events": len(lines),
+        "seconds": round(dt, 3),
+        "events_per_s": round(len(lines) / dt),
+        "us_per_event": round(dt / len(lines) * 1e6, 3),
+        "of_which_envelope_decode_us": round(envelopes_s / len(lines) * 1e6, 3),
+        "aggregates": len(states),
+        "anomalies": anomalies,
+    }
 
 
 async def bench_goal(path: Path, count: int, repeats: int) -> dict[str, Any]:
     events = goal_traffic("big", count)
     async with await open_store(f"sqlite:{path}") as store:
         for i in range(0, count, 1000):
-            await store.append("goal-big", [new_event(e) for e in events[i:i + 1000]], "any")
+            await store.append("goal-big", [new_event(e) for e in events[i : i + 1000]], "any")
         scratch, reads, folds = [], [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -140,8 +186,14 @@ async def bench_goal(path: Path, count: int, repeats: int) -> dict[str, Any]:
             from_snap = await replay_stream(store, "goal-big", snapshots=snaps)
             snapped.append(time.perf_counter() - t0)
         assert from_snap.state == folded.state and from_snap.snapshot_version == count
-    return {"events": count, "from_scratch_ms": _ms(scratch), "read_ms": _ms(reads), "decode_fold_ms": _ms(folds),
-            "from_snapshot_ms": _ms(snapped, 3), "tokens": folded.state.tokens_used}
+    return {
+        "events": count,
+        "from_scratch_ms": _ms(scratch),
+        "read_ms": _ms(reads),
+        "decode_fold_ms": _ms(folds),
+        "from_snapshot_ms": _ms(snapped, 3),
+        "tokens": folded.state.tokens_used,
+    }
 
 
 def _ms(seconds: list[float], digits: int = 2) -> float:
@@ -180,13 +232,19 @@ async def bench_fleet(path: Path, goals: int, per_goal: int) -> dict[str, Any]:
     """Every goal of a ``goals * per_goal``-event SQLite log rebuilt in one pass (``replay_all``)."""
     async with await open_store(f"sqlite:{path}") as store:
         for k in range(goals):
-            await store.append(f"goal-f{k}", [new_event(e) for e in goal_traffic(f"f{k}", per_goal)], "no_stream")
+            await store.append(
+                f"goal-f{k}", [new_event(e) for e in goal_traffic(f"f{k}", per_goal)], "no_stream"
+            )
         t0 = time.perf_counter()
         states = await replay_all(store)
         seconds = time.perf_counter() - t0
     assert len(states) == goals and all(f.state.exists and not f.state.anomaly_count for f in states.values())
-    return {"goals": goals, "events": goals * per_goal, "rebuild_s": round(seconds, 3),
-            "events_per_s": round(goals * per_goal / seconds)}
+    return {
+        "goals": goals,
+        "events": goals * per_goal,
+        "rebuild_s": round(seconds, 3),
+        "events_per_s": round(goals * per_goal / seconds),
+    }
 
 
 @functools.cache
@@ -233,8 +291,12 @@ def bench_eventsourcing_fleet(path: Path, goals: int, per_goal: int) -> dict[str
     turns = sum(app.repository.get(i).turns for i in ids)
     seconds = time.perf_counter() - t0
     assert turns == goals * (per_goal - 1)
-    return {"goals": goals, "events": goals * per_goal, "rebuild_s": round(seconds, 3),
-            "events_per_s": round(goals * per_goal / seconds)}
+    return {
+        "goals": goals,
+        "events": goals * per_goal,
+        "rebuild_s": round(seconds, 3),
+        "events_per_s": round(goals * per_goal / seconds),
+    }
 
 
 def main() -> int:
@@ -263,12 +325,16 @@ def main() -> int:
     if args.fleet_goals:
         with tempfile.TemporaryDirectory() as tmp:
             fleet = anyio.run(bench_fleet, Path(tmp) / "fleet.db", args.fleet_goals, args.fleet_events)
-            es_fleet = bench_eventsourcing_fleet(Path(tmp) / "es-fleet.db", args.fleet_goals, args.fleet_events)
+            es_fleet = bench_eventsourcing_fleet(
+                Path(tmp) / "es-fleet.db", args.fleet_goals, args.fleet_events
+            )
         result["fleet"], result["eventsourcing_fleet"] = fleet, es_fleet
         if es_fleet:
             result["ratio_eventsourcing_over_fleet"] = round(es_fleet["rebuild_s"] / fleet["rebuild_s"], 2)
     result["targets"] = {
-        "decode_fold_events_per_s": 400_000, "scratch_vs_eventsourcing": 10, "fleet_vs_eventsourcing": 10,
+        "decode_fold_events_per_s": 400_000,
+        "scratch_vs_eventsourcing": 10,
+        "fleet_vs_eventsourcing": 10,
         "snapshot_ms": 2,
     }
     print(json.dumps(result, indent=2))

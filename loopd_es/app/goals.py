@@ -53,17 +53,38 @@ class Goals:
     # -- lifecycle ------------------------------------------------------------------------------------
 
     async def create(
-        self, name: str, objective: str, ctx: Ctx, *, model: str | None = None, agent: str | None = None,
-        fallback_models: tuple[str, ...] = (), interactive: bool = False, max_turns: int | None = None,
-        checks: tuple[str, ...] | None = None, workspace_write: bool | None = None,
-        cost_budget: float | None = None, goal_id: str | None = None,
+        self,
+        name: str,
+        objective: str,
+        ctx: Ctx,
+        *,
+        model: str | None = None,
+        agent: str | None = None,
+        fallback_models: tuple[str, ...] = (),
+        interactive: bool = False,
+        max_turns: int | None = None,
+        checks: tuple[str, ...] | None = None,
+        workspace_write: bool | None = None,
+        cost_budget: float | None = None,
+        goal_id: str | None = None,
     ) -> GoalState:
         """Create a goal, its worker session and its first turn (interactive goals get it too, as in §3.1)."""
-        goal_id = check_id("goal", goal_id) if goal_id is not None else str(uuid.uuid4())  # it names a directory
+        goal_id = (
+            check_id("goal", goal_id) if goal_id is not None else str(uuid.uuid4())
+        )  # it names a directory
         command = c.CreateGoal(
-            goal_id=goal_id, name=name, objective=objective, owner_session_id=self.service.owner, model=model,
-            agent=agent, fallback_models=fallback_models or None, interactive=interactive, max_turns=max_turns,
-            checks=checks, workspace_write=workspace_write, cost_budget=cost_budget,
+            goal_id=goal_id,
+            name=name,
+            objective=objective,
+            owner_session_id=self.service.owner,
+            model=model,
+            agent=agent,
+            fallback_models=fallback_models or None,
+            interactive=interactive,
+            max_turns=max_turns,
+            checks=checks,
+            workspace_write=workspace_write,
+            cost_budget=cost_budget,
         )
         created = await self.service.execute(command, ctx)
         state = await self.service.load(goal_id)
@@ -109,7 +130,11 @@ class Goals:
     async def _cancel_awaits(self, goal_id: str, reason: str, ctx: Ctx) -> None:
         """A paused or cleared goal waits for no command any more (reference §2.5)."""
         await cancel_goal_awaits(
-            self.service.store, goal_id, reason, causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
+            self.service.store,
+            goal_id,
+            reason,
+            causation_id=ctx.causation_id,
+            correlation_id=ctx.correlation_id,
         )
 
     async def resume(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
@@ -159,7 +184,13 @@ class Goals:
     # -- identity -------------------------------------------------------------------------------------
 
     async def switch_identity(
-        self, goal_id: str, ctx: Ctx, *, model: str | None = None, agent: str | None = None, resume: bool = False
+        self,
+        goal_id: str,
+        ctx: Ctx,
+        *,
+        model: str | None = None,
+        agent: str | None = None,
+        resume: bool = False,
     ) -> SwitchReport:
         """Switch the goal's model and/or agent: unsupported, deferred (pending), or run through the saga.
 
@@ -167,7 +198,12 @@ class Goals:
         """
         switch_id = new_event_id()
         command = c.SwitchIdentity(
-            goal_id=goal_id, caller=self.service.owner, switch_id=switch_id, model=model, agent=agent, resume=resume
+            goal_id=goal_id,
+            caller=self.service.owner,
+            switch_id=switch_id,
+            model=model,
+            agent=agent,
+            resume=resume,
         )
         recorded = await self.service.execute(command, ctx)
         state = await self.service.load(goal_id)
@@ -182,7 +218,10 @@ class Goals:
         )
         data = first.data_dict()
         return SwitchReport(
-            goal_id=goal_id, switch_id=switch_id, outcome=outcome, model=data.get("model") or state.config.model,
+            goal_id=goal_id,
+            switch_id=switch_id,
+            outcome=outcome,
+            model=data.get("model") or state.config.model,
             agent=data.get("agent") or state.config.agent,
         )
 
@@ -193,7 +232,9 @@ class Goals:
         """
         reports: list[SwitchReport] = []
         for _ in range(3):
-            recorded = await self.service.execute(c.ApplyPendingSwitch(goal_id=goal_id, switch_id=new_event_id()), ctx)
+            recorded = await self.service.execute(
+                c.ApplyPendingSwitch(goal_id=goal_id, switch_id=new_event_id()), ctx
+            )
             if not recorded:
                 break
             first = recorded[0]
@@ -202,7 +243,10 @@ class Goals:
             else:  # the catalog refused it: the decider recorded the failure and the blocker
                 data = first.data_dict()
                 report = SwitchReport(
-                    goal_id=goal_id, switch_id=data["switch_id"], outcome="failed", pending=True,
+                    goal_id=goal_id,
+                    switch_id=data["switch_id"],
+                    outcome="failed",
+                    pending=True,
                     target=data.get("target", "identity"),
                 )
             reports.append(report)
@@ -227,7 +271,9 @@ class Goals:
         """The worker went idle: confirm the run, enforce limits, and (unless interactive) continue."""
         state = await self.service.load(goal_id)
         if state.exists and state.phase == "running" and state.active_run_id is not None:
-            confirm = c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation)
+            confirm = c.ConfirmIdle(
+                goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation
+            )
             recorded = await self.service.execute(confirm, ctx)
             if recorded:
                 ctx = ctx.caused_by(recorded[-1].event_id)
@@ -260,8 +306,15 @@ class Goals:
     # -- provider errors ------------------------------------------------------------------------------
 
     async def observe_error(
-        self, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-        expected_model: str | None = None, run_id: str | None = None, generation: int | None = None,
+        self,
+        goal_id: str,
+        error: Any,
+        ctx: Ctx,
+        *,
+        source: Source = "session-error",
+        expected_model: str | None = None,
+        run_id: str | None = None,
+        generation: int | None = None,
         via: str | None = None,
     ) -> list[Envelope]:
         """A provider error as the host reported it: run failure, classification, fallback preparation.
@@ -269,6 +322,13 @@ class Goals:
         ``run_id``/``generation``: the run the error was seen on; an error of an earlier run fails nothing.
         """
         return await observe_provider_error(
-            self.service, goal_id, error, ctx, source=source, expected_model=expected_model, run_id=run_id,
-            generation=generation, via=via,
+            self.service,
+            goal_id,
+            error,
+            ctx,
+            source=source,
+            expected_model=expected_model,
+            run_id=run_id,
+            generation=generation,
+            via=via,
         )

@@ -60,8 +60,13 @@ class GoalService:
     """Decide goal commands against the log and the host; the only writer of goal streams in the app layer."""
 
     def __init__(
-        self, store: LogStore, host: WorkerHost, *, clock: Callable[[], datetime] | None = None,
-        directory: str = ".", owner: str = "cli",
+        self,
+        store: LogStore,
+        host: WorkerHost,
+        *,
+        clock: Callable[[], datetime] | None = None,
+        directory: str = ".",
+        owner: str = "cli",
     ) -> None:
         self.store = store
         self.host = host
@@ -84,7 +89,7 @@ class GoalService:
 
     async def goal_ids(self) -> list[str]:
         """Every goal id in the log, in stream-name order."""
-        return [s[len(GOAL_PREFIX):] for s in await self.store.streams() if s.startswith(GOAL_PREFIX)]
+        return [s[len(GOAL_PREFIX) :] for s in await self.store.streams() if s.startswith(GOAL_PREFIX)]
 
     async def goals(self) -> list[GoalState]:
         """Every goal that exists (cleared goals are left out)."""

@@ -38,6 +38,7 @@ Guard = Callable[[], Awaitable[None]]
 async def no_guard() -> None:
     return None
 
+
 USAGE_WINDOW = 50
 
 
@@ -45,8 +46,18 @@ class TurnReport(msgspec.Struct, kw_only=True):
     """What an attempt to start a turn did: ``started`` (prompted), or why not."""
 
     goal_id: str
-    result: Literal["started", "not-active", "running", "no-worker", "busy", "waiting", "interactive",
-                    "prompt-failed", "switch-failed", "switching"]
+    result: Literal[
+        "started",
+        "not-active",
+        "running",
+        "no-worker",
+        "busy",
+        "waiting",
+        "interactive",
+        "prompt-failed",
+        "switch-failed",
+        "switching",
+    ]
     switches: list[SwitchReport] = msgspec.field(default_factory=list)
     detail: str = ""
 
@@ -55,8 +66,15 @@ def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMe
     """Transcript messages as the usage decider reads them (it counts completed assistant ones only)."""
     return tuple(
         c.AssistantMessage(
-            message_id=m.message_id, role=m.role, completed=m.completed, input=m.input, output=m.output,
-            reasoning=m.reasoning, cache_read=m.cache_read, cache_write=m.cache_write, cost=m.cost,
+            message_id=m.message_id,
+            role=m.role,
+            completed=m.completed,
+            input=m.input,
+            output=m.output,
+            reasoning=m.reasoning,
+            cache_read=m.cache_read,
+            cache_write=m.cache_write,
+            cost=m.cost,
             duration_ms=m.duration_ms,
         )
         for m in messages
@@ -87,7 +105,9 @@ class TurnStarter:
     async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
         """Usage of completed assistant messages not yet counted (idempotent by message id, §3.12)."""
         if any(m.role == "assistant" and m.completed for m in messages):
-            await self.service.execute(c.AccountUsage(goal_id=goal_id, messages=assistant_messages(messages)), ctx)
+            await self.service.execute(
+                c.AccountUsage(goal_id=goal_id, messages=assistant_messages(messages)), ctx
+            )
 
     async def continue_turn(
         self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
@@ -126,8 +146,12 @@ class TurnStarter:
         if not started:  # decided on the goal's current version: another process may have moved it meanwhile
             now = await service.load(goal_id)
             if now.switch_in_flight is not None:
-                return TurnReport(goal_id=goal_id, result="switching", switches=switches,
-                                  detail=now.switch_in_flight.switch_id)
+                return TurnReport(
+                    goal_id=goal_id,
+                    result="switching",
+                    switches=switches,
+                    detail=now.switch_in_flight.switch_id,
+                )
             return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
         ctx = ctx.caused_by(started[-1].event_id)
         result = await self.send(goal_id, ctx, kind=kind)
@@ -156,8 +180,13 @@ class TurnStarter:
         except ProviderError as e:
             reported = e.info.as_reported()
             await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=safe_error_text(reported), source="prompt-delivery",
-                                   run_id=state.active_run_id, generation=state.run_generation),
+                c.RecordRunFailure(
+                    goal_id=goal_id,
+                    error_text=safe_error_text(reported),
+                    source="prompt-delivery",
+                    run_id=state.active_run_id,
+                    generation=state.run_generation,
+                ),
                 ctx,
             )
             await observe_provider_error(
@@ -166,17 +195,29 @@ class TurnStarter:
             return "prompt-failed"
         except HostError as e:
             await self.service.execute(
-                c.RecordRunFailure(goal_id=goal_id, error_text=str(e), source="prompt-delivery",
-                                   run_id=state.active_run_id, generation=state.run_generation), ctx
+                c.RecordRunFailure(
+                    goal_id=goal_id,
+                    error_text=str(e),
+                    source="prompt-delivery",
+                    run_id=state.active_run_id,
+                    generation=state.run_generation,
+                ),
+                ctx,
             )
             return "prompt-failed"
         if items:
             state = await self.service.load(goal_id)
             await self.service.append_goal(
                 goal_id,
-                [g.GoalInputDelivered(goal_id=goal_id, input_ids=tuple(i.input_id for i in items),
-                                      run_id=state.active_run_id)],
-                ctx, expected=state.version,
+                [
+                    g.GoalInputDelivered(
+                        goal_id=goal_id,
+                        input_ids=tuple(i.input_id for i in items),
+                        run_id=state.active_run_id,
+                    )
+                ],
+                ctx,
+                expected=state.version,
             )
         return "started"
 
@@ -197,8 +238,10 @@ class TurnStarter:
             carried = tuple(i.input_id for i in state.inbox if f"[{i.sender}] {i.text}" in sent.text)
             if carried:
                 await self.service.append_goal(
-                    goal_id, [g.GoalInputDelivered(goal_id=goal_id, input_ids=carried, run_id=state.active_run_id)],
-                    ctx, expected=state.version,
+                    goal_id,
+                    [g.GoalInputDelivered(goal_id=goal_id, input_ids=carried, run_id=state.active_run_id)],
+                    ctx,
+                    expected=state.version,
                 )
             return False
         kind: Kind = "force_finish" if state.force_finish_requested else "steer"
@@ -209,8 +252,13 @@ class TurnStarter:
         recent = await self._messages(worker, 5) if worker is not None else []
         await self.account(state.goal_id, recent, ctx)
         progress = (
-            [ProgressLine(summary=state.last_progress.summary, next=state.last_progress.next,
-                          at=state.last_progress.at)]
+            [
+                ProgressLine(
+                    summary=state.last_progress.summary,
+                    next=state.last_progress.next,
+                    at=state.last_progress.at,
+                )
+            ]
             if state.last_progress is not None
             else []
         )

@@ -12,7 +12,8 @@ from .main import store_url
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``dash`` to the ``loopd-es`` parser."""
     p = sub.add_parser(
-        "dash", help="the live dashboard: goals, commands, loops, notifications, events (press ? for keys)",
+        "dash",
+        help="the live dashboard: goals, commands, loops, notifications, events (press ? for keys)",
         description="A terminal dashboard that follows the log: goals with their budgets, identity, runs and "
         "history, command sessions with their output, loops, notifications and recent events, updating as events "
         "land from any process. Actions (pause, resume, nudge, switch, clear, terminate, attach ...) run the same "

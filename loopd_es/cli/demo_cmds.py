@@ -45,7 +45,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "and a simulated host, plays a story through the ordinary commands, then prints the goals, one goal's "
         "history and explanation, and where its HTML timeline was written.",
     )
-    p.add_argument("--dir", type=Path, default=Path("loopd-demo"), help="where to put the demo's log and files")
+    p.add_argument(
+        "--dir", type=Path, default=Path("loopd-demo"), help="where to put the demo's log and files"
+    )
     p.set_defaults(handler=_demo)
 
 
@@ -116,15 +118,40 @@ def _prepare(root: Path) -> None:
 
 async def _play(story: _Story, host: SimulatedHost) -> None:
     await story.say("Two goals on the simulated host")
-    docs = (await story.run(
-        "goal", "create", "docs", "--objective", "Write the user guide", "--model", "openai/gpt-5",
-        "--agent", "build", "--fallback-model", "anthropic/claude-sonnet-4-5",
-        "--fallback-model", "openai/gpt-5-mini",
-    )).splitlines()[0]
-    tests = (await story.run(
-        "goal", "create", "tests", "--objective", "Make the test suite pass", "--model", "openai/gpt-5-mini",
-        "--agent", "build", "--max-turns", "2", "--read-only", "--interactive",
-    )).splitlines()[0]
+    docs = (
+        await story.run(
+            "goal",
+            "create",
+            "docs",
+            "--objective",
+            "Write the user guide",
+            "--model",
+            "openai/gpt-5",
+            "--agent",
+            "build",
+            "--fallback-model",
+            "anthropic/claude-sonnet-4-5",
+            "--fallback-model",
+            "openai/gpt-5-mini",
+        )
+    ).splitlines()[0]
+    tests = (
+        await story.run(
+            "goal",
+            "create",
+            "tests",
+            "--objective",
+            "Make the test suite pass",
+            "--model",
+            "openai/gpt-5-mini",
+            "--agent",
+            "build",
+            "--max-turns",
+            "2",
+            "--read-only",
+            "--interactive",
+        )
+    ).splitlines()[0]
 
     await story.say("A switch while the worker is busy is deferred, then applied at the next idle turn")
     await host.set_status(await story.session_of(docs), "busy")
@@ -132,7 +159,9 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
     await host.set_status(await story.session_of(docs), "idle")
     await story.run("goal", "idle", docs)
 
-    await story.say("A 429 from the provider prepares the first usable fallback, applied once the wait is over")
+    await story.say(
+        "A 429 from the provider prepares the first usable fallback, applied once the wait is over"
+    )
     error = {"statusCode": 429, "message": "Rate limit reached", "responseHeaders": {"retry-after": "1"}}
     await story.run("goal", "observe-error", docs, "--error", json.dumps(error))
     await anyio.sleep(2.2)  # the run's back-off (2 s) and the provider's Retry-After (1 s)
@@ -141,7 +170,9 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
     await story.say("A combined switch whose agent half the host refuses: the model half is rolled back")
     await story.run("goal", "idle", tests)  # the first turn ends; an interactive goal starts no other
     await host.inject(FailureRule(op="switch_agent", session=await story.session_of(tests), error="rejected"))
-    await story.run("goal", "switch-identity", tests, "--model", "anthropic/claude-haiku-4-5", "--agent", "review")
+    await story.run(
+        "goal", "switch-identity", tests, "--model", "anthropic/claude-haiku-4-5", "--agent", "review"
+    )
     await host.clear_failures()
     await story.run("identities", tests)
 
@@ -173,18 +204,38 @@ async def _engine_part(story: _Story, host: SimulatedHost) -> None:
 
     await story.say("`loopd-es run`: the engine drives a goal by itself (the worker only answers)")
     options = RunOptions(
-        store_url=story.store, host_url=story.host, holder="demo-engine",
-        config=EngineConfig(confirm_idle_ms=100, maintenance_ms=500), lease_ms=3000, directory=str(story.root),
+        store_url=story.store,
+        host_url=story.host,
+        holder="demo-engine",
+        config=EngineConfig(confirm_idle_ms=100, maintenance_ms=500),
+        lease_ms=3000,
+        directory=str(story.root),
     )
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         # the commands run with stdout redirected (process-wide), so the engine writes past the redirection
-        tg.start_soon(run_daemon, options, stop,
-                      lambda line: print(f"  [engine] {line}", file=sys.__stdout__, flush=True))
-        report = (await story.run(
-            "goal", "create", "report", "--objective", "Summarise the week", "--model", "openai/gpt-5",
-            "--agent", "build", "--max-turns", "2", "--read-only",
-        )).splitlines()[0]
+        tg.start_soon(
+            run_daemon,
+            options,
+            stop,
+            lambda line: print(f"  [engine] {line}", file=sys.__stdout__, flush=True),
+        )
+        report = (
+            await story.run(
+                "goal",
+                "create",
+                "report",
+                "--objective",
+                "Summarise the week",
+                "--model",
+                "openai/gpt-5",
+                "--agent",
+                "build",
+                "--max-turns",
+                "2",
+                "--read-only",
+            )
+        ).splitlines()[0]
         session = await story.session_of(report)
         for turn in range(1, 4):
             await story.run("sim", "reply", session, "--input", "1200", "--output", "300", "--cost", "0.02")
@@ -207,7 +258,10 @@ async def _wait_prompts(host: SimulatedHost, session: str, count: int, limit_s: 
 async def _wait_status(story: _Story, goal: str, status: str, limit_s: float = 15.0) -> None:
     with anyio.move_on_after(limit_s):
         while True:
-            if json.loads(await story.run("goal", "show", goal, "--json", show=False))["goal"]["status"] == status:
+            if (
+                json.loads(await story.run("goal", "show", goal, "--json", show=False))["goal"]["status"]
+                == status
+            ):
                 return
             await anyio.sleep(0.1)
 
@@ -220,4 +274,8 @@ def _text(stream: io.TextIOWrapper) -> str:
 
 
 def _quote(arg: str) -> str:
-    return arg if arg and all(c.isalnum() or c in "-_/.:=@" for c in arg) else "'" + arg.replace("'", "'\\''") + "'"
+    return (
+        arg
+        if arg and all(c.isalnum() or c in "-_/.:=@" for c in arg)
+        else "'" + arg.replace("'", "'\\''") + "'"
+    )

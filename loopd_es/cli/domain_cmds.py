@@ -16,23 +16,29 @@ from .options import parse_time, store_url
 def register(subparsers: Any) -> None:
     """Add ``events`` and ``replay`` to the command tree."""
     events = subparsers.add_parser(
-        "events", help="list the event catalogue (each type with its payload fields)",
+        "events",
+        help="list the event catalogue (each type with its payload fields)",
         description="List every event type this version knows, with its schema version and payload fields.",
     )
     events.add_argument("--schema", action="store_true", help="print the payloads' JSON Schema instead")
     events.set_defaults(handler=_events)
 
     replay = subparsers.add_parser(
-        "replay", help="fold the log into state: one stream, or a one-line summary per aggregate",
+        "replay",
+        help="fold the log into state: one stream, or a one-line summary per aggregate",
         description="Fold events into state. With --stream, print that stream's folded state (from its "
         "snapshot when one fits); without it, one line per aggregate of the whole log.",
     )
     replay.add_argument("--stream", help="the stream to fold, e.g. goal-<id> or command-<id>")
     cut = replay.add_mutually_exclusive_group()
     cut.add_argument("--until", type=int, metavar="POSITION", help="stop after this global position")
-    cut.add_argument("--at", metavar="TIME", help="stop after events recorded at or before TIME (ISO 8601, UTC)")
+    cut.add_argument(
+        "--at", metavar="TIME", help="stop after events recorded at or before TIME (ISO 8601, UTC)"
+    )
     replay.add_argument("--json", action="store_true", help="print the folded state as JSON")
-    replay.add_argument("--no-snapshots", action="store_true", help="fold from the first event, ignore snapshots")
+    replay.add_argument(
+        "--no-snapshots", action="store_true", help="fold from the first event, ignore snapshots"
+    )
     replay.set_defaults(handler=_replay)
 
 
@@ -77,5 +83,9 @@ async def _replay(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.format(msgspec.json.encode(folded.state)).decode() + "\n")
     else:
         origin = f"snapshot v{folded.snapshot_version} + " if folded.snapshot_version else ""
-        print(term_line(f"{folded.summary()}  [{origin}{folded.folded} events folded, position {folded.position}]"))
+        print(
+            term_line(
+                f"{folded.summary()}  [{origin}{folded.folded} events folded, position {folded.position}]"
+            )
+        )
     return 0

@@ -36,22 +36,30 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``run``, ``notifications``, ``owner``, ``worker`` and ``sim`` to the ``loopd-es`` parser."""
     p = sub.add_parser(
-        "run", help="run the engine: goals advance by themselves (one engine per log; others stand by)",
+        "run",
+        help="run the engine: goals advance by themselves (one engine per log; others stand by)",
         description="Run the engine in the foreground: it follows the log, reacts to the host's events, runs "
         "timers and maintenance, and delivers notifications. Stop it with Ctrl-C or SIGTERM.",
     )
     add_host_option(p)
     p.add_argument("--holder", default=None, help="this engine's name in the lease (default: host:pid)")
     p.add_argument(
-        "--tool-api", type=Path, default=None, metavar="FILE",
+        "--tool-api",
+        type=Path,
+        default=None,
+        metavar="FILE",
         help="serve the OpenCode tools at the address in FILE (default: .opencode/loopd/engine.json when it "
         "exists; written by `loopd-es opencode install`)",
     )
     p.add_argument("--lease-ms", type=int, default=15_000, help="lease length (default 15000)")
-    p.add_argument("--confirm-idle-ms", type=int, default=2000, help="idle confirmation period (default 2000)")
+    p.add_argument(
+        "--confirm-idle-ms", type=int, default=2000, help="idle confirmation period (default 2000)"
+    )
     p.add_argument("--maintenance-ms", type=int, default=30_000, help="maintenance interval (default 30000)")
     p.add_argument(
-        "--idle-recover-ms", type=int, default=180_000,
+        "--idle-recover-ms",
+        type=int,
+        default=180_000,
         help="how long a running turn may sit on an idle worker before it is recovered (default 180000)",
     )
     p.set_defaults(handler=_run)
@@ -107,7 +115,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             v.add_argument("needed")
         v.set_defaults(handler=_worker)
 
-    sim = sub.add_parser("sim", help="make the simulated host's worker act (answer, idle, busy, fail, tool call)")
+    sim = sub.add_parser(
+        "sim", help="make the simulated host's worker act (answer, idle, busy, fail, tool call)"
+    )
     verbs = sim.add_subparsers(dest="verb", required=True, metavar="VERB")
     for name, help_ in (
         ("reply", "answer the latest prompt with usage, then go idle"),
@@ -117,7 +127,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ("tool", "open (or with --done close) a tool call"),
     ):
         v = verbs.add_parser(name, help=help_)
-        v.add_argument("session", metavar="SESSION|GOAL", help="a worker session id, or a goal id (or prefix)")
+        v.add_argument(
+            "session", metavar="SESSION|GOAL", help="a worker session id, or a goal id (or prefix)"
+        )
         add_host_option(v)
         if name == "reply":
             v.add_argument("--input", type=int, default=100)
@@ -125,7 +137,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             v.add_argument("--cost", type=float, default=0.001)
             v.add_argument("--incomplete", action="store_true", help="the answer is still being written")
         if name == "fail":
-            v.add_argument("--error", required=True, metavar="JSON", help='e.g. \'{"statusCode": 429}\'')
+            v.add_argument("--error", required=True, metavar="JSON", help="e.g. '{\"statusCode\": 429}'")
         if name == "tool":
             v.add_argument("call_id")
             v.add_argument("--done", action="store_true")
@@ -145,11 +157,17 @@ async def _run(args: argparse.Namespace) -> int:
         if getattr(args, name) < 0:
             raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     options = RunOptions(
-        store_url=store_url(args), host_url=host_url(args.host),
+        store_url=store_url(args),
+        host_url=host_url(args.host),
         holder=args.holder or f"{socket.gethostname()}:{os.getpid()}",
-        config=EngineConfig(confirm_idle_ms=args.confirm_idle_ms, maintenance_ms=args.maintenance_ms,
-                            idle_recover_ms=args.idle_recover_ms),
-        lease_ms=args.lease_ms, directory=os.getcwd(), tool_api=_tool_api(args.tool_api),
+        config=EngineConfig(
+            confirm_idle_ms=args.confirm_idle_ms,
+            maintenance_ms=args.maintenance_ms,
+            idle_recover_ms=args.idle_recover_ms,
+        ),
+        lease_ms=args.lease_ms,
+        directory=os.getcwd(),
+        tool_api=_tool_api(args.tool_api),
     )
     stop = anyio.Event()
 
@@ -254,8 +272,10 @@ async def _worker(args: argparse.Namespace) -> int:
         s = args.session
         if args.verb == "get":
             result = await ops.get_goal(s)
-            sys.stdout.write(msgspec.json.encode(result.data or {"status": "none", "message": result.message}).decode()
-                             + "\n")
+            sys.stdout.write(
+                msgspec.json.encode(result.data or {"status": "none", "message": result.message}).decode()
+                + "\n"
+            )
             return EXIT_OK
         if args.verb == "progress":
             return _print(await ops.report_progress(s, args.summary, args.next))
@@ -308,7 +328,9 @@ async def _worker_of(args: argparse.Namespace, goal: str) -> str:
 async def _sim_act(host: SimulatedHost, args: argparse.Namespace) -> None:
     s = args.session
     if args.verb == "reply":
-        await host.reply(s, input=args.input, output=args.output, cost=args.cost, complete=not args.incomplete)
+        await host.reply(
+            s, input=args.input, output=args.output, cost=args.cost, complete=not args.incomplete
+        )
     elif args.verb == "idle":
         await host.go_idle(s)
     elif args.verb == "busy":

@@ -56,7 +56,10 @@ async def _models(args: argparse.Namespace) -> int:
         sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
         return EXIT_OK
     sys.stdout.write(
-        "\n".join(term_line(line) for line in [*render_models(models), *render_agents(agents), *_render_goals(goals)])
+        "\n".join(
+            term_line(line)
+            for line in [*render_models(models), *render_agents(agents), *_render_goals(goals)]
+        )
         + "\n"
     )
     return EXIT_OK

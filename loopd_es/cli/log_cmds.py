@@ -47,7 +47,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("read", help="read events, as a table or as NDJSON envelopes")
     p.add_argument("--stream", help="read only this stream (--from is then a stream version)")
     p.add_argument(
-        "--from", dest="start", type=_positive, default=None,
+        "--from",
+        dest="start",
+        type=_positive,
+        default=None,
         help="first position (or version); with --backwards the newest one shown (default: the first, or the last)",
     )
     p.add_argument("--limit", type=_non_negative, default=None, help="at most this many events")
@@ -69,7 +72,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Exit 0 only when clean, 4 otherwise.",
     )
     p.add_argument(
-        "--repair", action="store_true", help="cut a torn tail or a crashed writer's unacknowledged write (never an acknowledged event)"
+        "--repair",
+        action="store_true",
+        help="cut a torn tail or a crashed writer's unacknowledged write (never an acknowledged event)",
     )
     p.set_defaults(handler=_verify)
 
@@ -115,7 +120,9 @@ async def _append(args: argparse.Namespace) -> int:
     expected = parse_expected_version(args.expected_version)
     if args.type is None:
         if args.data is not None or args.data_file is not None or args.event_id is not None:
-            raise UsageError("--data, --data-file and --event-id need --type; for a batch, pipe NDJSON to stdin")
+            raise UsageError(
+                "--data, --data-file and --event-id need --type; for a batch, pipe NDJSON to stdin"
+            )
         events = _batch_from_stdin(args)
     else:
         events = [_single_event(args)]
@@ -147,7 +154,9 @@ def _single_event(args: argparse.Namespace) -> NewEvent:
 
 def _batch_from_stdin(args: argparse.Namespace) -> list[NewEvent]:
     if sys.stdin.isatty():
-        raise UsageError("no --type given and stdin is a terminal: pass --type T, or pipe NDJSON events to stdin")
+        raise UsageError(
+            "no --type given and stdin is a terminal: pass --type T, or pipe NDJSON events to stdin"
+        )
     events = []
     for number, line in enumerate(sys.stdin.buffer.read().splitlines(), start=1):
         if not line.strip():
@@ -179,7 +188,11 @@ def _batch_from_stdin(args: argparse.Namespace) -> list[NewEvent]:
 
 
 def _new_event(
-    kind: str, data: dict[str, Any], event_id: str | None, causation: str | None, correlation: str | None,
+    kind: str,
+    data: dict[str, Any],
+    event_id: str | None,
+    causation: str | None,
+    correlation: str | None,
     where: str,
 ) -> NewEvent:
     """Check the type and payload against the catalogue, then build the event at its current schema version."""
@@ -191,9 +204,13 @@ def _new_event(
         catalogue.validate(kind, payload)
     except UsageError as e:
         raise type(e)(f"{where}: {e}") from None
-    fields: dict[str, Any] = {"type": kind, "data": msgspec.Raw(payload), "causation_id": causation,
-                              "correlation_id": correlation,
-                              "schema_version": CATALOGUE[kind].schema_version}
+    fields: dict[str, Any] = {
+        "type": kind,
+        "data": msgspec.Raw(payload),
+        "causation_id": causation,
+        "correlation_id": correlation,
+        "schema_version": CATALOGUE[kind].schema_version,
+    }
     if event_id is not None:
         fields["event_id"] = event_id
     return NewEvent(**fields)
@@ -262,7 +279,11 @@ async def _selected(store: LogStore, args: argparse.Namespace) -> AsyncIterator[
         async for batch in _kept(source, types, args.limit):
             yield batch
         return
-    bound = args.last if args.limit is None else min(args.limit, args.last if args.last is not None else args.limit)
+    bound = (
+        args.last
+        if args.limit is None
+        else min(args.limit, args.last if args.last is not None else args.limit)
+    )
     newest = _kept(store.read_backwards(stream=args.stream, start=args.start), types, bound)
     if args.backwards:
         async for batch in newest:
@@ -294,7 +315,9 @@ def _row(env: Envelope) -> str:
     data = bytes(env.data).decode("utf-8", "replace")
     if len(data) > 60:
         data = data[:57] + "..."
-    return term_line(f"{env.position:>8}  {env.stream:<24} {env.version:>5}  {env.type:<28} {env.recorded_at:<27} {data}")
+    return term_line(
+        f"{env.position:>8}  {env.stream:<24} {env.version:>5}  {env.type:<28} {env.recorded_at:<27} {data}"
+    )
 
 
 async def _streams(args: argparse.Namespace) -> int:

@@ -151,7 +151,9 @@ def main(*argv: str) -> int:
         return EXIT_USAGE
     bad = _not_utf8(args)
     if bad is not None:
-        print(f"loopd-es: {bad} is not valid UTF-8; pass text, or use a file for binary data", file=sys.stderr)
+        print(
+            f"loopd-es: {bad} is not valid UTF-8; pass text, or use a file for binary data", file=sys.stderr
+        )
         return EXIT_USAGE
     # one notice per repair or warning: ours, not the logging module's last-resort handler as well
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="loopd-es: %(message)s")

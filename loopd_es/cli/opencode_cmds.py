@@ -21,14 +21,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("opencode", help="set up an OpenCode project for loopd-es (custom tools)")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     v = verbs.add_parser(
-        "install", help="write the loopd tools into DIR/.opencode/tool and the engine's address",
+        "install",
+        help="write the loopd tools into DIR/.opencode/tool and the engine's address",
         description="Write one OpenCode custom tool per loopd tool (get_goal, report_goal_progress, complete_goal, "
         "block_goal for workers; loopd_create_goal, pause_goal, resume_goal, ... for owners) and "
         "DIR/.opencode/loopd/engine.json with the engine's loopback address and a new token. Then start "
         "`loopd-es run --host opencode:http://127.0.0.1:PORT` in DIR.",
     )
-    v.add_argument("directory", nargs="?", default=".", metavar="DIR", help="the OpenCode project (default: .)")
-    v.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the engine's tool port (default {DEFAULT_PORT})")
+    v.add_argument(
+        "directory", nargs="?", default=".", metavar="DIR", help="the OpenCode project (default: .)"
+    )
+    v.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"the engine's tool port (default {DEFAULT_PORT})"
+    )
     v.set_defaults(handler=_install)
 
 
@@ -50,6 +55,8 @@ def _install_files(args: argparse.Namespace) -> int:
     written = install(project, ToolApiConfig.new(args.port), [*WORKER_TOOLS, *OWNER_TOOLS])
     tools = len(written) - 1
     print(f"wrote {tools} tools to {project / '.opencode' / 'tool'} and the engine address to {written[-1]}")
-    print(f"next: cd {project} && loopd-es run --host opencode:http://127.0.0.1:4096   (OpenCode's address)",
-          file=sys.stderr)
+    print(
+        f"next: cd {project} && loopd-es run --host opencode:http://127.0.0.1:4096   (OpenCode's address)",
+        file=sys.stderr,
+    )
     return EXIT_OK

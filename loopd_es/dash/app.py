@@ -60,19 +60,38 @@ LOOP_KEYS = ("task_id", "status", "interval", "next_due_at", "last_fired_at")
 
 def goal_cells(g: dict[str, Any]) -> tuple[Any, ...]:
     turns = f"{g['turns_used']}/{g['max_turns'] or '-'}"
-    return (g["goal_id"][:8], safe(g["name"], 24), g["status"], g["phase"], safe(g["model"], 28),
-            safe(g["agent"], 12), turns, f"${g['cost_used']:.4f}")
+    return (
+        g["goal_id"][:8],
+        safe(g["name"], 24),
+        g["status"],
+        g["phase"],
+        safe(g["model"], 28),
+        safe(g["agent"], 12),
+        turns,
+        f"${g['cost_used']:.4f}",
+    )
 
 
 def command_cells(c: dict[str, Any]) -> tuple[Any, ...]:
-    return (c["command_id"][:12], safe(c["title"], 24), c["status"], c["end_reason"] or "",
-            (c["goal_id"] or "")[:8], (c["started_at"] or "")[:19])
+    return (
+        c["command_id"][:12],
+        safe(c["title"], 24),
+        c["status"],
+        c["end_reason"] or "",
+        (c["goal_id"] or "")[:8],
+        (c["started_at"] or "")[:19],
+    )
 
 
 def note_cells(n: dict[str, Any]) -> tuple[Any, ...]:
     state = "delivered" if n.get("delivered_at") else "pending"
-    return ((n.get("requested_at") or "")[:19], (n.get("goal_id") or "")[:8], n.get("kind", ""), state,
-            safe(n.get("text"), 70))
+    return (
+        (n.get("requested_at") or "")[:19],
+        (n.get("goal_id") or "")[:8],
+        n.get("kind", ""),
+        state,
+        safe(n.get("text"), 70),
+    )
 
 
 def fill(table: DataTable[Any], rows: list[tuple[str, tuple[Any, ...]]], selected: str | None) -> str | None:
@@ -203,6 +222,7 @@ class Dashboard(App[None]):
         self.store = store
         try:
             async with await Projector.open(store, load_registry(), self.config.read_db) as projector:
+
                 def committed(_result: object, _at: float) -> None:
                     self.call_later(self.reload)
 
@@ -238,7 +258,9 @@ class Dashboard(App[None]):
         self.goal_id = fill(self.w("#goal-table", DataTable), goals, self.goal_id)
         commands = [(c["command_id"], command_cells(c)) for c in self.snap.commands]
         self.command_id = fill(self.w("#command-table", DataTable), commands, self.command_id)
-        loops = [(str(r.get("task_id")), tuple(safe(r.get(k), 30) for k in LOOP_KEYS)) for r in self.snap.loops]
+        loops = [
+            (str(r.get("task_id")), tuple(safe(r.get(k), 30) for k in LOOP_KEYS)) for r in self.snap.loops
+        ]
         fill(self.w("#loop-table", DataTable), loops, None)
         notes = [(str(n.get("position")), note_cells(n)) for n in self.snap.notifications]
         fill(self.w("#notification-table", DataTable), notes, None)
@@ -250,8 +272,13 @@ class Dashboard(App[None]):
 
     async def show_events(self) -> None:
         events = await data.recent_events(self.store)
-        rows = [(str(e["position"]), (str(e["position"]), e["recorded_at"][11:23], safe(e["stream"], 40), e["type"]))
-                for e in events]
+        rows = [
+            (
+                str(e["position"]),
+                (str(e["position"]), e["recorded_at"][11:23], safe(e["stream"], 40), e["type"]),
+            )
+            for e in events
+        ]
         fill(self.w("#event-table", DataTable), rows, None)
 
     @on(TabbedContent.TabActivated)
@@ -284,7 +311,11 @@ class Dashboard(App[None]):
         if self.pane_mode == "history":
             until = self.positions[self.cursor] if self.positions and self.cursor is not None else None
             lines = await data.history_lines(self.store, self.config.read_db, self.goal_id, until)
-            head = f"history (cursor at #{until}; [ and ] move it, h closes)" if until else "history ([ and ] scrub)"
+            head = (
+                f"history (cursor at #{until}; [ and ] move it, h closes)"
+                if until
+                else "history ([ and ] scrub)"
+            )
             pane.update(Text("\n".join([head, "", *(term_block(x) for x in lines)])))
             return
         if self.pane_mode == "explain":
@@ -305,8 +336,10 @@ class Dashboard(App[None]):
         out.append(f"{row['command_id']}  {term_line(row['title'])}  [{row['status']}]\n", style="bold")
         out.append(f"$ {term_line(row['command_line'])}\n")
         if row.get("watch_filter") or row.get("watch_until"):
-            out.append(f"watch: filter={term_line(row.get('watch_filter') or '-')} "
-                       f"until={term_line(row.get('watch_until') or '-')} state={row['watch_state']}\n")
+            out.append(
+                f"watch: filter={term_line(row.get('watch_filter') or '-')} "
+                f"until={term_line(row.get('watch_until') or '-')} state={row['watch_state']}\n"
+            )
         out.append("\n".join(term_block(line) for line in tail))
         pane.update(out)
 
@@ -354,8 +387,11 @@ class Dashboard(App[None]):
 
             doc = json.loads(result.stdout or b"{}")
             if what == "model":  # the shape of `loopd-es models --json`
-                choices = [f"{m['provider_id']}/{m['model_id']}" for m in doc.get("models") or []
-                           if m.get("usable") is not False]
+                choices = [
+                    f"{m['provider_id']}/{m['model_id']}"
+                    for m in doc.get("models") or []
+                    if m.get("usable") is not False
+                ]
             else:
                 choices = [a["name"] for a in doc.get("agents") or []]
 
@@ -439,26 +475,33 @@ def render_goal(g: dict[str, Any]) -> Text:
             out.append(f" (next: {term_line(g['last_progress_next'])})")
         out.append("\n")
     if g.get("blocker_reason"):
-        out.append(f"blocked: {term_line(g['blocker_reason'])}; needed: {term_line(g['blocker_needed'] or '-')}\n",
-                   style="red")
+        out.append(
+            f"blocked: {term_line(g['blocker_reason'])}; needed: {term_line(g['blocker_needed'] or '-')}\n",
+            style="red",
+        )
     if g.get("last_error"):
         out.append(f"last error: {term_line(g['last_error'])}\n")
     out.append("\nruns\n", style="bold")
     for r in g.get("runs", [])[-10:]:
-        out.append(f"  #{r['turn']:<3} {r['kind']:<12} {r['status']:<10} {r['tokens']:>7} tok  "
-                   f"${r['cost']:.4f}  {(r['started_at'] or '')[11:19]}\n")
+        out.append(
+            f"  #{r['turn']:<3} {r['kind']:<12} {r['status']:<10} {r['tokens']:>7} tok  "
+            f"${r['cost']:.4f}  {(r['started_at'] or '')[11:19]}\n"
+        )
     if g.get("switches"):
         out.append("\nswitches\n", style="bold")
         for s in g["switches"][-6:]:
-            out.append(f"  {term_line(str(s.get('model') or ''))} {term_line(str(s.get('agent') or ''))} "
-                       f"{s.get('outcome') or s.get('status') or ''}\n")
+            out.append(
+                f"  {term_line(str(s.get('model') or ''))} {term_line(str(s.get('agent') or ''))} "
+                f"{s.get('outcome') or s.get('status') or ''}\n"
+            )
     out.append("\nh history · e explain · p pause · r resume · m model · a agent · ? help")
     return out
 
 
 def main_config(store_url: str, read_db: Path) -> Config:
-    return Config(store_url=store_url, read_db=read_db,
-                  cli=[sys.executable, "-m", "loopd_es.cli", "--store", store_url])
+    return Config(
+        store_url=store_url, read_db=read_db, cli=[sys.executable, "-m", "loopd_es.cli", "--store", store_url]
+    )
 
 
 __all__ = ("Config", "Dashboard", "main_config", "render_goal")

@@ -52,7 +52,9 @@ def snapshot(read_db: Path) -> Snapshot:
         conn.execute("BEGIN")
         return Snapshot(
             goals=_rows(conn, "SELECT * FROM goals WHERE cleared = 0 ORDER BY created_at DESC, goal_id"),
-            commands=_rows(conn, "SELECT * FROM commands WHERE removed = 0 ORDER BY started_at DESC, command_id"),
+            commands=_rows(
+                conn, "SELECT * FROM commands WHERE removed = 0 ORDER BY started_at DESC, command_id"
+            ),
             loops=_rows(conn, "SELECT * FROM loops ORDER BY task_id"),
             notifications=_rows(conn, "SELECT * FROM notifications ORDER BY position DESC LIMIT 50"),
         )
@@ -72,7 +74,9 @@ def goal_detail(read_db: Path, goal_id: str) -> Row:
             **goal[0],
             "runs": _rows(conn, "SELECT * FROM runs WHERE goal_id = ? ORDER BY started_position", (goal_id,)),
             "switches": _rows(
-                conn, "SELECT * FROM identity_switches WHERE goal_id = ? ORDER BY requested_at, switch_id", (goal_id,)
+                conn,
+                "SELECT * FROM identity_switches WHERE goal_id = ? ORDER BY requested_at, switch_id",
+                (goal_id,),
             ),
         }
     finally:

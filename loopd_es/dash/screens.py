@@ -49,7 +49,8 @@ class HelpScreen(_Dialog[None]):
 
 class ConfirmScreen(_Dialog[bool]):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "yes"), Binding("n,escape", "answer(False)", "no"),
+        Binding("y", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
     ]
 
     def __init__(self, question: str) -> None:

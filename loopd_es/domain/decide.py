@@ -67,7 +67,8 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     owner = cmd.owner_session_id
     if not owner or owner == "main":
         raise RuleError(
-            "A valid owner session is required. Run /goal from an active OpenCode session.", "invalid_owner_session"
+            "A valid owner session is required. Run /goal from an active OpenCode session.",
+            "invalid_owner_session",
         )
     every = cmd.schedule_every_ms
     if every is not None and not (math.isfinite(every) and every >= 1000):
@@ -99,7 +100,9 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
         for other in facts.active_writers:
             raise RuleError(writer_conflict(other.name, other.goal_id, other.owner_session_id, owner))
     artifact_dir = f"{defaults.directory.rstrip('/')}/.opencode/loopd/goals/{cmd.goal_id}"
-    schedule = g.Schedule(every_ms=int(every), max_runs=int(runs) if runs is not None else None) if every else None
+    schedule = (
+        g.Schedule(every_ms=int(every), max_runs=int(runs) if runs is not None else None) if every else None
+    )
     config = g.GoalConfig(
         model=model,
         agent=agent,
@@ -122,7 +125,11 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     )
     return [
         g.GoalCreated(
-            goal_id=cmd.goal_id, name=cmd.name, objective=cmd.objective, owner_session_id=owner, config=config,
+            goal_id=cmd.goal_id,
+            name=cmd.name,
+            objective=cmd.objective,
+            owner_session_id=owner,
+            config=config,
             at=iso(facts.now),
         )
     ]
@@ -221,7 +228,10 @@ def _worker_failure(cmd: c.RecordWorkerFailure, state: GoalState, facts: c.Facts
         return []
     return [
         g.GoalBlocked(
-            goal_id=state.goal_id, reason=cmd.detail, last_error=cmd.detail, source="worker_create",
+            goal_id=state.goal_id,
+            reason=cmd.detail,
+            last_error=cmd.detail,
+            source="worker_create",
             needed="Start the goal again from a valid OpenCode session after correcting the worker creation error.",
             at=iso(facts.now),
         )
@@ -234,8 +244,9 @@ def _force_complete(cmd: c.ForceComplete, state: GoalState, facts: c.Facts) -> l
     if state.status == "complete":
         raise RuleError(f'Goal "{state.name}" already complete.')
     return [
-        g.GoalCompleted(goal_id=state.goal_id, summary=cmd.summary, evidence=cmd.evidence, forced=True,
-                        at=iso(facts.now))
+        g.GoalCompleted(
+            goal_id=state.goal_id, summary=cmd.summary, evidence=cmd.evidence, forced=True, at=iso(facts.now)
+        )
     ]
 
 
@@ -245,7 +256,9 @@ def _force_block(cmd: c.ForceBlock, state: GoalState, facts: c.Facts) -> list[Ev
     if state.status == "blocked":
         raise RuleError(f'Goal "{state.name}" already blocked.')
     return [
-        g.GoalBlocked(goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="owner", at=iso(facts.now))
+        g.GoalBlocked(
+            goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="owner", at=iso(facts.now)
+        )
     ]
 
 
@@ -260,7 +273,11 @@ def _progress(cmd: c.ReportProgress, state: GoalState, facts: c.Facts) -> list[E
         raise RuleError(f"Goal is {state.status}, not active. Cannot report progress.")
     return [
         g.GoalProgressReported(
-            goal_id=state.goal_id, summary=cmd.summary, next=cmd.next, evidence=cmd.evidence, at=iso(facts.now)
+            goal_id=state.goal_id,
+            summary=cmd.summary,
+            next=cmd.next,
+            evidence=cmd.evidence,
+            at=iso(facts.now),
         )
     ]
 
@@ -270,7 +287,9 @@ def _block(cmd: c.BlockGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists or state.status != "active":
         raise RuleError(f"Cannot block goal in {state.status if state.exists else 'missing'} state.")
     return [
-        g.GoalBlocked(goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="worker", at=iso(facts.now))
+        g.GoalBlocked(
+            goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="worker", at=iso(facts.now)
+        )
     ]
 
 
@@ -289,7 +308,10 @@ def _complete(cmd: c.CompleteGoal, state: GoalState, facts: c.Facts) -> list[Eve
     if not failures:
         return [
             g.GoalCompleted(
-                goal_id=state.goal_id, summary=cmd.summary, evidence=cmd.evidence, at=now,
+                goal_id=state.goal_id,
+                summary=cmd.summary,
+                evidence=cmd.evidence,
+                at=now,
                 next_run_at=_next_run_at(state, facts),
             )
         ]
@@ -364,7 +386,10 @@ def _account(cmd: c.AccountUsage, state: GoalState, facts: c.Facts) -> list[Even
         return []
     return [
         g.GoalUsageAccounted(
-            goal_id=state.goal_id, message_ids=tuple(ids), token_delta=tokens, cost_delta=cost,
+            goal_id=state.goal_id,
+            message_ids=tuple(ids),
+            token_delta=tokens,
+            cost_delta=cost,
             time_delta_seconds=seconds,
         )
     ]
@@ -407,8 +432,12 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
     retry_after = None if blocked else iso(after_ms(facts.now, backoff_ms(failures)))
     events: list[Event] = [
         r.RunFailed(
-            goal_id=state.goal_id, run_id=state.active_run_id or "unknown", error=cmd.error_text,
-            consecutive_failures=failures, retry_after=retry_after, source=cmd.source,
+            goal_id=state.goal_id,
+            run_id=state.active_run_id or "unknown",
+            error=cmd.error_text,
+            consecutive_failures=failures,
+            retry_after=retry_after,
+            source=cmd.source,
             generation=state.run_generation,
         )
     ]
@@ -424,8 +453,14 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
                 else "Fix the underlying error and use retry_goal to attempt again."
             )
         events.append(
-            g.GoalBlocked(goal_id=state.goal_id, reason=reason, needed=needed, source=cmd.source,
-                          last_error=cmd.error_text, at=iso(facts.now))
+            g.GoalBlocked(
+                goal_id=state.goal_id,
+                reason=reason,
+                needed=needed,
+                source=cmd.source,
+                last_error=cmd.error_text,
+                at=iso(facts.now),
+            )
         )
     return events
 
@@ -447,7 +482,9 @@ def _confirm_idle(cmd: c.ConfirmIdle, state: GoalState, facts: c.Facts) -> list[
         or state.run_generation != cmd.generation
     ):
         return []
-    events: list[Event] = [r.RunCompleted(goal_id=state.goal_id, run_id=cmd.run_id, generation=cmd.generation)]
+    events: list[Event] = [
+        r.RunCompleted(goal_id=state.goal_id, run_id=cmd.run_id, generation=cmd.generation)
+    ]
     return events + limit_events(state, facts)
 
 
@@ -463,15 +500,20 @@ def limit_events(state: GoalState, facts: c.Facts) -> list[Event]:
         if state.force_finish_requested:
             return [
                 g.GoalBlocked(
-                    goal_id=state.goal_id, reason=f"{force_reason} (force-finish ignored)",
-                    needed="User intervention required. Use retry to attempt again.", at=iso(facts.now),
+                    goal_id=state.goal_id,
+                    reason=f"{force_reason} (force-finish ignored)",
+                    needed="User intervention required. Use retry to attempt again.",
+                    at=iso(facts.now),
                 )
             ]
         return [g.GoalForceFinishRequested(goal_id=state.goal_id, reason=force_reason)]
     reason = _budget_reason(state, prefer_cost=False)
     if reason is not None:
-        return [g.GoalBudgetExhausted(goal_id=state.goal_id, reason=reason, tokens_used=state.tokens_used,
-                                      cost_used=state.cost_used)]
+        return [
+            g.GoalBudgetExhausted(
+                goal_id=state.goal_id, reason=reason, tokens_used=state.tokens_used, cost_used=state.cost_used
+            )
+        ]
     return []
 
 
@@ -483,8 +525,13 @@ def _enforce_budget(cmd: c.EnforceBudget, state: GoalState, facts: c.Facts) -> l
     if reason is None:
         return []
     return [
-        g.GoalBudgetExhausted(goal_id=state.goal_id, reason=reason, tokens_used=state.tokens_used,
-                              cost_used=state.cost_used, worker_aborted=True)
+        g.GoalBudgetExhausted(
+            goal_id=state.goal_id,
+            reason=reason,
+            tokens_used=state.tokens_used,
+            cost_used=state.cost_used,
+            worker_aborted=True,
+        )
     ]
 
 

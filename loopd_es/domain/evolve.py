@@ -201,9 +201,13 @@ class GoalFold:
                 if handler is None:
                     raise _Refused(event.event_type, "not a goal event")
                 if event.goal_id != d.goal_id:
-                    raise _Refused(event.event_type, f"event of goal {event.goal_id!r} on the stream of {d.goal_id!r}")
+                    raise _Refused(
+                        event.event_type, f"event of goal {event.goal_id!r} on the stream of {d.goal_id!r}"
+                    )
                 if not d.exists and handler is not created:
-                    raise _Refused(event.event_type, "goal was cleared" if d.cleared else "goal does not exist")
+                    raise _Refused(
+                        event.event_type, "goal was cleared" if d.cleared else "goal does not exist"
+                    )
                 handler(d, event, memo)
             except _Refused as refused:
                 anomaly = Anomaly(type=refused.type_, reason=refused.reason, version=version)
@@ -519,7 +523,12 @@ def _confirm_failed(d: GoalDraft, e: r.RunConfirmFailed, m: _Memo) -> None:
 @_on(i.IdentitySwitchRequested)
 def _switch_requested(d: GoalDraft, e: i.IdentitySwitchRequested, m: _Memo) -> None:
     d.switch_in_flight = SwitchInFlight(
-        switch_id=e.switch_id, model=e.model, agent=e.agent, resume=e.resume, reason=e.reason, pending=e.pending
+        switch_id=e.switch_id,
+        model=e.model,
+        agent=e.agent,
+        resume=e.resume,
+        reason=e.reason,
+        pending=e.pending,
     )
 
 
@@ -551,7 +560,9 @@ def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
     switch_id = e.switch_id
     if e.to_model is not None:
         d.config = replace(d.config, model=e.to_model)
-        d.model_last = SwitchRecord(to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model, reason=e.reason)
+        d.model_last = SwitchRecord(
+            to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model, reason=e.reason
+        )
         if d.model_pending is not None and d.model_pending.after_switch != switch_id:
             d.model_pending = None
         d.model_last_failure = None
@@ -561,7 +572,11 @@ def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
         if d.agent_pending is not None and d.agent_pending.after_switch != switch_id:
             d.agent_pending = None
         d.agent_last_failure = None
-    if e.target == "identity" and d.pending_identity is not None and d.pending_identity.after_switch != switch_id:
+    if (
+        e.target == "identity"
+        and d.pending_identity is not None
+        and d.pending_identity.after_switch != switch_id
+    ):
         d.pending_identity = None
 
 
@@ -594,7 +609,11 @@ def _rollback_failed(d: GoalDraft, e: i.IdentityRollbackFailed, m: _Memo) -> Non
 @_on(i.ProviderLimitObserved)
 def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
     d.last_provider_limit = ProviderLimit(
-        kind=e.kind, source=e.source, observed_at=e.observed_at, model=e.model, status_code=e.status_code,
+        kind=e.kind,
+        source=e.source,
+        observed_at=e.observed_at,
+        model=e.model,
+        status_code=e.status_code,
         retry_at=e.retry_at,
     )
     if e.marks_blocker and d.blocker is not None:

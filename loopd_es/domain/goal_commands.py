@@ -277,8 +277,28 @@ class ObserveProviderError(_GoalCommand, frozen=True, kw_only=True):
 
 
 GoalCommand = (
-    CreateGoal | PauseGoal | ResumeGoal | RetryGoal | ClearGoal | NudgeGoal | SendInput | SetInteractive
-    | AbortWorker | RecordWorkerFailure | ReportProgress | CompleteGoal | BlockGoal | ForceComplete | ForceBlock | AccountUsage | StartRun
-    | ConfirmIdle | EnforceBudget | RecordRunFailure | SwitchIdentity | ApplyPendingSwitch
-    | RecordSwitchOutcome | ObserveProviderError
+    CreateGoal
+    | PauseGoal
+    | ResumeGoal
+    | RetryGoal
+    | ClearGoal
+    | NudgeGoal
+    | SendInput
+    | SetInteractive
+    | AbortWorker
+    | RecordWorkerFailure
+    | ReportProgress
+    | CompleteGoal
+    | BlockGoal
+    | ForceComplete
+    | ForceBlock
+    | AccountUsage
+    | StartRun
+    | ConfirmIdle
+    | EnforceBudget
+    | RecordRunFailure
+    | SwitchIdentity
+    | ApplyPendingSwitch
+    | RecordSwitchOutcome
+    | ObserveProviderError
 )

@@ -89,8 +89,12 @@ def first_prompt(state: GoalState) -> str:
 
 
 def continuation_prompt(
-    state: GoalState, *, progress: Sequence[ProgressLine] = (), recent: Sequence[Snippet] = (),
-    artifacts: str = "no artifacts yet", force_finish: bool | None = None,
+    state: GoalState,
+    *,
+    progress: Sequence[ProgressLine] = (),
+    recent: Sequence[Snippet] = (),
+    artifacts: str = "no artifacts yet",
+    force_finish: bool | None = None,
 ) -> str:
     """A continuation turn (``runCount > 1``), section by section as the reference orders them.
 
@@ -111,7 +115,9 @@ def continuation_prompt(
         body = "\n".join(f"- {s.role}: {s.text[:SNIPPET_CHARS]}" for s in tail)
         parts.append(f"## RECENT WORK (last {len(tail)} messages)\n{body}\n")
     if state.consecutive_failures > 0:
-        warn = [f"- {state.consecutive_failures} consecutive failure(s). Last error: {state.last_error or 'unknown'}"]
+        warn = [
+            f"- {state.consecutive_failures} consecutive failure(s). Last error: {state.last_error or 'unknown'}"
+        ]
         if state.no_progress_count:
             warn.append(f"- No progress reported for {state.no_progress_count} turn(s).")
         parts.append("## WARNINGS\n" + "\n".join(warn) + "\n")

@@ -44,7 +44,9 @@ def classify(
     root: dict[str, Any] = (cause if isinstance(cause, dict) else {}) if cause else wrapper
     data = root.get("data") if isinstance(root.get("data"), dict) else {}
     assert isinstance(data, dict)
-    status_code = _first_number(root.get("statusCode"), root.get("status"), data.get("statusCode"), data.get("status"))
+    status_code = _first_number(
+        root.get("statusCode"), root.get("status"), data.get("statusCode"), data.get("status")
+    )
     code = root.get("code") if root.get("code") is not None else data.get("code")
     texts = [v for v in (root.get("message"), data.get("message"), error) if isinstance(v, str)]
     message = " ".join(texts)
@@ -60,7 +62,9 @@ def classify(
         return None
     headers = root.get("responseHeaders") or data.get("responseHeaders") or {}
     retry_after = _first_present(
-        root.get("retryAfter"), data.get("retryAfter"), headers.get("retry-after") if isinstance(headers, dict) else None
+        root.get("retryAfter"),
+        data.get("retryAfter"),
+        headers.get("retry-after") if isinstance(headers, dict) else None,
     )
     return ProviderLimit(
         kind=kind,

@@ -81,11 +81,18 @@ def _goal_summary(stream: str, state: GoalState) -> str:
 
 REDUCERS: Final[dict[str, Reducer]] = {
     "goal": Reducer(
-        kind="goal", version=REDUCER_VERSION, state_type=GoalState, initial=goal_initial, start=GoalFold,
+        kind="goal",
+        version=REDUCER_VERSION,
+        state_type=GoalState,
+        initial=goal_initial,
+        start=GoalFold,
         summary=_goal_summary,
     ),
     "other": Reducer(
-        kind="other", version=1, state_type=OtherState, initial=lambda s: OtherState(stream=s),
+        kind="other",
+        version=1,
+        state_type=OtherState,
+        initial=lambda s: OtherState(stream=s),
         start=lambda state: _EachFold(_other_step, state),
         summary=lambda stream, s: f"{stream}: {s.events} events, last {s.last_type}",
     ),
@@ -114,8 +121,12 @@ def _register_command_reducer() -> None:
         return f"command {state.id} {state.title!r}: {getattr(state, 'status', '?')}{goal}, v{state.version}"
 
     REDUCERS["command"] = Reducer(
-        kind="command", version=1, state_type=module.CommandState | None, initial=lambda _id: None,
-        start=lambda state: _EachFold(step, state), summary=summary,
+        kind="command",
+        version=1,
+        state_type=module.CommandState | None,
+        initial=lambda _id: None,
+        start=lambda state: _EachFold(step, state),
+        summary=summary,
     )
 
 
@@ -204,7 +215,11 @@ class StreamFold:
         """The :class:`Folded` it was given, as of everything fed so far."""
         folded, last = self.folded, self._last
         if last is not None:
-            folded.version, folded.position, folded.recorded_at = last.version, last.position, last.recorded_at
+            folded.version, folded.position, folded.recorded_at = (
+                last.version,
+                last.position,
+                last.recorded_at,
+            )
         folded.folded += self._count
         self._count = 0
         folded.state = self._folder.result()

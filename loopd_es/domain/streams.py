@@ -28,7 +28,7 @@ def aggregate_of(stream: str) -> tuple[str, str]:
     """``(kind, id)`` for a stream name: ``("goal", "42")`` for ``goal-42``; ``("other", stream)`` otherwise."""
     for kind, prefix in (("goal", GOAL_PREFIX), ("command", COMMAND_PREFIX)):
         if stream.startswith(prefix) and len(stream) > len(prefix):
-            return kind, stream[len(prefix):]
+            return kind, stream[len(prefix) :]
     return "other", stream
 
 

@@ -58,7 +58,11 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
         raise RuleError("Cannot switch a completed goal.")
     if cmd.resume:
         if agent is None:
-            if not (state.status == "blocked" and state.blocker is not None and state.blocker.kind == "provider-limit"):
+            if not (
+                state.status == "blocked"
+                and state.blocker is not None
+                and state.blocker.kind == "provider-limit"
+            ):
                 raise RuleError("resume is only valid for a provider-limit-blocked goal.")
         elif state.status != "blocked":
             raise RuleError("resume is only valid for a blocked goal.")
@@ -71,17 +75,28 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
         agent is not None and not _can_switch_agent(facts)
     )
     if unsupported or state.worker_session_id is None:
-        return [i.IdentitySwitchUnsupported(goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent)]
+        return [
+            i.IdentitySwitchUnsupported(
+                goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent
+            )
+        ]
     now = iso(facts.now)
     busy = state.switch_in_flight is not None or (state.phase == "running" and lease_valid(state, facts.now))
     if facts.worker_status != "idle" or busy:
         return [
-            i.IdentitySwitchDeferred(goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent, at=now)
+            i.IdentitySwitchDeferred(
+                goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent, at=now
+            )
         ]
     return [
         i.IdentitySwitchRequested(
-            goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent, resume=cmd.resume,
-            requested_by=cmd.caller, at=now,
+            goal_id=state.goal_id,
+            switch_id=cmd.switch_id,
+            model=model,
+            agent=agent,
+            resume=cmd.resume,
+            requested_by=cmd.caller,
+            at=now,
         )
     ]
 
@@ -110,12 +125,22 @@ def _validate_agent(agent: str, facts: c.Facts) -> str:
 
 def _can_switch_model(facts: c.Facts) -> bool:
     cat = facts.model_catalog
-    return cat is not None and cat.capability == "supported" and cat.switching != "unsupported" and facts.can_switch_model
+    return (
+        cat is not None
+        and cat.capability == "supported"
+        and cat.switching != "unsupported"
+        and facts.can_switch_model
+    )
 
 
 def _can_switch_agent(facts: c.Facts) -> bool:
     cat = facts.agent_catalog
-    return cat is not None and cat.capability == "supported" and cat.switching != "unsupported" and facts.can_switch_agent
+    return (
+        cat is not None
+        and cat.capability == "supported"
+        and cat.switching != "unsupported"
+        and facts.can_switch_agent
+    )
 
 
 @_on(c.ApplyPendingSwitch)
@@ -128,7 +153,12 @@ def _apply_pending(cmd: c.ApplyPendingSwitch, state: GoalState, facts: c.Facts) 
     model: str | None
     agent: str | None
     if state.pending_identity is not None:
-        target, model, agent, reason = "identity", state.pending_identity.model, state.pending_identity.agent, "owner"
+        target, model, agent, reason = (
+            "identity",
+            state.pending_identity.model,
+            state.pending_identity.agent,
+            "owner",
+        )
     elif state.model_pending is not None:
         target, model, agent, reason = "model", state.model_pending.model, None, state.model_pending.reason
     elif state.agent_pending is not None:
@@ -148,8 +178,14 @@ def _apply_pending(cmd: c.ApplyPendingSwitch, state: GoalState, facts: c.Facts) 
         return _failed(state, facts, cmd.switch_id, target, "catalog", "catalog-unavailable", pending=True)
     return [
         i.IdentitySwitchRequested(
-            goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent, reason=reason,  # type: ignore[arg-type]
-            pending=True, requested_by="pending", at=iso(facts.now),
+            goal_id=state.goal_id,
+            switch_id=cmd.switch_id,
+            model=model,
+            agent=agent,
+            reason=reason,  # type: ignore[arg-type]
+            pending=True,
+            requested_by="pending",
+            at=iso(facts.now),
         )
     ]
 
@@ -166,7 +202,12 @@ def _failed(
     now = iso(facts.now)
     events: list[Event] = [
         i.IdentitySwitchFailed(
-            goal_id=state.goal_id, switch_id=switch_id, target=target, stage=stage, reason=reason, pending=pending,
+            goal_id=state.goal_id,
+            switch_id=switch_id,
+            target=target,
+            stage=stage,
+            reason=reason,
+            pending=pending,
             at=now,
         )
     ]
@@ -188,23 +229,49 @@ def _outcome(cmd: c.RecordSwitchOutcome, state: GoalState, facts: c.Facts) -> li
     ok = not refused and bool(results) and all(x in ("applied", "next-prompt") for x in results)
     if not ok:
         if any(x == "unsupported" for x in results) and not refused and not flight.pending:
-            return [i.IdentitySwitchUnsupported(goal_id=state.goal_id, switch_id=flight.switch_id,
-                                                model=flight.model, agent=flight.agent)]
+            return [
+                i.IdentitySwitchUnsupported(
+                    goal_id=state.goal_id, switch_id=flight.switch_id, model=flight.model, agent=flight.agent
+                )
+            ]
         stage = "persist" if refused else "host"
-        events: list[Event] = _failed(state, facts, flight.switch_id, target, stage, "host-rejected", pending=flight.pending)
+        events: list[Event] = _failed(
+            state, facts, flight.switch_id, target, stage, "host-rejected", pending=flight.pending
+        )
         if cmd.rolled_back is True:
-            events.insert(1, i.IdentitySwitchRolledBack(goal_id=state.goal_id, switch_id=flight.switch_id,
-                                                        model=state.config.model, agent=state.config.agent))
+            events.insert(
+                1,
+                i.IdentitySwitchRolledBack(
+                    goal_id=state.goal_id,
+                    switch_id=flight.switch_id,
+                    model=state.config.model,
+                    agent=state.config.agent,
+                ),
+            )
         elif cmd.rolled_back is False:
-            events.insert(1, i.IdentityRollbackFailed(goal_id=state.goal_id, switch_id=flight.switch_id,
-                                                      model=state.config.model, agent=state.config.agent))
+            events.insert(
+                1,
+                i.IdentityRollbackFailed(
+                    goal_id=state.goal_id,
+                    switch_id=flight.switch_id,
+                    model=state.config.model,
+                    agent=state.config.agent,
+                ),
+            )
         return events
     outcome: i.SwitchOutcome = "next-prompt" if "next-prompt" in results else "applied"
     applied: list[Event] = [
         i.IdentitySwitchApplied(
-            goal_id=state.goal_id, switch_id=flight.switch_id, target=target, to_model=flight.model,
-            to_agent=flight.agent, from_model=state.config.model, from_agent=state.config.agent, outcome=outcome,
-            reason=flight.reason, at=iso(facts.now),
+            goal_id=state.goal_id,
+            switch_id=flight.switch_id,
+            target=target,
+            to_model=flight.model,
+            to_agent=flight.agent,
+            from_model=state.config.model,
+            from_agent=state.config.agent,
+            outcome=outcome,
+            reason=flight.reason,
+            at=iso(facts.now),
         )
     ]
     if flight.resume and _still_resumable(state, target):
@@ -243,22 +310,38 @@ def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> l
     )
     events: list[Event] = [
         i.ProviderLimitObserved(
-            goal_id=state.goal_id, kind=observation.kind, source=observation.source,
-            observed_at=observation.observed_at, model=observation.model, status_code=observation.status_code,
-            retry_at=observation.retry_at, marks_blocker=same_model and quota_blocked, via=cmd.via,
+            goal_id=state.goal_id,
+            kind=observation.kind,
+            source=observation.source,
+            observed_at=observation.observed_at,
+            model=observation.model,
+            status_code=observation.status_code,
+            retry_at=observation.retry_at,
+            marks_blocker=same_model and quota_blocked,
+            via=cmd.via,
         )
     ]
     if not eligible:
         return events
     if pending is not None:
-        events.append(i.FallbackPrepared(goal_id=state.goal_id, model=pending.model, attempted=attempted,
-                                         at=iso(facts.now), reused=True))
+        events.append(
+            i.FallbackPrepared(
+                goal_id=state.goal_id,
+                model=pending.model,
+                attempted=attempted,
+                at=iso(facts.now),
+                reused=True,
+            )
+        )
         return events
     if not state.config.fallback_models:
         return events
     catalog = facts.model_catalog
-    if catalog is None or catalog.capability == "unsupported" or catalog.switching == "unsupported" or (
-        not facts.can_switch_model
+    if (
+        catalog is None
+        or catalog.capability == "unsupported"
+        or catalog.switching == "unsupported"
+        or (not facts.can_switch_model)
     ):
         events.append(i.FallbackUnsupported(goal_id=state.goal_id, attempted=attempted))
         return events
@@ -271,8 +354,11 @@ def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> l
             continue
         tried.append(candidate)
         if catalog.usable(candidate):
-            events.append(i.FallbackPrepared(goal_id=state.goal_id, model=candidate, attempted=tuple(tried),
-                                             at=iso(facts.now)))
+            events.append(
+                i.FallbackPrepared(
+                    goal_id=state.goal_id, model=candidate, attempted=tuple(tried), at=iso(facts.now)
+                )
+            )
             return events
     events.append(i.FallbackExhausted(goal_id=state.goal_id, attempted=tuple(tried)))
     return events

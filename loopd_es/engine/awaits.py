@@ -41,9 +41,9 @@ class AwaitWaker:
         if not isinstance(goal_id, str):
             return
         if env.type == "command.await-fired":
-            text = data.get("evidence") or f'[command {data.get("command_id")} {data.get("status")}]'
+            text = data.get("evidence") or f"[command {data.get('command_id')} {data.get('status')}]"
         elif data.get("reason") and "command" in str(data.get("reason")):
-            text = f'[await on command {data.get("command_id")} discarded: {data.get("reason")}]'
+            text = f"[await on command {data.get('command_id')} discarded: {data.get('reason')}]"
         else:
             return
         engine = self.engine
@@ -52,10 +52,15 @@ class AwaitWaker:
             return
         input_id = wake_input_id(env.event_id)
         ctx = Ctx(env.correlation_id or env.event_id, env.event_id)
-        payload = g.GoalInputQueued(goal_id=goal_id, input_id=input_id, text=str(text), sender="worker",
-                                    at=env.recorded_at)
-        event = new_event(payload, event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)), causation_id=env.event_id,
-                          correlation_id=ctx.correlation_id)
+        payload = g.GoalInputQueued(
+            goal_id=goal_id, input_id=input_id, text=str(text), sender="worker", at=env.recorded_at
+        )
+        event = new_event(
+            payload,
+            event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)),
+            causation_id=env.event_id,
+            correlation_id=ctx.correlation_id,
+        )
         if input_id not in engine.queued_wakes:
             try:
                 await engine.store.append(goal_stream(goal_id), [event], "any")
@@ -72,6 +77,8 @@ class AwaitWaker:
             return False
         if state.worker_session_id is None:
             return False
-        await engine.service.append_goal(goal_id, [g.GoalNudged(goal_id=goal_id)], ctx, expected=state.version)
+        await engine.service.append_goal(
+            goal_id, [g.GoalNudged(goal_id=goal_id)], ctx, expected=state.version
+        )
         report = await engine.continue_goal(goal_id, ctx, explicit=True, force=True)
         return report is not None and report.result == "started"

@@ -18,7 +18,9 @@ CHECK_TIMEOUT_S: Final = 30.0
 OUTPUT_CHARS: Final = 1000
 
 
-async def run_checks(checks: tuple[str, ...], cwd: str, *, limit_s: float = CHECK_TIMEOUT_S) -> list[CheckResult]:
+async def run_checks(
+    checks: tuple[str, ...], cwd: str, *, limit_s: float = CHECK_TIMEOUT_S
+) -> list[CheckResult]:
     """Every check's result, in order (all of them run, as the reference does)."""
     return [await run_check(command, cwd, limit_s=limit_s) for command in checks]
 
@@ -37,13 +39,13 @@ async def run_check(command: str, cwd: str, *, limit_s: float = CHECK_TIMEOUT_S)
                     nonlocal stdout
                     assert process.stdout is not None
                     async for chunk in process.stdout:
-                        stdout = (stdout + chunk)[-64 * 1024:]
+                        stdout = (stdout + chunk)[-64 * 1024 :]
 
                 async def read_err() -> None:
                     nonlocal stderr
                     assert process.stderr is not None
                     async for chunk in process.stderr:
-                        stderr = (stderr + chunk)[-64 * 1024:]
+                        stderr = (stderr + chunk)[-64 * 1024 :]
 
                 tg.start_soon(read_out)
                 tg.start_soon(read_err)
@@ -55,7 +57,8 @@ async def run_check(command: str, cwd: str, *, limit_s: float = CHECK_TIMEOUT_S)
             stderr += f"\n[timed out after {limit_s:g} s]".encode()
             code = 1
     return CheckResult(
-        command=command, exit_code=code if code is not None else 1,
+        command=command,
+        exit_code=code if code is not None else 1,
         stdout=stdout.decode(errors="replace")[:OUTPUT_CHARS] or None,
         stderr=stderr.decode(errors="replace")[:OUTPUT_CHARS] or None,
     )

@@ -59,9 +59,18 @@ log = logging.getLogger("loopd_es.engine")
 TRANSCRIPT_WINDOW: Final = 200
 
 ENGINE_TYPES: Final = (
-    "goal.worker_assigned", "goal.cleared", "goal.input_queued", "run.started", "run.idle_candidate",
-    "run.confirm_failed", "run.failed", "command.await-fired", "command.await-discarded",
-    "notification.requested", "notification.delivered", *sorted(NOTICE_TYPES),
+    "goal.worker_assigned",
+    "goal.cleared",
+    "goal.input_queued",
+    "run.started",
+    "run.idle_candidate",
+    "run.confirm_failed",
+    "run.failed",
+    "command.await-fired",
+    "command.await-discarded",
+    "notification.requested",
+    "notification.delivered",
+    *sorted(NOTICE_TYPES),
 )
 """The events the engine's trackers, timers, reactions and outbox are built from."""
 
@@ -82,8 +91,15 @@ class Engine:
     """Runs goals on one log and one host; see the module docstring."""
 
     def __init__(
-        self, store: LogStore, host: EngineHost, clock: Clock, config: EngineConfig | None = None, *,
-        directory: str = ".", owner: str = "engine", guard: Guard | None = None,
+        self,
+        store: LogStore,
+        host: EngineHost,
+        clock: Clock,
+        config: EngineConfig | None = None,
+        *,
+        directory: str = ".",
+        owner: str = "engine",
+        guard: Guard | None = None,
     ) -> None:
         self.store = store
         self.host = host
@@ -167,7 +183,9 @@ class Engine:
         elif env.type == "run.idle_candidate":
             live = self.tracker.live(goal_id)
             if live.candidate_at is not None:
-                self.tracker.schedule(goal_id, "confirm", after(live.candidate_at, self.config.confirm_idle_ms))
+                self.tracker.schedule(
+                    goal_id, "confirm", after(live.candidate_at, self.config.confirm_idle_ms)
+                )
 
     # -- host events ---------------------------------------------------------------------------------
 
@@ -186,7 +204,9 @@ class Engine:
         live = self.tracker.live(goal_id)
         now = self.clock.now()
         handled = True
-        if isinstance(event, SessionIdle) or (isinstance(event, SessionStatusChanged) and event.status == "idle"):
+        if isinstance(event, SessionIdle) or (
+            isinstance(event, SessionStatusChanged) and event.status == "idle"
+        ):
             live.status = "idle"
             handled = await self.on_idle(goal_id)
         elif isinstance(event, SessionStatusChanged):
@@ -201,7 +221,8 @@ class Engine:
         elif isinstance(event, MessagePartUpdated):
             # a part of the running answer is work, unless that answer already completed (trailing parts)
             handled = (
-                state.phase == "running" and event.message_id == live.assistant_id
+                state.phase == "running"
+                and event.message_id == live.assistant_id
                 and live.assistant_completed_at is None
             )
             if handled:
@@ -261,8 +282,14 @@ class Engine:
         except HostError:
             return  # the host's own error will come through the session error path
         await self.goals.observe_error(
-            state.goal_id, reported, Ctx.new(), source="session-error", expected_model=model,
-            run_id=state.active_run_id, generation=state.run_generation, via="retry-status",
+            state.goal_id,
+            reported,
+            Ctx.new(),
+            source="session-error",
+            expected_model=model,
+            run_id=state.active_run_id,
+            generation=state.run_generation,
+            via="retry-status",
         )
 
     async def _session_error(self, state: GoalState, event: SessionError) -> None:
@@ -280,7 +307,9 @@ class Engine:
         kind, text = found
         if self.outbox.known(f"{env.event_id}:{kind}"):
             return
-        await self.outbox.request(state, kind, text, env.event_id, Ctx(env.correlation_id or env.event_id, env.event_id))
+        await self.outbox.request(
+            state, kind, text, env.event_id, Ctx(env.correlation_id or env.event_id, env.event_id)
+        )
 
     # -- the two-stage idle --------------------------------------------------------------------------
 
@@ -304,7 +333,11 @@ class Engine:
         if (now - live.candidate_at).total_seconds() * 1000 < self.config.confirm_idle_ms:
             return True
         quiet_since = live.assistant_completed_at or live.candidate_at
-        if live.last_activity is not None and live.last_activity > live.candidate_at and live.last_activity > quiet_since:
+        if (
+            live.last_activity is not None
+            and live.last_activity > live.candidate_at
+            and live.last_activity > quiet_since
+        ):
             await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
             return True
         worker = state.worker_session_id
@@ -319,9 +352,17 @@ class Engine:
                 if state.confirm_failed_generation != gen:
                     await self.service.append_goal(
                         goal_id,
-                        [r.RunConfirmFailed(goal_id=goal_id, generation=gen, reason=reason,
-                                            run_id=state.active_run_id, at=iso(now))],
-                        ctx, expected=state.version,
+                        [
+                            r.RunConfirmFailed(
+                                goal_id=goal_id,
+                                generation=gen,
+                                reason=reason,
+                                run_id=state.active_run_id,
+                                at=iso(now),
+                            )
+                        ],
+                        ctx,
+                        expected=state.version,
                     )
                 return True
             await self.turns.account(goal_id, transcript[-USAGE_WINDOW:], ctx)
@@ -336,9 +377,16 @@ class Engine:
         assert state.active_run_id is not None
         await self.service.append_goal(
             state.goal_id,
-            [r.RunIdleCandidate(goal_id=state.goal_id, run_id=state.active_run_id,
-                                generation=state.run_generation, at=iso(now))],
-            ctx, expected=state.version,
+            [
+                r.RunIdleCandidate(
+                    goal_id=state.goal_id,
+                    run_id=state.active_run_id,
+                    generation=state.run_generation,
+                    at=iso(now),
+                )
+            ],
+            ctx,
+            expected=state.version,
         )
 
     async def _after_confirm(self, goal_id: str, recorded: list[Envelope], ctx: Ctx) -> None:
@@ -370,8 +418,10 @@ class Engine:
         """§3.14: ``compaction.started``, pending switches first, the host's compaction, ``compaction.completed``."""
         state = await self.service.load(goal_id)
         started = await self.service.append_goal(
-            goal_id, [en.CompactionStarted(goal_id=goal_id, run_count=state.run_count, at=iso(self.clock.now()))],
-            ctx, expected=state.version,
+            goal_id,
+            [en.CompactionStarted(goal_id=goal_id, run_count=state.run_count, at=iso(self.clock.now()))],
+            ctx,
+            expected=state.version,
         )
         error = None
         try:
@@ -380,7 +430,9 @@ class Engine:
             error = str(e) or type(e).__name__
         state = await self.service.load(goal_id)
         await self.service.append_goal(
-            goal_id, [en.CompactionCompleted(goal_id=goal_id, error=error)], ctx.caused_by(started[-1].event_id),
+            goal_id,
+            [en.CompactionCompleted(goal_id=goal_id, error=error)],
+            ctx.caused_by(started[-1].event_id),
             expected=state.version,
         )
 
@@ -423,7 +475,10 @@ class Engine:
 
     async def _retry_timer(self, goal_id: str) -> None:
         state = await self.service.load(goal_id)
-        if not (state.exists and state.status == "active" and state.phase == "waiting_retry") or state.interactive:
+        if (
+            not (state.exists and state.status == "active" and state.phase == "waiting_retry")
+            or state.interactive
+        ):
             return
         if state.retry_after is not None and iso(self.clock.now()) < state.retry_after:
             # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
@@ -444,4 +499,3 @@ def _confirm_failure(
     if not anchored and not completed:
         return "assistant-incomplete"
     return None
-

@@ -96,11 +96,23 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say) -> 
 
 
 async def _serve(
-    store: LogStore, host: EngineHost, lease: Lease, options: RunOptions, clock: Clock, stop: anyio.Event,
+    store: LogStore,
+    host: EngineHost,
+    lease: Lease,
+    options: RunOptions,
+    clock: Clock,
+    stop: anyio.Event,
     say: Say,
 ) -> None:
-    engine = Engine(FencedStore(store, lease), host, clock, options.config, directory=options.directory,
-                    owner=options.holder, guard=lease.check)
+    engine = Engine(
+        FencedStore(store, lease),
+        host,
+        clock,
+        options.config,
+        directory=options.directory,
+        owner=options.holder,
+        guard=lease.check,
+    )
     engine.due_schedules = options.due_schedules
     send, receive = anyio.create_memory_object_stream[AnyHostEvent | None](math.inf)
     waker = Waker()
@@ -162,8 +174,13 @@ async def _serve(
 
 
 async def _tools(
-    options: RunOptions, store: LogStore, host: EngineHost, clock: Clock, say: Say,
-    *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    options: RunOptions,
+    store: LogStore,
+    host: EngineHost,
+    clock: Clock,
+    say: Say,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the OpenCode tools; workers' prompts then carry a tools map that hides the owner tools."""
     from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, serve_tools

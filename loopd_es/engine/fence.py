@@ -42,7 +42,9 @@ class FencedStore(LogStore):
         if not events or stream == LEASE_STREAM:
             return await self.inner.append(stream, events, expected_version)
         recorded = await self._fenced([StreamWrite(stream, events, expected_version)])
-        return recorded[0] if recorded is not None else await self.inner.append(stream, events, expected_version)
+        return (
+            recorded[0] if recorded is not None else await self.inner.append(stream, events, expected_version)
+        )
 
     async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
         """Several streams at once (a saga step and the goal event it causes), fenced like :meth:`append`."""
@@ -62,15 +64,21 @@ class FencedStore(LogStore):
             # the transaction below refuses a stale fence; checking first as well keeps a backend whose multi-stream
             # append does not (NDJSON as merged on 2026-12-02) from writing after a takeover it can see
             await lease.check()
-            fence = en.EngineFenced(holder=lease.holder, token=lease.token, expires_at=iso(lease.expires_at),
-                                    stream=writes[0].stream)
+            fence = en.EngineFenced(
+                holder=lease.holder,
+                token=lease.token,
+                expires_at=iso(lease.expires_at),
+                stream=writes[0].stream,
+            )
             try:
                 *recorded, _ = await self.inner.append_many(
                     [*writes, StreamWrite(LEASE_STREAM, [new_event(fence)], lease.version)]
                 )
             except WrongExpectedVersionError:
                 if await self.inner.stream_version(LEASE_STREAM) != lease.version:
-                    raise LeaseLostError(f"engine lease of {lease.holder} was taken by another process") from None
+                    raise LeaseLostError(
+                        f"engine lease of {lease.holder} was taken by another process"
+                    ) from None
                 raise
             except DuplicateEventIdError:
                 return None  # recorded before (a retry after a crash or by another path)
@@ -78,17 +86,28 @@ class FencedStore(LogStore):
             return recorded
 
     def read_batches(
-        self, *, from_position: int = 1, limit: int | None = None, stream: str | None = None, from_version: int = 1
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
+        from_version: int = 1,
     ) -> AsyncIterator[list[Envelope]]:
-        return self.inner.read_batches(from_position=from_position, limit=limit, stream=stream,
-                                       from_version=from_version)
+        return self.inner.read_batches(
+            from_position=from_position, limit=limit, stream=stream, from_version=from_version
+        )
 
     def read_filtered(
-        self, *, from_position: int = 1, limit: int | None = None, types: Sequence[str] | None = None,
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
         stream_prefix: str | None = None,
     ) -> AsyncIterator[list[Envelope]]:
-        return self.inner.read_filtered(from_position=from_position, limit=limit, types=types,
-                                        stream_prefix=stream_prefix)
+        return self.inner.read_filtered(
+            from_position=from_position, limit=limit, types=types, stream_prefix=stream_prefix
+        )
 
     async def head(self) -> int:
         return await self.inner.head()

@@ -45,7 +45,12 @@ class Holder:
         self.released = released
 
     def live(self, now: datetime) -> bool:
-        return self.holder is not None and not self.released and self.expires_at is not None and now < self.expires_at
+        return (
+            self.holder is not None
+            and not self.released
+            and self.expires_at is not None
+            and now < self.expires_at
+        )
 
 
 class Lease:
@@ -83,7 +88,10 @@ class Lease:
             return current
         expires = now + self.ttl
         event = en.EngineLeaseAcquired(
-            holder=self.holder, token=version + 1, expires_at=iso(expires), previous_holder=current.holder,
+            holder=self.holder,
+            token=version + 1,
+            expires_at=iso(expires),
+            previous_holder=current.holder,
             at=iso(now),
         )
         try:
@@ -133,7 +141,9 @@ class Lease:
             return
         try:
             await self.store.append(
-                STREAM, [new_event(en.EngineLeaseReleased(holder=self.holder, token=self.token))], self.version
+                STREAM,
+                [new_event(en.EngineLeaseReleased(holder=self.holder, token=self.token))],
+                self.version,
             )
         except WrongExpectedVersionError:
             pass

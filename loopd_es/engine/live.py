@@ -83,7 +83,13 @@ class Tracker:
         if kind != "goal":
             return None
         t = env.type
-        if t in ("run.started", "run.idle_candidate", "run.confirm_failed", "goal.worker_assigned", "goal.cleared"):
+        if t in (
+            "run.started",
+            "run.idle_candidate",
+            "run.confirm_failed",
+            "goal.worker_assigned",
+            "goal.cleared",
+        ):
             data = env.data_dict()
             live = self.live(goal_id)
             if t == "goal.worker_assigned":

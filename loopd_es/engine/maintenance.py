@@ -67,13 +67,19 @@ class Maintenance:
         if state.phase == "compacting":
             # the engine compacts within one step, so a compaction still open here was cut by a crash
             await engine.service.append_goal(
-                goal_id, [en.CompactionCompleted(goal_id=goal_id, error="interrupted (the engine stopped)")],
-                ctx, expected=state.version,
+                goal_id,
+                [en.CompactionCompleted(goal_id=goal_id, error="interrupted (the engine stopped)")],
+                ctx,
+                expected=state.version,
             )
             return
         if state.phase not in ("running", "idle"):
             return
-        if live.tools and live.last_activity is not None and _ms(now, live.last_activity) > engine.config.tool_ttl_ms:
+        if (
+            live.tools
+            and live.last_activity is not None
+            and _ms(now, live.last_activity) > engine.config.tool_ttl_ms
+        ):
             live.tools.clear()
             live.candidate_at, live.candidate_generation = None, None
         status = await engine.host.session_status(worker)
@@ -131,8 +137,11 @@ class Maintenance:
         if quiet <= engine.config.idle_recover_ms:
             return False
         event = r.RunRecovered(
-            goal_id=state.goal_id, run_id=state.active_run_id, quiet_seconds=round(quiet / 1000, 3),
-            cleared_tool_calls=len(live.tools), generation=state.run_generation,
+            goal_id=state.goal_id,
+            run_id=state.active_run_id,
+            quiet_seconds=round(quiet / 1000, 3),
+            cleared_tool_calls=len(live.tools),
+            generation=state.run_generation,
         )
         await engine.service.append_goal(state.goal_id, [event], ctx, expected=state.version)
         live.tools.clear()
@@ -170,16 +179,29 @@ class Maintenance:
         await self._stuck(state, _ms(now, last) / 1000, "busy", ctx, status)
 
     async def _stuck(
-        self, state: GoalState, stuck: float, watchdog: Literal["idle-unconfirmed", "busy"], ctx: Ctx,
+        self,
+        state: GoalState,
+        stuck: float,
+        watchdog: Literal["idle-unconfirmed", "busy"],
+        ctx: Ctx,
         status: str | None = None,
     ) -> None:
         """One ``run.stuck`` for the run (its fold marks the run notified); the notice follows from the log."""
         assert state.active_run_id is not None
         await self.engine.service.append_goal(
             state.goal_id,
-            [r.RunStuck(goal_id=state.goal_id, run_id=state.active_run_id, stuck_seconds=round(stuck, 3),
-                        watchdog=watchdog, generation=state.run_generation, worker_status=status)],
-            ctx, expected=state.version,
+            [
+                r.RunStuck(
+                    goal_id=state.goal_id,
+                    run_id=state.active_run_id,
+                    stuck_seconds=round(stuck, 3),
+                    watchdog=watchdog,
+                    generation=state.run_generation,
+                    worker_status=status,
+                )
+            ],
+            ctx,
+            expected=state.version,
         )
 
     async def _last_event_id(self, state: GoalState) -> str:
@@ -187,6 +209,8 @@ class Maintenance:
         from ..domain.streams import goal_stream
 
         last = None
-        async for env in self.engine.store.read_stream(goal_stream(state.goal_id), from_version=state.version):
+        async for env in self.engine.store.read_stream(
+            goal_stream(state.goal_id), from_version=state.version
+        ):
             last = env
         return last.event_id if last is not None else state.goal_id

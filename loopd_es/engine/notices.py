@@ -37,7 +37,10 @@ def notice_for(env: Envelope, state: GoalState) -> tuple[NotificationKind, str] 
         if e.forced:
             return None
         artifacts = state.config.artifact_dir or "n/a"
-        return "complete", f'Loop goal "{name}" completed: {e.summary}. Evidence: {e.evidence}. Artifacts: {artifacts}.'
+        return (
+            "complete",
+            f'Loop goal "{name}" completed: {e.summary}. Evidence: {e.evidence}. Artifacts: {artifacts}.',
+        )
     if isinstance(e, g.GoalBlocked):
         if e.source == "session-error":
             return "failed", f'Loop goal "{name}" failed: {e.reason}. Needed: {e.needed}.'

@@ -43,8 +43,12 @@ export default tool({{
 }})
 """
 
-_ZOD = {"string": "tool.schema.string()", "number": "tool.schema.number()", "boolean": "tool.schema.boolean()",
-        "array": "tool.schema.array(tool.schema.string())"}
+_ZOD = {
+    "string": "tool.schema.string()",
+    "number": "tool.schema.number()",
+    "boolean": "tool.schema.boolean()",
+    "array": "tool.schema.array(tool.schema.string())",
+}
 
 
 def render(spec: ToolSpec) -> str:
@@ -55,7 +59,9 @@ def render(spec: ToolSpec) -> str:
         if description:
             zod += f".describe({json.dumps(description)})"
         lines.append(f"    {name}: {zod},")
-    return _TEMPLATE.format(description=json.dumps(spec.description), args="\n".join(lines), name=json.dumps(spec.name))
+    return _TEMPLATE.format(
+        description=json.dumps(spec.description), args="\n".join(lines), name=json.dumps(spec.name)
+    )
 
 
 def install(project: Path, config: ToolApiConfig, specs: list[ToolSpec]) -> list[Path]:

@@ -49,7 +49,12 @@ class Operations:
     """The owner and worker operations over one log and one host."""
 
     def __init__(
-        self, store: LogStore, host: EngineHost, *, clock: Clock | None = None, directory: str = ".",
+        self,
+        store: LogStore,
+        host: EngineHost,
+        *,
+        clock: Clock | None = None,
+        directory: str = ".",
         owner: str = "cli",
     ) -> None:
         self.clock = clock or SystemClock()
@@ -66,8 +71,9 @@ class Operations:
         """``loopd_create_goal``: validate, record, create the worker, send the first turn (interactive too)."""
         goal_id = goal_id or str(uuid.uuid4())
         ctx = Ctx.new()
-        command = c.CreateGoal(goal_id=goal_id, name=name, objective=objective,
-                               owner_session_id=self.service.owner, **config)
+        command = c.CreateGoal(
+            goal_id=goal_id, name=name, objective=objective, owner_session_id=self.service.owner, **config
+        )
         created = await self.service.execute(command, ctx)
         state = await self.service.load(goal_id)
         if state.config.artifact_dir:
@@ -81,14 +87,19 @@ class Operations:
             await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
             return Result(ok=False, message=f"Goal creation failed: {e}", goal_id=goal_id, status="blocked")
         assigned = await self.service.append_goal(
-            goal_id, [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)], ctx,
+            goal_id,
+            [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)],
+            ctx,
             expected=state.version,
         )
-        await self.turns.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True, force=True)
+        await self.turns.continue_turn(
+            goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True, force=True
+        )
         state = await self.service.load(goal_id)
         return Result(
             message=f'Goal "{name}" created and started in the background. Artifacts: {state.config.artifact_dir}.',
-            goal_id=goal_id, status=state.status,
+            goal_id=goal_id,
+            status=state.status,
         )
 
     async def pause(self, goal_id: str) -> Result:
@@ -97,8 +108,11 @@ class Operations:
             return Result(message=f'Goal "{state.name}" is already paused.', goal_id=goal_id, status="paused")
         await self.goals.pause(goal_id, Ctx.new())
         state = await self.service.load(goal_id)
-        return Result(message=f'Goal "{state.name}" paused. Resume with resume_goal.', goal_id=goal_id,
-                      status=state.status)
+        return Result(
+            message=f'Goal "{state.name}" paused. Resume with resume_goal.',
+            goal_id=goal_id,
+            status=state.status,
+        )
 
     async def resume(self, goal_id: str) -> Result:
         """``resume_goal``: active → already active; paused (or parked) → resume; blocked → retry."""
@@ -130,8 +144,13 @@ class Operations:
         """§3.10: switch the worker's model and/or agent on the same session (deferred while it is busy)."""
         report = await self.goals.switch_identity(goal_id, Ctx.new(), model=model, agent=agent, resume=resume)
         state = await self.service.load(goal_id)
-        return Result(ok=report.ok, message=report.message(), goal_id=goal_id, status=state.status,
-                      data={"outcome": report.outcome, "resumed": report.resumed})
+        return Result(
+            ok=report.ok,
+            message=report.message(),
+            goal_id=goal_id,
+            status=state.status,
+            data={"outcome": report.outcome, "resumed": report.resumed},
+        )
 
     async def inspect(self, goal_id: str) -> GoalState:
         """The goal's whole state, folded from its stream (``loopd-es goal show`` reads the read models)."""
@@ -147,23 +166,37 @@ class Operations:
         ctx = Ctx.new()
         recorded = await self.service.execute(c.NudgeGoal(goal_id=goal_id), ctx)
         state = await self.service.load(goal_id)
-        await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True)
+        await self.turns.continue_turn(
+            goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True
+        )
         return Result(message=f'Re-prompted worker for "{state.name}".', goal_id=goal_id, status=state.status)
 
     async def send(self, goal_id: str, text: str) -> Result:
         """§3.7: queue the owner's words; an active goal gets them at once as a bare turn of their own."""
         ctx = Ctx.new()
-        recorded = await self.service.execute(c.SendInput(goal_id=goal_id, input_id=new_event_id(), text=text), ctx)
+        recorded = await self.service.execute(
+            c.SendInput(goal_id=goal_id, input_id=new_event_id(), text=text), ctx
+        )
         state = await self.service.load(goal_id)
         if state.status != "active":
-            return Result(message=f'Queued for "{state.name}" (goal is {state.status}; delivers on the next active '
-                          "turn).", goal_id=goal_id, status=state.status)
+            return Result(
+                message=f'Queued for "{state.name}" (goal is {state.status}; delivers on the next active '
+                "turn).",
+                goal_id=goal_id,
+                status=state.status,
+            )
         if state.worker_session_id is None:
-            return Result(message=f'Queued for "{state.name}" (no worker session yet; delivers on the next turn).',
-                          goal_id=goal_id, status=state.status)
-        await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True,
-                                       kind="bare")
-        return Result(message=f'Sent to "{state.name}" as its own turn.', goal_id=goal_id, status=state.status)
+            return Result(
+                message=f'Queued for "{state.name}" (no worker session yet; delivers on the next turn).',
+                goal_id=goal_id,
+                status=state.status,
+            )
+        await self.turns.continue_turn(
+            goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True, kind="bare"
+        )
+        return Result(
+            message=f'Sent to "{state.name}" as its own turn.', goal_id=goal_id, status=state.status
+        )
 
     async def set_interactive(self, goal_id: str, on: bool) -> Result:
         await self.service.execute(c.SetInteractive(goal_id=goal_id, interactive=on), Ctx.new())
@@ -175,7 +208,9 @@ class Operations:
         )
         return Result(message=message, goal_id=goal_id, status=state.status)
 
-    async def force_complete(self, goal_id: str, summary: str | None = None, evidence: str | None = None) -> Result:
+    async def force_complete(
+        self, goal_id: str, summary: str | None = None, evidence: str | None = None
+    ) -> Result:
         extra = {k: v for k, v in (("summary", summary), ("evidence", evidence)) if v}
         await self.service.execute(c.ForceComplete(goal_id=goal_id, **extra), Ctx.new())
         state = await self.service.load(goal_id)
@@ -197,9 +232,7 @@ class Operations:
                 pass
         await self.service.execute(c.AbortWorker(goal_id=goal_id), Ctx.new())
         state = await self.service.load(goal_id)
-        message = (
-            f'Worker run for "{state.name}" aborted, session kept for inspection (status unchanged: {state.status}).'
-        )
+        message = f'Worker run for "{state.name}" aborted, session kept for inspection (status unchanged: {state.status}).'
         if state.status == "active":
             message += " Engine continues the same session next turn."
         return Result(message=message, goal_id=goal_id, status=state.status)
@@ -224,7 +257,9 @@ class Operations:
 
     async def report_progress(self, session_id: str, summary: str, next: str | None = None) -> Result:
         state = await self._worker_state(session_id)
-        await self.service.execute(c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next), Ctx.new())
+        await self.service.execute(
+            c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next), Ctx.new()
+        )
         return Result(message="Progress recorded.", goal_id=state.goal_id, status="active")
 
     async def complete(self, session_id: str, summary: str, evidence: str) -> Result:
@@ -237,15 +272,25 @@ class Operations:
         results = await run_checks(cfg.checks, cwd) if cfg.checks else []
         ctx = Ctx.new()
         recorded = await self.service.execute(
-            c.CompleteGoal(goal_id=state.goal_id, summary=summary, evidence=evidence, attempt_id=new_event_id(),
-                           check_results=tuple(results), cwd=cwd),
+            c.CompleteGoal(
+                goal_id=state.goal_id,
+                summary=summary,
+                evidence=evidence,
+                attempt_id=new_event_id(),
+                check_results=tuple(results),
+                cwd=cwd,
+            ),
             ctx,
         )
         after = await self._tell(state.goal_id, recorded, ctx)
         failed = [r for r in results if r.exit_code != 0]
         if not failed:
-            return Result(message=f'Goal "{after.name}" complete.', goal_id=state.goal_id, status=after.status,
-                          data={"summary": summary, "evidence": evidence})
+            return Result(
+                message=f'Goal "{after.name}" complete.',
+                goal_id=state.goal_id,
+                status=after.status,
+                data={"summary": summary, "evidence": evidence},
+            )
         blocked = after.status == "blocked"
         message = (
             "Evaluator rejection limit reached. Goal blocked; owner retry required."
@@ -253,15 +298,23 @@ class Operations:
             else "Evaluator rejected completion. Fix the issues above and try again."
         )
         return Result(
-            ok=False, message=message, goal_id=state.goal_id, status=after.status,
-            data={"passed": False, "rejection_count": after.evaluator_rejection_count,
-                  "failed_checks": [msgspec.to_builtins(r) for r in failed]},
+            ok=False,
+            message=message,
+            goal_id=state.goal_id,
+            status=after.status,
+            data={
+                "passed": False,
+                "rejection_count": after.evaluator_rejection_count,
+                "failed_checks": [msgspec.to_builtins(r) for r in failed],
+            },
         )
 
     async def block(self, session_id: str, reason: str, needed: str) -> Result:
         state = await self._worker_state(session_id, blocked_message=True)
         ctx = Ctx.new()
-        recorded = await self.service.execute(c.BlockGoal(goal_id=state.goal_id, reason=reason, needed=needed), ctx)
+        recorded = await self.service.execute(
+            c.BlockGoal(goal_id=state.goal_id, reason=reason, needed=needed), ctx
+        )
         after = await self._tell(state.goal_id, recorded, ctx)
         return Result(message=f'Goal "{after.name}" blocked.', goal_id=state.goal_id, status=after.status)
 
@@ -275,7 +328,10 @@ class Operations:
         return state
 
     async def _worker_state(
-        self, session_id: str, *, missing: str = "No active goal to report progress for.",
+        self,
+        session_id: str,
+        *,
+        missing: str = "No active goal to report progress for.",
         blocked_message: bool = False,
     ) -> GoalState:
         state = await self.worker_goal(session_id)

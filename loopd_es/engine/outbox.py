@@ -75,11 +75,18 @@ class Outbox:
         """Record the notice ``kind`` caused by ``cause_event_id`` (once) and deliver it; returns its id."""
         notification_id = f"{cause_event_id}:{kind}"
         payload = n.NotificationRequested(
-            notification_id=notification_id, goal_id=state.goal_id, owner_session_id=state.owner_session_id,
-            kind=kind, text=text, cause_event_id=cause_event_id, at=iso(self.clock.now()),
+            notification_id=notification_id,
+            goal_id=state.goal_id,
+            owner_session_id=state.owner_session_id,
+            kind=kind,
+            text=text,
+            cause_event_id=cause_event_id,
+            at=iso(self.clock.now()),
         )
         event = new_event(
-            payload, event_id=notification_event_id(notification_id), causation_id=cause_event_id,
+            payload,
+            event_id=notification_event_id(notification_id),
+            causation_id=cause_event_id,
             correlation_id=ctx.correlation_id,
         )
         try:
@@ -97,7 +104,9 @@ class Outbox:
         for notification_id, payload in list(self.pending.items()):
             await self.guard()
             try:
-                if await self.host.notify(payload.owner_session_id, payload.text, notification_id=notification_id):
+                if await self.host.notify(
+                    payload.owner_session_id, payload.text, notification_id=notification_id
+                ):
                     shown += 1
             except HostError:
                 continue  # stays pending: the next delivery pass tries again
@@ -107,8 +116,13 @@ class Outbox:
             try:
                 await self.store.append(
                     STREAM,
-                    [new_event(done, event_id=notification_event_id(notification_id, "delivered"),
-                               causation_id=notification_event_id(notification_id))],
+                    [
+                        new_event(
+                            done,
+                            event_id=notification_event_id(notification_id, "delivered"),
+                            causation_id=notification_event_id(notification_id),
+                        )
+                    ],
                     ANY,
                 )
             except DuplicateEventIdError:

@@ -55,59 +55,111 @@ class ToolSpec:
 
 
 WORKER_TOOLS: Final = (
-    ToolSpec("get_goal", "worker", "Get the background goal this session is working on: objective, progress, "
-             "budgets, blocker.", {}),
-    ToolSpec("report_goal_progress", "worker", "Record progress on your background goal.", {
-        "summary": ("string", True, "what was done"),
-        "next": ("string", False, "what comes next"),
-    }),
-    ToolSpec("complete_goal", "worker", "Claim your background goal is complete; its checks run before it is "
-             "accepted.", {
-        "summary": ("string", True, "what was achieved"),
-        "evidence": ("string", True, "how it was verified"),
-    }),
-    ToolSpec("block_goal", "worker", "Stop: your background goal cannot go on without help.", {
-        "reason": ("string", True, "why it is blocked"),
-        "needed": ("string", True, "what is needed to go on"),
-    }),
+    ToolSpec(
+        "get_goal",
+        "worker",
+        "Get the background goal this session is working on: objective, progress, budgets, blocker.",
+        {},
+    ),
+    ToolSpec(
+        "report_goal_progress",
+        "worker",
+        "Record progress on your background goal.",
+        {
+            "summary": ("string", True, "what was done"),
+            "next": ("string", False, "what comes next"),
+        },
+    ),
+    ToolSpec(
+        "complete_goal",
+        "worker",
+        "Claim your background goal is complete; its checks run before it is accepted.",
+        {
+            "summary": ("string", True, "what was achieved"),
+            "evidence": ("string", True, "how it was verified"),
+        },
+    ),
+    ToolSpec(
+        "block_goal",
+        "worker",
+        "Stop: your background goal cannot go on without help.",
+        {
+            "reason": ("string", True, "why it is blocked"),
+            "needed": ("string", True, "what is needed to go on"),
+        },
+    ),
 )
 _GOAL_ID = ("string", False, "the goal's id (default: your first goal that is not complete)")
 OWNER_TOOLS: Final = (
-    ToolSpec("loopd_create_goal", "owner", "Start a background goal: a worker session works on the objective turn "
-             "after turn until its checks pass or it blocks.", {
-        "name": ("string", True, "a short name"),
-        "objective": ("string", True, "what the worker must achieve"),
-        "model": ("string", False, "providerID/modelID"),
-        "agent": ("string", False, "the worker's agent"),
-        "fallbackModels": ("array", False, "ordered providerID/modelID fallbacks for rate limits and quota"),
-        "checks": ("array", False, "shell commands that must pass before the goal completes"),
-        "checkCwd": ("string", False, "where the checks run"),
-        "costBudget": ("number", False, "dollars"),
-        "maxTurns": ("number", False, "turn limit (0 = unlimited)"),
-        "workspaceWrite": ("boolean", False, "whether the goal writes the workspace (default true)"),
-        "interactive": ("boolean", False, "manual mode: the engine starts no turns itself"),
-    }),
+    ToolSpec(
+        "loopd_create_goal",
+        "owner",
+        "Start a background goal: a worker session works on the objective turn "
+        "after turn until its checks pass or it blocks.",
+        {
+            "name": ("string", True, "a short name"),
+            "objective": ("string", True, "what the worker must achieve"),
+            "model": ("string", False, "providerID/modelID"),
+            "agent": ("string", False, "the worker's agent"),
+            "fallbackModels": (
+                "array",
+                False,
+                "ordered providerID/modelID fallbacks for rate limits and quota",
+            ),
+            "checks": ("array", False, "shell commands that must pass before the goal completes"),
+            "checkCwd": ("string", False, "where the checks run"),
+            "costBudget": ("number", False, "dollars"),
+            "maxTurns": ("number", False, "turn limit (0 = unlimited)"),
+            "workspaceWrite": ("boolean", False, "whether the goal writes the workspace (default true)"),
+            "interactive": ("boolean", False, "manual mode: the engine starts no turns itself"),
+        },
+    ),
     ToolSpec("pause_goal", "owner", "Pause one of your background goals.", {"goal_id": _GOAL_ID}),
     ToolSpec("resume_goal", "owner", "Resume a paused goal, or retry a blocked one.", {"goal_id": _GOAL_ID}),
     ToolSpec("clear_goal", "owner", "Remove one of your background goals for good.", {"goal_id": _GOAL_ID}),
     ToolSpec("nudge_goal", "owner", "Start the next turn of one of your goals now.", {"goal_id": _GOAL_ID}),
-    ToolSpec("send_goal_input", "owner", "Send text to one of your goals' worker as its next turn.", {
-        "goal_id": _GOAL_ID, "text": ("string", True, "what to tell the worker"),
-    }),
-    ToolSpec("switch_goal_identity", "owner", "Switch a goal's worker model and/or agent (deferred while it works).", {
-        "goal_id": ("string", True, "the goal's id"),
-        "model": ("string", False, "providerID/modelID"),
-        "agent": ("string", False, "agent name"),
-    }),
+    ToolSpec(
+        "send_goal_input",
+        "owner",
+        "Send text to one of your goals' worker as its next turn.",
+        {
+            "goal_id": _GOAL_ID,
+            "text": ("string", True, "what to tell the worker"),
+        },
+    ),
+    ToolSpec(
+        "switch_goal_identity",
+        "owner",
+        "Switch a goal's worker model and/or agent (deferred while it works).",
+        {
+            "goal_id": ("string", True, "the goal's id"),
+            "model": ("string", False, "providerID/modelID"),
+            "agent": ("string", False, "agent name"),
+        },
+    ),
     ToolSpec("loopd_list_models", "owner", "List the models and agents a goal can use.", {}),
     ToolSpec("list_background_goals", "owner", "List your background goals and their state.", {}),
     ToolSpec("abort_goal_worker", "owner", "Abort the worker's current turn.", {"goal_id": _GOAL_ID}),
-    ToolSpec("force_complete_goal", "owner", "Mark one of your goals complete without its checks.", {
-        "goal_id": _GOAL_ID, "summary": ("string", False, ""), "evidence": ("string", False, ""),
-    }),
-    ToolSpec("force_block_goal", "owner", "Block one of your goals.", {
-        "goal_id": _GOAL_ID, "reason": ("string", False, ""), "needed": ("string", False, ""),
-    }),
+    ToolSpec(
+        "force_complete_goal",
+        "owner",
+        "Mark one of your goals complete without its checks.",
+        {
+            "goal_id": _GOAL_ID,
+            "summary": ("string", False, ""),
+            "evidence": ("string", False, ""),
+        },
+    ),
+    ToolSpec(
+        "force_block_goal",
+        "owner",
+        "Block one of your goals.",
+        {
+            "goal_id": _GOAL_ID,
+            "reason": ("string", False, ""),
+            "needed": ("string", False, ""),
+        },
+    ),
 )
 TOOLS: Final = {spec.name: spec for spec in (*WORKER_TOOLS, *OWNER_TOOLS)}
 
@@ -161,7 +213,11 @@ class ToolDispatcher:
         session = call.context.get("sessionID")
         if not isinstance(session, str) or not session or session == "main":
             return {"ok": False, "errorCode": "no_session", "message": "No session context available."}
-        missing = [name for name, (_, required, _) in spec.args.items() if required and call.args.get(name) in (None, "")]
+        missing = [
+            name
+            for name, (_, required, _) in spec.args.items()
+            if required and call.args.get(name) in (None, "")
+        ]
         if missing:
             return {"ok": False, "message": f"Missing required argument(s): {', '.join(missing)}."}
         try:
@@ -172,7 +228,9 @@ class ToolDispatcher:
         except LoopdError as e:
             return {"ok": False, "message": str(e)}
         if isinstance(result, Result):
-            return {k: v for k, v in msgspec.to_builtins(result).items() if v not in (None, {}, "")} | {"ok": result.ok}
+            return {k: v for k, v in msgspec.to_builtins(result).items() if v not in (None, {}, "")} | {
+                "ok": result.ok
+            }
         return result
 
     # -- worker tools --------------------------------------------------------------------------------
@@ -202,8 +260,14 @@ class ToolDispatcher:
                 config[field] = tuple(str(v) for v in value) if kind is tuple else kind(value)
         return await self._ops(session).create(str(args["name"]), str(args["objective"]), **config)
 
-    async def _owned(self, session: str, args: dict[str, Any], *, want: Callable[[GoalState], bool] | None = None,
-                     missing: str = "No matching active goal for this session.") -> GoalState:
+    async def _owned(
+        self,
+        session: str,
+        args: dict[str, Any],
+        *,
+        want: Callable[[GoalState], bool] | None = None,
+        missing: str = "No matching active goal for this session.",
+    ) -> GoalState:
         goals = await self._ops(session).service.goals()
         goal_id = args.get("goal_id")
         if goal_id:
@@ -219,8 +283,12 @@ class ToolDispatcher:
         return await self._ops(session).pause((await self._owned(session, args)).goal_id)
 
     async def _resume_goal(self, session: str, args: dict[str, Any]) -> Result:
-        goal = await self._owned(session, args, want=lambda g: g.status in ("paused", "blocked"),
-                                 missing="No matching paused/blocked goal for this session.")
+        goal = await self._owned(
+            session,
+            args,
+            want=lambda g: g.status in ("paused", "blocked"),
+            missing="No matching paused/blocked goal for this session.",
+        )
         ops = self._ops(session)
         return await (ops.retry(goal.goal_id) if goal.status == "blocked" else ops.resume(goal.goal_id))
 
@@ -246,17 +314,29 @@ class ToolDispatcher:
 
     async def _list_background_goals(self, session: str, args: dict[str, Any]) -> dict[str, Any]:
         goals = [g for g in await self._ops(session).service.goals() if g.owner_session_id == session]
-        return {"ok": True, "goals": [
-            {"id": g.goal_id, "name": g.name, "status": g.status, "phase": g.phase, "model": g.config.model,
-             "agent": g.config.agent} for g in goals
-        ]}
+        return {
+            "ok": True,
+            "goals": [
+                {
+                    "id": g.goal_id,
+                    "name": g.name,
+                    "status": g.status,
+                    "phase": g.phase,
+                    "model": g.config.model,
+                    "agent": g.config.agent,
+                }
+                for g in goals
+            ],
+        }
 
     async def _abort_goal_worker(self, session: str, args: dict[str, Any]) -> Result:
         return await self._ops(session).abort_worker((await self._owned(session, args)).goal_id)
 
     async def _force_complete_goal(self, session: str, args: dict[str, Any]) -> Result:
         goal = await self._owned(session, args)
-        return await self._ops(session).force_complete(goal.goal_id, _opt(args, "summary"), _opt(args, "evidence"))
+        return await self._ops(session).force_complete(
+            goal.goal_id, _opt(args, "summary"), _opt(args, "evidence")
+        )
 
     async def _force_block_goal(self, session: str, args: dict[str, Any]) -> Result:
         goal = await self._owned(session, args)
@@ -264,9 +344,15 @@ class ToolDispatcher:
 
 
 _CREATE_ARGS: Final[tuple[tuple[str, str, Any], ...]] = (
-    ("model", "model", str), ("agent", "agent", str), ("fallbackModels", "fallback_models", tuple),
-    ("checks", "checks", tuple), ("checkCwd", "check_cwd", str), ("costBudget", "cost_budget", float),
-    ("maxTurns", "max_turns", int), ("workspaceWrite", "workspace_write", bool), ("interactive", "interactive", bool),
+    ("model", "model", str),
+    ("agent", "agent", str),
+    ("fallbackModels", "fallback_models", tuple),
+    ("checks", "checks", tuple),
+    ("checkCwd", "check_cwd", str),
+    ("costBudget", "cost_budget", float),
+    ("maxTurns", "max_turns", int),
+    ("workspaceWrite", "workspace_write", bool),
+    ("interactive", "interactive", bool),
 )
 
 
@@ -279,10 +365,15 @@ def _opt(args: dict[str, Any], name: str) -> str | None:
 
 
 async def serve_tools(
-    config: ToolApiConfig, dispatcher: ToolDispatcher, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    config: ToolApiConfig,
+    dispatcher: ToolDispatcher,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Answer tool calls on ``config.url`` (127.0.0.1 only) until cancelled."""
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=config.port, reuse_port=False)
+    listener = await anyio.create_tcp_listener(
+        local_host="127.0.0.1", local_port=config.port, reuse_port=False
+    )
     task_status.started()
     async with listener:
         await listener.serve(lambda stream: _connection(stream, config.token, dispatcher.call))
@@ -302,7 +393,9 @@ async def _connection(
             return
         given = headers.get("authorization", "").removeprefix("Bearer ").strip()
         if not hmac.compare_digest(given.encode(), token.encode()):
-            await _reply(stream, 401, {"ok": False, "message": "bad or missing token: run `loopd-es opencode install`"})
+            await _reply(
+                stream, 401, {"ok": False, "message": "bad or missing token: run `loopd-es opencode install`"}
+            )
             return
         try:
             request = msgspec.json.decode(body, type=ToolCall)
@@ -313,7 +406,10 @@ async def _connection(
             answer = await call(request)
         except Exception as e:  # a bug must not take the engine down: the model gets a one-line answer
             log.exception("tool %s failed", request.tool)
-            answer = {"ok": False, "message": f"internal error in the engine ({type(e).__name__}); see its log"}
+            answer = {
+                "ok": False,
+                "message": f"internal error in the engine ({type(e).__name__}); see its log",
+            }
         await _reply(stream, 200, answer)
 
 

@@ -145,12 +145,19 @@ def _show_type(tp: Any) -> str:
 
 
 def new_event(
-    payload: Event, *, event_id: str | None = None, causation_id: str | None = None,
+    payload: Event,
+    *,
+    event_id: str | None = None,
+    causation_id: str | None = None,
     correlation_id: str | None = None,
 ) -> NewEvent:
     """A :class:`NewEvent` for a typed payload, with its registered type string and schema version."""
     extra = {"event_id": event_id} if event_id else {}
     return NewEvent(
-        type=payload.event_type, data=payload, schema_version=payload.schema_version,
-        causation_id=causation_id, correlation_id=correlation_id, **extra,
+        type=payload.event_type,
+        data=payload,
+        schema_version=payload.schema_version,
+        causation_id=causation_id,
+        correlation_id=correlation_id,
+        **extra,
     )

@@ -19,7 +19,9 @@ from .base import Event, event
 
 HostCall = Literal["switch_model", "switch_agent"]
 Purpose = Literal["forward", "compensate"]
-SagaOutcome = Literal["applied", "next-prompt", "unsupported", "failed", "rolled-back", "rollback-failed", "abandoned"]
+SagaOutcome = Literal[
+    "applied", "next-prompt", "unsupported", "failed", "rolled-back", "rollback-failed", "abandoned"
+]
 
 
 @event("saga.switch_started")

@@ -112,8 +112,15 @@ class SessionCompacted(HostEvent, frozen=True, kw_only=True, tag="session.compac
 
 
 AnyHostEvent = (
-    SessionIdle | SessionStatusChanged | SessionError | MessageUpdated | MessagePartUpdated | ExecutionSucceeded
-    | ToolCallStarted | ToolCallEnded | SessionCompacted
+    SessionIdle
+    | SessionStatusChanged
+    | SessionError
+    | MessageUpdated
+    | MessagePartUpdated
+    | ExecutionSucceeded
+    | ToolCallStarted
+    | ToolCallEnded
+    | SessionCompacted
 )
 
 ENCODER = msgspec.json.Encoder()

@@ -100,7 +100,10 @@ class OpenCodeHost:
         self.permission = permission
         auth = httpx.BasicAuth("opencode", password) if password else None
         self._client = httpx.AsyncClient(
-            base_url=self.base_url, auth=auth, timeout=timeout, transport=transport,
+            base_url=self.base_url,
+            auth=auth,
+            timeout=timeout,
+            transport=transport,
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
         )
         self._seq = 0
@@ -147,7 +150,9 @@ class OpenCodeHost:
         if reply.status_code in (400, 404, 409, 422):
             raise HostRejectedError(operation, session_id=session_id, detail=reply.text)
         if reply.status_code >= 400:
-            raise HostUnavailableError(operation, session_id=session_id, detail=f"{reply.status_code}: {reply.text}")
+            raise HostUnavailableError(
+                operation, session_id=session_id, detail=f"{reply.status_code}: {reply.text}"
+            )
         if reply.status_code == 204 or not reply.content:
             return None
         return reply.json()
@@ -166,7 +171,9 @@ class OpenCodeHost:
             await self._check_agent("create", None, agent)
             body["agent"] = agent
         info = await self._call("create", "POST", "/session", json=body)
-        return SessionIdentity(session_id=info["id"], model=model or _model_of(info), agent=agent or info.get("agent"))
+        return SessionIdentity(
+            session_id=info["id"], model=model or _model_of(info), agent=agent or info.get("agent")
+        )
 
     async def prompt(
         self,
@@ -179,7 +186,9 @@ class OpenCodeHost:
     ) -> PromptReceipt:
         message_id = _message_id(prompt_id) if prompt_id is not None else None
         if message_id is not None and await self._has_message(session_id, message_id):
-            return PromptReceipt(session_id=session_id, prompt_id=prompt_id or message_id, model=model, agent=agent)
+            return PromptReceipt(
+                session_id=session_id, prompt_id=prompt_id or message_id, model=model, agent=agent
+            )
         body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
         if model is not None:
             await self._check_model("prompt", session_id, model)
@@ -192,8 +201,12 @@ class OpenCodeHost:
             body["messageID"] = message_id
         if self.tools:
             body["tools"] = self.tools
-        await self._call("prompt", "POST", f"/session/{session_id}/prompt_async", session_id=session_id, json=body)
-        return PromptReceipt(session_id=session_id, prompt_id=prompt_id or message_id or "", model=model, agent=agent)
+        await self._call(
+            "prompt", "POST", f"/session/{session_id}/prompt_async", session_id=session_id, json=body
+        )
+        return PromptReceipt(
+            session_id=session_id, prompt_id=prompt_id or message_id or "", model=model, agent=agent
+        )
 
     async def session_status(self, session_id: str) -> SessionStatus:
         """As the port says: an unreachable host or a missing session is ``"unknown"``, never an error.
@@ -207,7 +220,9 @@ class OpenCodeHost:
             if self._statuses is None or now - self._statuses[0] > STATUS_TTL_S:
                 self._statuses = (now, await self._call("status", "GET", "/session/status") or {})
             entry = self._statuses[1].get(session_id)
-            if entry is None:  # absent means idle, or no such session: only GET /session/{id} tells them apart
+            if (
+                entry is None
+            ):  # absent means idle, or no such session: only GET /session/{id} tells them apart
                 if now - self._alive.get(session_id, -math.inf) > ALIVE_TTL_S:
                     await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
                     self._alive[session_id] = now
@@ -221,7 +236,9 @@ class OpenCodeHost:
         return kind if kind in ("busy", "retry", "idle") else "unknown"
 
     async def abort(self, session_id: str) -> None:
-        await self._call("get", "GET", f"/session/{session_id}", session_id=session_id)  # abort says true to anything
+        await self._call(
+            "get", "GET", f"/session/{session_id}", session_id=session_id
+        )  # abort says true to anything
         await self._call("abort", "POST", f"/session/{session_id}/abort", session_id=session_id)
 
     async def session_identity(self, session_id: str) -> SessionIdentity:
@@ -236,13 +253,21 @@ class OpenCodeHost:
         provider, model_id = _split_model(model)
         # blocks until OpenCode's compaction turn ends, which can take as long as a turn
         await self._call(
-            "compact", "POST", f"/session/{session_id}/summarize", session_id=session_id,
-            json={"providerID": provider, "modelID": model_id}, timeout=None,
+            "compact",
+            "POST",
+            f"/session/{session_id}/summarize",
+            session_id=session_id,
+            json={"providerID": provider, "modelID": model_id},
+            timeout=None,
         )
 
     async def messages(self, session_id: str, *, limit: int = 200) -> list[TranscriptMessage]:
         rows = await self._call(
-            "messages", "GET", f"/session/{session_id}/message", session_id=session_id, params={"limit": limit}
+            "messages",
+            "GET",
+            f"/session/{session_id}/message",
+            session_id=session_id,
+            params={"limit": limit},
         )
         return [_transcript_message(row.get("info") or {}, row.get("parts") or []) for row in rows or []]
 
@@ -256,7 +281,10 @@ class OpenCodeHost:
         if await self._has_message(session_id, message_id):
             return False
         await self._call(
-            "notify", "POST", f"/session/{session_id}/prompt_async", session_id=session_id,
+            "notify",
+            "POST",
+            f"/session/{session_id}/prompt_async",
+            session_id=session_id,
             json={"parts": [{"type": "text", "text": text}], "noReply": True, "messageID": message_id},
         )
         return True
@@ -268,24 +296,40 @@ class OpenCodeHost:
         try:
             reply = await self._call("list_models", "GET", "/provider")
         except HostError:
-            return ModelCatalog(capability="unavailable", source=self.url, observed_at=now, switching="next-prompt",
-                                quota=QuotaReport(source=self.url, observed_at=now))
+            return ModelCatalog(
+                capability="unavailable",
+                source=self.url,
+                observed_at=now,
+                switching="next-prompt",
+                quota=QuotaReport(source=self.url, observed_at=now),
+            )
         connected = set(reply.get("connected") or [])
         providers, models = [], []
         for provider in reply.get("all") or []:
             pid = provider.get("id", "")
-            providers.append(ProviderInfo(provider_id=pid, name=provider.get("name") or pid, connected=pid in connected))
+            providers.append(
+                ProviderInfo(provider_id=pid, name=provider.get("name") or pid, connected=pid in connected)
+            )
             for model_id, model in (provider.get("models") or {}).items():
                 limit = model.get("limit") or {}
                 models.append(
                     ModelInfo(
-                        provider_id=pid, model_id=model_id, name=model.get("name") or model_id,
-                        usable=pid in connected, context_limit=limit.get("context"), output_limit=limit.get("output"),
+                        provider_id=pid,
+                        model_id=model_id,
+                        name=model.get("name") or model_id,
+                        usable=pid in connected,
+                        context_limit=limit.get("context"),
+                        output_limit=limit.get("output"),
                     )
                 )
         return ModelCatalog(
-            capability="supported", source=self.url, observed_at=now, switching="next-prompt",
-            providers=tuple(providers), models=tuple(models), quota=QuotaReport(source=self.url, observed_at=now),
+            capability="supported",
+            source=self.url,
+            observed_at=now,
+            switching="next-prompt",
+            providers=tuple(providers),
+            models=tuple(models),
+            quota=QuotaReport(source=self.url, observed_at=now),
         )
 
     async def list_agents(self) -> AgentCatalog:
@@ -293,14 +337,17 @@ class OpenCodeHost:
         try:
             reply = await self._call("list_agents", "GET", "/agent")
         except HostError:
-            return AgentCatalog(capability="unavailable", source=self.url, observed_at=now, switching="next-prompt")
+            return AgentCatalog(
+                capability="unavailable", source=self.url, observed_at=now, switching="next-prompt"
+            )
         agents = tuple(
             AgentInfo(name=a["name"], mode=a.get("mode") or "primary", description=a.get("description"))
             for a in reply or []
             if not a.get("hidden") and a.get("mode") in ("primary", "subagent", "all", None)
         )
-        return AgentCatalog(capability="supported", source=self.url, observed_at=now, switching="next-prompt",
-                            agents=agents)
+        return AgentCatalog(
+            capability="supported", source=self.url, observed_at=now, switching="next-prompt", agents=agents
+        )
 
     async def switch_model(self, session_id: str, model: str) -> SwitchResult:
         await self._call("switch_model", "GET", f"/session/{session_id}", session_id=session_id)
@@ -318,14 +365,18 @@ class OpenCodeHost:
         if catalog.capability == "supported" and not catalog.usable(model):
             catalog = await self._cached("models", self.list_models, fresh=True)  # a provider just connected?
         if catalog.capability == "supported" and not catalog.usable(model):
-            raise HostRejectedError(operation, session_id=session_id, detail=f"model {model!r} is not usable here")
+            raise HostRejectedError(
+                operation, session_id=session_id, detail=f"model {model!r} is not usable here"
+            )
 
     async def _check_agent(self, operation: str, session_id: str | None, agent: str) -> None:
         catalog: AgentCatalog = await self._cached("agents", self.list_agents)
         if catalog.capability == "supported" and agent not in catalog.names():
             catalog = await self._cached("agents", self.list_agents, fresh=True)
         if catalog.capability == "supported" and agent not in catalog.names():
-            raise HostRejectedError(operation, session_id=session_id, detail=f"agent {agent!r} is not offered here")
+            raise HostRejectedError(
+                operation, session_id=session_id, detail=f"agent {agent!r} is not offered here"
+            )
 
     async def _cached(self, key: str, read: Any, *, fresh: bool = False) -> Any:
         now = time.monotonic()
@@ -353,8 +404,12 @@ class OpenCodeHost:
             except (httpx.HTTPError, httpx_sse.SSEError) as e:
                 if self._closed:
                     return
-                log.warning("OpenCode event stream at %s dropped (%s); reconnecting in %.1f s", self.base_url,
-                            type(e).__name__, delay)
+                log.warning(
+                    "OpenCode event stream at %s dropped (%s); reconnecting in %.1f s",
+                    self.base_url,
+                    type(e).__name__,
+                    delay,
+                )
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -372,7 +427,9 @@ class OpenCodeHost:
         session_id = props.get("sessionID")
         if not isinstance(session_id, str):
             return []
-        translated = translate_event(kind, props, self._open_tools, self._activity(kind, session_id), self._users)
+        translated = translate_event(
+            kind, props, self._open_tools, self._activity(kind, session_id), self._users
+        )
         return [self._stamp(event) for event in translated]
 
     def _activity(self, kind: object, session_id: str) -> bool:
@@ -396,8 +453,13 @@ class OpenCodeHost:
         reply = "once" if self.permission == "allow" else "reject"
         with contextlib.suppress(HostError):
             await self._call("permission", "POST", f"/permission/{request_id}/reply", json={"reply": reply})
-        log.info("answered OpenCode permission %s (%s) for session %s: %s", request_id, props.get("permission"),
-                 props.get("sessionID"), reply)
+        log.info(
+            "answered OpenCode permission %s (%s) for session %s: %s",
+            request_id,
+            props.get("permission"),
+            props.get("sessionID"),
+            reply,
+        )
 
     async def aclose(self) -> None:
         self._closed = True
@@ -405,7 +467,10 @@ class OpenCodeHost:
 
 
 def translate_event(
-    kind: object, props: dict[str, Any], open_tools: dict[str, set[str]], activity: bool,
+    kind: object,
+    props: dict[str, Any],
+    open_tools: dict[str, set[str]],
+    activity: bool,
     seen_users: set[str] | None = None,
 ) -> list[AnyHostEvent]:
     """One OpenCode bus event as the host events it means (none for noise).
@@ -420,10 +485,15 @@ def translate_event(
         detail = props.get("status") or {}
         status = detail.get("type")
         if status == "retry":
-            return [SessionStatusChanged(
-                session_id=session_id, status="retry", message=_str_or_none(detail.get("message")),
-                attempt=_int_or_none(detail.get("attempt")), next_at_ms=_int_or_none(detail.get("next")),
-            )]
+            return [
+                SessionStatusChanged(
+                    session_id=session_id,
+                    status="retry",
+                    message=_str_or_none(detail.get("message")),
+                    attempt=_int_or_none(detail.get("attempt")),
+                    next_at_ms=_int_or_none(detail.get("next")),
+                )
+            ]
         if status in ("idle", "busy"):
             return [SessionStatusChanged(session_id=session_id, status=status)]
         return []
@@ -469,7 +539,10 @@ def normalise_error(error: dict[str, Any]) -> dict[str, Any]:
     §6 classifier reads, with the provider's ``code`` taken out of the response body string."""
     raw = error.get("data")
     data: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    out: dict[str, Any] = {"name": error.get("name"), **{k: v for k, v in data.items() if k != "responseBody"}}
+    out: dict[str, Any] = {
+        "name": error.get("name"),
+        **{k: v for k, v in data.items() if k != "responseBody"},
+    }
     body = data.get("responseBody")
     if isinstance(body, str):
         with contextlib.suppress(msgspec.DecodeError):
@@ -500,7 +573,9 @@ def _transcript_message(info: dict[str, Any], parts: list[dict[str, Any]]) -> Tr
         cache_read=int(cache.get("read") or 0),
         cache_write=int(cache.get("write") or 0),
         cost=float(info.get("cost") or 0.0),
-        duration_ms=float(completed - created) if isinstance(created, int | float) and isinstance(completed, int | float) else 0.0,
+        duration_ms=float(completed - created)
+        if isinstance(created, int | float) and isinstance(completed, int | float)
+        else 0.0,
         text="".join(str(p.get("text", "")) for p in parts if p.get("type") == "text"),
     )
 
@@ -544,4 +619,3 @@ def _now() -> str:
 
 
 __all__ = ("OpenCodeHost", "normalise_error", "translate_event")
-

@@ -170,8 +170,16 @@ class SimEvents:
         self._emit(state, lambda seq: SessionIdle(session_id=session.id, seq=seq))
 
     def _answer(
-        self, state: SimState, session_id: str, *, input: int, output: int, cost: float, duration_ms: float,
-        complete: bool, text: str,
+        self,
+        state: SimState,
+        session_id: str,
+        *,
+        input: int,
+        output: int,
+        cost: float,
+        duration_ms: float,
+        complete: bool,
+        text: str,
     ) -> TranscriptMessage | None:
         """An assistant message answering the session's latest user message (``None`` without one)."""
         transcript = state.transcripts.get(session_id, [])
@@ -179,32 +187,60 @@ class SimEvents:
         if prompt is None:
             return None
         answer_id = f"msg_sim_a{state.next_message:05d}"
-        existing = next(  # an answer still being written is continued; a finished one is followed by a new one
-            (m for m in transcript if m.role == "assistant" and m.parent_id == prompt.message_id and not m.completed),
-            None,
+        existing = (
+            next(  # an answer still being written is continued; a finished one is followed by a new one
+                (
+                    m
+                    for m in transcript
+                    if m.role == "assistant" and m.parent_id == prompt.message_id and not m.completed
+                ),
+                None,
+            )
         )
         if existing is not None:
             answer_id = existing.message_id
         else:
             state.next_message += 1
         message = TranscriptMessage(
-            message_id=answer_id, role="assistant", parent_id=prompt.message_id, completed=complete,
-            created_at=self._now(), input=input, output=output, cost=cost, duration_ms=duration_ms, text=text,
+            message_id=answer_id,
+            role="assistant",
+            parent_id=prompt.message_id,
+            completed=complete,
+            created_at=self._now(),
+            input=input,
+            output=output,
+            cost=cost,
+            duration_ms=duration_ms,
+            text=text,
         )
         self._add_message(state, session_id, message)
         return message
 
     async def reply(
-        self, session_id: str, *, input: int = 100, output: int = 50, cost: float = 0.001,
-        duration_ms: float = 1000.0, complete: bool = True, idle: bool = True, text: str = "",
+        self,
+        session_id: str,
+        *,
+        input: int = 100,
+        output: int = 50,
+        cost: float = 0.001,
+        duration_ms: float = 1000.0,
+        complete: bool = True,
+        idle: bool = True,
+        text: str = "",
     ) -> TranscriptMessage | None:
         """The worker answers its latest prompt (using tokens); when ``complete`` and ``idle`` it then stops."""
 
         def run(state: SimState) -> TranscriptMessage | None:
             session = self._session(state, "reply", session_id)
             message = self._answer(
-                state, session_id, input=input, output=output, cost=cost, duration_ms=duration_ms,
-                complete=complete, text=text,
+                state,
+                session_id,
+                input=input,
+                output=output,
+                cost=cost,
+                duration_ms=duration_ms,
+                complete=complete,
+                text=text,
             )
             if complete and idle:
                 self._go_idle(state, session)
@@ -259,6 +295,8 @@ class SimEvents:
             if done:
                 self._emit(state, lambda seq: ToolCallEnded(session_id=session_id, seq=seq, call_id=call_id))
             else:
-                self._emit(state, lambda seq: ToolCallStarted(session_id=session_id, seq=seq, call_id=call_id))
+                self._emit(
+                    state, lambda seq: ToolCallStarted(session_id=session_id, seq=seq, call_id=call_id)
+                )
 
         await self._transact(run)

@@ -149,8 +149,9 @@ class SimulatedHost(SimEvents):
                 sent = next((p for p in state.prompts if p.prompt_id == prompt_id), None)
                 if sent is not None:
                     self._record(state, "prompt", session_id, model, "duplicate")
-                    return PromptReceipt(session_id=session_id, prompt_id=prompt_id, model=sent.model,
-                                         agent=sent.agent)
+                    return PromptReceipt(
+                        session_id=session_id, prompt_id=prompt_id, model=sent.model, agent=sent.agent
+                    )
             pid = prompt_id or f"prm_sim_{state.next_prompt:04d}"
             state.next_prompt += 1
             session.model = model or session.model
@@ -160,13 +161,23 @@ class SimulatedHost(SimEvents):
                 busy: list[SessionStatus] = ["busy"] * (polls - 1)
                 session.status, session.then = "busy", [*busy, "idle"]
             self._add_message(
-                state, session_id, TranscriptMessage(message_id=pid, role="user", created_at=self._now(), text=text)
+                state,
+                session_id,
+                TranscriptMessage(message_id=pid, role="user", created_at=self._now(), text=text),
             )
             self._emit(state, lambda seq: SessionStatusChanged(session_id=session_id, seq=seq, status="busy"))
             if self.script.auto_reply:
                 u = self.script.reply_usage
-                self._answer(state, session_id, input=u.input, output=u.output, cost=u.cost,
-                             duration_ms=u.duration_ms, complete=True, text="")
+                self._answer(
+                    state,
+                    session_id,
+                    input=u.input,
+                    output=u.output,
+                    cost=u.cost,
+                    duration_ms=u.duration_ms,
+                    complete=True,
+                    text="",
+                )
                 self._go_idle(state, session)
             state.prompts.append(
                 PromptRecord(
@@ -296,7 +307,9 @@ class SimulatedHost(SimEvents):
     async def switch_agent(self, session_id: str, agent: str) -> SwitchResult:
         return await self._switch("switch_agent", session_id, agent)
 
-    async def _switch(self, op: Literal["switch_model", "switch_agent"], session_id: str, value: str) -> SwitchResult:
+    async def _switch(
+        self, op: Literal["switch_model", "switch_agent"], session_id: str, value: str
+    ) -> SwitchResult:
         """One model or agent switch: forced results first, then the scripted switching mode."""
 
         def run(state: SimState) -> SwitchResult:

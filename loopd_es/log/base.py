@@ -82,7 +82,9 @@ class LogStore(abc.ABC):
             stream, events, expected = StreamWrite(*write)
             check_stream_name(stream)
             if stream in seen:
-                raise UsageError(f"stream {stream!r} appears twice in one append_many; put its events in one write")
+                raise UsageError(
+                    f"stream {stream!r} appears twice in one append_many; put its events in one write"
+                )
             seen.add(stream)
             events = check_new_events(events)
             if not events:
@@ -108,7 +110,11 @@ class LogStore(abc.ABC):
 
     @abc.abstractmethod
     def read_batches(
-        self, *, from_position: int = 1, limit: int | None = None, stream: str | None = None,
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
         from_version: int = 1,
     ) -> AsyncIterator[list[Envelope]]:
         """Yield envelopes in global order, a bounded batch at a time.
@@ -155,7 +161,11 @@ class LogStore(abc.ABC):
     # -- conveniences shared by every backend -----------------------------------------------------
 
     async def read_all(
-        self, from_position: int = 1, limit: int | None = None, *, types: Sequence[str] | None = None,
+        self,
+        from_position: int = 1,
+        limit: int | None = None,
+        *,
+        types: Sequence[str] | None = None,
         stream_prefix: str | None = None,
     ) -> AsyncIterator[Envelope]:
         """Every event from ``from_position`` on, in global order, streamed with bounded memory.
@@ -170,7 +180,11 @@ class LogStore(abc.ABC):
                 yield envelope
 
     async def read_filtered(
-        self, *, from_position: int = 1, limit: int | None = None, types: Sequence[str] | None = None,
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
         stream_prefix: str | None = None,
     ) -> AsyncIterator[list[Envelope]]:
         """:meth:`read_all`'s batches; backends that can filter in storage override this."""
@@ -184,8 +198,10 @@ class LogStore(abc.ABC):
             return
         async for batch in self.read_batches(from_position=from_position):
             kept = [
-                e for e in batch
-                if (wanted is None or e.type in wanted) and (not stream_prefix or e.stream.startswith(stream_prefix))
+                e
+                for e in batch
+                if (wanted is None or e.type in wanted)
+                and (not stream_prefix or e.stream.startswith(stream_prefix))
             ]
             if remaining >= 0:
                 kept = kept[:remaining]
@@ -289,7 +305,9 @@ class SequenceChecker:
         from ..errors import CorruptLogError
 
         if env.position != self.position + 1:
-            raise CorruptLogError(self.where, None, f"expected position {self.position + 1}, got {env.position}")
+            raise CorruptLogError(
+                self.where, None, f"expected position {self.position + 1}, got {env.position}"
+            )
         expected = self.versions.get(env.stream, 0) + 1
         if env.version != expected:
             raise CorruptLogError(
@@ -324,7 +342,9 @@ def parse_expected_version(text: str | int) -> ExpectedVersion:
     :raises UsageError: for anything but a non-negative integer, ``no_stream``, ``exists`` or ``any``.
     """
     if isinstance(text, bool) or not isinstance(text, int | str):
-        raise UsageError(f"invalid expected version {text!r}: use a version number, 'no_stream', 'exists' or 'any'")
+        raise UsageError(
+            f"invalid expected version {text!r}: use a version number, 'no_stream', 'exists' or 'any'"
+        )
     if isinstance(text, int):
         if text < 0:
             raise UsageError(f"expected version must be >= 0, got {text}")
@@ -346,9 +366,7 @@ def check_stream_name(stream: str) -> None:
     :raises UsageError: otherwise.
     """
     if not stream or len(stream) > 200 or not stream.isprintable():
-        raise UsageError(
-            f"invalid stream name {stream!r}: use 1 to 200 printable characters, e.g. 'goal-42'"
-        )
+        raise UsageError(f"invalid stream name {stream!r}: use 1 to 200 printable characters, e.g. 'goal-42'")
 
 
 class VerifyReport:

@@ -115,8 +115,16 @@ class MemoryLog(LogStore):
                 version += 1
                 envelopes.append(
                     Envelope(
-                        position, stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                        new.causation_id, new.correlation_id, _Raw(data),
+                        position,
+                        stream,
+                        version,
+                        new.event_id,
+                        new.type,
+                        new.schema_version,
+                        recorded_at,
+                        new.causation_id,
+                        new.correlation_id,
+                        _Raw(data),
                     )
                 )
         self._record(envelopes)
@@ -132,7 +140,11 @@ class MemoryLog(LogStore):
     # -- reading ------------------------------------------------------------------------------------
 
     async def read_batches(
-        self, *, from_position: int = 1, limit: int | None = None, stream: str | None = None,
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
         from_version: int = 1,
     ) -> AsyncIterator[list[Envelope]]:
         self._check_open()
@@ -179,7 +191,9 @@ class MemoryLog(LogStore):
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
         self._check_open()
         if self._log.events:
-            raise UsageError(f"{self.url} is not empty ({len(self._log.events)} events); import only into a new log")
+            raise UsageError(
+                f"{self.url} is not empty ({len(self._log.events)} events); import only into a new log"
+            )
         checker = SequenceChecker(self.url)
         copied: list[Envelope] = []
         async for batch in batches:

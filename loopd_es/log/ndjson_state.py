@@ -428,7 +428,9 @@ class NdjsonState:
             self._rebuild_index()
         size = os.fstat(self._fd).st_size
         if not self._synced_seen:
-            if self._lock.synced() is None:  # nothing recorded in this boot: the file is as durable as it gets
+            if (
+                self._lock.synced() is None
+            ):  # nothing recorded in this boot: the file is as durable as it gets
                 self._lock.reset_synced(size)
             self._synced_seen = True  # recorded in this boot: it stays recorded while we run
         if size != self._end:

@@ -80,7 +80,9 @@ def split_postgres_url(url: str) -> tuple[str, str]:
     options = dict(parse_qsl(parts.query))
     schema = options.pop("schema", "public")
     if not _SCHEMA_NAME.fullmatch(schema):
-        raise UsageError(f"invalid schema {schema!r} in the store URL: use letters, digits and _ (e.g. loopd)")
+        raise UsageError(
+            f"invalid schema {schema!r} in the store URL: use letters, digits and _ (e.g. loopd)"
+        )
     conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(options), ""))
     return conninfo, schema
 
@@ -105,7 +107,9 @@ class PostgresLog(LogStore):
         self._conninfo = split_postgres_url(url)[0]
         self._table = sql.Identifier(schema, "events")
         self._function = sql.Identifier(schema, "loopd_append_v3")
-        self._sql = {name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()}
+        self._sql = {
+            name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()
+        }
         self._group = GroupCommitter(self._commit)
         self._closed = False
 
@@ -158,7 +162,9 @@ class PostgresLog(LogStore):
                     raise LogNotFoundError(self.url)
                 async with conn.transaction():
                     await conn.execute(LOCK, (LOCK_KEY,))
-                    await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+                    await conn.execute(
+                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+                    )
                     await conn.execute(TABLE.format(t=self._table))
             elif list(columns) != [c.strip() for c in COLUMNS.split(",")]:
                 raise StoreUnavailableError(
@@ -173,9 +179,13 @@ class PostgresLog(LogStore):
                         await conn.execute(LOCK, (LOCK_KEY,))
                         await conn.execute(
                             APPEND_FUNCTION.format(
-                                f=self._function, t=self._table, lock=sql.Literal(LOCK_KEY),
-                                channel=sql.Literal(CHANNEL), columns=sql.SQL(COLUMNS),
-                                no_stream=sql.Literal(NO_STREAM_VERSION), exists=sql.Literal(EXISTS_VERSION),
+                                f=self._function,
+                                t=self._table,
+                                lock=sql.Literal(LOCK_KEY),
+                                channel=sql.Literal(CHANNEL),
+                                columns=sql.SQL(COLUMNS),
+                                no_stream=sql.Literal(NO_STREAM_VERSION),
+                                exists=sql.Literal(EXISTS_VERSION),
                             )
                         )
 
@@ -288,7 +298,9 @@ class PostgresLog(LogStore):
                 rows.extend(envelopes)
                 staged.append((request, envelopes))
             if rows:
-                columns = [list(column) for column in zip(*(_row(env, bytes(env.data)) for env in rows), strict=True)]
+                columns = [
+                    list(column) for column in zip(*(_row(env, bytes(env.data)) for env in rows), strict=True)
+                ]
                 await conn.execute(self._sql["insert"], columns)
                 await conn.execute(NOTIFY, (CHANNEL, f"{self.schema}:{head}"))
         for request, envelopes in staged:
@@ -334,13 +346,16 @@ class PostgresLog(LogStore):
 
     async def stream_version(self, stream: str) -> int:
         return await self._scalar(
-            sql.SQL("SELECT coalesce(max(version), 0) FROM {} WHERE stream = %s").format(self._table), (stream,)
+            sql.SQL("SELECT coalesce(max(version), 0) FROM {} WHERE stream = %s").format(self._table),
+            (stream,),
         )
 
     async def streams(self) -> list[str]:
         async with self._connection() as conn:
             rows = await (
-                await conn.execute(sql.SQL("SELECT DISTINCT stream FROM {} ORDER BY stream").format(self._table))
+                await conn.execute(
+                    sql.SQL("SELECT DISTINCT stream FROM {} ORDER BY stream").format(self._table)
+                )
             ).fetchall()
         return [row[0] for row in rows]
 
@@ -363,7 +378,7 @@ class PostgresLog(LogStore):
                     yield 0  # listening: whatever committed before this point is the caller's to read
                     async for note in listener.notifies():
                         if note.payload.startswith(prefix):
-                            yield int(note.payload[len(prefix):])
+                            yield int(note.payload[len(prefix) :])
             except psycopg.Error as e:
                 _log.warning("listening on %s failed (%s); retrying in 1 s", self.url, e)
                 await anyio.sleep(1.0)
@@ -390,18 +405,28 @@ class PostgresLog(LogStore):
         report = VerifyReport(self.url)
         t = self._table
         async with self._connection() as conn:
-            row = await (await conn.execute(sql.SQL("SELECT count(*), min(position), max(position) FROM {}").format(t))).fetchone()
+            row = await (
+                await conn.execute(sql.SQL("SELECT count(*), min(position), max(position) FROM {}").format(t))
+            ).fetchone()
             count, low, high = row if row else (0, None, None)
             report.events = int(count)
             if count and (low != 1 or high != count):
-                report.problems.append(f"{self.url}: positions are not gapless: {count} events span {low}..{high}")
+                report.problems.append(
+                    f"{self.url}: positions are not gapless: {count} events span {low}..{high}"
+                )
             rows = await (
-                await conn.execute(sql.SQL("SELECT stream, count(*), min(version), max(version) FROM {} GROUP BY stream").format(t))
+                await conn.execute(
+                    sql.SQL(
+                        "SELECT stream, count(*), min(version), max(version) FROM {} GROUP BY stream"
+                    ).format(t)
+                )
             ).fetchall()
             report.streams = len(rows)
             for stream, n, vmin, vmax in rows:
                 if vmin != 1 or vmax != n:
-                    report.problems.append(f"{self.url}: stream {stream!r}: {n} events span versions {vmin}..{vmax}")
+                    report.problems.append(
+                        f"{self.url}: stream {stream!r}: {n} events span versions {vmin}..{vmax}"
+                    )
             decoder = msgspec.json.Decoder()
             async with conn.transaction(), conn.cursor(name="verify") as cursor:  # streamed, bounded memory
                 await cursor.execute(sql.SQL("SELECT position, data FROM {} ORDER BY position").format(t))
@@ -409,10 +434,14 @@ class PostgresLog(LogStore):
                     try:
                         value = decoder.decode(data)
                     except msgspec.DecodeError as e:
-                        report.problems.append(f"{self.url}: event at position {position}: data does not decode: {e}")
+                        report.problems.append(
+                            f"{self.url}: event at position {position}: data does not decode: {e}"
+                        )
                         continue
                     if not isinstance(value, dict):
-                        report.problems.append(f"{self.url}: event at position {position}: data is not a JSON object")
+                        report.problems.append(
+                            f"{self.url}: event at position {position}: data is not a JSON object"
+                        )
                     if len(report.problems) >= 20:
                         report.problems.append("... stopping after 20 problems")
                         break
@@ -424,7 +453,9 @@ class PostgresLog(LogStore):
         checker = SequenceChecker(self.url)
         async with self._connection() as conn, conn.transaction():
             await conn.execute(LOCK, (LOCK_KEY,))
-            row = await (await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._table))).fetchone()
+            row = await (
+                await conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self._table))
+            ).fetchone()
             if row and row[0]:
                 raise UsageError(f"{self.url} is not empty ({row[0]} events); import only into a new log")
             async with conn.cursor() as cursor:
@@ -432,9 +463,9 @@ class PostgresLog(LogStore):
                     for env in batch:
                         checker.check(env)
                     await cursor.executemany(
-                        sql.SQL("INSERT INTO {} (" + COLUMNS + ") VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)").format(
-                            self._table
-                        ),
+                        sql.SQL(
+                            "INSERT INTO {} (" + COLUMNS + ") VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                        ).format(self._table),
                         [_row(env, bytes(env.data)) for env in batch],
                     )
             if checker.position:
@@ -454,8 +485,16 @@ def _place(part: Part, head: int, version: int, recorded_at: str, out: list[Enve
         version += 1
         out.append(
             Envelope(
-                head, part.stream, version, new.event_id, new.type, new.schema_version, recorded_at,
-                new.causation_id, new.correlation_id, _Raw(data),
+                head,
+                part.stream,
+                version,
+                new.event_id,
+                new.type,
+                new.schema_version,
+                recorded_at,
+                new.causation_id,
+                new.correlation_id,
+                _Raw(data),
             )
         )
     return head
@@ -476,13 +515,23 @@ def _expected_code(expected: ExpectedVersion) -> int:
 
 def _row(env: Envelope, data: bytes) -> tuple[Any, ...]:
     return (
-        env.position, env.stream, env.version, env.event_id, env.type, env.schema_version, env.recorded_at,
-        env.causation_id, env.correlation_id, data,
+        env.position,
+        env.stream,
+        env.version,
+        env.event_id,
+        env.type,
+        env.schema_version,
+        env.recorded_at,
+        env.causation_id,
+        env.correlation_id,
+        data,
     )
 
 
 def _row_to_envelope(row: tuple[Any, ...]) -> Envelope:
-    return Envelope(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], _Raw(bytes(row[9])))
+    return Envelope(
+        row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], _Raw(bytes(row[9]))
+    )
 
 
 class _translated:
@@ -513,5 +562,6 @@ def _translate(error: Exception, url: str) -> LoopdError:
     if isinstance(error, psycopg.errors.DataCorrupted | psycopg.errors.IndexCorrupted):
         return CorruptLogError(url, None, f"PostgreSQL says: {error}")
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return StoreUnavailableError(f"PostgreSQL error on {url}: {text}; check that the server runs, the URL and permissions")
-
+    return StoreUnavailableError(
+        f"PostgreSQL error on {url}: {text}; check that the server runs, the URL and permissions"
+    )

@@ -15,9 +15,7 @@ from psycopg import sql
 
 LOCK_KEY: Final = 0x6C6F6F7064  # "loopd": the advisory lock that orders position assignment
 CHANNEL: Final = "loopd_es_events"
-COLUMNS: Final = (
-    "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
-)
+COLUMNS: Final = "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
 ANY_VERSION: Final = -1
 NO_STREAM_VERSION: Final = -2
 EXISTS_VERSION: Final = -3

@@ -57,7 +57,9 @@ class SqliteLog(LogStore):
         self._group = GroupCommitter(self._commit, self._commit_now)
         self._closed = False
         self._in_flight = 0  # calls on (or queued for) the worker thread; inline commits need it idle
-        self._waits = True  # the connection's busy timeout is BUSY_TIMEOUT_MS (False: 0, for an inline commit)
+        self._waits = (
+            True  # the connection's busy timeout is BUSY_TIMEOUT_MS (False: 0, for an inline commit)
+        )
 
     @classmethod
     async def open(cls, path: Path, *, synchronous: str = "FULL", create: bool = True) -> SqliteLog:
@@ -70,7 +72,9 @@ class SqliteLog(LogStore):
         """
         level = synchronous.upper()
         if level not in SYNCHRONOUS:
-            raise UsageError(f"unknown synchronous level {synchronous!r}: use one of {', '.join(SYNCHRONOUS)}")
+            raise UsageError(
+                f"unknown synchronous level {synchronous!r}: use one of {', '.join(SYNCHRONOUS)}"
+            )
         prepare_path(path, create=create)
         try:
             conn = sqlite3.connect(
@@ -166,15 +170,24 @@ class SqliteLog(LogStore):
             yield batch
 
     async def read_filtered(
-        self, *, from_position: int = 1, limit: int | None = None, types: Sequence[str] | None = None,
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
         stream_prefix: str | None = None,
     ) -> AsyncIterator[list[Envelope]]:
         async for batch in self._select(from_position, limit, None, 1, types, stream_prefix):
             yield batch
 
     async def _select(
-        self, from_position: int, limit: int | None, stream: str | None, from_version: int,
-        types: Sequence[str] | None, prefix: str | None,
+        self,
+        from_position: int,
+        limit: int | None,
+        stream: str | None,
+        from_version: int,
+        types: Sequence[str] | None,
+        prefix: str | None,
     ) -> AsyncIterator[list[Envelope]]:
         """Bounded batches of rows, filtered by SQLite: each costs one hand-off and what it returns."""
         remaining = limit if limit is not None else -1

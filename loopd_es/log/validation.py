@@ -33,17 +33,25 @@ def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
         kind = new.type
         if kind not in good_types:
             if not isinstance(kind, str) or "." not in kind or not kind.isprintable() or len(kind) > 200:
-                raise UsageError(f"event {i + 1} of the batch: invalid type {kind!r}; "
-                                 "types are dotted names like 'goal.created'")
+                raise UsageError(
+                    f"event {i + 1} of the batch: invalid type {kind!r}; "
+                    "types are dotted names like 'goal.created'"
+                )
             good_types.add(kind)
         if not ids_ok:
             event_id = new.event_id
             if event_id in seen or not isinstance(event_id, str) or match(event_id) is None:
-                what = "appears twice in the batch" if event_id in seen else "is not a UUID; omit it to get a fresh one"
+                what = (
+                    "appears twice in the batch"
+                    if event_id in seen
+                    else "is not a UUID; omit it to get a fresh one"
+                )
                 raise UsageError(f"event {i + 1} of the batch: event id {event_id!r} {what}")
             seen.add(event_id)
         if new.schema_version < 1:
-            raise UsageError(f"event {i + 1} of the batch: schema_version must be >= 1, got {new.schema_version}")
+            raise UsageError(
+                f"event {i + 1} of the batch: schema_version must be >= 1, got {new.schema_version}"
+            )
         data = new.data
         if type(data) is not dict and not isinstance(data, msgspec.Struct):
             raw = _checked_raw(i, new)
@@ -77,10 +85,11 @@ def _checked_raw(i: int, new: NewEvent) -> bytes | None:
         raw = new.data_bytes()
         value = _OBJECT.decode(raw)
     except (msgspec.DecodeError, TypeError, ValueError) as e:
-        raise UsageError(f"event {i + 1} of the batch: data must be one JSON object, e.g. {{\"name\": \"x\"}} ({e})"
-                         ) from e
+        raise UsageError(
+            f'event {i + 1} of the batch: data must be one JSON object, e.g. {{"name": "x"}} ({e})'
+        ) from e
     if not isinstance(value, dict):
-        raise UsageError(f"event {i + 1} of the batch: data must be a JSON object, e.g. {{\"name\": \"x\"}}")
+        raise UsageError(f'event {i + 1} of the batch: data must be a JSON object, e.g. {{"name": "x"}}')
     # valid JSON has no raw control character inside a string, so line breaks are whitespace between tokens;
     # the outer whitespace goes too, as a reader of the line would not see it in ``data``
     clean = raw.strip(b" \t\r\n")
@@ -93,7 +102,6 @@ _OBJECT: Final = msgspec.json.Decoder()
 _UUID_TEXT: Final = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _UUID: Final = re.compile(_UUID_TEXT)
 _UUIDS: Final = re.compile(f"(?:{_UUID_TEXT})*")
-
 
 
 def resolve_retry(

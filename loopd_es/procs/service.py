@@ -127,7 +127,12 @@ async def append_decided(
         if not events:
             return [], state
         new = [
-            NewEvent(type=e.event_type, data=e, causation_id=causation_id, correlation_id=correlation_id or command_id)
+            NewEvent(
+                type=e.event_type,
+                data=e,
+                causation_id=causation_id,
+                correlation_id=correlation_id or command_id,
+            )
             for e in events
         ]
         try:
@@ -481,7 +486,12 @@ async def request_await(
 
 
 async def cancel_goal_awaits(
-    store: LogStore, goal_id: str, reason: str, *, causation_id: str | None = None, correlation_id: str | None = None
+    store: LogStore,
+    goal_id: str,
+    reason: str,
+    *,
+    causation_id: str | None = None,
+    correlation_id: str | None = None,
 ) -> int:
     """Cancel every await of a goal (``goal paused`` / ``goal cleared``); returns how many were cancelled.
 
@@ -552,7 +562,9 @@ async def command_request(
     if state is None or state.removed:
         raise CommandNotFoundError()
     if state.running:
-        answer = await owner_request(paths, command_id, request, ANSWER_WITHIN_S.get(op, OWNER_CONNECT_WAIT_S))
+        answer = await owner_request(
+            paths, command_id, request, ANSWER_WITHIN_S.get(op, OWNER_CONNECT_WAIT_S)
+        )
         if answer is None and op in ANSWER_WITHIN_S and state.supervisor_pid:
             direct = await _signal_directly(store, paths, state, op)
             if direct is not None:

@@ -238,7 +238,9 @@ class Supervisor:
         code, sig = await self.child.wait()
         if self.direct is not None:  # signalled from the handler while the loop could not record it
             name, reason = self.direct
-            await self.append(lambda st: decide_signal(st, name, reason) if st.running and st.signal != name else [])
+            await self.append(
+                lambda st: decide_signal(st, name, reason) if st.running and st.signal != name else []
+            )
         with anyio.move_on_after(0.5):  # output still in the PTY after the exit
             await self.reader_done.wait()
         tail = self.lines.flush()

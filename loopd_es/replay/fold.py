@@ -58,7 +58,9 @@ async def replay_stream(
     return folded
 
 
-async def replay_all(store: LogStore, *, until: int | None = None, at: datetime | None = None) -> dict[str, Folded]:
+async def replay_all(
+    store: LogStore, *, until: int | None = None, at: datetime | None = None
+) -> dict[str, Folded]:
     """Fold every stream of the log in one pass, in global order; returns states by stream name."""
     cut = Cut(until, at)
     folding = LogFold()

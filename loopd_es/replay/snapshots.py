@@ -53,7 +53,9 @@ class SnapshotStore:
         self._decoder = msgspec.msgpack.Decoder(Snapshot)
 
     @classmethod
-    def beside(cls, log_path: str | Path, reducer_versions: dict[str, int], every: int = DEFAULT_EVERY) -> SnapshotStore:
+    def beside(
+        cls, log_path: str | Path, reducer_versions: dict[str, int], every: int = DEFAULT_EVERY
+    ) -> SnapshotStore:
         """The snapshot store of the log at ``log_path`` (``events.db`` -> ``events.db.snapshots/``)."""
         path = Path(log_path)
         return cls(path.with_name(path.name + ".snapshots"), reducer_versions, every)
@@ -81,7 +83,10 @@ class SnapshotStore:
     def save(self, stream: str, version: int, position: int, recorded_at: str, state: Any) -> None:
         """Write the stream's snapshot atomically (best effort: a failed write is only a missed cache)."""
         snap = Snapshot(
-            stream=stream, version=version, position=position, recorded_at=recorded_at,
+            stream=stream,
+            version=version,
+            position=position,
+            recorded_at=recorded_at,
             state=msgspec.Raw(self._encoder.encode(state)),
         )
         target = self._file(stream)

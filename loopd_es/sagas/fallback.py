@@ -34,8 +34,11 @@ def safe_error_text(error: Any) -> str:
     data = root.get("data") if isinstance(root.get("data"), dict) else {}
     assert isinstance(data, dict)
     status = next(
-        (v for v in (root.get("statusCode"), root.get("status"), data.get("statusCode"), data.get("status"))
-         if isinstance(v, int) and not isinstance(v, bool)),
+        (
+            v
+            for v in (root.get("statusCode"), root.get("status"), data.get("statusCode"), data.get("status"))
+            if isinstance(v, int) and not isinstance(v, bool)
+        ),
         None,
     )
     code = root.get("code") if isinstance(root.get("code"), str) else data.get("code")
@@ -46,9 +49,17 @@ def safe_error_text(error: Any) -> str:
 
 
 async def observe_provider_error(
-    service: GoalPort, goal_id: str, error: Any, ctx: Ctx, *, source: Source = "session-error",
-    expected_model: str | None = None, record_failure: bool = True, run_id: str | None = None,
-    generation: int | None = None, via: str | None = None,
+    service: GoalPort,
+    goal_id: str,
+    error: Any,
+    ctx: Ctx,
+    *,
+    source: Source = "session-error",
+    expected_model: str | None = None,
+    record_failure: bool = True,
+    run_id: str | None = None,
+    generation: int | None = None,
+    via: str | None = None,
 ) -> list[Envelope]:
     """Record the run failure (unless the caller already did) and the §3.11 observation; returns both.
 

@@ -48,7 +48,9 @@ RUNNING: Final[set[str]] = set()
 
 APPLIED: Final = "Identity switched to {model} / {agent} on the same worker/session."
 DEFERRED: Final = "Identity switch deferred until the next permitted idle turn/prompt; no implicit wake."
-UNSUPPORTED: Final = "Identity switch unsupported on this host (see loopd_list_models). Goal/session retained."
+UNSUPPORTED: Final = (
+    "Identity switch unsupported on this host (see loopd_list_models). Goal/session retained."
+)
 REJECTED: Final = (
     "Switch rejected: verify ownership, identity availability, resume eligibility and host capability with "
     "loopd_list_models and inspect_background_goal. Existing goal/session retained. Inspect live session "
@@ -161,9 +163,16 @@ class SwitchSaga:
             except HostError:
                 pass
         started = s.SwitchSagaStarted(
-            switch_id=event.switch_id, goal_id=event.goal_id, session_id=session, model=event.model,
-            agent=event.agent, from_model=from_model, from_agent=from_agent, pending=event.pending,
-            owner_pid=os.getpid(), at=iso(self.service.clock()),
+            switch_id=event.switch_id,
+            goal_id=event.goal_id,
+            session_id=session,
+            model=event.model,
+            agent=event.agent,
+            from_model=from_model,
+            from_agent=from_agent,
+            pending=event.pending,
+            owner_pid=os.getpid(),
+            at=iso(self.service.clock()),
         )
         try:
             recorded = await self.service.append(switch_stream(event.switch_id), [started], ctx, expected=0)
@@ -211,10 +220,13 @@ class SwitchSaga:
         refused = all_ok and goal.status == "complete"  # completed meanwhile: keep the recorded identity
         rolled_back = None if all_ok and not refused else await self._compensate(saga, ctx)
         command = c.RecordSwitchOutcome(
-            goal_id=st.goal_id, switch_id=st.switch_id, model_result=results.get("switch_model"),
-            agent_result=results.get("switch_agent"), rolled_back=rolled_back, persist_failed=refused,
+            goal_id=st.goal_id,
+            switch_id=st.switch_id,
+            model_result=results.get("switch_model"),
+            agent_result=results.get("switch_agent"),
+            rolled_back=rolled_back,
+            persist_failed=refused,
         )
-
 
         def finished(events: Sequence[Event]) -> tuple[str, Sequence[Event], int] | None:
             """The saga's last step, recorded in the same append as the goal outcome it decides."""
@@ -299,7 +311,9 @@ class SwitchSaga:
         return ok
 
     async def _record(self, saga: SwitchSagaState, event: Event, ctx: Ctx) -> None:
-        recorded = await self.service.append(switch_stream(saga.switch_id), [event], ctx, expected=saga.version)
+        recorded = await self.service.append(
+            switch_stream(saga.switch_id), [event], ctx, expected=saga.version
+        )
         saga.fold(recorded)
 
     async def _finish(
@@ -315,8 +329,13 @@ class SwitchSaga:
         goal: GoalState = await self.service.load(st.goal_id)
         target: i.SwitchTarget = "identity" if st.model and st.agent else ("model" if st.model else "agent")
         return SwitchReport(
-            goal_id=st.goal_id, switch_id=st.switch_id, outcome=saga.finished or outcome,
-            model=goal.config.model, agent=goal.config.agent, pending=st.pending, target=target,
+            goal_id=st.goal_id,
+            switch_id=st.switch_id,
+            outcome=saga.finished or outcome,
+            model=goal.config.model,
+            agent=goal.config.agent,
+            pending=st.pending,
+            target=target,
         )
 
     async def _goal_outcome(self, st: s.SwitchSagaStarted) -> s.SagaOutcome | None:
@@ -325,7 +344,8 @@ class SwitchSaga:
         if not await self.service.store.stream_version(stream):
             return None
         found = [
-            e async for e in self.service.store.read_stream(stream)
+            e
+            async for e in self.service.store.read_stream(stream)
             if e.type in _OUTCOME_TYPES and e.data_dict().get("switch_id") == st.switch_id
         ]
         return _outcome_of({e.type: e for e in found})

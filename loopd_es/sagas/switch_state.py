@@ -86,7 +86,9 @@ class SwitchSagaState(msgspec.Struct, kw_only=True):
             if envelope.correlation_id and envelope.causation_id:
                 self.flow = (envelope.correlation_id, envelope.causation_id)
         elif isinstance(event, s.HostCallIntended):
-            self.calls[event.key] = CallState(key=event.key, op=event.op, arg=event.arg, purpose=event.purpose)
+            self.calls[event.key] = CallState(
+                key=event.key, op=event.op, arg=event.arg, purpose=event.purpose
+            )
         elif isinstance(event, s.HostCallSucceeded | s.HostCallFailed | s.HostCallResolved):
             call = self.calls.get(event.key)
             if call is None:

@@ -185,7 +185,6 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
         with pytest.raises(UsageError):
             await open_store(f"ndjson:{tmp_path / 'log.ndjson'}?colour=blue")
 
-
     # -- issue 9: what only a file of lines can get wrong ---------------------------------------------
 
     @pytest.mark.parametrize("where", ["inside", "last-brace"])
@@ -365,7 +364,9 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert_log_invariants(await everything(s))
 
     @pytest.mark.parametrize("edit", ["same-length", "longer"])
-    async def test_an_edited_payload_that_stays_valid_json_is_detected(self, tmp_path: Path, edit: str) -> None:
+    async def test_an_edited_payload_that_stays_valid_json_is_detected(
+        self, tmp_path: Path, edit: str
+    ) -> None:
         log = tmp_path / "log.ndjson"
         async with await NdjsonLog.open(log, durability=self.durability) as s:
             for i in range(3):

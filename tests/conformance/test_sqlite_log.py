@@ -158,7 +158,9 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         assert await store.head() == 40_000
 
     @pytest.mark.parametrize("create", [False, True])
-    async def test_another_applications_database_is_refused_untouched(self, tmp_path: Path, create: bool) -> None:
+    async def test_another_applications_database_is_refused_untouched(
+        self, tmp_path: Path, create: bool
+    ) -> None:
         path = tmp_path / "other-app.db"
         con = sqlite3.connect(path)
         con.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
@@ -205,7 +207,9 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
         con.close()
 
-    async def test_verify_detects_an_edit_that_stays_valid_json(self, store: LogStore, tmp_path: Path) -> None:
+    async def test_verify_detects_an_edit_that_stays_valid_json(
+        self, store: LogStore, tmp_path: Path
+    ) -> None:
         await store.append("s", [new(amount=10), new(amount=20)])
         assert (await store.verify()).ok
         con = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
@@ -216,7 +220,10 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         report = await store.verify()
         assert not report.ok
         assert any("position 2" in p and "checksum" in p for p in report.problems), report.problems
-        assert [e.data_dict() for e in await everything(store)] == [{"amount": 10}, {"amount": 99}]  # envelope unchanged
+        assert [e.data_dict() for e in await everything(store)] == [
+            {"amount": 10},
+            {"amount": 99},
+        ]  # envelope unchanged
 
     async def test_a_log_written_before_checksums_is_read_untouched_and_upgraded_by_a_writer(
         self, tmp_path: Path

@@ -38,9 +38,17 @@ def test_demo_plays_the_story_and_every_claim_is_in_the_log(tmp_path: Path) -> N
 
     recorded = anyio.run(types)
     for event_type in (
-        "identity.switch_deferred", "identity.switch_applied", "identity.provider_limit_observed",
-        "identity.fallback_prepared", "identity.switch_rolled_back", "goal.blocked", "saga.host_call_failed",
-        "engine.lease_acquired", "run.idle_candidate", "goal.force_finish_requested", "notification.delivered",
+        "identity.switch_deferred",
+        "identity.switch_applied",
+        "identity.provider_limit_observed",
+        "identity.fallback_prepared",
+        "identity.switch_rolled_back",
+        "goal.blocked",
+        "saga.host_call_failed",
+        "engine.lease_acquired",
+        "run.idle_candidate",
+        "goal.force_finish_requested",
+        "notification.delivered",
     ):
         assert event_type in recorded, f"the story claims {event_type} but the log has none"
 

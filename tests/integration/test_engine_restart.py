@@ -53,8 +53,21 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
     goal_ids = []
     try:
         for i in range(GOALS):
-            out = cli(tmp_path, "goal", "create", f"g{i}", "--objective", "o", "--model", "p/m", "--agent", "build",
-                      "--max-turns", str(MAX_TURNS), "--read-only")
+            out = cli(
+                tmp_path,
+                "goal",
+                "create",
+                f"g{i}",
+                "--objective",
+                "o",
+                "--model",
+                "p/m",
+                "--agent",
+                "build",
+                "--max-turns",
+                str(MAX_TURNS),
+                "--read-only",
+            )
             assert out.returncode == 0, out.stderr
             goal_ids.append(out.stdout.splitlines()[0])
         for trial in range(KILLS):
@@ -82,7 +95,9 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
         events = streams[goal_stream(goal_id)]
         started = [str(e["prompt_message_id"]) for e in events if e["type"] == "run.started"]
         assert set(started) <= set(sent), f"a recorded turn never reached the host (seed {seed})"
-        assert len(started) == MAX_TURNS + 1, f"{len(started)} turns instead of max + the final one (seed {seed})"
+        assert len(started) == MAX_TURNS + 1, (
+            f"{len(started)} turns instead of max + the final one (seed {seed})"
+        )
         state = fold([e["_env"] for e in events], initial(goal_id))  # type: ignore[misc]
         assert state.anomaly_count == 0, (state.anomalies, seed)
         assert state.status == "blocked" and state.blocker is not None

@@ -35,17 +35,38 @@ def _env(workdir: Path) -> dict[str, str]:
 
 
 def cli(workdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loopd_es", *args], cwd=workdir, env=_env(workdir),
-                          capture_output=True, text=True, timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "loopd_es", *args],
+        cwd=workdir,
+        env=_env(workdir),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
 
 def start_engine(workdir: Path, name: str, *extra: str) -> subprocess.Popen[str]:
     """``loopd-es run`` in the background; its stderr goes to ``<name>.err`` (no pipe left to close)."""
     with (workdir / f"{name}.err").open("w") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "loopd_es", "run", "--holder", name, "--confirm-idle-ms", "100",
-             "--maintenance-ms", "300", *extra],
-            cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=err, text=True,
+            [
+                sys.executable,
+                "-m",
+                "loopd_es",
+                "run",
+                "--holder",
+                name,
+                "--confirm-idle-ms",
+                "100",
+                "--maintenance-ms",
+                "300",
+                *extra,
+            ],
+            cwd=workdir,
+            env=_env(workdir),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
         )
 
 
@@ -105,8 +126,19 @@ def workdir(tmp_path: Path) -> Iterator[Path]:
 
 
 def _create(workdir: Path, *extra: str) -> tuple[str, str]:
-    out = cli(workdir, "goal", "create", "g", "--objective", "write done.txt", "--model", "p/m", "--agent", "build",
-              *extra)
+    out = cli(
+        workdir,
+        "goal",
+        "create",
+        "g",
+        "--objective",
+        "write done.txt",
+        "--model",
+        "p/m",
+        "--agent",
+        "build",
+        *extra,
+    )
     assert out.returncode == 0, out.stderr
     goal_id = out.stdout.splitlines()[0]
     session = goal(workdir, goal_id).worker_session_id
@@ -153,8 +185,14 @@ def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir
         notes = cli(workdir, "notifications", "--goal", goal_id[:8])
         assert 'Loop goal "g" completed: done. Evidence: see done.txt.' in notes.stdout
         history = cli(workdir, "history", goal_id)
-        for fact in ("run.idle_candidate", "run.completed", "goal.usage_accounted", "run.failed",
-                     "goal.completion_rejected", "goal.completed"):
+        for fact in (
+            "run.idle_candidate",
+            "run.completed",
+            "goal.usage_accounted",
+            "run.failed",
+            "goal.completion_rejected",
+            "goal.completed",
+        ):
             assert fact in history.stdout, fact
         assert len(set(prompts(workdir, session))) == len(prompts(workdir, session))  # nothing sent twice
     finally:

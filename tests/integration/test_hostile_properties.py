@@ -32,7 +32,9 @@ IDS = st.one_of(
 )
 NAMES = st.text(alphabet=st.sampled_from("ab {}\x1b[]0;\x07\x9b\u202e\n\r\t<>/DAT"), max_size=30)
 PATTERNS = st.one_of(
-    st.sampled_from(["((a+))+$", "(a|a)*$", "(a{1,10})+$", "(a|aa)+$", "(?:a?){30}a{30}$", r"(a)\1", "(?<=a)b"]),
+    st.sampled_from(
+        ["((a+))+$", "(a|a)*$", "(a{1,10})+$", "(a|aa)+$", "(?:a?){30}a{30}$", r"(a)\1", "(?<=a)b"]
+    ),
     st.text(alphabet=st.sampled_from("a()+*?|{}1,0[]^$.\\"), min_size=1, max_size=16),
 )
 
@@ -41,7 +43,11 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
     out = {}
     for path in sorted(root.rglob("*")):
         st_ = path.lstat()
-        out[str(path.relative_to(root))] = (st_.st_mode, st_.st_mtime_ns, path.read_bytes() if path.is_file() else b"")
+        out[str(path.relative_to(root))] = (
+            st_.st_mode,
+            st_.st_mtime_ns,
+            path.read_bytes() if path.is_file() else b"",
+        )
     return out
 
 
@@ -79,8 +85,15 @@ class World:
         state = json.loads((PROJECTS / "v9_project" / ".opencode" / "loopd" / "state.json").read_text())
         goal = dict(state["goals"][0], id=goal_id, name=name, objective=name)
         cmd = dict(state["commands"][0], id=command_id, title=name, goalID=goal_id)
-        doc = {"version": 9, "revision": 1, "goals": [goal], "runtimes": [], "commandLedger": [],
-               "commands": [cmd], "commandAwaits": []}
+        doc = {
+            "version": 9,
+            "revision": 1,
+            "goals": [goal],
+            "runtimes": [],
+            "commandLedger": [],
+            "commands": [cmd],
+            "commandAwaits": [],
+        }
         self.count += 1
         base = self.projects / str(self.count) / ".opencode" / "loopd"
         base.mkdir(parents=True)
@@ -124,7 +137,9 @@ def _unchanged(world: World) -> None:
 @example(ident="../../../../../../tmp/victim", name="{{DATA}}", pattern="(a|a)*$")
 @example(ident="..", name="\u202eevil", pattern="(a{1,10})+$")
 @example(ident="-rf", name="", pattern="((a+))+$")  # found: argparse's own one-line usage error
-@example(ident="x", name="", pattern="[[")  # found: re's FutureWarning became a second line (a crash in tests)
+@example(
+    ident="x", name="", pattern="[["
+)  # found: re's FutureWarning became a second line (a crash in tests)
 def test_hostile_input_through_the_cli_and_the_importer(
     world: World, capsys: pytest.CaptureFixture[str], ident: str, name: str, pattern: str
 ) -> None:
@@ -139,4 +154,3 @@ def test_hostile_input_through_the_cli_and_the_importer(
     _run(world, capsys, "goals", "--all")
     _run(world, capsys, "cmd", "list")
     _unchanged(world)
-

@@ -30,14 +30,20 @@ if TYPE_CHECKING:
 __all__ = ["env", "store"]
 
 HOSTILE = ["((a+))+$", "(a|a)*$", "(a{1,10})+$", "(a|aa)+$", "(?:a?){30}a{30}$"]
-ADVERSARIAL = "import time\nfor _ in range(200): print('a' * 40 + '!')\nprint('ready', flush=True)\ntime.sleep(60)\n"
+ADVERSARIAL = (
+    "import time\nfor _ in range(200): print('a' * 40 + '!')\nprint('ready', flush=True)\ntime.sleep(60)\n"
+)
 CLI = shutil.which("loopd-es") or f"{sys.executable} -m loopd_es"
 
 
 def _timed_cli(url: str, *argv: str, timeout: float = 60) -> tuple[float, subprocess.CompletedProcess[str]]:
     t0 = time.monotonic()
     done = subprocess.run(
-        [*CLI.split(), "--store", url, "cmd", *argv], capture_output=True, text=True, timeout=timeout, check=False
+        [*CLI.split(), "--store", url, "cmd", *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
     return time.monotonic() - t0, done
 

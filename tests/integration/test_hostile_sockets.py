@@ -77,7 +77,9 @@ def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp
 
 
-def test_short_socket_dir_is_created_0700_and_foreign_ones_are_refused(tmp_path: Path, private_tmp: Path) -> None:
+def test_short_socket_dir_is_created_0700_and_foreign_ones_are_refused(
+    tmp_path: Path, private_tmp: Path
+) -> None:
     paths = CommandPaths(_long_store(tmp_path))
     paths.ensure()
     short = private_tmp / f"loopd-es-{os.getuid()}"
@@ -152,7 +154,10 @@ async def test_owner_serves_only_its_own_user(env: Env, store: LogStore) -> None
     assert "command.input_written" not in await env.types(store, cid)
     assert b"hunter2" not in env.output(cid)
     # the owner still serves us
-    assert await service.command_request(store, env.paths, cid, {"op": "kill"}) == 'Command "sleeper" killed (SIGKILL).'
+    assert (
+        await service.command_request(store, env.paths, cid, {"op": "kill"})
+        == 'Command "sleeper" killed (SIGKILL).'
+    )
 
 
 def test_client_refuses_a_socket_served_by_another_user(tmp_path: Path) -> None:

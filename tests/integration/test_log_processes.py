@@ -301,7 +301,12 @@ def test_invalid_last_line_with_newline_is_damage_not_a_torn_tail(tmp_path: Path
     repair = cli(url, "verify", "--repair")
     assert repair.returncode == 4, repair
     assert path.read_bytes() == damaged
-    assert cli(url, "append", "--stream", "goal-1", "--type", "goal.paused", "--data", '{"goal_id":"g1"}').returncode == 4
+    assert (
+        cli(
+            url, "append", "--stream", "goal-1", "--type", "goal.paused", "--data", '{"goal_id":"g1"}'
+        ).returncode
+        == 4
+    )
     assert path.read_bytes() == damaged
 
 

@@ -34,8 +34,14 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 def cli(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loopd_es.cli", *args], cwd=project, env=env, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "loopd_es.cli", *args],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 class Stack:
@@ -47,8 +53,12 @@ class Stack:
         self.project = self.opencode.project
         self.project.mkdir(parents=True, exist_ok=True)
         self.store = f"sqlite:{root / 'log' / 'events.db'}"
-        self.env = {**os.environ, "LOOPD_ES_STORE": self.store, "LOOPD_ES_HOST": "",
-                    "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        self.env = {
+            **os.environ,
+            "LOOPD_ES_STORE": self.store,
+            "LOOPD_ES_HOST": "",
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+        }
         installed = cli(self.project, self.env, "opencode", "install", ".", "--port", str(free_port()))
         assert installed.returncode == 0, installed.stderr
         self.opencode.start()
@@ -59,8 +69,22 @@ class Stack:
         log = self.project.parent / f"engine-{time.monotonic_ns()}.log"  # kept for post-mortems of failures
         with log.open("w") as out:
             self.engine = subprocess.Popen(
-                [sys.executable, "-m", "loopd_es.cli", "--verbose", "run", "--confirm-idle-ms", "300", "--lease-ms", "3000"],
-                cwd=self.project, env=self.env, stdout=subprocess.DEVNULL, stderr=out, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "loopd_es.cli",
+                    "--verbose",
+                    "run",
+                    "--confirm-idle-ms",
+                    "300",
+                    "--lease-ms",
+                    "3000",
+                ],
+                cwd=self.project,
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=out,
+                text=True,
             )
         self.engine_log = log
         deadline = time.monotonic() + 30
@@ -87,7 +111,9 @@ class Stack:
         async with await open_store(self.store, create=False) as log:
             return [env async for env in log.read_all()]
 
-    async def until(self, what: str, check: Callable[[list[Envelope]], bool], within: float = 60) -> list[Envelope]:
+    async def until(
+        self, what: str, check: Callable[[list[Envelope]], bool], within: float = 60
+    ) -> list[Envelope]:
         deadline = time.monotonic() + within
         while True:
             try:
@@ -99,7 +125,9 @@ class Stack:
             if time.monotonic() > deadline:
                 kinds = [(e.stream[:14], e.type) for e in envs][-25:]
                 engine = self.engine_log.read_text()[-3000:] if hasattr(self, "engine_log") else ""
-                raise AssertionError(f"timed out waiting for {what}; last events: {kinds}; engine said: {engine}")
+                raise AssertionError(
+                    f"timed out waiting for {what}; last events: {kinds}; engine said: {engine}"
+                )
             await anyio.sleep(0.2)
 
 
@@ -132,10 +160,18 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
     host = OpenCodeHost(stack.opencode.url)
     try:
         owner = await host.create_worker(title="owner")
-        create = {"name": "guide", "objective": "Write the guide", "model": "fake/good", "agent": "build",
-                  "fallbackModels": ["fake/other"], "checks": ["true"], "maxTurns": 10}
-        await host.prompt(owner.session_id, f"CALL loopd_create_goal {json.dumps(create)}", model="fake/good",
-                          agent="build")
+        create = {
+            "name": "guide",
+            "objective": "Write the guide",
+            "model": "fake/good",
+            "agent": "build",
+            "fallbackModels": ["fake/other"],
+            "checks": ["true"],
+            "maxTurns": 10,
+        }
+        await host.prompt(
+            owner.session_id, f"CALL loopd_create_goal {json.dumps(create)}", model="fake/good", agent="build"
+        )
         envs = await stack.until("the goal's progress", lambda e: bool(of_type(e, "goal.progress")))
         created = data(of_type(envs, "goal.created")[0])
         assert created["owner_session_id"] == owner.session_id  # the tool knew which session called it
@@ -152,11 +188,17 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
             assert time.monotonic() < deadline, "the second turn never reached the model"
             await anyio.sleep(0.1)
         switch = {"goal_id": goal_id, "model": "fake/limited"}  # the owner asks from its OpenCode session
-        await host.prompt(owner.session_id, f"CALL switch_goal_identity {json.dumps(switch)}", model="fake/good",
-                          agent="build")
+        await host.prompt(
+            owner.session_id,
+            f"CALL switch_goal_identity {json.dumps(switch)}",
+            model="fake/good",
+            agent="build",
+        )
         envs = await stack.until("the deferred switch", lambda e: any("deferred" in x.type for x in e))
 
-        envs = await stack.until("the goal to complete", lambda e: bool(of_type(e, "goal.completed")), within=120)
+        envs = await stack.until(
+            "the goal to complete", lambda e: bool(of_type(e, "goal.completed")), within=120
+        )
         by_turn = [(r["turn"], r["model"]) for r in fake.requests if r["session"] == worker]
         turns = dict(by_turn)  # the model that answered each turn (tool follow-ups included)
         assert turns[1] == "good" and turns[2] == "good"
@@ -168,9 +210,13 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
         assert any("provider_limit" in k or "fallback" in k for k in kinds), kinds
 
         # the owner hears about it exactly once
-        await stack.until("the notice to be delivered", lambda e: any("delivered" in x.type for x in e), within=30)
+        await stack.until(
+            "the notice to be delivered", lambda e: any("delivered" in x.type for x in e), within=30
+        )
         await anyio.sleep(1.0)
-        notices = [m for m in await host.messages(owner.session_id) if m.role == "user" and "completed" in m.text]
+        notices = [
+            m for m in await host.messages(owner.session_id) if m.role == "user" and "completed" in m.text
+        ]
         assert len(notices) == 1, [m.text for m in notices]
 
         history = cli(stack.project, stack.env, "history", goal_id)
@@ -181,13 +227,30 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
         await host.aclose()
 
 
-async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_for_its_retries(stack: Stack) -> None:
+async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_for_its_retries(
+    stack: Stack,
+) -> None:
     """``ra30`` answers 429 with Retry-After 30: OpenCode would retry for minutes before reporting the error.
     The engine sees the retry status, aborts, and the next turn goes to the fallback on the same session."""
     stack.fake.worker_script = [("text",), ("text",), ("text",)]
     stack.start_engine()
-    created = cli(stack.project, stack.env, "goal", "create", "early", "--objective", "Answer", "--model", "fake/ra30",
-                  "--fallback-model", "fake/other", "--max-turns", "3", "--check", "true")
+    created = cli(
+        stack.project,
+        stack.env,
+        "goal",
+        "create",
+        "early",
+        "--objective",
+        "Answer",
+        "--model",
+        "fake/ra30",
+        "--fallback-model",
+        "fake/other",
+        "--max-turns",
+        "3",
+        "--check",
+        "true",
+    )
     assert created.returncode == 0, created.stderr
     started = time.monotonic()
     envs = await stack.until(
@@ -208,8 +271,21 @@ async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_fo
 async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -> None:
     stack.fake.worker_script = [("slow", 6), ("text",), ("text",)]
     stack.start_engine()
-    created = cli(stack.project, stack.env, "goal", "create", "sturdy", "--objective", "Keep going", "--model",
-                  "fake/good", "--max-turns", "3", "--check", "true")
+    created = cli(
+        stack.project,
+        stack.env,
+        "goal",
+        "create",
+        "sturdy",
+        "--objective",
+        "Keep going",
+        "--model",
+        "fake/good",
+        "--max-turns",
+        "3",
+        "--check",
+        "true",
+    )
     assert created.returncode == 0, created.stderr
     deadline = time.monotonic() + 30
     while not any(r["turn"] == 1 for r in stack.fake.requests):  # the first (slow) turn is running
@@ -219,8 +295,11 @@ async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -
     stack.engine.send_signal(signal.SIGKILL)
     stack.engine.wait(timeout=10)
     stack.start_engine()  # takes over once the dead engine's lease (3 s) expires
-    envs = await stack.until("the goal to stop at its turn limit",
-                             lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e), within=90)
+    envs = await stack.until(
+        "the goal to stop at its turn limit",
+        lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e),
+        within=90,
+    )
     prompts = [e for e in envs if e.type == "run.started"]
     ids = [data(e)["prompt_message_id"] for e in prompts]
     assert len(ids) == len(set(ids))
@@ -242,24 +321,59 @@ async def test_an_opencode_restart_is_noticed_once_and_the_goal_goes_on(stack: S
     stack.fake.worker_script = [("slow", 4), ("text",), ("text",), ("text",)]
     assert stack.engine is None
     stack.engine = subprocess.Popen(  # noqa: ASYNC220 - a long-running child, not waited for here
-        [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", "300", "--maintenance-ms", "500",
-         "--idle-recover-ms", "3000"],
-        cwd=stack.project, env=stack.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "loopd_es.cli",
+            "run",
+            "--confirm-idle-ms",
+            "300",
+            "--maintenance-ms",
+            "500",
+            "--idle-recover-ms",
+            "3000",
+        ],
+        cwd=stack.project,
+        env=stack.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
-    created = cli(stack.project, stack.env, "goal", "create", "phoenix", "--objective", "Survive", "--model",
-                  "fake/good", "--max-turns", "4", "--check", "true")
+    created = cli(
+        stack.project,
+        stack.env,
+        "goal",
+        "create",
+        "phoenix",
+        "--objective",
+        "Survive",
+        "--model",
+        "fake/good",
+        "--max-turns",
+        "4",
+        "--check",
+        "true",
+    )
     assert created.returncode == 0, created.stderr
     deadline = time.monotonic() + 30
     while not stack.fake.requests:
         assert time.monotonic() < deadline, "the first turn never reached the model"
         await anyio.sleep(0.1)
     stack.opencode.stop()  # SIGTERM to the whole process group, mid-turn
-    await stack.until("the unreachable notice", lambda e: any(
-        x.type.startswith("notification.") and "unreachable" in json.dumps(data(x)) for x in e), within=60)
+    await stack.until(
+        "the unreachable notice",
+        lambda e: any(x.type.startswith("notification.") and "unreachable" in json.dumps(data(x)) for x in e),
+        within=60,
+    )
     stack.opencode.start()  # same port, same HOME: the sessions are still there
-    envs = await stack.until("the goal to reach its turn limit",
-                             lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e), within=120)
-    notices = [data(x) for x in envs if x.type.startswith("notification.") and "unreachable" in json.dumps(data(x))]
+    envs = await stack.until(
+        "the goal to reach its turn limit",
+        lambda e: any(x.type in ("goal.blocked", "goal.budget_limited") for x in e),
+        within=120,
+    )
+    notices = [
+        data(x) for x in envs if x.type.startswith("notification.") and "unreachable" in json.dumps(data(x))
+    ]
     requested = [n for n in notices if n.get("kind") == "unreachable"]
     assert len(requested) == 1, notices
     assert len(of_type(envs, "run.started")) >= 2  # it went on after the restart

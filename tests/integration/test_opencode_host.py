@@ -117,7 +117,9 @@ async def test_a_prompt_runs_one_turn_with_its_identity_and_usage(
 ) -> None:
     worker = await host.create_worker(title="turn")
     pid = prompt_id()
-    receipt = await host.prompt(worker.session_id, "write the guide", model="fake/other", agent="plan", prompt_id=pid)
+    receipt = await host.prompt(
+        worker.session_id, "write the guide", model="fake/other", agent="plan", prompt_id=pid
+    )
     assert receipt.prompt_id == pid
     answer = await recorder.wait(
         lambda e: isinstance(e, MessageUpdated) and e.message.parent_id == pid and e.message.completed
@@ -193,9 +195,13 @@ async def test_a_rate_limit_shows_as_retry_status_then_a_classifiable_error(
     worker = await host.create_worker(title="limited")
     await host.prompt(worker.session_id, "hit the limit", model="fake/limited", prompt_id=prompt_id())
     await recorder.wait(
-        lambda e: isinstance(e, SessionStatusChanged) and e.session_id == worker.session_id and e.status == "retry"
+        lambda e: (
+            isinstance(e, SessionStatusChanged) and e.session_id == worker.session_id and e.status == "retry"
+        )
     )
-    error = await recorder.wait(lambda e: isinstance(e, SessionError) and e.session_id == worker.session_id, 30)
+    error = await recorder.wait(
+        lambda e: isinstance(e, SessionError) and e.session_id == worker.session_id, 30
+    )
     assert isinstance(error, SessionError)
     assert error.error["statusCode"] == 429 and error.error["code"] == "rate_limit_exceeded"
     verdict = classify(error.error, "session-error", datetime.now(UTC))
@@ -206,17 +212,25 @@ async def test_tool_calls_open_and_close(host: OpenCodeHost, recorder: Recorder)
     worker = await host.create_worker(title="tools")
     text = 'CALL bash {"command": "echo hi", "description": "say hi"}'
     await host.prompt(worker.session_id, text, model="fake/good", agent="build", prompt_id=prompt_id())
-    started = await recorder.wait(lambda e: isinstance(e, ToolCallStarted) and e.session_id == worker.session_id)
+    started = await recorder.wait(
+        lambda e: isinstance(e, ToolCallStarted) and e.session_id == worker.session_id
+    )
     assert isinstance(started, ToolCallStarted)
     await recorder.wait(
-        lambda e: isinstance(e, ToolCallEnded) and e.session_id == worker.session_id and e.call_id == started.call_id
+        lambda e: (
+            isinstance(e, ToolCallEnded)
+            and e.session_id == worker.session_id
+            and e.call_id == started.call_id
+        )
     )
     await recorder.wait(lambda e: isinstance(e, SessionIdle) and e.session_id == worker.session_id)
     assistants = [m for m in await host.messages(worker.session_id) if m.role == "assistant"]
     assert len(assistants) == 2 and all(m.completed and m.output > 0 for m in assistants)  # usage per message
 
 
-async def test_a_permission_ask_is_answered_so_the_worker_never_hangs(host: OpenCodeHost, recorder: Recorder) -> None:
+async def test_a_permission_ask_is_answered_so_the_worker_never_hangs(
+    host: OpenCodeHost, recorder: Recorder
+) -> None:
     worker = await host.create_worker(title="permission")
     text = 'CALL read {"filePath": "/etc/hostname"}'  # outside the project: OpenCode asks
     await host.prompt(worker.session_id, text, model="fake/good", agent="build", prompt_id=prompt_id())

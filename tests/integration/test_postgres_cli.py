@@ -15,10 +15,16 @@ from ..postgres_server import pg_url
 __all__ = ["pg_url"]
 
 
-def run(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "loopd_es.cli", *args],
-        capture_output=True, text=True, timeout=60, input=stdin, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        input=stdin,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -32,10 +32,16 @@ NEW = ("openai/gpt-5-mini", "plan")
 def _cli(workdir: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_CRASH")}
     full_env.update(
-        LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}", LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}", **(env or {})
+        LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}",
+        LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}",
+        **(env or {}),
     )
     return subprocess.run(
-        [sys.executable, "-m", "loopd_es", *args], cwd=workdir, env=full_env, capture_output=True, text=True,
+        [sys.executable, "-m", "loopd_es", *args],
+        cwd=workdir,
+        env=full_env,
+        capture_output=True,
+        text=True,
         timeout=30,
     )
 
@@ -47,7 +53,9 @@ async def _check(workdir: Path, goal_id: str) -> tuple[str | None, str | None]:
         state = initial(goal_id)
         async for envelope in store.read_stream(goal_stream(goal_id)):
             state = evolve(state, envelope)
-            assert (state.config.model, state.config.agent) in (OLD, NEW), f"half switch at v{envelope.version}"
+            assert (state.config.model, state.config.agent) in (OLD, NEW), (
+                f"half switch at v{envelope.version}"
+            )
     finally:
         await store.aclose()
     host = SimulatedHost.from_file(workdir / "host.json")
@@ -61,8 +69,20 @@ async def _check(workdir: Path, goal_id: str) -> tuple[str | None, str | None]:
 def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A log and a host with one idle interactive goal on the old identity."""
     root = tmp_path_factory.mktemp("template")
-    created = _cli(root, "goal", "create", "crash", "--objective", "o", "--model", OLD[0], "--agent", OLD[1],
-                   "--interactive", "--read-only")
+    created = _cli(
+        root,
+        "goal",
+        "create",
+        "crash",
+        "--objective",
+        "o",
+        "--model",
+        OLD[0],
+        "--agent",
+        OLD[1],
+        "--interactive",
+        "--read-only",
+    )
     assert created.returncode == 0, created.stderr
     goal_id = created.stdout.splitlines()[0]
     idle = _cli(root, "goal", "idle", goal_id)

@@ -45,7 +45,9 @@ async def _cli(workdir: Path, *args: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_CRASH")}
     env.update(LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}", LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}")
     with anyio.fail_after(60):
-        done = await anyio.run_process([sys.executable, "-m", "loopd_es", *args], cwd=workdir, env=env, check=False)
+        done = await anyio.run_process(
+            [sys.executable, "-m", "loopd_es", *args], cwd=workdir, env=env, check=False
+        )
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
@@ -54,12 +56,29 @@ async def _prompts(workdir: Path, session: str) -> list[str | None]:
     return [p.model for p in snap.prompts if p.session_id == session]
 
 
-async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_identity(tmp_path: Path) -> None:
-    code, out, err = await _cli(tmp_path, "goal", "create", "race", "--objective", "o", "--model", OLD,
-                                "--agent", "build", "--interactive", "--read-only")
+async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_identity(
+    tmp_path: Path,
+) -> None:
+    code, out, err = await _cli(
+        tmp_path,
+        "goal",
+        "create",
+        "race",
+        "--objective",
+        "o",
+        "--model",
+        OLD,
+        "--agent",
+        "build",
+        "--interactive",
+        "--read-only",
+    )
     assert code == 0, err
     goal_id = out.splitlines()[0]
-    for step in (("idle", goal_id), ("interactive", goal_id, "off")):  # first run confirmed, engine turns allowed
+    for step in (
+        ("idle", goal_id),
+        ("interactive", goal_id, "off"),
+    ):  # first run confirmed, engine turns allowed
         code, _, err = await _cli(tmp_path, "goal", *step)
         assert code == 0, err
 
@@ -73,6 +92,7 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
     reports = []
     try:
         async with anyio.create_task_group() as tg:
+
             async def switch() -> None:
                 reports.append(await goals.switch_identity(goal_id, Ctx.new(), model=NEW))
 
@@ -98,4 +118,4 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
     # the next turn applies the deferred switch first and prompts with it
     code, out, err = await _cli(tmp_path, "goal", "idle", goal_id)
     assert code == 0 and "turn started" in out, (out, err)
-    assert (await _prompts(tmp_path, session))[len(prompts_before):] == [LATER]
+    assert (await _prompts(tmp_path, session))[len(prompts_before) :] == [LATER]

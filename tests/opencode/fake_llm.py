@@ -38,7 +38,9 @@ class FakeLLM:
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -137,9 +139,14 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             created = int(time.time())
 
-            def chunk(delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None) -> None:
+            def chunk(
+                delta: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None
+            ) -> None:
                 payload: dict[str, Any] = {
-                    "id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created, "model": model,
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
                     "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish}],
                 }
                 if usage:
@@ -150,9 +157,18 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             try:
                 chunk({"role": "assistant", "content": ""})
                 if step[0] == "call":
-                    chunk({"tool_calls": [{"index": 0, "id": f"call_{time.monotonic_ns() % 10**9}",
-                                           "type": "function",
-                                           "function": {"name": step[1], "arguments": json.dumps(step[2])}}]})
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": 0,
+                                    "id": f"call_{time.monotonic_ns() % 10**9}",
+                                    "type": "function",
+                                    "function": {"name": step[1], "arguments": json.dumps(step[2])},
+                                }
+                            ]
+                        }
+                    )
                     chunk({}, "tool_calls")
                     completion = 5
                 else:
@@ -168,8 +184,14 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     chunk({}, "stop")
                     completion = len(words)
                 prompt_tokens = 10 + len(prompt.split())
-                chunk({}, usage={"prompt_tokens": prompt_tokens, "completion_tokens": completion,
-                                 "total_tokens": prompt_tokens + completion})
+                chunk(
+                    {},
+                    usage={
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": completion,
+                        "total_tokens": prompt_tokens + completion,
+                    },
+                )
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):  # the caller aborted the stream

@@ -31,7 +31,7 @@ def opencode_dir() -> Path:
     value = os.environ.get(ENV, "")
     if value and (Path(value) / "bin" / "opencode").exists():
         return Path(value)
-    reason = f"no OpenCode for the tests: run eval \"$(bash tools/opencode_setup.sh)\" to set {ENV}"
+    reason = f'no OpenCode for the tests: run eval "$(bash tools/opencode_setup.sh)" to set {ENV}'
     if os.environ.get("CI") == "true":
         pytest.fail(reason)
     pytest.skip(reason)
@@ -85,7 +85,9 @@ class OpenCodeServer:
             for name in ("package.json", "package-lock.json"):
                 shutil.copy(self.install / "plugin" / name, directory / name)
             if not (directory / "node_modules").exists():
-                shutil.copytree(self.install / "plugin" / "node_modules", directory / "node_modules", symlinks=True)
+                shutil.copytree(
+                    self.install / "plugin" / "node_modules", directory / "node_modules", symlinks=True
+                )
         config: dict[str, Any] = {
             "$schema": "https://opencode.ai/config.json",
             "enabled_providers": ["fake"],
@@ -109,8 +111,19 @@ class OpenCodeServer:
         self.prepare(extra_config)
         with open(self.root / "serve.log", "ab") as log:  # the child keeps its own copy of the descriptor
             self.process = subprocess.Popen(
-                [str(self.install / "bin" / "opencode"), "serve", "--hostname", "127.0.0.1", "--port", str(self.port)],
-                cwd=self.project, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    str(self.install / "bin" / "opencode"),
+                    "serve",
+                    "--hostname",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=self.project,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

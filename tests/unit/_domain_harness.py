@@ -19,9 +19,7 @@ if TYPE_CHECKING:
 T0 = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 OWNER = "owner-1"
 
-CATALOG = c.ModelCatalog(
-    models={m: c.ModelInfo(usable=True) for m in ("p/old", "p/new", "p/last")}
-)
+CATALOG = c.ModelCatalog(models={m: c.ModelInfo(usable=True) for m in ("p/old", "p/new", "p/last")})
 AGENTS = c.AgentCatalog(agents=("old", "new", "last"))
 
 
@@ -30,7 +28,9 @@ class Goal:
     """One goal under test: its state, the events it produced, and the facts of its world."""
 
     goal_id: str = "g1"
-    facts: c.Facts = field(default_factory=lambda: c.Facts(now=T0, model_catalog=CATALOG, agent_catalog=AGENTS))
+    facts: c.Facts = field(
+        default_factory=lambda: c.Facts(now=T0, model_catalog=CATALOG, agent_catalog=AGENTS)
+    )
     state: GoalState = field(init=False)
     log: list[Event] = field(default_factory=list)
     _ids: Any = field(default_factory=lambda: count(1))
@@ -60,7 +60,12 @@ class Goal:
     # -- common sequences ---------------------------------------------------------------------------
 
     def create(self, **args: Any) -> list[Event]:
-        base: dict[str, Any] = {"goal_id": self.goal_id, "name": "g", "objective": "o", "owner_session_id": OWNER}
+        base: dict[str, Any] = {
+            "goal_id": self.goal_id,
+            "name": "g",
+            "objective": "o",
+            "owner_session_id": OWNER,
+        }
         base.update(args)
         return self.do(c.CreateGoal(**base))
 
@@ -72,15 +77,21 @@ class Goal:
 
     def turn(self, kind: Any = "steer") -> list[Event]:
         return self.do(
-            c.StartRun(goal_id=self.goal_id, run_id=self.next_id("run"),
-                       prompt_message_id=f"msg_{self.next_id('p')}", kind=kind)
+            c.StartRun(
+                goal_id=self.goal_id,
+                run_id=self.next_id("run"),
+                prompt_message_id=f"msg_{self.next_id('p')}",
+                kind=kind,
+            )
         )
 
     def idle(self) -> None:
         """The reference's test helper "idle": phase idle, run cleared."""
         st = self.state
         if st.active_run_id is not None:
-            self.do(c.ConfirmIdle(goal_id=self.goal_id, run_id=st.active_run_id, generation=st.run_generation))
+            self.do(
+                c.ConfirmIdle(goal_id=self.goal_id, run_id=st.active_run_id, generation=st.run_generation)
+            )
 
     def types(self) -> list[str]:
         return [e.event_type for e in self.log]

@@ -75,7 +75,9 @@ class Rig:
 
 @asynccontextmanager
 async def rig(
-    tmp_path: Path, script: HostScript | None = None, config: EngineConfig | None = None,
+    tmp_path: Path,
+    script: HostScript | None = None,
+    config: EngineConfig | None = None,
 ) -> AsyncIterator[Rig]:
     clock = FakeClock()
     host = SimulatedHost(script or HostScript(), clock=clock)

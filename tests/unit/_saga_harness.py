@@ -70,7 +70,10 @@ class World:
         return [e.type for e in await self.events(goal_stream(goal_id))]
 
     async def switch_calls(self) -> list[str]:
-        return [f"{c.op.removeprefix('switch_')}:{c.arg}" for c in await self.host.journal("switch_model", "switch_agent")]
+        return [
+            f"{c.op.removeprefix('switch_')}:{c.arg}"
+            for c in await self.host.journal("switch_model", "switch_agent")
+        ]
 
     async def prompts(self, session_id: str) -> list[Any]:
         return [p for p in (await self.host.snapshot()).prompts if p.session_id == session_id]

@@ -476,4 +476,3 @@ def test_every_module_imports() -> None:
         if info.name.endswith("__main__"):
             continue
         importlib.import_module(info.name)
-

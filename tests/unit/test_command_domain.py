@@ -301,19 +301,30 @@ def test_every_event_round_trips() -> None:
 @pytest.mark.parametrize("claim", ["timeout", "until"])
 def test_the_fold_keeps_a_timeout_or_until_claim_as_the_end_reason(claim: SignalReason) -> None:
     """#10.6: an exit recorded without seeing the claim (another writer, an import) does not overwrite it."""
-    s = apply(started(timeout_seconds=2), [SignalSent(command_id="c0ffee00-1111", signal="SIGTERM", reason=claim)])
+    s = apply(
+        started(timeout_seconds=2), [SignalSent(command_id="c0ffee00-1111", signal="SIGTERM", reason=claim)]
+    )
     assert s.claim == claim and s.end_reason is None  # nothing ended yet: end_reason is empty while running
-    plain = CommandExited(command_id=s.id, status="terminated", end_reason="terminate", exit_code=143,
-                          signal="SIGTERM", ended_at="2026-12-02T12:00:03.000000Z")
+    plain = CommandExited(
+        command_id=s.id,
+        status="terminated",
+        end_reason="terminate",
+        exit_code=143,
+        signal="SIGTERM",
+        ended_at="2026-12-02T12:00:03.000000Z",
+    )
     done = apply(s, [plain])
     assert done.status == "terminated" and done.end_reason == claim
 
 
 def test_a_later_kill_claim_does_not_replace_a_timeout_claim() -> None:
-    s = apply(started(timeout_seconds=2), [
-        SignalSent(command_id="c0ffee00-1111", signal="SIGTERM", reason="timeout"),
-        SignalSent(command_id="c0ffee00-1111", signal="SIGKILL", reason="kill"),
-    ])
+    s = apply(
+        started(timeout_seconds=2),
+        [
+            SignalSent(command_id="c0ffee00-1111", signal="SIGTERM", reason="timeout"),
+            SignalSent(command_id="c0ffee00-1111", signal="SIGKILL", reason="kill"),
+        ],
+    )
     assert s.claim == "timeout" and s.signal == "SIGKILL"
     [exited, *_] = decide_exit(s, exit_code=None, signal="SIGKILL", now=NOW, output=FACTS)
     assert isinstance(exited, CommandExited) and exited.end_reason == "timeout"

@@ -29,11 +29,32 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
     monkeypatch.delenv("LOOPD_ES_STORE", raising=False)
     monkeypatch.delenv("LOOPD_ES_HOST", raising=False)
     url = f"sqlite:{tmp_path / '.loopd' / 'events.db'}"
-    for name, objective in (("docs", "Write the guide"), ("evil\x1b[2J\x07name", "Objective with [b]markup[/b]")):
-        assert cli.main("--store", url, "goal", "create", name, "--objective", objective, "--model", "openai/gpt-5",
-                        "--agent", "build", "--read-only") == 0
-    return Config(store_url=url, read_db=tmp_path / ".loopd" / "read.db",
-                  cli=[sys.executable, "-m", "loopd_es.cli", "--store", url])
+    for name, objective in (
+        ("docs", "Write the guide"),
+        ("evil\x1b[2J\x07name", "Objective with [b]markup[/b]"),
+    ):
+        assert (
+            cli.main(
+                "--store",
+                url,
+                "goal",
+                "create",
+                name,
+                "--objective",
+                objective,
+                "--model",
+                "openai/gpt-5",
+                "--agent",
+                "build",
+                "--read-only",
+            )
+            == 0
+        )
+    return Config(
+        store_url=url,
+        read_db=tmp_path / ".loopd" / "read.db",
+        cli=[sys.executable, "-m", "loopd_es.cli", "--store", url],
+    )
 
 
 async def wait_until(app: Dashboard, check: Callable[[], bool], within: float = 15) -> None:
@@ -87,11 +108,15 @@ async def test_keys_run_the_cli_operation_and_its_events_land(workspace: Config)
         chosen = app.goal_id
         assert chosen is not None
         await pilot.press("p")
-        await wait_until(app, lambda: any(g["goal_id"] == chosen and g["status"] == "paused" for g in app.snap.goals))
+        await wait_until(
+            app, lambda: any(g["goal_id"] == chosen and g["status"] == "paused" for g in app.snap.goals)
+        )
         events = await events_of(workspace.store_url)
         assert any(e.type == "goal.paused" and e.stream == f"goal-{chosen}" for e in events)
         await pilot.press("r")
-        await wait_until(app, lambda: any(g["goal_id"] == chosen and g["status"] == "active" for g in app.snap.goals))
+        await wait_until(
+            app, lambda: any(g["goal_id"] == chosen and g["status"] == "active" for g in app.snap.goals)
+        )
 
 
 async def test_clear_asks_first(workspace: Config) -> None:
@@ -141,17 +166,25 @@ async def test_help_and_the_switch_picker(workspace: Config) -> None:
             await pilot.press("down")
         await pilot.press("enter")
         # the worker is busy with its first turn: the switch is deferred, and the pane says so
-        await wait_until(app, lambda: any(
-            g["goal_id"] == chosen and (g["model"] == "openai/gpt-5-mini" or g["pending_switch"])
-            for g in app.snap.goals
-        ))
+        await wait_until(
+            app,
+            lambda: any(
+                g["goal_id"] == chosen and (g["model"] == "openai/gpt-5-mini" or g["pending_switch"])
+                for g in app.snap.goals
+            ),
+        )
         switched = [e for e in await events_of(workspace.store_url) if e.type.startswith("identity.")]
-        assert switched and all(e.stream in (f"goal-{chosen}",) or e.stream.startswith("switch-") for e in switched)
+        assert switched and all(
+            e.stream in (f"goal-{chosen}",) or e.stream.startswith("switch-") for e in switched
+        )
 
 
-async def test_a_missing_log_is_a_message_not_a_traceback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+async def test_a_missing_log_is_a_message_not_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
-    code = await anyio.to_thread.run_sync(lambda: cli.main("--store", f"sqlite:{tmp_path / 'none.db'}", "dash"))
+    code = await anyio.to_thread.run_sync(
+        lambda: cli.main("--store", f"sqlite:{tmp_path / 'none.db'}", "dash")
+    )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -63,8 +63,12 @@ def test_a_stale_run_failed_folds_to_an_anomaly(stale: r.RunFailed) -> None:
 def test_old_failures_without_a_generation_still_apply() -> None:
     """A log written before ``generation`` existed: the current run's failure, or one outside any run."""
     goal = _on_second_run()
-    goal.apply(r.RunFailed(goal_id="g1", run_id=goal.state.active_run_id or "", error="e", consecutive_failures=1))
-    assert goal.state.phase == "idle" and goal.state.consecutive_failures == 1 and goal.state.anomaly_count == 0
+    goal.apply(
+        r.RunFailed(goal_id="g1", run_id=goal.state.active_run_id or "", error="e", consecutive_failures=1)
+    )
+    assert (
+        goal.state.phase == "idle" and goal.state.consecutive_failures == 1 and goal.state.anomaly_count == 0
+    )
     goal.apply(r.RunFailed(goal_id="g1", run_id="unknown", error="e", consecutive_failures=2))
     assert goal.state.consecutive_failures == 2 and goal.state.anomaly_count == 0
 
@@ -74,8 +78,16 @@ def test_a_stored_old_run_failed_is_read_and_fenced() -> None:
     goal = _on_second_run()
     old = b'{"goal_id":"g1","run_id":"run-1","error":"late","consecutive_failures":1}'
     stored = Envelope(
-        position=9, stream="goal-g1", version=9, event_id="e" * 36, type="run.failed", schema_version=1,
-        recorded_at="2026-12-02T12:00:00.000Z", causation_id=None, correlation_id=None, data=msgspec.Raw(old),
+        position=9,
+        stream="goal-g1",
+        version=9,
+        event_id="e" * 36,
+        type="run.failed",
+        schema_version=1,
+        recorded_at="2026-12-02T12:00:00.000Z",
+        causation_id=None,
+        correlation_id=None,
+        data=msgspec.Raw(old),
     )
     after = evolve(goal.state, stored)
     assert after.phase == "running" and after.anomalies[-1].reason == "stale run"
@@ -114,12 +126,17 @@ def test_a_switch_deferred_during_another_ones_flight_survives_its_outcome() -> 
     """#10.2 in the fold: the in-flight switch's ``switch_applied`` clears only pendings older than it."""
     goal = Goal()
     goal.start()
-    goal.apply(i.IdentitySwitchDeferred(goal_id="g1", switch_id="s0", agent="new"))  # older than s1: superseded
+    goal.apply(
+        i.IdentitySwitchDeferred(goal_id="g1", switch_id="s0", agent="new")
+    )  # older than s1: superseded
     goal.apply(i.IdentitySwitchRequested(goal_id="g1", switch_id="s1", model="p/new", agent="last"))
     goal.apply(i.IdentitySwitchDeferred(goal_id="g1", switch_id="s2", model="p/last"))  # during s1's flight
     assert goal.state.model_pending is not None and goal.state.model_pending.after_switch == "s1"
-    goal.apply(i.IdentitySwitchApplied(goal_id="g1", switch_id="s1", target="identity", to_model="p/new",
-                                       to_agent="last"))
+    goal.apply(
+        i.IdentitySwitchApplied(
+            goal_id="g1", switch_id="s1", target="identity", to_model="p/new", to_agent="last"
+        )
+    )
     st = goal.state
     assert (st.config.model, st.config.agent) == ("p/new", "last")
     assert st.model_pending is not None and st.model_pending.model == "p/last"

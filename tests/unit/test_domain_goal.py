@@ -22,7 +22,12 @@ def test_s01_defaults_on_creation() -> None:
     st = goal.state
     cfg = st.config
     assert st.status == "active"
-    assert (cfg.max_turns, cfg.workspace_write, cfg.checks, cfg.check_cwd) == (50, True, ("bun test",), "/proj")
+    assert (cfg.max_turns, cfg.workspace_write, cfg.checks, cfg.check_cwd) == (
+        50,
+        True,
+        ("bun test",),
+        "/proj",
+    )
     assert cfg.artifact_dir == "/proj/.opencode/loopd/goals/g1"
     assert cfg.progress_file == "/proj/.opencode/loopd/goals/g1/progress.md"
     assert (st.tokens_used, st.cost_used, st.time_used_seconds) == (0, 0.0, 0.0)
@@ -38,13 +43,23 @@ def test_s01_defaults_on_creation() -> None:
     [
         ({"schedule_every_ms": 500}, "scheduleEveryMs must be a number >= 1000", "invalid_schedule"),
         ({"schedule_max_runs": 2}, "scheduleMaxRuns requires scheduleEveryMs", "invalid_schedule"),
-        ({"schedule_every_ms": 1000, "schedule_max_runs": 1.5}, "scheduleMaxRuns must be an integer >= 1",
-         "invalid_schedule"),
+        (
+            {"schedule_every_ms": 1000, "schedule_max_runs": 1.5},
+            "scheduleMaxRuns must be an integer >= 1",
+            "invalid_schedule",
+        ),
         ({"cost_budget": 0}, "costBudget must be a positive number of dollars", "invalid_cost_budget"),
         ({"cost_budget": -1}, "costBudget must be a positive number of dollars", "invalid_cost_budget"),
-        ({"cost_budget": float("nan")}, "costBudget must be a positive number of dollars", "invalid_cost_budget"),
-        ({"owner_session_id": "main"},
-         "A valid owner session is required. Run /goal from an active OpenCode session.", "invalid_owner_session"),
+        (
+            {"cost_budget": float("nan")},
+            "costBudget must be a positive number of dollars",
+            "invalid_cost_budget",
+        ),
+        (
+            {"owner_session_id": "main"},
+            "A valid owner session is required. Run /goal from an active OpenCode session.",
+            "invalid_owner_session",
+        ),
     ],
 )
 def test_s02_s03_creation_validation(args: dict[str, object], message: str, code: str) -> None:
@@ -72,13 +87,23 @@ def test_s05_fallback_validation_before_any_side_effect() -> None:
     ]
     for models, message in cases:
         goal = Goal()
-        with pytest.raises(DomainError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
-            goal.do(c.CreateGoal(goal_id="g1", name="n", objective="o", owner_session_id=OWNER,
-                                 fallback_models=models), model_catalog=catalog)
+        with pytest.raises(
+            DomainError, match="^" + message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")
+        ):
+            goal.do(
+                c.CreateGoal(
+                    goal_id="g1", name="n", objective="o", owner_session_id=OWNER, fallback_models=models
+                ),
+                model_catalog=catalog,
+            )
         assert goal.log == []
     goal = Goal()
-    goal.do(c.CreateGoal(goal_id="g1", name="n", objective="o", owner_session_id=OWNER,
-                         fallback_models=("p/new", " p/new")), model_catalog=catalog)
+    goal.do(
+        c.CreateGoal(
+            goal_id="g1", name="n", objective="o", owner_session_id=OWNER, fallback_models=("p/new", " p/new")
+        ),
+        model_catalog=catalog,
+    )
     assert goal.state.config.fallback_models == ("p/new",)
 
 
@@ -86,15 +111,19 @@ def test_s06_single_writer() -> None:
     writers = (c.WriterGoal(goal_id="idA", name="A", owner_session_id="o1"),)
     goal = Goal("B")
     with pytest.raises(DomainError) as info:
-        goal.do(c.CreateGoal(goal_id="B", name="B", objective="o", owner_session_id="o2"), active_writers=writers)
+        goal.do(
+            c.CreateGoal(goal_id="B", name="B", objective="o", owner_session_id="o2"), active_writers=writers
+        )
     assert str(info.value) == (
         'Workspace-writing goal "A" (idA) is already active (owned by session o1, not this session). Pause, '
         "block, complete, or clear it before activating another workspace-writing goal. Note: "
         "list_background_goals shows only this session's goals; clear/pause it from its owning session."
     )
     assert goal.log == []
-    goal.do(c.CreateGoal(goal_id="B", name="B", objective="o", owner_session_id="o2", workspace_write=False),
-            active_writers=writers)
+    goal.do(
+        c.CreateGoal(goal_id="B", name="B", objective="o", owner_session_id="o2", workspace_write=False),
+        active_writers=writers,
+    )
     assert goal.state.exists and goal.state.status == "active"
 
 
@@ -114,13 +143,21 @@ def test_s07_worker_creation_failure() -> None:
 def test_s08_first_prompt_delivery_failure() -> None:
     goal = Goal()
     goal.start()
-    goal.do(c.RecordRunFailure(goal_id="g1", error_text="D", source="prompt-delivery", block_immediately=True))
+    goal.do(
+        c.RecordRunFailure(goal_id="g1", error_text="D", source="prompt-delivery", block_immediately=True)
+    )
     st = goal.state
     assert st.status == "blocked" and st.consecutive_failures == 1 and st.active_run_id is None
     assert st.lease_expires_at is None
     assert st.blocker is not None and st.blocker.reason == "Worker prompt delivery failed: D"
     assert st.blocker.needed == "Retry after the OpenCode worker/session API is available."
-    assert goal.types() == ["goal.created", "goal.worker_assigned", "run.started", "run.failed", "goal.blocked"]
+    assert goal.types() == [
+        "goal.created",
+        "goal.worker_assigned",
+        "run.started",
+        "run.failed",
+        "goal.blocked",
+    ]
     failed = goal.log[3]
     assert isinstance(failed, r.RunFailed) and failed.consecutive_failures == 1
 
@@ -136,8 +173,15 @@ def test_s29_rejected_completion_is_a_free_retry() -> None:
         goal.idle()
         goal.turn()
     assert goal.state.budget_turn_count == 5
-    events = goal.do(c.CompleteGoal(goal_id="g1", summary="s", evidence="e", attempt_id="a1",
-                                    check_results=(c.CheckResult(command="false", exit_code=1),)))
+    events = goal.do(
+        c.CompleteGoal(
+            goal_id="g1",
+            summary="s",
+            evidence="e",
+            attempt_id="a1",
+            check_results=(c.CheckResult(command="false", exit_code=1),),
+        )
+    )
     rejected = events[0]
     assert isinstance(rejected, g.GoalCompletionRejected)
     assert (rejected.rejection_count, rejected.failed_check_count, rejected.free_retry) == (1, 1, True)
@@ -158,18 +202,29 @@ def test_s07g7_rejection_limit_blocks() -> None:
     goal.start(checks=("false",))
     fail = (c.CheckResult(command="false", exit_code=1, stderr="bad"),)
     for n in range(3):
-        goal.do(c.CompleteGoal(goal_id="g1", summary="s", evidence="e", attempt_id=f"a{n}", check_results=fail))
+        goal.do(
+            c.CompleteGoal(goal_id="g1", summary="s", evidence="e", attempt_id=f"a{n}", check_results=fail)
+        )
     st = goal.state
     assert st.status == "blocked" and st.evaluator_rejection_count == 3 and not st.free_retry_pending
-    assert st.blocker is not None and st.blocker.reason.startswith("Evaluator rejected 3 time(s). Last failure:\n")
+    assert st.blocker is not None and st.blocker.reason.startswith(
+        "Evaluator rejected 3 time(s). Last failure:\n"
+    )
     assert st.blocker.needed == "Fix the failing checks and retry the goal."
 
 
 def test_s31_successful_completion_with_schedule() -> None:
     goal = Goal()
     goal.start(checks=("true",), schedule_every_ms=10000, schedule_max_runs=3)
-    goal.do(c.CompleteGoal(goal_id="g1", summary="s", evidence="e", attempt_id="a",
-                           check_results=(c.CheckResult(command="true", exit_code=0),)))
+    goal.do(
+        c.CompleteGoal(
+            goal_id="g1",
+            summary="s",
+            evidence="e",
+            attempt_id="a",
+            check_results=(c.CheckResult(command="true", exit_code=0),),
+        )
+    )
     st = goal.state
     assert st.status == "complete" and st.completion_evidence is not None
     assert st.lease_expires_at is None and st.active_run_id is None
@@ -243,7 +298,9 @@ def test_resume_asserts_the_single_writer_rule() -> None:
     goal.start()
     goal.do(c.PauseGoal(goal_id="g1"))
     writers = (c.WriterGoal(goal_id="other", name="O", owner_session_id=OWNER),)
-    with pytest.raises(DomainError, match='^Workspace-writing goal "O" \\(other\\) is already active\\. Pause'):
+    with pytest.raises(
+        DomainError, match='^Workspace-writing goal "O" \\(other\\) is already active\\. Pause'
+    ):
         goal.do(c.ResumeGoal(goal_id="g1"), active_writers=writers)
 
 
@@ -274,7 +331,11 @@ def test_s37_nudge_guards() -> None:
     goal.do(c.ResumeGoal(goal_id="g1"))
     goal.turn()
     goal.do(c.NudgeGoal(goal_id="g1"), worker_status="busy")
-    assert (goal.state.phase, goal.state.active_run_id, goal.state.active_prompt_message_id) == ("idle", None, None)
+    assert (goal.state.phase, goal.state.active_run_id, goal.state.active_prompt_message_id) == (
+        "idle",
+        None,
+        None,
+    )
     before = goal.state.budget_turn_count
     goal.turn()
     assert goal.state.budget_turn_count == before + 1

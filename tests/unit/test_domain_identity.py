@@ -26,8 +26,9 @@ def _switch_goal(**create: Any) -> Goal:
 
 def _switch(goal: Goal, switch_id: str = "s1", **args: Any) -> list[Any]:
     facts = args.pop("facts", {})
-    return goal.do(c.SwitchIdentity(goal_id="g1", switch_id=switch_id, caller=args.pop("caller", OWNER), **args),
-                   **facts)
+    return goal.do(
+        c.SwitchIdentity(goal_id="g1", switch_id=switch_id, caller=args.pop("caller", OWNER), **args), **facts
+    )
 
 
 def _host(goal: Goal, switch_id: str = "s1", **results: Any) -> list[Any]:
@@ -45,8 +46,11 @@ def test_s43_a_field_is_required() -> None:
 
 def test_s44_combined_applied_changes_only_identity() -> None:
     goal = _switch_goal()
-    goal.apply(g.GoalUsageAccounted(goal_id="g1", message_ids=("m",), token_delta=123, cost_delta=0.25,
-                                    time_delta_seconds=42))
+    goal.apply(
+        g.GoalUsageAccounted(
+            goal_id="g1", message_ids=("m",), token_delta=123, cost_delta=0.25, time_delta_seconds=42
+        )
+    )
     before = goal.state
     events = _switch(goal, model="p/new", agent="new")
     assert [e.event_type for e in events] == ["identity.switch_requested"]
@@ -56,8 +60,17 @@ def test_s44_combined_applied_changes_only_identity() -> None:
     after = goal.state
     assert (after.config.model, after.config.agent) == ("p/new", "new")
     assert after.model_last is not None and after.model_last.from_ == "p/old"
-    for name in ("worker_session_id", "tokens_used", "cost_used", "run_count", "budget_turn_count", "inbox",
-                 "status", "phase", "run_generation"):
+    for name in (
+        "worker_session_id",
+        "tokens_used",
+        "cost_used",
+        "run_count",
+        "budget_turn_count",
+        "inbox",
+        "status",
+        "phase",
+        "run_generation",
+    ):
         assert getattr(after, name) == getattr(before, name), name
 
 
@@ -100,7 +113,9 @@ def test_s49_unsupported_hosts() -> None:
     goal = _switch_goal()
     events = _switch(goal, model="p/new", agent="new", facts={"agent_catalog": None})
     assert [e.event_type for e in events] == ["identity.switch_unsupported"]
-    events = _switch(goal, "s2", model="p/new", facts={"model_catalog": c.ModelCatalog(capability="unsupported")})
+    events = _switch(
+        goal, "s2", model="p/new", facts={"model_catalog": c.ModelCatalog(capability="unsupported")}
+    )
     assert [e.event_type for e in events] == ["identity.switch_unsupported"]
     assert goal.state.config.model == "p/old" and goal.state.switch_in_flight is None
 
@@ -192,9 +207,16 @@ NOW = datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
 def test_s59_classification_table() -> None:
     limit = classify(
-        {"data": {"statusCode": 429, "message": "secret diagnostic",
-                  "responseHeaders": {"authorization": "SECRET", "retry-after": "60"}}},
-        "session-error", NOW, "p/m",
+        {
+            "data": {
+                "statusCode": 429,
+                "message": "secret diagnostic",
+                "responseHeaders": {"authorization": "SECRET", "retry-after": "60"},
+            }
+        },
+        "session-error",
+        NOW,
+        "p/m",
     )
     assert limit is not None and (limit.kind, limit.status_code, limit.model) == ("rate-limit", 429, "p/m")
     assert limit.retry_at == "2026-12-02T12:01:00.000Z"
@@ -204,23 +226,44 @@ def test_s59_classification_table() -> None:
     assert "SECRET" not in text and "diagnostic" not in text
     assert classify({"code": "insufficient_quota"}, "session-error", NOW).kind == "quota"  # type: ignore[union-attr]
     assert classify({"message": "Rate limit exceeded"}, "session-error", NOW).kind == "rate-limit"  # type: ignore[union-attr]
-    for error in ["network rate limit", "authentication quota exceeded", "maximum context length exceeded",
-                  "cost budget limit", "maxTurns reached", "paused", "quota information unknown",
-                  "rate limit information unknown", "ECONNRESET", "request timeout", "Invalid API key",
-                  {"statusCode": 401, "message": "quota exceeded"}, {"statusCode": 403, "message": "rate limited"}]:
+    for error in [
+        "network rate limit",
+        "authentication quota exceeded",
+        "maximum context length exceeded",
+        "cost budget limit",
+        "maxTurns reached",
+        "paused",
+        "quota information unknown",
+        "rate limit information unknown",
+        "ECONNRESET",
+        "request timeout",
+        "Invalid API key",
+        {"statusCode": 401, "message": "quota exceeded"},
+        {"statusCode": 403, "message": "rate limited"},
+    ]:
         err = error if isinstance(error, dict) else {"message": error}
         assert classify(err, "session-error", NOW) is None, error
-    garbage = classify({"statusCode": 429, "responseHeaders": {"retry-after": "garbage-token"}}, "session-error", NOW)
+    garbage = classify(
+        {"statusCode": 429, "responseHeaders": {"retry-after": "garbage-token"}}, "session-error", NOW
+    )
     assert garbage is not None and garbage.retry_at is None
     dated = classify({"statusCode": 429, "retryAfter": "Wed, 07 Oct 2026 12:00:00 GMT"}, "session-error", NOW)
     assert dated is not None and dated.retry_at == "2026-10-07T12:00:00.000Z"
-    wrapped = classify({"message": "wrapper says rate limited", "cause": {"statusCode": 500}}, "session-error", NOW)
+    wrapped = classify(
+        {"message": "wrapper says rate limited", "cause": {"statusCode": 500}}, "session-error", NOW
+    )
     assert wrapped is None  # a wrapper with a cause is classified by its cause only
 
 
 def _quota(goal: Goal, source: Any, text: str = "quota delivery failure") -> list[Any]:
-    return goal.do(c.ObserveProviderError(goal_id="g1", error={"message": text, "cause": {"statusCode": 429}},
-                                          error_text=text, source=source))
+    return goal.do(
+        c.ObserveProviderError(
+            goal_id="g1",
+            error={"message": text, "cause": {"statusCode": 429}},
+            error_text=text,
+            source=source,
+        )
+    )
 
 
 def test_s62_prompt_delivery_quota_prepares_a_fallback() -> None:
@@ -228,10 +271,16 @@ def test_s62_prompt_delivery_quota_prepares_a_fallback() -> None:
     goal.turn()
     goal.do(c.RecordRunFailure(goal_id="g1", error_text="quota delivery failure", source="prompt-delivery"))
     events = _quota(goal, "prompt-delivery")
-    assert [e.event_type for e in events] == ["identity.provider_limit_observed", "identity.fallback_prepared"]
+    assert [e.event_type for e in events] == [
+        "identity.provider_limit_observed",
+        "identity.fallback_prepared",
+    ]
     st = goal.state
     assert st.last_provider_limit is not None and st.last_provider_limit.source == "prompt-delivery"
-    assert st.model_pending is not None and (st.model_pending.model, st.model_pending.reason) == ("p/new", "quota")
+    assert st.model_pending is not None and (st.model_pending.model, st.model_pending.reason) == (
+        "p/new",
+        "quota",
+    )
     assert st.phase == "waiting_retry"
     # a duplicate observation keeps the pending one and does not consume the next alternative
     events = _quota(goal, "prompt-delivery")
@@ -243,8 +292,15 @@ def test_s63_session_error_on_interactive_goal() -> None:
     goal = _switch_goal(fallback_models=("p/new",))
     goal.turn()
     goal.do(c.RecordRunFailure(goal_id="g1", error_text="rate limited"))
-    goal.do(c.ObserveProviderError(goal_id="g1", error={"data": {"statusCode": 429, "message": "rate limited"}},
-                                   error_text="rate limited", source="session-error", expected_model="p/old"))
+    goal.do(
+        c.ObserveProviderError(
+            goal_id="g1",
+            error={"data": {"statusCode": 429, "message": "rate limited"}},
+            error_text="rate limited",
+            source="session-error",
+            expected_model="p/old",
+        )
+    )
     st = goal.state
     assert st.last_provider_limit is not None and st.last_provider_limit.source == "session-error"
     assert st.model_pending is not None and st.model_pending.model == "p/new"
@@ -264,8 +320,15 @@ def test_fallback_never_retries_a_model_and_exhausts() -> None:
 
 def test_stale_observation_and_paused_goal_are_not_eligible() -> None:
     goal = _switch_goal(fallback_models=("p/new",))
-    events = goal.do(c.ObserveProviderError(goal_id="g1", error={"statusCode": 429}, error_text="x",
-                                            source="session-error", expected_model="p/replaced"))
+    events = goal.do(
+        c.ObserveProviderError(
+            goal_id="g1",
+            error={"statusCode": 429},
+            error_text="x",
+            source="session-error",
+            expected_model="p/replaced",
+        )
+    )
     assert [e.event_type for e in events] == ["identity.provider_limit_observed"]
     goal.do(c.PauseGoal(goal_id="g1"))
     assert [e.event_type for e in _quota(goal, "session-error")] == ["identity.provider_limit_observed"]
@@ -281,8 +344,11 @@ def test_provider_limit_marks_the_blocker_and_extends_the_backoff() -> None:
     goal2.turn()
     goal2.do(c.RecordRunFailure(goal_id="g1", error_text="x"))
     before = goal2.state.retry_after
-    goal2.do(c.ObserveProviderError(goal_id="g1", error={"statusCode": 429, "retryAfter": 600}, error_text="x",
-                                    source="session-error"))
+    goal2.do(
+        c.ObserveProviderError(
+            goal_id="g1", error={"statusCode": 429, "retryAfter": 600}, error_text="x", source="session-error"
+        )
+    )
     assert before is not None and goal2.state.retry_after is not None and goal2.state.retry_after > before
 
 

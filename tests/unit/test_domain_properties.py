@@ -90,8 +90,15 @@ def test_snapshot_plus_tail_equals_full_fold(events: list[Event], cut: int) -> N
 
 def _envelope(version: int, type_: str, data: bytes, schema_version: int = 1) -> Envelope:
     return Envelope(
-        position=version + 100, stream="goal-g1", version=version, event_id=f"e{version}", type=type_,
-        schema_version=schema_version, recorded_at="2026-12-02T12:00:00Z", causation_id=None, correlation_id=None,
+        position=version + 100,
+        stream="goal-g1",
+        version=version,
+        event_id=f"e{version}",
+        type=type_,
+        schema_version=schema_version,
+        recorded_at="2026-12-02T12:00:00Z",
+        causation_id=None,
+        correlation_id=None,
         data=msgspec.Raw(data),
     )
 
@@ -102,7 +109,9 @@ def _stored(k: int, e: Event) -> Envelope:
 
 @given(events_st, st.lists(st.integers(0, 41), max_size=4), st.integers(0, 3))
 @settings(max_examples=scaled(200))
-def test_batched_fold_equals_evolving_one_at_a_time(events: list[Event], cuts: list[int], stored: int) -> None:
+def test_batched_fold_equals_evolving_one_at_a_time(
+    events: list[Event], cuts: list[int], stored: int
+) -> None:
     seq = [created, *events]
     items: list[Event | Envelope] = [_stored(k + 1, e) if (k + stored) % 3 else e for k, e in enumerate(seq)]
     one_by_one = initial("g1")
@@ -167,34 +176,59 @@ FALLBACKS = ("p/new", "p/last", "p/four")
 
 
 def _command(draw: Any, goal: Goal) -> Any:
-    kind = draw(st.sampled_from([
-        "turn", "idle", "switch", "outcome", "pending", "observe", "fail", "pause", "resume", "retry",
-        "complete", "force_complete", "block",
-    ]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "turn",
+                "idle",
+                "switch",
+                "outcome",
+                "pending",
+                "observe",
+                "fail",
+                "pause",
+                "resume",
+                "retry",
+                "complete",
+                "force_complete",
+                "block",
+            ]
+        )
+    )
     gid = "g1"
     n = goal.next_id("x")
     if kind == "turn":
         return c.StartRun(goal_id=gid, run_id=n, prompt_message_id=f"msg_{n}")
     if kind == "idle":
-        return c.ConfirmIdle(goal_id=gid, run_id=goal.state.active_run_id or "none",
-                             generation=goal.state.run_generation)
+        return c.ConfirmIdle(
+            goal_id=gid, run_id=goal.state.active_run_id or "none", generation=goal.state.run_generation
+        )
     if kind == "switch":
         model = draw(st.sampled_from([None, *MODELS]))
         agent = draw(st.sampled_from([None, "old", "new"]))
-        return c.SwitchIdentity(goal_id=gid, switch_id=n, caller=OWNER, model=model, agent=agent,
-                                resume=draw(st.booleans()))
+        return c.SwitchIdentity(
+            goal_id=gid, switch_id=n, caller=OWNER, model=model, agent=agent, resume=draw(st.booleans())
+        )
     if kind == "outcome":
         flight = goal.state.switch_in_flight
         results = st.sampled_from(["applied", "next-prompt", "rejected", "unsupported"])
-        return c.RecordSwitchOutcome(goal_id=gid, switch_id=flight.switch_id if flight else n,
-                                     model_result=draw(results), agent_result=draw(st.none() | results),
-                                     rolled_back=draw(st.sampled_from([None, True, False])))
+        return c.RecordSwitchOutcome(
+            goal_id=gid,
+            switch_id=flight.switch_id if flight else n,
+            model_result=draw(results),
+            agent_result=draw(st.none() | results),
+            rolled_back=draw(st.sampled_from([None, True, False])),
+        )
     if kind == "pending":
         return c.ApplyPendingSwitch(goal_id=gid, switch_id=n)
     if kind == "observe":
-        return c.ObserveProviderError(goal_id=gid, error={"statusCode": 429}, error_text=goal.state.last_error or "e",
-                                      source=draw(st.sampled_from(["session-error", "prompt-delivery"])),
-                                      expected_model=draw(st.sampled_from([None, *MODELS])))
+        return c.ObserveProviderError(
+            goal_id=gid,
+            error={"statusCode": 429},
+            error_text=goal.state.last_error or "e",
+            source=draw(st.sampled_from(["session-error", "prompt-delivery"])),
+            expected_model=draw(st.sampled_from([None, *MODELS])),
+        )
     if kind == "fail":
         return c.RecordRunFailure(goal_id=gid, error_text="e")
     if kind == "pause":
@@ -204,8 +238,13 @@ def _command(draw: Any, goal: Goal) -> Any:
     if kind == "retry":
         return c.RetryGoal(goal_id=gid)
     if kind == "complete":
-        return c.CompleteGoal(goal_id=gid, summary="s", evidence="e", attempt_id=n,
-                              check_results=(c.CheckResult(command="t", exit_code=draw(st.sampled_from([0, 1]))),))
+        return c.CompleteGoal(
+            goal_id=gid,
+            summary="s",
+            evidence="e",
+            attempt_id=n,
+            check_results=(c.CheckResult(command="t", exit_code=draw(st.sampled_from([0, 1]))),),
+        )
     if kind == "force_complete":
         return c.ForceComplete(goal_id=gid)
     return c.ForceBlock(goal_id=gid)
@@ -217,8 +256,12 @@ def _scenario(draw: Any) -> tuple[Goal, list[tuple[Any, list[Event], GoalState, 
     usable = draw(st.lists(st.sampled_from(MODELS), unique=True, min_size=1))
     catalog = c.ModelCatalog(models={m: c.ModelInfo(usable=m in usable) for m in MODELS})
     goal.facts = msgspec.structs.replace(goal.facts, model_catalog=catalog)
-    goal.create(model="p/old", agent="old", workspace_write=False,
-                fallback_models=tuple(m for m in FALLBACKS if m in usable))
+    goal.create(
+        model="p/old",
+        agent="old",
+        workspace_write=False,
+        fallback_models=tuple(m for m in FALLBACKS if m in usable),
+    )
     goal.apply(g.GoalWorkerAssigned(goal_id="g1", worker_session_id="W"))
     steps = []
     for _ in range(draw(st.integers(1, 40))):
@@ -239,7 +282,9 @@ def test_decide_then_evolve_keeps_the_invariants(scenario: Any) -> None:
     goal, steps = scenario
     prepared: list[str] = []
     for command, events, before, after in steps:
-        assert not (after.pending_identity is not None and (after.model_pending or after.agent_pending)), command
+        assert not (after.pending_identity is not None and (after.model_pending or after.agent_pending)), (
+            command
+        )
         if after.config.model != before.config.model:
             assert any(isinstance(e, i.IdentitySwitchApplied) for e in events), command
         for e in events:
@@ -257,7 +302,9 @@ def test_decide_then_evolve_keeps_the_invariants(scenario: Any) -> None:
 
 
 def test_run_events_of_another_generation_are_anomalies_not_crashes() -> None:
-    state = fold([created, r.RunStarted(goal_id="g1", run_id="r1", generation=1, prompt_message_id="m",
-                                        turn_count=1)], initial("g1"))
+    state = fold(
+        [created, r.RunStarted(goal_id="g1", run_id="r1", generation=1, prompt_message_id="m", turn_count=1)],
+        initial("g1"),
+    )
     state = evolve(state, r.RunCompleted(goal_id="g1", run_id="r0", generation=0))
     assert state.phase == "running" and state.anomalies[-1].reason == "stale run"

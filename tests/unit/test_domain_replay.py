@@ -34,11 +34,16 @@ async def store(tmp_path: Path) -> AsyncIterator[LogStore]:
 
 async def _fill(store: LogStore, goal_id: str = "a", runs: int = 30) -> None:
     stream = f"goal-{goal_id}"
-    await store.append(stream, [new_event(g.GoalCreated(goal_id=goal_id, name="A", objective="o",
-                                                        owner_session_id="o"))], "no_stream")
+    await store.append(
+        stream,
+        [new_event(g.GoalCreated(goal_id=goal_id, name="A", objective="o", owner_session_id="o"))],
+        "no_stream",
+    )
     for n in range(1, runs + 1):
         batch = [
-            r.RunStarted(goal_id=goal_id, run_id=f"r{n}", generation=n, prompt_message_id=f"m{n}", turn_count=n),
+            r.RunStarted(
+                goal_id=goal_id, run_id=f"r{n}", generation=n, prompt_message_id=f"m{n}", turn_count=n
+            ),
             g.GoalUsageAccounted(goal_id=goal_id, message_ids=(f"a{n}",), token_delta=10, cost_delta=0.01),
             r.RunCompleted(goal_id=goal_id, run_id=f"r{n}", generation=n),
         ]

@@ -16,15 +16,27 @@ from ._engine_harness import Rig, rig
 pytestmark = pytest.mark.anyio
 
 
-async def _fire(r: Rig, goal_id: str, *, evidence: str = "[command \"t\" exited exitCode=7] tail-bytes-here") -> None:
+async def _fire(
+    r: Rig, goal_id: str, *, evidence: str = '[command "t" exited exitCode=7] tail-bytes-here'
+) -> None:
     await r.store.append(
         "command-c1",
         [
-            new_event(cmd.CommandStarted(command_id="c1", title="t", command="sleep", cwd="/",
-                                         started_at="2026-12-02T00:00:00.000000Z")),
+            new_event(
+                cmd.CommandStarted(
+                    command_id="c1",
+                    title="t",
+                    command="sleep",
+                    cwd="/",
+                    started_at="2026-12-02T00:00:00.000000Z",
+                )
+            ),
             new_event(cmd.AwaitRequested(command_id="c1", goal_id=goal_id)),
-            new_event(cmd.AwaitFired(command_id="c1", goal_id=goal_id, status="exited", exit_code=7,
-                                     evidence=evidence)),
+            new_event(
+                cmd.AwaitFired(
+                    command_id="c1", goal_id=goal_id, status="exited", exit_code=7, evidence=evidence
+                )
+            ),
         ],
         "no_stream",
     )
@@ -37,7 +49,9 @@ async def test_an_await_wakes_an_active_goal_with_its_evidence_once(tmp_path: Pa
         await _fire(r, gid)
         await r.engine.catch_up()
         prompts = await r.prompts(sid)
-        assert len(prompts) == 2 and "- [worker] [command \"t\" exited exitCode=7] tail-bytes-here" in prompts[1]
+        assert (
+            len(prompts) == 2 and '- [worker] [command "t" exited exitCode=7] tail-bytes-here' in prompts[1]
+        )
         assert (await r.state(gid)).inbox == ()
         # a second engine reading the same log (a restart) neither records nor sends anything again
         again = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
@@ -93,8 +107,9 @@ async def test_a_prompt_delivered_just_before_a_crash_is_not_resent_and_its_inbo
         await r.ops.service.execute(c.SendInput(goal_id=gid, input_id="in-1", text="use pnpm"), Ctx.new())
         state = await r.state(gid)
         # the turn was recorded and its prompt delivered, then the process died before recording the delivery
-        await r.ops.service.execute(c.StartRun(goal_id=gid, run_id="run-x", prompt_message_id="msg_x", kind="bare"),
-                                    Ctx.new())
+        await r.ops.service.execute(
+            c.StartRun(goal_id=gid, run_id="run-x", prompt_message_id="msg_x", kind="bare"), Ctx.new()
+        )
         await r.host.prompt(sid, "[user] use pnpm", prompt_id="msg_x")
         assert [i.input_id for i in (await r.state(gid)).inbox] == ["in-1"] and state.inbox
         fresh = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))

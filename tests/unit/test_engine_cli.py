@@ -60,7 +60,9 @@ def test_owner_operations_print_the_reference_messages(env: Path, capsys: pytest
     assert 'Goal "g" already complete.' in capsys.readouterr().err
 
 
-def test_bad_input_is_one_line_with_the_usage_exit_code(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line_with_the_usage_exit_code(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     _create(capsys)
     session = _session(env)
     assert main("sim", "fail", session, "--error", "{not json") == EXIT_USAGE

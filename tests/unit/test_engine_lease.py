@@ -62,14 +62,18 @@ async def test_the_fence_refuses_a_write_of_an_old_holder_even_without_its_check
         gid, sid = await r.started()
         old = Lease(r.store, "old", r.clock, ttl_ms=5_000)
         assert await old.try_acquire() is None
-        engine = Engine(FencedStore(r.store, old), r.host, r.clock, EngineConfig(confirm_idle_ms=0))  # no guard
+        engine = Engine(
+            FencedStore(r.store, old), r.host, r.clock, EngineConfig(confirm_idle_ms=0)
+        )  # no guard
         await engine.start()
         await r.host.reply(sid)
         await engine.on_host_event(r.seen.pop(0))  # the answer: usage accounted, fenced with token 1
         fences = [e async for e in r.store.read_stream("engine-lease") if e.type == "engine.fenced"]
         assert fences and fences[-1].data_dict()["token"] == 1
         r.clock.advance(6)
-        assert await Lease(r.store, "new", r.clock).try_acquire() is None  # the old holder stalled; taken over
+        assert (
+            await Lease(r.store, "new", r.clock).try_acquire() is None
+        )  # the old holder stalled; taken over
 
         async def paused_between_check_and_write() -> None:
             """Every check passes: the old holder checked just before the takeover, then wrote after it."""
@@ -80,7 +84,9 @@ async def test_the_fence_refuses_a_write_of_an_old_holder_even_without_its_check
         with pytest.raises(LeaseLostError):
             for event in list(r.seen):
                 await engine.on_host_event(event)
-        assert await r.store.head() == head  # the idle candidate it decided never landed: the transaction refused
+        assert (
+            await r.store.head() == head
+        )  # the idle candidate it decided never landed: the transaction refused
         assert len(await r.prompts(sid)) == 1
 
 
@@ -118,12 +124,16 @@ async def test_a_multi_stream_write_is_fenced_too_and_refused_after_a_takeover(t
         lease = Lease(r.store, "one", r.clock, ttl_ms=5_000)
         assert await lease.try_acquire() is None
         fenced = FencedStore(r.store, lease)
-        step = [("a", [NewEvent(type="goal.nudged", data={"goal_id": "a"})]),
-                ("b", [NewEvent(type="goal.nudged", data={"goal_id": "b"})])]
+        step = [
+            ("a", [NewEvent(type="goal.nudged", data={"goal_id": "a"})]),
+            ("b", [NewEvent(type="goal.nudged", data={"goal_id": "b"})]),
+        ]
         first, second = await fenced.append_many(step)
         assert (first[0].stream, second[0].stream) == ("a", "b")
         fences = [e async for e in r.store.read_stream("engine-lease") if e.type == "engine.fenced"]
-        assert len(fences) == 1 and fences[0].position == second[0].position + 1  # one transaction, contiguous
+        assert (
+            len(fences) == 1 and fences[0].position == second[0].position + 1
+        )  # one transaction, contiguous
         assert await fenced.append_many(step) == [first, second]  # a retry writes nothing and needs no fence
         r.clock.advance(6)
         assert await Lease(r.store, "new", r.clock).try_acquire() is None

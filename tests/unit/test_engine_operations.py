@@ -28,7 +28,11 @@ async def test_s29_a_rejected_completion_gives_a_free_retry_with_the_verdict(tmp
         assert not result.ok and result.status == "active"
         assert result.message == "Evaluator rejected completion. Fix the issues above and try again."
         state = await r.state(gid)
-        assert (state.evaluator_rejection_count, state.free_retry_pending, state.budget_turn_count) == (1, True, 1)
+        assert (state.evaluator_rejection_count, state.free_retry_pending, state.budget_turn_count) == (
+            1,
+            True,
+            1,
+        )
         await r.host.reply(sid)
         await r.pump()
         await r.advance(0)
@@ -178,7 +182,9 @@ async def test_retry_switch_and_inspect_through_the_python_api(tmp_path: Path) -
         assert (await r.ops.inspect(gid)).agent_pending is not None
 
 
-async def test_a_notice_whose_cause_was_recorded_without_an_engine_is_delivered_once_at_start(tmp_path: Path) -> None:
+async def test_a_notice_whose_cause_was_recorded_without_an_engine_is_delivered_once_at_start(
+    tmp_path: Path,
+) -> None:
     from loopd_es.app.service import Ctx
     from loopd_es.domain import goal_commands as c
     from loopd_es.engine.core import Engine
@@ -187,7 +193,9 @@ async def test_a_notice_whose_cause_was_recorded_without_an_engine_is_delivered_
         gid = await r.create()
         other = await r.create("h", workspace_write=False)
         # recorded by a process that crashed before asking for the notice
-        await r.ops.service.execute(c.BlockGoal(goal_id=gid, reason="no network", needed="connect me"), Ctx.new())
+        await r.ops.service.execute(
+            c.BlockGoal(goal_id=gid, reason="no network", needed="connect me"), Ctx.new()
+        )
         await r.ops.force_block(other)  # the owner's own block is not told back to them
         assert await r.host.notifications() == []
         for _ in range(2):

@@ -56,7 +56,12 @@ async def _play(r: Rig, sid: str, actions: list[tuple[str, bool, int]]) -> None:
 # found by this test: a second answer to the same prompt used to overwrite the first one's usage in the host
 @example(actions=[("reply", False, 2), ("reply", False, 1)], interactive=False, max_turns=0, confirm_ms=500)
 @settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(actions=ACTIONS, interactive=st.booleans(), max_turns=st.integers(0, 4), confirm_ms=st.sampled_from([0, 500]))
+@given(
+    actions=ACTIONS,
+    interactive=st.booleans(),
+    max_turns=st.integers(0, 4),
+    confirm_ms=st.sampled_from([0, 500]),
+)
 def test_the_engine_keeps_its_promises_whatever_the_worker_does(
     actions: list[tuple[str, bool, int]], interactive: bool, max_turns: int, confirm_ms: int
 ) -> None:
@@ -71,7 +76,9 @@ def test_the_engine_keeps_its_promises_whatever_the_worker_does(
                 started = [e.data_dict()["prompt_message_id"] for e in envelopes if e.type == "run.started"]
                 sent = [p.prompt_id for p in (await r.host.snapshot()).prompts if p.session_id == sid]
                 assert sorted(sent) == sorted(started) and len(set(sent)) == len(sent)
-                answers = [m for m in await r.host.messages(sid, limit=400) if m.role == "assistant" and m.completed]
+                answers = [
+                    m for m in await r.host.messages(sid, limit=400) if m.role == "assistant" and m.completed
+                ]
                 assert state.tokens_used <= sum(m.input + m.output for m in answers)
                 assert len(state.accounted_message_ids) == len(set(state.accounted_message_ids))
                 if interactive:

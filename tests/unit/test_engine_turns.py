@@ -69,7 +69,9 @@ async def test_s12_a_newer_user_prompt_is_outside_the_window(tmp_path: Path) -> 
         assert len(events) == 1 and events[0].data_dict()["reason"] == "prompt-outside-window"
 
 
-async def test_s13_the_completion_event_anchors_the_turn_even_when_the_prompt_scrolled_away(tmp_path: Path) -> None:
+async def test_s13_the_completion_event_anchors_the_turn_even_when_the_prompt_scrolled_away(
+    tmp_path: Path,
+) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
         gid, sid = await r.started()
         await r.host.reply(sid, idle=False)  # message.updated with the completion: the anchor
@@ -168,7 +170,9 @@ async def test_s19_token_budget_at_idle_stops_without_a_notice(tmp_path: Path) -
 async def test_s21_usage_is_accounted_once_per_message(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
         gid, sid = await r.started()
-        await r.host.reply(sid, input=10, output=5, cost=0.01)  # message.updated, then the transcript at confirm
+        await r.host.reply(
+            sid, input=10, output=5, cost=0.01
+        )  # message.updated, then the transcript at confirm
         await r.pump()
         await r.advance(0)
         state = await r.state(gid)
@@ -294,7 +298,9 @@ async def test_idle_but_unconfirmable_for_five_minutes_is_reported_once(tmp_path
         events = [e async for e in r.store.read_stream(f"goal-{gid}") if e.type == "run.stuck"]
         assert len(events) == 1 and events[0].data_dict()["watchdog"] == "idle-unconfirmed"
         notes = [n.text for n in await r.host.notifications()]
-        assert len(notes) == 1 and "worker is idle but its turn will not confirm (unconfirmed for 6m" in notes[0]  # 400 s after the failure
+        assert (
+            len(notes) == 1 and "worker is idle but its turn will not confirm (unconfirmed for 6m" in notes[0]
+        )  # 400 s after the failure
         assert "run.recovered" not in await r.types(gid)
 
 
@@ -308,7 +314,9 @@ async def test_s14_only_messages_of_the_running_prompt_count_as_its_activity(tmp
         assert sid is not None and prompt is not None
 
         def answer(message_id: str, parent: str, completed: bool = False) -> MessageUpdated:
-            message = TranscriptMessage(message_id=message_id, role="assistant", parent_id=parent, completed=completed)
+            message = TranscriptMessage(
+                message_id=message_id, role="assistant", parent_id=parent, completed=completed
+            )
             return MessageUpdated(session_id=sid, message=message)
 
         assert await r.engine.on_host_event(answer("assistant-current", prompt)) is True
@@ -426,7 +434,9 @@ async def test_compaction_applies_a_pending_switch_first(tmp_path: Path) -> None
         assert state.config.agent == "plan" and state.agent_pending is None and state.phase == "idle"
 
 
-async def test_parts_of_the_running_answer_are_activity_and_a_v2_success_anchors_the_turn(tmp_path: Path) -> None:
+async def test_parts_of_the_running_answer_are_activity_and_a_v2_success_anchors_the_turn(
+    tmp_path: Path,
+) -> None:
     from loopd_es.host.events import ExecutionSucceeded, MessagePartUpdated, MessageUpdated, TranscriptMessage
 
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
@@ -456,7 +466,9 @@ async def test_a_compaction_cut_by_a_crash_is_closed_and_the_goal_goes_on(tmp_pa
         await r.host.reply(sid)
         await r.pump()
         state = await r.state(gid)
-        await r.store.append(f"goal-{gid}", [new_event(CompactionStarted(goal_id=gid, run_count=1))], state.version)
+        await r.store.append(
+            f"goal-{gid}", [new_event(CompactionStarted(goal_id=gid, run_count=1))], state.version
+        )
         assert (await r.state(gid)).phase == "compacting"  # and then the engine died
         for _ in range(2):
             r.engine.next_maintenance = r.clock.now()
@@ -477,7 +489,9 @@ async def test_an_interactive_goal_still_has_its_budget_enforced(tmp_path: Path)
         assert len(await r.prompts(sid)) == 1
 
 
-async def test_each_maintenance_pass_calls_the_due_schedules_hook_with_the_engine_time(tmp_path: Path) -> None:
+async def test_each_maintenance_pass_calls_the_due_schedules_hook_with_the_engine_time(
+    tmp_path: Path,
+) -> None:
     from datetime import datetime
 
     async with rig(tmp_path) as r:
@@ -503,4 +517,7 @@ async def test_the_stuck_notice_names_the_status_the_worker_reported(tmp_path: P
         r.engine.next_maintenance = r.clock.now()
         await r.advance(0)
         notes = [n.text for n in await r.host.notifications()]
-        assert len(notes) == 1 and "no activity for 10m while reporting retry, lease expired. The goal" in notes[0]
+        assert (
+            len(notes) == 1
+            and "no activity for 10m while reporting retry, lease expired. The goal" in notes[0]
+        )

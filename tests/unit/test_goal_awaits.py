@@ -31,8 +31,15 @@ def _waiting_command(url: str, goal_id: str) -> None:
             await store.append(
                 "command-c1",
                 [
-                    new_event(cmd.CommandStarted(command_id="c1", title="t", command="sleep", cwd="/",
-                                                 started_at="2026-12-02T00:00:00.000000Z")),
+                    new_event(
+                        cmd.CommandStarted(
+                            command_id="c1",
+                            title="t",
+                            command="sleep",
+                            cwd="/",
+                            started_at="2026-12-02T00:00:00.000000Z",
+                        )
+                    ),
                     new_event(cmd.AwaitRequested(command_id="c1", goal_id=goal_id)),
                 ],
                 "no_stream",
@@ -44,7 +51,10 @@ def _waiting_command(url: str, goal_id: str) -> None:
 def _events(url: str, stream: str) -> list[tuple[str, str | None, str | None, str]]:
     async def read() -> list[tuple[str, str | None, str | None, str]]:
         async with await open_store(url) as store:
-            return [(e.type, e.causation_id, e.correlation_id, e.event_id) async for e in store.read_stream(stream)]
+            return [
+                (e.type, e.causation_id, e.correlation_id, e.event_id)
+                async for e in store.read_stream(stream)
+            ]
 
     return anyio.run(read)
 

@@ -59,8 +59,13 @@ async def test_a_prompt_answered_by_the_worker_reports_what_a_real_host_does() -
     events = await _collect(host, 7, act)
     kinds = [type(e) for e in events]
     assert kinds == [
-        MessageUpdated, SessionStatusChanged, ToolCallStarted, ToolCallEnded, MessageUpdated,
-        SessionStatusChanged, SessionIdle,
+        MessageUpdated,
+        SessionStatusChanged,
+        ToolCallStarted,
+        ToolCallEnded,
+        MessageUpdated,
+        SessionStatusChanged,
+        SessionIdle,
     ]
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     first, answer = events[0], events[4]

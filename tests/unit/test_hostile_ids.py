@@ -23,7 +23,22 @@ TRAVERSAL = "../../../../../../victim"
 
 @pytest.mark.parametrize(
     "bad",
-    ["", ".", "..", "../x", "a/b", "/etc/passwd", "-rf", ".hidden", "a\x00b", "a b", "a\nb", "\x1b[2J", "é", "x" * 129],
+    [
+        "",
+        ".",
+        "..",
+        "../x",
+        "a/b",
+        "/etc/passwd",
+        "-rf",
+        ".hidden",
+        "a\x00b",
+        "a b",
+        "a\nb",
+        "\x1b[2J",
+        "é",
+        "x" * 129,
+    ],
 )
 def test_bad_ids_are_refused(bad: str) -> None:
     assert not is_valid_id(bad)
@@ -32,7 +47,9 @@ def test_bad_ids_are_refused(bad: str) -> None:
     assert "\n" not in str(e.value) and "\x1b" not in str(e.value) and "\x00" not in str(e.value)
 
 
-@pytest.mark.parametrize("good", ["g1", "goal-7", "c1222222-aaaa-4bbb-8ccc-000000000001", "a..b", "A_b.c", "x" * 128])
+@pytest.mark.parametrize(
+    "good", ["g1", "goal-7", "c1222222-aaaa-4bbb-8ccc-000000000001", "a..b", "A_b.c", "x" * 128]
+)
 def test_good_ids_pass(good: str) -> None:
     assert check_id("goal", good) == good
 
@@ -57,8 +74,15 @@ def _hostile_project(tmp_path: Path, command_id: str) -> Path:
     """A loopd project whose only command has ``command_id`` (otherwise the v9 fixture's first command)."""
     state = json.loads((PROJECTS / "v9_project" / ".opencode" / "loopd" / "state.json").read_text())
     cmd = dict(state["commands"][0], id=command_id)
-    doc = {"version": 9, "revision": 1, "goals": [], "runtimes": [], "commandLedger": [], "commands": [cmd],
-           "commandAwaits": []}
+    doc = {
+        "version": 9,
+        "revision": 1,
+        "goals": [],
+        "runtimes": [],
+        "commandLedger": [],
+        "commands": [cmd],
+        "commandAwaits": [],
+    }
     base = tmp_path / "proj" / ".opencode" / "loopd"
     base.mkdir(parents=True)
     (base / "state.json").write_text(json.dumps(doc))
@@ -109,7 +133,14 @@ def test_api_refuses_bad_ids_and_skips_hand_appended_streams(tmp_path: Path) -> 
 
     bad = "abcd/../../victim"
     code = main(
-        "--store", url, "append", "--stream", f"command-{bad}", "--type", "command.started", "--data",
+        "--store",
+        url,
+        "append",
+        "--stream",
+        f"command-{bad}",
+        "--type",
+        "command.started",
+        "--data",
         json.dumps({"command_id": bad, "title": "t", "command": "c", "cwd": "/", "started_at": "x"}),
     )
     assert code == 0
@@ -148,7 +179,9 @@ def test_goal_api_refuses_an_id_that_would_name_another_directory(tmp_path: Path
     anyio.run(go)
 
 
-@pytest.mark.parametrize("stream", ["../../escaped", "..", ".", "/etc/x", "a/../../b", "goal-\x00x", "%2e%2e%2Fx"])
+@pytest.mark.parametrize(
+    "stream", ["../../escaped", "..", ".", "/etc/x", "a/../../b", "goal-\x00x", "%2e%2e%2Fx"]
+)
 def test_snapshot_files_of_any_stream_name_stay_in_their_directory(tmp_path: Path, stream: str) -> None:
     """Stream names are not checked against the id shape (any log may hold any); snapshot names are quoted."""
     from loopd_es.replay.snapshots import SnapshotStore

@@ -41,13 +41,22 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_views_render_hostile_names_through_the_sanitiser(here: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_views_render_hostile_names_through_the_sanitiser(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The reported hole: ``goals`` printed a goal name's escape sequences raw."""
     assert main("goal", "create", EVIL_NAME, "--objective", EVIL_OBJECTIVE) == 0
     created = capsys.readouterr().out
     assert _clean(created), created
     gid = created.splitlines()[0].strip()
-    for argv in (("goals",), ("goal", "show", gid), ("history", gid), ("explain", gid), ("read",), ("replay",)):
+    for argv in (
+        ("goals",),
+        ("goal", "show", gid),
+        ("history", gid),
+        ("explain", gid),
+        ("read",),
+        ("replay",),
+    ):
         code = main(*argv)
         out, err = capsys.readouterr()
         assert code == 0, (argv, err)
@@ -55,7 +64,9 @@ def test_views_render_hostile_names_through_the_sanitiser(here: Path, capsys: py
         assert "evil" in out or argv[0] in ("explain", "read", "replay"), argv
 
 
-def test_errors_quoting_user_text_are_one_clean_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_errors_quoting_user_text_are_one_clean_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     url = f"sqlite:{tmp_path / 'ev.db'}"
     code = main("--store", url, "cmd", "start", "--watch-filter", "(\x1b[2J\n", "--", "true")
     err = capsys.readouterr().err

@@ -546,7 +546,10 @@ def test_a_directory_as_sqlite_store_is_one_storage_error(tmp_path: Path) -> Non
     """In a real process: no traceback from a background thread after the error line."""
     r = subprocess.run(
         [sys.executable, "-m", "loopd_es.cli", "--store", f"sqlite:{tmp_path}", "read"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode == 4, r
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
@@ -558,8 +561,21 @@ def test_a_repair_is_reported_once(tmp_path: Path) -> None:
     with (tmp_path / "torn.ndjson").open("ab") as f:
         f.write(b'{"position":2,"stre')
     r = subprocess.run(
-        [sys.executable, "-m", "loopd_es.cli", "--store", url, *APPEND_G1[:1], "--stream", "s", *APPEND_G1[3:]],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "loopd_es.cli",
+            "--store",
+            url,
+            *APPEND_G1[:1],
+            "--stream",
+            "s",
+            *APPEND_G1[3:],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode == 0, r
     assert r.stderr.count("repaired") == 1 and r.stderr.count("\n") == 1, r.stderr
@@ -571,8 +587,11 @@ def test_a_repair_is_reported_once(tmp_path: Path) -> None:
 def test_read_by_type_backwards_and_last(cli: Any, url: str) -> None:
     recorded = []
     for k in range(6):
-        recorded += seed(url, f"goal-{k % 2}", paused(f"g{k}") if k % 3 else NewEvent(type="goal.resumed",
-                                                                                 data={"goal_id": f"g{k}"}))
+        recorded += seed(
+            url,
+            f"goal-{k % 2}",
+            paused(f"g{k}") if k % 3 else NewEvent(type="goal.resumed", data={"goal_id": f"g{k}"}),
+        )
 
     def positions(*args: str) -> list[int]:
         r = cli("--store", url, "read", "--json", *args)
@@ -615,12 +634,19 @@ def test_the_help_overview_matches_the_command_modules_without_importing_them() 
         for action in build_parser(next(c for c, m in COMMAND_MODULES.items() if m == name))._actions:
             if isinstance(action, argparse._SubParsersAction):
                 registered.update(
-                    {a.dest: str(a.help) for a in action._choices_actions if COMMAND_MODULES.get(a.dest) == name}
+                    {
+                        a.dest: str(a.help)
+                        for a in action._choices_actions
+                        if COMMAND_MODULES.get(a.dest) == name
+                    }
                 )
     assert registered == COMMAND_HELP
     r = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "loopd_es.cli", "--help"],
-        capture_output=True, text=True, timeout=60, check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     assert all(name in r.stdout for name in COMMAND_HELP)
     imported = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if "|" in line}
@@ -628,7 +654,9 @@ def test_the_help_overview_matches_the_command_modules_without_importing_them() 
 
 
 @pytest.mark.parametrize("command", [("read",), ("verify",), ("streams",), APPEND_G1])
-def test_another_applications_database_is_refused_untouched(cli: Any, tmp_path: Path, command: tuple[str, ...]) -> None:
+def test_another_applications_database_is_refused_untouched(
+    cli: Any, tmp_path: Path, command: tuple[str, ...]
+) -> None:
     import sqlite3
 
     path = tmp_path / "other-app.db"

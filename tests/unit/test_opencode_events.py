@@ -14,13 +14,23 @@ NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
 def api_error(status: int, code: str, message: str, headers: dict[str, str]) -> dict[str, object]:
     body = json.dumps({"error": {"message": message, "type": code, "code": code}})
-    return {"name": "APIError", "data": {"message": message, "statusCode": status, "isRetryable": True,
-                                         "responseHeaders": headers, "responseBody": body}}
+    return {
+        "name": "APIError",
+        "data": {
+            "message": message,
+            "statusCode": status,
+            "isRetryable": True,
+            "responseHeaders": headers,
+            "responseBody": body,
+        },
+    }
 
 
 def test_a_quota_error_is_told_from_a_rate_limit_by_the_code_inside_the_response_body() -> None:
     quota = normalise_error(api_error(429, "insufficient_quota", "You exceeded your current quota", {}))
-    limit = normalise_error(api_error(429, "rate_limit_exceeded", "Rate limit exceeded", {"retry-after": "30"}))
+    limit = normalise_error(
+        api_error(429, "rate_limit_exceeded", "Rate limit exceeded", {"retry-after": "30"})
+    )
     assert quota["code"] == "insufficient_quota" and "responseBody" not in quota
     q, r = classify(quota, "session-error", NOW), classify(limit, "session-error", NOW)
     assert q is not None and q.kind == "quota"
@@ -37,12 +47,20 @@ def test_tool_parts_become_one_start_and_one_end_per_call() -> None:
     open_tools: dict[str, set[str]] = {}
 
     def part(status: str) -> dict[str, object]:
-        return {"sessionID": "ses_1", "part": {"type": "tool", "callID": "call_5", "state": {"status": status}}}
+        return {
+            "sessionID": "ses_1",
+            "part": {"type": "tool", "callID": "call_5", "state": {"status": status}},
+        }
 
-    events = [e for s in ("pending", "running", "running", "completed", "completed")
-              for e in translate_event("message.part.updated", part(s), open_tools, False)]
-    assert events == [ToolCallStarted(session_id="ses_1", call_id="call_5"),
-                      ToolCallEnded(session_id="ses_1", call_id="call_5")]
+    events = [
+        e
+        for s in ("pending", "running", "running", "completed", "completed")
+        for e in translate_event("message.part.updated", part(s), open_tools, False)
+    ]
+    assert events == [
+        ToolCallStarted(session_id="ses_1", call_id="call_5"),
+        ToolCallEnded(session_id="ses_1", call_id="call_5"),
+    ]
 
 
 def test_streamed_text_is_activity_only_when_the_throttle_lets_it_through() -> None:
@@ -55,15 +73,25 @@ def test_streamed_text_is_activity_only_when_the_throttle_lets_it_through() -> N
 
 
 def test_a_retry_status_keeps_the_providers_message_attempt_and_next_time() -> None:
-    props = {"sessionID": "ses_1", "status": {"type": "retry", "attempt": 2, "message": "Rate limit exceeded",
-                                              "next": 1796237854801}}
+    props = {
+        "sessionID": "ses_1",
+        "status": {"type": "retry", "attempt": 2, "message": "Rate limit exceeded", "next": 1796237854801},
+    }
     assert translate_event("session.status", props, {}, False) == [
-        SessionStatusChanged(session_id="ses_1", status="retry", message="Rate limit exceeded", attempt=2,
-                             next_at_ms=1796237854801)
+        SessionStatusChanged(
+            session_id="ses_1",
+            status="retry",
+            message="Rate limit exceeded",
+            attempt=2,
+            next_at_ms=1796237854801,
+        )
     ]
     limit = classify({"message": "Rate limit exceeded"}, "session-error", NOW)
-    quota = classify({"message": "You exceeded your current quota, please check your plan and billing details."},
-                     "session-error", NOW)
+    quota = classify(
+        {"message": "You exceeded your current quota, please check your plan and billing details."},
+        "session-error",
+        NOW,
+    )
     assert limit is not None and limit.kind == "rate-limit"
     assert quota is not None and quota.kind == "quota"
 

@@ -26,8 +26,19 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _create(capsys: pytest.CaptureFixture[str], *extra: str) -> str:
-    code = main("goal", "create", "demo", "--objective", "do it", "--model", "p/old", "--agent", "old",
-                "--read-only", *extra)
+    code = main(
+        "goal",
+        "create",
+        "demo",
+        "--objective",
+        "do it",
+        "--model",
+        "p/old",
+        "--agent",
+        "old",
+        "--read-only",
+        *extra,
+    )
     out = capsys.readouterr().out.splitlines()
     assert code == 0 and out[1].startswith('Goal "demo" created and started in the background.')
     return out[0]
@@ -39,7 +50,9 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]
     return code, captured.out, captured.err
 
 
-def test_switch_deferred_then_applied_at_idle_via_a_prefix(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_switch_deferred_then_applied_at_idle_via_a_prefix(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gid = _create(capsys, "--fallback-model", "p/last")
     code, out, _ = _run(capsys, "goal", "switch-identity", gid[:8], "--model", "p/new", "--agent", "new")
     assert code == 0
@@ -52,7 +65,8 @@ def test_switch_deferred_then_applied_at_idle_via_a_prefix(env: Path, capsys: py
     code, out, _ = _run(capsys, "goal", "idle", gid[:8])
     assert code == 0
     assert out.splitlines() == [
-        "pending switch: Identity switched to p/new / new on the same worker/session.", "turn started"
+        "pending switch: Identity switched to p/new / new on the same worker/session.",
+        "turn started",
     ]
     code, out, _ = _run(capsys, "goal", "show", gid, "--json")
     row = json.loads(out)["goal"]
@@ -61,16 +75,28 @@ def test_switch_deferred_then_applied_at_idle_via_a_prefix(env: Path, capsys: py
 
 def test_applied_on_an_idle_interactive_goal(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gid = _create(capsys, "--interactive")
-    assert _run(capsys, "goal", "idle", gid)[1].strip().endswith("goal is interactive: the engine starts no turn "
-                                                                   "(pending switches wait for an explicit turn)")
+    assert (
+        _run(capsys, "goal", "idle", gid)[1]
+        .strip()
+        .endswith(
+            "goal is interactive: the engine starts no turn (pending switches wait for an explicit turn)"
+        )
+    )
     code, out, _ = _run(capsys, "goal", "switch-identity", gid, "--agent", "new")
-    assert code == 0 and out.splitlines()[-1] == "Identity switched to p/old / new on the same worker/session."
+    assert (
+        code == 0 and out.splitlines()[-1] == "Identity switched to p/old / new on the same worker/session."
+    )
 
 
-def test_rule_violations_exit_3_with_the_reference_message(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rule_violations_exit_3_with_the_reference_message(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gid = _create(capsys, "--interactive")
     code, _, err = _run(capsys, "goal", "switch-identity", gid, "--agent", "missing")
-    assert code == 3 and err.strip() == "loopd-es: Agent is unavailable. Discover agents with loopd_list_models first."
+    assert (
+        code == 3
+        and err.strip() == "loopd-es: Agent is unavailable. Discover agents with loopd_list_models first."
+    )
     code, _, err = _run(capsys, "goal", "switch-identity", gid)
     assert code == 3 and "At least one of model or agent is required." in err
     code, _, err = _run(capsys, "goal", "switch-identity", gid, "--model", "p/new", "--resume")
@@ -128,7 +154,9 @@ def test_observe_error_prepares_the_fallback(env: Path, capsys: pytest.CaptureFi
     assert b"SECRET" not in (env / "events.db").read_bytes()
 
 
-def test_a_crashed_switch_is_recovered_by_the_next_command(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_crashed_switch_is_recovered_by_the_next_command(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     gid = _create(capsys, "--interactive")
     _run(capsys, "goal", "idle", gid)
     arm(8)  # between the model and the agent host calls

@@ -15,8 +15,13 @@ from ._saga_harness import World, world
 
 pytestmark = pytest.mark.anyio
 
-RATE = {"data": {"statusCode": 429, "message": "secret diagnostic",
-                 "responseHeaders": {"authorization": "SECRET", "retry-after": "60"}}}
+RATE = {
+    "data": {
+        "statusCode": 429,
+        "message": "secret diagnostic",
+        "responseHeaders": {"authorization": "SECRET", "retry-after": "60"},
+    }
+}
 
 
 async def _observe(w: World, gid: str, error: Any = None, **kwargs: Any) -> list[str]:
@@ -26,9 +31,19 @@ async def _observe(w: World, gid: str, error: Any = None, **kwargs: Any) -> list
 
 @pytest.mark.parametrize(
     "error",
-    ["network rate limit", "authentication quota exceeded", "maximum context length exceeded", "cost budget limit",
-     "maxTurns reached", "paused", "quota information unknown", "request timeout", "Invalid API key",
-     {"statusCode": 401, "message": "quota exceeded"}, {"statusCode": 403, "message": "rate limited"}],
+    [
+        "network rate limit",
+        "authentication quota exceeded",
+        "maximum context length exceeded",
+        "cost budget limit",
+        "maxTurns reached",
+        "paused",
+        "quota information unknown",
+        "request timeout",
+        "Invalid API key",
+        {"statusCode": 401, "message": "quota exceeded"},
+        {"statusCode": 403, "message": "rate limited"},
+    ],
 )
 async def test_s59_not_limits_record_no_observation(tmp_path: Path, error: Any) -> None:
     async with world(tmp_path) as w:
@@ -43,7 +58,11 @@ async def test_s59_rate_limit_observed_without_secrets(tmp_path: Path) -> None:
         gid = await w.create()
         await _observe(w, gid)
         limit = (await w.state(gid)).last_provider_limit
-        assert limit is not None and (limit.kind, limit.status_code, limit.model) == ("rate-limit", 429, "p/old")
+        assert limit is not None and (limit.kind, limit.status_code, limit.model) == (
+            "rate-limit",
+            429,
+            "p/old",
+        )
         assert limit.retry_at == "2026-12-02T12:01:00.000Z"
         raw = b"".join(bytes(e.data) for e in await w.events())
         assert b"SECRET" not in raw and b"diagnostic" not in raw
@@ -64,15 +83,21 @@ async def test_s62_prompt_delivery_quota_prepares_then_the_retry_turn_applies_it
         await w.goals.idle(gid, Ctx.new())
         state = await w.state(gid)
         assert state.last_provider_limit is not None and state.last_provider_limit.source == "prompt-delivery"
-        assert state.model_pending is not None and (state.model_pending.model, state.model_pending.reason) == (
-            "p/new", "quota")
+        assert state.model_pending is not None and (
+            state.model_pending.model,
+            state.model_pending.reason,
+        ) == ("p/new", "quota")
         assert state.phase == "waiting_retry"
         assert (await w.goals.idle(gid, Ctx.new())).result == "waiting"  # backoff first
         w.clock.advance(3)
         turn = await w.goals.idle(gid, Ctx.new())
         assert turn.result == "started" and [r.outcome for r in turn.switches] == ["applied"]
         state = await w.state(gid)
-        assert state.config.model == "p/new" and state.model_last is not None and state.model_last.reason == "quota"
+        assert (
+            state.config.model == "p/new"
+            and state.model_last is not None
+            and state.model_last.reason == "quota"
+        )
         assert (await w.prompts(session))[-1].model == "p/new"
 
 

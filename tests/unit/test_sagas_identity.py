@@ -100,7 +100,10 @@ async def test_s49_unsupported_host_records_nothing_else(tmp_path: Path) -> None
 
 async def test_s51_next_prompt_host_reports_deferred_but_the_next_prompt_carries_it(tmp_path: Path) -> None:
     script = HostScript(
-        models=SCRIPT.models, agents=SCRIPT.agents, model_switching="next-prompt", agent_switching="next-prompt"
+        models=SCRIPT.models,
+        agents=SCRIPT.agents,
+        model_switching="next-prompt",
+        agent_switching="next-prompt",
     )
     async with world(tmp_path, script) as w:
         gid = await w.create(interactive=False)  # idle: run confirmed and the next turn started
@@ -150,7 +153,9 @@ async def test_s55_single_field_switches_never_wake_or_unpause(tmp_path: Path) -
         await w.host.set_status(session, "busy")
         report = await w.goals.switch_identity(gid, Ctx.new(), agent="new")
         state = await w.state(gid)
-        assert report.outcome == "deferred" and state.agent_pending is not None and state.config.agent == "old"
+        assert (
+            report.outcome == "deferred" and state.agent_pending is not None and state.config.agent == "old"
+        )
         await w.host.set_status(session, "idle")
         await w.goals.continue_turn(gid, Ctx.new(), explicit=True)
         assert (await w.prompts(session))[-1].agent == "new"

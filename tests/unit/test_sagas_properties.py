@@ -59,8 +59,15 @@ class SwitchMachine(RuleBasedStateMachine):
         self.sessions: dict[str, str] = {}
         for name, interactive in (("auto", False), ("manual", True)):
             state = self.call(
-                self.goals.create, name, "o", Ctx.new(), model="p/old", agent="old", workspace_write=False,
-                fallback_models=("p/new", "p/last"), interactive=interactive,
+                self.goals.create,
+                name,
+                "o",
+                Ctx.new(),
+                model="p/old",
+                agent="old",
+                workspace_write=False,
+                fallback_models=("p/new", "p/last"),
+                interactive=interactive,
             )
             self.ids[name], self.sessions[name] = state.goal_id, state.worker_session_id or ""
         self.manual_prompts = self.prompt_count("manual")
@@ -88,8 +95,12 @@ class SwitchMachine(RuleBasedStateMachine):
 
     # -- rules ------------------------------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(["auto", "manual"]), model=st.sampled_from((None, *MODELS)),
-          agent=st.sampled_from((None, *AGENTS)), crash=st.sampled_from((None, None, 1, 3, 5, 8, 12)))
+    @rule(
+        name=st.sampled_from(["auto", "manual"]),
+        model=st.sampled_from((None, *MODELS)),
+        agent=st.sampled_from((None, *AGENTS)),
+        crash=st.sampled_from((None, None, 1, 3, 5, 8, 12)),
+    )
     def switch(self, name: str, model: str | None, agent: str | None, crash: int | None) -> None:
         if model is None and agent is None:
             return
@@ -127,13 +138,19 @@ class SwitchMachine(RuleBasedStateMachine):
         self.call(self.goals.observe_error, self.ids[name], error, Ctx.new())
         assert self.prompt_count("manual") == before
 
-    @rule(op=st.sampled_from(("switch_model", "switch_agent", "prompt")),
-          kind=st.sampled_from(("rejected", "busy", "unavailable")))
+    @rule(
+        op=st.sampled_from(("switch_model", "switch_agent", "prompt")),
+        kind=st.sampled_from(("rejected", "busy", "unavailable")),
+    )
     def inject(self, op: str, kind: Any) -> None:
         counters = self.call(self.host.snapshot).counters
         if op == "prompt":
-            rule_ = FailureRule(op="prompt", error="provider", on_call=counters.get(op, 0) + 1,
-                                provider=ProviderErrorInfo(status_code=429))
+            rule_ = FailureRule(
+                op="prompt",
+                error="provider",
+                on_call=counters.get(op, 0) + 1,
+                provider=ProviderErrorInfo(status_code=429),
+            )
         else:
             rule_ = FailureRule(op=op, error=kind, on_call=counters.get(op, 0) + 1)  # type: ignore[arg-type]
         self.call(self.host.inject, rule_)
@@ -214,10 +231,13 @@ class SwitchMachine(RuleBasedStateMachine):
 
 
 SwitchMachine.TestCase.settings = settings(
-    max_examples=scaled(50), stateful_step_count=20,
+    max_examples=scaled(50),
+    stateful_step_count=20,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-test_switch_machine = pytest.mark.timeout(None if profile_name() == "thorough" else 60)(SwitchMachine.TestCase)
+test_switch_machine = pytest.mark.timeout(None if profile_name() == "thorough" else 60)(
+    SwitchMachine.TestCase
+)
 
 
 # -- sequences hypothesis found, replayed step by step (a state machine takes no ``@example``) ----------------
@@ -227,8 +247,10 @@ def _replay(steps: list[tuple[str, dict[str, Any]]]) -> None:
     """Run ``steps`` (rule name, arguments) on a fresh machine, checking every invariant after each step."""
     machine = SwitchMachine()
     checks = [
-        machine.recorded_identity_is_live_identity, machine.no_fallback_twice,
-        machine.interactive_goal_is_never_engine_prompted, machine.replay_equals_live,
+        machine.recorded_identity_is_live_identity,
+        machine.no_fallback_twice,
+        machine.interactive_goal_is_never_engine_prompted,
+        machine.replay_equals_live,
     ]
     try:
         for check in checks:
@@ -241,26 +263,32 @@ def _replay(steps: list[tuple[str, dict[str, Any]]]) -> None:
         machine.teardown()
 
 
-_FIVE_429S: list[tuple[str, dict[str, Any]]] = [("provider_error", {"name": "manual", "error": ERRORS[0]})] * 5
+_FIVE_429S: list[tuple[str, dict[str, Any]]] = [
+    ("provider_error", {"name": "manual", "error": ERRORS[0]})
+] * 5
 
 
 def test_found_a_refused_prompt_is_not_a_prompt_received() -> None:
     """Issue #10.1, first sequence: the model counted a turn whose prompt the host refused (model fixed)."""
-    _replay([
-        ("idle", {"name": "auto"}),
-        ("inject", {"op": "prompt", "kind": "rejected"}),
-        *_FIVE_429S,
-        ("switch", {"name": "auto", "model": None, "agent": None, "crash": None}),
-        ("retry", {"name": "manual"}),
-    ])
+    _replay(
+        [
+            ("idle", {"name": "auto"}),
+            ("inject", {"op": "prompt", "kind": "rejected"}),
+            *_FIVE_429S,
+            ("switch", {"name": "auto", "model": None, "agent": None, "crash": None}),
+            ("retry", {"name": "manual"}),
+        ]
+    )
 
 
 def test_found_retry_reports_a_refused_pending_switch() -> None:
     """Issue #10.1, second sequence: ``Goals.retry`` raised ``SwitchFailedError`` after recording (code fixed)."""
-    _replay([
-        ("idle", {"name": "auto"}),
-        ("inject", {"op": "switch_model", "kind": "rejected"}),
-        *_FIVE_429S,
-        ("switch", {"name": "auto", "model": "p/new", "agent": None, "crash": None}),
-        ("retry", {"name": "manual"}),
-    ])
+    _replay(
+        [
+            ("idle", {"name": "auto"}),
+            ("inject", {"op": "switch_model", "kind": "rejected"}),
+            *_FIVE_429S,
+            ("switch", {"name": "auto", "model": "p/new", "agent": None, "crash": None}),
+            ("retry", {"name": "manual"}),
+        ]
+    )

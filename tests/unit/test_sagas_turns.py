@@ -70,4 +70,9 @@ async def test_create_records_its_worker_on_the_goals_current_version(tmp_path: 
         state = await goals.create("g", "o", Ctx.new(), model="p/old", agent="old", workspace_write=False)
         assert state.worker_session_id is not None and state.interactive and state.run_count == 1
         types = [e.type for e in await w.events(goal_stream(state.goal_id))]
-        assert types[:4] == ["goal.created", "goal.interactive_changed", "goal.worker_assigned", "run.started"]
+        assert types[:4] == [
+            "goal.created",
+            "goal.interactive_changed",
+            "goal.worker_assigned",
+            "run.started",
+        ]
