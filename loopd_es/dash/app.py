@@ -55,7 +55,27 @@ def bar(used: float, limit: float | None, width: int = 20) -> Text:
     return out
 
 
-LOOP_KEYS = ("task_id", "status", "interval", "next_due_at", "last_fired_at")
+def loop_cells(r: dict[str, Any]) -> tuple[Any, ...]:
+    """A ``loops`` row: times are epoch milliseconds in the read model."""
+    return (
+        safe(r.get("task_id"), 14),
+        safe(r.get("session_id"), 14),
+        r.get("mode") or "",
+        r.get("status") or "",
+        _ms(r.get("next_due_at")),
+        _ms(r.get("last_fired_at")),
+        str(r.get("fires", 0)),
+        str(r.get("missed", 0)),
+        safe(r.get("prompt"), 40),
+    )
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return ""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(value / 1000, UTC).strftime("%m-%d %H:%M:%S")
 
 
 def goal_cells(g: dict[str, Any]) -> tuple[Any, ...]:
@@ -195,7 +215,9 @@ class Dashboard(App[None]):
             "id", "name", "status", "phase", "model", "agent", "turns", "cost"
         )
         self.w("#command-table", DataTable).add_columns("id", "title", "status", "end", "goal", "started")
-        self.w("#loop-table", DataTable).add_columns("task", "status", "every", "next due", "last fire")
+        self.w("#loop-table", DataTable).add_columns(
+            "task", "session", "mode", "status", "next due", "last fire", "fires", "missed", "prompt"
+        )
         self.w("#notification-table", DataTable).add_columns("requested", "goal", "kind", "state", "text")
         self.w("#event-table", DataTable).add_columns("#", "recorded", "stream", "type")
         self.follow()
@@ -258,9 +280,7 @@ class Dashboard(App[None]):
         self.goal_id = fill(self.w("#goal-table", DataTable), goals, self.goal_id)
         commands = [(c["command_id"], command_cells(c)) for c in self.snap.commands]
         self.command_id = fill(self.w("#command-table", DataTable), commands, self.command_id)
-        loops = [
-            (str(r.get("task_id")), tuple(safe(r.get(k), 30) for k in LOOP_KEYS)) for r in self.snap.loops
-        ]
+        loops = [(str(r.get("task_id")), loop_cells(r)) for r in self.snap.loops]
         fill(self.w("#loop-table", DataTable), loops, None)
         notes = [(str(n.get("position")), note_cells(n)) for n in self.snap.notifications]
         fill(self.w("#notification-table", DataTable), notes, None)

@@ -50,6 +50,8 @@ class RunOptions:
     due_schedules: DueHook | None = None
     """Called with the engine's time on every maintenance pass (scheduled loops fire their due slots there)."""
     tool_api: Path | None = None
+    loops: bool = True
+    """Fire due /loop slots and goal schedules of every session (exactly once per slot, whoever else fires)."""
 
 
 Say = Callable[[str], None]
@@ -143,6 +145,8 @@ async def _serve(
     async with anyio.create_task_group() as tg:
         if options.tool_api is not None:
             await tg.start(_tools, options, store, host, clock, say)
+        if options.loops:
+            tg.start_soon(_loops, store, host, clock, options)
         tg.start_soon(pump_host)
         tg.start_soon(pump_log)
         tg.start_soon(wake_on_log)
@@ -171,6 +175,34 @@ async def _serve(
         finally:
             watch_stop.set()
             tg.cancel_scope.cancel()
+
+
+async def _loops(store: LogStore, host: EngineHost, clock: Clock, options: RunOptions) -> None:
+    """The scheduled loops, fired by the engine as ``loopd-es loop run --all-sessions`` would fire them.
+
+    A slot is claimed by an append at the session stream's expected version, so the engine and any other
+    runner never fire one slot twice; the engine's own lease fences its goal decisions, not these claims.
+    """
+    from ..errors import StorageError
+    from ..host.errors import HostError
+    from ..sched.runner import Scheduler
+
+    class _Ms:
+        def now_ms(self) -> int:
+            return int(clock.now().timestamp() * 1000)
+
+    ms = _Ms()
+    sched = Scheduler(
+        store, host, ms, claimer=f"engine-{options.holder}", all_sessions=True, owner=options.holder
+    )
+    while True:
+        try:
+            await sched.fire_due()
+        except (StorageError, HostError) as e:  # transient: the next tick re-reads and decides again
+            log.warning("loop tick failed, retrying: %s", e)
+        wake = sched.next_wake()
+        pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - ms.now_ms()) / 1000))
+        await anyio.sleep(pause)
 
 
 async def _tools(

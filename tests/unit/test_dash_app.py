@@ -188,3 +188,30 @@ async def test_a_missing_log_is_a_message_not_a_traceback(
     )
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+async def test_the_loops_tab_shows_a_task(workspace: Config, tmp_path: Path) -> None:
+    (tmp_path / "host.json").write_text('{"sessions": [{"id": "s1"}]}')
+    done = await anyio.run_process(
+        [
+            *workspace.cli,
+            "loop",
+            "--host",
+            f"sim:{tmp_path / 'host.json'}",
+            "--session",
+            "s1",
+            "--message-id",
+            "m1",
+            "add",
+            "5m",
+            "--jitter=false",
+            "check the deploy",
+        ],
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    app = Dashboard(workspace)
+    async with app.run_test(size=(120, 30)):
+        await wait_until(app, lambda: "check the deploy" in table_text(app, "#loop-table"))
+        text = table_text(app, "#loop-table")
+        assert "s1" in text and "active" in text
