@@ -25,6 +25,7 @@ from .lease import LeaseLostError
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
     from ..log.base import VerifyReport
+    from ..log.group_commit import Request
     from .lease import Lease
 
 
@@ -53,6 +54,15 @@ class FencedStore(LogStore):
             return await self.inner.append_many(checked)
         recorded = await self._fenced(checked)
         return recorded if recorded is not None else await self.inner.append_many(checked)
+
+    async def _submit(self, request: Request) -> list[Envelope]:
+        writes = [StreamWrite(part.stream, part.events, part.expected) for part in request.parts]
+        if any(w.stream == LEASE_STREAM for w in writes):
+            return [env for out in await self.inner.append_many(writes) for env in out]
+        recorded = await self._fenced(writes)
+        if recorded is None:
+            recorded = await self.inner.append_many(writes)
+        return [env for out in recorded for env in out]
 
     async def _fenced(self, writes: list[StreamWrite]) -> list[list[Envelope]] | None:
         """Append ``writes`` with this holder's fence in one transaction; ``None`` when every event was already

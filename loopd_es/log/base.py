@@ -42,7 +42,6 @@ class LogStore(abc.ABC):
 
     url: str
 
-    @abc.abstractmethod
     async def append(
         self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
     ) -> list[Envelope]:
@@ -59,6 +58,15 @@ class LogStore(abc.ABC):
         :raises UsageError: for an invalid stream name, event type or expected version.
         :raises StorageError: when the log cannot be written durably.
         """
+        from .group_commit import Request
+        from .validation import check_new_events
+
+        check_stream_name(stream)
+        expected_version = parse_expected_version(expected_version)
+        events = check_new_events(events)
+        if not events:
+            return []
+        return await self._submit(Request(stream, events, expected_version))
 
     async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
         """Append to several streams atomically: every write lands, or none does.
@@ -104,9 +112,12 @@ class LogStore(abc.ABC):
             start += len(events)
         return out
 
+    @abc.abstractmethod
     async def _submit(self, request: Request) -> list[Envelope]:
-        """Commit a validated request (all its parts or none) through the backend's group commit."""
-        raise NotImplementedError(f"{type(self).__name__} does not support append_many")
+        """Commit a validated request (all its parts or none), e.g. through the backend's group commit.
+
+        :data:`append` and :meth:`append_many` check and encode everything before they call it.
+        """
 
     @abc.abstractmethod
     def read_batches(

@@ -8,25 +8,22 @@ that run without awaiting, so it is atomic. Nothing is ever written to disk.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Final
 
 import anyio.lowlevel
 import msgspec
 
 from ..errors import LoopdError, StorageError, UsageError
-from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent, now_rfc3339
+from ..events.envelope import Envelope, now_rfc3339
 from .base import (
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
     check_expected_version,
-    check_stream_name,
-    parse_expected_version,
 )
 from .group_commit import GroupCommitter, Request
-from .validation import check_new_events
 
 _Raw: Final = msgspec.Raw
 
@@ -74,17 +71,6 @@ class MemoryLog(LogStore):
             raise StorageError(f"{self.url} is closed; open the store again")
 
     # -- writing ------------------------------------------------------------------------------------
-
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
-    ) -> list[Envelope]:
-        self._check_open()
-        check_stream_name(stream)
-        expected_version = parse_expected_version(expected_version)
-        events = check_new_events(events)
-        if not events:
-            return []
-        return await self._group.submit(Request(stream, events, expected_version))
 
     async def _submit(self, request: Request) -> list[Envelope]:
         self._check_open()

@@ -16,22 +16,19 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import anyio.lowlevel
 
 from ..errors import CorruptLogError, StoreUnavailableError, StreamNotFoundError, UsageError
-from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
 from .base import (
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
-    check_stream_name,
-    parse_expected_version,
 )
 from .group_commit import Request, prepare_path
 from .ndjson_files import event_id_key, id_time_range
@@ -40,7 +37,9 @@ from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, RECORD_FIELDS,
 from .ndjson_scan import IndexMismatch, Span, read_spans, scan
 from .ndjson_state import NdjsonState, Rec, log
 from .ndjson_write import Staged, stage_group, stage_import
-from .validation import check_new_events
+
+if TYPE_CHECKING:
+    from ..events.envelope import Envelope
 
 DURABILITY: Final = ("always", "batch", "none")
 _BATCH_SYNC_SECONDS: Final = 0.05
@@ -281,17 +280,6 @@ class NdjsonLog(NdjsonState, LogStore):
         return sorted(name for name, version in self._all_versions().items() if version > 0)
 
     # -- writing ------------------------------------------------------------------------------------
-
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
-    ) -> list[Envelope]:
-        self._check_usable()
-        check_stream_name(stream)
-        expected_version = parse_expected_version(expected_version)
-        events = check_new_events(events)
-        if not events:
-            return []
-        return await self._group.submit(Request(stream, events, expected_version))
 
     async def _submit(self, request: Request) -> list[Envelope]:
         self._check_usable()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -40,15 +40,13 @@ from ..errors import (
     StoreUnavailableError,
     UsageError,
 )
-from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent, now_rfc3339
+from ..events.envelope import Envelope, ExpectedVersion, now_rfc3339
 from .base import (
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
     check_expected_version,
-    check_stream_name,
-    parse_expected_version,
 )
 from .group_commit import GroupCommitter, Part, Request
 from .postgres_sql import (
@@ -64,7 +62,6 @@ from .postgres_sql import (
     STATEMENTS,
     TABLE,
 )
-from .validation import check_new_events
 
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _Raw: Final = msgspec.Raw
@@ -195,16 +192,6 @@ class PostgresLog(LogStore):
         return _translated(self._pool.connection(), self.url)
 
     # -- writing ------------------------------------------------------------------------------------
-
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
-    ) -> list[Envelope]:
-        check_stream_name(stream)
-        expected_version = parse_expected_version(expected_version)
-        events = check_new_events(events)
-        if not events:
-            return []
-        return await self._group.submit(Request(stream, events, expected_version))
 
     async def _submit(self, request: Request) -> list[Envelope]:
         return await self._group.submit(request)

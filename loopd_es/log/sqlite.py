@@ -20,25 +20,24 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
-from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
 from . import sqlite_ops as ops
 from .base import (
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
-    check_stream_name,
-    parse_expected_version,
 )
 from .group_commit import GroupCommitter, Request, prepare_path
-from .validation import check_new_events
+
+if TYPE_CHECKING:
+    from ..events.envelope import Envelope
 
 T = TypeVar("T")
 
@@ -142,16 +141,6 @@ class SqliteLog(LogStore):
         await self._run(ops.commit_group, group)
 
     # -- writing ------------------------------------------------------------------------------------
-
-    async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
-    ) -> list[Envelope]:
-        check_stream_name(stream)
-        expected_version = parse_expected_version(expected_version)
-        events = check_new_events(events)
-        if not events:
-            return []
-        return await self._group.submit(Request(stream, events, expected_version))
 
     async def _submit(self, request: Request) -> list[Envelope]:
         return await self._group.submit(request)

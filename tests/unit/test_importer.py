@@ -370,6 +370,12 @@ class _FailingStore(LogStore):
             raise StorageError("disk full (simulated)")
         return await self.inner.append(stream, events, expected_version)
 
+    async def _submit(self, request: Any) -> Any:
+        if any(part.stream == self.fail_on for part in request.parts):
+            raise StorageError("disk full (simulated)")
+        writes = [(part.stream, part.events, part.expected) for part in request.parts]
+        return [e for out in await self.inner.append_many(writes) for e in out]
+
     def read_batches(self, **kw: Any) -> AsyncIterator[Any]:
         return self.inner.read_batches(**kw)
 
