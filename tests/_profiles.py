@@ -44,4 +44,4 @@ def load() -> None:
 
 def scaled(n: int) -> int:
     """``n`` examples under ``dev``/``ci``, proportionally more under ``thorough``."""
-    return max(1, n * settings().max_examples // BASE_EXAMPLES)
+    return max(1, n * int(settings().max_examples) // BASE_EXAMPLES)

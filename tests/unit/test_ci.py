@@ -15,7 +15,9 @@ def _at(command: str) -> int:
 
 def test_types_and_lint_run_before_the_tests() -> None:
     tests = _at("python3 -m pip install -e '.[test]' && python3 -m pytest")
-    install = _at("python3 -m pip install -q -e '.[test,lint]'")
+    install = _at(
+        "python3 -m pip install -q -e '.[test,lint,bench]'"
+    )  # bench: mypy checks tools/ with their peer
     checks = [
         _at(c) for c in ("python3 -m mypy", "python3 -m ruff check .", "python3 -m ruff format --check .")
     ]
