@@ -221,6 +221,13 @@ class Dashboard(App[None]):
         self.w("#notification-table", DataTable).add_columns("requested", "goal", "kind", "state", "text")
         self.w("#event-table", DataTable).add_columns("#", "recorded", "stream", "type")
         self.follow()
+        # a command's output goes to its file, not to the log: while the pane shows it, read its tail twice a second
+        self.set_interval(0.5, self._output_tick)
+
+    async def _output_tick(self) -> None:
+        with contextlib.suppress(NoMatches):
+            if self.w("TabbedContent", TabbedContent).active == "commands" and self.command_id is not None:
+                await self.show_command()
 
     def w(self, selector: str, kind: type[W]) -> W:
         """A widget of the main screen, whichever screen (help, a dialog) is on top."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, Static, TabbedContent
 
 from loopd_es.cli import main as cli
 from loopd_es.dash.app import Config, Dashboard
@@ -215,3 +215,75 @@ async def test_the_loops_tab_shows_a_task(workspace: Config, tmp_path: Path) -> 
         await wait_until(app, lambda: "check the deploy" in table_text(app, "#loop-table"))
         text = table_text(app, "#loop-table")
         assert "s1" in text and "active" in text
+
+
+async def test_owner_keys_nudge_send_and_interactive(workspace: Config) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(app, lambda: app.refreshes > 0)
+        chosen = app.goal_id
+        before = {e.event_id for e in await events_of(workspace.store_url)}
+
+        async def new_types() -> set[str]:
+            return {e.type for e in await events_of(workspace.store_url) if e.event_id not in before}
+
+        await pilot.press("N")
+        with anyio.fail_after(20):
+            while "goal.nudged" not in await new_types():  # noqa: ASYNC110 - the CLI runs in another process
+                await anyio.sleep(0.1)
+        await pilot.press("s")
+        await wait_until(app, lambda: type(app.screen).__name__ == "InputScreen")
+        await pilot.press(*"look at the logs")
+        await pilot.press("enter")
+        with anyio.fail_after(20):
+            while not any(t.startswith("goal.input") for t in await new_types()):  # noqa: ASYNC110 - as above
+                await anyio.sleep(0.1)
+        await pilot.press("i")
+        await wait_until(
+            app, lambda: any(g["goal_id"] == chosen and g["interactive"] for g in app.snap.goals)
+        )
+
+
+async def test_the_events_tab_and_the_timeline_key(workspace: Config, tmp_path: Path) -> None:
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(app, lambda: app.refreshes > 0)
+        app.w("TabbedContent", TabbedContent).active = "events"
+        await wait_until(app, lambda: "goal.created" in table_text(app, "#event-table"))
+        app.w("TabbedContent", TabbedContent).active = "goals"
+        chosen = app.goal_id
+        assert chosen is not None
+        await pilot.press("o")
+        page = tmp_path / f"timeline-{chosen[:8]}.html"
+        with anyio.fail_after(20):
+            while not page.exists():  # noqa: ASYNC110 - written by the CLI in another process
+                await anyio.sleep(0.1)
+        assert "<html" in page.read_text().lower()
+
+
+async def test_the_commands_tab_shows_output_and_terminates(workspace: Config) -> None:
+    started = await anyio.run_process(
+        [*workspace.cli, "cmd", "start", "--title", "ticker", "--", "sh", "-c", "echo hello-dash; sleep 30"],
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    command_id = started.stdout.decode().split()[0]
+    app = Dashboard(workspace)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(app, lambda: "ticker" in table_text(app, "#command-table"))
+        app.w("TabbedContent", TabbedContent).active = "commands"
+
+        def detail() -> str:
+            rendered: Any = app.w("#command-detail", Static).render()
+            return str(rendered)
+
+        await wait_until(app, lambda: "hello-dash" in detail())  # the output tail, live
+        assert "sh -c" in detail()
+        await pilot.press("t")
+        await wait_until(
+            app,
+            lambda: any(
+                c["command_id"] == command_id and c["status"] != "running" for c in app.snap.commands
+            ),
+            within=30,
+        )
