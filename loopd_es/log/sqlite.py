@@ -51,7 +51,7 @@ class SqliteLog(LogStore):
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self.url = f"sqlite:{path}"
-        self._conn = conn
+        self._db = conn
         self._limiter = anyio.CapacityLimiter(1)
         self._group = GroupCommitter(self._commit, self._commit_now)
         self._closed = False
@@ -108,9 +108,9 @@ class SqliteLog(LogStore):
     def _waiting(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         """On the worker thread: restore the busy timeout an inline commit lowered, then run ``fn``."""
         if not self._waits:
-            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._waits = True
-        return fn(self._conn, *args)
+        return fn(self._db, *args)
 
     def _commit_now(self, group: list[Request]) -> bool:
         """Commit on the event-loop thread when the connection is idle and the write lock is free.
@@ -122,7 +122,7 @@ class SqliteLog(LogStore):
             raise StorageError(f"{self.url} is closed; open the store again")
         if self._in_flight:
             return False
-        conn = self._conn
+        conn = self._db
         if self._waits:  # lowered once for a run of inline commits; every thread call restores it first
             conn.execute("PRAGMA busy_timeout = 0")
             self._waits = False
@@ -232,4 +232,4 @@ class SqliteLog(LogStore):
         with anyio.CancelScope(shield=True):
             async with self._limiter:  # after any call still running on the worker thread
                 self._closed = True
-                self._conn.close()
+                self._db.close()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from loopd_es.domain.provider_limit import classify
 from loopd_es.host.events import SessionStatusChanged, ToolCallEnded, ToolCallStarted
-from loopd_es.host.opencode import normalise_error, translate_event
+from loopd_es.host.opencode_events import normalise_error, translate_event
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
