@@ -10,6 +10,7 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -145,25 +146,27 @@ def _setup_once(conn: sqlite3.Connection, where: str, synchronous: str, create: 
     if not create:
         raise LogNotFoundError(where)
     _switch_to_wal(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(conn):
         if check_log(conn, where) is False:  # another process may have created it meanwhile
             conn.execute(_SCHEMA)
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
 
 
 def _add_checksums(conn: sqlite3.Connection, where: str) -> None:
     """Give a log written before checksums its ``crc`` column, computed from each row as it stands (once)."""
     conn.create_function("loopd_crc", 10, row_crc, deterministic=True)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+    with _write_transaction(conn):
         if check_log(conn, where) is None:  # another writer may have done it meanwhile
             conn.execute(_ADD_CRC)
             conn.execute(f"UPDATE events SET crc = loopd_crc({COLUMNS})")
+
+
+@contextmanager
+def _write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any error (schema set-up and upgrades)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
