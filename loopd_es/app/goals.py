@@ -46,9 +46,10 @@ class Goals:
         self.switches = SwitchSaga(service)
         self.turns = TurnStarter(service, self, guard)
 
-    async def recover(self, ctx: Ctx | None = None) -> list[SwitchReport]:
-        """Settle the switch sagas a crashed process left open (run before any other use case)."""
-        return await recover(self.service, ctx or Ctx.new())
+    async def recover(self, ctx: Ctx | None = None, *, only: str | None = None) -> list[SwitchReport]:
+        """Settle the switch sagas a crashed process left open (run before any other use case); of one goal
+        with ``only`` (a shared engine, when it claims the goal)."""
+        return await recover(self.service, ctx or Ctx.new(), only=only)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 

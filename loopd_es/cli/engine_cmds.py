@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``run``, ``notifications``, ``owner``, ``worker`` and ``sim`` to the ``loopd-es`` parser."""
     p = sub.add_parser(
         "run",
-        help="run the engine: goals advance by themselves (one engine per log; others stand by)",
+        help="run the engine: goals advance by themselves (one engine per log, others stand by; or --shared)",
         description="Run the engine in the foreground: it follows the log, reacts to the host's events, runs "
         "timers and maintenance, and delivers notifications. Stop it with Ctrl-C or SIGTERM.",
     )
@@ -50,6 +50,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="FILE",
         help="serve the OpenCode tools at the address in FILE (default: .opencode/loopd/engine.json when it "
         "exists; written by `loopd-es opencode install`)",
+    )
+    p.add_argument(
+        "--shared",
+        action="store_true",
+        help="run as one of many engines sharing this log's goals (each goal is claimed by one engine; a "
+        "stopped or killed engine's goals are taken over once its membership runs out)",
     )
     p.add_argument("--lease-ms", type=int, default=15_000, help="lease length (default 15000)")
     p.add_argument(
@@ -168,6 +174,7 @@ async def _run(args: argparse.Namespace) -> int:
         lease_ms=args.lease_ms,
         directory=os.getcwd(),
         tool_api=_tool_api(args.tool_api),
+        shared=args.shared,
     )
     stop = anyio.Event()
 

@@ -76,7 +76,7 @@ COMMAND_HELP: dict[str, str] = {
     "import-loopd": "import an opencode-loopd project (state.json + events.ndjson) into the log",
     "cmd": "command sessions: long-running processes in a PTY",
     "demo": "play a short scripted story (switches, a 429 and fallback, a rollback, a budget stop)",
-    "run": "run the engine: goals advance by themselves (one engine per log; others stand by)",
+    "run": "run the engine: goals advance by themselves (one engine per log, others stand by; or --shared)",
     "notifications": "owner notifications and whether they were delivered",
     "owner": "owner operations: nudge, send, force-complete, force-block, abort",
     "worker": "worker tools: get, progress, complete (runs the checks), block",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -47,6 +48,7 @@ from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
+from .shares import SHARE_TYPES, GoalLostError, Shares, acting_for
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -100,8 +102,12 @@ class Engine:
         directory: str = ".",
         owner: str = "engine",
         guard: Guard | None = None,
+        shares: Shares | None = None,
     ) -> None:
         self.store = store
+        self.shares = shares
+        """Shared mode (``loopd-es run --shared``): the goals this member holds; ``None`` when it runs them all."""
+        self.read_types = (*ENGINE_TYPES, *SHARE_TYPES) if shares is not None else ENGINE_TYPES
         self.host = host
         self.clock = clock
         self.config = config or EngineConfig()
@@ -109,7 +115,7 @@ class Engine:
         self.guard = guard or no_guard
         self.goals = Goals(self.service, self.guard)
         self.turns = self.goals.turns
-        self.outbox = Outbox(store, host, clock, self.guard)
+        self.outbox = Outbox(store, host, clock, self.guard, owns=self.owns)
         self.tracker = Tracker()
         self.position = 0
         self.next_maintenance: datetime | None = None
@@ -118,17 +124,28 @@ class Engine:
         self._reactions: list[Envelope] = []
         self.queued_wakes: set[str] = set()
         """Await evidence already in some goal's inbox (a replayed fire event records nothing again)."""
+        self.unqueued_fires: dict[str, Envelope] = {}
+        """Shared mode: fired awaits of goals another member holds, until their evidence is queued (an adopter
+        reacts to those its predecessor did not get to)."""
         from .awaits import AwaitWaker
         from .maintenance import Maintenance
 
         self.awaits = AwaitWaker(self)
         self.maintenance = Maintenance(self)
 
+    def owns(self, goal_id: str) -> bool:
+        """Whether this engine acts for the goal: always, unless it is one member of a shared group."""
+        return self.shares is None or self.shares.owns(goal_id)
+
     # -- the log -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Read the whole log (trackers, timers, outbox), then repair what a crash left half done."""
         await self.catch_up(react=False)  # first finish turns a crash interrupted, then replay reactions
+        if self.shares is not None:  # a member holds nothing yet: each goal is recovered when claimed (adopt)
+            self._reactions.clear()
+            self.next_maintenance = self.clock.now()
+            return
         ctx = Ctx.new()
         await self.goals.recover(ctx)  # identity switches a crash left open, settled from the host's truth
         for goal_id in list(self.tracker.goals):
@@ -146,21 +163,35 @@ class Engine:
         their rows, not a decode.
         """
         seen = 0
-        async for env in self.store.read_all(self.position + 1, types=ENGINE_TYPES):
+        async for env in self.store.read_all(self.position + 1, types=self.read_types):
             self._observe(env)
             self.position = env.position
             seen += 1
         while react and self._reactions:
             pending, self._reactions = self._reactions, []
             for env in pending:
-                if env.type in NOTICE_TYPES:
-                    await self.notice(env)
-                else:
-                    await self.awaits.react(env)
+                try:
+                    await self._react(env)
+                except GoalLostError as e:  # a shared engine lost the goal meanwhile: its new holder reacts
+                    log.info("%s", e)
             seen += await self.catch_up()
         return seen
 
+    async def _react(self, env: Envelope) -> None:
+        if env.type in NOTICE_TYPES:
+            await self.notice(env)
+            return
+        goal_id = env.data_dict().get("goal_id")
+        if not isinstance(goal_id, str) or self.owns(goal_id):
+            with acting_for(goal_id) if isinstance(goal_id, str) else nullcontext():
+                await self.awaits.react(env)
+        elif env.type == "command.await-fired":
+            self.unqueued_fires[env.event_id] = env
+
     def _observe(self, env: Envelope) -> None:
+        if self.shares is not None and env.type in SHARE_TYPES:
+            self.shares.observe(env)
+            return
         if env.stream == NOTIFICATIONS:
             self.outbox.observe(env)
             return
@@ -176,6 +207,7 @@ class Engine:
             input_id = env.data_dict().get("input_id", "")
             if input_id.startswith("await:"):
                 self.queued_wakes.add(input_id)
+                self.unqueued_fires.pop(input_id.removeprefix("await:"), None)
         if env.type == "run.failed":
             retry_after = env.data_dict().get("retry_after")
             if retry_after:
@@ -195,8 +227,16 @@ class Engine:
         if goal_id is None:  # a worker created a moment ago by another process: look at the log first
             await self.catch_up()
             goal_id = self.tracker.goal_of_session(event.session_id)
-        if goal_id is None:
+        if goal_id is None or not self.owns(goal_id):
             return False
+        try:
+            with acting_for(goal_id):
+                return await self._on_goal_event(goal_id, event)
+        except GoalLostError as e:  # a shared engine lost the goal meanwhile: its new holder goes on
+            log.info("%s", e)
+            return False
+
+    async def _on_goal_event(self, goal_id: str, event: AnyHostEvent) -> bool:
         state = await self.service.load(goal_id)
         if not state.exists or state.status != "active":
             return False
@@ -300,6 +340,12 @@ class Engine:
     async def notice(self, env: Envelope) -> None:
         """Record (once) and deliver the notice a goal event calls for (:mod:`.notices`)."""
         _, goal_id = aggregate_of(env.stream)
+        if not self.owns(goal_id):
+            return  # its holder records it (an adopter replays the goal's notices when it claims the goal)
+        with acting_for(goal_id):
+            await self._notice(goal_id, env)
+
+    async def _notice(self, goal_id: str, env: Envelope) -> None:
         state = await self.service.load(goal_id)
         found = notice_for(env, state) if state.exists else None
         if found is None:
@@ -443,12 +489,18 @@ class Engine:
         now = self.clock.now()
         ran = 0
         for goal_id, kind in self.tracker.pop_due(now):
-            await self.guard()
-            ran += 1
-            if kind == "confirm":
-                await self._confirm_timer(goal_id)
-            elif kind == "retry":
-                await self._retry_timer(goal_id)
+            if not self.owns(goal_id):
+                continue  # its holder runs it; an adopter sets the goal's timers again (adopt)
+            try:
+                with acting_for(goal_id):
+                    await self.guard()
+                    ran += 1
+                    if kind == "confirm":
+                        await self._confirm_timer(goal_id)
+                    elif kind == "retry":
+                        await self._retry_timer(goal_id)
+            except GoalLostError as e:
+                log.info("%s", e)
             await self.catch_up()
         if self.next_maintenance is not None and now >= self.next_maintenance:
             await self.guard()

@@ -11,30 +11,36 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import anyio.abc
 
-from ..errors import UsageError
+from ..errors import StorageError, UsageError
 from ..host import open_host
 from ..host.events import AnyHostEvent, EngineHost
 from ..log import open_store
 from ..projector.watch import Waker, log_files, watch_commits, watch_log
+from .balance import Balancer
 from .clock import Clock, SystemClock
 from .core import Engine, EngineConfig
 from .fence import FencedStore
+from .goal_fence import GoalFencedStore
 from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError
+from .shares import ACTING_FOR, MEMBERS_STREAM, GoalLostError, Shares
 
 if TYPE_CHECKING:
+    from ..app.turns import Guard
     from ..log.base import LogStore
 
 log = logging.getLogger("loopd_es.engine")
 
+BALANCE_EVERY: Final = timedelta(milliseconds=300)
+"""How often a shared engine looks for goals to claim or hand over (claims are rare; the pass is cheap)."""
 POLL_S: Final = 0.5
 """The longest the reactor sleeps without looking at the log (a safety net under the file watcher)."""
 
@@ -52,6 +58,8 @@ class RunOptions:
     tool_api: Path | None = None
     loops: bool = True
     """Fire due /loop slots and goal schedules of every session (exactly once per slot, whoever else fires)."""
+    shared: bool = False
+    """Run as one member of a group of engines sharing the log's goals (:mod:`.shares`) instead of standing by."""
 
 
 Say = Callable[[str], None]
@@ -67,11 +75,14 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
             if not isinstance(host, EngineHost):
                 raise UsageError(f"host {options.host_url} has no event stream; `loopd-es run` needs one")
             lease = Lease(store, options.holder, clock, ttl_ms=options.lease_ms)
+            if options.shared:
+                await _run_shared(store, host, lease, options, clock, stop, say)
+                return
             while not stop.is_set():
                 if not await _stand_by(lease, clock, stop, say):
                     break
                 try:
-                    await _serve(store, host, lease, options, clock, stop, say)
+                    await _serve_exclusive(store, host, lease, options, clock, stop, say)
                 except* LeaseLostError as group:
                     say(f"lost the engine lease ({group.exceptions[0]}); standing by")
             await lease.release()
@@ -83,6 +94,14 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say) -> 
     """Wait until this process holds the lease (``False`` when stopped first)."""
     announced = None
     while not stop.is_set():
+        member = await live_member(lease.store, clock)
+        if member is not None:  # a shared group runs the goals: an exclusive engine would turn them twice
+            if announced != member:
+                say(f"standing by: the goals are shared by engines started with --shared ({member} is live)")
+                announced = member
+            with anyio.move_on_after(lease.ttl.total_seconds() / 3):
+                await stop.wait()
+            continue
         holder = await lease.try_acquire()
         if holder is None:
             say(f"engine running: holder {lease.holder}, fencing token {lease.token}")
@@ -97,7 +116,7 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say) -> 
     return False
 
 
-async def _serve(
+async def _run_shared(
     store: LogStore,
     host: EngineHost,
     lease: Lease,
@@ -106,15 +125,102 @@ async def _serve(
     stop: anyio.Event,
     say: Say,
 ) -> None:
+    """Join the group of engines sharing the log's goals, run this member's share until stopped, leave."""
+    announced = None
+    while not stop.is_set():
+        _, holder = await lease.current()
+        if not holder.live(clock.now()):
+            break
+        if holder.holder != announced:  # an exclusive engine runs every goal: joining would turn them twice
+            say(f"standing by: the engine lease is held by {holder.holder} (started without --shared)")
+            announced = holder.holder
+        with anyio.move_on_after(lease.ttl.total_seconds() / 3):
+            await stop.wait()
+    if stop.is_set():
+        return
+    shares = Shares(store, options.holder, clock, ttl_ms=options.lease_ms)
+    await shares.join()
+    say(f"engine running: member {shares.member} of the engines sharing this log")
+
+    async def guard() -> None:
+        goal_id = ACTING_FOR.get()
+        if goal_id is not None:
+            await shares.check(goal_id)
+        elif not shares.alive():
+            raise GoalLostError("-", f"the membership of {shares.member} ran out")
+
+    async def renew() -> None:
+        while True:
+            await anyio.sleep(max(0.0, (shares.renew_due() - clock.now()).total_seconds()))
+            try:
+                await shares.renew()
+            except StorageError as e:  # transient: the membership runs out unless a later renewal lands
+                log.warning("membership renewal failed, retrying: %s", e)
+                await anyio.sleep(0.2)
+
+    try:
+        await _serve(
+            store, host, options, clock, stop, say, GoalFencedStore(store, shares), guard, renew, shares
+        )
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await shares.leave()
+
+
+async def live_member(store: LogStore, clock: Clock) -> str | None:
+    """A live member of a shared group on this log, if any (read from the members stream's recent events)."""
+    if not await store.stream_version(MEMBERS_STREAM):
+        return None
+    shares = Shares(store, "probe", clock, ttl_ms=0)
+    async for batch in store.read_backwards(stream=MEMBERS_STREAM, limit=500):
+        for env in reversed(batch):
+            shares.observe(env)
+    live = shares.live_members()
+    return live[0] if live else None
+
+
+async def _serve_exclusive(
+    store: LogStore,
+    host: EngineHost,
+    lease: Lease,
+    options: RunOptions,
+    clock: Clock,
+    stop: anyio.Event,
+    say: Say,
+) -> None:
+    async def renew() -> None:
+        """Renew on time even while the engine is busy (a long start-up reading a big log)."""
+        while True:
+            await anyio.sleep(max(0.0, (lease.renew_due() - clock.now()).total_seconds()))
+            await lease.renew()
+
+    await _serve(store, host, options, clock, stop, say, FencedStore(store, lease), lease.check, renew, None)
+
+
+async def _serve(
+    store: LogStore,
+    host: EngineHost,
+    options: RunOptions,
+    clock: Clock,
+    stop: anyio.Event,
+    say: Say,
+    view: LogStore,
+    guard: Guard,
+    renew: Callable[[], Coroutine[Any, Any, None]],
+    shares: Shares | None,
+) -> None:
     engine = Engine(
-        FencedStore(store, lease),
+        view,
         host,
         clock,
         options.config,
         directory=options.directory,
         owner=options.holder,
-        guard=lease.check,
+        guard=guard,
+        shares=shares,
     )
+    balancer = Balancer(engine, shares) if shares is not None else None
+    next_balance = clock.now()
     engine.due_schedules = options.due_schedules
     send, receive = anyio.create_memory_object_stream[AnyHostEvent | None](math.inf)
     waker = Waker()
@@ -136,12 +242,6 @@ async def _serve(
             if await waker.wait(3600):
                 send.send_nowait(None)
 
-    async def renew() -> None:
-        """Renew on time even while the engine is busy (a long start-up reading a big log)."""
-        while True:
-            await anyio.sleep(max(0.0, (lease.renew_due() - clock.now()).total_seconds()))
-            await lease.renew()
-
     async with anyio.create_task_group() as tg:
         if options.tool_api is not None:
             await tg.start(_tools, options, store, host, clock, say)
@@ -154,7 +254,10 @@ async def _serve(
         try:
             await engine.start()
             while not stop.is_set():
-                timeout = _sleep_for(engine.next_wakeup(), clock.now())
+                wake = engine.next_wakeup()
+                if balancer is not None:
+                    wake = next_balance if wake is None else min(wake, next_balance)
+                timeout = _sleep_for(wake, clock.now())
                 item: AnyHostEvent | None = None
                 with anyio.move_on_after(timeout):
                     item = await receive.receive()
@@ -169,9 +272,13 @@ async def _serve(
                 for event in batch:
                     if event is not None:
                         await engine.on_host_event(event)
-                await engine.guard()
+                if shares is None:
+                    await engine.guard()
                 await engine.catch_up()
                 await engine.run_due()
+                if balancer is not None and clock.now() >= next_balance:
+                    await balancer.run()
+                    next_balance = clock.now() + BALANCE_EVERY
         finally:
             watch_stop.set()
             tg.cancel_scope.cancel()

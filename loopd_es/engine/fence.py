@@ -29,13 +29,62 @@ if TYPE_CHECKING:
     from .lease import Lease
 
 
-class FencedStore(LogStore):
+class StoreView(LogStore):
+    """The engine's view of a log: reads pass through to ``inner``; subclasses fence the appends."""
+
+    def __init__(self, inner: LogStore) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def read_batches(
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
+        from_version: int = 1,
+    ) -> AsyncIterator[list[Envelope]]:
+        return self.inner.read_batches(
+            from_position=from_position, limit=limit, stream=stream, from_version=from_version
+        )
+
+    def read_filtered(
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        stream_prefix: str | None = None,
+    ) -> AsyncIterator[list[Envelope]]:
+        return self.inner.read_filtered(
+            from_position=from_position, limit=limit, types=types, stream_prefix=stream_prefix
+        )
+
+    async def head(self) -> int:
+        return await self.inner.head()
+
+    async def stream_version(self, stream: str) -> int:
+        return await self.inner.stream_version(stream)
+
+    async def streams(self) -> list[str]:
+        return await self.inner.streams()
+
+    async def verify(self, *, repair: bool = False) -> VerifyReport:
+        return await self.inner.verify(repair=repair)
+
+    async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
+        return await self.inner.import_envelopes(batches)
+
+    async def aclose(self) -> None:
+        """The inner store belongs to whoever opened it; closing the view closes nothing."""
+
+
+class FencedStore(StoreView):
     """A log whose appends carry this holder's lease token atomically (reads pass through)."""
 
     def __init__(self, inner: LogStore, lease: Lease) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.lease = lease
-        self.url = inner.url
 
     async def append(
         self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
@@ -94,45 +143,3 @@ class FencedStore(LogStore):
                 return None  # recorded before (a retry after a crash or by another path)
             lease.version += 1
             return recorded
-
-    def read_batches(
-        self,
-        *,
-        from_position: int = 1,
-        limit: int | None = None,
-        stream: str | None = None,
-        from_version: int = 1,
-    ) -> AsyncIterator[list[Envelope]]:
-        return self.inner.read_batches(
-            from_position=from_position, limit=limit, stream=stream, from_version=from_version
-        )
-
-    def read_filtered(
-        self,
-        *,
-        from_position: int = 1,
-        limit: int | None = None,
-        types: Sequence[str] | None = None,
-        stream_prefix: str | None = None,
-    ) -> AsyncIterator[list[Envelope]]:
-        return self.inner.read_filtered(
-            from_position=from_position, limit=limit, types=types, stream_prefix=stream_prefix
-        )
-
-    async def head(self) -> int:
-        return await self.inner.head()
-
-    async def stream_version(self, stream: str) -> int:
-        return await self.inner.stream_version(stream)
-
-    async def streams(self) -> list[str]:
-        return await self.inner.streams()
-
-    async def verify(self, *, repair: bool = False) -> VerifyReport:
-        return await self.inner.verify(repair=repair)
-
-    async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
-        return await self.inner.import_envelopes(batches)
-
-    async def aclose(self) -> None:
-        """The inner store belongs to whoever opened it; closing the view closes nothing."""

@@ -22,6 +22,7 @@ from ..domain.rules import lease_valid
 from ..events import engine as en
 from ..events import run as r
 from ..host.errors import HostError
+from .shares import GoalLostError, acting_for
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -44,10 +45,15 @@ class Maintenance:
         if engine.due_schedules is not None:
             await engine.due_schedules(engine.clock.now())
         for goal_id in list(engine.tracker.goals):
-            state = await engine.service.load(goal_id)
-            if not state.exists or state.status != "active" or state.worker_session_id is None:
+            if not engine.owns(goal_id):
                 continue
-            await self.goal(state, engine.tracker.live(goal_id))
+            try:
+                with acting_for(goal_id):
+                    state = await engine.service.load(goal_id)
+                    if state.exists and state.status == "active" and state.worker_session_id is not None:
+                        await self.goal(state, engine.tracker.live(goal_id))
+            except GoalLostError:
+                continue  # a shared engine lost the goal meanwhile: its new holder maintains it
         await engine.outbox.deliver()
 
     async def goal(self, state: GoalState, live: Live) -> None:

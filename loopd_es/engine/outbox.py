@@ -9,6 +9,7 @@ through the host under its ``notification_id`` (the host shows an id once) and t
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from ..app.turns import Guard, no_guard
@@ -18,6 +19,7 @@ from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
 from ..events.envelope import ANY
 from ..host.errors import HostError
+from .shares import GoalLostError, acting_for
 
 if TYPE_CHECKING:
     from ..app.service import Ctx
@@ -39,8 +41,18 @@ def notification_event_id(notification_id: str, what: str = "requested") -> str:
 class Outbox:
     """Records notices and delivers the undelivered ones through the host."""
 
-    def __init__(self, store: LogStore, host: EngineHost, clock: Clock, guard: Guard | None = None) -> None:
+    def __init__(
+        self,
+        store: LogStore,
+        host: EngineHost,
+        clock: Clock,
+        guard: Guard | None = None,
+        *,
+        owns: Callable[[str], bool] | None = None,
+    ) -> None:
         self.store = store
+        self.owns = owns or (lambda goal_id: True)
+        """Which goals' notices this process delivers (a shared engine: the goals it holds)."""
         self.host = host
         self.clock = clock
         self.guard = guard or no_guard
@@ -102,31 +114,43 @@ class Outbox:
         """Show every pending notice through the host and record it delivered; returns how many were shown."""
         shown = 0
         for notification_id, payload in list(self.pending.items()):
-            await self.guard()
+            if not self.owns(payload.goal_id):
+                continue
             try:
-                if await self.host.notify(
+                with acting_for(payload.goal_id):
+                    shown += await self._deliver(notification_id, payload)
+            except GoalLostError:
+                continue  # a shared engine lost the goal meanwhile: its new holder delivers
+        return shown
+
+    async def _deliver(self, notification_id: str, payload: n.NotificationRequested) -> int:
+        """Show one notice and record it delivered; 0 when the host failed it (it stays pending) or had it."""
+        await self.guard()
+        try:
+            shown = int(
+                await self.host.notify(
                     payload.owner_session_id, payload.text, notification_id=notification_id
-                ):
-                    shown += 1
-            except HostError:
-                continue  # stays pending: the next delivery pass tries again
-            done = n.NotificationDelivered(
-                notification_id=notification_id, goal_id=payload.goal_id, at=iso(self.clock.now())
-            )
-            try:
-                await self.store.append(
-                    STREAM,
-                    [
-                        new_event(
-                            done,
-                            event_id=notification_event_id(notification_id, "delivered"),
-                            causation_id=notification_event_id(notification_id),
-                        )
-                    ],
-                    ANY,
                 )
-            except DuplicateEventIdError:
-                pass  # another process (an engine, a CLI operation) recorded the same delivery first
-            self.pending.pop(notification_id, None)
-            self.delivered.add(notification_id)
+            )
+        except HostError:
+            return 0  # stays pending: the next delivery pass tries again
+        done = n.NotificationDelivered(
+            notification_id=notification_id, goal_id=payload.goal_id, at=iso(self.clock.now())
+        )
+        try:
+            await self.store.append(
+                STREAM,
+                [
+                    new_event(
+                        done,
+                        event_id=notification_event_id(notification_id, "delivered"),
+                        causation_id=notification_event_id(notification_id),
+                    )
+                ],
+                ANY,
+            )
+        except DuplicateEventIdError:
+            pass  # another process (an engine, a CLI operation) recorded the same delivery first
+        self.pending.pop(notification_id, None)
+        self.delivered.add(notification_id)
         return shown

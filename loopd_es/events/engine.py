@@ -4,6 +4,11 @@ The lease is a fact like any other: ``engine.lease_acquired`` names the holder, 
 lease stream's version at acquisition, so it only grows) and when the lease expires unless renewed. Another
 ``loopd-es run`` takes over only after ``expires_at`` has passed, by appending at the version it read, so two
 contenders cannot both win. ``compaction.*`` events are on the goal's stream.
+
+``loopd-es run --shared`` runs many engines on one log instead: each is a *member* (``engine.member_*`` on
+stream ``engine-members``, renewed like the lease) and goals are partitioned by per-goal claims on streams
+``engine-goal-<goal_id>`` (``engine.goal_claimed`` / ``engine.goal_released``), with an ``engine.goal_fenced``
+event written atomically with every batch a member appends about a goal it holds.
 """
 
 from __future__ import annotations
@@ -68,3 +73,70 @@ class CompactionCompleted(Event, frozen=True):
 
     goal_id: str
     error: str | None = None
+
+
+# -- shared mode: many engines on one log, goals partitioned by per-goal leases ----------------------------
+
+
+@event("engine.member_joined")
+class EngineMemberJoined(Event, frozen=True):
+    """An engine ``member`` (one process's run, named ``holder`` by its user) joined the shared group on stream
+    ``engine-members``; it is live until ``expires_at`` unless it renews."""
+
+    member: str
+    holder: str
+    expires_at: str
+    at: str = ""
+
+
+@event("engine.member_renewed")
+class EngineMemberRenewed(Event, frozen=True):
+    """The member is alive: it stays live until ``expires_at``."""
+
+    member: str
+    expires_at: str
+
+
+@event("engine.member_left")
+class EngineMemberLeft(Event, frozen=True):
+    """The member stopped cleanly (its goals may be claimed at once)."""
+
+    member: str
+
+
+@event("engine.goal_claimed")
+class EngineGoalClaimed(Event, frozen=True):
+    """``member`` now turns goal ``goal_id``, on stream ``engine-goal-<goal_id>``, with fencing ``token`` (that
+    stream's version at the claim). A claim lasts while the member is live; it is taken over only once the
+    holder's membership ran out, left, or the holder released it, by appending at the version the new holder
+    read, so two contenders cannot both win."""
+
+    goal_id: str
+    member: str
+    token: int
+    previous_member: str | None = None
+    reason: str = ""
+    at: str = ""
+
+
+@event("engine.goal_released")
+class EngineGoalReleased(Event, frozen=True):
+    """The holder gave the goal up: ``finished`` (terminal, every notice recorded) or ``rebalance`` (another
+    live member is the goal's preferred holder now)."""
+
+    goal_id: str
+    member: str
+    token: int
+    reason: str = ""
+
+
+@event("engine.goal_fenced")
+class EngineGoalFenced(Event, frozen=True):
+    """Written atomically with each batch a shared engine appends about goal ``goal_id`` (to ``stream``): it
+    lands only while the goal's lease stream is where this holder left it, so a member that lost the goal (a
+    paused process whose claim was taken over) writes nothing more about it."""
+
+    goal_id: str
+    member: str
+    token: int
+    stream: str = ""

@@ -74,8 +74,9 @@ async def open_switches(service: GoalPort) -> tuple[dict[str, str], int, int, in
     return open_, position, cp_version, scanned, flows
 
 
-async def recover(service: GoalPort, ctx: Ctx) -> list[SwitchReport]:
-    """Settle every open switch saga whose owner is gone; returns what each one became.
+async def recover(service: GoalPort, ctx: Ctx, *, only: str | None = None) -> list[SwitchReport]:
+    """Settle every open switch saga whose owner is gone (of goal ``only``, when given); returns what each one
+    became.
 
     Recovery's events carry the correlation id of the request they finish (``ctx`` only when that request lies
     before the checkpoint). A saga whose host cannot be read right now stays open (the next recovery retries).
@@ -85,7 +86,7 @@ async def recover(service: GoalPort, ctx: Ctx) -> list[SwitchReport]:
     reports: list[SwitchReport] = []
     still_open: list[s.OpenSwitch] = []
     for switch_id, goal_id in open_.items():
-        if switch_id in RUNNING:
+        if switch_id in RUNNING or (only is not None and goal_id != only):
             still_open.append(s.OpenSwitch(goal_id=goal_id, switch_id=switch_id))
             continue
         saga = await saga_runner.load(switch_id)

@@ -1,0 +1,243 @@
+"""Many engines on one log (``loopd-es run --shared``): 3 engines, 300 goals on the simulated host, kill -9.
+
+Engines are killed with SIGKILL at random moments and started again (a new member each time). From the log and
+the host alone, afterwards: every goal ran to its end (none stranded), no prompt reached the host twice and every
+recorded turn reached it, each goal's claim stream shows one holder at a time and every fence written by its
+holder of the moment (no goal turned by two engines at once), every notice was delivered exactly once, the
+goals were spread over several engines, and the /loop slots the engines fired meanwhile fired once each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from loopd_es.app.goals import Goals
+from loopd_es.app.service import Ctx, GoalService
+from loopd_es.domain.evolve import fold, initial
+from loopd_es.domain.loop import decide
+from loopd_es.domain.streams import aggregate_of
+from loopd_es.engine.shares import CLAIM_PREFIX, MEMBERS_STREAM
+from loopd_es.events import loop as ev
+from loopd_es.events.catalogue import decode_payload
+from loopd_es.host import open_host
+from loopd_es.log import open_store
+from loopd_es.sched import service as loops
+
+from .test_engine_run import wait_for
+
+if TYPE_CHECKING:
+    from loopd_es.events.envelope import Envelope
+
+pytestmark = pytest.mark.slow
+
+ENGINES = 3
+GOALS = int(os.environ.get("LOOPD_ES_SHARED_GOALS", "300"))
+MAX_TURNS = 2
+KILLS = 6
+LOOP_SESSIONS = 3
+SCRIPT = {
+    "models": [{"provider": "p", "id": "m"}],
+    "agents": [{"name": "build"}],
+    "auto_reply": True,
+    "sessions": [{"id": f"loop{i}"} for i in range(LOOP_SESSIONS)],
+}
+
+
+def _env(workdir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_CRASH")}
+    env.update(LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}", LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}")
+    return env
+
+
+def _engine(workdir: Path, name: str) -> subprocess.Popen[str]:
+    with (workdir / f"{name}.err").open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "loopd_es", "run", "--shared", "--holder", name, "--lease-ms", "1500",
+             "--confirm-idle-ms", "100", "--maintenance-ms", "1000"],
+            cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=err, text=True,
+        )  # fmt: skip
+
+
+async def _create_goals(workdir: Path, count: int) -> list[str]:
+    ids = []
+    async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+        host = await open_host(f"sim:{workdir / 'host.json'}")
+        try:
+            goals = Goals(GoalService(store, host))
+            for i in range(count):
+                state = await goals.create(
+                    f"g{i}",
+                    "o",
+                    Ctx.new(),
+                    model="p/m",
+                    agent="build",
+                    max_turns=MAX_TURNS,
+                    workspace_write=False,
+                )
+                ids.append(state.goal_id)
+            base = time.time_ns() // 1_000_000 + 1_000
+            for i in range(LOOP_SESSIONS):
+                out = await loops.handle(
+                    store, f"1s --jitter=false tick {i}", session_id=f"loop{i}", now=base, cfg=decide.Config(),
+                    origin_id=f"m{i}", directory=workdir, home=workdir,
+                )  # fmt: skip
+                assert out.error is None, out.message
+        finally:
+            await host.aclose()
+    return ids
+
+
+def _read(workdir: Path) -> list[Envelope]:
+    async def read() -> list[Envelope]:
+        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+            return [e async for e in store.read_all()]
+
+    return anyio.run(read)
+
+
+def _finished(workdir: Path, goal_ids: list[str]) -> int:
+    blocked = {aggregate_of(e.stream)[1] for e in _read(workdir) if e.type == "goal.blocked"}
+    return sum(1 for g in goal_ids if g in blocked)
+
+
+@pytest.mark.timeout(900)
+def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(tmp_path: Path) -> None:
+    seed = random.randrange(1 << 30)
+    rand = random.Random(seed)
+    (tmp_path / "host.json").write_text(json.dumps(SCRIPT))
+    engines = {f"e{i}": _engine(tmp_path, f"e{i}") for i in range(ENGINES)}
+    started = ENGINES
+    goal_ids = anyio.run(_create_goals, tmp_path, GOALS)
+    try:
+        for _ in range(KILLS):
+            time.sleep(rand.uniform(1.0, 4.0))
+            victim = rand.choice(sorted(engines))
+            engines[victim].kill()
+            engines[victim].wait(timeout=10)
+            del engines[victim]
+            name = f"e{started}"
+            started += 1
+            engines[name] = _engine(tmp_path, name)
+        wait_for(
+            "every goal to reach its end", lambda: _finished(tmp_path, goal_ids) == len(goal_ids), timeout=600
+        )
+        time.sleep(2.0)  # the last notices
+    finally:
+        for p in engines.values():
+            p.send_signal(signal.SIGTERM)
+        for p in engines.values():
+            p.wait(timeout=30)
+    for err in tmp_path.glob("e*.err"):
+        assert "Traceback" not in err.read_text(), err.read_text()[-3000:]
+
+    events = _read(tmp_path)
+    host = json.loads((tmp_path / "host.state.json").read_text())
+    _check_turns(events, host, goal_ids, seed)
+    _check_claims(events, goal_ids, seed)
+    _check_notices(events, host, goal_ids, seed)
+    _check_loops(events, host, seed)
+
+
+def _check_turns(events: list[Envelope], host: dict[str, Any], goal_ids: list[str], seed: int) -> None:
+    """Each worker session got exactly the prompts its goal recorded, each once (the host keeps only the last
+    200 prompt records, so the per-session call counters and transcripts are what is compared)."""
+    by_goal: dict[str, list[Envelope]] = {}
+    for e in events:
+        if e.stream.startswith("goal-"):
+            by_goal.setdefault(aggregate_of(e.stream)[1], []).append(e)
+    for goal_id in goal_ids:
+        stream = by_goal[goal_id]
+        state = fold(stream, initial(goal_id))
+        assert state.anomaly_count == 0, (state.anomalies, seed)
+        assert state.status == "blocked", (goal_id, state.status, seed)
+        started = [e.data_dict()["prompt_message_id"] for e in stream if e.type == "run.started"]
+        assert len(started) == MAX_TURNS + 1, (goal_id, len(started), seed)
+        session = state.worker_session_id
+        assert session is not None
+        received = [m["message_id"] for m in host["transcripts"][session] if m["role"] == "user"]
+        assert received == started, (
+            f"{goal_id}: the host got {received}, the log recorded {started} (seed {seed})"
+        )
+        calls = host["counters"][f"prompt@{session}"]
+        assert calls == len(started), (
+            f"{goal_id}: {calls} prompt calls for {len(started)} turns (seed {seed})"
+        )
+
+
+def _check_claims(events: list[Envelope], goal_ids: list[str], seed: int) -> None:
+    """One holder at a time per goal, every fence by the holder of the moment, every engine turn fenced."""
+    holder: dict[str, str | None] = {}
+    fence_after: dict[int, tuple[str, str]] = {}  # position of a fenced batch's last event -> (goal, member)
+    members = set()
+    takeovers = 0
+    by_position = {e.position: e for e in events}
+    for e in events:
+        if not e.stream.startswith(CLAIM_PREFIX):
+            continue
+        data = e.data_dict()
+        goal_id = data["goal_id"]
+        if e.type == "engine.goal_claimed":
+            assert data["token"] == e.version, seed
+            if holder.get(goal_id) is not None:
+                takeovers += 1  # claimed from a holder that never released it: a killed engine's goal
+            holder[goal_id] = data["member"]
+            members.add(data["member"])
+        elif e.type == "engine.goal_released":
+            assert holder.get(goal_id) == data["member"], (goal_id, data, seed)
+            holder[goal_id] = None
+        elif e.type == "engine.goal_fenced":
+            assert holder.get(goal_id) == data["member"], (
+                f"a fence by a non-holder on {goal_id} (seed {seed})"
+            )
+            fence_after[e.position] = (goal_id, data["member"])
+    assert len(members) >= ENGINES, f"the goals were not spread over the engines: {members} (seed {seed})"
+    assert takeovers > 0, f"no killed engine's goal was taken over (seed {seed})"
+    # every turn an engine started (all but each goal's first, sent by its creator) sits in a fenced batch
+    for e in events:
+        if e.type != "run.started" or int(e.data_dict()["generation"]) <= 1:
+            continue
+        goal_id = aggregate_of(e.stream)[1]
+        nxt = e.position + 1
+        while nxt in by_position and by_position[nxt].stream.startswith("goal-"):
+            nxt += 1
+        assert fence_after.get(nxt, ("", ""))[0] == goal_id, f"an unfenced turn of {goal_id} (seed {seed})"
+    assert not [e for e in events if e.stream == MEMBERS_STREAM and e.type not in (
+        "engine.member_joined", "engine.member_renewed", "engine.member_left")]  # fmt: skip
+
+
+def _check_notices(events: list[Envelope], host: dict[str, Any], goal_ids: list[str], seed: int) -> None:
+    notices = [e for e in events if e.stream == "notifications"]
+    requested = [e.data_dict()["notification_id"] for e in notices if e.type == "notification.requested"]
+    delivered = [e.data_dict()["notification_id"] for e in notices if e.type == "notification.delivered"]
+    assert len(requested) == len(set(requested)) == len(goal_ids), seed
+    assert sorted(delivered) == sorted(requested), f"a notice was lost or delivered twice (seed {seed})"
+    shown = [n["notification_id"] for n in host["notifications"]]
+    assert sorted(shown) == sorted(requested), seed
+
+
+def _check_loops(events: list[Envelope], host: dict[str, Any], seed: int) -> None:
+    loop_events = [decode_payload(e) for e in events if e.stream.startswith(ev.SESSION_PREFIX)]
+    claims = Counter((e.task_id, e.slot, e.attempt) for e in loop_events if isinstance(e, ev.SlotClaimed))
+    successes = Counter((e.task_id, e.slot) for e in loop_events if isinstance(e, ev.FireSucceeded))
+    assert claims and max(claims.values()) == 1, f"a slot attempt was claimed twice (seed {seed})"
+    assert max(successes.values()) == 1, f"a loop slot fired twice (seed {seed})"
+    lost = sum(1 for e in loop_events if isinstance(e, ev.FireFailed) and e.reason == "claimer-lost")
+    closed = {
+        (e.task_id, e.slot, e.attempt) for e in loop_events if isinstance(e, ev.FireSucceeded | ev.FireFailed)
+    }
+    still_open = len(set(claims) - closed)  # a claimer killed after its prompt, before recording the outcome
+    prompts = sum(host["counters"].get(f"prompt@loop{i}", 0) for i in range(LOOP_SESSIONS))
+    fired = sum(successes.values())
+    assert fired <= prompts <= fired + lost + still_open, (fired, prompts, lost, still_open, seed)

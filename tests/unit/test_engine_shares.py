@@ -1,0 +1,171 @@
+"""Shared engines (``loopd-es run --shared``): members, per-goal claims, the goal fence and the balance pass.
+
+A goal is claimed by one member at a time, taken over only once its holder's membership ran out; a holder that
+lost a goal neither writes about it nor prompts for it, even when it checked a moment before; rendezvous
+hashing moves few goals when members come and go; the balance pass spreads goals and adopts a dead member's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loopd_es.engine.balance import Balancer
+from loopd_es.engine.core import Engine, EngineConfig
+from loopd_es.engine.goal_fence import GoalFencedStore, goals_of
+from loopd_es.engine.shares import GoalLostError, Shares, acting_for, claim_stream, preferred
+from loopd_es.log.base import StreamWrite
+
+from ._engine_harness import rig
+
+pytestmark = pytest.mark.anyio
+
+
+async def _observe_all(store: object, *shares: Shares) -> None:
+    from loopd_es.engine.shares import SHARE_TYPES
+
+    for env in [e async for e in store.read_all(types=SHARE_TYPES)]:  # type: ignore[attr-defined]
+        for s in shares:
+            s.observe(env)
+
+
+async def test_one_holder_per_goal_takeover_only_after_the_holder_is_no_live_member(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        a = Shares(r.store, "a", r.clock, ttl_ms=10_000)
+        b = Shares(r.store, "b", r.clock, ttl_ms=10_000)
+        await a.join()
+        await b.join()
+        await _observe_all(r.store, a, b)
+        assert await a.claim("g1", "preferred")
+        assert not await b.claim("g1", "preferred"), "a live holder's goal is never taken"
+        r.clock.advance(6)
+        await a.renew()
+        await _observe_all(r.store, b)
+        r.clock.advance(6)
+        await b.renew()
+        assert not await b.claim("g1", "stranded"), "renewed at 6 s, the holder is live until 16 s"
+        r.clock.advance(5)
+        assert await b.claim("g1", "stranded")
+        assert b.owns("g1")
+        with pytest.raises(GoalLostError):
+            await a.check("g1")
+        assert not a.owns("g1")
+        assert not await a.claim("g2", "preferred"), "a member whose membership ran out claims nothing"
+        await b.release("g1", "finished")
+        await a.renew()
+        assert await a.claim("g1", "preferred"), "a released goal is free at once"
+
+
+async def test_claims_race_and_exactly_one_contender_wins(tmp_path: Path) -> None:
+    import anyio
+
+    async with rig(tmp_path) as r:
+        members = [Shares(r.store, f"m{i}", r.clock, ttl_ms=10_000) for i in range(5)]
+        for m in members:
+            await m.join()
+        won: list[str] = []
+
+        async def contend(m: Shares) -> None:
+            if await m.claim("g", "preferred"):
+                won.append(m.member)
+
+        async with anyio.create_task_group() as tg:
+            for m in members:
+                tg.start_soon(contend, m)
+        assert len(won) == 1
+        types = [e.type async for e in r.store.read_stream(claim_stream("g"))]
+        assert types == ["engine.goal_claimed"]
+
+
+async def test_a_member_that_lost_a_goal_writes_nothing_about_it_even_after_checking(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid, sid = await r.started()
+        old = Shares(r.store, "old", r.clock, ttl_ms=5_000)
+        await old.join()
+        assert await old.claim(gid, "preferred")
+        engine = Engine(
+            GoalFencedStore(r.store, old), r.host, r.clock, EngineConfig(confirm_idle_ms=0), shares=old
+        )
+        await engine.start()
+        await r.host.reply(sid)
+        await engine.on_host_event(r.seen.pop(0))  # the answer: accounted, fenced with the old claim
+        fences = [e async for e in r.store.read_stream(claim_stream(gid)) if e.type == "engine.goal_fenced"]
+        assert fences and fences[-1].data_dict()["member"] == old.member
+        r.clock.advance(6)  # the old member stalled past its membership; another takes the goal over
+        new = Shares(r.store, "new", r.clock, ttl_ms=5_000)
+        await new.join()
+        await _observe_all(r.store, new)
+        assert await new.claim(gid, "stranded")
+        old.expires_at = r.clock.now() + old.ttl  # paused, it still believes itself live
+        head = await r.store.head()
+        with acting_for(gid):  # every check passed just before; the write lands after the takeover
+            with pytest.raises(GoalLostError):
+                await engine.on_idle(gid)
+        handled = [await engine.on_host_event(event) for event in list(r.seen)]
+        assert not any(handled), "a goal it lost is not its to act on"
+        assert await r.store.head() == head, "nothing it decided landed"
+        assert len(await r.prompts(sid)) == 1
+
+
+async def test_the_fence_names_every_goal_a_batch_concerns() -> None:
+    from loopd_es.events import notification as n
+    from loopd_es.events.catalogue import new_event
+
+    notice = new_event(
+        n.NotificationDelivered(notification_id="x:k", goal_id="g7", at="2026-12-03T00:00:00.000Z")
+    )
+    assert goals_of([StreamWrite("notifications", [notice])]) == ["g7"]
+    assert goals_of([StreamWrite("goal-g1", []), StreamWrite("switch-1", [])]) == ["g1"]
+    with acting_for("g2"):
+        assert goals_of([StreamWrite("goal-g1", [])]) == ["g2", "g1"]
+    assert goals_of([StreamWrite("saga-checkpoints", [new_event(n.NotificationDelivered(
+        notification_id="x", goal_id="", at=""))])]) == []  # fmt: skip
+
+
+def test_rendezvous_moves_about_one_nth_of_the_goals_when_a_member_joins() -> None:
+    goals = [f"goal-{i}" for i in range(3000)]
+    three = {g: preferred(g, ["a", "b", "c"]) for g in goals}
+    four = {g: preferred(g, ["a", "b", "c", "d"]) for g in goals}
+    moved = [g for g in goals if three[g] != four[g]]
+    assert all(four[g] == "d" for g in moved), "only goals going to the new member move"
+    assert 0.18 < len(moved) / len(goals) < 0.32  # about a quarter
+    spread = {m: sum(1 for g in goals if three[g] == m) for m in "abc"}
+    assert min(spread.values()) > 850, spread
+    assert preferred("g", []) is None
+
+
+async def test_the_balance_pass_spreads_goals_and_adopts_a_dead_members_share(tmp_path: Path) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        goal_ids = [(await r.started(f"g{i}", workspace_write=False))[0] for i in range(12)]
+        engines = []
+        for name in ("a", "b"):
+            shares = Shares(r.store, name, r.clock, ttl_ms=3_000)
+            await shares.join()
+            engine = Engine(GoalFencedStore(r.store, shares), r.host, r.clock, r.engine.config, shares=shares)
+            await engine.start()
+            engines.append((engine, shares, Balancer(engine, shares)))
+        for engine, _, balancer in engines:
+            await engine.catch_up()
+            await balancer.run()
+        for engine, _, balancer in engines:
+            await engine.catch_up()
+            await balancer.run()
+        held = {s.member: set(s.held) for _, s, _ in engines}
+        a, b = engines[0][1], engines[1][1]
+        assert held[a.member] and held[b.member], held
+        assert held[a.member] | held[b.member] == set(goal_ids) and not held[a.member] & held[b.member]
+        # a dies (no renewal); after its membership ran out, b's pass claims a's goals and adopts them
+        r.clock.advance(4)
+        await b.renew()
+        engine_b, _, balancer_b = engines[1]
+        await engine_b.catch_up()
+        await balancer_b.run()
+        assert set(b.held) == set(goal_ids)
+        assert balancer_b.adopted == len(goal_ids)
+        takeovers = [
+            e.data_dict()
+            async for e in r.store.read_all(types=["engine.goal_claimed"])
+            if e.data_dict()["member"] == b.member and e.data_dict()["previous_member"] == a.member
+        ]
+        assert len(takeovers) == len(held[a.member])
