@@ -35,12 +35,14 @@ from loopd_es.host import open_host
 from loopd_es.log import open_store
 from loopd_es.sched import service as loops
 
+from ..postgres_server import pg_url
 from .test_engine_run import wait_for
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
 
 pytestmark = pytest.mark.slow
+__all__ = ["pg_url"]
 
 ENGINES = 3
 GOALS = int(os.environ.get("LOOPD_ES_SHARED_GOALS", "300"))
@@ -55,24 +57,33 @@ SCRIPT = {
 }
 
 
-def _env(workdir: Path) -> dict[str, str]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The shared log: a SQLite file, and a schema of the test PostgreSQL server (engines woken by NOTIFY)."""
+    if request.param == "sqlite":
+        return f"sqlite:{tmp_path / 'events.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def _env(workdir: Path, store: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_CRASH")}
-    env.update(LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}", LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}")
+    env.update(LOOPD_ES_STORE=store, LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}")
     return env
 
 
-def _engine(workdir: Path, name: str) -> subprocess.Popen[str]:
+def _engine(workdir: Path, store: str, name: str) -> subprocess.Popen[str]:
     with (workdir / f"{name}.err").open("w") as err:
         return subprocess.Popen(
             [sys.executable, "-m", "loopd_es", "run", "--shared", "--holder", name, "--lease-ms", "1500",
              "--confirm-idle-ms", "100", "--maintenance-ms", "1000"],
-            cwd=workdir, env=_env(workdir), stdout=subprocess.DEVNULL, stderr=err, text=True,
+            cwd=workdir, env=_env(workdir, store), stdout=subprocess.DEVNULL, stderr=err, text=True,
         )  # fmt: skip
 
 
-async def _create_goals(workdir: Path, count: int) -> list[str]:
+async def _create_goals(workdir: Path, url: str, count: int) -> list[str]:
     ids = []
-    async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+    async with await open_store(url) as store:
         host = await open_host(f"sim:{workdir / 'host.json'}")
         try:
             goals = Goals(GoalService(store, host))
@@ -99,27 +110,29 @@ async def _create_goals(workdir: Path, count: int) -> list[str]:
     return ids
 
 
-def _read(workdir: Path) -> list[Envelope]:
+def _read(url: str) -> list[Envelope]:
     async def read() -> list[Envelope]:
-        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+        async with await open_store(url) as store:
             return [e async for e in store.read_all()]
 
     return anyio.run(read)
 
 
-def _finished(workdir: Path, goal_ids: list[str]) -> int:
-    blocked = {aggregate_of(e.stream)[1] for e in _read(workdir) if e.type == "goal.blocked"}
+def _finished(url: str, goal_ids: list[str]) -> int:
+    blocked = {aggregate_of(e.stream)[1] for e in _read(url) if e.type == "goal.blocked"}
     return sum(1 for g in goal_ids if g in blocked)
 
 
 @pytest.mark.timeout(900)
-def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(tmp_path: Path) -> None:
+def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(
+    tmp_path: Path, store_url: str
+) -> None:
     seed = random.randrange(1 << 30)
     rand = random.Random(seed)
     (tmp_path / "host.json").write_text(json.dumps(SCRIPT))
-    engines = {f"e{i}": _engine(tmp_path, f"e{i}") for i in range(ENGINES)}
+    engines = {f"e{i}": _engine(tmp_path, store_url, f"e{i}") for i in range(ENGINES)}
     started = ENGINES
-    goal_ids = anyio.run(_create_goals, tmp_path, GOALS)
+    goal_ids = anyio.run(_create_goals, tmp_path, store_url, GOALS)
     try:
         for _ in range(KILLS):
             time.sleep(rand.uniform(1.0, 4.0))
@@ -129,9 +142,11 @@ def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(t
             del engines[victim]
             name = f"e{started}"
             started += 1
-            engines[name] = _engine(tmp_path, name)
+            engines[name] = _engine(tmp_path, store_url, name)
         wait_for(
-            "every goal to reach its end", lambda: _finished(tmp_path, goal_ids) == len(goal_ids), timeout=600
+            "every goal to reach its end",
+            lambda: _finished(store_url, goal_ids) == len(goal_ids),
+            timeout=600,
         )
         time.sleep(2.0)  # the last notices
     finally:
@@ -142,7 +157,7 @@ def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(t
     for err in tmp_path.glob("e*.err"):
         assert "Traceback" not in err.read_text(), err.read_text()[-3000:]
 
-    events = _read(tmp_path)
+    events = _read(store_url)
     host = json.loads((tmp_path / "host.state.json").read_text())
     _check_turns(events, host, goal_ids, seed)
     _check_claims(events, goal_ids, seed)
