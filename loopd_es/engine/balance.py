@@ -64,8 +64,7 @@ class Balancer:
                         and best != me
                         and handed < HANDOVERS_PER_PASS
                         and shares.settled(best, now)
-                        and state.phase != "running"
-                    ):
+                    ):  # mid-turn too: the new holder picks the turn up as a restarted engine would
                         await shares.release(goal_id, "rebalance")
                         handed += 1
                         self.released += 1

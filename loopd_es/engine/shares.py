@@ -11,7 +11,7 @@ comes or goes). A goal is claimed by its preferred member when nobody holds it l
 or its holder's membership ran out or ended), or by anyone once it has gone unclaimed for two lease lengths
 (nobody is stranded behind a stuck preferred member). A claim is appended at the claim stream's version the
 contender read, so of two contenders one wins. A live holder hands a goal over (``rebalance``) once its
-preferred member has been live for a lease length, and gives up a terminal goal (``finished``) once its
+preferred member has renewed its membership at least once, and gives up a terminal goal (``finished``) once its
 notices are recorded; such a goal is claimed again only when it is active again.
 
 Safety does not rest on clocks: :mod:`loopd_es.engine.goal_fence` writes each batch a member appends about a
@@ -89,6 +89,7 @@ class Member:
     expires_at: datetime | None
     first_seen: datetime
     left: bool = False
+    renewals: int = 0
 
     def live(self, now: datetime) -> bool:
         return not self.left and self.expires_at is not None and now < self.expires_at
@@ -142,6 +143,7 @@ class Shares:
             found = self.members.get(e.member)
             if found is not None:
                 found.expires_at = parse_iso(e.expires_at)
+                found.renewals += 1
         elif isinstance(e, en.EngineMemberLeft):
             found = self.members.get(e.member)
             if found is not None:
@@ -193,9 +195,10 @@ class Shares:
         self.claims.setdefault(goal_id, Claim(None, True, "", self.clock.now()))
 
     def settled(self, member: str, now: datetime) -> bool:
-        """A member live for at least a lease length (goals are handed over to settled members only)."""
+        """A live member that renewed at least once (goals are handed over only to a member that shows it
+        keeps itself alive, not to one that may die the moment it joined)."""
         found = self.members.get(member)
-        return found is not None and found.live(now) and now - found.first_seen >= self.ttl
+        return found is not None and found.live(now) and found.renewals > 0
 
     # -- membership ----------------------------------------------------------------------------------
 

@@ -72,10 +72,10 @@ def _env(workdir: Path, store: str) -> dict[str, str]:
     return env
 
 
-def _engine(workdir: Path, store: str, name: str) -> subprocess.Popen[str]:
+def _engine(workdir: Path, store: str, name: str, *, lease_ms: int = 1500) -> subprocess.Popen[str]:
     with (workdir / f"{name}.err").open("w") as err:
         return subprocess.Popen(
-            [sys.executable, "-m", "loopd_es", "run", "--shared", "--holder", name, "--lease-ms", "1500",
+            [sys.executable, "-m", "loopd_es", "run", "--shared", "--holder", name, "--lease-ms", str(lease_ms),
              "--confirm-idle-ms", "100", "--maintenance-ms", "1000"],
             cwd=workdir, env=_env(workdir, store), stdout=subprocess.DEVNULL, stderr=err, text=True,
         )  # fmt: skip
@@ -256,3 +256,61 @@ def _check_loops(events: list[Envelope], host: dict[str, Any], seed: int) -> Non
     prompts = sum(host["counters"].get(f"prompt@loop{i}", 0) for i in range(LOOP_SESSIONS))
     fired = sum(successes.values())
     assert fired <= prompts <= fired + lost + still_open, (fired, prompts, lost, still_open, seed)
+
+
+def _claims(url: str) -> dict[str, str | None]:
+    """Each goal's holder by its claim stream (``None`` once released)."""
+    holders: dict[str, str | None] = {}
+    for e in _read(url):
+        if e.type == "engine.goal_claimed":
+            holders[e.data_dict()["goal_id"]] = e.data_dict()["member"]
+        elif e.type == "engine.goal_released":
+            holders[e.data_dict()["goal_id"]] = None
+    return holders
+
+
+@pytest.mark.timeout(180)
+def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_do_not_mix(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:{tmp_path / 'events.db'}"
+    (tmp_path / "host.json").write_text(json.dumps({**SCRIPT, "auto_reply": False}))
+    goal_ids = anyio.run(_create_goals, tmp_path, url, 12)
+    a = _engine(tmp_path, url, "a", lease_ms=30_000)
+    b = _engine(tmp_path, url, "b", lease_ms=30_000)
+    exclusive = None
+    try:
+        wait_for(
+            "both members to hold goals", lambda: len(set(_claims(url).values()) - {None}) == 2, timeout=30
+        )
+        exclusive = subprocess.Popen(
+            [sys.executable, "-m", "loopd_es", "run", "--holder", "solo", "--lease-ms", "1000"],
+            cwd=tmp_path, env=_env(tmp_path, url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=30) == 0
+        # a left cleanly: b claims its goals at once, long before a's 30 s membership would have run out
+        wait_for(
+            "b to hold every goal",
+            lambda: {h for g, h in _claims(url).items() if g in goal_ids} == {_member(url, "b")},
+            timeout=15,
+        )
+        time.sleep(1.5)
+        assert exclusive.poll() is None
+        exclusive.send_signal(signal.SIGTERM)
+        _, err = exclusive.communicate(timeout=30)
+        assert "standing by: the goals are shared by engines started with --shared" in err, err
+        assert "engine running" not in err, err
+    finally:
+        for p in (a, b, exclusive):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(timeout=10)
+    assert not [e for e in _read(url) if e.stream == "engine-lease"], (
+        "the exclusive engine never took the lease"
+    )
+
+
+def _member(url: str, holder: str) -> str:
+    joined = [e.data_dict() for e in _read(url) if e.type == "engine.member_joined"]
+    return next(d["member"] for d in joined if d["holder"] == holder)
