@@ -414,7 +414,7 @@ def _count(args: dict[str, Any], name: str) -> int | None:
 
 def _record(state: CommandState) -> dict[str, Any]:
     """What the model sees of a command: its record, without the awaits' internals and the fold's version."""
-    out: dict[str, Any] = msgspec.to_builtins(state)
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(state))  # JSON shapes: lists, not tuples
     for key in ("awaits", "version", "claim", "supervisor_pid", "removed"):
         out.pop(key, None)
     return {k: v for k, v in out.items() if v not in (None, "", [])}
