@@ -5,7 +5,8 @@ tools and bash are not (opencode-host.md §7). So ``loopd-es opencode install`` 
 tool into the project's ``.opencode/tool/`` that forwards the call and its context here, and the engine checks
 ownership as the reference does: worker tools find their goal by the calling session (among active or blocked
 goals, §3.16); owner tools act only on goals whose owner is the calling session, or without ``goal_id`` on the
-first such goal that is not complete (§3, owner-tool goal targeting).
+first such goal that is not complete (§3, owner-tool goal targeting). The command tools (``loopd_command_*``,
+:mod:`.command_tools`) are owner tools too: they act only on commands the calling session started.
 
 The server speaks just enough HTTP/1.1 for that: ``POST /tool`` with a JSON body and a bearer token, one request
 per connection, bounded in size and time. It listens on 127.0.0.1 only.
