@@ -67,13 +67,17 @@ COMMAND_TOOLS: Final = (
             "args": ("array", False, "Arguments, one per element (no shell quoting needed)."),
             "cwd": ("string", False, "Working directory (default: the project directory)."),
             "goal_id": ("string", False, "A goal this command belongs to (display only)."),
-            "notify_on_exit": ("boolean", False, "false suppresses the owner's exit notification."),
+            "notify_on_exit": ("boolean", False, "Recorded for the owner's exit notification (false: none)."),
             "cols": ("number", False, "Terminal columns (default 80)."),
             "rows": ("number", False, "Terminal rows (default 24)."),
             "env": ("record", False, "Extra environment variables; values are never persisted."),
             "timeout_seconds": ("number", False, "Terminate after this many seconds (positive integer)."),
             "shell": ("boolean", False, "Run through /bin/sh -c with every word quoted."),
-            "watch_filter": ("string", False, "Regex: push output lines that match (coalesced every 2 s)."),
+            "watch_filter": (
+                "string",
+                False,
+                "Regex: matching lines are recorded as watch pushes (every 2 s).",
+            ),
             "watch_until": ("string", False, "Regex: the first matching line ends the watch."),
             "watch_ignore_case": ("boolean", False, "Match the watch regexes case-insensitively."),
             "watch_until_action": (
@@ -139,11 +143,12 @@ COMMAND_TOOLS: Final = (
     ToolSpec(
         "loopd_command_watch",
         "owner",
-        "Set, replace (counters reset) or clear the watch of a running command: watch_filter pushes matching "
-        "lines to you, watch_until ends the watch at its first match (and the command too with action stop).",
+        "Set, replace (counters reset) or clear the watch of a running command: watch_filter records matching "
+        "lines as watch pushes, watch_until ends the watch at its first match (and the command too with action "
+        "stop).",
         {
             "command_id": _ID,
-            "watch_filter": ("string", False, "Regex: push output lines that match."),
+            "watch_filter": ("string", False, "Regex: matching lines are recorded as watch pushes."),
             "watch_until": ("string", False, "Regex: the first matching line ends the watch."),
             "watch_ignore_case": ("boolean", False, "Match case-insensitively."),
             "watch_until_action": ("string", False, '"stop" (default) or "keep".'),
