@@ -1,4 +1,4 @@
-"""The command tools inside OpenCode (``loopd_command_*``, reference §3.17, §3.18): command sessions for an owner.
+"""The command tools inside OpenCode (``loopd_command_*``, reference §3.17, §3.18): an owner's commands.
 
 An OpenCode session starts a real process in a real PTY through the same service ``loopd-es cmd`` uses (a
 detached supervisor per command, every transition on the log), and the command records that session as its
@@ -48,19 +48,20 @@ COMMAND_TOOLS: Final = (
     ToolSpec(
         "loopd_command_start",
         "owner",
-        "PREFER THIS over the built-in shell/bash tool whenever a command might take a while or never return: "
-        "installs, builds, test suites, downloads, migrations, dev servers, watchers, log tails, REPLs, or anything "
-        "interactive. The built-in shell BLOCKS your whole turn until the process exits; this returns immediately "
-        "with a command_id. Only use the built-in shell for quick one-shots that finish in seconds. "
-        "Start a standalone interactive OS process in the background, in a PTY. This is a raw process, NOT an AI "
-        "worker: no agent, no checks, no turn loop. For multi-turn autonomous AI work with completion criteria, use "
-        "loopd_create_goal instead. Returns a command_id for loopd_command_get (read output)/loopd_command_write "
-        "(send stdin)/loopd_command_interrupt (Ctrl+C)/loopd_command_terminate (kill)/loopd_command_remove "
-        "(delete). The user can open it live with `loopd-es cmd attach <id>`. Independent from goals: an optional "
-        "goal_id is display-only metadata and never couples lifecycles. To make a specific goal wake up when this "
-        "command finishes, call loopd_command_await separately after starting it. Never poll loopd_command_get in "
-        "a loop: where a LINE appearing matters (dev-server READY), pass watch_until (+ watch_filter to cut noise); "
-        "stop (default) ends the command at that line, keep lets it run on.",
+        "PREFER THIS over the built-in shell/bash tool whenever a command might take a while or never "
+        "return: installs, builds, test suites, downloads, migrations, dev servers, watchers, log tails, "
+        "REPLs, or anything interactive. The built-in shell BLOCKS your whole turn until the process "
+        "exits; this returns immediately with a command_id. Only use the built-in shell for quick "
+        "one-shots that finish in seconds. Start a standalone interactive OS process in the background, in "
+        "a PTY. This is a raw process, NOT an AI worker: no agent, no checks, no turn loop. For multi-turn "
+        "autonomous AI work with completion criteria, use loopd_create_goal instead. Returns a command_id "
+        "for loopd_command_get (read output)/loopd_command_write (send stdin)/loopd_command_interrupt "
+        "(Ctrl+C)/loopd_command_terminate (kill)/loopd_command_remove (delete). The user can open it live "
+        "with `loopd-es cmd attach <id>`. Independent from goals: an optional goal_id is display-only "
+        "metadata and never couples lifecycles. To make a specific goal wake up when this command "
+        "finishes, call loopd_command_await separately after starting it. Never poll loopd_command_get in "
+        "a loop: where a LINE appearing matters (dev-server READY), pass watch_until (+ watch_filter to "
+        "cut noise); stop (default) ends the command at that line, keep lets it run on.",
         {
             "title": ("string", True, "Short human label for the session."),
             "command": ("string", True, 'Executable to spawn (e.g. "bun", "python3").'),
@@ -91,8 +92,9 @@ COMMAND_TOOLS: Final = (
     ToolSpec(
         "loopd_command_get",
         "owner",
-        "Read a command's state and retained output (the last 512 KiB): a byte range (default the last 64 KiB, "
-        "at most 256 KiB), or with pattern the lines whose ANSI-stripped text matches (offset_bytes = matches to "
+        "Read a command's state and retained output (the last 512 KiB): a byte range (default the last "
+        "64 KiB, at most 256 KiB), or with pattern the lines whose ANSI-stripped text matches (offset_bytes = "
+        "matches to "
         "skip, limit_bytes = matches to return, at most 500).",
         {
             "command_id": _ID,
@@ -143,8 +145,9 @@ COMMAND_TOOLS: Final = (
     ToolSpec(
         "loopd_command_watch",
         "owner",
-        "Set, replace (counters reset) or clear the watch of a running command: watch_filter records matching "
-        "lines as watch pushes, watch_until ends the watch at its first match (and the command too with action "
+        "Set, replace (counters reset) or clear the watch of a running command: watch_filter records "
+        "matching lines as watch pushes, watch_until ends the watch at its first match (and the command too "
+        "with action "
         "stop).",
         {
             "command_id": _ID,
@@ -210,7 +213,7 @@ class CommandTools:
     async def _find(self, session: str, args: dict[str, Any], missing: str) -> CommandState:
         """The command named by ``command_id`` (an id, or a unique prefix among the session's own commands).
 
-        :raises CommandNotFoundError: with ``missing`` when there is none, it was removed, or it is not owned here.
+        :raises CommandNotFoundError: with ``missing`` when there is none, it was removed, or is not owned here.
         """
         text = args.get("command_id")
         if not is_valid_id(text):
@@ -286,7 +289,9 @@ class CommandTools:
         assert state is not None
         return {
             "ok": True,
-            "message": f'Command "{state.title}" started as {command_id[:8]}... (read it with loopd_command_get).',
+            "message": (
+                f'Command "{state.title}" started as {command_id[:8]}... (read it with loopd_command_get).'
+            ),
             "command_id": command_id,
             "command": _record(state),
         }
