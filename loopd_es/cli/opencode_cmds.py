@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "install",
         help="write the loopd tools into DIR/.opencode/tool and the engine's address",
         description="Write one OpenCode custom tool per loopd tool (get_goal, report_goal_progress, complete_goal, "
-        "block_goal for workers; loopd_create_goal, pause_goal, resume_goal, ... for owners) and "
+        "block_goal for workers; loopd_create_goal, pause_goal, resume_goal, ... and the loopd_command_* command "
+        "tools for owners) and "
         "DIR/.opencode/loopd/engine.json with the engine's loopback address and a new token. Then start "
         "`loopd-es run --host opencode:http://127.0.0.1:PORT` in DIR.",
     )

@@ -330,11 +330,14 @@ def decide_await(
     output: OutputFacts,
     matched: list[str] | None = None,
     raced: bool = False,
+    owner_session_id: str | None = None,
+    goal_name: str | None = None,
 ) -> tuple[list[Event], str]:
     """Register an await, or fire it at once when its condition already holds.
 
     ``matched`` are retained-log lines matching ``until`` (the owner scans the log; ``None`` = not scanned).
-    ``raced`` says the command ended while this request was being registered.
+    ``raced`` says the command ended while this request was being registered. ``goal_name`` is how the
+    messages name the goal (its id when not given); ``owner_session_id`` is recorded as the requester.
 
     :raises CommandNotFoundError, UsageError: with the reference's messages; nothing is recorded.
     """
@@ -344,8 +347,9 @@ def decide_await(
         if until == "":
             raise UsageError("Await 'until' must be a non-empty regex.")
         compile_watch_regex("until", until, ignore_case)
+    name = goal_name or goal_id
     if s.await_for(goal_id) is not None:
-        return [], f'Already awaiting "{s.title}" for goal "{goal_id}".'
+        return [], f'Already awaiting "{s.title}" for goal "{name}".'
     if not s.running:
         fired = _fire_exit(
             _replace(s, awaits=(AwaitState(goal_id=goal_id),)),
@@ -361,9 +365,9 @@ def decide_await(
         if raced:
             return (
                 fired,
-                f'Command "{s.title}" exited while registering; wake-up delivered to goal "{goal_id}".',
+                f'Command "{s.title}" exited while registering; wake-up delivered to goal "{name}".',
             )
-        return fired, f'Command "{s.title}" already {s.status}; wake-up delivered to goal "{goal_id}".'
+        return fired, f'Command "{s.title}" already {s.status}; wake-up delivered to goal "{name}".'
     if until is not None and matched:
         ev = AwaitFired(
             goal_id=goal_id,
@@ -376,14 +380,20 @@ def decide_await(
         )
         return [
             ev
-        ], f'Pattern "{until}" already present in "{s.title}" output; wake-up delivered to goal "{goal_id}".'
-    req = AwaitRequested(goal_id=goal_id, command_id=s.id, until=until, ignore_case=ignore_case)
+        ], f'Pattern "{until}" already present in "{s.title}" output; wake-up delivered to goal "{name}".'
+    req = AwaitRequested(
+        goal_id=goal_id,
+        command_id=s.id,
+        until=until,
+        ignore_case=ignore_case,
+        owner_session_id=owner_session_id,
+    )
     if until is not None:
         return [req], (
-            f'Goal "{goal_id}" now awaits pattern "{until}" in "{s.title}" (fires once on first match; '
+            f'Goal "{name}" now awaits pattern "{until}" in "{s.title}" (fires once on first match; '
             "the command keeps running)."
         )
-    return [req], f'Goal "{goal_id}" now awaits "{s.title}" (fires once on exit).'
+    return [req], f'Goal "{name}" now awaits "{s.title}" (fires once on exit).'
 
 
 def decide_until_fired(s: CommandState, goal_id: str, matched: list[str], tail: str) -> list[Event]:

@@ -72,8 +72,14 @@ def validate_watch(spec: WatchSpec) -> None:
         compile_watch_regex("until", spec.until, spec.ignore_case)
 
 
-def validate_start(title: str, command: str, timeout_seconds: object, watch: WatchSpec | None) -> None:
-    """The reference's start checks, in its order.
+def validate_start(
+    title: str,
+    command: str,
+    timeout_seconds: object,
+    watch: WatchSpec | None,
+    owner_session_id: str | None = None,
+) -> None:
+    """The reference's start checks, in its order (an owner is checked when one is given: the CLI has none).
 
     :raises UsageError: naming the first problem.
     """
@@ -81,6 +87,8 @@ def validate_start(title: str, command: str, timeout_seconds: object, watch: Wat
         raise UsageError("title is required")
     if not command.strip():
         raise UsageError("command is required")
+    if owner_session_id is not None and owner_session_id.strip() in ("", "main"):
+        raise UsageError("A valid owner session is required. Run from an active OpenCode session.")
     if timeout_seconds is not None and (
         isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds <= 0
     ):

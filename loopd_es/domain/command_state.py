@@ -87,6 +87,7 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     goal_id: str | None
     notify_on_exit: bool | None
     created_at: str
+    owner_session_id: str | None = None
     status: Status = "running"
     end_reason: EndReason | None = None
     claim: SignalReason | None = None
@@ -137,6 +138,7 @@ def evolve(state: CommandState | None, e: Event, version: int = 0) -> CommandSta
             goal_id=e.goal_id,
             notify_on_exit=e.notify_on_exit,
             created_at=e.started_at,
+            owner_session_id=e.owner_session_id,
             version=version or 1,
         )
     if state is None:

@@ -328,7 +328,7 @@ async def _tools(
     config = ToolApiConfig.load(options.tool_api)
     if hasattr(host, "tools"):
         host.tools = hidden_from_workers()
-    dispatcher = ToolDispatcher(store, host, clock, options.directory)
+    dispatcher = ToolDispatcher(store, host, clock, options.directory, store_url=options.store_url)
     say(f"serving the OpenCode tools on {config.url}")
     await serve_tools(config, dispatcher, task_status=task_status)
 

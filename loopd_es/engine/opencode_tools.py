@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .tool_api import ToolApiConfig, ToolSpec
+    from .tool_api import ToolApiConfig
+    from .tool_spec import ToolSpec
 
 PLUGIN_VERSION = "1.18.33"
 
@@ -27,7 +28,7 @@ export default tool({{
 {args}
   }},
   async execute(args, context) {{
-    const config = JSON.parse(readFileSync(join(import.meta.dir, "..", "loopd", "engine.json"), "utf8"))
+{ask}    const config = JSON.parse(readFileSync(join(import.meta.dir, "..", "loopd", "engine.json"), "utf8"))
     const reply = await fetch(config.url + "/tool", {{
       method: "POST",
       headers: {{ "content-type": "application/json", authorization: "Bearer " + config.token }},
@@ -48,7 +49,18 @@ _ZOD = {
     "number": "tool.schema.number()",
     "boolean": "tool.schema.boolean()",
     "array": "tool.schema.array(tool.schema.string())",
+    "record": "tool.schema.record(tool.schema.string(), tool.schema.string())",
 }
+
+# The reference asks OpenCode for ``bash`` permission before a command starts: the argv as the pattern, the
+# program as what "always" allows. A refusal throws inside OpenCode, so nothing reaches the engine.
+_ASK = """    await context.ask({{
+      permission: {permission},
+      patterns: [[args.command, ...(args.args ?? [])].join(" ")],
+      always: [args.command],
+      metadata: {{}},
+    }})
+"""
 
 
 def render(spec: ToolSpec) -> str:
@@ -59,8 +71,9 @@ def render(spec: ToolSpec) -> str:
         if description:
             zod += f".describe({json.dumps(description)})"
         lines.append(f"    {name}: {zod},")
+    ask = "" if spec.asks is None else _ASK.format(permission=json.dumps(spec.asks))
     return _TEMPLATE.format(
-        description=json.dumps(spec.description), args="\n".join(lines), name=json.dumps(spec.name)
+        description=json.dumps(spec.description), args="\n".join(lines), name=json.dumps(spec.name), ask=ask
     )
 
 

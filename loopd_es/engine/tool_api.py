@@ -5,7 +5,8 @@ tools and bash are not (opencode-host.md §7). So ``loopd-es opencode install`` 
 tool into the project's ``.opencode/tool/`` that forwards the call and its context here, and the engine checks
 ownership as the reference does: worker tools find their goal by the calling session (among active or blocked
 goals, §3.16); owner tools act only on goals whose owner is the calling session, or without ``goal_id`` on the
-first such goal that is not complete (§3, owner-tool goal targeting).
+first such goal that is not complete (§3, owner-tool goal targeting). The command tools (``loopd_command_*``,
+:mod:`.command_tools`) are owner tools too: they act only on commands the calling session started.
 
 The server speaks just enough HTTP/1.1 for that: ``POST /tool`` with a JSON body and a bearer token, one request
 per connection, bounded in size and time. It listens on 127.0.0.1 only.
@@ -18,7 +19,6 @@ import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,7 +28,9 @@ import msgspec
 
 from ..domain.rules import RuleError
 from ..errors import LoopdError
+from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandTools
 from .operations import Operations, Result
+from .tool_spec import ToolSpec
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -42,16 +44,6 @@ MAX_BODY: Final = 1 << 20
 READ_TIMEOUT_S: Final = 10.0
 CONFIG_NAME: Final = "engine.json"
 """``<project>/.opencode/loopd/engine.json``: the tool channel's address and token, written by the install step."""
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    """One tool as OpenCode shows it to the model, and who may call it."""
-
-    name: str
-    role: str  # "worker" or "owner"
-    description: str
-    args: dict[str, tuple[str, bool, str]]  # name -> (zod type, required, description)
 
 
 WORKER_TOOLS: Final = (
@@ -160,6 +152,7 @@ OWNER_TOOLS: Final = (
             "needed": ("string", False, ""),
         },
     ),
+    *COMMAND_TOOLS,
 )
 TOOLS: Final = {spec.name: spec for spec in (*WORKER_TOOLS, *OWNER_TOOLS)}
 
@@ -197,11 +190,20 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
 class ToolDispatcher:
     """Runs one tool call with the reference's ownership rules and messages; never raises for a refusal."""
 
-    def __init__(self, store: LogStore, host: EngineHost, clock: Clock, directory: str) -> None:
+    def __init__(
+        self,
+        store: LogStore,
+        host: EngineHost,
+        clock: Clock,
+        directory: str,
+        *,
+        store_url: str | None = None,
+    ) -> None:
         self.store = store
         self.host = host
         self.clock = clock
         self.directory = directory
+        self.commands = CommandTools(store, store_url, directory, self._ops("").service.load)
 
     def _ops(self, owner: str) -> Operations:
         return Operations(self.store, self.host, clock=self.clock, directory=self.directory, owner=owner)
@@ -210,19 +212,25 @@ class ToolDispatcher:
         spec = TOOLS.get(call.tool)
         if spec is None:
             return {"ok": False, "message": f"Unknown loopd tool {call.tool!r}."}
+        command = spec.name in COMMAND_TOOL_NAMES
         session = call.context.get("sessionID")
         if not isinstance(session, str) or not session or session == "main":
-            return {"ok": False, "errorCode": "no_session", "message": "No session context available."}
+            refusal = NO_SESSION if command else "No session context available."
+            return {"ok": False, "errorCode": "no_session", "message": refusal}
+        empty: tuple[object, ...] = (
+            (None,) if command else (None, "")
+        )  # "" reaches the reference's own checks
         missing = [
-            name
-            for name, (_, required, _) in spec.args.items()
-            if required and call.args.get(name) in (None, "")
+            name for name, (_, required, _) in spec.args.items() if required and call.args.get(name) in empty
         ]
         if missing:
             return {"ok": False, "message": f"Missing required argument(s): {', '.join(missing)}."}
         try:
-            handler = getattr(self, "_" + spec.name)
-            result: Result | dict[str, Any] = await handler(session, call.args)
+            result: Result | dict[str, Any]
+            if command:
+                result = await self.commands.call(spec.name, session, call.args, call.context)
+            else:
+                result = await getattr(self, "_" + spec.name)(session, call.args)
         except RuleError as e:
             return {"ok": False, "message": str(e)}
         except LoopdError as e:

@@ -64,6 +64,9 @@ class CommandStarted(Event, frozen=True, kw_only=True):
     goal_id: str | None = None
     notify_on_exit: bool | None = None
     started_at: str
+    owner_session_id: str | None = None
+    """The OpenCode session that started it with ``loopd_command_start`` (the reference's ``ownerSessionID``):
+    the only session its command tools may touch. ``None`` for a command started from the CLI."""
 
 
 @event("command.spawned")

@@ -185,6 +185,7 @@ def _start(b: _Cmd, line: LedgerLine | None, where: Path, starter: str | None) -
             goal_id=snap.goal_id,
             notify_on_exit=snap.notify_on_exit,
             started_at=at,
+            owner_session_id=snap.owner_session_id or None,
         ),
         cause=starter,
         **kw,

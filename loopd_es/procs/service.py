@@ -168,11 +168,13 @@ class StartSpec:
         cols: int = 80,
         rows: int = 24,
         notify_on_exit: bool | None = None,
+        owner_session_id: str | None = None,
     ) -> None:
         self.title, self.command, self.args = title.strip(), command.strip(), list(args)
         self.cwd, self.env, self.timeout_seconds, self.shell = cwd, dict(env or {}), timeout_seconds, shell
         self.watch = None if watch is None or watch.empty else watch
         self.goal_id, self.cols, self.rows, self.notify_on_exit = goal_id, cols, rows, notify_on_exit
+        self.owner_session_id = owner_session_id
 
 
 def _check_runnable(spec: StartSpec, env: Mapping[str, str]) -> Path:
@@ -197,7 +199,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
 
     :raises UsageError: for invalid input (nothing recorded, nothing spawned).
     """
-    validate_start(spec.title, spec.command, spec.timeout_seconds, spec.watch)
+    validate_start(spec.title, spec.command, spec.timeout_seconds, spec.watch, spec.owner_session_id)
     if spec.goal_id is not None:
         check_id("goal", spec.goal_id)
     paths = CommandPaths(store_url)
@@ -227,6 +229,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
             goal_id=spec.goal_id,
             notify_on_exit=spec.notify_on_exit,
             started_at=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            owner_session_id=spec.owner_session_id,
         )
         await store.append(
             command_stream(command_id),
@@ -452,8 +455,13 @@ async def request_await(
     goal_id: str,
     until: str | None,
     ignore_case: bool,
+    owner_session_id: str | None = None,
+    goal_name: str | None = None,
 ) -> tuple[list[Event], str]:
-    """Register an await (or fire it at once when its condition already holds); tells the owner to look."""
+    """Register an await (or fire it at once when its condition already holds); tells the owner to look.
+
+    ``owner_session_id`` is recorded as the session that asked; ``goal_name`` names the goal in the message.
+    """
     check_id("goal", goal_id)
     await reconcile(store, paths, only=command_id)
     pattern = compile_watch_regex("until", until, ignore_case) if until else None
@@ -473,6 +481,8 @@ async def request_await(
             output=facts,
             matched=matched,
             raced=raced and not s.running,
+            owner_session_id=owner_session_id,
+            goal_name=goal_name,
         )
         return events
 

@@ -313,4 +313,4 @@ def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_
 
 def _member(url: str, holder: str) -> str:
     joined = [e.data_dict() for e in _read(url) if e.type == "engine.member_joined"]
-    return next(d["member"] for d in joined if d["holder"] == holder)
+    return str(next(d["member"] for d in joined if d["holder"] == holder))

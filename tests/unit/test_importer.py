@@ -554,6 +554,7 @@ def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> No
     assert all(p["command_id"] == DEV for p in dev)
     unit = {p["type"]: p for p in _payloads(day, f"command-{UNIT}")}
     assert unit["command.exited"]["owner_notified_at"] == "2026-11-24T09:33:12.300Z"
+    assert unit["command.started"]["owner_session_id"] == "ses_owner_day"  # its command tools still reach it
     ci = {p["type"]: p for p in _payloads(day, f"command-{CI_WATCH}")}
     assert ci["command.await-requested"]["owner_session_id"] == "ses_w_flaky"
     assert day.needs_reconcile == (CI_WATCH,)
