@@ -1,7 +1,8 @@
 """Hypothesis profiles: ``dev`` (default), ``ci`` (derandomized, loaded when ``CI=true``), ``thorough``.
 
-``HYPOTHESIS_PROFILE=thorough python -m pytest tests/unit -k properties`` runs every property test with twenty
-times its usual number of examples; run it before an issue that touches the domain is called resolved, and pin
+``HYPOTHESIS_PROFILE=thorough python -m pytest --timeout 0 tests/unit -k properties`` runs every property test with
+twenty times its usual number of examples (``--timeout 0``: a state machine's twenty-fold run outlasts the
+per-test timeout, and a timeout mid-run makes hypothesis report a flaky replay, not a finding); run it before an issue that touches the domain is called resolved, and pin
 what it finds as an ``@example`` (or, for a state machine, as a replayed sequence). Tests state their example
 count through :func:`scaled`, so a profile scales it instead of being overridden by the decorator.
 """
