@@ -81,7 +81,9 @@ class Balancer:
                 continue
             if await shares.claim(goal_id, "stranded" if best != me else "preferred"):
                 claimed += 1
-                await self.adopt(goal_id)
+                # the running turn is resent only when taken from an engine that died: a goal never claimed
+                # or handed over by a live holder had its prompt sent by whoever started the turn
+                await self.adopt(goal_id, resend=claim is not None and not claim.released)
         return claimed
 
     def _stranded(self, goal_id: str, now: datetime) -> bool:
@@ -98,7 +100,7 @@ class Balancer:
             return True
         return any(env.data_dict().get("goal_id") == goal_id for env in engine.unqueued_fires.values())
 
-    async def adopt(self, goal_id: str) -> None:
+    async def adopt(self, goal_id: str, *, resend: bool = True) -> None:
         """Finish what the goal's previous holder may have left half done, as a restart would."""
         engine = self.engine
         self.adopted += 1
@@ -117,7 +119,8 @@ class Balancer:
                         await engine.awaits.wake(goal_id, item.input_id, ctx)
                 state = await engine.service.load(goal_id)
                 if state.status == "active" and state.phase == "running":
-                    await engine.turns.resend(goal_id, ctx)
+                    if resend:
+                        await engine.turns.resend(goal_id, ctx)
                     engine.tracker.schedule(goal_id, "confirm", engine.clock.now())
                 elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
                     engine.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))

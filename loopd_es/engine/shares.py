@@ -158,8 +158,12 @@ class Shares:
                 self.held.pop(e.goal_id, None)
 
     def alive(self) -> bool:
-        """Whether this member's own membership has not run out (by its own clock)."""
-        return self.expires_at is not None and self.clock.now() < self.expires_at
+        """Whether this member may still act: its membership has a third of its length left (by its own clock).
+
+        Others take its goals over only once the membership has run out, so a member that stalled between its
+        last check and a host call has that third (a renewal period) before anyone else acts for its goals.
+        """
+        return self.expires_at is not None and self.clock.now() < self.expires_at - self.ttl / 3
 
     def live_members(self) -> list[str]:
         now = self.clock.now()
