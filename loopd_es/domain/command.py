@@ -220,6 +220,7 @@ def decide_exit(
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
         ended_at=_iso(now),
+        tail=output.tail,
     )
     return [exited, *_fire_exit(s, status, code, sig, output.tail, goal_gone)]
 
@@ -254,6 +255,7 @@ def decide_missing(s: CommandState, *, now: datetime, output: OutputFacts) -> li
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
         ended_at=_iso(now),
+        tail=output.tail,
     )
     return [exited, *_fire_exit(s, "missing", None, None, output.tail, frozenset())]
 
