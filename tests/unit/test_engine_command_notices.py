@@ -165,3 +165,34 @@ async def test_an_exit_recorded_while_no_engine_ran_is_told_at_start(tmp_path: P
         assert text.startswith(
             '[command "dev" (python3 app.py) missing late... exitCode=unknown signal=none]'
         )
+
+
+async def test_shared_members_tell_a_command_owner_once(tmp_path: Path) -> None:
+    from loopd_es.engine.goal_fence import GoalFencedStore
+    from loopd_es.engine.shares import SHARE_TYPES, Shares
+
+    async with rig(tmp_path) as r:
+        members = [Shares(r.store, name, r.clock, ttl_ms=10_000) for name in ("a", "b", "c")]
+        for m in members:
+            await m.join()
+        for env in [e async for e in r.store.read_all(types=SHARE_TYPES)]:
+            for m in members:
+                m.observe(env)
+        engines = [
+            Engine(GoalFencedStore(r.store, m), r.host, r.clock, EngineConfig(), shares=m) for m in members
+        ]
+        for cid in ("c1", "c2", "c3", "c4"):
+            assert (
+                sum(e.owns_command(cid) for e in engines) == 1
+            )  # one deliverer per command, no claim needed
+        await record(r, "c1", started("c1"), exited("c1", exit_code=5))
+        for engine in engines:
+            await engine.start()
+            await engine.catch_up()
+        for engine in engines:
+            await engine.outbox.deliver()  # a maintenance pass everywhere: still shown once
+        assert len(await shown(r)) == 1
+        assert [e.type async for e in r.store.read_stream(STREAM)] == [
+            "notification.requested",
+            "notification.delivered",
+        ]
