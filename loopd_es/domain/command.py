@@ -220,7 +220,6 @@ def decide_exit(
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
         ended_at=_iso(now),
-        tail=output.tail,
     )
     return [exited, *_fire_exit(s, status, code, sig, output.tail, goal_gone)]
 
@@ -255,7 +254,6 @@ def decide_missing(s: CommandState, *, now: datetime, output: OutputFacts) -> li
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
         ended_at=_iso(now),
-        tail=output.tail,
     )
     return [exited, *_fire_exit(s, "missing", None, None, output.tail, frozenset())]
 

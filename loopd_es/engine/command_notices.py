@@ -1,8 +1,9 @@
 """The session that started a command hears of it: its exit, its watch pushes (reference §3.17).
 
 The facts are recorded by the command's owner process, which sees the output: ``command.watch-matched`` and
-``command.watch-suspended`` carry the push or notice text, ``command.exited`` the sanitised output tail. The
-engine derives a notice from each as it catches up with the log, as it does for goals (:mod:`.notices`): keyed
+``command.watch-suspended`` carry the push or notice text; the exit notice's output tail is read from the
+command's output log when the notice is recorded (output never enters a command's stream unasked: a process
+may print its secrets). The engine derives a notice from each as it catches up with the log, as it does for goals (:mod:`.notices`): keyed
 by the causing event, so it is recorded once (a restart replays the reaction and appends nothing) and
 delivered through the outbox, exactly once. Commands started from the CLI have no owner session: nobody is told.
 
@@ -18,11 +19,13 @@ from ..app.service import Ctx
 from ..domain.command_notice import owner_exit_notice
 from ..events import command as cmd
 from ..events.catalogue import decode_payload
+from ..procs.outlog import tail_text
 from ..procs.service import load_state
 from .outbox import CommandOwner
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
+    from ..procs.paths import CommandPaths
     from .core import Engine
 
 COMMAND_NOTICE_TYPES: Final = ("command.exited", "command.watch-matched", "command.watch-suspended")
@@ -33,8 +36,10 @@ COMMAND_TYPES: Final = ("command.started", *COMMAND_NOTICE_TYPES)
 class CommandNotices:
     """Owner sessions of commands (from ``command.started``) and the notices their events call for."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, paths: CommandPaths | None) -> None:
         self.engine = engine
+        self.paths = paths
+        """Where the output logs are (``None``: unknown, the exit notice then has no tail)."""
         self.owners: dict[str, str] = {}
         """command id -> the OpenCode session that started it (commands with an owner only)."""
 
@@ -61,10 +66,15 @@ class CommandNotices:
             return
         if isinstance(e, cmd.CommandExited):
             state = await load_state(self.engine.store, e.command_id)
-            text = None if state is None or state.running else owner_exit_notice(state, e.tail)
+            text = (
+                None if state is None or state.running else owner_exit_notice(state, self._tail(e.command_id))
+            )
         else:
             text = e.text or None  # a cleared watch tells nothing
         if text is None:
             return
         ctx = Ctx(env.correlation_id or env.event_id, env.event_id)
         await outbox.request(CommandOwner(e.command_id, owner), kind, text, env.event_id, ctx)
+
+    def _tail(self, command_id: str) -> str:
+        return "" if self.paths is None else tail_text(self.paths.log(command_id))

@@ -43,6 +43,7 @@ from ..host.events import (
     ToolCallStarted,
     TranscriptMessage,
 )
+from ..procs.paths import CommandPaths
 from .clock import Clock, parse_iso
 from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
 from .live import Live, Tracker, after
@@ -105,6 +106,7 @@ class Engine:
         owner: str = "engine",
         guard: Guard | None = None,
         shares: Shares | None = None,
+        store_url: str | None = None,
     ) -> None:
         self.store = store
         self.shares = shares
@@ -118,7 +120,8 @@ class Engine:
         self.goals = Goals(self.service, self.guard)
         self.turns = self.goals.turns
         self.outbox = Outbox(store, host, clock, self.guard, owns=self.owns, owns_command=self.owns_command)
-        self.commands = CommandNotices(self)
+        self.commands = CommandNotices(self, CommandPaths(store_url) if store_url else None)
+        """Notices to the sessions that started commands; ``store_url`` locates their output logs."""
         self.tracker = Tracker()
         self.position = 0
         self.next_maintenance: datetime | None = None

@@ -161,8 +161,6 @@ class CommandExited(Event, frozen=True, kw_only=True):
     ended_at: str
     owner_notified_at: str | None = None
     """When the owner was told of the exit (the reference's exactly-once ``ownerNotifiedAt``), if known."""
-    tail: str = ""
-    """The sanitised last 4 KiB of output at the end: the body of the owner's exit notice."""
 
 
 @event("command.removed")

@@ -12,6 +12,7 @@ from loopd_es.engine.outbox import STREAM
 from loopd_es.events import command as cmd
 from loopd_es.events.catalogue import new_event
 from loopd_es.host.errors import HostUnavailableError
+from loopd_es.procs.paths import CommandPaths
 
 from ._engine_harness import Rig, rig
 
@@ -36,7 +37,7 @@ def started(cid: str, owner: str | None = OWNER, **kw: Any) -> cmd.CommandStarte
 
 
 def exited(cid: str, **kw: Any) -> cmd.CommandExited:
-    fields: dict[str, Any] = {"status": "exited", "end_reason": "exit", "exit_code": 0, "tail": "bye\n"}
+    fields: dict[str, Any] = {"status": "exited", "end_reason": "exit", "exit_code": 0}
     return cmd.CommandExited(command_id=cid, ended_at="2026-12-02T00:00:01.000000Z", **{**fields, **kw})
 
 
@@ -52,10 +53,13 @@ async def shown(r: Rig) -> list[tuple[str, str]]:
 
 async def test_an_exit_tells_the_owner_once_also_after_a_restart(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
+        paths = CommandPaths(f"sqlite:{tmp_path / 'events.db'}")
+        paths.ensure()
+        paths.log("c1").write_bytes(b"\x1b[31mstarting\x1b[0m\r\nbye\r\n")  # the owner process's output log
         await record(r, "c1", started("c1"), exited("c1", exit_code=3))
         await r.engine.catch_up()
         assert await shown(r) == [
-            (OWNER, '[command "dev" (python3 app.py) exited c1... exitCode=3 signal=none]\nbye\n')
+            (OWNER, '[command "dev" (python3 app.py) exited c1... exitCode=3 signal=none]\nstarting\nbye\n')
         ]
         again = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
         await again.start()
