@@ -1,11 +1,12 @@
 """The session that started a command hears of it: its exit, its watch pushes (reference §3.17).
 
 The facts are recorded by the command's owner process, which sees the output: ``command.watch-matched`` and
-``command.watch-suspended`` carry the push or notice text; the exit notice's output tail is read from the
+``command.watch-suspended`` carry the push or notice text. The exit notice's output tail is read from the
 command's output log when the notice is recorded (output never enters a command's stream unasked: a process
-may print its secrets). The engine derives a notice from each as it catches up with the log, as it does for goals (:mod:`.notices`): keyed
-by the causing event, so it is recorded once (a restart replays the reaction and appends nothing) and
-delivered through the outbox, exactly once. Commands started from the CLI have no owner session: nobody is told.
+may print its secrets). The engine derives a notice from each fact as it catches up with the log, as it does
+for goals (:mod:`.notices`): keyed by the causing event, so it is recorded once (a restart replays the reaction
+and appends nothing) and delivered through the outbox, exactly once. Commands started from the CLI have no
+owner session: nobody is told.
 
 A command notice names no goal (a command's goal link is for display only, and a finished goal has no holder):
 in a shared group the live member preferred for the command id delivers it.

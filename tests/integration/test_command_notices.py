@@ -31,8 +31,10 @@ class Bench:
     r: Rig
     env: Env
 
-    async def start(self, body: str, *, owner: str | None = OWNER, **kw: object) -> str:
-        spec = service.StartSpec(title="dev", command=PY, args=["-c", body], owner_session_id=owner, **kw)  # type: ignore[arg-type]
+    async def start(self, body: str, *, owner: str | None = OWNER, watch: WatchSpec | None = None) -> str:
+        spec = service.StartSpec(
+            title="dev", command=PY, args=["-c", body], owner_session_id=owner, watch=watch
+        )
         cid, pid = await service.start_command(self.r.store, self.env.url, spec)
         self.env.pids.add(pid)
         return cid
@@ -93,7 +95,10 @@ async def test_a_terminated_command_and_a_cli_command_tell_nobody(bench: Bench) 
 
 
 async def test_watch_pushes_then_the_exit_notice(bench: Bench) -> None:
-    body = "import time\nfor l in ['starting up', 'ERROR one', 'ERROR two']: print(l, flush=True)\ntime.sleep(2.6)\n"
+    body = (
+        "import time\nfor l in ['starting up', 'ERROR one', 'ERROR two']: print(l, flush=True)\n"
+        "time.sleep(2.6)\n"
+    )
     cid = await bench.start(body, watch=WatchSpec(filter="ERROR"))
     await bench.ended(cid)
     texts = await bench.texts(at_least=2)
