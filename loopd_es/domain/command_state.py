@@ -107,6 +107,8 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     removed: bool = False
     awaits: tuple[AwaitState, ...] = ()
     version: int = 0
+    owner_notified_at: str | None = None
+    """Recorded on the exit when the owner was told already (imported history: the reference told it)."""
 
     @property
     def running(self) -> bool:
@@ -192,6 +194,7 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             output_bytes=e.output_bytes,
             stream_bytes=e.stream_bytes,
             truncated=e.truncated,
+            owner_notified_at=e.owner_notified_at,
         )
     if isinstance(e, CommandRemoved):
         return _replace(s, removed=True, awaits=())

@@ -68,7 +68,12 @@ COMMAND_TOOLS: Final = (
             "args": ("array", False, "Arguments, one per element (no shell quoting needed)."),
             "cwd": ("string", False, "Working directory (default: the project directory)."),
             "goal_id": ("string", False, "A goal this command belongs to (display only)."),
-            "notify_on_exit": ("boolean", False, "Recorded for the owner's exit notification (false: none)."),
+            "notify_on_exit": (
+                "boolean",
+                False,
+                "Tell this session when the command ends (default: any exit or loss, not a terminate; "
+                "false: never; true: always).",
+            ),
             "cols": ("number", False, "Terminal columns (default 80)."),
             "rows": ("number", False, "Terminal rows (default 24)."),
             "env": ("record", False, "Extra environment variables; values are never persisted."),

@@ -43,12 +43,14 @@ from ..host.events import (
     ToolCallStarted,
     TranscriptMessage,
 )
+from ..procs.paths import CommandPaths
 from .clock import Clock, parse_iso
+from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
 from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .shares import SHARE_TYPES, GoalLostError, Shares, acting_for
+from .shares import SHARE_TYPES, GoalLostError, Shares, acting_for, preferred
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -73,6 +75,7 @@ ENGINE_TYPES: Final = (
     "notification.requested",
     "notification.delivered",
     *sorted(NOTICE_TYPES),
+    *COMMAND_TYPES,
 )
 """The events the engine's trackers, timers, reactions and outbox are built from."""
 
@@ -103,6 +106,7 @@ class Engine:
         owner: str = "engine",
         guard: Guard | None = None,
         shares: Shares | None = None,
+        store_url: str | None = None,
     ) -> None:
         self.store = store
         self.shares = shares
@@ -115,7 +119,9 @@ class Engine:
         self.guard = guard or no_guard
         self.goals = Goals(self.service, self.guard)
         self.turns = self.goals.turns
-        self.outbox = Outbox(store, host, clock, self.guard, owns=self.owns)
+        self.outbox = Outbox(store, host, clock, self.guard, owns=self.owns, owns_command=self.owns_command)
+        self.commands = CommandNotices(self, CommandPaths(store_url) if store_url else None)
+        """Notices to the sessions that started commands; ``store_url`` locates their output logs."""
         self.tracker = Tracker()
         self.position = 0
         self.next_maintenance: datetime | None = None
@@ -137,13 +143,21 @@ class Engine:
         """Whether this engine acts for the goal: always, unless it is one member of a shared group."""
         return self.shares is None or self.shares.owns(goal_id)
 
+    def owns_command(self, command_id: str) -> bool:
+        """Whether this engine delivers the command's notices: always, unless a shared group prefers another
+        live member for it (a command belongs to no goal, so no claim decides)."""
+        shares = self.shares
+        if shares is None:
+            return True
+        return shares.alive() and preferred(command_id, shares.live_members()) == shares.member
+
     # -- the log -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Read the whole log (trackers, timers, outbox), then repair what a crash left half done."""
         await self.catch_up(react=False)  # first finish turns a crash interrupted, then replay reactions
         if self.shares is not None:  # a member holds nothing yet: each goal is recovered when claimed (adopt)
-            self._reactions.clear()
+            self._reactions = [e for e in self._reactions if e.type in COMMAND_NOTICE_TYPES]
             self.next_maintenance = self.clock.now()
             return
         ctx = Ctx.new()
@@ -181,6 +195,9 @@ class Engine:
         if env.type in NOTICE_TYPES:
             await self.notice(env)
             return
+        if env.type in COMMAND_NOTICE_TYPES:
+            await self.commands.react(env)
+            return
         goal_id = env.data_dict().get("goal_id")
         if not isinstance(goal_id, str) or self.owns(goal_id):
             with acting_for(goal_id) if isinstance(goal_id, str) else nullcontext():
@@ -194,6 +211,10 @@ class Engine:
             return
         if env.stream == NOTIFICATIONS:
             self.outbox.observe(env)
+            return
+        if env.type in COMMAND_TYPES:
+            if self.commands.observe(env):
+                self._reactions.append(env)
             return
         if env.type in ("command.await-fired", "command.await-discarded"):
             self._reactions.append(env)

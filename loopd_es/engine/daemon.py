@@ -218,6 +218,7 @@ async def _serve(
         owner=options.holder,
         guard=guard,
         shares=shares,
+        store_url=options.store_url,
     )
     balancer = Balancer(engine, shares) if shares is not None else None
     next_balance = clock.now()

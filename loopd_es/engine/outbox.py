@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from ..app.turns import Guard, no_guard
 from ..domain.provider_limit import iso
@@ -19,7 +19,7 @@ from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
 from ..events.envelope import ANY
 from ..host.errors import HostError
-from .shares import GoalLostError, acting_for
+from .shares import GoalLostError, acting_for, acting_for_no_goal
 
 if TYPE_CHECKING:
     from ..app.service import Ctx
@@ -38,6 +38,14 @@ def notification_event_id(notification_id: str, what: str = "requested") -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{what}:{notification_id}"))
 
 
+class CommandOwner(NamedTuple):
+    """The session that started command ``command_id``: a notice to it names no goal."""
+
+    command_id: str
+    owner_session_id: str
+    goal_id: str = ""
+
+
 class Outbox:
     """Records notices and delivers the undelivered ones through the host."""
 
@@ -49,10 +57,13 @@ class Outbox:
         guard: Guard | None = None,
         *,
         owns: Callable[[str], bool] | None = None,
+        owns_command: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
         self.owns = owns or (lambda goal_id: True)
         """Which goals' notices this process delivers (a shared engine: the goals it holds)."""
+        self.owns_command = owns_command or (lambda command_id: True)
+        """Which commands' notices this process delivers (a shared engine: those it is preferred for)."""
         self.host = host
         self.clock = clock
         self.guard = guard or no_guard
@@ -82,18 +93,41 @@ class Outbox:
             self.pending.pop(notification_id, None)
 
     async def request(
-        self, state: GoalState, kind: n.NotificationKind, text: str, cause_event_id: str, ctx: Ctx
+        self,
+        to: GoalState | CommandOwner,
+        kind: n.NotificationKind,
+        text: str,
+        cause_event_id: str,
+        ctx: Ctx,
     ) -> str:
-        """Record the notice ``kind`` caused by ``cause_event_id`` (once) and deliver it; returns its id."""
+        """Record the notice ``kind`` caused by ``cause_event_id`` (once) and deliver it; returns its id.
+
+        ``to`` is the goal whose owner is told, or a command's owner session (the notice names no goal).
+        """
+        if isinstance(to, CommandOwner):
+            with acting_for_no_goal():
+                return await self._record(to, to.command_id, kind, text, cause_event_id, ctx)
+        return await self._record(to, "", kind, text, cause_event_id, ctx)
+
+    async def _record(
+        self,
+        to: GoalState | CommandOwner,
+        command_id: str,
+        kind: n.NotificationKind,
+        text: str,
+        cause_event_id: str,
+        ctx: Ctx,
+    ) -> str:
         notification_id = f"{cause_event_id}:{kind}"
         payload = n.NotificationRequested(
             notification_id=notification_id,
-            goal_id=state.goal_id,
-            owner_session_id=state.owner_session_id,
+            goal_id=to.goal_id,
+            owner_session_id=to.owner_session_id,
             kind=kind,
             text=text,
             cause_event_id=cause_event_id,
             at=iso(self.clock.now()),
+            command_id=command_id,
         )
         event = new_event(
             payload,
@@ -114,6 +148,11 @@ class Outbox:
         """Show every pending notice through the host and record it delivered; returns how many were shown."""
         shown = 0
         for notification_id, payload in list(self.pending.items()):
+            if not payload.goal_id and payload.command_id:
+                if self.owns_command(payload.command_id):
+                    with acting_for_no_goal():
+                        shown += await self._deliver(notification_id, payload)
+                continue
             if not self.owns(payload.goal_id):
                 continue
             try:
@@ -135,7 +174,10 @@ class Outbox:
         except HostError:
             return 0  # stays pending: the next delivery pass tries again
         done = n.NotificationDelivered(
-            notification_id=notification_id, goal_id=payload.goal_id, at=iso(self.clock.now())
+            notification_id=notification_id,
+            goal_id=payload.goal_id,
+            at=iso(self.clock.now()),
+            command_id=payload.command_id,
         )
         try:
             await self.store.append(

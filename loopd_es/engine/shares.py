@@ -75,6 +75,16 @@ def acting_for(goal_id: str) -> Iterator[None]:
         ACTING_FOR.reset(token)
 
 
+@contextmanager
+def acting_for_no_goal() -> Iterator[None]:
+    """Within this block the engine acts for no goal (a command's notice): its writes carry no goal's fence."""
+    token = ACTING_FOR.set(None)
+    try:
+        yield
+    finally:
+        ACTING_FOR.reset(token)
+
+
 class GoalLostError(LoopdError):
     """This member no longer holds the goal's claim (taken over, or its own membership ran out)."""
 

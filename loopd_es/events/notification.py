@@ -12,12 +12,18 @@ from typing import Literal
 
 from .base import Event, event
 
-NotificationKind = Literal["complete", "blocked", "failed", "stopped", "unreachable", "stuck", "await"]
+NotificationKind = Literal[
+    "complete", "blocked", "failed", "stopped", "unreachable", "stuck", "await", "command", "watch"
+]
+"""``command``: a command's exit told to the session that started it; ``watch``: a watch push or notice."""
 
 
 @event("notification.requested")
 class NotificationRequested(Event, frozen=True):
-    """The owner of ``goal_id`` must be told ``text``, because of event ``cause_event_id``."""
+    """The owner of ``goal_id`` (or of command ``command_id``) must be told ``text``, because of ``cause_event_id``.
+
+    A command's notice names no goal (``goal_id`` is ``""``): it belongs to the command, whose goal link is
+    for display only."""
 
     notification_id: str
     goal_id: str
@@ -26,6 +32,7 @@ class NotificationRequested(Event, frozen=True):
     text: str
     cause_event_id: str
     at: str = ""
+    command_id: str = ""
 
 
 @event("notification.delivered")
@@ -35,3 +42,4 @@ class NotificationDelivered(Event, frozen=True):
     notification_id: str
     goal_id: str
     at: str = ""
+    command_id: str = ""

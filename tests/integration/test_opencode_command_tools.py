@@ -126,3 +126,42 @@ async def test_an_owner_session_starts_reads_and_terminates_a_command(stack: Sta
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+
+
+async def texts_in(client: httpx.AsyncClient, session: str, head: str) -> list[str]:
+    reply = await client.get(f"/session/{session}/message")
+    reply.raise_for_status()
+    return [
+        p["text"]
+        for m in reply.json()
+        for p in m.get("parts", [])
+        if p.get("type") == "text" and str(p.get("text", "")).startswith(head)
+    ]
+
+
+async def test_the_owner_session_is_told_of_a_watch_push_and_of_the_exit(stack: Stack) -> None:
+    stack.start_engine()
+    host = OpenCodeHost(stack.opencode.url)
+    client = httpx.AsyncClient(base_url=stack.opencode.url, timeout=10)
+    try:
+        owner = await host.create_worker(title="owner")
+        body = "import sys, time\nprint('compiling', flush=True)\nprint('ERROR: missing semicolon', flush=True)\ntime.sleep(2.5)\nsys.exit(3)\n"
+        args = {"title": "build", "command": sys.executable, "args": ["-c", body], "watch_filter": "ERROR"}
+        await host.prompt(
+            owner.session_id, f"CALL loopd_command_start {json.dumps(args)}", model="fake/good", agent="build"
+        )
+        started = await tool_output(client, owner.session_id, "loopd_command_start", 0)
+        assert started["ok"] is True, started
+        cid = started["command_id"]
+        deadline = time.monotonic() + 60
+        while not (exits := await texts_in(client, owner.session_id, '[command "build"')):
+            assert time.monotonic() < deadline, "the exit notice never reached the owner session"
+            await anyio.sleep(0.3)
+        assert f"exited {cid[:8]}... exitCode=3 signal=none]" in exits[0] and "missing semicolon" in exits[0]
+        [push] = await texts_in(client, owner.session_id, '[watch "build"]')
+        assert "ERROR: missing semicolon" in push and "compiling" not in push
+        await anyio.sleep(1)  # nothing is told twice
+        assert len(await texts_in(client, owner.session_id, '[command "build"')) == 1
+    finally:
+        await client.aclose()
+        await host.aclose()

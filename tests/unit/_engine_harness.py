@@ -82,7 +82,14 @@ async def rig(
     clock = FakeClock()
     host = SimulatedHost(script or HostScript(), clock=clock)
     async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:
-        engine = Engine(store, host, clock, config or EngineConfig(), directory=str(tmp_path))
+        engine = Engine(
+            store,
+            host,
+            clock,
+            config or EngineConfig(),
+            directory=str(tmp_path),
+            store_url=f"sqlite:{tmp_path / 'events.db'}",
+        )
         ops = Operations(store, host, clock=clock, directory=str(tmp_path), owner="owner-1")
         seen: list[AnyHostEvent] = []
         host._subscribers.append(_Collector(seen))  # type: ignore[arg-type]
