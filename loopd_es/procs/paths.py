@@ -19,22 +19,42 @@ from pathlib import Path
 
 from ..errors import StorageError
 from ..ids import path_under
-from ..log import parse_store_url
+from ..log import POSTGRES_SCHEMES, parse_store_url
 
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 
 
 def absolute_store_url(url: str) -> str:
     """The same store with an absolute path, so an owner started elsewhere opens the same log."""
+    if url.startswith(POSTGRES_SCHEMES):
+        return url  # a server's address means the same from any directory
     scheme, path, options = parse_store_url(url)
     query = "&".join(f"{k}={v}" for k, v in options.items())
     return f"{scheme}:{Path(path).resolve()}" + (f"?{query}" if query else "")
+
+
+def server_log_commands_dir(store_url: str) -> Path:
+    """Where this machine keeps the files of its commands for a log on a database server.
+
+    Commands are processes of this machine, so their files stay here, whatever directory a command or its
+    owner runs in: ``$XDG_STATE_HOME/loopd-es/commands-<schema>-<hash of the server URL>`` (default
+    ``~/.local/state``).
+    """
+    from ..log.postgres import split_postgres_url  # here: psycopg is loaded only for a server log
+
+    conninfo, schema = split_postgres_url(store_url)
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    digest = hashlib.sha256(conninfo.encode()).hexdigest()[:12]
+    return state / "loopd-es" / f"commands-{schema}-{digest}"
 
 
 class CommandPaths:
     """The per-command files of one store."""
 
     def __init__(self, store_url: str) -> None:
+        if store_url.startswith(POSTGRES_SCHEMES):
+            self.root = server_log_commands_dir(store_url)
+            return
         _, path, _ = parse_store_url(store_url)
         self.root = Path(path).resolve().parent / "commands"
 

@@ -66,3 +66,32 @@ def test_export_and_import_move_a_whole_log_between_every_backend(pg_url: str, t
 def test_an_invalid_schema_is_a_usage_error(schema: str) -> None:
     result = run("--store", f"postgresql://nobody@127.0.0.1:1/none?schema={schema}", "read")
     assert result.returncode == 2 and "invalid schema" in result.stderr, result
+
+
+def test_commands_and_the_engine_work_on_a_server_log(pg_url: str, tmp_path: Path) -> None:
+    """A command's files live on this machine (``$XDG_STATE_HOME``), whatever directory runs it; the engine,
+    which reads them for owner notices, starts on a server log as on a file."""
+    import signal
+    import time
+
+    env = {"LOOPD_ES_STORE": pg_url, "XDG_STATE_HOME": str(tmp_path / "state")}
+    started = run("cmd", "start", "--title", "hello", "--", "sh", "-c", "echo hello-from-pg", env=env)
+    assert started.returncode == 0, started.stderr
+    command_id = started.stdout.split()[0]
+    deadline = time.monotonic() + 20
+    while "exited" not in run("cmd", "list", env=env).stdout:
+        assert time.monotonic() < deadline, "the command did not finish"
+        time.sleep(0.2)
+    read = run("cmd", "read", command_id, env=env)
+    assert read.returncode == 0 and "hello-from-pg" in read.stdout, read
+    assert list((tmp_path / "state" / "loopd-es").glob("commands-*/*.log"))
+    (tmp_path / "host.json").write_text("{}")
+    for shared in ([], ["--shared"]):
+        engine = subprocess.Popen(
+            [sys.executable, "-m", "loopd_es.cli", "run", *shared, "--host", f"sim:{tmp_path / 'host.json'}"],
+            env={**os.environ, **env}, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(3)
+        engine.send_signal(signal.SIGTERM)
+        _, err = engine.communicate(timeout=30)
+        assert engine.returncode == 0 and "engine running" in err and "internal error" not in err, err
