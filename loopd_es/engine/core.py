@@ -23,7 +23,7 @@ import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
-from ..app.turns import USAGE_WINDOW, Guard, Kind, no_guard
+from ..app.turns import USAGE_WINDOW, Guard, Kind, Transcript, no_guard
 from ..domain import goal_commands as c
 from ..domain.provider_limit import classify, iso
 from ..domain.streams import aggregate_of
@@ -342,11 +342,13 @@ class Engine:
             return True
         worker = state.worker_session_id
         prompt = state.active_prompt_message_id
+        read: Transcript | None = None
         if prompt is not None and worker is not None:
             try:
                 transcript = await self.host.messages(worker, limit=TRANSCRIPT_WINDOW)
             except HostError:
                 return True
+            read = Transcript(worker, transcript)
             reason = _confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
             if reason is not None:
                 if state.confirm_failed_generation != gen:
@@ -369,8 +371,8 @@ class Engine:
         recorded = await self.service.execute(
             c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=gen), ctx
         )
-        if recorded:
-            await self._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id))
+        if recorded:  # the next turn quotes the transcript just read: one read per turn
+            await self._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id), read)
         return True
 
     async def _stage(self, state: GoalState, now: datetime, ctx: Ctx) -> None:
@@ -389,27 +391,38 @@ class Engine:
             expected=state.version,
         )
 
-    async def _after_confirm(self, goal_id: str, recorded: list[Envelope], ctx: Ctx) -> None:
+    async def _after_confirm(
+        self, goal_id: str, recorded: list[Envelope], ctx: Ctx, transcript: Transcript | None = None
+    ) -> None:
         """§3.13 after ``run.completed``: the force-finish turn, compaction, or the next turn."""
         state = await self.service.load(goal_id)
         types = {e.type: e for e in recorded}
         if state.status != "active":
             return  # blocked (the owner is told from the log, see notice) or out of budget
         if "goal.force_finish_requested" in types:
-            await self.continue_goal(goal_id, ctx, kind="force_finish")
+            await self.continue_goal(goal_id, ctx, kind="force_finish", transcript=transcript)
             return
         every = state.config.compact_every
         if every and state.run_count > 0 and state.run_count % every == 0:
             await self.compact(goal_id, ctx)
             return
-        await self.continue_goal(goal_id, ctx)
+        await self.continue_goal(goal_id, ctx, transcript=transcript)
 
     async def continue_goal(
-        self, goal_id: str, ctx: Ctx, *, explicit: bool = False, force: bool = False, kind: Kind = "steer"
+        self,
+        goal_id: str,
+        ctx: Ctx,
+        *,
+        explicit: bool = False,
+        force: bool = False,
+        kind: Kind = "steer",
+        transcript: Transcript | None = None,
     ) -> TurnReport | None:
         """The next turn, if the goal may have one; a refused pending switch has blocked the goal (``None``)."""
         try:
-            return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
+            return await self.turns.continue_turn(
+                goal_id, ctx, explicit=explicit, force=force, kind=kind, transcript=transcript
+            )
         except SwitchFailedError as e:
             log.info("goal %s blocked: %s", goal_id, e)
             return None
