@@ -335,7 +335,7 @@ class Engine:
         quiet_since = live.assistant_completed_at or live.candidate_at
         if (
             live.last_activity is not None
-            and live.last_activity > live.candidate_at
+            and _to_ms(live.last_activity) > live.candidate_at
             and live.last_activity > quiet_since
         ):
             await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
@@ -498,6 +498,16 @@ class Engine:
             self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
             return
         await self.continue_goal(goal_id, Ctx.new())
+
+
+def _to_ms(moment: datetime) -> datetime:
+    """``moment`` at the precision a candidate's time is recorded with (:func:`iso`: milliseconds).
+
+    Activity handled in the candidate's own millisecond came with the idle signal, not after it (OpenCode
+    sends a busy status just before its idle pair): compared at microseconds, it would stage the candidate
+    again and cost a second quiet period.
+    """
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 def _confirm_failure(
