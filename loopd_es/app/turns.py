@@ -173,13 +173,22 @@ class TurnStarter:
                 )
             return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
         ctx = ctx.caused_by(started[-1].event_id)
-        result = await self.send(goal_id, ctx, kind=kind, transcript=transcript)
+        result = await self.send(goal_id, ctx, kind=kind, transcript=transcript, fresh=True)
         return TurnReport(goal_id=goal_id, result=result, switches=switches)
 
     async def send(
-        self, goal_id: str, ctx: Ctx, *, kind: Kind, transcript: Transcript | None = None
+        self,
+        goal_id: str,
+        ctx: Ctx,
+        *,
+        kind: Kind,
+        transcript: Transcript | None = None,
+        fresh: bool = False,
     ) -> Literal["started", "prompt-failed"]:
-        """Build the running turn's prompt and send it under its prompt id; record delivery or failure."""
+        """Build the running turn's prompt and send it under its prompt id; record delivery or failure.
+
+        ``fresh``: the prompt id was made up for this turn a moment ago (not a resend after a restart).
+        """
         state = await self.service.load(goal_id)
         worker, prompt_id = state.worker_session_id, state.active_prompt_message_id
         if worker is None or prompt_id is None:
@@ -197,9 +206,18 @@ class TurnStarter:
                 transcript=transcript,
             )
         await self.guard()  # fenced: a process that lost the engine lease sends nothing
+        # Only a restarted engine resends a prompt id (resend, after reading run.started), and only once it
+        # holds the lease: with the lease just checked, a fresh id cannot be on the host yet, so the host's
+        # transcript look-up (a round trip) is skipped. Unfenced callers (the CLI) keep it.
+        fenced = fresh and self.guard is not no_guard
         try:
             await self.host.prompt(
-                worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id
+                worker,
+                text,
+                model=state.config.model,
+                agent=state.config.agent,
+                prompt_id=prompt_id,
+                fresh=fenced,
             )
         except ProviderError as e:
             reported = e.info.as_reported()

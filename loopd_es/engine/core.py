@@ -345,7 +345,7 @@ class Engine:
         read: Transcript | None = None
         if prompt is not None and worker is not None:
             try:
-                transcript = await self.host.messages(worker, limit=TRANSCRIPT_WINDOW)
+                transcript = await self._transcript(worker)
             except HostError:
                 return True
             read = Transcript(worker, transcript)
@@ -374,6 +374,19 @@ class Engine:
         if recorded:  # the next turn quotes the transcript just read: one read per turn
             await self._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id), read)
         return True
+
+    async def _transcript(self, worker: str) -> list[TranscriptMessage]:
+        """The worker's latest messages for a confirmation: the usage window, or the whole confirmation window
+        when the usage window holds no user message (a turn of many tool calls).
+
+        The verdict depends only on the latest user message and what follows it, so a window that holds a
+        user message (or the whole transcript) gives the same verdict as a longer one, at a fraction of the
+        bytes: OpenCode returns every message with all its parts, ~5 KB for a steering prompt.
+        """
+        recent = await self.host.messages(worker, limit=USAGE_WINDOW)
+        if len(recent) < USAGE_WINDOW or any(m.role == "user" for m in recent):
+            return recent
+        return await self.host.messages(worker, limit=TRANSCRIPT_WINDOW)
 
     async def _stage(self, state: GoalState, now: datetime, ctx: Ctx) -> None:
         assert state.active_run_id is not None
@@ -483,6 +496,9 @@ class Engine:
         state = await self.service.load(goal_id)
         if state.worker_session_id is None or state.phase != "running":
             return
+        live = self.tracker.live(goal_id)
+        if live.candidate_at is None or live.candidate_generation != state.run_generation:
+            return  # confirmed by an idle event meanwhile, and the next run started: nothing to poll for
         if await self.host.session_status(state.worker_session_id) == "idle":
             await self.on_idle(goal_id)
 

@@ -137,6 +137,7 @@ class SimulatedHost(SimEvents):
         model: str | None = None,
         agent: str | None = None,
         prompt_id: str | None = None,
+        fresh: bool = False,
     ) -> PromptReceipt:
         def run(state: SimState) -> PromptReceipt:
             self._enter(state, "prompt", session_id, model)
