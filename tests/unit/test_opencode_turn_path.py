@@ -104,6 +104,13 @@ class Turns:
     engine: Engine
     ops: Operations
 
+    async def started(self) -> tuple[str, str]:
+        """A goal created with its first turn sent; its id and its worker session."""
+        created = await self.ops.create("g", "objective", model="fake/good", agent="build")
+        assert created.goal_id is not None
+        await self.engine.catch_up()
+        return created.goal_id, next(iter(self.fake.sessions))
+
     async def hear(self, bus_events: list[dict[str, Any]]) -> None:
         """The bus events as the host reads them off ``/event``, each handed to the engine."""
         for raw in bus_events:
@@ -142,10 +149,7 @@ async def turns(tmp_path: Path, *, fenced: bool = True) -> AsyncIterator[Turns]:
 
 async def test_a_turn_reads_the_transcript_once_and_sends_the_prompt(tmp_path: Path) -> None:
     async with turns(tmp_path) as t:
-        created = await t.ops.create("g", "objective", model="fake/good", agent="build")
-        assert created.goal_id is not None
-        await t.engine.catch_up()
-        sid = next(iter(t.fake.sessions))
+        goal_id, sid = await t.started()
         for turn in range(2, 5):
             t.fake.requests.clear()
             await t.hear(t.fake.answer(sid))
@@ -154,7 +158,7 @@ async def test_a_turn_reads_the_transcript_once_and_sends_the_prompt(tmp_path: P
                 f"GET /session/{sid}/message?limit=50",  # confirm, usage and the continuation's quotes
                 f"POST /session/{sid}/prompt_async",
             ], f"turn {turn}"
-        state = await t.engine.service.load(created.goal_id)
+        state = await t.engine.service.load(goal_id)
         assert state.run_count == 4 and state.tokens_used == 45  # three answers of 15, each counted once
         prompts = [r for r in t.fake.sessions[sid] if r["info"]["role"] == "user"]
         assert len(prompts) == 4 and "done" in prompts[-1]["parts"][0]["text"]  # quotes the last answer
@@ -162,9 +166,7 @@ async def test_a_turn_reads_the_transcript_once_and_sends_the_prompt(tmp_path: P
 
 async def test_an_unfenced_caller_still_looks_for_its_prompt_id_before_sending(tmp_path: Path) -> None:
     async with turns(tmp_path, fenced=False) as t:
-        await t.ops.create("g", "objective", model="fake/good", agent="build")
-        await t.engine.catch_up()
-        sid = next(iter(t.fake.sessions))
+        _, sid = await t.started()
         t.fake.requests.clear()
         await t.hear(t.fake.answer(sid))
         assert t.fake.requests == [
@@ -236,9 +238,7 @@ async def test_a_missing_session_is_unknown_even_after_the_stream_told_it_idle(t
 
 async def test_a_turn_of_many_tool_calls_reads_the_whole_confirmation_window(tmp_path: Path) -> None:
     async with turns(tmp_path) as t:
-        await t.ops.create("g", "objective", model="fake/good", agent="build")
-        await t.engine.catch_up()
-        sid = next(iter(t.fake.sessions))
+        _, sid = await t.started()
         prompt = t.fake.sessions[sid][-1]["info"]["id"]
         for n in range(60):  # one assistant message per tool call, all answering the same prompt
             info = {
