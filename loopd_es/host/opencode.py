@@ -9,9 +9,10 @@ opencode-ai 1.18.33, ``shared/reference/opencode-host.md``):
   because OpenCode accepts any name and fails later, a switch is validated against ``/provider`` (usable =
   connected) and ``/agent`` (hidden ones dropped) **before** it is accepted.
 - The client chooses the prompt's ``messageID`` (``msg…``); it is the run's fence, and a prompt id that is
-  already in the transcript is not sent again (a resend after a crash is a no-op).
+  already in the transcript is not sent again (a resend after a crash is a no-op; a ``fresh`` id, made up by a
+  fenced engine a moment before, is not looked up: no one else can have sent it).
 - ``/session/status`` is a sparse map (absent = idle); a session that does not exist is told apart by a 404 on
-  ``GET /session/{id}``.
+  ``GET /session/{id}``. While the event stream is read, the statuses it tells are used instead of polling.
 - ``/event`` has no resume id: after a reconnect the engine reconciles from status and messages. Streamed text
   (``message.part.delta``) counts as activity, idle pairs may repeat or come out of order (the engine's
   two-stage idle handles that), and ``permission.asked`` is answered by the configured policy so a headless
