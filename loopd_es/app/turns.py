@@ -208,7 +208,7 @@ class TurnStarter:
         await self.guard()  # fenced: a process that lost the engine lease sends nothing
         # Only a restarted engine resends a prompt id (resend, after reading run.started), and only once it
         # holds the lease: with the lease just checked, a fresh id cannot be on the host yet, so the host's
-        # transcript look-up (a round trip) is skipped. Unfenced callers (the CLI) keep it.
+        # transcript look-up (a round trip) is skipped. Unfenced callers (the CLI, the tool API) keep it.
         fenced = fresh and self.guard is not no_guard
         try:
             await self.host.prompt(
