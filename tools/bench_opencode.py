@@ -16,7 +16,7 @@ Prints one JSON document:
   model request reaching the fake server. ``engine_overhead_estimate`` is the older, indirect figure: median
   turnaround to the model request minus the median of OpenCode's own ``prompt_async`` → model request on a
   short prompt to a fresh session; it leaves out that OpenCode is slower on a long transcript, right after a
-  turn, so it overstates the engine's part.
+  turn, so it tends to overstate the engine's part.
 - ``sse``: host events per second, (a) translating recorded OpenCode events in isolation, (b) live, from a
   2,000-chunk answer streamed through OpenCode (target >= 5,000 events/s).
 - ``memory``: resident memory of ``loopd-es run`` and of OpenCode after ``--goals`` goals ran a turn each.
