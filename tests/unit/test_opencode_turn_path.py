@@ -119,6 +119,17 @@ class Turns:
                 await self.engine.on_host_event(event)
 
 
+@asynccontextmanager
+async def bare_host() -> AsyncIterator[tuple[FakeOpenCode, OpenCodeHost]]:
+    """An OpenCode host on a scripted OpenCode, no engine."""
+    fake = FakeOpenCode()
+    host = OpenCodeHost("http://opencode.test", transport=httpx.MockTransport(fake.handle))
+    try:
+        yield fake, host
+    finally:
+        await host.aclose()
+
+
 async def _fence() -> None:
     """A lease check that always passes: the engine as ``loopd-es run`` builds it (fenced)."""
 
@@ -177,14 +188,11 @@ async def test_an_unfenced_caller_still_looks_for_its_prompt_id_before_sending(t
 
 
 async def test_the_status_comes_from_the_stream_and_a_prompt_makes_it_polled_again(tmp_path: Path) -> None:
-    fake = FakeOpenCode()
-    host = OpenCodeHost("http://opencode.test", transport=httpx.MockTransport(fake.handle))
-
     async def told(kind: str) -> None:
         status = {"sessionID": sid, "status": {"type": kind}}
         await host._translate(json.dumps({"type": "session.status", "properties": status}))
 
-    try:
+    async with bare_host() as (fake, host):
         sid = (await host.create_worker(title="w")).session_id
         assert await host.session_status(sid) == "idle"  # no stream: polled, and the session looked up
         assert fake.requests[-2:] == ["GET /session/status", f"GET /session/{sid}"]
@@ -202,14 +210,10 @@ async def test_the_status_comes_from_the_stream_and_a_prompt_makes_it_polled_aga
         assert await host.session_status(sid) == "idle"
         host._streamed = None  # the stream dropped: what it told is not trusted, the status map is
         assert await host.session_status(sid) == "busy"
-    finally:
-        await host.aclose()
 
 
 async def test_the_streamed_statuses_live_only_while_the_stream_is_read(tmp_path: Path) -> None:
-    fake = FakeOpenCode()
-    host = OpenCodeHost("http://opencode.test", transport=httpx.MockTransport(fake.handle))
-    try:
+    async with bare_host() as (fake, host):
         sid = (await host.create_worker(title="w")).session_id
         busy = {"type": "session.status", "properties": {"sessionID": sid, "status": {"type": "busy"}}}
         fake.stream = b"".join(
@@ -221,19 +225,13 @@ async def test_the_streamed_statuses_live_only_while_the_stream_is_read(tmp_path
         assert host._streamed == {sid: "busy"}
         await stream.aclose()
         assert host._streamed is None
-    finally:
-        await host.aclose()
 
 
 async def test_a_missing_session_is_unknown_even_after_the_stream_told_it_idle(tmp_path: Path) -> None:
-    fake = FakeOpenCode()
-    host = OpenCodeHost("http://opencode.test", transport=httpx.MockTransport(fake.handle))
-    try:
+    async with bare_host() as (fake, host):
         host._streamed = {}
         await host._translate(json.dumps({"type": "session.idle", "properties": {"sessionID": "ses_gone"}}))
         assert await host.session_status("ses_gone") == "unknown"  # idle is checked against a 404
-    finally:
-        await host.aclose()
 
 
 async def test_a_turn_of_many_tool_calls_reads_the_whole_confirmation_window(tmp_path: Path) -> None:
