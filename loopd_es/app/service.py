@@ -40,6 +40,9 @@ MAX_ATTEMPTS: Final = 8
 
 _CATALOG_COMMANDS: Final = (c.CreateGoal, c.SwitchIdentity, c.ApplyPendingSwitch, c.ObserveProviderError)
 _WRITER_COMMANDS: Final = (c.CreateGoal, c.ResumeGoal, c.RetryGoal, c.SwitchIdentity, c.RecordSwitchOutcome)
+_STATUS_COMMANDS: Final = (c.SwitchIdentity, c.ApplyPendingSwitch)
+"""The commands whose deciders read ``worker_status``; any other decision would pay a host round trip for a
+fact it never looks at (usage accounting, the idle confirmation and the run start sit on every turn's path)."""
 
 
 def domain_model_catalog(catalog: ModelCatalog) -> c.ModelCatalog:
@@ -114,11 +117,14 @@ class GoalService:
     async def facts(self, state: GoalState, command: Any = None, *, catalogs: bool | None = None) -> c.Facts:
         """What ``command`` needs from outside the stream: worker status, catalogs, active writers, the time.
 
+        Each fact is read only for the commands whose deciders look at it (the worker status for a switch, the
+        catalogs for a switch, a new goal or a provider error, the writers for commands that take a writer slot).
+
         A switch already in flight counts as a busy worker, so a second request made meanwhile is deferred
         instead of racing the first one's host calls.
         """
         status: Any = "unknown"
-        if state.worker_session_id is not None:
+        if state.worker_session_id is not None and isinstance(command, _STATUS_COMMANDS):
             status = await self.host.session_status(state.worker_session_id)
         if state.switch_in_flight is not None:
             status = "busy"

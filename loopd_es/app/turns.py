@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import msgspec
 
@@ -40,6 +40,16 @@ async def no_guard() -> None:
 
 
 USAGE_WINDOW = 50
+RECENT_WINDOW = 5
+"""The latest transcript messages a continuation prompt quotes."""
+
+
+class Transcript(NamedTuple):
+    """A worker's transcript as read a moment ago (the idle confirmation reads it), reused by the turn that
+    follows instead of reading it again: the worker is idle, so its latest messages have not changed."""
+
+    session_id: str
+    messages: list[TranscriptMessage]
 
 
 class TurnReport(msgspec.Struct, kw_only=True):
@@ -110,11 +120,20 @@ class TurnStarter:
             )
 
     async def continue_turn(
-        self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
+        self,
+        goal_id: str,
+        ctx: Ctx,
+        *,
+        explicit: bool,
+        force: bool = False,
+        kind: Kind = "steer",
+        transcript: Transcript | None = None,
     ) -> TurnReport:
         """Start the goal's next turn if it may run (reference §3.2): pending switches first, then the prompt.
 
         ``explicit`` marks an owner action: without it an interactive goal is never prompted (§3.9).
+        ``transcript``, the worker's transcript just read (by the idle confirmation), is quoted instead of
+        reading it again.
 
         :raises SwitchFailedError: when a pending switch is refused; the goal is then blocked.
         """
@@ -154,11 +173,22 @@ class TurnStarter:
                 )
             return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
         ctx = ctx.caused_by(started[-1].event_id)
-        result = await self.send(goal_id, ctx, kind=kind)
+        result = await self.send(goal_id, ctx, kind=kind, transcript=transcript, fresh=True)
         return TurnReport(goal_id=goal_id, result=result, switches=switches)
 
-    async def send(self, goal_id: str, ctx: Ctx, *, kind: Kind) -> Literal["started", "prompt-failed"]:
-        """Build the running turn's prompt and send it under its prompt id; record delivery or failure."""
+    async def send(
+        self,
+        goal_id: str,
+        ctx: Ctx,
+        *,
+        kind: Kind,
+        transcript: Transcript | None = None,
+        fresh: bool = False,
+    ) -> Literal["started", "prompt-failed"]:
+        """Build the running turn's prompt and send it under its prompt id; record delivery or failure.
+
+        ``fresh``: the prompt id was made up for this turn a moment ago (not a resend after a restart).
+        """
         state = await self.service.load(goal_id)
         worker, prompt_id = state.worker_session_id, state.active_prompt_message_id
         if worker is None or prompt_id is None:
@@ -170,12 +200,24 @@ class TurnStarter:
             text = first_prompt(state)
         else:
             text = await self._continuation(
-                state, ctx, force_finish=kind == "force_finish" or bool(state.force_finish_requested)
+                state,
+                ctx,
+                force_finish=kind == "force_finish" or bool(state.force_finish_requested),
+                transcript=transcript,
             )
         await self.guard()  # fenced: a process that lost the engine lease sends nothing
+        # Only a restarted engine resends a prompt id (resend, after reading run.started), and only once it
+        # holds the lease: with the lease just checked, a fresh id cannot be on the host yet, so the host's
+        # transcript look-up (a round trip) is skipped. Unfenced callers (the CLI, the tool API) keep it.
+        fenced = fresh and self.guard is not no_guard
         try:
             await self.host.prompt(
-                worker, text, model=state.config.model, agent=state.config.agent, prompt_id=prompt_id
+                worker,
+                text,
+                model=state.config.model,
+                agent=state.config.agent,
+                prompt_id=prompt_id,
+                fresh=fenced,
             )
         except ProviderError as e:
             reported = e.info.as_reported()
@@ -247,9 +289,14 @@ class TurnStarter:
         kind: Kind = "force_finish" if state.force_finish_requested else "steer"
         return await self.send(goal_id, ctx, kind=kind) == "started"
 
-    async def _continuation(self, state: GoalState, ctx: Ctx, *, force_finish: bool) -> str:
+    async def _continuation(
+        self, state: GoalState, ctx: Ctx, *, force_finish: bool, transcript: Transcript | None
+    ) -> str:
         worker = state.worker_session_id
-        recent = await self._messages(worker, 5) if worker is not None else []
+        if transcript is not None and transcript.session_id == worker:
+            recent = transcript.messages[-RECENT_WINDOW:]
+        else:
+            recent = await self._messages(worker, RECENT_WINDOW) if worker is not None else []
         await self.account(state.goal_id, recent, ctx)
         progress = (
             [

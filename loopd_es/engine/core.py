@@ -24,7 +24,7 @@ import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
-from ..app.turns import USAGE_WINDOW, Guard, Kind, no_guard
+from ..app.turns import USAGE_WINDOW, Guard, Kind, Transcript, no_guard
 from ..domain import goal_commands as c
 from ..domain.provider_limit import classify, iso
 from ..domain.streams import aggregate_of
@@ -402,18 +402,20 @@ class Engine:
         quiet_since = live.assistant_completed_at or live.candidate_at
         if (
             live.last_activity is not None
-            and live.last_activity > live.candidate_at
+            and _to_ms(live.last_activity) > live.candidate_at
             and live.last_activity > quiet_since
         ):
             await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
             return True
         worker = state.worker_session_id
         prompt = state.active_prompt_message_id
+        read: Transcript | None = None
         if prompt is not None and worker is not None:
             try:
-                transcript = await self.host.messages(worker, limit=TRANSCRIPT_WINDOW)
+                transcript = await self._transcript(worker)
             except HostError:
                 return True
+            read = Transcript(worker, transcript)
             reason = _confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
             if reason is not None:
                 if state.confirm_failed_generation != gen:
@@ -436,9 +438,22 @@ class Engine:
         recorded = await self.service.execute(
             c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=gen), ctx
         )
-        if recorded:
-            await self._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id))
+        if recorded:  # the next turn quotes the transcript just read: one read per turn
+            await self._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id), read)
         return True
+
+    async def _transcript(self, worker: str) -> list[TranscriptMessage]:
+        """The worker's latest messages for a confirmation: the usage window, or the whole confirmation window
+        when the usage window holds no user message (a turn of many tool calls).
+
+        The verdict depends only on the latest user message and what follows it, so a window that holds a
+        user message (or the whole transcript) gives the same verdict as a longer one, at a fraction of the
+        bytes: OpenCode returns every message with all its parts, ~5 KB for a steering prompt.
+        """
+        recent = await self.host.messages(worker, limit=USAGE_WINDOW)
+        if len(recent) < USAGE_WINDOW or any(m.role == "user" for m in recent):
+            return recent
+        return await self.host.messages(worker, limit=TRANSCRIPT_WINDOW)
 
     async def _stage(self, state: GoalState, now: datetime, ctx: Ctx) -> None:
         assert state.active_run_id is not None
@@ -456,27 +471,38 @@ class Engine:
             expected=state.version,
         )
 
-    async def _after_confirm(self, goal_id: str, recorded: list[Envelope], ctx: Ctx) -> None:
+    async def _after_confirm(
+        self, goal_id: str, recorded: list[Envelope], ctx: Ctx, transcript: Transcript | None = None
+    ) -> None:
         """§3.13 after ``run.completed``: the force-finish turn, compaction, or the next turn."""
         state = await self.service.load(goal_id)
         types = {e.type: e for e in recorded}
         if state.status != "active":
             return  # blocked (the owner is told from the log, see notice) or out of budget
         if "goal.force_finish_requested" in types:
-            await self.continue_goal(goal_id, ctx, kind="force_finish")
+            await self.continue_goal(goal_id, ctx, kind="force_finish", transcript=transcript)
             return
         every = state.config.compact_every
         if every and state.run_count > 0 and state.run_count % every == 0:
             await self.compact(goal_id, ctx)
             return
-        await self.continue_goal(goal_id, ctx)
+        await self.continue_goal(goal_id, ctx, transcript=transcript)
 
     async def continue_goal(
-        self, goal_id: str, ctx: Ctx, *, explicit: bool = False, force: bool = False, kind: Kind = "steer"
+        self,
+        goal_id: str,
+        ctx: Ctx,
+        *,
+        explicit: bool = False,
+        force: bool = False,
+        kind: Kind = "steer",
+        transcript: Transcript | None = None,
     ) -> TurnReport | None:
         """The next turn, if the goal may have one; a refused pending switch has blocked the goal (``None``)."""
         try:
-            return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
+            return await self.turns.continue_turn(
+                goal_id, ctx, explicit=explicit, force=force, kind=kind, transcript=transcript
+            )
         except SwitchFailedError as e:
             log.info("goal %s blocked: %s", goal_id, e)
             return None
@@ -543,6 +569,9 @@ class Engine:
         state = await self.service.load(goal_id)
         if state.worker_session_id is None or state.phase != "running":
             return
+        live = self.tracker.live(goal_id)
+        if live.candidate_at is None or live.candidate_generation != state.run_generation:
+            return  # confirmed by an idle event meanwhile, and the next run started: nothing to poll for
         if await self.host.session_status(state.worker_session_id) == "idle":
             await self.on_idle(goal_id)
 
@@ -558,6 +587,16 @@ class Engine:
             self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
             return
         await self.continue_goal(goal_id, Ctx.new())
+
+
+def _to_ms(moment: datetime) -> datetime:
+    """``moment`` at the precision a candidate's time is recorded with (:func:`iso`: milliseconds).
+
+    Activity handled in the candidate's own millisecond came with the idle signal, not after it (OpenCode
+    sends a busy status just before its idle pair): compared at microseconds, it would stage the candidate
+    again and cost a second quiet period.
+    """
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 def _confirm_failure(

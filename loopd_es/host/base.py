@@ -163,11 +163,14 @@ class WorkerHost(Protocol):
         model: str | None = None,
         agent: str | None = None,
         prompt_id: str | None = None,
+        fresh: bool = False,
     ) -> PromptReceipt:
         """Send ``text`` to the session, as ``model``/``agent`` when given; returns once delivery is accepted.
 
         A model or agent given here becomes the session's live identity (that is how ``next-prompt``
-        switches land).
+        switches land). A ``prompt_id`` is delivered once: one the session already has is not sent again,
+        unless ``fresh`` says the caller made it up for this call and is fenced against anyone else sending it
+        meanwhile (the engine's lease, checked just before), so the host may skip looking for it.
 
         :raises ProviderError: when the model provider refuses it (429, quota, ...); classify its ``info``.
         :raises SessionNotFoundError: when the session does not exist.

@@ -9,9 +9,10 @@ opencode-ai 1.18.33, ``shared/reference/opencode-host.md``):
   because OpenCode accepts any name and fails later, a switch is validated against ``/provider`` (usable =
   connected) and ``/agent`` (hidden ones dropped) **before** it is accepted.
 - The client chooses the prompt's ``messageID`` (``msg…``); it is the run's fence, and a prompt id that is
-  already in the transcript is not sent again (a resend after a crash is a no-op).
+  already in the transcript is not sent again (a resend after a crash is a no-op; a ``fresh`` id, made up by a
+  fenced engine a moment before, is not looked up: no one else can have sent it).
 - ``/session/status`` is a sparse map (absent = idle); a session that does not exist is told apart by a 404 on
-  ``GET /session/{id}``.
+  ``GET /session/{id}``. While the event stream is read, the statuses it tells are used instead of polling.
 - ``/event`` has no resume id: after a reconnect the engine reconciles from status and messages. Streamed text
   (``message.part.delta``) counts as activity, idle pairs may repeat or come out of order (the engine's
   two-stage idle handles that), and ``permission.asked`` is answered by the configured policy so a headless
@@ -108,6 +109,8 @@ class OpenCodeHost:
         self._users: set[str] = set()
         self._statuses: tuple[float, dict[str, Any]] | None = None
         self._alive: dict[str, float] = {}
+        self._streamed: dict[str, SessionStatus] | None = None
+        """Each session's latest status as told on the ``/event`` stream being read (``None``: no stream)."""
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> OpenCodeHost:
@@ -133,6 +136,8 @@ class OpenCodeHost:
         """One request; host errors translated here and only here (a 404 on a session path: no such session)."""
         if method != "GET":
             self._statuses = None  # a prompt, abort or summary may change what the status map says
+            if session_id is not None and self._streamed is not None:
+                self._streamed.pop(session_id, None)  # until the stream tells what this request did
         try:
             reply = await self._client.request(method, path, **kwargs)
         except httpx.TimeoutException as e:
@@ -177,9 +182,10 @@ class OpenCodeHost:
         model: str | None = None,
         agent: str | None = None,
         prompt_id: str | None = None,
+        fresh: bool = False,
     ) -> PromptReceipt:
         message_id = _message_id(prompt_id) if prompt_id is not None else None
-        if message_id is not None and await self._has_message(session_id, message_id):
+        if message_id is not None and not fresh and await self._has_message(session_id, message_id):
             return PromptReceipt(
                 session_id=session_id, prompt_id=prompt_id or message_id, model=model, agent=agent
             )
@@ -205,29 +211,31 @@ class OpenCodeHost:
     async def session_status(self, session_id: str) -> SessionStatus:
         """As the port says: an unreachable host or a missing session is ``"unknown"``, never an error.
 
-        One engine decision reads the status several times within milliseconds: the map is reused for
-        :data:`STATUS_TTL_S` (and dropped by anything this host sends), and a session seen alive recently is
-        not looked up again to tell "idle" from "gone" (a 404 forgets it).
+        While :meth:`events` reads the stream, a session's status is the one the stream last told (OpenCode
+        announces every change there, in order), so the turn path does not poll; a session the stream has
+        not told about since it connected, or that this host has just sent a prompt, abort or summary to,
+        is polled. One engine decision reads the status several times within milliseconds: the polled map
+        is reused for :data:`STATUS_TTL_S` (and dropped by anything this host sends), and a session seen
+        alive recently is not looked up again to tell "idle" from "gone" (a 404 forgets it).
         """
         try:
             now = time.monotonic()
-            if self._statuses is None or now - self._statuses[0] > STATUS_TTL_S:
-                self._statuses = (now, await self._call("status", "GET", "/session/status") or {})
-            entry = self._statuses[1].get(session_id)
-            if (
-                entry is None
-            ):  # absent means idle, or no such session: only GET /session/{id} tells them apart
-                if now - self._alive.get(session_id, -math.inf) > ALIVE_TTL_S:
-                    await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
-                    self._alive[session_id] = now
-                return "idle"
+            status = self._streamed.get(session_id) if self._streamed is not None else None
+            if status is None:
+                if self._statuses is None or now - self._statuses[0] > STATUS_TTL_S:
+                    self._statuses = (now, await self._call("status", "GET", "/session/status") or {})
+                entry = self._statuses[1].get(session_id)
+                status = "idle" if entry is None else _status_kind(entry.get("type"))
+            # idle is also what a missing session looks like: only GET /session/{id} tells them apart
+            if status == "idle" and now - self._alive.get(session_id, -math.inf) > ALIVE_TTL_S:
+                await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
+                self._alive[session_id] = now
         except SessionNotFoundError:
             self._alive.pop(session_id, None)
             return "unknown"
         except HostError:
             return "unknown"
-        kind = entry.get("type")
-        return kind if kind in ("busy", "retry", "idle") else "unknown"
+        return status
 
     async def abort(self, session_id: str) -> None:
         await self._call(
@@ -392,9 +400,13 @@ class OpenCodeHost:
                 async with httpx_sse.aconnect_sse(self._client, "GET", "/event", timeout=None) as source:
                     source.response.raise_for_status()
                     delay = 0.1
-                    async for sse in source.aiter_sse():
-                        for event in await self._translate(sse.data):
-                            yield event
+                    self._streamed = {}  # no resume: what happened before this connection is polled
+                    try:
+                        async for sse in source.aiter_sse():
+                            for event in await self._translate(sse.data):
+                                yield event
+                    finally:
+                        self._streamed = None
             except (httpx.HTTPError, httpx_sse.SSEError) as e:
                 if self._closed:
                     return
@@ -421,10 +433,28 @@ class OpenCodeHost:
         session_id = props.get("sessionID")
         if not isinstance(session_id, str):
             return []
+        if self._streamed is not None:
+            self._told(kind, props, session_id, self._streamed)
         translated = translate_event(
             kind, props, self._open_tools, self._activity(kind, session_id), self._users
         )
         return [self._stamp(event) for event in translated]
+
+    def _told(
+        self, kind: object, props: dict[str, Any], session_id: str, streamed: dict[str, SessionStatus]
+    ) -> None:
+        """Keep the session's latest status as the stream tells it (read by :meth:`session_status`)."""
+        if kind == "session.idle":
+            streamed[session_id] = "idle"
+        elif kind == "session.status":
+            status = _status_kind((props.get("status") or {}).get("type"))
+            if status == "unknown":  # a kind this adapter does not know: ask the status map instead
+                streamed.pop(session_id, None)
+            else:
+                streamed[session_id] = status
+        elif kind == "session.deleted":
+            streamed.pop(session_id, None)
+            self._alive.pop(session_id, None)
 
     def _activity(self, kind: object, session_id: str) -> bool:
         """Whether a streamed-text delta should be reported as activity now (throttled per session)."""
@@ -465,6 +495,10 @@ def _message_id(prompt_id: str) -> str:
     if prompt_id.startswith("msg"):
         return prompt_id
     return "msg_" + hashlib.sha256(prompt_id.encode()).hexdigest()[:26]
+
+
+def _status_kind(kind: object) -> SessionStatus:
+    return kind if kind in ("busy", "retry", "idle") else "unknown"
 
 
 def _split_model(model: str) -> tuple[str, str]:

@@ -137,6 +137,7 @@ class SimulatedHost(SimEvents):
         model: str | None = None,
         agent: str | None = None,
         prompt_id: str | None = None,
+        fresh: bool = False,
     ) -> PromptReceipt:
         def run(state: SimState) -> PromptReceipt:
             self._enter(state, "prompt", session_id, model)
@@ -145,7 +146,9 @@ class SimulatedHost(SimEvents):
                 self._check_model(state, "prompt", session_id, model)
             if agent is not None:
                 self._check_agent(state, "prompt", session_id, agent)
-            if prompt_id is not None:  # a prompt id is delivered once: a resend after a crash is a no-op
+            # a prompt id is delivered once: a resend after a crash is a no-op (looked up even when ``fresh``:
+            # here the look-up costs nothing)
+            if prompt_id is not None:
                 sent = next((p for p in state.prompts if p.prompt_id == prompt_id), None)
                 if sent is not None:
                     self._record(state, "prompt", session_id, model, "duplicate")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from loopd_es.engine.core import EngineConfig
+from loopd_es.host.events import SessionIdle, SessionStatusChanged
 from loopd_es.host.sim_script import HostScript
 
 from ._engine_harness import rig
@@ -521,3 +522,39 @@ async def test_the_stuck_notice_names_the_status_the_worker_reported(tmp_path: P
             len(notes) == 1
             and "no activity for 10m while reporting retry, lease expired. The goal" in notes[0]
         )
+
+
+async def test_activity_in_the_candidates_own_millisecond_does_not_restart_the_quiet_period(
+    tmp_path: Path,
+) -> None:
+    """OpenCode sends a busy status just before its idle pair; the candidate's time is recorded to the
+    millisecond, so that busy (handled a fraction of a millisecond before the candidate was staged) must not
+    read as activity after it, which would stage again and cost a whole second quiet period."""
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid, sid = await r.started()
+        await r.host.reply(sid, idle=False)
+        await r.pump()
+        r.clock.advance(0.0004)  # inside a millisecond: the busy and the candidate share it
+        for event in (
+            SessionStatusChanged(session_id=sid, status="busy"),
+            SessionStatusChanged(session_id=sid, status="idle"),
+            SessionIdle(session_id=sid),
+        ):
+            await r.engine.on_host_event(event)
+        assert (await r.types(gid)).count("run.idle_candidate") == 1
+        assert len(await r.prompts(sid)) == 2
+
+
+async def test_activity_a_millisecond_after_the_candidate_still_restarts_the_quiet_period(
+    tmp_path: Path,
+) -> None:
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid, sid = await r.started()
+        await r.host.reply(sid, idle=False)
+        await r.pump()
+        await r.engine.on_host_event(SessionStatusChanged(session_id=sid, status="idle"))
+        r.clock.advance(0.001)
+        await r.engine.on_host_event(SessionStatusChanged(session_id=sid, status="busy"))
+        await r.engine.on_host_event(SessionIdle(session_id=sid))
+        assert (await r.types(gid)).count("run.idle_candidate") == 2
+        assert len(await r.prompts(sid)) == 1
