@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..events.command import WatchSpec
 from ..ids import check_id
 from ..log import open_store
-from ..procs import service
+from ..procs import owner_link, service
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from ..text_safe import term_block, term_line
@@ -223,7 +223,7 @@ async def _show(args: argparse.Namespace) -> int:
             raise CommandNotFoundError()
         record = _record(state)
         if state.running:
-            live = await service.owner_request(paths, cid, {"op": "status"})
+            live = await owner_link.owner_request(paths, cid, {"op": "status"})
             if live is not None:
                 record["live"] = {k: v for k, v in live.items() if k not in ("ok", "message")}
     print(json.dumps(record, indent=2))
@@ -320,7 +320,7 @@ async def _attach(args: argparse.Namespace) -> int:
     if state is None or not state.running:
         raise CommandStateError(f"Command is {state.status if state else 'gone'}; nothing to attach to.")
     try:
-        stream = await service.connect_owner(paths.socket(cid))
+        stream = await owner_link.connect_owner(paths.socket(cid))
     except OSError:
         raise CommandStateError("No live handle (host restarted?); nothing to attach to.") from None
     from anyio.streams.buffered import BufferedByteReceiveStream

@@ -49,14 +49,11 @@ class Balancer:
         me = shares.member
         claimed = handed = 0
         for goal_id in list(engine.tracker.goals):
-            state = await engine.service.load(goal_id)
-            if not state.exists:
-                continue
-            active = state.status == "active"
             best = preferred(goal_id, members)
             if goal_id in shares.held:
+                state = await engine.service.load(goal_id)
                 try:
-                    if not active and not self._pending(goal_id):
+                    if state.status != "active" and not self._pending(goal_id):
                         await shares.release(goal_id, "finished")
                         self.released += 1
                     elif (
@@ -71,14 +68,16 @@ class Balancer:
                 except GoalLostError:
                     pass
                 continue
-            claim = shares.claims.get(goal_id)
-            finished = claim is not None and claim.released and claim.reason == "finished"
-            if finished and not active:
-                continue  # its notices were recorded before it was given up: nothing left to do for it
+            # the view decides first; only a goal this member would claim is read from the log
             if not shares.claimable(goal_id, now):
                 continue
             if best != me and not self._stranded(goal_id, now):
                 continue
+            state = await engine.service.load(goal_id)
+            claim = shares.claims.get(goal_id)
+            finished = claim is not None and claim.released and claim.reason == "finished"
+            if not state.exists or (finished and state.status != "active"):
+                continue  # a finished goal's notices were recorded before it was given up: nothing left to do
             if await shares.claim(goal_id, "stranded" if best != me else "preferred"):
                 claimed += 1
                 # the running turn is resent only when taken from an engine that died: a goal never claimed

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from datetime import datetime
-from typing import TYPE_CHECKING, Final, Literal
+from typing import TYPE_CHECKING, Final
 
 import msgspec
 
@@ -46,6 +46,7 @@ from ..host.events import (
 from ..procs.paths import CommandPaths
 from .clock import Clock, parse_iso
 from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
+from .idle_rules import confirm_failure, to_ms
 from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
@@ -402,7 +403,7 @@ class Engine:
         quiet_since = live.assistant_completed_at or live.candidate_at
         if (
             live.last_activity is not None
-            and _to_ms(live.last_activity) > live.candidate_at
+            and to_ms(live.last_activity) > live.candidate_at
             and live.last_activity > quiet_since
         ):
             await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
@@ -416,7 +417,7 @@ class Engine:
             except HostError:
                 return True
             read = Transcript(worker, transcript)
-            reason = _confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
+            reason = confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
             if reason is not None:
                 if state.confirm_failed_generation != gen:
                     await self.service.append_goal(
@@ -587,27 +588,3 @@ class Engine:
             self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
             return
         await self.continue_goal(goal_id, Ctx.new())
-
-
-def _to_ms(moment: datetime) -> datetime:
-    """``moment`` at the precision a candidate's time is recorded with (:func:`iso`: milliseconds).
-
-    Activity handled in the candidate's own millisecond came with the idle signal, not after it (OpenCode
-    sends a busy status just before its idle pair): compared at microseconds, it would stage the candidate
-    again and cost a second quiet period.
-    """
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
-
-
-def _confirm_failure(
-    transcript: list[TranscriptMessage], prompt: str, *, anchored: bool
-) -> Literal["prompt-outside-window", "assistant-incomplete"] | None:
-    """Why the transcript cannot confirm the turn's end (§2.3 step 7), or ``None`` when it can."""
-    users = [m for m in transcript if m.role == "user"]
-    latest_is_prompt = bool(users) and users[-1].message_id == prompt
-    if not latest_is_prompt and not anchored:
-        return "prompt-outside-window"
-    completed = any(m.role == "assistant" and m.parent_id == prompt and m.completed for m in transcript)
-    if not anchored and not completed:
-        return "assistant-incomplete"
-    return None

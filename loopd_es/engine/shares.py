@@ -97,7 +97,6 @@ class GoalLostError(LoopdError):
 class Member:
     holder: str
     expires_at: datetime | None
-    first_seen: datetime
     left: bool = False
     renewals: int = 0
 
@@ -148,7 +147,7 @@ class Shares:
         e = decode_payload(env)
         now = self.clock.now()
         if isinstance(e, en.EngineMemberJoined):
-            self.members[e.member] = Member(e.holder, parse_iso(e.expires_at), now)
+            self.members[e.member] = Member(e.holder, parse_iso(e.expires_at))
         elif isinstance(e, en.EngineMemberRenewed):
             found = self.members.get(e.member)
             if found is not None:
@@ -224,7 +223,7 @@ class Shares:
         )
         await self.store.append(MEMBERS_STREAM, [new_event(event)], ANY)
         self.expires_at = expires
-        self.members[self.member] = Member(self.holder, expires, now)
+        self.members[self.member] = Member(self.holder, expires)
 
     def renew_due(self) -> datetime:
         assert self.expires_at is not None

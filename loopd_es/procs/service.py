@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import SocketAttribute
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ..domain.command import (
     TERMINATE_GRACE_S,
@@ -52,14 +50,12 @@ from ..events.command import STREAM_PREFIX, CommandStarted, WatchSpec, command_s
 from ..events.envelope import NO_STREAM, NewEvent
 from ..ids import check_id, is_valid_id
 from .outlog import stored_facts, until_matches
-from .paths import CommandPaths, ForeignOwnerError, absolute_store_url, owner_alive, peer_uid, take_lock
+from .owner_link import OWNER_CONNECT_WAIT_S, owner_request
+from .paths import CommandPaths, absolute_store_url, owner_alive, take_lock
 
 if TYPE_CHECKING:
-    from anyio.abc import SocketStream
-
     from ..log.base import LogStore
 
-OWNER_CONNECT_WAIT_S = 10.0
 DIRECT_TERMINATE = signal.SIGUSR1
 """Sent to the owner process when it does not answer a terminate: its handler signals the child itself."""
 DIRECT_KILL = signal.SIGUSR2
@@ -336,49 +332,6 @@ async def _discard_awaits_of_cleared_goals(store: LogStore, s: CommandState) -> 
 # -- requests to the owner -----------------------------------------------------------------------
 
 
-async def connect_owner(sock: Path) -> SocketStream:
-    """Connect to an owner's socket and check (``SO_PEERCRED``) that the process serving it is us.
-
-    :raises OSError: when nobody listens; :raises ForeignOwnerError: when another user does.
-    """
-    stream = await anyio.connect_unix(sock)
-    uid = peer_uid(stream.extra(SocketAttribute.raw_socket))
-    if uid != os.getuid():
-        await stream.aclose()
-        raise ForeignOwnerError(sock, uid)
-    return stream
-
-
-async def owner_request(
-    paths: CommandPaths, command_id: str, request: dict[str, Any], within: float = OWNER_CONNECT_WAIT_S
-) -> dict[str, Any] | None:
-    """Send one request to the command's owner and return its answer; ``None`` when no owner answered.
-
-    Waits (at most ``within`` seconds in all) for a freshly started owner to open its socket and answer.
-    """
-    sock = paths.socket(command_id)
-    lock = paths.lock(command_id)
-    with anyio.move_on_after(within):
-        while True:
-            try:
-                stream = await connect_owner(sock)
-            except OSError:
-                if not owner_alive(lock):
-                    return None
-                await anyio.sleep(0.05)
-                continue
-            async with stream:
-                await stream.send(json.dumps(request).encode() + b"\n")
-                buffered = BufferedByteReceiveStream(stream)
-                try:
-                    line = await buffered.receive_until(b"\n", 1 << 20)
-                except (anyio.EndOfStream, anyio.IncompleteRead, OSError):
-                    return None  # the owner ended while answering
-                answer: dict[str, Any] = json.loads(line)
-                return answer
-    return None
-
-
 async def _signal_directly(store: LogStore, paths: CommandPaths, state: CommandState, op: str) -> str | None:
     """Terminate or kill through the owner's signal handler when its loop does not answer; ``None`` if no owner.
 
@@ -423,16 +376,6 @@ def _catches(pid: int, sig: int) -> bool:
     except OSError:
         pass
     return True
-
-
-def raise_for(answer: dict[str, Any]) -> str:
-    """The answer's message, or the matching error when the owner refused the request."""
-    message = str(answer.get("message", ""))
-    if answer.get("ok"):
-        return message
-    if answer.get("code") == 2:
-        raise UsageError(message)
-    raise CommandStateError(message)
 
 
 # -- operations that need no live owner -----------------------------------------------------------

@@ -20,7 +20,7 @@ import pytest
 from loopd_es.domain.command import TERMINATE_GRACE_S
 from loopd_es.events.command import WatchSpec
 from loopd_es.patterns import compile_user_pattern
-from loopd_es.procs import service
+from loopd_es.procs import owner_link, service
 
 from .test_procs_support import Env, env, store
 
@@ -80,7 +80,7 @@ async def test_watch_filter_does_not_wedge_the_owner(env: Env, store: LogStore, 
     cid = await env.start(store, "-c", ADVERSARIAL, title="adv", watch=WatchSpec(filter=source))
     await env.until(store, cid, lambda s: b"ready" in env.output(cid))
     t0 = time.monotonic()
-    live = await service.owner_request(env.paths, cid, {"op": "status"}, within=10)
+    live = await owner_link.owner_request(env.paths, cid, {"op": "status"}, within=10)
     assert live is not None and live["ok"], "the owner did not answer"
     assert time.monotonic() - t0 < 5
     msg = await service.command_request(store, env.paths, cid, {"op": "terminate"})

@@ -20,7 +20,7 @@ import pytest
 
 from loopd_es.cli.main import main
 from loopd_es.log import open_store
-from loopd_es.procs import service
+from loopd_es.procs import owner_link, service
 from loopd_es.procs.paths import CommandPaths, ForeignOwnerError, UnsafeDirectoryError, check_private
 
 from .test_procs_support import Env, env, store
@@ -191,7 +191,7 @@ def test_client_refuses_a_socket_served_by_another_user(tmp_path: Path) -> None:
 
         async def go() -> None:
             with pytest.raises(ForeignOwnerError, match="served by uid 65534"):
-                await service.connect_owner(path)
+                await owner_link.connect_owner(path)
 
         anyio.run(go)
         received.append(os.read(r, 65536))

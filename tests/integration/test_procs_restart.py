@@ -13,7 +13,7 @@ import pytest
 
 from loopd_es.domain.command import CommandStateError
 from loopd_es.events.command import WatchSpec
-from loopd_es.procs import service
+from loopd_es.procs import owner_link, service
 from loopd_es.procs.paths import owner_alive
 from loopd_es.procs.pty import PtyChild
 
@@ -81,7 +81,7 @@ async def test_owner_loop_stays_responsive_while_a_child_floods(env: Env, store:
     worst = 0.0
     for _ in range(10):
         t0 = time.monotonic()
-        live = await service.owner_request(env.paths, cid, {"op": "status"})
+        live = await owner_link.owner_request(env.paths, cid, {"op": "status"})
         worst = max(worst, time.monotonic() - t0)
         assert live is not None and live["ok"]
     # A pump that never yields while data is always ready answers only when the flood pauses (seconds).
@@ -89,7 +89,9 @@ async def test_owner_loop_stays_responsive_while_a_child_floods(env: Env, store:
     streamed = 0
     with anyio.fail_after(20):  # the flood goes on under the suspension: more than 1 MB passes the owner
         while streamed <= 1_000_000:
-            streamed = (await service.owner_request(env.paths, cid, {"op": "status"}) or {})["stream_bytes"]
+            streamed = (await owner_link.owner_request(env.paths, cid, {"op": "status"}) or {})[
+                "stream_bytes"
+            ]
             await anyio.sleep(0.05)
     # the owner cuts the file back to 512 KiB once it passes 640 KiB; read from another process, it can be
     # caught between a chunk's write (at most one 64 KiB PTY read) and the cut

@@ -1,0 +1,34 @@
+"""The two-stage idle's rules that need no engine: what a transcript says about a turn's end, and the precision
+an idle candidate's time is compared at (reference §2.3)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ..host.events import TranscriptMessage
+
+
+def to_ms(moment: datetime) -> datetime:
+    """``moment`` at the precision a candidate's time is recorded with (:func:`iso`: milliseconds).
+
+    Activity handled in the candidate's own millisecond came with the idle signal, not after it (OpenCode
+    sends a busy status just before its idle pair): compared at microseconds, it would stage the candidate
+    again and cost a second quiet period.
+    """
+    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+def confirm_failure(
+    transcript: list[TranscriptMessage], prompt: str, *, anchored: bool
+) -> Literal["prompt-outside-window", "assistant-incomplete"] | None:
+    """Why the transcript cannot confirm the turn's end (§2.3 step 7), or ``None`` when it can."""
+    users = [m for m in transcript if m.role == "user"]
+    latest_is_prompt = bool(users) and users[-1].message_id == prompt
+    if not latest_is_prompt and not anchored:
+        return "prompt-outside-window"
+    completed = any(m.role == "assistant" and m.parent_id == prompt and m.completed for m in transcript)
+    if not anchored and not completed:
+        return "assistant-incomplete"
+    return None
