@@ -322,6 +322,7 @@ async def _serve(
         tg.start_soon(wake_on_log)
         tg.start_soon(renew)
         try:
+            await _reconcile_commands(store, options.store_url, say)
             await engine.start()
             outage.ok()
             while not stop.is_set():
@@ -357,6 +358,18 @@ async def _serve(
         finally:
             watch_stop.set()
             tg.cancel_scope.cancel()
+
+
+async def _reconcile_commands(store: LogStore, store_url: str, say: Say) -> None:
+    """As the reference does at start-up: commands of this machine whose owner died are marked missing (their
+    awaits fire, and the engine then wakes their goals once). Version-checked appends, safe beside any other
+    process doing the same, so the log itself is used, not this engine's fenced view."""
+    from ..procs.paths import CommandPaths
+    from ..procs.service import reconcile
+
+    marked = await reconcile(store, CommandPaths(store_url))
+    if marked:
+        say(f"marked {marked} command(s) whose owner is gone as missing")
 
 
 async def _loops(store: LogStore, host: EngineHost, clock: Clock, options: RunOptions) -> None:
