@@ -277,7 +277,9 @@ class OpenCodeHost:
         """Whether the session holds the message with this id: asked by id (``GET .../message/{id}``), so a
         resend after a burst of any length of later messages is still recognised (no window)."""
         try:
-            await self._call("message", "GET", f"/session/{session_id}/message/{message_id}", session_id=session_id)
+            await self._call(
+                "message", "GET", f"/session/{session_id}/message/{message_id}", session_id=session_id
+            )
         except SessionNotFoundError as e:
             if "Message not found" in e.detail:
                 return False  # OpenCode 1.18 answers 404 "Message not found: <id>" for an unknown message

@@ -247,7 +247,9 @@ async def test_notifications_are_shown_once_without_a_model_call(host: OpenCodeH
     assert len(fake.requests) == before
 
 
-async def test_already_sent_is_decided_by_the_message_id_after_any_burst(host: OpenCodeHost, fake: FakeLLM) -> None:
+async def test_already_sent_is_decided_by_the_message_id_after_any_burst(
+    host: OpenCodeHost, fake: FakeLLM
+) -> None:
     """The first notice is recognised as sent after 30 later messages (a window of the newest 20 would not)."""
     owner = await host.create_worker(title="owner")
     assert await host.notify(owner.session_id, "first", notification_id="burst-first") is True
