@@ -176,6 +176,8 @@ async def _handle(
     directory: Path | None,
     home: Path | None,
 ) -> decide.Outcome:
+    if session_id:  # like the reference, before parsing: a failing or help command activates its session too
+        await activate(store, session_id, now, if_changed=True)
     parsed = parse(args, has_session=bool(session_id))
     if isinstance(parsed, Fail):
         return decide.Outcome(message=parsed.message, error="usage")
@@ -187,7 +189,6 @@ async def _handle(
             return decide.manage(empty, _action(parsed), parsed.task_id, now=now, u=0.0, cfg=cfg)
         return decide.Outcome(message=texts.NO_SESSION, error="usage")
     draw = random.random() if u is None else u
-    await activate(store, session_id, now, if_changed=True)  # every /loop command marks its session active
     if isinstance(parsed, Sub):
         sub = parsed
         return await append_decided(

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from .jitter import js_round
+from .jsclass import utf16_head, utf16_len
 
 NO_SESSION: Final = "❌ /loop requires an active session context"
 EMPTY: Final = "❌ Empty loop command — see `/loop help`."
@@ -22,30 +23,35 @@ DEFAULT_MAINTENANCE: Final = (
 HELP: Final = """/loop — run prompts on a schedule
 
 Usage:
-  /loop <prompt>                  Adaptive: runs now; the model decides when to check again
-  /loop <interval> <prompt>       Fixed: runs immediately, then repeats every <interval> (s/m/h/d, min 1s)
-  /loop <prompt> every <interval> Fixed, with a trailing "every" clause (e.g. every 20m, every 5 minutes)
-  /loop                           Maintenance: loop.md is re-read on every run — edits apply next fire
-  /loop help                      This help (/proactive is an alias of /loop)
+  /loop <prompt>                    Adaptive: runs now, the model picks the next check (fallback 1m–1h)
+  /loop <interval> <prompt>         Fixed interval: 30s, 5m, 2h, 1d (min 1s); runs immediately, then repeats
+  /loop <prompt> every <interval>   Same as above (e.g. "check the deploy every 20m", "every 5 minutes")
+  /loop                             Maintenance mode (loop.md is re-read on every run — edits apply next fire)
+  /loop help                        Show this help
+  /proactive ...                    Full alias of /loop
 
-Subcommands:
-  list | status                   Tasks of this session
-  cancel <id> | stop <id>         Cancel one task
-  pause <id> | resume <id>        Pause or resume a task (resume re-arms from now)
-  stop | stop-all                 Cancel every task of this session
+Subcommands (tasks are bound to the session that created them):
+  list | status                     Show this session's loop tasks
+  cancel <id>                       Cancel one task
+  stop [<id>]                       Cancel one task, or every task in this session when no id is given
+  pause <id>                        Pause one task
+  resume <id>                       Resume one task
+  stop-all                          Cancel all tasks in this session
 
-Flags:
-  --jitter=true|false             Spread fixed runs a little (default true)
-  --once                          Run once (fixed interval only)
-  Flags are recognised only before the prompt; `--` forces the rest to be prompt text.
-  --cancel, --list, --status, --pause, --resume, --stop, --stop-all map to the subcommands.
+Flags (recognized only before the prompt begins; use -- to force the rest
+to be treated as prompt text verbatim):
+  --jitter=true|false               Force Jitter on/off for a fixed task
+  --once                            Fire once, then auto-cancel (fixed tasks only)
+
+Claude Code-style flags are accepted too: --cancel, --list, --status,
+--pause, --resume, --stop, --stop-all map to the matching subcommand.
 
 Examples:
-  /loop check the deploy
-  /loop 5m check the deploy
-  /loop check CI every 10m
+  /loop 5m check the deploy status
   /loop 30s --once remind me to stretch
+  /loop every two minutes check CI
   /loop cancel a1b2c3d4"""
+"""The reference's ``/loop help``, word for word (its last example, ``every two minutes``, is adaptive there too)."""
 
 
 def display_interval(ms: float) -> str:
@@ -60,7 +66,8 @@ def display_interval(ms: float) -> str:
 
 
 def cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:n] + "..."
+    """The first ``n`` UTF-16 units of ``text`` plus ``...`` when it is longer (JavaScript's ``slice``)."""
+    return text if utf16_len(text) <= n else utf16_head(text, n) + "..."
 
 
 def _secs(ms: float) -> str:
@@ -120,7 +127,7 @@ def cancelled_n(n: int) -> str:
 
 
 def started_fixed(interval_ms: int, prompt: str, task_id: str, session_id: str, once: bool) -> str:
-    disp, p50, sid8 = display_interval(interval_ms), cut(prompt, 50), session_id[:8]
+    disp, p50, sid8 = display_interval(interval_ms), cut(prompt, 50), utf16_head(session_id, 8)
     if once:
         return (
             f'🔁 Loop started: every {disp}, prompt "{p50}" [id={task_id}] [s={sid8}] (runs once). '
@@ -135,13 +142,13 @@ def started_fixed(interval_ms: int, prompt: str, task_id: str, session_id: str, 
 def started_adaptive(min_ms: int, max_ms: int, prompt: str, task_id: str, session_id: str) -> str:
     return (
         f'🔁 Loop started (adaptive {_secs(min_ms)}s–{_secs(max_ms)}s): "{cut(prompt, 50)}" '
-        f"[id={task_id}] [s={session_id[:8]}]. Cancel: `/loop cancel {task_id}`"
+        f"[id={task_id}] [s={utf16_head(session_id, 8)}]. Cancel: `/loop cancel {task_id}`"
     )
 
 
 def started_maintenance(max_ms: int, task_id: str, session_id: str) -> str:
     return (
-        f"🔁 Loop started (maintenance mode): task {task_id} (session {session_id[:8]}). Running now; then "
+        f"🔁 Loop started (maintenance mode): task {task_id} (session {utf16_head(session_id, 8)}). Running now; then "
         f"re-arms every {_secs(max_ms)}s. Use `/loop cancel {task_id}` to stop."
     )
 
