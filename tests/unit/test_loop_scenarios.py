@@ -442,6 +442,28 @@ async def test_any_loop_command_activates_its_session_once(tmp_path: Path) -> No
         assert (await w.tick()).fired == [(task_id_for("a"), 1)]
 
 
+async def test_a_failing_or_help_command_activates_its_session_before_parsing(tmp_path: Path) -> None:
+    """Issue #23: the reference activates the session first, so a ``/loop`` error in s1 lets s1's due tasks fire."""
+    from loopd_es.sched import service
+
+    async with world(tmp_path) as w:
+        await w.loop("1s --jitter=false a", origin_id="a")
+        await w.activate("s2")
+        w.clock.t += 1_000
+        assert (await w.tick()).fired == []
+        out = await w.loop("5m")
+        assert out.error == "usage" and out.message.startswith("❌ Missing prompt")
+        assert await service.active_session(w.store) == "s1"
+        assert (await w.tick()).fired == [(task_id_for("a"), 1)]
+        for args in ("help", "--bogus x", "cancel", "0 9 * * 1-5", "--once x"):
+            await w.activate("s2")
+            await w.loop(args)
+            assert await service.active_session(w.store) == "s1", args
+        await w.activate("s2")
+        await w.loop("5m", session=None)  # no session: nothing to activate, s2 stays
+        assert await service.active_session(w.store) == "s2"
+
+
 async def test_the_model_gets_a_presentation_or_failure_prompt(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         out = await w.loop("5m")
