@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..domain.loop import decide, texts
+from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 from ..domain.loop.model import SessionLoops, evolve
 from ..errors import ConflictError, WrongExpectedVersionError
@@ -87,12 +87,12 @@ def find_loop_file(directory: Path, home: Path) -> decide.LoopFile:
 
 
 def read_loop_file(path: str) -> str | None:
-    """``loop.md``'s text, ``None`` when missing, unreadable or blank."""
+    """``loop.md``'s text, ``None`` when missing, unreadable or blank (a BOM alone is blank, as in the reference)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError:
         return None
-    return text if text.strip() else None
+    return text if jsclass.trim(text) else None
 
 
 async def active_session(store: LogStore) -> str | None:

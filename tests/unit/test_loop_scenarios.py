@@ -442,6 +442,26 @@ async def test_any_loop_command_activates_its_session_once(tmp_path: Path) -> No
         assert (await w.tick()).fired == [(task_id_for("a"), 1)]
 
 
+async def test_loop_md_is_trimmed_as_javascript_trims_it(tmp_path: Path) -> None:
+    """A BOM and Unicode spaces around loop.md are trimmed (hash included); U+0085 is text, as in the reference."""
+    import hashlib
+
+    async with world(tmp_path) as w:
+        md = w.project / ".opencode" / "loop.md"
+        md.parent.mkdir()
+        md.write_text("\ufeff\u3000only a BOM and spaces\u00a0\n")
+        out = await w.loop("", origin_id="m1")
+        t = await w.task(task_id_for("m1"))
+        assert t.prompt == out.model_prompt == "only a BOM and spaces"
+        assert t.content_hash == hashlib.sha256(b"only a BOM and spaces").hexdigest()[:16]
+        md.write_text("\ufeff \u2028")
+        await w.loop("", origin_id="m2")
+        assert (await w.task(task_id_for("m2"))).prompt == texts.DEFAULT_MAINTENANCE
+        md.write_text("\x85keep\x85")
+        await w.loop("", origin_id="m3")
+        assert (await w.task(task_id_for("m3"))).prompt == "\x85keep\x85"
+
+
 async def test_a_failing_or_help_command_activates_its_session_before_parsing(tmp_path: Path) -> None:
     """Issue #23: the reference activates the session first, so a ``/loop`` error in s1 lets s1's due tasks fire."""
     from loopd_es.sched import service
