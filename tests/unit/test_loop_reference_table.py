@@ -5,6 +5,7 @@ Every expected value below was produced by running the reference's own parser an
 source pinned to ``U`` and its id generator returning the id loopd-es derives from the message id) on the same
 inputs. A row marked ``departure`` is where loopd-es fixes a reference bug on purpose; the README's /loop
 section lists each one. Each row runs through :func:`loopd_es.sched.service.handle` on a real SQLite log.
+:data:`MODEL_PROMPTS` and :data:`FIRE_TEXTS` are what the model gets, from the same run.
 
 Row: ``(input, message, task)``; ``{id}`` in the message is the task id. ``task`` is ``None`` (nothing stored),
 ``F(prompt, interval_ms, jitter, once, due)``, ``A(prompt, due)`` (adaptive, bounds 60 s-1 h) or
@@ -471,3 +472,98 @@ async def test_reference_row(
         )
     else:  # departure: the built-in prompt, not the reference's (which asks for a refused reschedule)
         assert (t.mode, t.prompt, t.adaptive_max_ms) == ("maintenance", texts.DEFAULT_MAINTENANCE, 3_600_000)
+
+
+# What the model gets instead of the command (the reference's index.ts: the task's own prompt, else the failure
+# or the result prompt), from the same run of the reference.
+# fmt: off
+MODEL_PROMPTS: list[tuple[str, str]] = [
+    ('5m check the deploy', (
+        'The /loop task {id} has just been scheduled to run every 5m. This is its first execution — it runs now, then repeats on schedule (cancel anytime with: /loop cancel {id}).\n'
+        "Briefly confirm the schedule in the user's language, then perform the task described below now and report the result concisely.\n"
+        '\n'
+        'check the deploy'
+    )),
+    ('5m', (
+        'The user\'s /loop command failed: Missing prompt after interval "5m". Usage: /loop <interval> <prompt> — see `/loop help`.\n'
+        'Briefly inform the user that the /loop command failed and why, written in the same language the user used in their request. Do not call tools in this reply and do not attempt to perform the command arguments as a separate task.'
+    )),
+    ('30s --once remind me to stretch', (
+        "The opencode-plugin-loop plugin has successfully created a scheduled loop task from the user's /loop command:\n"
+        '- Task: "remind me to stretch"\n'
+        '- Schedule: every 30s (runs once)\n'
+        '- Job ID: {id}\n'
+        '- Cancel anytime with: /loop cancel {id}\n'
+        'Reply to the user with a short confirmation that the scheduled loop task was created, written in the same language the user used in their request. Include the task, schedule, and job ID from above. This reply is only the creation confirmation — the plugin executes the task automatically at each scheduled time, so do not execute the task and do not call tools in this reply.'
+    )),
+    ('--bogus do something', (
+        'The user\'s /loop command failed: Unknown flag "--bogus". Run `/loop help` to see usage.\n'
+        'Briefly inform the user that the /loop command failed and why, written in the same language the user used in their request. Do not call tools in this reply and do not attempt to perform the command arguments as a separate task.'
+    )),
+    ('list', (
+        "The opencode-plugin-loop plugin has fully handled the user's /loop command. The command result is:\n"
+        '\n'
+        'No loop tasks. Use `/loop <prompt>` or `/loop 5m <prompt>` to create one.\n'
+        '\n'
+        'Present this result to the user, written in the same language the user used in their request:\n'
+        '- If it is a task list, render it as a markdown table with columns: Job ID, frequency, content, and type (every task is a session-scoped loop that auto-expires after 7 days idle). Keep the management commands (`/loop cancel|pause|resume <id>`, `/loop stop-all`) mentioned below the table.\n'
+        '- If it confirms an action (cancel, pause, resume, stop-all), confirm concisely which task was affected and whether it will trigger again.\n'
+        '- If it is help text or an empty state, present it naturally.\n'
+        'Do not call tools in this reply, and do not execute any task prompt in this reply — scheduled tasks run automatically when they are due.'
+    )),
+    ('cancel abc', (
+        "The user's /loop command failed: No task abc in this session\n"
+        'Briefly inform the user that the /loop command failed and why, written in the same language the user used in their request. Do not call tools in this reply and do not attempt to perform the command arguments as a separate task.'
+    )),
+    ('check the deploy', (
+        'check the deploy\n'
+        '\n'
+        '<adaptive_loop_schedule>\n'
+        "This is Adaptive loop task {id}. Complete the user request above first. After observing the current session state and this execution's result, decide whether the next run needs a different time.\n"
+        '\n'
+        'A fallback run is already scheduled at 1800000945000 (2027-01-15T08:15:45.000Z), using the allowed delay range 60000ms to 3600000ms. Keep that fallback by making no scheduling tool call when it is appropriate.\n'
+        '\n'
+        'If the user\'s request contains a clear, stable recurring cadence (for example, "every two minutes"), convert this Adaptive task to a permanent Fixed task after completing the request. Call loop_schedule exactly once with action="set_fixed", taskId="{id}", and intervalMs set to that relative period in milliseconds. Fixed conversion defaults to jitter disabled, so repeated runs use the exact requested interval.\n'
+        '\n'
+        'If the next time should instead depend on this execution\'s result, call loop_schedule exactly once with action="reschedule", taskId="{id}", and delayMs set to a relative delay from now within 60000ms to 3600000ms. An accepted in-range delay is stored without jitter; only an out-of-range delay is clamped to the nearest bound. Prefer a shorter delay for pending, rapidly changing, or retryable conditions and a longer delay for stable or slow-moving conditions. Do not calculate an epoch timestamp when delayMs can express the decision.\n'
+        '\n'
+        'If the task is fully complete and no future check is useful, call loop_schedule with action="cancel" and taskId="{id}". Do not claim that the schedule changed unless the tool call succeeds.\n'
+        '</adaptive_loop_schedule>'
+    )),
+]
+FIRE_TEXTS = {  # task "abcd1234", prompt "check the deploy\nthen report"; loop.md now "maintenance v2"
+    'fire': (
+        'This is the scheduled execution of /loop task abcd1234. Perform the task described below now, then report the result concisely.\n'
+        '\n'
+        'check the deploy\n'
+        'then report'
+    ),
+    'unchanged': (
+        'This is the scheduled execution of /loop maintenance task abcd1234. The maintenance instructions from loop.md are unchanged since the previous run earlier in this conversation — refer to them above.\n'
+        'If there is pending maintenance work, perform it now and report concisely. If nothing is pending, reply with one line saying so and call loop_schedule(action="cancel", taskId="abcd1234") to end the loop.'
+    ),
+    'changed': (
+        'This is the scheduled execution of /loop maintenance task abcd1234. The maintenance instructions from loop.md (re-read at fire time; they may have been edited since the last run) follow below — perform them now, then report concisely.\n'
+        'When the work is complete and no further checks are needed, call loop_schedule(action="cancel", taskId="abcd1234") to end the loop.\n'
+        '\n'
+        'maintenance v2'
+    ),
+}
+# fmt: on
+
+
+@pytest.mark.parametrize(("args", "expected"), MODEL_PROMPTS, ids=[row[0] for row in MODEL_PROMPTS])
+async def test_reference_model_prompt(tmp_path: Path, args: str, expected: str) -> None:
+    async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:
+        out = await service.handle(
+            store, args, session_id=SESSION, now=T0, cfg=Config(), origin_id=f"row:{args}", u=U,
+            directory=tmp_path, home=tmp_path,
+        )  # fmt: skip
+    assert out.model_prompt == expected.replace("{id}", task_id_for(f"row:{args}"))
+
+
+def test_reference_fire_texts() -> None:
+    prompt = "check the deploy\nthen report"
+    assert texts.fire_text("abcd1234", prompt) == FIRE_TEXTS["fire"]
+    assert texts.maintenance_unchanged("abcd1234") == FIRE_TEXTS["unchanged"]
+    assert texts.maintenance_changed("abcd1234", "maintenance v2") == FIRE_TEXTS["changed"]

@@ -493,8 +493,11 @@ async def test_the_model_gets_a_presentation_or_failure_prompt(tmp_path: Path) -
         )
         assert "Do not call tools" in out.model_prompt
         out = await w.loop("list")
-        assert out.model_prompt is not None and out.model_prompt.startswith("No loop tasks.")
+        assert out.model_prompt is not None and out.model_prompt.startswith(
+            "The opencode-plugin-loop plugin has fully handled the user's /loop command. The command result is:\n\n"
+            "No loop tasks."
+        )
         assert (
-            "Do not call tools in this reply, and do not execute any task prompt in this reply."
+            "Do not call tools in this reply, and do not execute any task prompt in this reply —"
             in out.model_prompt
         )

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from .jitter import js_round
-from .jsclass import utf16_head, utf16_len
+from .jsclass import trim_start, utf16_head, utf16_len
 
 NO_SESSION: Final = "❌ /loop requires an active session context"
 EMPTY: Final = "❌ Empty loop command — see `/loop help`."
@@ -168,21 +168,48 @@ def list_row(
 
 
 def first_run_prompt(task_id: str, interval_ms: int, prompt: str) -> str:
-    return (
-        f"The /loop task {task_id} has just been scheduled to run every {display_interval(interval_ms)}. This is its "
-        f"first execution — it runs now, then repeats on schedule (cancel anytime with: /loop cancel {task_id}). "
-        "Briefly confirm the schedule in the user's language, then perform the task described below now and "
-        f"report the result concisely.\n\n{prompt}"
+    return "\n".join(
+        [
+            f"The /loop task {task_id} has just been scheduled to run every {display_interval(interval_ms)}. This is "
+            "its first execution — it runs now, then repeats on schedule (cancel anytime with: "
+            f"/loop cancel {task_id}).",
+            "Briefly confirm the schedule in the user's language, then perform the task described below now and "
+            "report the result concisely.",
+            "",
+            prompt,
+        ]
     )
+
+
+_PRESENT: Final = (
+    "Present this result to the user, written in the same language the user used in their request:",
+    "- If it is a task list, render it as a markdown table with columns: Job ID, frequency, content, and type "
+    "(every task is a session-scoped loop that auto-expires after 7 days idle). Keep the management commands "
+    "(`/loop cancel|pause|resume <id>`, `/loop stop-all`) mentioned below the table.",
+    "- If it confirms an action (cancel, pause, resume, stop-all), confirm concisely which task was affected and "
+    "whether it will trigger again.",
+    "- If it is help text or an empty state, present it naturally.",
+    "Do not call tools in this reply, and do not execute any task prompt in this reply — scheduled tasks run "
+    "automatically when they are due.",
+)
+"""The reference's presentation instructions for a command's result."""
 
 
 def creation_confirmation(task_id: str, interval_ms: int, prompt: str, once: bool) -> str:
     suffix = " (runs once)" if once else ""
-    return (
-        "The opencode-plugin-loop plugin has successfully created a scheduled loop task from the user's /loop "
-        f'command:\n- Task: "{prompt}"\n- Schedule: every {display_interval(interval_ms)}{suffix}\n'
-        f"- Job ID: {task_id}\n- Cancel anytime with: /loop cancel {task_id}\n"
-        "Confirm this to the user in their language. Do not execute the task and do not call tools in this reply."
+    return "\n".join(
+        [
+            "The opencode-plugin-loop plugin has successfully created a scheduled loop task from the user's /loop "
+            "command:",
+            f'- Task: "{prompt}"',
+            f"- Schedule: every {display_interval(interval_ms)}{suffix}",
+            f"- Job ID: {task_id}",
+            f"- Cancel anytime with: /loop cancel {task_id}",
+            "Reply to the user with a short confirmation that the scheduled loop task was created, written in the same "
+            "language the user used in their request. Include the task, schedule, and job ID from above. This reply "
+            "is only the creation confirmation — the plugin executes the task automatically at each scheduled time, "
+            "so do not execute the task and do not call tools in this reply.",
+        ]
     )
 
 
@@ -192,18 +219,25 @@ def _iso(ms: int) -> str:
 
 def adaptive_prompt(task_id: str, prompt: str, next_due_at: int, min_ms: int, max_ms: int) -> str:
     return (
-        f"{prompt}\n\n---\nThis is Adaptive loop task {task_id}. Complete the user request above first. "
-        f"A fallback run is already scheduled at {next_due_at} ({_iso(next_due_at)}), using the allowed delay "
-        f"range {min_ms}ms to {max_ms}ms. Keep that fallback by making no scheduling tool call when it is "
-        "appropriate.\n"
-        f'- If the request implies a clear, stable cadence, call loop_schedule once with action="set_fixed", '
-        f'taskId="{task_id}" and intervalMs (jitter is off by default).\n'
-        f'- If the next check depends on the result, call loop_schedule with action="reschedule", taskId="{task_id}" '
-        "and a relative delayMs within the range: a shorter delay for pending, rapidly changing, or retryable "
-        "conditions and a longer delay for stable or slow-moving conditions. Do not calculate an epoch timestamp "
-        "when delayMs can express the decision.\n"
-        f'- If nothing more needs doing, call loop_schedule with action="cancel", taskId="{task_id}".\n'
-        "Do not claim that the schedule changed unless the tool call succeeds."
+        f"{prompt}\n\n<adaptive_loop_schedule>\n"
+        f"This is Adaptive loop task {task_id}. Complete the user request above first. After observing the current "
+        "session state and this execution's result, decide whether the next run needs a different time.\n\n"
+        f"A fallback run is already scheduled at {next_due_at} ({_iso(next_due_at)}), using the allowed delay range "
+        f"{min_ms}ms to {max_ms}ms. Keep that fallback by making no scheduling tool call when it is appropriate.\n\n"
+        'If the user\'s request contains a clear, stable recurring cadence (for example, "every two minutes"), '
+        "convert this Adaptive task to a permanent Fixed task after completing the request. Call loop_schedule "
+        f'exactly once with action="set_fixed", taskId="{task_id}", and intervalMs set to that relative period in '
+        "milliseconds. Fixed conversion defaults to jitter disabled, so repeated runs use the exact requested "
+        "interval.\n\n"
+        "If the next time should instead depend on this execution's result, call loop_schedule exactly once with "
+        f'action="reschedule", taskId="{task_id}", and delayMs set to a relative delay from now within {min_ms}ms '
+        f"to {max_ms}ms. An accepted in-range delay is stored without jitter; only an out-of-range delay is clamped "
+        "to the nearest bound. Prefer a shorter delay for pending, rapidly changing, or retryable conditions and a "
+        "longer delay for stable or slow-moving conditions. Do not calculate an epoch timestamp when delayMs can "
+        "express the decision.\n\n"
+        "If the task is fully complete and no future check is useful, call loop_schedule with "
+        f'action="cancel" and taskId="{task_id}". Do not claim that the schedule changed unless the tool call '
+        "succeeds.\n</adaptive_loop_schedule>"
     )
 
 
@@ -217,7 +251,7 @@ def fire_text(task_id: str, prompt: str) -> str:
 def maintenance_unchanged(task_id: str) -> str:
     return (
         f"This is the scheduled execution of /loop maintenance task {task_id}. The maintenance instructions from "
-        "loop.md are unchanged since the previous run earlier in this conversation — refer to them above. "
+        "loop.md are unchanged since the previous run earlier in this conversation — refer to them above.\n"
         "If there is pending maintenance work, perform it now and report concisely. If nothing is pending, reply "
         f'with one line saying so and call loop_schedule(action="cancel", taskId="{task_id}") to end the loop.'
     )
@@ -227,8 +261,9 @@ def maintenance_changed(task_id: str, content: str) -> str:
     return (
         f"This is the scheduled execution of /loop maintenance task {task_id}. The maintenance instructions from "
         "loop.md (re-read at fire time; they may have been edited since the last run) follow below — perform "
-        "them now, then report concisely. When the loop is no longer useful, call "
-        f'loop_schedule(action="cancel", taskId="{task_id}").\n\n{content}'
+        "them now, then report concisely.\n"
+        "When the work is complete and no further checks are needed, call "
+        f'loop_schedule(action="cancel", taskId="{task_id}") to end the loop.\n\n{content}'
     )
 
 
@@ -243,17 +278,26 @@ def goal_tick(count: int, max_runs: int | None) -> str:
 
 def failure_prompt(message: str) -> str:
     """What the model gets instead of a failed ``/loop`` command (reference §2.8)."""
+    reason = trim_start(message.removeprefix("❌")) if message.startswith("❌") else message
     return (
-        f"The user's /loop command failed: {message.removeprefix('❌').strip()}\n"
-        "Briefly inform the user of this in their language. Do not call tools in this reply."
+        f"The user's /loop command failed: {reason}\n"
+        "Briefly inform the user that the /loop command failed and why, written in the same language the user used "
+        "in their request. Do not call tools in this reply and do not attempt to perform the command arguments as "
+        "a separate task."
     )
 
 
 def presentation_prompt(result: str) -> str:
     """What the model gets instead of a list/cancel/pause/resume/stop/help command (reference §2.8)."""
-    body = result.removeprefix("📋").removeprefix("📭").strip()
-    return (
-        f"{body}\n\nPresent this result to the user, written in the same language the user uses. Show task lists "
-        "as a markdown table with the columns Job ID, frequency, content and type. Do not call tools in this "
-        "reply, and do not execute any task prompt in this reply."
+    for mark in ("📋", "📭"):
+        if result.startswith(mark):
+            result = trim_start(result.removeprefix(mark))
+    return "\n".join(
+        [
+            "The opencode-plugin-loop plugin has fully handled the user's /loop command. The command result is:",
+            "",
+            result,
+            "",
+            *_PRESENT,
+        ]
     )
