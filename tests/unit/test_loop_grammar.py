@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from loopd_es.domain.loop import texts
 from loopd_es.domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
+from tests._profiles import scaled
 
 
 def fixed(args: str) -> Fixed:
@@ -179,3 +182,24 @@ def test_help_is_the_references_word_for_word() -> None:
     )
     assert "  /loop every two minutes check CI" in texts.HELP.splitlines()
     assert len(texts.HELP.splitlines()) == 31
+
+
+_JS_WS = "\t\n\x0b\x0c\r \u00a0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_TEXT = st.text(_JS_WS + "\x85\x1c\x1f\u200b" + "05.５٥smhdSMHDevryinutsEVERY-*,/x检é\"'", max_size=24)
+
+
+@given(text=_TEXT, left=st.text(_JS_WS, max_size=3), right=st.text(_JS_WS, max_size=3))
+@settings(max_examples=scaled(300))
+@example(text="5m\x85check", left="", right="")
+@example(text="检查every 5m", left="\ufeff", right="\ufeff")
+def test_parse_follows_javascript_whitespace(text: str, left: str, right: str) -> None:
+    """Surrounding JavaScript whitespace changes nothing; text without it is one token, so never a fixed task;
+    every prompt is trimmed by JavaScript's rules and non-empty."""
+    from loopd_es.domain.loop import jsclass
+
+    p = parse(text)
+    assert parse(left + text + right) == p
+    if not any(ch in _JS_WS for ch in text) and text[:1] not in "\"'":
+        assert not isinstance(p, Fixed)
+    if isinstance(p, Fixed | Adaptive):
+        assert p.prompt and jsclass.trim(p.prompt) == p.prompt
