@@ -30,6 +30,7 @@ from ..host.errors import HostError
 from ..log import open_store
 from ..sched import service, tools
 from ..sched.runner import Clock, FakeClock, FireReport, Scheduler, SystemClock
+from ..text_safe import json_safe, term_line, term_lines
 from .options import add_host_option, store_url
 
 SESSION_ENV = "LOOPD_SESSION"
@@ -159,12 +160,12 @@ async def _command(args: argparse.Namespace, text: str) -> int:
             "task_id": out.task_id,
             "model_prompt": out.model_prompt,
         }
-        print(json.dumps(doc, ensure_ascii=False))
+        print(json_safe(json.dumps(doc, ensure_ascii=False)))
     elif out.error is None:
-        print(out.message)
+        print(term_lines(out.message))
     if out.error is not None:
         if not args.json:
-            print(out.message, file=sys.stderr)
+            print(term_lines(out.message), file=sys.stderr)
         return 2 if out.error == "usage" else 3
     return 0
 
@@ -249,7 +250,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
                 store, call, session_id=session, now=now, cfg=decide.Config(),
                 origin_id=args.message_id or str(uuid.uuid4()),
             )  # fmt: skip
-    print(json.dumps(result, indent=2, ensure_ascii=False))
+    print(json_safe(json.dumps(result, indent=2, ensure_ascii=False)))
     return 0 if result.get("ok") else 3
 
 
@@ -317,7 +318,7 @@ def _ts(ms: int | None) -> str:
 async def _loops(args: argparse.Namespace) -> int:
     rows = await read_models(args, _loop_rows)
     if args.json:
-        print(json.dumps({"loops": rows}, ensure_ascii=False))
+        print(json_safe(json.dumps({"loops": rows}, ensure_ascii=False)))
         return 0
     if not rows:
         print("no /loop tasks")
@@ -325,9 +326,9 @@ async def _loops(args: argparse.Namespace) -> int:
     print(f"{'TASK':<9} {'SESSION':<10} {'MODE':<11} {'STATUS':<24} {'NEXT DUE':<19} {'LAST FIRE':<19} "
           f"{'FIRES':>5} {'MISSED':>6} OWNER")  # fmt: skip
     for r in rows:
-        print(f"{r['task_id']:<9} {r['session_id'][:10]:<10} {r['mode']:<11} {r['status']:<24} "
+        print(term_line(f"{r['task_id']:<9} {r['session_id'][:10]:<10} {r['mode']:<11} {r['status']:<24} "
               f"{_ts(r['next_due_at']):<19} {_ts(r['last_fired_at']):<19} {r['fires']:>5} {r['missed']:>6} "
-              f"{r['owner'] or '-'}")  # fmt: skip
+              f"{r['owner'] or '-'}"))  # fmt: skip
     return 0
 
 
@@ -373,16 +374,18 @@ async def _history(args: argparse.Namespace, task_id: str) -> int:
     if not doc:
         raise UsageError(f"loop history: no task {task_id!r}; `loopd-es loops` lists the tasks")
     if args.json:
-        print(json.dumps(doc, ensure_ascii=False))
+        print(json_safe(json.dumps(doc, ensure_ascii=False)))
         return 0
     t = doc["task"]
     print(
-        f"task {t['task_id']} ({t['mode']}, {t['status']}) in session {t['session_id']}: {t['prompt'][:60]}"
+        term_line(
+            f"task {t['task_id']} ({t['mode']}, {t['status']}) in session {t['session_id']}: {t['prompt'][:60]}"
+        )
     )
     events = [(f["claimed_at"] or 0, _fire_line(f)) for f in doc["fires"]]
     events += [
         (m["at"], f"slots {m['first_slot']}-{m['last_slot']}: missed ({m['n']})") for m in doc["missed"]
     ]
     for at, line in sorted(events):
-        print(f"  {_ts(at)}  {line}")
+        print(term_line(f"  {_ts(at)}  {line}"))
     return 0

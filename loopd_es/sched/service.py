@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..domain.loop import decide, texts
+from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 from ..domain.loop.model import SessionLoops, evolve
 from ..errors import ConflictError, StorageError, WrongExpectedVersionError
@@ -88,12 +88,12 @@ def find_loop_file(directory: Path, home: Path) -> decide.LoopFile:
 
 
 def read_loop_file(path: str) -> str | None:
-    """``loop.md``'s text, ``None`` when missing, unreadable or blank."""
+    """``loop.md``'s text, ``None`` when missing, unreadable or blank (a BOM alone is blank, as in the reference)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError:
         return None
-    return text if text.strip() else None
+    return text if jsclass.trim(text) else None
 
 
 async def active_session(store: LogStore) -> str | None:
@@ -208,6 +208,8 @@ async def _handle(
     directory: Path | None,
     home: Path | None,
 ) -> decide.Outcome:
+    if session_id:  # like the reference, before parsing: a failing or help command activates its session too
+        await activate(store, session_id, now, if_changed=True)
     parsed = parse(args, has_session=bool(session_id))
     if isinstance(parsed, Fail):
         return decide.Outcome(message=parsed.message, error="usage")
@@ -219,7 +221,6 @@ async def _handle(
             return decide.manage(empty, _action(parsed), parsed.task_id, now=now, u=0.0, cfg=cfg)
         return decide.Outcome(message=texts.NO_SESSION, error="usage")
     draw = random.random() if u is None else u
-    await activate(store, session_id, now, if_changed=True)  # every /loop command marks its session active
     if isinstance(parsed, Sub):
         sub = parsed
         return await append_decided(
