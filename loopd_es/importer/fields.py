@@ -71,6 +71,16 @@ def _output(record: dict[str, Any], goal: dict[str, Any], source: Source) -> str
     )
 
 
+def _deadline(record: dict[str, Any], goal: dict[str, Any], source: Source) -> str | None:
+    if record.get("status") != "running" or not record.get("deadlineAt"):
+        return None
+    return (
+        "`running` past its deadline is not kept: once deadlineAt has passed (before loopd's last write, or "
+        "by the time the import runs) the command ends `missing` with end reason `timeout`, as loopd's "
+        "reconciler ends it"
+    )
+
+
 def _schedule(record: dict[str, Any], goal: dict[str, Any], source: Source) -> str | None:
     config = record.get("config")
     schedule = config.get("schedule") if isinstance(config, dict) else None
@@ -171,6 +181,7 @@ RULES: Final[dict[str, Rule]] = {
     "commands[].notifySuccessfulExit": (
         "set on every command by loopd 1.12.2's start (§1.7), so it says nothing about this one"
     ),
+    "commands[].status": _deadline,
     "commands[].outputBytes": _output,
     "commands[].streamBytes": _output,
     "commands[].truncated": _output,
