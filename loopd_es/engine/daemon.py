@@ -9,6 +9,7 @@ catches up with the log and runs due timers; a task of its own renews the lease 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
@@ -78,13 +79,18 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
             if options.shared:
                 await _run_shared(store, host, lease, options, clock, stop, say)
                 return
-            while not stop.is_set():
-                if not await _stand_by(lease, clock, stop, say):
-                    break
-                try:
-                    await _serve_exclusive(store, host, lease, options, clock, stop, say)
-                except* LeaseLostError as group:
-                    say(f"lost the engine lease ({group.exceptions[0]}); standing by")
+            try:
+                while not stop.is_set():
+                    if not await _stand_by(lease, clock, stop, say):
+                        break
+                    try:
+                        await _serve_exclusive(store, host, lease, options, clock, stop, say)
+                    except* LeaseLostError as group:
+                        say(f"lost the engine lease ({group.exceptions[0]}); standing by")
+            except BaseException:  # a failed start must not leave its fresh lease to run out
+                with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await lease.release()
+                raise
             await lease.release()
         finally:
             await host.aclose()
@@ -323,15 +329,18 @@ async def _tools(
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the OpenCode tools; workers' prompts then carry a tools map that hides the owner tools."""
-    from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, serve_tools
+    from . import tool_server
+    from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, tool_handler
 
     assert options.tool_api is not None
     config = ToolApiConfig.load(options.tool_api)
     if hasattr(host, "tools"):
         host.tools = hidden_from_workers()
     dispatcher = ToolDispatcher(store, host, clock, options.directory, store_url=options.store_url)
-    say(f"serving the OpenCode tools on {config.url}")
-    await serve_tools(config, dispatcher, task_status=task_status)
+    async with anyio.create_task_group() as tg:
+        await tg.start(tool_server.serve, Path(config.socket), config.token, tool_handler(dispatcher.call))
+        say(f"serving the OpenCode tools on {config.socket}")
+        task_status.started()
 
 
 def _sleep_for(timer: datetime | None, now: datetime) -> float:
