@@ -249,7 +249,7 @@ async def _serve(
             if await waker.wait(3600):
                 send.send_nowait(None)
 
-    async with anyio.create_task_group() as tg:
+    async with send, receive, anyio.create_task_group() as tg:  # closed even when a start fails
         if options.tool_api is not None:
             await tg.start(_tools, options, store, host, clock, say)
         if options.loops:

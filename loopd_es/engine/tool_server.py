@@ -41,6 +41,7 @@ MAX_BODY: Final = 1 << 20
 MAX_HEAD: Final = 16 << 10
 READ_TIMEOUT_S: Final = 10.0
 MAX_SOCKET_PATH: Final = 100  # sun_path is 108 bytes on Linux, 104 on macOS
+_WHAT: Final = "the OpenCode tool socket"
 _CLASSES: Final = {2: "Success", 3: "Redirection", 4: "Client Error", 5: "Server Error"}
 
 
@@ -81,11 +82,11 @@ def private_socket_dir(path: Path) -> Path:
     except FileExistsError:
         pass
     except OSError as e:
-        raise UnsafeDirectoryError(path, f"it cannot be created ({e.strerror})") from e
+        raise UnsafeDirectoryError(path, f"it cannot be created ({e.strerror})", _WHAT) from e
     st = os.lstat(path)
     if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mode & 0o077:
         os.chmod(path, 0o700)  # ours but readable by others (an older version's, or a umask's)
-    check_private(path)
+    check_private(path, _WHAT)
     return path
 
 
