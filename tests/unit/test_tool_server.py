@@ -16,11 +16,15 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from loopd_es.engine import tool_server
 from loopd_es.engine.tool_api import ToolCall, tool_handler
 from loopd_es.engine.tool_server import MAX_BODY, Handler, private_socket_dir, serve
 from loopd_es.procs.paths import UnsafeDirectoryError
+
+from .._profiles import scaled
 
 pytestmark = pytest.mark.anyio
 
@@ -55,10 +59,13 @@ async def serving(path: Path, handler: Handler) -> AsyncIterator[Path]:
         tg.cancel_scope.cancel()
 
 
-async def exchange(path: Path, raw: bytes) -> list[Reply]:
-    """Send ``raw``, read until the server closes, and split what came back into responses."""
+async def exchange(path: Path, raw: bytes, *, eof: bool = False) -> list[Reply]:
+    """Send ``raw`` (then end our side, with ``eof``), read until the server closes, split what came back into
+    responses."""
     async with await anyio.connect_unix(path) as stream:
         await stream.send(raw)
+        if eof:
+            await stream.send_eof()
         data = b""
         with anyio.fail_after(5):
             while True:
@@ -69,7 +76,7 @@ async def exchange(path: Path, raw: bytes) -> list[Reply]:
     replies = []
     while data:
         head, _, rest = data.partition(b"\r\n\r\n")
-        lines = head.decode().split("\r\n")
+        lines = head.decode("latin-1").split("\r\n")
         _, status, reason = lines[0].split(" ", 2)
         headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
         size = int(headers["content-length"])
@@ -287,3 +294,32 @@ async def test_a_new_server_takes_the_path_over_and_the_old_one_leaves_it(sock_d
         outer.cancel_scope.cancel()
     assert old.calls == []
     assert [body for _, body in new.calls] == [b"to-new", b"still-new"]
+
+
+# -- whatever arrives, the answer is HTTP with a JSON body --------------------------------------------
+
+_HEADS = st.sampled_from([b"", b"POST /tool HTTP/1.1\r\n", b"POST /tool HTTP/1.1\r\nHost: x\r\n"])
+
+
+@settings(max_examples=scaled(60))
+@given(head=_HEADS, tail=st.binary(max_size=200))
+@example(head=b"POST /tool HTTP/1.1\r\nHost: x\r\n", tail=b"Content-Length: 5\r\n\r\nab")
+@example(head=b"", tail=b"\r\n")
+def test_any_bytes_get_an_http_answer_with_a_json_body(head: bytes, tail: bytes) -> None:
+    raw = head + tail
+
+    async def run() -> tuple[list[Reply], Reply]:
+        with tempfile.TemporaryDirectory(prefix="ts-") as d:
+            async with serving(Path(d) / "run" / "t.sock", Recorder()) as path:
+                replies = await exchange(path, raw, eof=True)  # a cut-off request ends there
+                after = await one(path, post(b"{}"))  # and the server is still there
+        return replies, after
+
+    replies, after = anyio.run(run)
+    assert after[0] == 200
+    if not replies:
+        assert not raw.strip(b"\r\n")  # only nothing at all (or blank lines) goes unanswered
+    for status, reason, headers, body in replies:
+        assert 200 <= status <= 599 and reason
+        assert headers["content-type"] == "application/json"
+        assert "ok" in json.loads(body)
