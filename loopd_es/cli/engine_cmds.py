@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="serve the OpenCode tools at the address in FILE (default: .opencode/loopd/engine.json when it "
+        help="serve the OpenCode tools on the socket in FILE (default: .opencode/loopd/engine.json when it "
         "exists; written by `loopd-es opencode install`)",
     )
     p.add_argument(
@@ -225,13 +225,21 @@ _DURATION_BOUNDS: Final = {
 
 
 def _tool_api(given: Path | None) -> Path | None:
-    """The tool channel's config file: the one given (which must exist), or the installed one in this directory."""
-    if given is not None:
-        if not given.is_file():
-            raise UsageError(f"--tool-api {given}: no such file; run `loopd-es opencode install` first")
-        return given
-    default = Path(".opencode") / "loopd" / "engine.json"
-    return default if default.is_file() else None
+    """The tool channel's config file: the one given (which must exist), or the installed one in this directory.
+
+    It is read and its socket directory made ready here, so a stale or unsafe setup is one line before the
+    engine takes the lease.
+    """
+    from ..engine.tool_api import CONFIG_NAME, ToolApiConfig
+    from ..engine.tool_server import private_socket_dir
+
+    if given is not None and not given.is_file():
+        raise UsageError(f"--tool-api {given}: no such file; run `loopd-es opencode install` first")
+    default = Path(".opencode") / "loopd" / CONFIG_NAME
+    path = given if given is not None else default if default.is_file() else None
+    if path is not None:
+        private_socket_dir(Path(ToolApiConfig.load(path).socket).parent)
+    return path
 
 
 # -- notifications --------------------------------------------------------------------------------------
