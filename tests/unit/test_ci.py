@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
 from pathlib import Path
 
-CI = (Path(__file__).resolve().parents[2] / ".ci" / "run").read_text()
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CI = (ROOT / ".ci" / "run").read_text()
 
 
 def _at(command: str) -> int:
@@ -27,3 +36,87 @@ def test_types_and_lint_run_before_the_tests() -> None:
 def test_ci_fails_on_the_first_error_and_sets_ci() -> None:
     assert "set -euo pipefail" in CI
     assert 'export CI="${CI:-true}"' in CI  # tests needing a missing real component then fail, not skip
+
+
+def _setup_lines() -> list[str]:
+    """The lines of .ci/run that run a setup script and export what it printed."""
+    keep = ("tools/pg_test_server.sh start", "tools/opencode_setup.sh", "eval ")
+    return [line for line in CI.splitlines() if any(k in line for k in keep) and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("failing", ["pg_test_server.sh", "opencode_setup.sh"])
+def test_a_failed_setup_script_stops_ci(tmp_path: Path, failing: str) -> None:
+    """The PostgreSQL start once failed (its port was taken) and CI ran on, every PostgreSQL test erroring."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name, var in (("pg_test_server.sh", "PG"), ("opencode_setup.sh", "OC")):
+        body = "echo 'port taken' >&2; exit 1" if name == failing else f"echo 'export {var}=ok'"
+        (tools / name).write_text(f"{body}\n")
+    script = "set -euo pipefail\n" + "\n".join(_setup_lines()) + '\necho "reached $PG $OC"\n'
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert result.returncode != 0 and "reached" not in result.stdout, result.stdout
+    (tools / failing).write_text(f"echo 'export {'PG' if failing.startswith('pg') else 'OC'}=ok'\n")
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+    assert result.stdout.strip() == "reached ok ok", result.stderr
+
+
+def _pg_dir() -> Path:
+    """A cluster directory the 'postgres' user can reach (pytest's tmp_path is private to root)."""
+    from tests.components import require
+
+    require(
+        list(Path("/usr/lib/postgresql").glob("*/bin/initdb")), "PostgreSQL", "apt-get install postgresql"
+    )
+    parent = Path(tempfile.mkdtemp(prefix="loopd-es-pgtest-"))
+    parent.chmod(0o755)
+    return parent / "pg"
+
+
+def _pg_script(command: str, pg_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_PG_")}
+    environ.update(LOOPD_ES_PG_DIR=str(pg_dir), **env)
+    return subprocess.run(
+        ["bash", str(ROOT / "tools" / "pg_test_server.sh"), command],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_pg_script_starts_on_a_free_port_and_reuses_its_cluster() -> None:
+    import psycopg
+
+    pg_dir = _pg_dir()
+    try:
+        first = _pg_script("start", pg_dir)
+        assert first.returncode == 0, first.stderr
+        match = re.fullmatch(
+            r"export LOOPD_ES_TEST_POSTGRES=(postgresql://postgres@127\.0\.0\.1:\d+/postgres)\n", first.stdout
+        )
+        assert match, first.stdout
+        with psycopg.connect(match[1]) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        again = _pg_script("start", pg_dir)
+        assert again.stdout == first.stdout, again.stderr
+    finally:
+        _pg_script("stop", pg_dir)
+        shutil.rmtree(pg_dir.parent, ignore_errors=True)
+    assert not pg_dir.exists()
+
+
+@pytest.mark.slow
+def test_pg_script_fails_when_its_port_is_taken() -> None:
+    pg_dir = _pg_dir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        try:
+            result = _pg_script("start", pg_dir, LOOPD_ES_PG_PORT=str(port))
+        finally:
+            _pg_script("stop", pg_dir)
+            shutil.rmtree(pg_dir.parent, ignore_errors=True)
+    assert result.returncode != 0 and result.stdout == ""
+    assert f"did not start on port {port}" in result.stderr
