@@ -8,6 +8,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -23,14 +24,80 @@ def _at(command: str) -> int:
 
 
 def test_types_and_lint_run_before_the_tests() -> None:
-    tests = _at("python3 -m pip install -e '.[test]' && python3 -m pytest")
-    install = _at(
-        "python3 -m pip install -q -e '.[test,lint,bench]'"
-    )  # bench: mypy checks tools/ with their peer
+    tests = _at(
+        "python3 -m pip install --require-hashes -r requirements.lock && python3 -m pip install --no-deps"
+    )
+    install = _at("python3 -m pip install -q --require-hashes -r requirements.lock")
+    project = _at("python3 -m pip install -q --no-deps -e .")
     checks = [
         _at(c) for c in ("python3 -m mypy", "python3 -m ruff check .", "python3 -m ruff format --check .")
     ]
-    assert install < min(checks) and max(checks) < tests
+    assert install < project < min(checks) and max(checks) < tests
+
+
+def test_ci_installs_dependencies_only_from_the_lock() -> None:
+    """Every pip install in CI either checks hashes against the lock or resolves nothing (--no-deps)."""
+    for line in CI.splitlines():
+        for install in re.findall(r"pip install ([^&]*)", line):
+            if "--upgrade pip" in install:
+                continue
+            assert "--require-hashes -r requirements.lock" in install or "--no-deps" in install, line
+
+
+def _locked() -> dict[str, tuple[str, list[str]]]:
+    """requirements.lock as {name: (version, hashes)}."""
+    from packaging.utils import canonicalize_name
+
+    text = (ROOT / "requirements.lock").read_text().replace("\\\n", " ")
+    pins: dict[str, tuple[str, list[str]]] = {}
+    for line in text.splitlines():
+        match = re.match(r"([A-Za-z0-9._-]+)==(\S+)(.*)", line)
+        if match:
+            pins[canonicalize_name(match[1])] = (
+                match[2],
+                re.findall(r"--hash=sha256:([0-9a-f]{64})", match[3]),
+            )
+    return pins
+
+
+def _declared() -> list[str]:
+    """Every requirement pyproject.toml declares: the dependencies and every extra (not loopd-es itself)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = [r for reqs in project["optional-dependencies"].values() for r in reqs]
+    return [r for r in project["dependencies"] + extras if not r.startswith("loopd-es")]
+
+
+def test_the_lock_pins_every_declared_requirement_with_hashes() -> None:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = _locked()
+    assert len(pins) > 20
+    for name, (version, hashes) in pins.items():
+        assert hashes, f"{name}=={version} has no hash in requirements.lock"
+    for text in _declared():
+        req = Requirement(text)
+        name = canonicalize_name(req.name)
+        assert name in pins, (
+            f"{name} is declared in pyproject.toml but not locked: refresh the lock (AGENTS.md)"
+        )
+        assert req.specifier.contains(pins[name][0]), (
+            f"locked {name}=={pins[name][0]} is outside {req.specifier}"
+        )
+        for extra in req.extras:  # psycopg[binary] brings psycopg-binary
+            assert canonicalize_name(f"{req.name}-{extra}") in pins, text
+
+
+def test_linters_are_pinned_exactly_and_textual_below_its_next_major() -> None:
+    from packaging.requirements import Requirement
+
+    declared = {Requirement(r).name: Requirement(r) for r in _declared()}
+    for linter in ("mypy", "ruff"):
+        (spec,) = declared[linter].specifier
+        assert spec.operator == "==", f"{linter} must be pinned exactly, not {spec}"
+    textual = declared["textual"].specifier
+    locked_major = int(_locked()["textual"][0].split(".")[0])
+    assert not textual.contains(f"{locked_major + 1}.0.0") and textual.contains(_locked()["textual"][0])
 
 
 def test_ci_fails_on_the_first_error_and_sets_ci() -> None:
