@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -75,6 +77,26 @@ async def test_kill_and_interrupt(env: Env, store: LogStore) -> None:
     assert msg == 'SIGINT delivered to "i" (process may continue if it traps the signal).'
     s = await env.until(store, cid, lambda s: not s.running)
     assert (s.status, s.end_reason, s.signal) == ("exited", "exit", "SIGINT")
+
+
+async def test_a_child_meets_default_signal_actions_whatever_its_owner_ignores(
+    env: Env, store: LogStore
+) -> None:
+    """An owner started as a shell's background job ignores SIGINT (and Python ignores SIGPIPE): a child that
+    inherited that would outlive ``interrupt``, as test_kill_and_interrupt once saw when run that way."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        spec = service.StartSpec(title="sig", command="grep", args=["SigIgn", "/proc/self/status"])
+        cid, pid = await service.start_command(store, env.url, spec)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    env.pids.add(pid)
+    await env.until(store, cid, lambda s: not s.running)
+    found = re.search(rb"SigIgn:\s*([0-9a-f]+)", env.output(cid))
+    assert found, env.output(cid)
+    ignored = int(found[1], 16)
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), f"the child ignores {sig.name}"
 
 
 async def test_timeout_terminates_with_end_reason_timeout(env: Env, store: LogStore) -> None:
