@@ -17,8 +17,13 @@ from ..errors import EXIT_OK, UsageError
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``opencode install`` to the ``loopd-es`` parser."""
-    p = sub.add_parser("opencode", help="set up an OpenCode project for loopd-es (custom tools)")
-    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    p = sub.add_parser(
+        "opencode",
+        help="set up an OpenCode project for loopd-es (custom tools)",
+        description="Prepare a directory for `loopd-es run --host opencode:...`: its workers and owners then "
+        "reach the engine through OpenCode custom tools.",
+    )
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="ACTION")
     v = verbs.add_parser(
         "install",
         help="write the loopd tools into DIR/.opencode/tool and the engine's socket",

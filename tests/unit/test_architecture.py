@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "patterns": 0,  # user regexes on RE2; imports nothing of ours
     "text_safe": 0,  # the terminal sanitiser; imports nothing of ours
     "private_files": 0,  # .loopd/ 0700 and its files 0600; imports nothing of ours
+    "version": 0,  # the installed version, from the package metadata
     "ids": 1,  # the id shape and path builder; imports errors
     "events": 1,
     "log": 2,
