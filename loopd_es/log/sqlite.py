@@ -201,6 +201,19 @@ class SqliteLog(LogStore):
             await anyio.lowlevel.checkpoint()
 
     async def coord_read(self, prefix: str = "") -> list[Claim]:
+        """Read on the event-loop thread when the connection is idle (a key look-up costs less than the
+        thread hand-off; the engine checks its lease before every side effect), else on the worker thread."""
+        await anyio.lowlevel.checkpoint()
+        if not self._closed and not self._in_flight:
+            conn = self._db
+            if self._waits:
+                conn.execute("PRAGMA busy_timeout = 0")
+                self._waits = False
+            try:
+                return sqlite_coord.read(conn, prefix)
+            except sqlite3.OperationalError as e:
+                if not ops.is_busy(e):
+                    raise ops.translate(e, str(self.path), None) from e
         return await self._run(sqlite_coord.read, prefix)
 
     async def coord_swap(self, key: str, expected_token: int, new: Claim | None) -> Claim | None:
