@@ -461,6 +461,7 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
                 source=cmd.source,
                 last_error=cmd.error_text,
                 at=iso(facts.now),
+                failures=failures,
             )
         )
     return events

@@ -2,7 +2,8 @@
 
 Each file is one OpenCode custom tool (the file name is the tool name) that forwards its arguments and its call
 context (session, message, call, agent, directory) to the engine's tool channel, whose address and token it
-reads from ``.opencode/loopd/engine.json`` at call time. The tool's answer is the engine's JSON reply.
+reads from ``.opencode/loopd/engine.json`` at call time. The tool's answer is the engine's JSON reply; a
+``title`` in it becomes the title OpenCode shows for the call (the reference's wording), the rest the output.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ export default tool({{
                    agent: context.agent, directory: context.directory }},
       }}),
     }})
-    return await reply.text()
+    const text = await reply.text()
+    try {{
+      const {{ title, ...answer }} = JSON.parse(text)
+      if (typeof title === "string") return {{ title, output: JSON.stringify(answer) }}
+    }} catch {{}}
+    return text
   }},
 }})
 """
