@@ -30,6 +30,7 @@ from ..host.errors import HostError
 from ..log import open_store
 from ..sched import service, tools
 from ..sched.runner import Clock, FakeClock, FireReport, Scheduler, SystemClock
+from ..text_safe import term_block, term_line
 from .options import add_host_option, store_url
 
 SESSION_ENV = "LOOPD_SESSION"
@@ -161,10 +162,10 @@ async def _command(args: argparse.Namespace, text: str) -> int:
         }
         print(json.dumps(doc, ensure_ascii=False))
     elif out.error is None:
-        print(out.message)
+        print(term_block(out.message))
     if out.error is not None:
         if not args.json:
-            print(out.message, file=sys.stderr)
+            print(term_line(out.message), file=sys.stderr)
         return 2 if out.error == "usage" else 3
     return 0
 
@@ -325,9 +326,9 @@ async def _loops(args: argparse.Namespace) -> int:
     print(f"{'TASK':<9} {'SESSION':<10} {'MODE':<11} {'STATUS':<24} {'NEXT DUE':<19} {'LAST FIRE':<19} "
           f"{'FIRES':>5} {'MISSED':>6} OWNER")  # fmt: skip
     for r in rows:
-        print(f"{r['task_id']:<9} {r['session_id'][:10]:<10} {r['mode']:<11} {r['status']:<24} "
+        print(term_line(f"{r['task_id']:<9} {r['session_id'][:10]:<10} {r['mode']:<11} {r['status']:<24} "
               f"{_ts(r['next_due_at']):<19} {_ts(r['last_fired_at']):<19} {r['fires']:>5} {r['missed']:>6} "
-              f"{r['owner'] or '-'}")  # fmt: skip
+              f"{r['owner'] or '-'}"))  # fmt: skip
     return 0
 
 
@@ -377,12 +378,14 @@ async def _history(args: argparse.Namespace, task_id: str) -> int:
         return 0
     t = doc["task"]
     print(
-        f"task {t['task_id']} ({t['mode']}, {t['status']}) in session {t['session_id']}: {t['prompt'][:60]}"
+        term_line(
+            f"task {t['task_id']} ({t['mode']}, {t['status']}) in session {t['session_id']}: {t['prompt'][:60]}"
+        )
     )
     events = [(f["claimed_at"] or 0, _fire_line(f)) for f in doc["fires"]]
     events += [
         (m["at"], f"slots {m['first_slot']}-{m['last_slot']}: missed ({m['n']})") for m in doc["missed"]
     ]
     for at, line in sorted(events):
-        print(f"  {_ts(at)}  {line}")
+        print(term_line(f"  {_ts(at)}  {line}"))
     return 0
