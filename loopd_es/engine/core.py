@@ -272,6 +272,8 @@ class Engine:
         ):
             live.status = "idle"
             handled = await self.on_idle(goal_id)
+            if state.phase == "waiting_retry":  # a due turn (a fallback's) may have met a busy worker
+                await self._retry_timer(goal_id)
         elif isinstance(event, SessionStatusChanged):
             live.status = event.status
             live.activity(now)

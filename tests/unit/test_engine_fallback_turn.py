@@ -92,3 +92,18 @@ async def test_a_session_error_limit_with_a_fallback_is_a_fallback_turn_and_with
         state = await r.state(gid)
         assert (state.consecutive_failures, state.last_error) == (1, ANTHROPIC)  # the message, word for word
         assert (await r.types(gid)).count("run.failed") == 1
+
+
+async def test_a_fallback_turn_that_meets_a_busy_worker_goes_out_on_its_idle(tmp_path: Path) -> None:
+    """The abort's idle may reach the engine after the due turn found the worker still busy."""
+    async with rig(tmp_path) as r:
+        gid, sid = await r.started(model="openai/gpt-5", fallback_models=("anthropic/claude-sonnet-4-5",))
+        await _retrying(r, sid, ANTHROPIC)
+        await r.host.go_busy(sid)
+        r.seen.clear()  # the busy status itself is not what this test is about
+        await r.advance(0)
+        assert (await r.state(gid)).phase == "waiting_retry"  # due, but the worker said busy
+        await r.host.go_idle(sid)
+        await r.pump()
+        state = await r.state(gid)
+        assert state.phase == "running" and state.config.model == "anthropic/claude-sonnet-4-5"
