@@ -546,7 +546,7 @@ def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
 def _fallback_prepared(d: GoalDraft, e: i.FallbackPrepared, m: _Memo) -> None:
     d.model_fallback = ModelFallback(attempted=e.attempted, status="prepared")
     if not (e.reused and d.model_pending is not None):
-        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason="quota")
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason="quota", limit=e.limit)
 
 
 def _fallback_status(status: Any) -> _Handler:

@@ -11,6 +11,7 @@ from loopd_es.app.service import Ctx
 from loopd_es.domain.provider_limit import iso
 from loopd_es.host.errors import ProviderErrorInfo
 from loopd_es.host.sim_script import FailureRule
+from projections.goals import pending_text
 
 from ._saga_harness import World, world
 
@@ -119,6 +120,7 @@ async def test_s63_interactive_goal_records_and_prepares_but_is_never_woken(tmp_
         state = await w.state(gid)
         assert state.last_provider_limit is not None and state.last_provider_limit.source == "session-error"
         assert state.model_pending is not None and state.model_pending.model == "p/new"
+        assert pending_text(state) == "model p/new (rate limit)"  # the limit as observed, not "quota"
         assert state.phase == "waiting_retry"
         w.clock.advance(3600)
         assert (await w.goals.idle(gid, Ctx.new())).result == "interactive"
