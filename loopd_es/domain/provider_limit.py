@@ -82,12 +82,21 @@ def describe_error(error: Any) -> str:
         for holder in (error, error.get("data"), error.get("cause")):
             if isinstance(holder, dict) and holder.get("message") not in (None, ""):
                 return str(holder["message"])
-        shown = {k: v for k, v in error.items() if k not in _NOT_TOLD}
+        shown = _told(error)
         try:
             return msgspec.json.encode(shown).decode() if shown else "unknown error"
         except (TypeError, msgspec.EncodeError):
             return str(shown)
     return "unknown error" if error is None else str(error)
+
+
+def _told(value: Any) -> Any:
+    """``value`` without headers, bodies and metadata at any depth (they may carry credentials)."""
+    if isinstance(value, dict):
+        return {k: _told(v) for k, v in value.items() if k not in _NOT_TOLD}
+    if isinstance(value, list):
+        return [_told(v) for v in value]
+    return value
 
 
 def iso(moment: datetime) -> str:

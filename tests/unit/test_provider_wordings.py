@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from loopd_es.domain.provider_limit import classify, describe_error
 from loopd_es.host.opencode_events import normalise_error
@@ -93,3 +95,34 @@ def test_describe_error_keeps_the_message_as_the_reference_does() -> None:
     shown = describe_error({"name": "X", "responseHeaders": {"authorization": "SECRET"}})
     assert shown == '{"name":"X"}'
     assert describe_error(None) == describe_error("") == describe_error({}) == "unknown error"
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=12,
+)
+_KEYS = st.sampled_from(
+    ["message", "code", "type", "name", "statusCode", "status", "providerStatus", "retryAfter"]
+)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    error=st.dictionaries(_KEYS, _JSON, max_size=6) | _JSON,
+    data=st.dictionaries(_KEYS, _JSON, max_size=4),
+)
+@example(error={"code": True, "statusCode": 429}, data={})
+@example(error={"message": None}, data={"message": ["quota exceeded"]})
+def test_any_host_error_is_classified_without_raising_and_never_leaks_headers(error: Any, data: Any) -> None:
+    if isinstance(error, dict):
+        secret = {"authorization": "SECRET-TOKEN"}
+        error = {**error, "data": {**data, "responseHeaders": secret}, "responseHeaders": secret}
+    observed = classify(error, "session-error", NOW, "p/m")
+    assert observed is None or observed.kind in ("quota", "rate-limit")
+    retrying = classify(error, "session-error", NOW, retrying=True)
+    assert retrying is not None  # a retry status is always a limit
+    assert observed is None or retrying.kind == observed.kind
+    described = describe_error(error)
+    assert isinstance(described, str) and described
+    assert "SECRET-TOKEN" not in described
