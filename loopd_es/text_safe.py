@@ -6,8 +6,10 @@ the screen, retitle the window, rewrite the clipboard (OSC 52) or hide text (bid
 and text view therefore passes such text through :func:`term_line` (one line: every non-printable
 character shown as its Python escape, ``\\x1b``, ``\\n``, ``\\u202e``) or :func:`term_block` (several
 lines: escape sequences dropped, newlines and tabs kept, the rest escaped). Printable text, including any
-non-ASCII letter, is left exactly as it was. JSON output needs neither: the encoder escapes control
-characters, and HTML is escaped by its own renderer.
+non-ASCII letter, is left exactly as it was. :func:`term_lines` keeps a message's own lines and escapes the
+rest, escape sequences included. JSON written with ``ensure_ascii=False`` escapes C0 controls but not DEL, C1
+controls (``\x9b`` is a CSI) or bidi overrides; :func:`json_safe` escapes those as ``\\uXXXX``. HTML is
+escaped by its own renderer.
 """
 
 from __future__ import annotations
@@ -49,3 +51,26 @@ def term_block(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() or ch in "\n\t" else _escape(ch) for ch in text)
+
+
+def term_lines(text: str) -> str:
+    """``text`` with its newlines kept and every other non-printable character shown as its escape."""
+    return "\n".join(term_line(line) for line in text.split("\n"))
+
+
+def _json_escape(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+
+
+_JSON_RAW: Final = re.compile(r"[^\x00-\x7e]")
+
+
+def json_safe(doc: str) -> str:
+    """A JSON document with every non-printable character the encoder left raw written as ``\\uXXXX``."""
+    if doc.isprintable():
+        return doc
+    return _JSON_RAW.sub(lambda m: m.group(0) if m.group(0).isprintable() else _json_escape(m), doc)

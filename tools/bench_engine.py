@@ -1,6 +1,7 @@
 """Benchmark the engine: turns driven per second with 1, 100 and 1000 active goals, idle→next-prompt latency.
 
-    python tools/bench_engine.py [--goals 1,100,1000] [--turns 300] [--quick]
+    python tools/bench_engine.py [--goals 1,100,1000] [--turns 300] [--quick] [--fenced | --fence-ratio]
+    python tools/bench_engine.py --soak SECONDS [--engines 1|3]
 
 Each size gets a fresh SQLite log (WAL, synchronous=FULL) and an in-memory simulated host. Setup (not timed)
 records N goals with their workers and first turns. Timed: ``--turns`` turns, round-robin over the goals;
@@ -14,6 +15,14 @@ Beside it, in the same run and on a log of its own: sequential single-event appe
 limit a turn's appends are bound by. The engine must not scan all goals per event, so the CPU time per turn at
 1000 goals should be about what it is at 1 (wall-clock turns/s on a shared machine is dominated by fsync noise;
 ``cpu_ms_per_turn`` counts every thread of the process). Prints one JSON object.
+
+``--fence-ratio`` drives the same turns unfenced and fenced by the lease (as ``loopd-es run`` writes), in
+alternating rounds, and prints the median ratio of fenced to unfenced turns per second.
+
+``--soak SECONDS`` starts real ``loopd-es run`` processes (one exclusive engine, or ``--engines 3`` members
+started with ``--shared``) on a fresh SQLite log with no goals and a simulated host, lets them idle, stops
+them with SIGTERM and counts what they appended to the log: the figure the engine must keep at zero (its
+coordination lives beside the log), extrapolated to an hour and a day, plus the streams they created.
 """
 
 from __future__ import annotations
@@ -97,11 +106,16 @@ async def _drive(
     async with await open_store(f"sqlite:{workdir / f'engine-{run}-{goals}.db'}") as store:
         sessions = await _setup(store, host, goals)
         view: Any = store
-        if fenced:  # as `loopd-es run` does: every append carries the lease token atomically
+        guard = None
+        if (
+            fenced
+        ):  # as `loopd-es run` does: every append carries the lease token, every side effect checks it
             lease = Lease(store, "bench", clock, ttl_ms=10**9)
             assert await lease.try_acquire() is None
-            view = FencedStore(store, lease)
-        engine = Engine(view, host, clock, EngineConfig(confirm_idle_ms=0), directory=str(workdir))
+            view, guard = FencedStore(store, lease), lease.check
+        engine = Engine(
+            view, host, clock, EngineConfig(confirm_idle_ms=0), directory=str(workdir), guard=guard
+        )
         await engine.start()
         engine.next_maintenance = None
         from loopd_es.app.service import Ctx
@@ -177,6 +191,83 @@ async def main_async(sizes: list[int], turns: int, appends: int, fenced: bool = 
     }
 
 
+def _soak(seconds: float, engines: int) -> dict[str, Any]:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    async def count(url: str) -> tuple[int, list[str], int]:
+        async with await open_store(url) as store:
+            return await store.head(), await store.streams(), len(await store.coord_read())
+
+    with tempfile.TemporaryDirectory(prefix="soak-engine-") as tmp:
+        work = Path(tmp)
+        (work / "host.json").write_text(json.dumps({"models": [{"provider": "p", "id": "m"}]}))
+        url = f"sqlite:{work / 'events.db'}"
+        anyio.run(count, url)  # creates the empty log
+        env = {**os.environ, "LOOPD_ES_STORE": url, "LOOPD_ES_HOST": f"sim:{work / 'host.json'}"}
+        flags = ["--shared"] if engines > 1 else []
+        procs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "loopd_es",
+                    "run",
+                    *flags,
+                    "--holder",
+                    f"soak{i}",
+                    "--lease-ms",
+                    "3000",
+                ],
+                cwd=work,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+            for i in range(engines)
+        ]
+        time.sleep(seconds)
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(timeout=30) for p in procs]
+        head, streams, records = anyio.run(count, url)
+    return {
+        "bench": "engine-soak",
+        "engines": engines,
+        "mode": "shared" if engines > 1 else "exclusive",
+        "lease_ms": 3000,
+        "seconds": seconds,
+        "exit_codes": codes,
+        "events_appended": head,
+        "events_per_hour": round(head * 3600 / seconds, 1),
+        "events_per_day": round(head * 86400 / seconds, 1),
+        "streams": streams,
+        "coordination_records_left": records,
+        "target_events_per_hour": 0,
+    }
+
+
+async def _fence_ratio(size: int, turns: int, rounds: int) -> dict[str, Any]:
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="bench-fence-") as tmp:
+        for i in range(rounds):
+            order = [False, True] if i % 2 == 0 else [True, False]
+            out = {f: await _drive(size, turns, Path(tmp), 2 * i + f, fenced=f) for f in order}
+            ratios.append(out[True]["turns_per_s"] / out[False]["turns_per_s"])
+    return {
+        "bench": "engine-fence-ratio",
+        "goals": size,
+        "turns": turns,
+        "rounds": rounds,
+        "fenced_vs_unfenced_median": round(statistics.median(ratios), 3),
+        "ratios": [round(r, 3) for r in ratios],
+        "target": 0.95,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--goals", default="1,100,1000", help="comma-separated numbers of active goals")
@@ -185,7 +276,16 @@ def main() -> None:
     parser.add_argument(
         "--fenced", action="store_true", help="append through the lease fence, as `loopd-es run`"
     )
+    parser.add_argument("--fence-ratio", action="store_true", help="fenced vs unfenced, alternating rounds")
+    parser.add_argument("--soak", type=float, default=None, metavar="SECONDS", help="idle real engines")
+    parser.add_argument("--engines", type=int, default=1, help="with --soak: 1 exclusive, or N shared")
     args = parser.parse_args()
+    if args.soak is not None:
+        print(json.dumps(_soak(args.soak, args.engines), indent=2))
+        return
+    if args.fence_ratio:
+        print(json.dumps(anyio.run(_fence_ratio, 20, 60 if args.quick else args.turns, 6), indent=2))
+        return
     sizes = [1, 20] if args.quick else [int(x) for x in args.goals.split(",")]
     turns = 60 if args.quick else args.turns
     print(json.dumps(anyio.run(main_async, sizes, turns, 300 if args.quick else 1000, args.fenced), indent=2))

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ..events.base import Event
     from ..host.base import AgentCatalog, ModelCatalog, WorkerHost
     from ..log.base import LogStore
+    from .goal_index import GoalIndex
 
 __all__ = ["MAX_ATTEMPTS", "Ctx", "GoalService", "domain_agent_catalog", "domain_model_catalog"]
 """``Ctx`` is re-exported: it is defined beside the sagas' port (:mod:`loopd_es.sagas.ports`)."""
@@ -70,12 +71,15 @@ class GoalService:
         clock: Callable[[], datetime] | None = None,
         directory: str = ".",
         owner: str = "cli",
+        index: GoalIndex | None = None,
     ) -> None:
         self.store = store
         self.host = host
         self.clock = clock or (lambda: datetime.now(UTC))
         self.directory = directory
         self.owner = owner
+        self.index = index
+        """A long-lived caller's in-memory fold of every goal: :meth:`goals` and the session look-ups use it."""
         self._cache: dict[str, GoalState] = {}
 
     # -- reading --------------------------------------------------------------------------------------
@@ -96,8 +100,25 @@ class GoalService:
 
     async def goals(self) -> list[GoalState]:
         """Every goal that exists (cleared goals are left out)."""
+        if self.index is not None:
+            await self.index.catch_up()
+            return self.index.existing()
         states = [await self.load(goal_id) for goal_id in await self.goal_ids()]
         return [s for s in states if s.exists]
+
+    async def goals_of_owner(self, session_id: str) -> list[GoalState]:
+        """The goals ``session_id`` owns (through the index when there is one: cost by what it touches)."""
+        if self.index is not None:
+            await self.index.catch_up()
+            return self.index.of_owner(session_id)
+        return [g for g in await self.goals() if g.owner_session_id == session_id]
+
+    async def goals_of_worker(self, session_id: str) -> list[GoalState]:
+        """The goals whose worker is ``session_id``."""
+        if self.index is not None:
+            await self.index.catch_up()
+            return self.index.of_worker(session_id)
+        return [g for g in await self.goals() if g.worker_session_id == session_id]
 
     async def resolve_id(self, text: str) -> str:
         """The goal whose id is ``text`` or starts with it.

@@ -184,23 +184,27 @@ async def _start(args: argparse.Namespace) -> int:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    async with await open_store(store_url(args)) as store:
+    url = store_url(args)
+    async with await open_store(url) as store:
         states = await service.list_states(store)
     states = [s for s in states if not s.removed]
+    paths = CommandPaths(url)
     if args.json:
-        print(json.dumps([_record(s) for s in states], indent=2))
+        print(json.dumps([_record(s, paths) for s in states], indent=2))
         return 0
     for s in states:
+        where = "" if not s.running or paths.runs_here(s.machine) else f"  (on machine {s.machine})"
         print(
             f"{s.id[:8]}  {s.status:<10}  {s.end_reason or '-':<9}  {s.exit_code if s.exit_code is not None else '-':>4}"
-            f"  {term_line(s.title)}"
+            f"  {term_line(s.title)}{where}"
         )
     return 0
 
 
-def _record(s: Any) -> dict[str, Any]:
+def _record(s: Any, paths: CommandPaths) -> dict[str, Any]:
     out: dict[str, Any] = msgspec.to_builtins(s)
     out["awaits"] = [msgspec.to_builtins(a) for a in s.awaits]
+    out["runs_here"] = paths.runs_here(s.machine)  # another machine's command: only it can judge the owner
     return out
 
 
@@ -221,7 +225,7 @@ async def _show(args: argparse.Namespace) -> int:
         state = await service.load_state(store, cid)
         if state is None or state.removed:
             raise CommandNotFoundError()
-        record = _record(state)
+        record = _record(state, paths)
         if state.running:
             live = await owner_link.owner_request(paths, cid, {"op": "status"})
             if live is not None:

@@ -16,10 +16,11 @@ import signal
 import socket
 import sqlite3
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -43,7 +44,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "timers and maintenance, and delivers notifications. Stop it with Ctrl-C or SIGTERM.",
     )
     add_host_option(p)
-    p.add_argument("--holder", default=None, help="this engine's name in the lease (default: host:pid)")
+    p.add_argument(
+        "--holder",
+        default=None,
+        help="this engine's name in the lease (default: host:pid); a random suffix per start keeps two "
+        "engines of one name apart",
+    )
     p.add_argument(
         "--tool-api",
         type=Path,
@@ -58,11 +64,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="run as one of many engines sharing this log's goals (each goal is claimed by one engine; a "
         "stopped or killed engine's goals are taken over once its membership runs out)",
     )
-    p.add_argument("--lease-ms", type=int, default=15_000, help="lease length (default 15000)")
+    p.add_argument("--lease-ms", type=int, default=15_000, help="lease length, >= 100 (default 15000)")
     p.add_argument(
         "--confirm-idle-ms", type=int, default=2000, help="idle confirmation period (default 2000)"
     )
-    p.add_argument("--maintenance-ms", type=int, default=30_000, help="maintenance interval (default 30000)")
+    p.add_argument(
+        "--maintenance-ms", type=int, default=30_000, help="maintenance interval, >= 100 (default 30000)"
+    )
+    p.add_argument(
+        "--claim-ttl-ms",
+        type=int,
+        default=None,
+        help="how long a /loop slot claim holds before another runner may record it lost, >= 100 "
+        "(default 60000)",
+    )
     p.add_argument(
         "--idle-recover-ms",
         type=int,
@@ -160,13 +175,14 @@ async def _run(args: argparse.Namespace) -> int:
     from ..engine.core import EngineConfig
     from ..engine.daemon import RunOptions, run_daemon
 
-    for name in ("lease_ms", "confirm_idle_ms", "maintenance_ms", "idle_recover_ms"):
-        if getattr(args, name) < 0:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    for name, least in _DURATION_BOUNDS.items():
+        value = getattr(args, name)
+        if value is not None and value < least:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
     options = RunOptions(
         store_url=store_url(args),
         host_url=host_url(args.host),
-        holder=args.holder or f"{socket.gethostname()}:{os.getpid()}",
+        holder=f"{args.holder or f'{socket.gethostname()}:{os.getpid()}'}/{uuid.uuid4().hex[:8]}",
         config=EngineConfig(
             confirm_idle_ms=args.confirm_idle_ms,
             maintenance_ms=args.maintenance_ms,
@@ -176,6 +192,7 @@ async def _run(args: argparse.Namespace) -> int:
         directory=os.getcwd(),
         tool_api=_tool_api(args.tool_api),
         shared=args.shared,
+        claim_ttl_ms=args.claim_ttl_ms,
     )
     stop = anyio.Event()
 
@@ -196,6 +213,16 @@ async def _run(args: argparse.Namespace) -> int:
         tg.cancel_scope.cancel()
     say("stopped")
     return EXIT_OK
+
+
+_DURATION_BOUNDS: Final = {
+    "lease_ms": 100,
+    "maintenance_ms": 100,
+    "claim_ttl_ms": 100,
+    "idle_recover_ms": 1,
+    "confirm_idle_ms": 0,
+}
+"""The least each duration option takes: a zero lease or maintenance period would spin (and is no use)."""
 
 
 def _tool_api(given: Path | None) -> Path | None:

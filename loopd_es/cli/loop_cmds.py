@@ -30,7 +30,7 @@ from ..host.errors import HostError
 from ..log import open_store
 from ..sched import service, tools
 from ..sched.runner import Clock, FakeClock, FireReport, Scheduler, SystemClock
-from ..text_safe import term_block, term_line
+from ..text_safe import json_safe, term_line, term_lines
 from .options import add_host_option, store_url
 
 SESSION_ENV = "LOOPD_SESSION"
@@ -160,12 +160,12 @@ async def _command(args: argparse.Namespace, text: str) -> int:
             "task_id": out.task_id,
             "model_prompt": out.model_prompt,
         }
-        print(json.dumps(doc, ensure_ascii=False))
+        print(json_safe(json.dumps(doc, ensure_ascii=False)))
     elif out.error is None:
-        print(term_block(out.message))
+        print(term_lines(out.message))
     if out.error is not None:
         if not args.json:
-            print(term_line(out.message), file=sys.stderr)
+            print(term_lines(out.message), file=sys.stderr)
         return 2 if out.error == "usage" else 3
     return 0
 
@@ -250,7 +250,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
                 store, call, session_id=session, now=now, cfg=decide.Config(),
                 origin_id=args.message_id or str(uuid.uuid4()),
             )  # fmt: skip
-    print(json.dumps(result, indent=2, ensure_ascii=False))
+    print(json_safe(json.dumps(result, indent=2, ensure_ascii=False)))
     return 0 if result.get("ok") else 3
 
 
@@ -318,7 +318,7 @@ def _ts(ms: int | None) -> str:
 async def _loops(args: argparse.Namespace) -> int:
     rows = await read_models(args, _loop_rows)
     if args.json:
-        print(json.dumps({"loops": rows}, ensure_ascii=False))
+        print(json_safe(json.dumps({"loops": rows}, ensure_ascii=False)))
         return 0
     if not rows:
         print("no /loop tasks")
@@ -374,7 +374,7 @@ async def _history(args: argparse.Namespace, task_id: str) -> int:
     if not doc:
         raise UsageError(f"loop history: no task {task_id!r}; `loopd-es loops` lists the tasks")
     if args.json:
-        print(json.dumps(doc, ensure_ascii=False))
+        print(json_safe(json.dumps(doc, ensure_ascii=False)))
         return 0
     t = doc["task"]
     print(

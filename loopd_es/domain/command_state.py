@@ -88,6 +88,7 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     notify_on_exit: bool | None
     created_at: str
     owner_session_id: str | None = None
+    machine: str = ""
     status: Status = "running"
     end_reason: EndReason | None = None
     claim: SignalReason | None = None
@@ -141,6 +142,7 @@ def evolve(state: CommandState | None, e: Event, version: int = 0) -> CommandSta
             notify_on_exit=e.notify_on_exit,
             created_at=e.started_at,
             owner_session_id=e.owner_session_id,
+            machine=e.machine,
             version=version or 1,
         )
     if state is None:

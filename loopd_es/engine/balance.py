@@ -1,7 +1,7 @@
 """A shared engine's balance pass: claim the goals it should turn, hand over or give up the rest, adopt.
 
 Run every few hundred milliseconds by ``loopd-es run --shared`` (:mod:`loopd_es.engine.daemon`), after the
-engine caught up with the log, so the view of members and claims is current. The rules are in
+engine caught up with the log; each pass first reads the members and claims from the coordination records. The rules are in
 :mod:`loopd_es.engine.shares`; this module applies them to the goals the engine knows and, for each goal it
 claims, *adopts* it: whatever its previous holder may have left half done is finished exactly as a restarted
 engine finishes it (an open identity switch, the goal's notices, fired awaits, the running turn's prompt,
@@ -44,6 +44,7 @@ class Balancer:
         shares, engine = self.shares, self.engine
         if not shares.alive():
             return 0
+        await shares.refresh()
         now = engine.clock.now()
         members = shares.live_members()
         me = shares.member

@@ -51,7 +51,7 @@ from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .shares import SHARE_TYPES, GoalLostError, Shares, acting_for, preferred
+from .shares import GoalLostError, Shares, acting_for, preferred
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -113,7 +113,7 @@ class Engine:
         self.store = store
         self.shares = shares
         """Shared mode (``loopd-es run --shared``): the goals this member holds; ``None`` when it runs them all."""
-        self.read_types = (*ENGINE_TYPES, *SHARE_TYPES) if shares is not None else ENGINE_TYPES
+        self.read_types = ENGINE_TYPES
         self.host = host
         self.clock = clock
         self.config = config or EngineConfig()
@@ -208,9 +208,6 @@ class Engine:
             self.unqueued_fires[env.event_id] = env
 
     def _observe(self, env: Envelope) -> None:
-        if self.shares is not None and env.type in SHARE_TYPES:
-            self.shares.observe(env)
-            return
         if env.stream == NOTIFICATIONS:
             self.outbox.observe(env)
             return

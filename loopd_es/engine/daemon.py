@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,8 +21,10 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import anyio.abc
 
+from ..domain.provider_limit import iso
 from ..errors import StorageError, UsageError
 from ..host import open_host
+from ..host.errors import HostError
 from ..host.events import AnyHostEvent, EngineHost
 from ..log import open_store
 from ..projector.watch import Waker, log_files, watch_commits, watch_log
@@ -30,8 +33,8 @@ from .clock import Clock, SystemClock
 from .core import Engine, EngineConfig
 from .fence import FencedStore
 from .goal_fence import GoalFencedStore
-from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError
-from .shares import ACTING_FOR, MEMBERS_STREAM, GoalLostError, Shares
+from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError, from_us, to_us
+from .shares import ACTING_FOR, MEMBER_PREFIX, GoalLostError, Shares
 
 if TYPE_CHECKING:
     from ..app.turns import Guard
@@ -58,6 +61,8 @@ class RunOptions:
     tool_api: Path | None = None
     loops: bool = True
     """Fire due /loop slots and goal schedules of every session (exactly once per slot, whoever else fires)."""
+    claim_ttl_ms: int | None = None
+    """How long a /loop slot claim holds before another runner may record it lost (None: the default)."""
     shared: bool = False
     """Run as one member of a group of engines sharing the log's goals (:mod:`.shares`) instead of standing by."""
 
@@ -67,34 +72,80 @@ DueHook = Callable[[datetime], Awaitable[int]]
 
 
 async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Clock | None = None) -> None:
-    """Stand by, hold the lease, run the engine; until ``stop`` is set (then release the lease)."""
+    """Stand by, hold the lease, run the engine; until ``stop`` is set (then release the lease).
+
+    Only a store that cannot be opened at start, or bad usage, ends it with an error. Everything that can pass
+    (the store or the host unreachable for a while, a stall past the lease, a busy tool channel) is said once,
+    waited out with backoff, and the engine stands by or rejoins and carries on.
+    """
     clock = clock or SystemClock()
     async with await open_store(options.store_url) as store:
         host = await open_host(options.host_url)
         try:
             if not isinstance(host, EngineHost):
                 raise UsageError(f"host {options.host_url} has no event stream; `loopd-es run` needs one")
+            outage = Outage(say)
             lease = Lease(store, options.holder, clock, ttl_ms=options.lease_ms)
-            if options.shared:
-                await _run_shared(store, host, lease, options, clock, stop, say)
-                return
             while not stop.is_set():
-                if not await _stand_by(lease, clock, stop, say):
-                    break
                 try:
-                    await _serve_exclusive(store, host, lease, options, clock, stop, say)
+                    if options.shared:
+                        await _run_shared(store, host, lease, options, clock, stop, say, outage)
+                    else:
+                        if not await _stand_by(lease, clock, stop, say, outage):
+                            break
+                        await _serve_exclusive(store, host, lease, options, clock, stop, say, outage)
                 except* LeaseLostError as group:
                     say(f"lost the engine lease ({group.exceptions[0]}); standing by")
-            await lease.release()
+                except* TRANSIENT as group:
+                    outage.failed(group.exceptions[0])
+                    with anyio.move_on_after(outage.backoff()):
+                        await stop.wait()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await lease.release()
         finally:
             await host.aclose()
 
 
-async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say) -> bool:
+TRANSIENT: Final = (StorageError, HostError, OSError)
+"""What a running engine waits out instead of dying: the store or the host unreachable, a full disk."""
+
+
+class Outage:
+    """Says once that the store (or host) went away and once that it is back; spaces the retries out."""
+
+    def __init__(self, say: Say) -> None:
+        self.say = say
+        self.since: float | None = None
+        self.delay = 0.0
+
+    def failed(self, error: BaseException) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self.say(f"waiting for the store or host: {error}; retrying with backoff (nothing is lost)")
+            self.delay = 0.25
+        else:
+            self.delay = min(self.delay * 2, MAX_BACKOFF_S)
+
+    def backoff(self) -> float:
+        return self.delay
+
+    def ok(self) -> None:
+        if self.since is not None:
+            self.say(
+                f"the store and host answer again after {time.monotonic() - self.since:.1f} s; carrying on"
+            )
+            self.since = None
+
+
+MAX_BACKOFF_S: Final = 5.0
+
+
+async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, outage: Outage) -> bool:
     """Wait until this process holds the lease (``False`` when stopped first)."""
     announced = None
     while not stop.is_set():
         member = await live_member(lease.store, clock)
+        outage.ok()
         if member is not None:  # a shared group runs the goals: an exclusive engine would turn them twice
             if announced != member:
                 say(f"standing by: the goals are shared by engines started with --shared ({member} is live)")
@@ -107,10 +158,10 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say) -> 
             say(f"engine running: holder {lease.holder}, fencing token {lease.token}")
             return True
         if holder.holder != announced:
-            until = holder.expires_at.isoformat() if holder.expires_at else "?"
+            until = iso(from_us(holder.expires_us)) if holder.expires_us else "?"
             say(f"standing by: the engine lease is held by {holder.holder} until {until}")
             announced = holder.holder
-        wait = (holder.expires_at - clock.now()).total_seconds() if holder.expires_at else 0.5
+        wait = (from_us(holder.expires_us) - clock.now()).total_seconds() if holder.expires_us else 0.5
         with anyio.move_on_after(min(max(wait, 0.05), lease.ttl.total_seconds() / 3)):
             await stop.wait()
     return False
@@ -124,12 +175,14 @@ async def _run_shared(
     clock: Clock,
     stop: anyio.Event,
     say: Say,
+    outage: Outage,
 ) -> None:
     """Join the group of engines sharing the log's goals, run this member's share until stopped, leave."""
     announced = None
     while not stop.is_set():
-        _, holder = await lease.current()
-        if not holder.live(clock.now()):
+        holder = await lease.current()
+        outage.ok()
+        if holder is None or not holder.live(to_us(clock.now())):
             break
         if holder.holder != announced:  # an exclusive engine runs every goal: joining would turn them twice
             say(f"standing by: the engine lease is held by {holder.holder} (started without --shared)")
@@ -154,28 +207,36 @@ async def _run_shared(
             await anyio.sleep(max(0.0, (shares.renew_due() - clock.now()).total_seconds()))
             try:
                 await shares.renew()
-            except StorageError as e:  # transient: the membership runs out unless a later renewal lands
+            except TRANSIENT as e:  # the membership runs out unless a later renewal lands; then it rejoins
                 log.warning("membership renewal failed, retrying: %s", e)
-                await anyio.sleep(0.2)
+                await anyio.sleep(min(0.5, shares.ttl.total_seconds() / 6))
 
     try:
         await _serve(
-            store, host, options, clock, stop, say, GoalFencedStore(store, shares), guard, renew, shares
+            store,
+            host,
+            options,
+            clock,
+            stop,
+            say,
+            GoalFencedStore(store, shares),
+            guard,
+            renew,
+            shares,
+            outage,
         )
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-            await shares.leave()
+            try:
+                await shares.leave()
+            except TRANSIENT as e:  # the others take the goals over once the membership runs out
+                say(f"could not leave the group cleanly ({e}); the others take over when it runs out")
 
 
 async def live_member(store: LogStore, clock: Clock) -> str | None:
-    """A live member of a shared group on this log, if any (read from the members stream's recent events)."""
-    if not await store.stream_version(MEMBERS_STREAM):
-        return None
-    shares = Shares(store, "probe", clock, ttl_ms=0)
-    async for batch in store.read_backwards(stream=MEMBERS_STREAM, limit=500):
-        for env in reversed(batch):
-            shares.observe(env)
-    live = shares.live_members()
+    """A live member of a shared group on this log, if any (read from the coordination records)."""
+    now = to_us(clock.now())
+    live = [r.key[len(MEMBER_PREFIX) :] for r in await store.coord_read(MEMBER_PREFIX) if r.live(now)]
     return live[0] if live else None
 
 
@@ -187,14 +248,21 @@ async def _serve_exclusive(
     clock: Clock,
     stop: anyio.Event,
     say: Say,
+    outage: Outage,
 ) -> None:
     async def renew() -> None:
-        """Renew on time even while the engine is busy (a long start-up reading a big log)."""
+        """Renew on time even while the engine is busy (a long start-up reading a big log); a failed renewal
+        is retried until the lease runs out by this process's clock (then :class:`LeaseLostError`)."""
         while True:
             await anyio.sleep(max(0.0, (lease.renew_due() - clock.now()).total_seconds()))
-            await lease.renew()
+            try:
+                await lease.renew()
+            except TRANSIENT as e:
+                log.warning("lease renewal failed, retrying: %s", e)
+                await anyio.sleep(min(0.5, lease.ttl.total_seconds() / 6))
 
-    await _serve(store, host, options, clock, stop, say, FencedStore(store, lease), lease.check, renew, None)
+    view = FencedStore(store, lease)
+    await _serve(store, host, options, clock, stop, say, view, lease.check, renew, None, outage)
 
 
 async def _serve(
@@ -208,6 +276,7 @@ async def _serve(
     guard: Guard,
     renew: Callable[[], Coroutine[Any, Any, None]],
     shares: Shares | None,
+    outage: Outage,
 ) -> None:
     engine = Engine(
         view,
@@ -253,7 +322,9 @@ async def _serve(
         tg.start_soon(wake_on_log)
         tg.start_soon(renew)
         try:
+            await _reconcile_commands(store, options.store_url, say)
             await engine.start()
+            outage.ok()
             while not stop.is_set():
                 wake = engine.next_wakeup()
                 if balancer is not None:
@@ -270,29 +341,46 @@ async def _serve(
                         batch.append(receive.receive_nowait())
                     except anyio.WouldBlock:
                         break
-                for event in batch:
-                    if event is not None:
-                        await engine.on_host_event(event)
-                if shares is None:
-                    await engine.guard()
-                await engine.catch_up()
-                await engine.run_due()
-                if balancer is not None and clock.now() >= next_balance:
-                    await balancer.run()
-                    next_balance = clock.now() + BALANCE_EVERY
+                try:
+                    for event in batch:
+                        if event is not None:
+                            await engine.on_host_event(event)
+                    if shares is None:
+                        await engine.guard()
+                    await engine.catch_up()
+                    await engine.run_due()
+                    if balancer is not None and clock.now() >= next_balance:
+                        await balancer.run()
+                        next_balance = clock.now() + BALANCE_EVERY
+                except* GoalLostError as group:  # a stalled member: its goals went to others; it carries on
+                    log.info("%s", group.exceptions[0])
+                outage.ok()
         finally:
             watch_stop.set()
             tg.cancel_scope.cancel()
+
+
+async def _reconcile_commands(store: LogStore, store_url: str, say: Say) -> None:
+    """As the reference does at start-up: commands of this machine whose owner died are marked missing (their
+    awaits fire, and the engine then wakes their goals once). Version-checked appends, safe beside any other
+    process doing the same, so the log itself is used, not this engine's fenced view."""
+    from ..procs.paths import CommandPaths
+    from ..procs.service import reconcile
+
+    marked = await reconcile(store, CommandPaths(store_url))
+    if marked:
+        say(f"marked {marked} command(s) whose owner is gone as missing")
 
 
 async def _loops(store: LogStore, host: EngineHost, clock: Clock, options: RunOptions) -> None:
     """The scheduled loops, fired by the engine as ``loopd-es loop run --all-sessions`` would fire them.
 
     A slot is claimed by an append at the session stream's expected version, so the engine and any other
-    runner never fire one slot twice; the engine's own lease fences its goal decisions, not these claims.
+    runner never fire one slot twice; the engine's own lease fences its goal decisions, not these claims. A
+    fire in progress when the engine stops (SIGTERM) is finished and recorded first (shielded, within
+    :data:`FIRE_GRACE_S`), so its claim is not left open.
     """
-    from ..errors import StorageError
-    from ..host.errors import HostError
+    from ..domain.loop import decide
     from ..sched.runner import Scheduler
 
     class _Ms:
@@ -300,17 +388,32 @@ async def _loops(store: LogStore, host: EngineHost, clock: Clock, options: RunOp
             return int(clock.now().timestamp() * 1000)
 
     ms = _Ms()
-    sched = Scheduler(
-        store, host, ms, claimer=f"engine-{options.holder}", all_sessions=True, owner=options.holder
+    cfg = (
+        decide.Config() if options.claim_ttl_ms is None else decide.Config(claim_ttl_ms=options.claim_ttl_ms)
     )
-    while True:
-        try:
-            await sched.fire_due()
-        except (StorageError, HostError) as e:  # transient: the next tick re-reads and decides again
-            log.warning("loop tick failed, retrying: %s", e)
-        wake = sched.next_wake()
-        pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - ms.now_ms()) / 1000))
-        await anyio.sleep(pause)
+    sched = Scheduler(
+        store, host, ms, claimer=f"engine-{options.holder}", all_sessions=True, owner=options.holder, cfg=cfg
+    )
+    try:
+        while True:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(FIRE_GRACE_S):
+                try:
+                    await sched.fire_due()
+                except TRANSIENT as e:  # the next tick re-reads and decides again
+                    log.warning("loop tick failed, retrying: %s", e)
+            wake = sched.next_wake()
+            pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - ms.now_ms()) / 1000))
+            await anyio.sleep(pause)
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            try:
+                await sched.release()
+            except TRANSIENT:
+                pass  # the lease runs out by itself
+
+
+FIRE_GRACE_S: Final = 20.0
+"""How long a stopping engine waits for a /loop fire in progress to finish and be recorded."""
 
 
 async def _tools(

@@ -1,11 +1,9 @@
-"""The fence: every event the engine appends lands together with its lease token, or not at all.
+"""The fence: every event the engine appends lands only while this engine still holds the lease.
 
-:class:`FencedStore` is the log as the engine sees it. Each append becomes one atomic ``append_many`` of the
-engine's events *and* an ``engine.fenced`` event (holder, fencing token) on the lease stream, at the lease
-stream version this holder last wrote. Once another process takes the lease (which moves that version), every
-write of the old holder fails as a whole, even one it had decided and checked the lease for a moment before:
-the check is inside the same transaction as the write. Resending events already recorded (an idempotent
-retry) writes nothing and needs no fence.
+:class:`FencedStore` is the log as the engine sees it. Each append carries a :class:`~loopd_es.log.coord.Fence`
+on the lease record at this holder's token, which the store checks in the append's own transaction and which
+writes nothing. Once another process takes the lease (which moves the token), every write of the old holder
+fails as a whole, even one it had decided and checked the lease for a moment before.
 """
 
 from __future__ import annotations
@@ -13,18 +11,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING
 
-from ..domain.provider_limit import iso
-from ..errors import DuplicateEventIdError, WrongExpectedVersionError
-from ..events import engine as en
-from ..events.catalogue import new_event
 from ..events.envelope import ANY
 from ..log.base import LogStore, StreamWrite, WriteSpec
-from .lease import STREAM as LEASE_STREAM
+from ..log.coord import Fence, FenceLostError
+from .lease import KEY as LEASE_KEY
 from .lease import LeaseLostError
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
     from ..log.base import VerifyReport
+    from ..log.coord import Claim
     from ..log.group_commit import Request
     from .lease import Lease
 
@@ -63,6 +59,12 @@ class StoreView(LogStore):
     async def head(self) -> int:
         return await self.inner.head()
 
+    async def coord_read(self, prefix: str = "") -> list[Claim]:
+        return await self.inner.coord_read(prefix)
+
+    async def coord_swap(self, key: str, expected_token: int, new: Claim | None) -> Claim | None:
+        return await self.inner.coord_swap(key, expected_token, new)
+
     async def stream_version(self, stream: str) -> int:
         return await self.inner.stream_version(stream)
 
@@ -80,66 +82,40 @@ class StoreView(LogStore):
 
 
 class FencedStore(StoreView):
-    """A log whose appends carry this holder's lease token atomically (reads pass through)."""
+    """A log whose appends carry this holder's lease token as a fence (reads pass through)."""
 
     def __init__(self, inner: LogStore, lease: Lease) -> None:
         super().__init__(inner)
         self.lease = lease
 
     async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: ExpectedVersion = ANY,
+        *,
+        fences: Sequence[Fence] = (),
     ) -> list[Envelope]:
-        if not events or stream == LEASE_STREAM:
-            return await self.inner.append(stream, events, expected_version)
-        recorded = await self._fenced([StreamWrite(stream, events, expected_version)])
-        return (
-            recorded[0] if recorded is not None else await self.inner.append(stream, events, expected_version)
-        )
+        (recorded,) = await self.append_many([StreamWrite(stream, events, expected_version)], fences=fences)
+        return recorded
 
-    async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
-        """Several streams at once (a saga step and the goal event it causes), fenced like :meth:`append`."""
+    async def append_many(
+        self, writes: Sequence[WriteSpec], *, fences: Sequence[Fence] = ()
+    ) -> list[list[Envelope]]:
         checked = [StreamWrite(*write) for write in writes]
-        if any(w.stream == LEASE_STREAM for w in checked):
-            return await self.inner.append_many(checked)
-        recorded = await self._fenced(checked)
-        return recorded if recorded is not None else await self.inner.append_many(checked)
+        if not any(w.events for w in checked):
+            return [[] for _ in checked]
+        lease = self.lease
+        lease.check_clock()  # a holder past its own lease stops even before the store would refuse it
+        assert lease.token is not None
+        try:
+            return await self.inner.append_many(checked, fences=[*fences, Fence(LEASE_KEY, lease.token)])
+        except FenceLostError as e:
+            if e.fence.key != LEASE_KEY:
+                raise
+            lease.token = lease.expires_at = None
+            raise LeaseLostError(f"engine lease of {lease.holder} was taken by another process") from None
 
     async def _submit(self, request: Request) -> list[Envelope]:
         writes = [StreamWrite(part.stream, part.events, part.expected) for part in request.parts]
-        if any(w.stream == LEASE_STREAM for w in writes):
-            return [env for out in await self.inner.append_many(writes) for env in out]
-        recorded = await self._fenced(writes)
-        if recorded is None:
-            recorded = await self.inner.append_many(writes)
-        return [env for out in recorded for env in out]
-
-    async def _fenced(self, writes: list[StreamWrite]) -> list[list[Envelope]] | None:
-        """Append ``writes`` with this holder's fence in one transaction; ``None`` when every event was already
-        recorded (a retry: nothing new is written, so there is nothing to fence, and the caller resends plain)."""
-        lease = self.lease
-        async with lease.lock:  # a renewal meanwhile would move the version this write is fenced on
-            if lease.token is None or lease.expires_at is None:
-                raise LeaseLostError(f"{lease.holder} does not hold the engine lease")
-            # the transaction below refuses a stale fence; checking first as well keeps a backend whose multi-stream
-            # append does not (NDJSON as merged on 2026-12-02) from writing after a takeover it can see
-            await lease.check()
-            fence = en.EngineFenced(
-                holder=lease.holder,
-                token=lease.token,
-                expires_at=iso(lease.expires_at),
-                stream=writes[0].stream,
-            )
-            try:
-                *recorded, _ = await self.inner.append_many(
-                    [*writes, StreamWrite(LEASE_STREAM, [new_event(fence)], lease.version)]
-                )
-            except WrongExpectedVersionError:
-                if await self.inner.stream_version(LEASE_STREAM) != lease.version:
-                    raise LeaseLostError(
-                        f"engine lease of {lease.holder} was taken by another process"
-                    ) from None
-                raise
-            except DuplicateEventIdError:
-                return None  # recorded before (a retry after a crash or by another path)
-            lease.version += 1
-            return recorded
+        return [env for out in await self.append_many(writes, fences=request.fences) for env in out]

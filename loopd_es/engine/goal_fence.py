@@ -1,12 +1,12 @@
-"""The shared engine's fence: every batch a member appends about a goal lands with that goal's claim, or not at all.
+"""The shared engine's fence: every batch a member appends about a goal lands only while it holds that goal.
 
 :class:`GoalFencedStore` is the log as a shared engine sees it. The goals a batch concerns are the one the engine
 is acting for (:data:`~loopd_es.engine.shares.ACTING_FOR`), the goals whose streams it writes, and the
-``goal_id`` its events name (a notice, a saga step). The batch is appended in one ``append_many`` together with
-one ``engine.goal_fenced`` event per goal, each at the claim stream version this member last wrote: once
+``goal_id`` its events name (a notice, a saga step). The batch carries a fence on each goal's claim record at
+this member's token (:mod:`loopd_es.log.coord`, checked in the append's transaction, writing nothing): once
 another member claimed one of those goals, the whole batch fails and the engine is told it lost the goal
 (:class:`~loopd_es.engine.shares.GoalLostError`). A batch about no goal at all (a saga checkpoint) is written
-plain; resending events already recorded writes nothing and needs no fence.
+plain.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..domain.streams import aggregate_of
-from ..errors import DuplicateEventIdError, WrongExpectedVersionError
-from ..events import engine as en
-from ..events.catalogue import new_event
 from ..events.envelope import ANY
 from ..log.base import StreamWrite, WriteSpec
+from ..log.coord import Fence, FenceLostError
 from .fence import StoreView
-from .shares import ACTING_FOR, CLAIM_PREFIX, MEMBERS_STREAM, GoalLostError, Shares, claim_stream
+from .shares import ACTING_FOR, CLAIM_PREFIX, GoalLostError, Shares, claim_key
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
@@ -65,68 +63,49 @@ def goals_of(writes: Sequence[StreamWrite]) -> list[str]:
 
 
 class GoalFencedStore(StoreView):
-    """A log whose appends about a goal carry this member's claim of it atomically (reads pass through)."""
+    """A log whose appends about a goal carry this member's claim of it as a fence (reads pass through)."""
 
     def __init__(self, inner: LogStore, shares: Shares) -> None:
         super().__init__(inner)
         self.shares = shares
 
     async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: ExpectedVersion = ANY,
+        *,
+        fences: Sequence[Fence] = (),
     ) -> list[Envelope]:
-        recorded = await self._write([StreamWrite(stream, events, expected_version)])
-        return recorded[0]
+        (recorded,) = await self.append_many([StreamWrite(stream, events, expected_version)], fences=fences)
+        return recorded
 
-    async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
-        return await self._write([StreamWrite(*write) for write in writes])
+    async def append_many(
+        self, writes: Sequence[WriteSpec], *, fences: Sequence[Fence] = ()
+    ) -> list[list[Envelope]]:
+        checked = [StreamWrite(*write) for write in writes]
+        if not any(w.events for w in checked):
+            return [[] for _ in checked]
+        goals = goals_of(checked)
+        if not goals:
+            return await self.inner.append_many(checked, fences=fences)
+        shares = self.shares
+        for goal_id in goals:
+            if goal_id not in shares.held:
+                raise GoalLostError(goal_id, f"{shares.member} does not hold it")
+        if not shares.alive():
+            raise GoalLostError(goals[0], f"the membership of {shares.member} ran out")
+        claims = [Fence(claim_key(goal_id), shares.held[goal_id]) for goal_id in goals]
+        try:
+            return await self.inner.append_many(checked, fences=[*fences, *claims])
+        except FenceLostError as e:
+            prefix = len(CLAIM_PREFIX)
+            if not e.fence.key.startswith(CLAIM_PREFIX):
+                raise
+            goal_id = e.fence.key[prefix:]
+            shares.held.pop(goal_id, None)
+            raise GoalLostError(goal_id, "claimed by another engine") from None
 
     async def _submit(self, request: Request) -> list[Envelope]:
         writes = [StreamWrite(part.stream, part.events, part.expected) for part in request.parts]
-        return [env for out in await self._write(writes) for env in out]
-
-    async def _write(self, writes: list[StreamWrite]) -> list[list[Envelope]]:
-        if not any(w.events for w in writes) or any(
-            w.stream == MEMBERS_STREAM or w.stream.startswith(CLAIM_PREFIX) for w in writes
-        ):
-            return await self.inner.append_many(writes)
-        goals = goals_of(writes)
-        if not goals:
-            return await self.inner.append_many(writes)
-        shares = self.shares
-        async with shares.lock:  # a claim or release meanwhile would move the versions these fences sit on
-            for goal_id in goals:
-                if goal_id not in shares.held:
-                    raise GoalLostError(goal_id, f"{shares.member} does not hold it")
-            if not shares.alive():
-                raise GoalLostError(goals[0], f"the membership of {shares.member} ran out")
-            fences = [
-                StreamWrite(
-                    claim_stream(goal_id),
-                    [
-                        new_event(
-                            en.EngineGoalFenced(
-                                goal_id=goal_id,
-                                member=shares.member,
-                                token=shares.held[goal_id],
-                                stream=writes[0].stream,
-                            )
-                        )
-                    ],
-                    shares.held[goal_id],
-                )
-                for goal_id in goals
-            ]
-            try:
-                recorded = await self.inner.append_many([*writes, *fences])
-            except WrongExpectedVersionError:
-                for goal_id in goals:
-                    if await self.inner.stream_version(claim_stream(goal_id)) != shares.held[goal_id]:
-                        shares.held.pop(goal_id, None)
-                        raise GoalLostError(goal_id, "claimed by another engine") from None
-                raise
-            except DuplicateEventIdError:
-                # recorded before (a retry after a crash or by another path): nothing new, nothing to fence
-                return await self.inner.append_many(writes)
-            for goal_id in goals:
-                shares.held[goal_id] += 1
-            return recorded[: len(writes)]
+        return [env for out in await self.append_many(writes, fences=request.fences) for env in out]

@@ -1,33 +1,33 @@
-"""One active engine per log: a lease recorded as events on stream ``engine-lease``.
+"""One active engine per log: a lease kept in the log's coordination records (key ``engine/lease``).
 
-Acquiring appends ``engine.lease_acquired`` at the stream version the contender read, so of two contenders
-only one append succeeds; a live lease (not released, ``expires_at`` not passed) is never taken. The holder
-renews at a third of the lease's length. Its fencing token is the stream version of its acquisition; every
-renewal or takeover moves the version. :meth:`Lease.check` (run before the engine acts, and before each prompt,
-abort or notice) sees at once that another process took over, and the holder also stops by itself once its own
-lease has run out; every event the engine appends lands atomically with an ``engine.fenced`` event at the
-version this holder last wrote (:mod:`loopd_es.engine.fence`), so even a holder paused between its check and
-its write cannot land that write after losing the lease.
+Acquiring is a compare-and-set at the token the contender read, so of two contenders only one wins; a live
+lease (held, not run out) is never taken. The holder renews at a third of the lease's length, which moves the
+expiry and keeps the token. The token moves up by one at every acquisition and fences the holder's writes:
+every event the engine appends carries it (:mod:`loopd_es.engine.fence`) and lands only while the record still
+has it, checked in the append's own transaction, so a holder paused between its check and its write cannot
+land that write after losing the lease. :meth:`Lease.check` (before each prompt, abort or notice) sees a
+takeover at once, and the holder also stops by itself once its own lease has run out by its clock.
+
+None of this is history: renewals write nothing to the log. Only a takeover from an engine that stopped
+renewing is recorded, as ``engine.took_over`` on stream ``engine``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
-import anyio
-
 from ..domain.provider_limit import iso
-from ..errors import LoopdError, WrongExpectedVersionError
+from ..errors import LoopdError, StorageError
 from ..events import engine as en
-from ..events.catalogue import decode_payload, new_event
-from .clock import parse_iso
+from ..events.catalogue import new_event
+from ..log.coord import Claim, Fence
 
 if TYPE_CHECKING:
     from ..log.base import LogStore
     from .clock import Clock
 
-STREAM: Final = "engine-lease"
+KEY: Final = "engine/lease"
 DEFAULT_TTL_MS: Final = 15_000
 
 
@@ -35,22 +35,14 @@ class LeaseLostError(LoopdError):
     """Raised when this process no longer holds the engine lease (taken over, or run out); it must stop."""
 
 
-class Holder:
-    """Who holds the lease according to the log: ``None`` fields when nobody ever did."""
+def to_us(moment: datetime) -> int:
+    """A UTC instant in integer microseconds since the epoch (how coordination records keep time)."""
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
-    def __init__(self, holder: str | None, token: int, expires_at: datetime | None, released: bool) -> None:
-        self.holder = holder
-        self.token = token
-        self.expires_at = expires_at
-        self.released = released
 
-    def live(self, now: datetime) -> bool:
-        return (
-            self.holder is not None
-            and not self.released
-            and self.expires_at is not None
-            and now < self.expires_at
-        )
+def from_us(us: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
 
 
 class Lease:
@@ -61,47 +53,41 @@ class Lease:
         self.holder = holder
         self.clock = clock
         self.ttl = timedelta(milliseconds=ttl_ms)
-        self.version = 0
         self.token: int | None = None
         self.expires_at: datetime | None = None
-        self.lock = anyio.Lock()
-        """Held around every write to the lease stream by this process (renewals, fences), which must not race."""
 
-    async def current(self) -> tuple[int, Holder]:
-        """The lease stream's version and who holds the lease by its last event."""
-        version = await self.store.stream_version(STREAM)
-        holder = Holder(None, 0, None, True)
-        if version:
-            async for env in self.store.read_stream(STREAM, from_version=version):
-                e = decode_payload(env)
-                if isinstance(e, en.EngineLeaseAcquired | en.EngineLeaseRenewed | en.EngineFenced):
-                    holder = Holder(e.holder, e.token, parse_iso(e.expires_at), False)
-                elif isinstance(e, en.EngineLeaseReleased):
-                    holder = Holder(e.holder, e.token, None, True)
-        return version, holder
+    async def current(self) -> Claim | None:
+        """The lease record as the store has it now (None: no engine ever ran on this log)."""
+        found = [c for c in await self.store.coord_read(KEY) if c.key == KEY]
+        return found[0] if found else None
 
-    async def try_acquire(self) -> Holder | None:
-        """Take the lease if nobody holds it live; ``None`` on success, else the live holder."""
-        version, current = await self.current()
+    async def try_acquire(self) -> Claim | None:
+        """Take the lease if nobody holds it live; ``None`` on success, else the live holder's record."""
+        current = await self.current()
         now = self.clock.now()
-        if current.live(now) and current.holder != self.holder:
+        if current is not None and current.live(to_us(now)) and current.holder != self.holder:
             return current
+        token = (current.token if current is not None else 0) + 1
         expires = now + self.ttl
-        event = en.EngineLeaseAcquired(
+        record = Claim(key=KEY, holder=self.holder, token=token, expires_us=to_us(expires))
+        found = await self.store.coord_swap(KEY, current.token if current is not None else 0, record)
+        if found is not None:
+            return found if found.live(to_us(now)) else await self.current()
+        self.token, self.expires_at = token, expires
+        if current is not None and current.holder and current.holder != self.holder:
+            await self._record_takeover(current, now)
+        return None
+
+    async def _record_takeover(self, previous: Claim, now: datetime) -> None:
+        """The one fact worth keeping: this engine took over from one that stopped renewing."""
+        fact = en.EngineTookOver(
             holder=self.holder,
-            token=version + 1,
-            expires_at=iso(expires),
-            previous_holder=current.holder,
+            previous_holder=previous.holder,
+            previous_expired_at=iso(from_us(previous.expires_us)),
             at=iso(now),
         )
-        try:
-            await self.store.append(STREAM, [new_event(event)], version if version else "no_stream")
-        except WrongExpectedVersionError:
-            _, current = await self.current()
-            return current
-        self.version = self.token = version + 1
-        self.expires_at = expires
-        return None
+        assert self.token is not None
+        await self.store.append(en.ENGINE_STREAM, [new_event(fact)], fences=[Fence(KEY, self.token)])
 
     def renew_due(self) -> datetime:
         """When to renew: a third of the way through the lease."""
@@ -109,43 +95,43 @@ class Lease:
         return self.expires_at - self.ttl * 2 / 3
 
     async def renew(self) -> None:
-        """Extend the lease.
+        """Extend the lease (the token stays).
 
         :raises LeaseLostError: when another process took it or it ran out.
+        :raises StorageError: when the store cannot be reached (the lease then runs out unless a retry lands).
         """
-        async with self.lock:
-            await self.check()
-            assert self.token is not None
-            now = self.clock.now()
-            expires = now + self.ttl
-            event = en.EngineLeaseRenewed(holder=self.holder, token=self.token, expires_at=iso(expires))
-            try:
-                await self.store.append(STREAM, [new_event(event)], self.version)
-            except WrongExpectedVersionError:
-                raise LeaseLostError(f"engine lease of {self.holder} was taken by another process") from None
-            self.version += 1
-            self.expires_at = expires
+        self.check_clock()
+        assert self.token is not None
+        expires = self.clock.now() + self.ttl
+        record = Claim(key=KEY, holder=self.holder, token=self.token, expires_us=to_us(expires))
+        if await self.store.coord_swap(KEY, self.token, record) is not None:
+            self.token = self.expires_at = None
+            raise LeaseLostError(f"engine lease of {self.holder} was taken by another process")
+        self.expires_at = expires
 
-    async def check(self) -> None:
-        """:raises LeaseLostError: unless this process still holds a lease that has not run out."""
+    def check_clock(self) -> None:
+        """:raises LeaseLostError: unless this process holds a lease that has not run out by its own clock."""
         if self.token is None or self.expires_at is None:
             raise LeaseLostError(f"{self.holder} does not hold the engine lease")
         if self.clock.now() >= self.expires_at:
             raise LeaseLostError(f"engine lease of {self.holder} ran out at {iso(self.expires_at)}")
-        if await self.store.stream_version(STREAM) != self.version:
+
+    async def check(self) -> None:
+        """:raises LeaseLostError: unless this process still holds a lease that has not run out."""
+        self.check_clock()
+        current = await self.current()
+        if current is None or current.token != self.token:
+            self.token = self.expires_at = None
             raise LeaseLostError(f"engine lease of {self.holder} was taken by another process")
 
     async def release(self) -> None:
-        """Give the lease up (a clean stop): a standby takes over at once."""
+        """Give the lease up (a clean stop): a standby takes over at once and records no takeover."""
         if self.token is None:
             return
+        record = Claim(key=KEY, holder="", token=self.token, expires_us=0, info=f"released by {self.holder}")
         try:
-            await self.store.append(
-                STREAM,
-                [new_event(en.EngineLeaseReleased(holder=self.holder, token=self.token))],
-                self.version,
-            )
-        except WrongExpectedVersionError:
-            pass
+            await self.store.coord_swap(KEY, self.token, record)
+        except StorageError:
+            pass  # the lease runs out by itself
         self.token = None
         self.expires_at = None

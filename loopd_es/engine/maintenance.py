@@ -60,6 +60,11 @@ class Maintenance:
         engine = self.engine
         now = engine.clock.now()
         ctx = Ctx.new()
+        if state.switch_in_flight is not None:
+            # a switch whose process died mid host call (Ctrl-C at the wrong moment) is settled from the
+            # host's truth here, within one maintenance period, not only at the next engine start
+            if await engine.goals.recover(ctx, only=state.goal_id):
+                return
         if await self.budget(state, ctx):
             return
         if state.interactive:

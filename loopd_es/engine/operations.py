@@ -28,6 +28,7 @@ from .notices import notice_for
 from .outbox import Outbox
 
 if TYPE_CHECKING:
+    from ..app.goal_index import GoalIndex
     from ..app.goals import Goals
     from ..domain.state import GoalState
     from ..events.envelope import Envelope
@@ -56,9 +57,12 @@ class Operations:
         clock: Clock | None = None,
         directory: str = ".",
         owner: str = "cli",
+        index: GoalIndex | None = None,
     ) -> None:
         self.clock = clock or SystemClock()
-        self.service = GoalService(store, host, clock=self.clock.now, directory=directory, owner=owner)
+        self.service = GoalService(
+            store, host, clock=self.clock.now, directory=directory, owner=owner, index=index
+        )
         self.host = host
         self.goals = Goals(self.service)
         self.turns = self.goals.turns
@@ -241,13 +245,11 @@ class Operations:
 
     async def worker_goal(self, session_id: str) -> GoalState | None:
         """The active or blocked goal whose worker is ``session_id``."""
-        for state in await self.service.goals():
-            if state.worker_session_id == session_id and state.status in ("active", "blocked"):
+        states = await self.service.goals_of_worker(session_id)
+        for state in states:
+            if state.status in ("active", "blocked"):
                 return state
-        for state in await self.service.goals():  # a paused one answers with its own message
-            if state.worker_session_id == session_id:
-                return state
-        return None
+        return states[0] if states else None  # a paused one answers with its own message
 
     async def get_goal(self, session_id: str) -> Result:
         state = await self.worker_goal(session_id)

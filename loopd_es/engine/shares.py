@@ -1,23 +1,25 @@
 """Many engines on one log (``loopd-es run --shared``): members, and goals partitioned by per-goal claims.
 
-Each engine process is a *member* of the group on stream ``engine-members``: it joins with an expiry and
-renews at a third of its length, like the exclusive lease. Each goal is turned by the member holding its
-*claim*, recorded on the goal's own stream ``engine-goal-<goal_id>``. A claim needs no renewal of its own: it
-lasts while its holder is a live member, so a group renews one event per member, not one per goal.
+Each engine process is a *member* of the group: a coordination record ``engine/member/<member>`` beside the
+log (:mod:`loopd_es.log.coord`, never an event) that it renews at a third of its length, like the exclusive
+lease. Each goal is turned by the member holding its *claim*, record ``engine/claim/<goal_id>``. A claim needs
+no renewal of its own: it lasts while its holder is a live member, so a group renews one record per member.
 
 Who claims what: every member computes each goal's *preferred* member by rendezvous hashing over the live
 members (the same answer everywhere once their views agree; only about 1/n of the goals move when a member
 comes or goes). A goal is claimed by its preferred member when nobody holds it live (never claimed, released,
 or its holder's membership ran out or ended), or by anyone once it has gone unclaimed for two lease lengths
-(nobody is stranded behind a stuck preferred member). A claim is appended at the claim stream's version the
-contender read, so of two contenders one wins. A live holder hands a goal over (``rebalance``) once its
+(nobody is stranded behind a stuck preferred member). Whether the holder is live is judged on the records as
+the store has them at the moment of the claim, never on a view that may lag. A claim is a compare-and-set at
+the token the contender read, so of two contenders one wins. A live holder hands a goal over (``rebalance``) once its
 preferred member has renewed its membership at least once, and gives up a terminal goal (``finished``) once its
 notices are recorded; such a goal is claimed again only when it is active again.
 
-Safety does not rest on clocks: :mod:`loopd_es.engine.goal_fence` writes each batch a member appends about a
-goal together with an ``engine.goal_fenced`` event at the claim stream's version this member last wrote, so
-once someone else claimed the goal, the old holder's writes fail as a whole. Clocks only decide when a member
-stops acting (its own membership ran out) and when others may take over (the holder's expiry passed).
+Safety does not rest on clocks: :mod:`loopd_es.engine.goal_fence` fences each batch a member appends about a
+goal on that goal's claim token, so once someone else claimed the goal, the old holder's writes fail as a
+whole. Clocks only decide when a member stops acting (its own membership ran out) and when others may take
+over (the holder's expiry passed). A goal moving to another member is the one fact kept as history
+(``engine.goal_moved`` on stream ``engine``).
 """
 
 from __future__ import annotations
@@ -34,35 +36,35 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from ..domain.provider_limit import iso
-from ..errors import LoopdError, StreamNotFoundError, WrongExpectedVersionError
+from ..errors import LoopdError
 from ..events import engine as en
-from ..events.catalogue import decode_payload, new_event
-from ..events.envelope import ANY
-from .clock import parse_iso
+from ..events.catalogue import new_event
+from ..log.coord import Claim as Record
+from ..log.coord import Fence
+from .lease import from_us, to_us
 
 if TYPE_CHECKING:
-    from ..events.envelope import Envelope
     from ..log.base import LogStore
     from .clock import Clock
 
-MEMBERS_STREAM: Final = "engine-members"
-CLAIM_PREFIX: Final = "engine-goal-"
-SHARE_TYPES: Final = (
-    "engine.member_joined",
-    "engine.member_renewed",
-    "engine.member_left",
-    "engine.goal_claimed",
-    "engine.goal_released",
-)
-"""What a member reads to keep its view of the group (fence events are not needed for it)."""
+MEMBER_PREFIX: Final = "engine/member/"
+GONE_AFTER_TTLS: Final = 10
+"""A member whose record ran out this many lease lengths ago is gone: its record is deleted (nobody fences on
+membership records, and its claims are taken over by then)."""
+CLAIM_PREFIX: Final = "engine/claim/"
 
 ACTING_FOR: ContextVar[str | None] = ContextVar("loopd_es_acting_for", default=None)
 """The goal the engine is acting for right now: its writes and side effects are fenced by that goal's claim."""
 
 
-def claim_stream(goal_id: str) -> str:
-    """The stream of one goal's claims (and the fences written with each batch about it)."""
+def claim_key(goal_id: str) -> str:
+    """The coordination key of one goal's claim."""
     return f"{CLAIM_PREFIX}{goal_id}"
+
+
+def member_key(member: str) -> str:
+    """The coordination key of one member's membership."""
+    return f"{MEMBER_PREFIX}{member}"
 
 
 @contextmanager
@@ -121,7 +123,7 @@ def preferred(goal_id: str, members: list[str]) -> str | None:
 
 
 class Shares:
-    """This member's membership, its view of the group (fed from the log), and the goals it holds."""
+    """This member's membership, its view of the group (read from the coordination records), and its goals."""
 
     def __init__(self, store: LogStore, holder: str, clock: Clock, *, ttl_ms: int) -> None:
         self.store = store
@@ -131,40 +133,40 @@ class Shares:
         self.clock = clock
         self.ttl = timedelta(milliseconds=ttl_ms)
         self.expires_at: datetime | None = None
+        self.renewals = 0
         self.members: dict[str, Member] = {}
         self.claims: dict[str, Claim] = {}
+        self._seen: dict[str, tuple[str, int]] = {}
         self.held: dict[str, int] = {}
-        """goal id -> the claim stream version this member last wrote (its fencing position)."""
+        """goal id -> the claim token this member holds it under (its fence)."""
         self.lock = anyio.Lock()
-        """Held around every write to a claim stream by this process (claims, releases, fences)."""
+        """Held around this process's claims and releases, which must not race each other."""
 
     # -- the view ------------------------------------------------------------------------------------
 
-    def observe(self, env: Envelope) -> None:
-        """Keep the view in step with the log (the engine feeds it every :data:`SHARE_TYPES` event)."""
-        if env.type not in SHARE_TYPES:
-            return
-        e = decode_payload(env)
+    async def refresh(self) -> None:
+        """Read the members and claims as the store has them now (before each balance pass)."""
         now = self.clock.now()
-        if isinstance(e, en.EngineMemberJoined):
-            self.members[e.member] = Member(e.holder, parse_iso(e.expires_at))
-        elif isinstance(e, en.EngineMemberRenewed):
-            found = self.members.get(e.member)
-            if found is not None:
-                found.expires_at = parse_iso(e.expires_at)
-                found.renewals += 1
-        elif isinstance(e, en.EngineMemberLeft):
-            found = self.members.get(e.member)
-            if found is not None:
-                found.left = True
-        elif isinstance(e, en.EngineGoalClaimed):
-            self.claims[e.goal_id] = Claim(e.member, False, e.reason, now)
-            if e.member != self.member:
-                self.held.pop(e.goal_id, None)
-        elif isinstance(e, en.EngineGoalReleased):
-            self.claims[e.goal_id] = Claim(e.member, True, e.reason, now)
-            if e.member == self.member:
-                self.held.pop(e.goal_id, None)
+        members: dict[str, Member] = {}
+        gone_before = to_us(now - GONE_AFTER_TTLS * self.ttl)
+        for record in await self.store.coord_read(MEMBER_PREFIX):
+            member = record.key[len(MEMBER_PREFIX) :]
+            if record.expires_us < gone_before:  # a killed member's record, of no use to anyone any more
+                await self.store.coord_swap(record.key, record.token, None)
+                continue
+            members[member] = Member(record.holder, _time(record.expires_us), renewals=_renewals(record))
+        if self.expires_at is not None:  # this member as it knows itself (its record may lag a renewal)
+            members[self.member] = Member(self.holder, self.expires_at, renewals=self.renewals)
+        self.members = members
+        for record in await self.store.coord_read(CLAIM_PREFIX):
+            goal_id = record.key[len(CLAIM_PREFIX) :]
+            seen = (record.holder, record.token)
+            if self._seen.get(goal_id) != seen:
+                self._seen[goal_id] = seen
+                reason = record.info.split(" ", 1)[0]
+                self.claims[goal_id] = Claim(record.holder or None, not record.holder, reason, now)
+            if record.holder != self.member and goal_id in self.held:
+                self.held.pop(goal_id, None)  # taken over while this member was not looking
 
     def alive(self) -> bool:
         """Whether this member may still act: its membership has a third of its length left (by its own clock).
@@ -183,7 +185,7 @@ class Shares:
         return goal_id in self.held and self.alive()
 
     def claimable(self, goal_id: str, now: datetime) -> bool:
-        """Nobody holds the goal live: never claimed, released, or its holder is no live member."""
+        """Nobody holds the goal live by this member's view: never claimed, released, or its holder is gone."""
         claim = self.claims.get(goal_id)
         if claim is None or claim.released or claim.member is None:
             return True
@@ -215,13 +217,16 @@ class Shares:
 
     # -- membership ----------------------------------------------------------------------------------
 
+    def _record(self, expires: datetime) -> Record:
+        return Record(
+            key=member_key(self.member), holder=self.holder, token=1, expires_us=to_us(expires),
+            info=str(self.renewals),
+        )  # fmt: skip
+
     async def join(self) -> None:
-        now = self.clock.now()
-        expires = now + self.ttl
-        event = en.EngineMemberJoined(
-            member=self.member, holder=self.holder, expires_at=iso(expires), at=iso(now)
-        )
-        await self.store.append(MEMBERS_STREAM, [new_event(event)], ANY)
+        expires = self.clock.now() + self.ttl
+        self.renewals = 0
+        await self.store.coord_swap(member_key(self.member), 0, self._record(expires))
         self.expires_at = expires
         self.members[self.member] = Member(self.holder, expires)
 
@@ -230,11 +235,12 @@ class Shares:
         return self.expires_at - self.ttl * 2 / 3
 
     async def renew(self) -> None:
-        """Extend the membership; after it ran out the member rejoins under the same name (its claims stay
-        fenced: whoever took one over moved its stream, and the rest were never touched)."""
+        """Extend the membership; a member whose record was swept away (it stalled long past its expiry)
+        joins again under the same name (its claims stay fenced: whoever took one over moved its token)."""
         expires = self.clock.now() + self.ttl
-        event = en.EngineMemberRenewed(member=self.member, expires_at=iso(expires))
-        await self.store.append(MEMBERS_STREAM, [new_event(event)], ANY)
+        self.renewals += 1
+        if await self.store.coord_swap(member_key(self.member), 1, self._record(expires)) is not None:
+            await self.store.coord_swap(member_key(self.member), 0, self._record(expires))
         self.expires_at = expires
 
     async def leave(self) -> None:
@@ -242,82 +248,118 @@ class Shares:
         for goal_id in list(self.held):
             try:
                 await self.release(goal_id, "stopping")
-            except (GoalLostError, WrongExpectedVersionError):
+            except GoalLostError:
                 pass
-        await self.store.append(MEMBERS_STREAM, [new_event(en.EngineMemberLeft(member=self.member))], ANY)
+        await self.store.coord_swap(member_key(self.member), 1, None)
         self.expires_at = None
 
+    async def sweep(self) -> int:
+        """Delete the records of members gone for ten lease lengths (nobody fences on them); returns how many."""
+        cutoff = to_us(self.clock.now() - 10 * self.ttl)
+        gone = 0
+        for record in await self.store.coord_read(MEMBER_PREFIX):
+            if (
+                record.expires_us < cutoff
+                and await self.store.coord_swap(record.key, record.token, None) is None
+            ):
+                gone += 1
+        return gone
+
     # -- claims --------------------------------------------------------------------------------------
+
+    async def _claim_record(self, goal_id: str) -> Record | None:
+        key = claim_key(goal_id)
+        return next((r for r in await self.store.coord_read(key) if r.key == key), None)
+
+    async def _holder_live(self, member: str, now: datetime) -> bool:
+        """Whether ``member`` is live by its record as the store has it now (never a lagging view)."""
+        key = member_key(member)
+        record = next((r for r in await self.store.coord_read(key) if r.key == key), None)
+        return record is not None and record.live(to_us(now))
 
     async def claim(self, goal_id: str, reason: str) -> bool:
         """Claim the goal unless someone holds it live; ``True`` when this member now holds it."""
         if not self.alive():
             return False  # a member whose own membership ran out claims nothing until it renewed
-        stream = claim_stream(goal_id)
         async with self.lock:
-            version, holder = await self._tail(stream)
+            current = await self._claim_record(goal_id)
             now = self.clock.now()
-            if holder is not None and holder.member == self.member and not holder.released:
-                self.held[goal_id] = version
+            if current is not None and current.holder == self.member:
+                self.held[goal_id] = current.token
                 return True
-            if holder is not None and not holder.released and holder.member is not None:
-                found = self.members.get(holder.member)
-                if found is not None and found.live(now):
-                    return False
-            event = en.EngineGoalClaimed(
-                goal_id=goal_id,
-                member=self.member,
-                token=version + 1,
-                previous_member=holder.member if holder is not None else None,
-                reason=reason,
-                at=iso(now),
-            )
-            try:
-                await self.store.append(stream, [new_event(event)], version if version else "no_stream")
-            except WrongExpectedVersionError:
+            if current is not None and current.holder and await self._holder_live(current.holder, now):
+                self.claims[goal_id] = Claim(current.holder, False, current.info, now)
                 return False
-            self.held[goal_id] = version + 1
+            token = (current.token if current is not None else 0) + 1
+            record = Record(
+                key=claim_key(goal_id), holder=self.member, token=token, expires_us=0, info=reason
+            )
+            found = await self.store.coord_swap(
+                claim_key(goal_id), current.token if current is not None else 0, record
+            )
+            if found is not None:
+                return False
+            self.held[goal_id] = token
+            self._seen[goal_id] = (self.member, token)
             self.claims[goal_id] = Claim(self.member, False, reason, now)
+            if current is not None:
+                await self._record_move(goal_id, current, token, now)
             return True
 
+    async def _record_move(self, goal_id: str, previous: Record, token: int, now: datetime) -> None:
+        """Keep as history that the goal moved here from another member (a takeover or a hand-over)."""
+        if previous.holder:
+            before, why = previous.holder, "takeover"
+        else:
+            why, _, before = previous.info.partition(" ")
+            if why == "rebalance":
+                why = "handover"
+            elif why != "stopping":
+                return  # a finished goal claimed again, or a claim this member gave up itself
+        if not before or before == self.member:
+            return
+        fact = en.EngineGoalMoved(
+            goal_id=goal_id, member=self.member, previous_member=before, reason=why, at=iso(now)
+        )
+        await self.store.append(
+            en.ENGINE_STREAM, [new_event(fact)], fences=[Fence(claim_key(goal_id), token)]
+        )
+
     async def release(self, goal_id: str, reason: str) -> None:
-        """Give the goal up (fenced like any write: nothing is released that was already taken over)."""
+        """Give the goal up (a compare-and-set on this member's token: nothing taken over is released)."""
         async with self.lock:
-            version = self.held.get(goal_id)
-            if version is None:
+            token = self.held.get(goal_id)
+            if token is None:
                 return
-            event = en.EngineGoalReleased(goal_id=goal_id, member=self.member, token=version, reason=reason)
-            try:
-                await self.store.append(claim_stream(goal_id), [new_event(event)], version)
-            except WrongExpectedVersionError:
-                self.held.pop(goal_id, None)
-                raise GoalLostError(goal_id, "claimed by another engine meanwhile") from None
+            record = Record(
+                key=claim_key(goal_id), holder="", token=token, expires_us=0, info=f"{reason} {self.member}"
+            )
+            found = await self.store.coord_swap(claim_key(goal_id), token, record)
             self.held.pop(goal_id, None)
+            if found is not None:
+                raise GoalLostError(goal_id, "claimed by another engine meanwhile")
+            self._seen[goal_id] = ("", token)
             self.claims[goal_id] = Claim(self.member, True, reason, self.clock.now())
 
     async def check(self, goal_id: str) -> None:
         """:raises GoalLostError: unless this member still holds the goal and its membership has not run out."""
-        version = self.held.get(goal_id)
-        if version is None:
+        token = self.held.get(goal_id)
+        if token is None:
             raise GoalLostError(goal_id, f"{self.member} does not hold it")
         if not self.alive():
             raise GoalLostError(goal_id, f"the membership of {self.member} ran out")
-        if await self.store.stream_version(claim_stream(goal_id)) != version:
+        current = await self._claim_record(goal_id)
+        if current is None or current.token != token or current.holder != self.member:
             self.held.pop(goal_id, None)
             raise GoalLostError(goal_id, "claimed by another engine")
 
-    async def _tail(self, stream: str) -> tuple[int, Claim | None]:
-        """The claim stream's version and its last claim or release (fences in between change neither)."""
-        version = 0
-        try:
-            async for batch in self.store.read_backwards(stream=stream):
-                for env in batch:
-                    version = max(version, env.version)
-                    if env.type in ("engine.goal_claimed", "engine.goal_released"):
-                        e = decode_payload(env)
-                        assert isinstance(e, en.EngineGoalClaimed | en.EngineGoalReleased)
-                        released = isinstance(e, en.EngineGoalReleased)
-                        return version, Claim(e.member, released, e.reason, self.clock.now())
-        except StreamNotFoundError:
-            return 0, None
-        return version, None
+
+def _time(us: int) -> datetime | None:
+    return from_us(us) if us else None
+
+
+def _renewals(record: Record) -> int:
+    try:
+        return int(record.info)
+    except ValueError:
+        return 0

@@ -26,6 +26,7 @@ import anyio
 import anyio.abc
 import msgspec
 
+from ..app.goal_index import GoalIndex
 from ..domain.rules import RuleError
 from ..errors import LoopdError
 from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandTools
@@ -204,10 +205,14 @@ class ToolDispatcher:
         self.host = host
         self.clock = clock
         self.directory = directory
+        self.index: GoalIndex | None = GoalIndex(store)
+        """Every goal folded once and caught up per call: a call costs what it touches, not the log's size."""
         self.commands = CommandTools(store, store_url, directory, self._ops("").service.load)
 
     def _ops(self, owner: str) -> Operations:
-        return Operations(self.store, self.host, clock=self.clock, directory=self.directory, owner=owner)
+        return Operations(
+            self.store, self.host, clock=self.clock, directory=self.directory, owner=owner, index=self.index
+        )
 
     async def call(self, call: ToolCall) -> dict[str, Any]:
         """The reply to ``call``, with the ``title`` OpenCode shows for it where the reference gives one."""
@@ -283,7 +288,7 @@ class ToolDispatcher:
         want: Callable[[GoalState], bool] | None = None,
         missing: str = "No matching active goal for this session.",
     ) -> GoalState:
-        goals = await self._ops(session).service.goals()
+        goals = await self._ops(session).service.goals_of_owner(session)
         goal_id = args.get("goal_id")
         if goal_id:
             found = next((g for g in goals if g.goal_id == goal_id and g.owner_session_id == session), None)
@@ -328,7 +333,7 @@ class ToolDispatcher:
         return {"ok": True, **msgspec.to_builtins(models), "agents": list(agents.names())}
 
     async def _list_background_goals(self, session: str, args: dict[str, Any]) -> dict[str, Any]:
-        goals = [g for g in await self._ops(session).service.goals() if g.owner_session_id == session]
+        goals = await self._ops(session).service.goals_of_owner(session)
         return {
             "ok": True,
             "goals": [

@@ -67,6 +67,9 @@ class CommandStarted(Event, frozen=True, kw_only=True):
     owner_session_id: str | None = None
     """The OpenCode session that started it with ``loopd_command_start`` (the reference's ``ownerSessionID``):
     the only session its command tools may touch. ``None`` for a command started from the CLI."""
+    machine: str = ""
+    """The machine it runs on (the id kept in that machine's command directory): only that machine can tell
+    whether its owner is alive. ``""`` for commands recorded before 0.4, judged by whoever looks."""
 
 
 @event("command.spawned")

@@ -1,14 +1,16 @@
-"""Engine events: who runs the engine (the lease, on stream ``engine-lease``) and compaction of a goal's worker.
+"""Engine events: the facts about who ran the engine worth keeping in history, and compaction of a worker.
 
-The lease is a fact like any other: ``engine.lease_acquired`` names the holder, its fencing ``token`` (the
-lease stream's version at acquisition, so it only grows) and when the lease expires unless renewed. Another
-``loopd-es run`` takes over only after ``expires_at`` has passed, by appending at the version it read, so two
-contenders cannot both win. ``compaction.*`` events are on the goal's stream.
+Coordination itself (the engine lease, shared members and per-goal claims, their renewals and the fences
+on every write) lives beside the log in each backend's coordination records (:mod:`loopd_es.log.coord`),
+not in it: an idle engine appends nothing. What stays history is what a person asks about afterwards, on
+stream ``engine``: ``engine.took_over`` (an engine took the lease from one that stopped renewing it) and
+``engine.goal_moved`` (a shared group's goal went to another member). ``compaction.*`` events are on the
+goal's stream.
 
-``loopd-es run --shared`` runs many engines on one log instead: each is a *member* (``engine.member_*`` on
-stream ``engine-members``, renewed like the lease) and goals are partitioned by per-goal claims on streams
-``engine-goal-<goal_id>`` (``engine.goal_claimed`` / ``engine.goal_released``), with an ``engine.goal_fenced``
-event written atomically with every batch a member appends about a goal it holds.
+Logs written before 0.4 also hold the lease and membership as events (``engine.lease_*`` on stream
+``engine-lease``, ``engine.member_*`` on ``engine-members``, ``engine.goal_claimed`` / ``_released`` /
+``_fenced`` on ``engine-goal-<goal_id>``, ``engine.fenced``); they still read, replay and import, and nothing
+acts on them any more.
 """
 
 from __future__ import annotations
@@ -140,3 +142,31 @@ class EngineGoalFenced(Event, frozen=True):
     member: str
     token: int
     stream: str = ""
+
+
+ENGINE_STREAM = "engine"
+"""Where the engine's facts worth keeping go (takeovers and goals moving between members)."""
+
+
+@event("engine.took_over")
+class EngineTookOver(Event, frozen=True):
+    """``holder`` took the engine lease from ``previous_holder``, which had stopped renewing it (crashed,
+    killed or stalled) and whose lease ran out at ``previous_expired_at`` (ISO, UTC)."""
+
+    holder: str
+    previous_holder: str
+    previous_expired_at: str
+    at: str
+
+
+@event("engine.goal_moved")
+class EngineGoalMoved(Event, frozen=True):
+    """In a shared group, goal ``goal_id`` is now turned by ``member`` instead of ``previous_member``:
+    ``takeover`` (the previous member stopped renewing), ``handover`` (it handed the goal on to the goal's
+    preferred member) or ``stopping`` (it stopped cleanly)."""
+
+    goal_id: str
+    member: str
+    previous_member: str
+    reason: str
+    at: str

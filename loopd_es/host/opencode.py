@@ -274,8 +274,17 @@ class OpenCodeHost:
         return [transcript_message(row.get("info") or {}, row.get("parts") or []) for row in rows or []]
 
     async def _has_message(self, session_id: str, message_id: str) -> bool:
-        # a prompt resent after a crash is among the newest messages: a short window keeps this cheap
-        return any(m.message_id == message_id for m in await self.messages(session_id, limit=20))
+        """Whether the session holds the message with this id: asked by id (``GET .../message/{id}``), so a
+        resend after a burst of any length of later messages is still recognised (no window)."""
+        try:
+            await self._call(
+                "message", "GET", f"/session/{session_id}/message/{message_id}", session_id=session_id
+            )
+        except SessionNotFoundError as e:
+            if "Message not found" in e.detail:
+                return False  # OpenCode 1.18 answers 404 "Message not found: <id>" for an unknown message
+            raise
+        return True
 
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
         """Put ``text`` in the owner's session without asking for a reply (``noReply``); shown once per id."""

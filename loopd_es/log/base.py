@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple, Self
 
 from ..errors import StreamNotFoundError, UsageError
 from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
+from .coord import Claim, Fence, check_key
 
 if TYPE_CHECKING:
     import anyio
@@ -43,7 +44,12 @@ class LogStore(abc.ABC):
     url: str
 
     async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = ANY
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        expected_version: ExpectedVersion = ANY,
+        *,
+        fences: Sequence[Fence] = (),
     ) -> list[Envelope]:
         """Append ``events`` to ``stream`` atomically and return their recorded envelopes.
 
@@ -51,10 +57,13 @@ class LogStore(abc.ABC):
         version (0 means the stream has no events), ``no_stream``, ``exists`` or ``any``. Resending a batch
         whose event ids are all already recorded with identical content returns the original envelopes
         and writes nothing, whatever the expected version. An empty batch writes nothing and returns ``[]``.
+        With ``fences``, the batch lands only if every fenced coordination record still has its token
+        (:mod:`.coord`), checked in the same transaction; the fence itself writes nothing.
 
         :raises WrongExpectedVersionError: when the stream is not at the expected version.
         :raises DuplicateEventIdError: when an event id is already recorded with different content, or a
             batch mixes recorded and new ids.
+        :raises FenceLostError: when a fenced record no longer has the fence's token (nothing lands).
         :raises UsageError: for an invalid stream name, event type or expected version.
         :raises StorageError: when the log cannot be written durably.
         """
@@ -66,9 +75,13 @@ class LogStore(abc.ABC):
         events = check_new_events(events)
         if not events:
             return []
-        return await self._submit(Request(stream, events, expected_version))
+        request = Request(stream, events, expected_version)
+        request.fences = _checked_fences(fences)
+        return await self._submit(request)
 
-    async def append_many(self, writes: Sequence[WriteSpec]) -> list[list[Envelope]]:
+    async def append_many(
+        self, writes: Sequence[WriteSpec], *, fences: Sequence[Fence] = ()
+    ) -> list[list[Envelope]]:
         """Append to several streams atomically: every write lands, or none does.
 
         Each write names a different stream and carries its own expected version; the events get
@@ -77,6 +90,7 @@ class LogStore(abc.ABC):
 
         :raises WrongExpectedVersionError: when any stream is not at its expected version (nothing lands).
         :raises DuplicateEventIdError: as for :meth:`append`.
+        :raises FenceLostError: as for :meth:`append`.
         :raises UsageError: for no writes, a stream named twice, or any invalid stream, event or version.
         :raises StorageError: when the log cannot be written durably.
         """
@@ -104,7 +118,9 @@ class LogStore(abc.ABC):
             checked.append((stream, events, parse_expected_version(expected)))
         if not checked:
             raise UsageError("append_many needs at least one write")
-        recorded = await self._submit(Request.many(checked))
+        request = Request.many(checked)
+        request.fences = _checked_fences(fences)
+        recorded = await self._submit(request)
         out: list[list[Envelope]] = []
         start = 0
         for _stream, events, _expected in checked:
@@ -117,6 +133,25 @@ class LogStore(abc.ABC):
         """Commit a validated request (all its parts or none), e.g. through the backend's group commit.
 
         :data:`append` and :meth:`append_many` check and encode everything before they call it.
+        """
+
+    @abc.abstractmethod
+    async def coord_read(self, prefix: str = "") -> list[Claim]:
+        """The coordination records whose key starts with ``prefix``, ordered by key (:mod:`.coord`).
+
+        :raises StorageError: when the store cannot be read.
+        """
+
+    @abc.abstractmethod
+    async def coord_swap(self, key: str, expected_token: int, new: Claim | None) -> Claim | None:
+        """Set record ``key`` to ``new`` (or delete it, for None) if its token is still ``expected_token``.
+
+        A missing record has token 0. Returns None when the change was made, else the record found (a missing
+        one as a record with token 0), so a contender learns who won. Only delete keys that nobody fences on:
+        a deleted key's tokens start again from 1.
+
+        :raises UsageError: for an invalid key or record.
+        :raises StorageError: when the store cannot be written durably.
         """
 
     @abc.abstractmethod
@@ -302,6 +337,17 @@ class LogStore(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _checked_fences(fences: Sequence[Fence]) -> tuple[Fence, ...]:
+    out = tuple(Fence(*fence) for fence in fences)
+    for fence in out:
+        check_key(fence.key)
+        if not isinstance(fence.token, int) or isinstance(fence.token, bool) or fence.token < 1:
+            raise UsageError(
+                f"fence on {fence.key!r}: the token must be a positive integer, not {fence.token!r}"
+            )
+    return out
 
 
 class SequenceChecker:

@@ -36,6 +36,7 @@ from .validation import resolve_retry
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
+    from .coord import Fence
 
 _QUEUED: Final = 0
 _COMMITTING: Final = 1
@@ -60,7 +61,18 @@ class Request:
     :raises UsageError: for a payload that is not one JSON object.
     """
 
-    __slots__ = ("error", "event", "expected", "lead", "parts", "result", "state", "stream", "events")
+    __slots__ = (
+        "error",
+        "event",
+        "expected",
+        "fences",
+        "lead",
+        "parts",
+        "result",
+        "state",
+        "stream",
+        "events",
+    )
 
     def __init__(self, stream: str, events: Sequence[NewEvent], expected: ExpectedVersion) -> None:
         self.parts = [Part(stream, events, expected, encode_payloads(events))]
@@ -72,6 +84,8 @@ class Request:
         self.error: BaseException | None = None
         self.state = _QUEUED
         self.lead = False
+        self.fences: tuple[Fence, ...] = ()
+        """Coordination records that must still have these tokens for the request to land (:mod:`.coord`)."""
 
     @classmethod
     def many(cls, writes: Sequence[tuple[str, Sequence[NewEvent], ExpectedVersion]]) -> Request:

@@ -23,6 +23,7 @@ from .base import (
     VerifyReport,
     check_expected_version,
 )
+from .coord import Claim, check_swap, failed_fence, swap_in, with_prefix
 from .group_commit import GroupCommitter, Request
 
 _Raw: Final = msgspec.Raw
@@ -35,6 +36,7 @@ class _Shared:
         self.events: list[Envelope] = []
         self.streams: dict[str, list[int]] = {}
         self.ids: dict[str, Envelope] = {}
+        self.coord: dict[str, Claim] = {}
 
 
 _LOGS: dict[str, _Shared] = {}
@@ -86,6 +88,8 @@ class MemoryLog(LogStore):
 
     def _commit_one(self, request: Request) -> list[Envelope]:
         log = self._log
+        if request.fences and (lost := failed_fence(request.fences, log.coord)) is not None:
+            raise lost
         retried = request.retry_result([log.ids.get(new.event_id) for new in request.all_events])
         if retried is not None:
             return retried
@@ -122,6 +126,19 @@ class MemoryLog(LogStore):
             log.events.append(env)
             log.streams.setdefault(env.stream, []).append(env.position)
             log.ids[env.event_id] = env
+
+    # -- coordination -------------------------------------------------------------------------------
+
+    async def coord_read(self, prefix: str = "") -> list[Claim]:
+        self._check_open()
+        await anyio.lowlevel.checkpoint()
+        return with_prefix(self._log.coord.values(), prefix)
+
+    async def coord_swap(self, key: str, expected_token: int, new: Claim | None) -> Claim | None:
+        self._check_open()
+        check_swap(key, expected_token, new)
+        await anyio.lowlevel.checkpoint()
+        return swap_in(self._log.coord, key, expected_token, new)
 
     # -- reading ------------------------------------------------------------------------------------
 

@@ -30,7 +30,9 @@ from .base import (
     SequenceChecker,
     VerifyReport,
 )
+from .coord import Claim, check_swap, failed_fence, swap_in, with_prefix
 from .group_commit import Request, prepare_path
+from .ndjson_coord import CoordFile
 from .ndjson_files import event_id_key, id_time_range
 from .ndjson_foreign import check_is_log
 from .ndjson_index import CRC, KEY, LENGTH, NUMBER, OFFSET, PREV, RECORD_FIELDS, VERSION, Record
@@ -51,6 +53,7 @@ class NdjsonLog(NdjsonState, LogStore):
     def __init__(self, path: Path, durability: str, lock_timeout: float, create: bool = True) -> None:
         super().__init__(path, durability, lock_timeout, create)
         self._unsynced_since: float | None = None
+        self._coord = CoordFile(path.with_name(path.name + ".coord"))
 
     @classmethod
     async def open(
@@ -292,7 +295,8 @@ class NdjsonLog(NdjsonState, LogStore):
             await self._lock.acquire()
         try:
             self._sync_locked()
-            staged = self._write_group(group)
+            group = self._fenced_out(group)
+            staged = self._write_group(group) if group else None
         except OSError as e:
             raise StoreUnavailableError(
                 f"cannot write {self.path}: {e.strerror}; nothing was appended"
@@ -314,6 +318,41 @@ class NdjsonLog(NdjsonState, LogStore):
             log.warning("%s: cannot record the durable end (%s)", self.path, e)
         for request, envelopes, _keys in staged.accepted:
             request.result = envelopes
+
+    def _fenced_out(self, group: list[Request]) -> list[Request]:
+        """Under the lock: the requests whose fences hold; the others get their :class:`FenceLostError` now."""
+        if not any(request.fences for request in group):
+            return group
+        records = self._coord.load()
+        kept = []
+        for request in group:
+            lost = failed_fence(request.fences, records)
+            if lost is None:
+                kept.append(request)
+            else:
+                request.error = lost
+        return kept
+
+    async def coord_read(self, prefix: str = "") -> list[Claim]:
+        self._check_open()
+        await anyio.lowlevel.checkpoint()
+        return with_prefix(self._coord.load().values(), prefix)
+
+    async def coord_swap(self, key: str, expected_token: int, new: Claim | None) -> Claim | None:
+        self._check_open()
+        check_swap(key, expected_token, new)
+        if self.read_only:
+            self._make_sidecars_real()
+        if not self._lock.try_acquire():
+            await self._lock.acquire()
+        try:  # no await from here to the release: no other task of this process can take the lock meanwhile
+            records = self._coord.load()
+            found = swap_in(records, key, expected_token, new)
+            if found is None:
+                self._coord.store(records)
+            return found
+        finally:
+            self._lock.release()
 
     def _write_group(self, group: list[Request]) -> Staged | None:
         """Under the lock: check, write and index the group; the caller syncs, then acknowledges."""

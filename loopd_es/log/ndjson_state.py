@@ -27,9 +27,12 @@ from .ndjson_files import LockFile, StreamNames, event_id_key, id_time
 from .ndjson_heads import HeadsFile
 from .ndjson_index import (
     CHAIN,
+    CRC,
     KEY,
+    LENGTH,
     MAX_TIME,
     NUMBER,
+    OFFSET,
     PREFIX,
     RECORD_FIELDS,
     VERSION,
@@ -37,7 +40,7 @@ from .ndjson_index import (
     first_chain,
     seal,
 )
-from .ndjson_scan import IndexMismatch, body_crc, last_write_end, scan, settle
+from .ndjson_scan import IndexMismatch, body_crc, last_write_end, read_spans, scan, settle
 
 log = logging.getLogger("loopd_es.log")
 
@@ -318,6 +321,18 @@ class NdjsonState:
         if rec[NUMBER] != number or self._index.checked_record(position) is None:
             raise IndexMismatch(
                 str(self.path), position, "the index record of the stream's last event is wrong"
+            )
+        # an append relies on this version: confirm it from the event's own line, not from the cache alone
+        # (an index edited and resealed passes its chain check); a line that disagrees rebuilds the index
+        env = read_spans(self.path, self._fd, [(rec[OFFSET], rec[LENGTH], rec[CRC] & 0xFFFFFFFF, position)])[
+            0
+        ]
+        names = self._names.names
+        if env.version != rec[VERSION] or number >= len(names) or env.stream != names[number]:
+            raise IndexMismatch(
+                str(self.path),
+                position,
+                "the index record of the stream's last event disagrees with its line",
             )
         return (rec[VERSION], position)
 

@@ -41,6 +41,7 @@ from ..errors import (
     UsageError,
 )
 from ..events.envelope import Envelope, ExpectedVersion, now_rfc3339
+from . import postgres_coord
 from .base import (
     READ_BATCH,
     LogStore,
@@ -48,6 +49,7 @@ from .base import (
     VerifyReport,
     check_expected_version,
 )
+from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, Part, Request
 from .postgres_sql import (
     ANY_VERSION,
@@ -107,6 +109,8 @@ class PostgresLog(LogStore):
         self._sql = {
             name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()
         }
+        self._coord = postgres_coord.statements(schema)
+        self._coord_ready = False
         self._group = GroupCommitter(self._commit)
         self._closed = False
 
@@ -200,7 +204,11 @@ class PostgresLog(LogStore):
         """Commit a group: in one statement when nothing in it is a retry or a conflict, else carefully."""
         parts = [part for request in group for part in request.parts]
         ids = [new.event_id for part in parts for new in part.events]
-        if len({part.stream for part in parts}) == len(parts) and len(set(ids)) == len(ids):
+        fenced = any(request.fences for request in group)
+        if fenced and not self._coord_ready:
+            async with self._connection() as conn:
+                await self._ensure_coord(conn)
+        if not fenced and len({part.stream for part in parts}) == len(parts) and len(set(ids)) == len(ids):
             if await self._commit_fast(group, parts):
                 return
         await self._commit_careful(group, ids)
@@ -266,6 +274,11 @@ class PostgresLog(LogStore):
             rows: list[Envelope] = []
             for request in group:
                 request.error = None
+                if request.fences:
+                    lost = await postgres_coord.check_fences(conn, self._coord["fences"], request.fences)
+                    if lost is not None:
+                        request.error = lost
+                        continue
                 try:
                     retried = request.retry_result([recorded.get(new.event_id) for new in request.all_events])
                     if retried is not None:
@@ -292,6 +305,28 @@ class PostgresLog(LogStore):
                 await conn.execute(NOTIFY, (CHANNEL, f"{self.schema}:{head}"))
         for request, envelopes in staged:
             request.result = envelopes
+
+    # -- coordination -------------------------------------------------------------------------------
+
+    async def _ensure_coord(self, conn: Any) -> None:
+        if not self._coord_ready:
+            await conn.execute(postgres_coord.TABLE.format(c=sql.Identifier(self.schema, "coord")))
+            self._coord_ready = True
+
+    async def coord_read(self, prefix: str = "") -> list[Claim]:
+        async with self._connection() as conn:
+            bound = postgres_coord.upper_bound(prefix)
+            try:
+                rows = await (await conn.execute(self._coord["read"], (prefix, bound, bound))).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return []  # nothing ever coordinated on this log (and a reader creates nothing)
+        return [postgres_coord.claim_of(row) for row in rows]
+
+    async def coord_swap(self, key: str, expected_token: int, new: Claim | None) -> Claim | None:
+        check_swap(key, expected_token, new)
+        async with self._connection() as conn:
+            await self._ensure_coord(conn)
+            return await postgres_coord.swap(conn, self._coord, key, expected_token, new)
 
     # -- reading ------------------------------------------------------------------------------------
 

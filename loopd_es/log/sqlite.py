@@ -27,6 +27,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
+from . import sqlite_coord
 from . import sqlite_ops as ops
 from .base import (
     READ_BATCH,
@@ -34,6 +35,7 @@ from .base import (
     SequenceChecker,
     VerifyReport,
 )
+from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, Request, prepare_path
 
 if TYPE_CHECKING:
@@ -194,6 +196,13 @@ class SqliteLog(LogStore):
             if remaining > 0:
                 remaining -= len(batch)
             await anyio.lowlevel.checkpoint()
+
+    async def coord_read(self, prefix: str = "") -> list[Claim]:
+        return await self._run(sqlite_coord.read, prefix)
+
+    async def coord_swap(self, key: str, expected_token: int, new: Claim | None) -> Claim | None:
+        check_swap(key, expected_token, new)
+        return await self._run(sqlite_coord.swap, key, expected_token, new)
 
     async def head(self) -> int:
         return await self._run(ops.head)

@@ -26,6 +26,7 @@ from ..errors import (
     WrongExpectedVersionError,
 )
 from ..events.envelope import Envelope, now_rfc3339
+from . import sqlite_coord
 from .base import VerifyReport, check_expected_version
 
 if TYPE_CHECKING:
@@ -194,6 +195,14 @@ def commit_group(conn: sqlite3.Connection, group: list[Request]) -> None:
     UNIQUE index rolls back the whole (otherwise empty) transaction instead, one statement pair cheaper.
     """
     conn.execute("BEGIN IMMEDIATE")  # outside the try: when it fails there is nothing to roll back
+    try:
+        group = _fenced_out(conn, group)
+        if not group:
+            conn.execute("COMMIT")
+            return
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
     isolate = len(group) > 1
     try:
         versions: dict[str, int] = {}
@@ -230,6 +239,20 @@ def commit_group(conn: sqlite3.Connection, group: list[Request]) -> None:
         for request in group:
             request.result = []
         raise
+
+
+def _fenced_out(conn: sqlite3.Connection, group: list[Request]) -> list[Request]:
+    """The requests of ``group`` whose fences hold; the others get their :class:`FenceLostError` now."""
+    if not any(request.fences for request in group):
+        return group
+    kept = []
+    for request in group:
+        lost = sqlite_coord.check_fences(conn, request.fences) if request.fences else None
+        if lost is None:
+            kept.append(request)
+        else:
+            request.error = lost
+    return kept
 
 
 def _stage_group(conn: sqlite3.Connection, group: list[Request], head: int, recorded_at: str) -> bool:

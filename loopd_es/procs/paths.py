@@ -15,6 +15,7 @@ import socket
 import stat
 import struct
 import tempfile
+import uuid
 from pathlib import Path
 
 from ..errors import StorageError
@@ -60,6 +61,32 @@ class CommandPaths:
 
     def ensure(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def machine_id(self) -> str:
+        """This machine's id for the log's commands, kept in its command directory (made on first use).
+
+        A command records it when it starts; only a process that finds the same id judges whether the
+        command's owner is alive (its lock file is only here). Two machines on one PostgreSQL log have two
+        directories, so two ids.
+        """
+        path = self.root / "machine-id"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            pass
+        self.ensure()
+        made = uuid.uuid4().hex[:16]
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            return path.read_text().strip()  # another process made it meanwhile
+        with os.fdopen(fd, "w") as out:
+            out.write(made + "\n")
+        return made
+
+    def runs_here(self, machine: str) -> bool:
+        """Whether a command recorded on ``machine`` runs on this machine (``""``: recorded before ids)."""
+        return not machine or machine == self.machine_id()
 
     # Every builder goes through path_under: an id that could name a file elsewhere is refused here too.
 

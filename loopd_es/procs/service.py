@@ -226,6 +226,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
             notify_on_exit=spec.notify_on_exit,
             started_at=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             owner_session_id=spec.owner_session_id,
+            machine=paths.machine_id(),
         )
         await store.append(
             command_stream(command_id),
@@ -293,6 +294,8 @@ async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = Non
         if not s.running and not s.awaits:
             continue
         s = await _discard_awaits_of_cleared_goals(store, s)
+        if s.running and not paths.runs_here(s.machine):
+            continue  # its owner's lock is on the machine that runs it: only that machine can judge it
         if s.running:
             lock = paths.lock(s.id)
             fd = take_lock(lock) if lock.exists() else -1

@@ -33,6 +33,7 @@ from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..host.errors import HostError
+from . import service
 from .goals import GoalSlots
 from .service import read_loop_file
 
@@ -121,15 +122,33 @@ class Scheduler:
         self.goals = GoalSlots()
         self._owned: dict[str, set[tuple[str, str]]] = {}
         self._lease_until = 0
+        self._next_lease_sweep = 0
 
     # -- folding ----------------------------------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Fold everything appended since the last call (by this or any other process)."""
+        """Fold everything appended since the last call (by this or any other process), and read the owners'
+        leases as the coordination records hold them now."""
         async for batch in self.store.read_batches(from_position=self.position + 1):
             for env in batch:
                 self.position = env.position
                 self._apply(env)
+        leases = await service.owner_leases(self.store)
+        for owner in set(self.leases) | set(leases):
+            expires = leases.get(owner, 0)
+            if self.leases.get(owner, 0) != expires:
+                self._lease_changed(owner, expires)
+
+    async def release(self) -> None:
+        """Drop this scheduler's owner lease (a clean stop): its ephemeral tasks end at the next sweep."""
+        if self.owner is not None:
+            await service.release_lease(self.store, self.owner)
+            self._lease_until = 0
+
+    def _lease_changed(self, owner: str, expires: int) -> None:
+        self.leases[owner] = expires
+        for sid, tid in self._owned.get(owner, ()):
+            self.sweeps.push(self._sweep_at(sid, tid), sid, tid)
 
     async def _absorb(self, envs: list[Envelope]) -> None:
         """Fold our own just-appended events without a read when nothing else was appended in between."""
@@ -160,14 +179,7 @@ class Scheduler:
             elif isinstance(e, ev.SessionDeleted) and self.active == e.session_id:
                 self.active = None
         elif stream.startswith(ev.LEASE_PREFIX):
-            e = decode_payload(env)
-            if isinstance(e, ev.OwnerLeaseRenewed):
-                self.leases[e.owner] = e.expires_at
-            elif isinstance(e, ev.OwnerLeaseReleased):
-                self.leases[e.owner] = e.at
-            owner = getattr(e, "owner", "")
-            for sid, tid in self._owned.get(owner, ()):
-                self.sweeps.push(self._sweep_at(sid, tid), sid, tid)
+            pass  # owners' leases written as events before 0.4: the coordination records hold them now
         else:
             self.goals.apply(env)
 
@@ -213,15 +225,11 @@ class Scheduler:
         now = self.clock.now_ms() if now is None else now
         report = FireReport()
         if self.owner is not None and self._lease_until - now < self.lease_ttl_ms // 2:
-            await self.store.append(
-                ev.lease_stream(self.owner),
-                [
-                    new_event(
-                        ev.OwnerLeaseRenewed(owner=self.owner, at=now, expires_at=now + self.lease_ttl_ms)
-                    )
-                ],
-            )
+            await service.renew_lease(self.store, self.owner, now, self.lease_ttl_ms)
             self._lease_until = now + self.lease_ttl_ms
+        if now >= self._next_lease_sweep:
+            await service.sweep_owner_leases(self.store, now)
+            self._next_lease_sweep = now + 60_000
         await self.refresh()
         await self._sweep(now, report)
         report.goal_ticks = await self.goals.fire_due(

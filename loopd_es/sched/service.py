@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..domain.loop import decide, texts
+from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 from ..domain.loop.model import SessionLoops, evolve
-from ..errors import ConflictError, WrongExpectedVersionError
+from ..errors import ConflictError, StorageError, WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..log.base import StreamWrite
+from ..log.coord import Claim
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -87,12 +88,12 @@ def find_loop_file(directory: Path, home: Path) -> decide.LoopFile:
 
 
 def read_loop_file(path: str) -> str | None:
-    """``loop.md``'s text, ``None`` when missing, unreadable or blank."""
+    """``loop.md``'s text, ``None`` when missing, unreadable or blank (a BOM alone is blank, as in the reference)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError:
         return None
-    return text if text.strip() else None
+    return text if jsclass.trim(text) else None
 
 
 async def active_session(store: LogStore) -> str | None:
@@ -130,12 +131,43 @@ async def delete_session(store: LogStore, session_id: str, now: int) -> int:
     raise _gave_up(ev.session_stream(session_id))
 
 
+OWNER_PREFIX: Final = "loop/owner/"
+"""Coordination keys of /loop owners' leases (beside the log, never events: renewals are no history)."""
+
+
 async def renew_lease(store: LogStore, owner: str, now: int, ttl_ms: int) -> None:
-    """Extend ``owner``'s lease to ``now + ttl_ms``."""
-    await store.append(
-        ev.lease_stream(owner),
-        [new_event(ev.OwnerLeaseRenewed(owner=owner, at=now, expires_at=now + ttl_ms))],
-    )
+    """Extend ``owner``'s lease to ``now + ttl_ms`` (epoch ms); an ephemeral task lives while it holds."""
+    key = OWNER_PREFIX + owner
+    for _ in range(20):
+        found = [c for c in await store.coord_read(key) if c.key == key]
+        token = found[0].token if found else 0
+        record = Claim(key=key, holder=owner, token=max(token, 1), expires_us=(now + ttl_ms) * 1000)
+        if await store.coord_swap(key, token, record) is None:
+            return
+    raise StorageError(f"the lease of /loop owner {owner!r} kept changing under this renewal; try again")
+
+
+async def release_lease(store: LogStore, owner: str) -> None:
+    """Drop ``owner``'s lease (a clean stop): its ephemeral tasks end at the next sweep."""
+    key = OWNER_PREFIX + owner
+    for record in await store.coord_read(key):
+        if record.key == key:
+            await store.coord_swap(key, record.token, None)
+
+
+async def sweep_owner_leases(store: LogStore, now: int, *, older_than_ms: int = 3_600_000) -> int:
+    """Delete owners' leases that ran out over ``older_than_ms`` ago (an absent lease reads as run out, so
+    nothing changes but the record count); returns how many went."""
+    gone = 0
+    for record in await store.coord_read(OWNER_PREFIX):
+        if record.expires_us // 1000 < now - older_than_ms:
+            gone += await store.coord_swap(record.key, record.token, None) is None
+    return gone
+
+
+async def owner_leases(store: LogStore) -> dict[str, int]:
+    """Every /loop owner's lease expiry (epoch ms), as the coordination records hold them now."""
+    return {c.key[len(OWNER_PREFIX) :]: c.expires_us // 1000 for c in await store.coord_read(OWNER_PREFIX)}
 
 
 async def handle(
@@ -176,6 +208,8 @@ async def _handle(
     directory: Path | None,
     home: Path | None,
 ) -> decide.Outcome:
+    if session_id:  # like the reference, before parsing: a failing or help command activates its session too
+        await activate(store, session_id, now, if_changed=True)
     parsed = parse(args, has_session=bool(session_id))
     if isinstance(parsed, Fail):
         return decide.Outcome(message=parsed.message, error="usage")
@@ -187,7 +221,6 @@ async def _handle(
             return decide.manage(empty, _action(parsed), parsed.task_id, now=now, u=0.0, cfg=cfg)
         return decide.Outcome(message=texts.NO_SESSION, error="usage")
     draw = random.random() if u is None else u
-    await activate(store, session_id, now, if_changed=True)  # every /loop command marks its session active
     if isinstance(parsed, Sub):
         sub = parsed
         return await append_decided(

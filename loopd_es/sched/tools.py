@@ -11,7 +11,7 @@ import random
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..domain.loop import decide
+from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fixed, Maintenance
 from ..domain.loop.jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, normalise_bounds
 from ..errors import DomainError, UsageError
@@ -44,11 +44,7 @@ def _interval_error(v: Any) -> str | None:
 
 def _record(t: Task, prompt_cut: int | None = 200) -> dict[str, Any]:
     out: dict[str, Any] = {"id": t.task_id, "mode": t.mode, "sessionID": t.session_id}
-    out["prompt"] = (
-        t.prompt
-        if prompt_cut is None
-        else (t.prompt[:prompt_cut] + "..." if len(t.prompt) > prompt_cut else t.prompt)
-    )
+    out["prompt"] = t.prompt if prompt_cut is None else texts.cut(t.prompt, prompt_cut)
     pairs = (
         ("intervalMs", t.interval_ms),
         ("adaptiveMinMs", t.adaptive_min_ms),
@@ -199,15 +195,15 @@ async def _create(
         return {"ok": False, "error": f"intervalMs is only valid for fixed tasks (mode={mode})"}
     if args.get("once") and mode != "fixed":
         return {"ok": False, "error": "once is supported only for fixed tasks"}
-    if not str(prompt).strip():
+    if not jsclass.trim(str(prompt)):
         raise UsageError("prompt must be non-empty")  # thrown, as the reference's tool does
     spec: Fixed | Adaptive | Maintenance
     if mode == "fixed":
         jit = args.get("jitterEnabled")
-        spec = Fixed(interval_ms=int(args["intervalMs"]), prompt=str(prompt).strip(), once=bool(args.get("once")),
+        spec = Fixed(interval_ms=int(args["intervalMs"]), prompt=str(prompt), once=bool(args.get("once")),
                      jitter=jit if isinstance(jit, bool) else None, token="")  # fmt: skip
     elif mode == "adaptive":
-        spec = Adaptive(prompt=str(prompt).strip())
+        spec = Adaptive(prompt=str(prompt))
     else:
         spec = Maintenance()
     loop_file = decide.LoopFile(path=None, content=str(prompt)) if mode == "maintenance" else None
@@ -226,7 +222,7 @@ async def _create(
             "intervalMs": t.interval_ms,
             "nextDueAt": _iso(t.next_due_at),
         },
-        "message": f"Loop task created [id={t.task_id}] [s={sid[:8]}]. Call loop_schedule(action='cancel', taskId='{t.task_id}') when done.",
+        "message": f"Loop task created [id={t.task_id}] [s={jsclass.utf16_head(sid, 8)}]. Call loop_schedule(action='cancel', taskId='{t.task_id}') when done.",
     }
 
 

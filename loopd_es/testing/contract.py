@@ -25,6 +25,7 @@ from ..errors import (
 )
 from ..events.envelope import ANY, EXISTS, NO_STREAM, ExpectedVersion, NewEvent
 from .contract_commit import CommitContract
+from .contract_coord import CoordContract
 from .contract_reads import ReadContract
 from .helpers import assert_log_invariants as assert_log_invariants
 from .helpers import batches
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 RFC3339_MICROS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
 
 
-class LogStoreContract(CommitContract, ReadContract):
+class LogStoreContract(CommitContract, ReadContract, CoordContract):
     """Every test here runs against every backend; a backend passes all of them or is wrong."""
 
     pytestmark = pytest.mark.anyio  # every test is async, run by anyio's pytest plugin

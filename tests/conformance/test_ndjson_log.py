@@ -117,6 +117,34 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert (more[0].position, more[0].version) == (31, 11)
             assert_log_invariants(await everything(s))
 
+    @pytest.mark.parametrize("reseal", [False, True], ids=["edited", "edited-and-resealed"])
+    async def test_an_append_never_writes_through_a_damaged_index(self, tmp_path: Path, reseal: bool) -> None:
+        """A stream head's version edited in the index (resealed, its chain check passes) must not become the
+        version of the next event: the append confirms the head from the log's own line and rebuilds."""
+        from loopd_es.log.ndjson_index import PREFIX, RECORD_SIZE, first_chain, seal
+
+        path = tmp_path / "events.ndjson"
+        async with await open_store(f"ndjson:{path}") as s:
+            for stream in ("a", "b", "b", "b"):
+                await s.append(stream, [new()])
+        index = path.with_name(path.name + ".idx")
+        raw = bytearray(index.read_bytes())
+        prefixes = [bytes(raw[i : i + PREFIX.size]) for i in range(0, len(raw), RECORD_SIZE)]
+        fields = list(PREFIX.unpack(prefixes[0]))
+        fields[3] = 5  # stream a's only event claims version 5
+        prefixes[0] = PREFIX.pack(*fields)
+        if reseal:
+            index.write_bytes(seal(prefixes, first_chain())[0])
+        else:
+            raw[: PREFIX.size] = prefixes[0]
+            index.write_bytes(bytes(raw))
+        path.with_name(path.name + ".heads").unlink(missing_ok=True)
+        async with await open_store(f"ndjson:{path}") as s:
+            (env,) = await s.append("a", [new()])
+            assert env.version == 2
+            assert [(e.stream, e.version) for e in await everything(s)][-1] == ("a", 2)
+            assert (await s.verify()).ok
+
     async def test_a_store_opened_to_read_never_rewrites_a_bad_index(self, tmp_path: Path) -> None:
         log = tmp_path / "log.ndjson"
         async with await NdjsonLog.open(log, durability=self.durability) as s:

@@ -82,7 +82,7 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
         engine.wait(timeout=10)
     # a final engine delivers whatever a kill left pending, then stops cleanly
     final = start_engine(tmp_path, "final", *lease)
-    wait_for("the final engine", lambda: _lease_holder(tmp_path) == "final", timeout=20)
+    wait_for("the final engine", lambda: _lease_holder(tmp_path).startswith("final/"), timeout=20)
     time.sleep(0.5)
     final.terminate()
     final.wait(timeout=15)
@@ -114,6 +114,11 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
     assert sorted(shown) == sorted(requested), seed
 
 
-def _lease_holder(workdir: Path) -> str | None:
-    events = _log(workdir).get("engine-lease", [])
-    return str(events[-1]["holder"]) if events else None
+def _lease_holder(workdir: Path) -> str:
+    async def read() -> str:
+        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+            return next(
+                (c.holder for c in await store.coord_read("engine/lease") if c.key == "engine/lease"), ""
+            )
+
+    return anyio.run(read)

@@ -109,12 +109,25 @@ def _types(workdir: Path, goal_id: str) -> list[str]:
     return anyio.run(read)
 
 
-def lease_events(workdir: Path) -> list[str]:
-    async def read() -> list[str]:
+def lease_record(workdir: Path) -> tuple[str, int]:
+    """(holder, token) of the engine lease as the log's coordination records hold it (("", 0): none yet)."""
+
+    async def read() -> tuple[str, int]:
         async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
-            if not await store.stream_version("engine-lease"):
-                return []
-            return [e.type async for e in store.read_stream("engine-lease")]
+            found = [c for c in await store.coord_read("engine/lease") if c.key == "engine/lease"]
+            return (found[0].holder, found[0].token) if found else ("", 0)
+
+    return anyio.run(read)
+
+
+def engine_facts(workdir: Path) -> list[dict[str, object]]:
+    async def read() -> list[dict[str, object]]:
+        async with await open_store(f"sqlite:{workdir / 'events.db'}") as store:
+            return [
+                {"type": e.type, **e.data_dict()}
+                async for e in store.read_all()
+                if e.type.startswith("engine.")
+            ]
 
     return anyio.run(read)
 
@@ -204,20 +217,24 @@ def test_a_standby_takes_over_when_the_lease_runs_out_and_ctrl_c_releases_it(wor
     first = start_engine(workdir, "first", "--lease-ms", "1500")
     second: subprocess.Popen[str] | None = None
     try:
-        wait_for("the first engine's lease", lambda: lease_events(workdir)[:1] == ["engine.lease_acquired"])
+        wait_for("the first engine's lease", lambda: lease_record(workdir)[0].startswith("first/"))
         second = start_engine(workdir, "second", "--lease-ms", "1500")
-        time.sleep(0.5)
+        wait_for("the standby", lambda: "standing by" in (workdir / "second.err").read_text())
         assert second.poll() is None
         first.send_signal(signal.SIGSTOP)  # a paused holder stops renewing; the standby waits for expiry
-        wait_for("the takeover", lambda: lease_events(workdir).count("engine.lease_acquired") == 2)
+        wait_for("the takeover", lambda: lease_record(workdir)[0].startswith("second/"))
+        assert lease_record(workdir)[1] == 2
         first.send_signal(signal.SIGCONT)
         err = _stop(first, workdir, "first")
         assert "lost the engine lease" in err or "stopped" in err
-        # the old holder wrote nothing after losing the lease: the last acquisition is the second engine's
-        assert lease_events(workdir)[-1] in ("engine.lease_acquired", "engine.lease_renewed")
+        # the old holder changed nothing after losing the lease: the second engine still holds it
+        assert lease_record(workdir)[0].startswith("second/")
         err = _stop(second, workdir, "second", signal.SIGINT)  # Ctrl-C
         assert "SIGINT: stopping" in err and err.strip().endswith("stopped")
-        assert lease_events(workdir)[-1] == "engine.lease_released"
+        assert lease_record(workdir) == ("", 2), "released"
+        facts = engine_facts(workdir)
+        assert [f["type"] for f in facts] == ["engine.took_over"], "the takeover is the one fact kept"
+        assert str(facts[0]["previous_holder"]).startswith("first/")
     finally:
         for p in (first, second):
             if p is not None and p.poll() is None:

@@ -2,8 +2,8 @@
 
 Engines are killed with SIGKILL at random moments and started again (a new member each time). From the log and
 the host alone, afterwards: every goal ran to its end (none stranded), no prompt reached the host twice and every
-recorded turn reached it, each goal's claim stream shows one holder at a time and every fence written by its
-holder of the moment (no goal turned by two engines at once), every notice was delivered exactly once, the
+recorded turn reached it (no goal turned by two engines at once), the log holds no coordination bookkeeping (only
+the goals' moves between members), every claim ended released, every notice was delivered exactly once, the
 goals were spread over several engines, and the /loop slots the engines fired meanwhile fired once each.
 """
 
@@ -28,7 +28,7 @@ from loopd_es.app.service import Ctx, GoalService
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.loop import decide
 from loopd_es.domain.streams import aggregate_of
-from loopd_es.engine.shares import CLAIM_PREFIX, MEMBERS_STREAM
+from loopd_es.engine.shares import CLAIM_PREFIX, MEMBER_PREFIX
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.host import open_host
@@ -40,6 +40,7 @@ from .test_engine_run import wait_for
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
+    from loopd_es.log.coord import Claim
 
 pytestmark = pytest.mark.slow
 __all__ = ["pg_url"]
@@ -132,6 +133,7 @@ def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(
     (tmp_path / "host.json").write_text(json.dumps(SCRIPT))
     engines = {f"e{i}": _engine(tmp_path, store_url, f"e{i}") for i in range(ENGINES)}
     started = ENGINES
+    killed: set[str] = set()
     goal_ids = anyio.run(_create_goals, tmp_path, store_url, GOALS)
     try:
         for _ in range(KILLS):
@@ -140,6 +142,7 @@ def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(
             engines[victim].kill()
             engines[victim].wait(timeout=10)
             del engines[victim]
+            killed.add(victim)
             name = f"e{started}"
             started += 1
             engines[name] = _engine(tmp_path, store_url, name)
@@ -160,7 +163,9 @@ def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(
     events = _read(store_url)
     host = json.loads((tmp_path / "host.state.json").read_text())
     _check_turns(events, host, goal_ids, seed)
-    _check_claims(events, goal_ids, seed)
+    _check_claims(store_url, events, goal_ids, seed)
+    left = [m.holder for m in _coord(store_url, MEMBER_PREFIX) if m.holder.split("/")[0] not in killed]
+    assert not left, f"members that stopped cleanly left their records: {left}"
     _check_notices(events, host, goal_ids, seed)
     _check_loops(events, host, seed)
 
@@ -191,47 +196,31 @@ def _check_turns(events: list[Envelope], host: dict[str, Any], goal_ids: list[st
         )
 
 
-def _check_claims(events: list[Envelope], goal_ids: list[str], seed: int) -> None:
-    """One holder at a time per goal, every fence by the holder of the moment, every engine turn fenced."""
-    holder: dict[str, str | None] = {}
-    fence_after: dict[int, tuple[str, str]] = {}  # position of a fenced batch's last event -> (goal, member)
-    members = set()
-    takeovers = 0
-    by_position = {e.position: e for e in events}
-    for e in events:
-        if not e.stream.startswith(CLAIM_PREFIX):
-            continue
-        data = e.data_dict()
-        goal_id = data["goal_id"]
-        if e.type == "engine.goal_claimed":
-            assert data["token"] == e.version, seed
-            if holder.get(goal_id) is not None:
-                takeovers += 1  # claimed from a holder that never released it: a killed engine's goal
-            holder[goal_id] = data["member"]
-            members.add(data["member"])
-        elif e.type == "engine.goal_released":
-            assert holder.get(goal_id) == data["member"], (goal_id, data, seed)
-            holder[goal_id] = None
-        elif e.type == "engine.goal_fenced":
-            assert holder.get(goal_id) == data["member"], (
-                f"a fence by a non-holder on {goal_id} (seed {seed})"
-            )
-            fence_after[e.position] = (goal_id, data["member"])
-    assert len(members) >= ENGINES, f"the goals were not spread over the engines: {members} (seed {seed})"
-    # a killed engine's claims end released only if another engine took them over and finished the goal
-    held = sorted(g for g in goal_ids if holder.get(g) is not None)
-    assert not held, f"claims never released at the end: {held[:3]} (seed {seed}, {takeovers} takeovers)"
-    # every turn an engine started (all but each goal's first, sent by its creator) sits in a fenced batch
-    for e in events:
-        if e.type != "run.started" or int(e.data_dict()["generation"]) <= 1:
-            continue
-        goal_id = aggregate_of(e.stream)[1]
-        nxt = e.position + 1
-        while nxt in by_position and by_position[nxt].stream.startswith("goal-"):
-            nxt += 1
-        assert fence_after.get(nxt, ("", ""))[0] == goal_id, f"an unfenced turn of {goal_id} (seed {seed})"
-    assert not [e for e in events if e.stream == MEMBERS_STREAM and e.type not in (
-        "engine.member_joined", "engine.member_renewed", "engine.member_left")]  # fmt: skip
+def _check_claims(url: str, events: list[Envelope], goal_ids: list[str], seed: int) -> None:
+    """The log holds no bookkeeping (no lease, membership, claim or fence event); the moves of goals between
+    members are kept as facts; every claim ends released; the goals were spread over several engines.
+
+    (One engine turning a goal at a time is shown by :func:`_check_turns`: each session got exactly the
+    prompts its goal recorded.)"""
+    bookkeeping = [e.type for e in events if e.type.startswith("engine.") and e.type != "engine.goal_moved"]
+    assert not bookkeeping, f"coordination written into the log: {Counter(bookkeeping)} (seed {seed})"
+    moves = [e.data_dict() for e in events if e.type == "engine.goal_moved"]
+    assert all(m["member"] != m["previous_member"] and m["goal_id"] in goal_ids for m in moves), seed
+    assert all(m["reason"] in ("takeover", "handover", "stopping") for m in moves), seed
+    records = {c.key[len(CLAIM_PREFIX) :]: c for c in _coord(url, CLAIM_PREFIX)}
+    held = sorted(g for g in goal_ids if g not in records or records[g].holder)
+    assert not held, f"claims never released at the end: {held[:3]} (seed {seed}, {len(moves)} moves)"
+    releasers = {records[g].info.split(" ", 1)[1] for g in goal_ids}
+    assert len(releasers) >= 2, f"the goals were not spread over the engines: {releasers} (seed {seed})"
+    assert not _coord(url, MEMBER_PREFIX + "nobody"), seed
+
+
+def _coord(url: str, prefix: str) -> list[Claim]:
+    async def read() -> list[Claim]:
+        async with await open_store(url) as store:
+            return await store.coord_read(prefix)
+
+    return anyio.run(read)
 
 
 def _check_notices(events: list[Envelope], host: dict[str, Any], goal_ids: list[str], seed: int) -> None:
@@ -261,14 +250,8 @@ def _check_loops(events: list[Envelope], host: dict[str, Any], seed: int) -> Non
 
 
 def _claims(url: str) -> dict[str, str | None]:
-    """Each goal's holder by its claim stream (``None`` once released)."""
-    holders: dict[str, str | None] = {}
-    for e in _read(url):
-        if e.type == "engine.goal_claimed":
-            holders[e.data_dict()["goal_id"]] = e.data_dict()["member"]
-        elif e.type == "engine.goal_released":
-            holders[e.data_dict()["goal_id"]] = None
-    return holders
+    """Each goal's holder by its claim record (``None`` once released)."""
+    return {c.key[len(CLAIM_PREFIX) :]: c.holder or None for c in _coord(url, CLAIM_PREFIX)}
 
 
 @pytest.mark.timeout(180)
@@ -308,11 +291,16 @@ def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
-    assert not [e for e in _read(url) if e.stream == "engine-lease"], (
+    assert not [c for c in _coord(url, "engine/lease") if c.token], (
         "the exclusive engine never took the lease"
     )
+    stops = [e.data_dict() for e in _read(url) if e.type == "engine.goal_moved"]
+    assert stops and {m["reason"] for m in stops} == {"stopping"}, stops
 
 
 def _member(url: str, holder: str) -> str:
-    joined = [e.data_dict() for e in _read(url) if e.type == "engine.member_joined"]
-    return str(next(d["member"] for d in joined if d["holder"] == holder))
+    """The member name of the running engine started with ``--holder holder``."""
+    found = [
+        c.key[len(MEMBER_PREFIX) :] for c in _coord(url, MEMBER_PREFIX) if c.holder.startswith(f"{holder}/")
+    ]
+    return found[0] if found else "?"

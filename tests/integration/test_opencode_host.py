@@ -247,6 +247,19 @@ async def test_notifications_are_shown_once_without_a_model_call(host: OpenCodeH
     assert len(fake.requests) == before
 
 
+async def test_already_sent_is_decided_by_the_message_id_after_any_burst(
+    host: OpenCodeHost, fake: FakeLLM
+) -> None:
+    """The first notice is recognised as sent after 30 later messages (a window of the newest 20 would not)."""
+    owner = await host.create_worker(title="owner")
+    assert await host.notify(owner.session_id, "first", notification_id="burst-first") is True
+    for i in range(30):
+        assert await host.notify(owner.session_id, f"later {i}", notification_id=f"burst-{i}") is True
+    assert await host.notify(owner.session_id, "first", notification_id="burst-first") is False
+    users = [m.text for m in await host.messages(owner.session_id) if m.role == "user"]
+    assert users.count("first") == 1 and len(users) == 31
+
+
 async def test_without_the_password_nothing_gets_through(opencode: OpenCodeServer) -> None:
     host = OpenCodeHost(opencode.url)
     try:

@@ -173,15 +173,14 @@ async def test_an_exit_recorded_while_no_engine_ran_is_told_at_start(tmp_path: P
 
 async def test_shared_members_tell_a_command_owner_once(tmp_path: Path) -> None:
     from loopd_es.engine.goal_fence import GoalFencedStore
-    from loopd_es.engine.shares import SHARE_TYPES, Shares
+    from loopd_es.engine.shares import Shares
 
     async with rig(tmp_path) as r:
         members = [Shares(r.store, name, r.clock, ttl_ms=10_000) for name in ("a", "b", "c")]
         for m in members:
             await m.join()
-        for env in [e async for e in r.store.read_all(types=SHARE_TYPES)]:
-            for m in members:
-                m.observe(env)
+        for m in members:
+            await m.refresh()
         engines = [
             Engine(GoalFencedStore(r.store, m), r.host, r.clock, EngineConfig(), shares=m) for m in members
         ]

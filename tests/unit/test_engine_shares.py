@@ -14,7 +14,7 @@ import pytest
 from loopd_es.engine.balance import Balancer
 from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.engine.goal_fence import GoalFencedStore, goals_of
-from loopd_es.engine.shares import GoalLostError, Shares, acting_for, claim_stream, preferred
+from loopd_es.engine.shares import CLAIM_PREFIX, GoalLostError, Shares, acting_for, claim_key, preferred
 from loopd_es.log.base import StreamWrite
 
 from ._engine_harness import rig
@@ -23,11 +23,8 @@ pytestmark = pytest.mark.anyio
 
 
 async def _observe_all(store: object, *shares: Shares) -> None:
-    from loopd_es.engine.shares import SHARE_TYPES
-
-    for env in [e async for e in store.read_all(types=SHARE_TYPES)]:  # type: ignore[attr-defined]
-        for s in shares:
-            s.observe(env)
+    for s in shares:
+        await s.refresh()
 
 
 async def test_one_holder_per_goal_takeover_only_after_the_holder_is_no_live_member(tmp_path: Path) -> None:
@@ -74,8 +71,9 @@ async def test_claims_race_and_exactly_one_contender_wins(tmp_path: Path) -> Non
             for m in members:
                 tg.start_soon(contend, m)
         assert len(won) == 1
-        types = [e.type async for e in r.store.read_stream(claim_stream("g"))]
-        assert types == ["engine.goal_claimed"]
+        (record,) = await r.store.coord_read(CLAIM_PREFIX)
+        assert record.key == claim_key("g") and record.holder == won[0] and record.token == 1
+        assert await r.store.head() == 0, "a first claim is no history"
 
 
 async def test_a_member_that_lost_a_goal_writes_nothing_about_it_even_after_checking(tmp_path: Path) -> None:
@@ -89,9 +87,10 @@ async def test_a_member_that_lost_a_goal_writes_nothing_about_it_even_after_chec
         )
         await engine.start()
         await r.host.reply(sid)
+        before = await r.store.head()
         await engine.on_host_event(r.seen.pop(0))  # the answer: accounted, fenced with the old claim
-        fences = [e async for e in r.store.read_stream(claim_stream(gid)) if e.type == "engine.goal_fenced"]
-        assert fences and fences[-1].data_dict()["member"] == old.member
+        assert await r.store.head() > before
+        assert not [e async for e in r.store.read_all(types=["engine.goal_fenced"])], "a fence writes nothing"
         r.clock.advance(6)  # the old member stalled past its membership; another takes the goal over
         new = Shares(r.store, "new", r.clock, ttl_ms=5_000)
         await new.join()
@@ -165,7 +164,10 @@ async def test_the_balance_pass_spreads_goals_and_adopts_a_dead_members_share(tm
         assert balancer_b.adopted == len(goal_ids)
         takeovers = [
             e.data_dict()
-            async for e in r.store.read_all(types=["engine.goal_claimed"])
+            async for e in r.store.read_all(types=["engine.goal_moved"])
             if e.data_dict()["member"] == b.member and e.data_dict()["previous_member"] == a.member
         ]
         assert len(takeovers) == len(held[a.member])
+        assert {t["reason"] for t in takeovers} == {"takeover"}
+        moved = [e async for e in r.store.read_all(types=["engine.goal_moved"])]
+        assert len(moved) == len(takeovers), "first claims are no history; only moves are"

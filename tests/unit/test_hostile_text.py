@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from loopd_es.cli.main import main
-from loopd_es.text_safe import term_block, term_line
+from loopd_es.domain.loop.decide import task_id_for
+from loopd_es.text_safe import json_safe, term_block, term_line, term_lines
 
 EVIL_NAME = "\x1b]0;pwned\x07\x1b[2Jevil\u202egnp.exe\x9b31m"
 EVIL_OBJECTIVE = "do it\x1b]52;c;cm0gLXJmIH4=\x07\nnext line\r\x1b[1A"
@@ -99,3 +100,57 @@ def test_notifications_and_worker_answers_show_hostile_names_inert(
     assert main("notifications") == 0
     out = capsys.readouterr().out
     assert _clean(out) and "evil" in out and "blocked" in out, out
+
+
+def test_term_lines_keeps_lines_and_shows_escapes() -> None:
+    assert term_lines("a\x1b[2Jb\nc\x07\u202e") == "a\\x1b[2Jb\nc\\x07\\u202e"
+    assert term_lines("📋 2 loop task(s):\n  [x] é") == "📋 2 loop task(s):\n  [x] é"
+
+
+def test_json_safe_escapes_what_the_encoder_leaves_raw() -> None:
+    value = {"p": "x\x1b[2J\x9b\u202e\x7f\U000e0001 é 日 🎉"}
+    doc = json_safe(json.dumps(value, ensure_ascii=False))
+    assert _clean(doc) and doc.isprintable() and json.loads(doc) == value
+    assert "é 日 🎉" in doc and "\\u009b" in doc and "\\udb40\\udc01" in doc
+
+
+def test_loop_commands_print_escapes_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #23: prompts, ids and tokens reached the terminal raw from every /loop view."""
+    monkeypatch.setenv("LOOPD_ES_STORE", f"sqlite:{tmp_path / 'ev.db'}")
+    monkeypatch.chdir(tmp_path)
+    tid = task_id_for("m1")
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        code = main("loop", "--session", "s1", *argv)
+        out, err = capsys.readouterr()
+        assert _clean(out) and _clean(err), (argv, out, err)
+        return code, out, err
+
+    code, out, _ = run("--message-id", "m1", "add", "5m", EVIL_NAME)
+    assert code == 0 and f'prompt "{term_line(EVIL_NAME)}" [id={tid}] [s=s1]' in out
+    code, out, _ = run("list")
+    assert out.splitlines()[1] == f"  [{tid}] ▶ active • every 300s • {term_line(EVIL_NAME)}"
+    assert run("status")[1] == out
+    code, _, err = run("cancel", "x\x1b[2Jy")
+    assert (code, err) == (2, "❌ No task x\\x1b[2Jy in this session\n")
+    code, _, err = run("add", "5m\x07")
+    assert code == 2 and err.startswith('❌ Invalid interval "5m\\x07".')
+    code, _, err = run("add", "--bogus\x1b]0;t\x07")
+    assert code == 2 and err.startswith('❌ Unknown flag "--bogus\\x1b]0;t\\x07".')
+    code, out, _ = run("--json", "--message-id", "m2", "add", EVIL_OBJECTIVE)
+    assert code == 0 and EVIL_OBJECTIVE in json.loads(out)["model_prompt"]
+    code, out, _ = run("history", tid)
+    assert out.splitlines()[0] == f"task {tid} (fixed, active) in session s1: {term_line(EVIL_NAME)}"
+    assert EVIL_NAME in json.loads(run("history", tid, "--json")[1])["task"]["prompt"]
+    assert run("tool", '{"tool": "loop_status"}')[0] == 0
+    code = main("loops")
+    out = capsys.readouterr().out
+    assert code == 0 and _clean(out) and tid in out
+    code = main("loops", "--json")
+    out = capsys.readouterr().out
+    assert _clean(out) and {r["prompt"] for r in json.loads(out)["loops"]} == {
+        EVIL_NAME,
+        EVIL_OBJECTIVE.strip(),
+    }

@@ -364,7 +364,7 @@ class _FailingStore(LogStore):
         self.inner, self.fail_on, self.url = inner, fail_on, inner.url
 
     async def append(
-        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = "any"
+        self, stream: str, events: Sequence[NewEvent], expected_version: ExpectedVersion = "any", **kw: Any
     ) -> Any:
         if stream == self.fail_on:
             raise StorageError("disk full (simulated)")
@@ -381,6 +381,12 @@ class _FailingStore(LogStore):
 
     async def head(self) -> int:
         return await self.inner.head()
+
+    async def coord_read(self, prefix: str = "") -> Any:
+        return await self.inner.coord_read(prefix)
+
+    async def coord_swap(self, key: str, expected_token: int, new: Any) -> Any:
+        return await self.inner.coord_swap(key, expected_token, new)
 
     async def stream_version(self, stream: str) -> int:
         return await self.inner.stream_version(stream)

@@ -106,6 +106,15 @@ def test_tool_channel(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 3 and json.loads(out) == {"ok": False, "error": "No task zzzzzzzz in this session"}
     code, _, err = run(capsys, "loop", "tool", '{"action": "create", "prompt": "   "}')
     assert (code, err.strip()) == (2, "loopd-es: prompt must be non-empty")
+    code, _, err = run(capsys, "loop", "tool", '{"action": "create", "prompt": "\\ufeff\\u3000"}')
+    assert (code, err.strip()) == (
+        2,
+        "loopd-es: prompt must be non-empty",
+    )  # JavaScript's trim: a BOM is blank
+    code, out, _ = run(capsys, "loop", "tool", '{"action": "create", "prompt": " spaced\\n"}')
+    assert code == 0  # the reference's tool keeps the prompt as given
+    code, out, _ = run(capsys, "loop", "tool", '{"tool": "loop_status"}')
+    assert [t["prompt"] for t in json.loads(out)["tasks"]] == ["p", " spaced\n"]
     code, _, err = run(capsys, "loop", "tool", "{not json")
     assert code == 2 and "not JSON" in err
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from loopd_es.domain.loop import texts
 from loopd_es.domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
+from tests._profiles import scaled
 
 
 def fixed(args: str) -> Fixed:
@@ -148,3 +151,55 @@ def test_scenario_11_run_mode_interception() -> None:
     for text in ("please explain what /loop 5m does", "/loops are great", "/loopx not a command"):
         assert intercept([(text, False)]) is None
     assert intercept([("/loop 5m x", True)]) is None  # already consumed by the command hook
+
+
+def test_intercept_uses_javascript_whitespace() -> None:
+    from loopd_es.domain.loop.grammar import intercept
+
+    assert intercept([("/loop\u00a05m x\u3000", False)]) == "5m x"
+    assert intercept([("\ufeff/loop 5m x\ufeff", False)]) == "5m x"
+    assert intercept([("/loop\u00855m x", False)]) is None
+    assert intercept([("/loop\x1f5m x", False)]) is None
+
+
+def test_javascript_classes() -> None:
+    from loopd_es.domain.loop import jsclass
+
+    assert jsclass.trim("\ufeff\u00a0\u2028 x \u3000\t") == "x"
+    assert jsclass.trim("\x85x\x1f") == "\x85x\x1f"
+    assert jsclass.split("a\u00a0b\x85c\u200bd\x1ce") == ["a", "b\x85c\u200bd\x1ce"]
+    assert jsclass.split("") == []
+    assert [jsclass.is_ascii_digit(c) for c in "5５٥"] == [True, False, False]
+    assert jsclass.utf16_len("a🎉") == 3
+    assert jsclass.utf16_head("ab🎉c", 3) == "ab" and jsclass.utf16_head("ab🎉c", 4) == "ab🎉"
+    assert texts.cut("a" * 49 + "🎉b", 50) == "a" * 49 + "..."
+    assert texts.cut("🎉" * 25, 50) == "🎉" * 25
+
+
+def test_help_is_the_references_word_for_word() -> None:
+    assert texts.HELP.splitlines()[3] == (
+        "  /loop <prompt>                    Adaptive: runs now, the model picks the next check (fallback 1m–1h)"
+    )
+    assert "  /loop every two minutes check CI" in texts.HELP.splitlines()
+    assert len(texts.HELP.splitlines()) == 31
+
+
+_JS_WS = "\t\n\x0b\x0c\r \u00a0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_TEXT = st.text(_JS_WS + "\x85\x1c\x1f\u200b" + "05.５٥smhdSMHDevryinutsEVERY-*,/x检é\"'", max_size=24)
+
+
+@given(text=_TEXT, left=st.text(_JS_WS, max_size=3), right=st.text(_JS_WS, max_size=3))
+@settings(max_examples=scaled(300))
+@example(text="5m\x85check", left="", right="")
+@example(text="检查every 5m", left="\ufeff", right="\ufeff")
+def test_parse_follows_javascript_whitespace(text: str, left: str, right: str) -> None:
+    """Surrounding JavaScript whitespace changes nothing; text without it is one token, so never a fixed task;
+    every prompt is trimmed by JavaScript's rules and non-empty."""
+    from loopd_es.domain.loop import jsclass
+
+    p = parse(text)
+    assert parse(left + text + right) == p
+    if not any(ch in _JS_WS for ch in text) and text[:1] not in "\"'":
+        assert not isinstance(p, Fixed)
+    if isinstance(p, Fixed | Adaptive):
+        assert p.prompt and jsclass.trim(p.prompt) == p.prompt

@@ -442,6 +442,48 @@ async def test_any_loop_command_activates_its_session_once(tmp_path: Path) -> No
         assert (await w.tick()).fired == [(task_id_for("a"), 1)]
 
 
+async def test_loop_md_is_trimmed_as_javascript_trims_it(tmp_path: Path) -> None:
+    """A BOM and Unicode spaces around loop.md are trimmed (hash included); U+0085 is text, as in the reference."""
+    import hashlib
+
+    async with world(tmp_path) as w:
+        md = w.project / ".opencode" / "loop.md"
+        md.parent.mkdir()
+        md.write_text("\ufeff\u3000only a BOM and spaces\u00a0\n")
+        out = await w.loop("", origin_id="m1")
+        t = await w.task(task_id_for("m1"))
+        assert t.prompt == out.model_prompt == "only a BOM and spaces"
+        assert t.content_hash == hashlib.sha256(b"only a BOM and spaces").hexdigest()[:16]
+        md.write_text("\ufeff \u2028")
+        await w.loop("", origin_id="m2")
+        assert (await w.task(task_id_for("m2"))).prompt == texts.DEFAULT_MAINTENANCE
+        md.write_text("\x85keep\x85")
+        await w.loop("", origin_id="m3")
+        assert (await w.task(task_id_for("m3"))).prompt == "\x85keep\x85"
+
+
+async def test_a_failing_or_help_command_activates_its_session_before_parsing(tmp_path: Path) -> None:
+    """Issue #23: the reference activates the session first, so a ``/loop`` error in s1 lets s1's due tasks fire."""
+    from loopd_es.sched import service
+
+    async with world(tmp_path) as w:
+        await w.loop("1s --jitter=false a", origin_id="a")
+        await w.activate("s2")
+        w.clock.t += 1_000
+        assert (await w.tick()).fired == []
+        out = await w.loop("5m")
+        assert out.error == "usage" and out.message.startswith("❌ Missing prompt")
+        assert await service.active_session(w.store) == "s1"
+        assert (await w.tick()).fired == [(task_id_for("a"), 1)]
+        for args in ("help", "--bogus x", "cancel", "0 9 * * 1-5", "--once x"):
+            await w.activate("s2")
+            await w.loop(args)
+            assert await service.active_session(w.store) == "s1", args
+        await w.activate("s2")
+        await w.loop("5m", session=None)  # no session: nothing to activate, s2 stays
+        assert await service.active_session(w.store) == "s2"
+
+
 async def test_the_model_gets_a_presentation_or_failure_prompt(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         out = await w.loop("5m")
@@ -451,8 +493,11 @@ async def test_the_model_gets_a_presentation_or_failure_prompt(tmp_path: Path) -
         )
         assert "Do not call tools" in out.model_prompt
         out = await w.loop("list")
-        assert out.model_prompt is not None and out.model_prompt.startswith("No loop tasks.")
+        assert out.model_prompt is not None and out.model_prompt.startswith(
+            "The opencode-plugin-loop plugin has fully handled the user's /loop command. The command result is:\n\n"
+            "No loop tasks."
+        )
         assert (
-            "Do not call tools in this reply, and do not execute any task prompt in this reply."
+            "Do not call tools in this reply, and do not execute any task prompt in this reply —"
             in out.model_prompt
         )

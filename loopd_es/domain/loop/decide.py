@@ -15,7 +15,7 @@ import msgspec
 
 from ...events import loop as ev
 from ...events.base import Event
-from . import texts
+from . import jsclass, texts
 from .grammar import Adaptive, Fixed, Maintenance
 from .jitter import fallback_due, jitter_offset, normalise_bounds
 
@@ -68,8 +68,8 @@ def task_id_for(origin_id: str) -> str:
 
 
 def content_hash(content: str) -> str:
-    """First 16 hex characters of SHA-256 of the trimmed ``loop.md`` text (reference §1.1)."""
-    return hashlib.sha256(content.strip().encode()).hexdigest()[:16]
+    """First 16 hex characters of SHA-256 of the trimmed ``loop.md`` text (reference §1.1; JavaScript's trim)."""
+    return hashlib.sha256(jsclass.trim(content).encode()).hexdigest()[:16]
 
 
 def fixed_next(task_id: str, interval_ms: int, at: int, jitter: bool | None) -> tuple[int, int]:
@@ -145,7 +145,7 @@ def create(
     else:
         hi = cfg.adaptive_max_ms
         content = loop_file.content if loop_file is not None else None
-        text = content.strip() if content else texts.DEFAULT_MAINTENANCE
+        text = jsclass.trim(content) if content else texts.DEFAULT_MAINTENANCE
         created = new(
             prompt=text, mode="maintenance", adaptive_max_ms=hi, source="default",
             loop_file_path=loop_file.path if loop_file is not None and content else None,
@@ -324,7 +324,7 @@ def claim(
         elif content_hash(content) == t.content_hash:
             text = texts.maintenance_unchanged(t.task_id)
         else:
-            new_hash, new_prompt = content_hash(content), content.strip()
+            new_hash, new_prompt = content_hash(content), jsclass.trim(content)
             text = texts.maintenance_changed(t.task_id, new_prompt)
     elif t.mode == "adaptive":
         lo, hi = normalise_bounds(t.adaptive_min_ms, t.adaptive_max_ms)

@@ -1,7 +1,8 @@
 """The ``/loop`` argument grammar of opencode-plugin-loop 0.8.1 (reference §2.2-§2.5), as a pure parser.
 
 :func:`parse` turns the argument string into one :data:`Parsed` value; it never touches state. The order of
-the checks is the reference's, because it decides which error a malformed command gets.
+the checks is the reference's, because it decides which error a malformed command gets, and so are its
+character classes (:mod:`.jsclass`): ``５m`` is no interval, ``\u0085`` separates nothing, a BOM is trimmed.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Final, Literal
 
 import msgspec
 
-from . import texts
+from . import jsclass, texts
+from .jitter import js_round
+from .jsclass import NOT_WS, WS
 
 Action = Literal["help", "list", "cancel", "stop", "pause", "resume", "stop-all"]
 
@@ -57,27 +60,29 @@ _CC_FLAGS: Final[dict[str, Action]] = {
 }  # fmt: skip
 _ALLOWED_FLAGS: Final = ("--once", "--jitter=true", "--jitter=false", "--")
 _UNITS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_INTERVAL: Final = re.compile(r"(\d+(?:\.\d+)?)([smhdSMHD])")
+_NUMBER: Final = "([0-9]+(?:\\.[0-9]+)?)"
+_INTERVAL: Final = re.compile(f"{_NUMBER}{WS}*([smhd])")
+# ``/i`` and ``\b`` of a JavaScript regex without the ``u`` flag are ASCII-only, hence ``re.ASCII``.
 _EVERY: Final = re.compile(
-    r"\bevery\s+(\d+(?:\.\d+)?)\s*(seconds?|minutes?|hours?|days?|s|m|h|d)\s*$", re.IGNORECASE
+    f"\\bevery{WS}+{_NUMBER}{WS}*([smhd]|seconds?|minutes?|hours?|days?){WS}*\\Z", re.IGNORECASE | re.ASCII
 )
-_CRON_FIELD: Final = re.compile(r"[\d*,/\-]+")
-_TOKEN: Final = re.compile(r"\S+")
+_CRON_FIELD: Final = re.compile(r"[0-9*,/\-]+")
+_TOKEN: Final = re.compile(f"{NOT_WS}+")
 
 
 def interval_ms(token: str) -> int | None:
-    """The interval a token like ``5m`` or ``1.5h`` names, or ``None`` when invalid or below 1 s."""
-    m = _INTERVAL.fullmatch(token)
+    """The interval a token like ``5m`` or ``1.5h`` names in whole ms, or ``None`` when invalid or below 1 s."""
+    m = _INTERVAL.fullmatch(jsclass.trim(token).lower())
     if m is None:
         return None
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    return int(value) if value >= 1000 else None
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    return js_round(value) if value >= 1000 else None
 
 
 def _strip_quotes(text: str) -> str:
-    text = text.strip()
+    text = jsclass.trim(text)
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
-        text = text[1:-1].strip()
+        text = jsclass.trim(text[1:-1])
     return text
 
 
@@ -91,16 +96,16 @@ def _prefix(rest: str) -> tuple[bool, bool | None, str]:
         elif tok in ("--jitter=true", "--jitter=false"):
             jitter = tok == "--jitter=true"
         elif tok == "--":
-            return once, jitter, rest[m.end() :].strip()
+            return once, jitter, jsclass.trim(rest[m.end() :])
         else:
-            return once, jitter, rest[m.start() :].strip()
+            return once, jitter, jsclass.trim(rest[m.start() :])
     return once, jitter, ""
 
 
 def parse(args: str, *, has_session: bool = True) -> Parsed:
     """Parse a ``/loop`` argument string (reference §2.2, in its order)."""
     text = _strip_quotes(args)
-    tokens = text.split()
+    tokens = jsclass.split(text)
     head = tokens[0].lower() if tokens else ""
     if head in _CC_FLAGS:
         head = _CC_FLAGS[head]
@@ -127,14 +132,13 @@ def parse(args: str, *, has_session: bool = True) -> Parsed:
     found: tuple[int, str] | None = None
     first = interval_ms(tokens[0])
     if first is not None:
-        found = (first, text[text.index(tokens[0]) + len(tokens[0]) :].lstrip())
+        found = (first, jsclass.trim_start(text[len(tokens[0]) :]))
     else:
         m = _EVERY.search(text)
         if m is not None:
-            unit = m.group(2).lower()[0]
-            value = float(m.group(1)) * _UNITS[unit]
-            if value >= 1000:
-                found = (int(value), text[: m.start()].strip())
+            every = interval_ms(m.group(1) + m.group(2).lower()[0])
+            if every is not None:
+                found = (every, jsclass.trim(text[: m.start()]))
     if found is not None:
         once, jitter, prompt = _prefix(found[1])
         if not prompt:
@@ -142,7 +146,7 @@ def parse(args: str, *, has_session: bool = True) -> Parsed:
         return Fixed(interval_ms=found[0], prompt=prompt, once=once, jitter=jitter, token=tokens[0])
     if len(tokens) >= 5 and all(_CRON_FIELD.fullmatch(t) for t in tokens[:5]):
         return Fail(message=texts.cron(" ".join(tokens[5:]) or "check the build"))
-    if tokens[0][0].isdigit():
+    if jsclass.is_ascii_digit(tokens[0][0]):
         return Fail(message=texts.invalid_interval(tokens[0]))
     once, _, prompt = _prefix(text)
     if not prompt:
@@ -152,7 +156,7 @@ def parse(args: str, *, has_session: bool = True) -> Parsed:
     return Adaptive(prompt=prompt)
 
 
-_COMMAND: Final = re.compile(r"/(?:loop|proactive)(?:\s+(.*))?", re.DOTALL)
+_COMMAND: Final = re.compile(f"/(?:loop|proactive)(?:{WS}+(.*))?", re.DOTALL)
 
 
 def intercept(parts: list[tuple[str, bool]]) -> str | None:
@@ -166,5 +170,5 @@ def intercept(parts: list[tuple[str, bool]]) -> str | None:
             continue
         m = _COMMAND.fullmatch(_strip_quotes(text))
         if m is not None:
-            return (m.group(1) or "").strip()
+            return jsclass.trim(m.group(1) or "")
     return None

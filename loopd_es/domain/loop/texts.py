@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Final
 
 from .jitter import js_round
+from .jsclass import trim_start, utf16_head, utf16_len
 
 NO_SESSION: Final = "❌ /loop requires an active session context"
 EMPTY: Final = "❌ Empty loop command — see `/loop help`."
@@ -22,30 +23,35 @@ DEFAULT_MAINTENANCE: Final = (
 HELP: Final = """/loop — run prompts on a schedule
 
 Usage:
-  /loop <prompt>                  Adaptive: runs now; the model decides when to check again
-  /loop <interval> <prompt>       Fixed: runs immediately, then repeats every <interval> (s/m/h/d, min 1s)
-  /loop <prompt> every <interval> Fixed, with a trailing "every" clause (e.g. every 20m, every 5 minutes)
-  /loop                           Maintenance: loop.md is re-read on every run — edits apply next fire
-  /loop help                      This help (/proactive is an alias of /loop)
+  /loop <prompt>                    Adaptive: runs now, the model picks the next check (fallback 1m–1h)
+  /loop <interval> <prompt>         Fixed interval: 30s, 5m, 2h, 1d (min 1s); runs immediately, then repeats
+  /loop <prompt> every <interval>   Same as above (e.g. "check the deploy every 20m", "every 5 minutes")
+  /loop                             Maintenance mode (loop.md is re-read on every run — edits apply next fire)
+  /loop help                        Show this help
+  /proactive ...                    Full alias of /loop
 
-Subcommands:
-  list | status                   Tasks of this session
-  cancel <id> | stop <id>         Cancel one task
-  pause <id> | resume <id>        Pause or resume a task (resume re-arms from now)
-  stop | stop-all                 Cancel every task of this session
+Subcommands (tasks are bound to the session that created them):
+  list | status                     Show this session's loop tasks
+  cancel <id>                       Cancel one task
+  stop [<id>]                       Cancel one task, or every task in this session when no id is given
+  pause <id>                        Pause one task
+  resume <id>                       Resume one task
+  stop-all                          Cancel all tasks in this session
 
-Flags:
-  --jitter=true|false             Spread fixed runs a little (default true)
-  --once                          Run once (fixed interval only)
-  Flags are recognised only before the prompt; `--` forces the rest to be prompt text.
-  --cancel, --list, --status, --pause, --resume, --stop, --stop-all map to the subcommands.
+Flags (recognized only before the prompt begins; use -- to force the rest
+to be treated as prompt text verbatim):
+  --jitter=true|false               Force Jitter on/off for a fixed task
+  --once                            Fire once, then auto-cancel (fixed tasks only)
+
+Claude Code-style flags are accepted too: --cancel, --list, --status,
+--pause, --resume, --stop, --stop-all map to the matching subcommand.
 
 Examples:
-  /loop check the deploy
-  /loop 5m check the deploy
-  /loop check CI every 10m
+  /loop 5m check the deploy status
   /loop 30s --once remind me to stretch
+  /loop every two minutes check CI
   /loop cancel a1b2c3d4"""
+"""The reference's ``/loop help``, word for word (its last example, ``every two minutes``, is adaptive there too)."""
 
 
 def display_interval(ms: float) -> str:
@@ -60,7 +66,8 @@ def display_interval(ms: float) -> str:
 
 
 def cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[:n] + "..."
+    """The first ``n`` UTF-16 units of ``text`` plus ``...`` when it is longer (JavaScript's ``slice``)."""
+    return text if utf16_len(text) <= n else utf16_head(text, n) + "..."
 
 
 def _secs(ms: float) -> str:
@@ -120,7 +127,7 @@ def cancelled_n(n: int) -> str:
 
 
 def started_fixed(interval_ms: int, prompt: str, task_id: str, session_id: str, once: bool) -> str:
-    disp, p50, sid8 = display_interval(interval_ms), cut(prompt, 50), session_id[:8]
+    disp, p50, sid8 = display_interval(interval_ms), cut(prompt, 50), utf16_head(session_id, 8)
     if once:
         return (
             f'🔁 Loop started: every {disp}, prompt "{p50}" [id={task_id}] [s={sid8}] (runs once). '
@@ -135,13 +142,13 @@ def started_fixed(interval_ms: int, prompt: str, task_id: str, session_id: str, 
 def started_adaptive(min_ms: int, max_ms: int, prompt: str, task_id: str, session_id: str) -> str:
     return (
         f'🔁 Loop started (adaptive {_secs(min_ms)}s–{_secs(max_ms)}s): "{cut(prompt, 50)}" '
-        f"[id={task_id}] [s={session_id[:8]}]. Cancel: `/loop cancel {task_id}`"
+        f"[id={task_id}] [s={utf16_head(session_id, 8)}]. Cancel: `/loop cancel {task_id}`"
     )
 
 
 def started_maintenance(max_ms: int, task_id: str, session_id: str) -> str:
     return (
-        f"🔁 Loop started (maintenance mode): task {task_id} (session {session_id[:8]}). Running now; then "
+        f"🔁 Loop started (maintenance mode): task {task_id} (session {utf16_head(session_id, 8)}). Running now; then "
         f"re-arms every {_secs(max_ms)}s. Use `/loop cancel {task_id}` to stop."
     )
 
@@ -161,21 +168,48 @@ def list_row(
 
 
 def first_run_prompt(task_id: str, interval_ms: int, prompt: str) -> str:
-    return (
-        f"The /loop task {task_id} has just been scheduled to run every {display_interval(interval_ms)}. This is its "
-        f"first execution — it runs now, then repeats on schedule (cancel anytime with: /loop cancel {task_id}). "
-        "Briefly confirm the schedule in the user's language, then perform the task described below now and "
-        f"report the result concisely.\n\n{prompt}"
+    return "\n".join(
+        [
+            f"The /loop task {task_id} has just been scheduled to run every {display_interval(interval_ms)}. This is "
+            "its first execution — it runs now, then repeats on schedule (cancel anytime with: "
+            f"/loop cancel {task_id}).",
+            "Briefly confirm the schedule in the user's language, then perform the task described below now and "
+            "report the result concisely.",
+            "",
+            prompt,
+        ]
     )
+
+
+_PRESENT: Final = (
+    "Present this result to the user, written in the same language the user used in their request:",
+    "- If it is a task list, render it as a markdown table with columns: Job ID, frequency, content, and type "
+    "(every task is a session-scoped loop that auto-expires after 7 days idle). Keep the management commands "
+    "(`/loop cancel|pause|resume <id>`, `/loop stop-all`) mentioned below the table.",
+    "- If it confirms an action (cancel, pause, resume, stop-all), confirm concisely which task was affected and "
+    "whether it will trigger again.",
+    "- If it is help text or an empty state, present it naturally.",
+    "Do not call tools in this reply, and do not execute any task prompt in this reply — scheduled tasks run "
+    "automatically when they are due.",
+)
+"""The reference's presentation instructions for a command's result."""
 
 
 def creation_confirmation(task_id: str, interval_ms: int, prompt: str, once: bool) -> str:
     suffix = " (runs once)" if once else ""
-    return (
-        "The opencode-plugin-loop plugin has successfully created a scheduled loop task from the user's /loop "
-        f'command:\n- Task: "{prompt}"\n- Schedule: every {display_interval(interval_ms)}{suffix}\n'
-        f"- Job ID: {task_id}\n- Cancel anytime with: /loop cancel {task_id}\n"
-        "Confirm this to the user in their language. Do not execute the task and do not call tools in this reply."
+    return "\n".join(
+        [
+            "The opencode-plugin-loop plugin has successfully created a scheduled loop task from the user's /loop "
+            "command:",
+            f'- Task: "{prompt}"',
+            f"- Schedule: every {display_interval(interval_ms)}{suffix}",
+            f"- Job ID: {task_id}",
+            f"- Cancel anytime with: /loop cancel {task_id}",
+            "Reply to the user with a short confirmation that the scheduled loop task was created, written in the same "
+            "language the user used in their request. Include the task, schedule, and job ID from above. This reply "
+            "is only the creation confirmation — the plugin executes the task automatically at each scheduled time, "
+            "so do not execute the task and do not call tools in this reply.",
+        ]
     )
 
 
@@ -185,18 +219,25 @@ def _iso(ms: int) -> str:
 
 def adaptive_prompt(task_id: str, prompt: str, next_due_at: int, min_ms: int, max_ms: int) -> str:
     return (
-        f"{prompt}\n\n---\nThis is Adaptive loop task {task_id}. Complete the user request above first. "
-        f"A fallback run is already scheduled at {next_due_at} ({_iso(next_due_at)}), using the allowed delay "
-        f"range {min_ms}ms to {max_ms}ms. Keep that fallback by making no scheduling tool call when it is "
-        "appropriate.\n"
-        f'- If the request implies a clear, stable cadence, call loop_schedule once with action="set_fixed", '
-        f'taskId="{task_id}" and intervalMs (jitter is off by default).\n'
-        f'- If the next check depends on the result, call loop_schedule with action="reschedule", taskId="{task_id}" '
-        "and a relative delayMs within the range: a shorter delay for pending, rapidly changing, or retryable "
-        "conditions and a longer delay for stable or slow-moving conditions. Do not calculate an epoch timestamp "
-        "when delayMs can express the decision.\n"
-        f'- If nothing more needs doing, call loop_schedule with action="cancel", taskId="{task_id}".\n'
-        "Do not claim that the schedule changed unless the tool call succeeds."
+        f"{prompt}\n\n<adaptive_loop_schedule>\n"
+        f"This is Adaptive loop task {task_id}. Complete the user request above first. After observing the current "
+        "session state and this execution's result, decide whether the next run needs a different time.\n\n"
+        f"A fallback run is already scheduled at {next_due_at} ({_iso(next_due_at)}), using the allowed delay range "
+        f"{min_ms}ms to {max_ms}ms. Keep that fallback by making no scheduling tool call when it is appropriate.\n\n"
+        'If the user\'s request contains a clear, stable recurring cadence (for example, "every two minutes"), '
+        "convert this Adaptive task to a permanent Fixed task after completing the request. Call loop_schedule "
+        f'exactly once with action="set_fixed", taskId="{task_id}", and intervalMs set to that relative period in '
+        "milliseconds. Fixed conversion defaults to jitter disabled, so repeated runs use the exact requested "
+        "interval.\n\n"
+        "If the next time should instead depend on this execution's result, call loop_schedule exactly once with "
+        f'action="reschedule", taskId="{task_id}", and delayMs set to a relative delay from now within {min_ms}ms '
+        f"to {max_ms}ms. An accepted in-range delay is stored without jitter; only an out-of-range delay is clamped "
+        "to the nearest bound. Prefer a shorter delay for pending, rapidly changing, or retryable conditions and a "
+        "longer delay for stable or slow-moving conditions. Do not calculate an epoch timestamp when delayMs can "
+        "express the decision.\n\n"
+        "If the task is fully complete and no future check is useful, call loop_schedule with "
+        f'action="cancel" and taskId="{task_id}". Do not claim that the schedule changed unless the tool call '
+        "succeeds.\n</adaptive_loop_schedule>"
     )
 
 
@@ -210,7 +251,7 @@ def fire_text(task_id: str, prompt: str) -> str:
 def maintenance_unchanged(task_id: str) -> str:
     return (
         f"This is the scheduled execution of /loop maintenance task {task_id}. The maintenance instructions from "
-        "loop.md are unchanged since the previous run earlier in this conversation — refer to them above. "
+        "loop.md are unchanged since the previous run earlier in this conversation — refer to them above.\n"
         "If there is pending maintenance work, perform it now and report concisely. If nothing is pending, reply "
         f'with one line saying so and call loop_schedule(action="cancel", taskId="{task_id}") to end the loop.'
     )
@@ -220,8 +261,9 @@ def maintenance_changed(task_id: str, content: str) -> str:
     return (
         f"This is the scheduled execution of /loop maintenance task {task_id}. The maintenance instructions from "
         "loop.md (re-read at fire time; they may have been edited since the last run) follow below — perform "
-        "them now, then report concisely. When the loop is no longer useful, call "
-        f'loop_schedule(action="cancel", taskId="{task_id}").\n\n{content}'
+        "them now, then report concisely.\n"
+        "When the work is complete and no further checks are needed, call "
+        f'loop_schedule(action="cancel", taskId="{task_id}") to end the loop.\n\n{content}'
     )
 
 
@@ -236,17 +278,26 @@ def goal_tick(count: int, max_runs: int | None) -> str:
 
 def failure_prompt(message: str) -> str:
     """What the model gets instead of a failed ``/loop`` command (reference §2.8)."""
+    reason = trim_start(message.removeprefix("❌")) if message.startswith("❌") else message
     return (
-        f"The user's /loop command failed: {message.removeprefix('❌').strip()}\n"
-        "Briefly inform the user of this in their language. Do not call tools in this reply."
+        f"The user's /loop command failed: {reason}\n"
+        "Briefly inform the user that the /loop command failed and why, written in the same language the user used "
+        "in their request. Do not call tools in this reply and do not attempt to perform the command arguments as "
+        "a separate task."
     )
 
 
 def presentation_prompt(result: str) -> str:
     """What the model gets instead of a list/cancel/pause/resume/stop/help command (reference §2.8)."""
-    body = result.removeprefix("📋").removeprefix("📭").strip()
-    return (
-        f"{body}\n\nPresent this result to the user, written in the same language the user uses. Show task lists "
-        "as a markdown table with the columns Job ID, frequency, content and type. Do not call tools in this "
-        "reply, and do not execute any task prompt in this reply."
+    for mark in ("📋", "📭"):
+        if result.startswith(mark):
+            result = trim_start(result.removeprefix(mark))
+    return "\n".join(
+        [
+            "The opencode-plugin-loop plugin has fully handled the user's /loop command. The command result is:",
+            "",
+            result,
+            "",
+            *_PRESENT,
+        ]
     )

@@ -1,0 +1,63 @@
+"""JavaScript's character classes, ``trim`` and UTF-16 lengths, which the reference's ``/loop`` parser runs on.
+
+The reference is JavaScript: its ``\\s`` and ``String.prototype.trim`` know a fixed whitespace set (with
+U+FEFF, without U+0085 and U+001C-U+001F, which Python's ``str.split`` and ``\\s`` treat as whitespace), its
+``\\d`` is ASCII, its ``\\b`` and ``/i`` are ASCII-only, its ``$`` is the very end, and ``length`` and ``slice``
+count UTF-16 code units. Python's defaults differ on every one of these, and ``re.ASCII`` alone is not the
+same (its ``\\s`` lacks U+00A0 and the other Unicode spaces), so the classes are spelled out here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+_WS_BODY: Final = "\t\n\x0b\x0c\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+WS: Final = f"[{_WS_BODY}]"
+"""JavaScript's ``\\s`` (and the set ``trim`` removes), as a regex class."""
+NOT_WS: Final = f"[^{_WS_BODY}]"
+"""JavaScript's ``\\S``."""
+
+_SPLIT: Final = re.compile(f"{WS}+")
+_LEADING: Final = re.compile(f"\\A{WS}+")
+_TRAILING: Final = re.compile(f"{WS}+\\Z")
+
+
+def trim(text: str) -> str:
+    """``String.prototype.trim``: JavaScript whitespace off both ends (a BOM too, U+0085 not)."""
+    return trim_start(_TRAILING.sub("", text))
+
+
+def trim_start(text: str) -> str:
+    """JavaScript whitespace off the start only."""
+    return _LEADING.sub("", text)
+
+
+def split(text: str) -> list[str]:
+    """``text.split(/\\s+/)`` of an already trimmed ``text``; the empty text has no tokens."""
+    return _SPLIT.split(text) if text else []
+
+
+def is_ascii_digit(ch: str) -> bool:
+    """JavaScript's ``\\d``: ``0-9`` only (``５`` and ``٥`` are not digits there)."""
+    return "0" <= ch <= "9"
+
+
+def utf16_len(text: str) -> int:
+    """``text.length`` in JavaScript: characters beyond U+FFFF count twice."""
+    return len(text) + sum(1 for ch in text if ord(ch) > 0xFFFF)
+
+
+def utf16_head(text: str, n: int) -> str:
+    """``text.slice(0, n)``, except that a character whose two halves ``n`` would split is left out whole.
+
+    The reference keeps the lone first half, which shows as a replacement character or breaks the encoder.
+    """
+    if utf16_len(text) <= n:
+        return text
+    units = 0
+    for i, ch in enumerate(text):
+        units += 2 if ord(ch) > 0xFFFF else 1
+        if units > n:
+            return text[:i]
+    return text
