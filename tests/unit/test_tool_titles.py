@@ -88,3 +88,25 @@ def test_the_tool_file_hands_the_title_to_opencode_and_keeps_it_out_of_the_outpu
     assert first["title"] == "Completion rejected — goal blocked"
     assert json.loads(first["output"]) == {"ok": False, "status": "blocked"}
     assert json.loads(out[1]) == "not json"
+
+
+async def test_owner_tools_have_the_reference_titles(tmp_path: Path) -> None:
+    async with rig(tmp_path) as r:
+        d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
+        assert (await _call(d, "list_background_goals", "owner-1"))["title"] == "No active goals"
+        await _create(r, d, "g")
+        listed = await _call(d, "list_background_goals", "owner-1")
+        assert listed["title"] == "1 active goal(s)"
+        goal_id = listed["goals"][0]["id"]
+        assert (await _call(d, "send_goal_input", "owner-1", text="hi"))["title"] == "Message sent"
+        assert (await _call(d, "nudge_goal", "owner-1"))["title"] == "Goal nudged"
+        assert (await _call(d, "abort_goal_worker", "owner-1"))["title"] == "Worker aborted"
+        assert (await _call(d, "pause_goal", "owner-1"))["title"] == "Goal paused"
+        assert (await _call(d, "pause_goal", "owner-1"))["title"] == "Already paused"
+        assert (await _call(d, "resume_goal", "owner-1"))["title"] == "Goal resumed"
+        assert (await _call(d, "pause_goal", "someone-else"))["title"] == "No goal found"
+        assert (await _call(d, "force_block_goal", "owner-1", reason="r", needed="n"))[
+            "title"
+        ] == "Goal blocked"
+        assert (await _call(d, "force_complete_goal", "owner-1"))["title"] == "Goal force-completed"
+        assert (await _call(d, "clear_goal", "owner-1", goal_id=goal_id))["title"] == "Goal cleared"
