@@ -26,7 +26,7 @@ _DDL: Final = (
         await_id INTEGER PRIMARY KEY, command_id TEXT NOT NULL, goal_id TEXT NOT NULL, until TEXT,
         ignore_case INTEGER NOT NULL, status TEXT NOT NULL, immediate INTEGER NOT NULL, command_status TEXT,
         exit_code INTEGER, signal TEXT, matched_lines TEXT, evidence TEXT, reason TEXT,
-        requested_at TEXT NOT NULL, ended_at TEXT, ended_position INTEGER
+        requested_at TEXT NOT NULL, ended_at TEXT, ended_position INTEGER, owner_session_id TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS awaits_by_goal ON awaits (goal_id, await_id)",
     "CREATE INDEX IF NOT EXISTS awaits_waiting ON awaits (command_id, goal_id) WHERE status = 'waiting'",
@@ -45,7 +45,7 @@ class Awaits:
     """Rows of ``awaits``: await_id -> command, goal, until pattern, status, evidence, times."""
 
     name = "awaits"
-    version = 1
+    version = 2  # 2: owner_session_id; requested_at is the request's own time when it has one
     rebuild_cost = 0.2  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
@@ -75,8 +75,16 @@ class Awaits:
             if waiting is None:
                 conn.execute(
                     "INSERT INTO awaits (await_id, command_id, goal_id, until, ignore_case, status, immediate, "
-                    "requested_at) VALUES (?, ?, ?, ?, ?, 'waiting', 0, ?)",
-                    (env.position, e.command_id, e.goal_id, e.until, int(e.ignore_case), at),
+                    "requested_at, owner_session_id) VALUES (?, ?, ?, ?, ?, 'waiting', 0, ?, ?)",
+                    (
+                        env.position,
+                        e.command_id,
+                        e.goal_id,
+                        e.until,
+                        int(e.ignore_case),
+                        when(e.at, env),
+                        e.owner_session_id,
+                    ),  # fmt: skip
                 )
             return
         if isinstance(e, c.AwaitFired):

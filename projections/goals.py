@@ -82,7 +82,7 @@ class Goals:
     """Rows of ``goals`` (see :data:`COLUMNS`), folded from ``goal-<id>`` streams."""
 
     name = "goals"
-    version = 1
+    version = 2  # 2: the fold keeps loopd's imported bookkeeping (goal show reads it from goals_fold)
     rebuild_cost = 1.6  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
     rebuild_affinity = (
         "goal_fold"  # rebuilt in the same process as the other goal-fold model (one fold shared)

@@ -7,7 +7,8 @@ a run ends exactly when the folded state stops naming it as the active run, whic
 ``running`` row here always agree.
 
 Statuses: ``running``, ``completed``, ``failed``, ``recovered`` (maintenance released a quiet run),
-``superseded`` (a newer run started), ``interrupted`` (a goal event released it; ``end_event`` says which).
+``superseded`` (a newer run started), ``budget_stopped`` (a budget stop aborted it), ``interrupted`` (another
+goal event released it; ``end_event`` says which).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ _ENDED_BY: Final = {
     "run.fell_back": "fell-back",
     "run.recovered": "recovered",
     "run.started": "superseded",
+    "goal.budget_exhausted": "budget_stopped",
 }
 _RUN_TYPES: Final = frozenset(
     c.event_type for c in (r.RunStarted, r.RunIdleCandidate, r.RunFailed, r.RunStuck, r.RunConfirmFailed)
@@ -68,7 +70,7 @@ class Runs:
     """Rows of ``runs``: (goal_id, run_id) -> generation, turn, kind, status, end, failure, usage, times."""
 
     name = "runs"
-    version = 2  # 2: a rowid table with a unique index on (goal_id, run_id) (rows unchanged)
+    version = 3  # 2: a rowid table with a unique index on (goal_id, run_id); 3: budget_stopped
     rebuild_cost = 3.8  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
     rebuild_affinity = (
         "goal_fold"  # rebuilt in the same process as the other goal-fold model (one fold shared)

@@ -54,9 +54,12 @@ async def _import(args: argparse.Namespace) -> int:
     for warning in plan.warnings:
         print(f"loopd-es: warning: {term_line(warning)}", file=sys.stderr)
     ledger = sum(b.from_ledger for b in plan.batches)
+    version = f"state.json version {plan.source_version}" + (
+        f" (read as version {plan.migrated_version})" if plan.migrated_version != plan.source_version else ""
+    )
     shape = (
         f"{plan.goals} goal(s), {plan.commands} command(s), {plan.event_count} events "
-        f"({ledger} from the ledger, {plan.event_count - 2 - ledger} synthesised from state.json)"
+        f"({ledger} from the ledger, {plan.event_count - 2 - ledger} synthesised from {version})"
     )
     if args.dry_run:
         print(f"would import {plan.directory}: {shape} on stream {plan.stream}")
@@ -68,12 +71,18 @@ async def _import(args: argparse.Namespace) -> int:
     settled: list[str] = []
     async with await open_store(url) as store:
         result = await apply_plan(store, plan)
-        if args.reconcile and plan.needs_reconcile:
+        if plan.needs_reconcile:
+            from ..events.envelope import now_rfc3339
+            from ..importer.commands import past
             from ..procs.paths import CommandPaths
             from ..procs.service import load_state, reconcile
 
             paths = CommandPaths(url)
             for command_id in plan.needs_reconcile:
+                held = await load_state(store, command_id)
+                # past its deadline, loopd's timer would have ended it: settled (timeout) even unasked
+                if held is None or not (args.reconcile or past(held.deadline_at, now_rfc3339())):
+                    continue
                 await reconcile(store, paths, only=command_id)
                 now = await load_state(store, command_id)
                 if now is not None and not now.running:
@@ -87,16 +96,22 @@ async def _import(args: argparse.Namespace) -> int:
             else ""
         )
         print(f"imported {plan.directory} into {url}: {shape} on stream {plan.stream}{finished}")
-    _report(plan, settled if args.reconcile else None)
+    _report(plan, settled)
     return 0
 
 
 def _report(plan: ImportPlan, settled: list[str] | None = None) -> None:
-    """The ledger lines left out (line, type, reason) and the commands that need reconciliation."""
+    """The ledger lines and state.json fields left out (with reasons), and the commands to reconcile."""
     if plan.skipped:
         print(f"{len(plan.skipped)} ledger line(s) not imported:")
         for k in plan.skipped:
-            print(f"  line {k.line}" + (f" ({k.type})" if k.type else "") + f": {k.reason}")
+            where = f" at byte {k.offset}" if k.offset is not None else ""
+            print(f"  line {k.line}{where}" + (f" ({k.type})" if k.type else "") + f": {k.reason}")
+    if plan.dropped_fields:
+        print(f"{len(plan.dropped_fields)} state.json field(s) not kept:")
+        for d in plan.dropped_fields:
+            times = f" (x{d.count})" if d.count > 1 else ""
+            print(f"  {d.path}{times}: {d.reason}")
     pending = [c for c in plan.needs_reconcile if settled is None or c not in settled]
     if settled:
         print(f"settled {len(settled)} command(s) loopd had running: " + ", ".join(settled))

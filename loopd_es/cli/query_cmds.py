@@ -20,6 +20,7 @@ from typing import Any, Final, TypeVar
 import anyio.to_thread
 import msgspec
 
+from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
 from ..errors import EXIT_OK, UsageError
 from ..log import open_store
@@ -209,6 +210,7 @@ def _show_goal(conn: sqlite3.Connection, text: str) -> Row:
         fallback[0]["attempted"] = msgspec.json.decode(fallback[0]["attempted"])
     return {
         "goal": goal,
+        "kept": _kept(conn, gid),
         "runs": _rows(conn, "SELECT * FROM runs WHERE goal_id = ? ORDER BY started_position", (gid,)),
         "switches": _rows(
             conn, "SELECT * FROM identity_switches WHERE goal_id = ? ORDER BY last_position", (gid,)
@@ -227,6 +229,23 @@ def _show_goal(conn: sqlite3.Connection, text: str) -> Row:
             (gid,),
         ),
     }
+
+
+KEPT_FIELDS: Final = (
+    "native_parent_id", "schedule_run_count", "next_run_at", "last_schedule_at", "last_run_at", "turn_started_at",
+    "last_worker_status", "active_tool_call_ids", "last_compact_at", "last_parent_notified_at",
+    "last_parent_notified_for", "verification_attempts",
+)  # fmt: skip
+"""Folded fields no ``goals`` column holds: loopd's bookkeeping an import carried over, and schedule times."""
+
+
+def _kept(conn: sqlite3.Connection, goal_id: str) -> Row:
+    """:data:`KEPT_FIELDS` from the goal's fold (the ``goals`` read model keeps it in ``goals_fold``)."""
+    found = conn.execute("SELECT state FROM goals_fold WHERE goal_id = ?", (goal_id,)).fetchone()
+    if found is None:
+        return {}
+    state = msgspec.msgpack.decode(found[0], type=GoalState)
+    return {k: msgspec.to_builtins(getattr(state, k)) for k in KEPT_FIELDS}
 
 
 def _goal_identities(conn: sqlite3.Connection, text: str) -> Row:
@@ -397,6 +416,7 @@ def render_goal(doc: Row) -> list[str]:
         )
         order = ", ".join(fb["fallback_models"]) or "none"
         lines.append(f"  fallback    {fb['status'] or 'not needed'}{prepared}{tried}{seen} (order: {order})")
+    lines += _kept_lines(doc.get("kept") or {})
     lines.append(
         f"  created     {_time(g['created_at'])}   updated {_time(g['updated_at'])}   version {g['version']}"
     )
@@ -407,6 +427,14 @@ def render_goal(doc: Row) -> list[str]:
             [(r["turn"], r["generation"], r["kind"], r["status"], r["end_event"], r["tokens"],
               _time(r["started_at"]), _time(r["ended_at"]), r["error"]) for r in doc["runs"][-20:]],
         ))  # fmt: skip
+    attempts = (doc.get("kept") or {}).get("verification_attempts") or []
+    if attempts:
+        lines += ["", f"verification attempts ({len(attempts)}):"]
+        lines += _indent(table(
+            ("ATTEMPT", "SEQ", "GEN", "STATUS", "STARTED", "COMPLETED", "FAILED CHECKS"),
+            [(a["attempt_id"], a["sequence"], a["run_generation"], a["status"], _time(a["started_at"]),
+              _time(a["completed_at"]), ", ".join(a["failed_checks"])) for a in attempts],
+        ))  # fmt: skip
     if doc["switches"]:
         lines += ["", "identity switches:", *_indent(_switch_rows(doc["switches"]))]
     if doc["commands"]:
@@ -414,10 +442,39 @@ def render_goal(doc: Row) -> list[str]:
     if doc["awaits"]:
         lines += ["", "awaits:"]
         lines += _indent(table(
-            ("COMMAND", "TITLE", "STATUS", "UNTIL", "EXIT", "REQUESTED", "ENDED"),
+            ("COMMAND", "TITLE", "STATUS", "UNTIL", "EXIT", "OWNER", "REQUESTED", "ENDED"),
             [(a["command_id"], a["command_title"], a["status"] + (" (immediate)" if a["immediate"] else ""),
-              a["until"], a["exit_code"], _time(a["requested_at"]), _time(a["ended_at"])) for a in doc["awaits"]],
+              a["until"], a["exit_code"], a["owner_session_id"], _time(a["requested_at"]), _time(a["ended_at"]))
+             for a in doc["awaits"]],
         ))  # fmt: skip
+    return lines
+
+
+def _kept_lines(k: Row) -> list[str]:
+    """Schedule, run and notification bookkeeping (what an import of loopd carried over), when there is any."""
+    lines = []
+    if k.get("schedule_run_count") or k.get("next_run_at") or k.get("last_schedule_at"):
+        lines.append(
+            f"  schedule    runs {k['schedule_run_count']}   next {_time(k['next_run_at'])}"
+            f"   last tick {_time(k['last_schedule_at'])}"
+        )
+    runs = [
+        (label, k.get(key))
+        for label, key in (
+            ("last run", "last_run_at"), ("turn started", "turn_started_at"), ("worker", "last_worker_status"),
+            ("compacted", "last_compact_at"), ("native parent", "native_parent_id"),
+        )
+    ]  # fmt: skip
+    shown = [f"{label} {_time(v) if 'T' in str(v) else v}" for label, v in runs if v]
+    if k.get("active_tool_call_ids"):
+        shown.append("tool calls in flight " + ", ".join(k["active_tool_call_ids"]))
+    if shown:
+        lines.append("  runtime     " + "   ".join(shown))
+    if k.get("last_parent_notified_at"):
+        lines.append(
+            f"  notified    owner at {_time(k['last_parent_notified_at'])}"
+            f" ({k.get('last_parent_notified_for') or '-'})"
+        )
     return lines
 
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 MAX_OUTPUT_BYTES: Final = 512 * 1024
 MAX_AWAIT_TAIL_BYTES: Final = 4096
 MAX_UNTIL_EVIDENCE_LINES: Final = 20
+MAX_PAST_AWAITS: Final = 20
 TERMINATE_GRACE_S: Final = 3.0
 EXIT_CODE_TERMINATE: Final = 143
 EXIT_CODE_KILL: Final = 137
@@ -67,6 +68,11 @@ class AwaitState(msgspec.Struct, frozen=True, kw_only=True):
     goal_id: str
     until: str | None = None
     ignore_case: bool = False
+    owner_session_id: str | None = None
+    """The session that asked (its evidence and wake-up go to that session's goal)."""
+    requested_at: str = ""
+    outcome: str = "waiting"
+    """``waiting`` while outstanding; then the event type that ended it (``command.await-fired`` ...)."""
 
 
 class CommandState(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,9 +110,13 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     watch_pushes: int = 0
     watch_matches: int = 0
     watch_state: str = "active"
+    watch_dropped_lines: int = 0
+    """Lines the watch dropped when it was suspended (output flood or push budget)."""
     input_bytes: int = 0
     removed: bool = False
     awaits: tuple[AwaitState, ...] = ()
+    past_awaits: tuple[AwaitState, ...] = ()
+    """The last :data:`MAX_PAST_AWAITS` awaits that ended, with who asked and how they ended."""
     version: int = 0
     owner_notified_at: str | None = None
     """Recorded on the exit when the owner was told already (imported history: the reference told it)."""
@@ -168,7 +178,11 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
     if isinstance(e, WatchSuspended):
         if e.reason == "cleared":
             return _replace(s, watch=None, watch_state="active")
-        return _replace(s, watch_state="flood-suspended" if e.reason == "flood" else "budget-exhausted")
+        return _replace(
+            s,
+            watch_state="flood-suspended" if e.reason == "flood" else "budget-exhausted",
+            watch_dropped_lines=e.dropped,
+        )
     if isinstance(e, UntilStopped):
         return _replace(s, watch_state="until-matched")
     if isinstance(e, SignalSent):
@@ -205,10 +219,21 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
     if isinstance(e, AwaitRequested):
         if s.await_for(e.goal_id) is not None:
             return s
-        new = AwaitState(goal_id=e.goal_id, until=e.until, ignore_case=e.ignore_case)
+        new = AwaitState(
+            goal_id=e.goal_id,
+            until=e.until,
+            ignore_case=e.ignore_case,
+            owner_session_id=e.owner_session_id,
+            requested_at=e.at,
+        )
         return _replace(s, awaits=(*s.awaits, new))
     if isinstance(e, AwaitFired | AwaitDiscarded | AwaitCancelled):
-        return _replace(s, awaits=tuple(a for a in s.awaits if a.goal_id != e.goal_id))
+        ended = tuple(_replace(a, outcome=e.event_type) for a in s.awaits if a.goal_id == e.goal_id)
+        return _replace(
+            s,
+            awaits=tuple(a for a in s.awaits if a.goal_id != e.goal_id),
+            past_awaits=(*s.past_awaits, *ended)[-MAX_PAST_AWAITS:],
+        )
     return s
 
 

@@ -25,7 +25,6 @@ from ..errors import InvalidEventError
 from ..events import engine as en
 from ..events import goal as g
 from ..events import identity as i
-from ..events import imported as im
 from ..events import run as r
 from ..events.base import payload_decoder
 from ..events.catalogue import decode_payload
@@ -191,6 +190,7 @@ def _created(d: GoalDraft, e: g.GoalCreated, m: _Memo) -> None:
 def _worker(d: GoalDraft, e: g.GoalWorkerAssigned, m: _Memo) -> None:
     d.worker_session_id = e.worker_session_id
     d.topology = e.topology
+    d.native_parent_id = e.native_parent_id
 
 
 @_on(g.GoalStatusChanged)
@@ -375,6 +375,9 @@ def _run_started(d: GoalDraft, e: r.RunStarted, m: _Memo) -> None:
     d.turn_tokens_used = 0
     d.idle_candidate_generation = None
     d.retry_after = None
+    d.turn_started_at = e.at or None
+    d.last_run_at = e.at or d.last_run_at
+    d.active_tool_call_ids = ()
 
 
 @_on(r.RunIdleCandidate)
@@ -582,19 +585,7 @@ _HANDLERS[g.GoalCompactionStarted] = _noted
 _HANDLERS[g.GoalCompactionCompleted] = _noted
 
 
-@_on(im.GoalRuntimeImported)
-def _runtime_imported(d: GoalDraft, e: im.GoalRuntimeImported, m: _Memo) -> None:
-    """An import sets the counters to what loopd's snapshot says (the ledger does not record every turn)."""
-    d.run_count = e.run_count
-    d.budget_turn_count = e.budget_turn_count
-    d.run_generation = max(d.run_generation, e.run_generation)
-    d.no_progress_count = e.no_progress_count
-    d.free_retry_pending = e.free_retry_pending
-    if e.schedule_run_count is not None:
-        d.schedule_run_count = e.schedule_run_count
-    if e.next_run_at is not None:
-        d.next_run_at = e.next_run_at
-
+from . import evolve_imported as _evolve_imported  # noqa: E402, F401  (registers its handlers first)
 
 _ROUTES.update(
     (cls.event_type, _Route(cls.schema_version, payload_decoder(cls.event_type).decode, fn))

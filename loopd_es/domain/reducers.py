@@ -18,8 +18,10 @@ import msgspec
 from ..errors import InvalidEventError
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope, parse_rfc3339
+from ..events.imported import CONTROL_PREFIX, STREAM_PREFIX
 from .evolve import GoalFold
 from .evolve import initial as goal_initial
+from .imported_state import ControlState, ImportState, control_step, import_step
 from .state import REDUCER_VERSION, GoalState
 from .streams import aggregate_of
 
@@ -122,7 +124,7 @@ def _register_command_reducer() -> None:
 
     REDUCERS["command"] = Reducer(
         kind="command",
-        version=1,
+        version=2,  # 2: awaits keep their owner session and request time
         state_type=module.CommandState | None,
         initial=lambda _id: None,
         start=lambda state: _EachFold(step, state),
@@ -133,6 +135,38 @@ def _register_command_reducer() -> None:
 _register_command_reducer()
 
 
+def _each(kind: str, state_type: Any, step: Callable[[Any, Envelope], Any], **kw: Any) -> Reducer:
+    """A version-1 reducer that folds one envelope at a time with ``step``."""
+    return Reducer(
+        kind=kind, version=1, state_type=state_type, start=lambda state: _EachFold(step, state), **kw
+    )
+
+
+REDUCERS["import"] = _each(
+    "import",
+    ImportState,
+    import_step,
+    initial=lambda i: ImportState(import_id=i),
+    summary=lambda stream, s: (
+        f"import {s.import_id} of {s.directory or '?'}: state.json v{s.state_version}"
+        + (f" (read as v{s.migrated_version})" if s.migrated_version else "")
+        + f", revision {s.state_revision}, "
+        + ("completed" if s.completed else "not completed")
+        + (f", {len(s.dropped_fields)} field(s) not kept" if s.dropped_fields else "")
+    ),
+)
+REDUCERS["control"] = _each(
+    "control",
+    ControlState,
+    control_step,
+    initial=lambda i: ControlState(request_id=i),
+    summary=lambda stream, s: (
+        f"control request {s.request_id} {s.command!r}: {s.outcome or 'requested'}"
+        + (f", goal {s.goal_id}" if s.goal_id else "")
+    ),
+)
+
+
 def reducer_versions() -> dict[str, int]:
     """Every reducer's version, the key of the snapshot store."""
     return {kind: r.version for kind, r in REDUCERS.items()}
@@ -141,6 +175,10 @@ def reducer_versions() -> dict[str, int]:
 def reducer_for(stream: str) -> tuple[Reducer, str]:
     """The reducer of ``stream`` and the aggregate id its ``initial`` takes."""
     kind, ident = aggregate_of(stream)
+    if kind == "other":  # an import's own streams: not aggregates the engine decides on
+        for name, prefix in (("import", STREAM_PREFIX), ("control", CONTROL_PREFIX)):
+            if stream.startswith(prefix) and len(stream) > len(prefix):
+                return REDUCERS[name], stream[len(prefix) :]
     return REDUCERS.get(kind, REDUCERS["other"]), ident if kind in REDUCERS else stream
 
 

@@ -14,8 +14,9 @@ import msgspec
 
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
 from ..events.identity import ProviderLimitFacts
+from ..events.imported import VerificationAttempt
 
-REDUCER_VERSION: Final = 2
+REDUCER_VERSION: Final = 3
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
 
 MAX_ANOMALIES: Final = 50
@@ -143,6 +144,7 @@ class _GoalFields(msgspec.Struct):
     config: GoalConfig = GoalConfig()
     worker_session_id: str | None = None
     topology: WorkerTopology | None = None
+    native_parent_id: str | None = None
     parent_model: str | None = None
     parent_agent: str | None = None
     interactive: bool = False
@@ -190,6 +192,16 @@ class _GoalFields(msgspec.Struct):
     worker_aborted_at: str | None = None
     schedule_run_count: int = 0
     next_run_at: str | None = None
+    # bookkeeping loopd kept and an import carries over (goal.runtime_imported), for the post-mortem
+    turn_started_at: str | None = None
+    last_run_at: str | None = None
+    last_worker_status: str | None = None
+    active_tool_call_ids: tuple[str, ...] = ()
+    last_compact_at: str | None = None
+    last_schedule_at: str | None = None
+    last_parent_notified_at: str | None = None
+    last_parent_notified_for: str | None = None
+    verification_attempts: tuple[VerificationAttempt, ...] = ()
     anomaly_count: int = 0
     anomalies: tuple[Anomaly, ...] = ()
 

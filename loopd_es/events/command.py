@@ -183,6 +183,8 @@ class AwaitRequested(Event, frozen=True, kw_only=True):
     ignore_case: bool = False
     owner_session_id: str | None = None
     """The session that asked to wait (the reference's ``commandAwaits[].ownerSessionID``), if known."""
+    at: str = ""
+    """When the await was asked for (an import's ``commandAwaits[].createdAt``); empty: the envelope's time."""
 
 
 @event("command.await-fired")

@@ -54,6 +54,9 @@ class GoalConfig(msgspec.Struct, frozen=True, kw_only=True):
     timeout_ms: int | None = None
     progress_file: str | None = None
     artifact_dir: str | None = None
+    prompt_file: str | None = None
+    include_files: tuple[str, ...] = ()
+    """``promptFile``/``includeFiles``: declared by loopd, read by nothing there (§1.2); kept as given."""
 
 
 @event("goal.created", version=2)

@@ -113,6 +113,25 @@ class SkippedLine(msgspec.Struct, frozen=True, kw_only=True):
     line: int
     type: str
     reason: str
+    offset: int | None = None
+    """The line's byte offset in the ledger (set for a torn tail: where a repair would cut the file)."""
+
+
+class DroppedField(msgspec.Struct, frozen=True, kw_only=True):
+    """A ``state.json`` field the import did not keep (``runtimes[].idleCandidateAt``), how often, and why."""
+
+    path: str
+    reason: str
+    count: int = 1
+
+
+class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One check of a verification attempt: the command and its exit code, with its output as loopd kept it."""
+
+    command: str
+    exit_code: int | None = None
+    stderr: str | None = None
+    stdout: str | None = None
 
 
 class VerificationAttempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,6 +144,11 @@ class VerificationAttempt(msgspec.Struct, frozen=True, kw_only=True):
     started_at: str = ""
     completed_at: str | None = None
     failed_checks: tuple[str, ...] = ()
+    claimed_summary: str = ""
+    claimed_evidence: str = ""
+    cwd: str | None = None
+    checks: tuple[CheckResult, ...] = ()
+    """Every check loopd recorded (a failed attempt keeps only its failures, a passed one all, §1.4)."""
 
 
 class ImportedEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -154,6 +178,9 @@ class ImportStarted(Event, frozen=True):
     ledger_lines: int = 0
     ledger_sha256: str = ""
     streams: tuple[str, ...] = ()
+    migrated_version: int | None = None
+    """The state version the import read ``state_version`` as (loopd's own migrations, in memory); None
+    in imports written before it was recorded."""
 
 
 @event("import.completed")
@@ -168,6 +195,8 @@ class ImportCompleted(Event, frozen=True):
     """Every parseable (and torn) ledger line that did not become an event, with its reason."""
     needs_reconcile: tuple[str, ...] = ()
     """Commands state.json shows running: their process is not ours; ``--reconcile`` settles them."""
+    dropped_fields: tuple[DroppedField, ...] = ()
+    """Every ``state.json`` field present in the source that no imported event keeps, with the reason."""
 
 
 @event("goal.runtime_imported")
@@ -198,6 +227,13 @@ class GoalRuntimeImported(Event, frozen=True):
     verification_attempts: tuple[VerificationAttempt, ...] = ()
     ledger_runs: int = 0
     """How many of ``run_count`` turns the ledger has a ``run.started`` line for."""
+    turn_started_at: str | None = None
+    last_error: str | None = None
+    progress_during_turn: bool | None = None
+    turn_tokens_used: int | None = None
+    force_finish_requested: bool | None = None
+    stuck_notified_run_id: str | None = None
+    worker_aborted_at: str | None = None
 
 
 @event("control.requested")

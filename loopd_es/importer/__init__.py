@@ -2,7 +2,8 @@
 
 ``build_plan(DIR)`` reads and maps everything in memory; ``apply_plan(store, plan)`` appends it. How each
 piece maps is in the module docstrings: :mod:`.source` (formats, version upgrade), :mod:`.goals`,
-:mod:`.commands`, :mod:`.plan` (ids, idempotency, atomicity), :mod:`loopd_es.events.imported` (marking).
+:mod:`.commands`, :mod:`.plan` (ids, idempotency, atomicity), :mod:`.fields` (what is kept or reported
+with its reason), :mod:`loopd_es.events.imported` (marking).
 """
 
 from __future__ import annotations

@@ -67,6 +67,13 @@ def from_line(line: LedgerLine) -> Sourced:
     return {"source": src, "at": line.timestamp, "at_from": src}
 
 
+def exact(line: LedgerLine, at: str | None, field: str) -> Sourced:
+    """:func:`from_line`, timed by the state field ``field`` when it has a time: loopd stamps the ledger line
+    a few milliseconds after the state write, and the state's value is the one its readers saw."""
+    kw = from_line(line)
+    return {**kw, "at": at, "at_from": field} if at else kw
+
+
 class GoalBuilder:
     """Appends events while folding them, so each correction sees the state the earlier ones produced."""
 

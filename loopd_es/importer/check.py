@@ -45,9 +45,14 @@ def expected(snap: RefGoal, rt: RefRuntime | None) -> dict[str, Any]:
         "free_retry_pending": bool(rt.free_retry_pending),
         "schedule_run_count": rt.schedule_run_count or 0,
         "next_run_at": rt.next_run_at,
-        "last_progress": (snap.last_progress.summary, snap.last_progress.next)
+        "last_progress": (snap.last_progress.summary, snap.last_progress.next, snap.last_progress.at)
         if snap.last_progress
         else None,
+        "created_at": snap.created_at,
+        "last_parent_notified": (rt.last_parent_notified_at, rt.last_parent_notified_for),
+        "last_compact_at": rt.last_compact_at,
+        "last_schedule_at": rt.last_schedule_at,
+        "active_tool_call_ids": tuple(rt.active_tool_call_ids),
         "pending_model": ms.pending.model if ms and ms.pending else None,
         "pending_agent": ags.pending.agent if ags and ags.pending else None,
         "pending_identity": (snap.pending_identity.model, snap.pending_identity.agent)
@@ -57,9 +62,12 @@ def expected(snap: RefGoal, rt: RefRuntime | None) -> dict[str, Any]:
         "fallback": (fb.status, tuple(fb.attempted)) if fb and fb.status != "disabled" else None,
     }
     if snap.status == "blocked":
-        result["blocker"] = (blocker.reason, blocker.needed, blocker.kind) if blocker else ("", "", None)
+        result["blocker"] = (
+            (blocker.reason, blocker.needed, blocker.kind, blocker.at) if blocker else ("", "", None, "")
+        )
     if snap.status == "complete" and snap.completion_evidence:
-        result["evidence"] = (snap.completion_evidence.summary, snap.completion_evidence.evidence)
+        ev = snap.completion_evidence
+        result["evidence"] = (ev.summary, ev.evidence, ev.at)
     if snap.status == "active":
         result["phase"] = rt.phase
         if rt.phase == "running":
@@ -92,7 +100,14 @@ def folded(s: GoalState, keys: Iterable[str]) -> dict[str, Any]:
         "free_retry_pending": s.free_retry_pending,
         "schedule_run_count": s.schedule_run_count,
         "next_run_at": s.next_run_at,
-        "last_progress": (s.last_progress.summary, s.last_progress.next) if s.last_progress else None,
+        "last_progress": (s.last_progress.summary, s.last_progress.next, s.last_progress.at)
+        if s.last_progress
+        else None,
+        "created_at": s.created_at,
+        "last_parent_notified": (s.last_parent_notified_at, s.last_parent_notified_for),
+        "last_compact_at": s.last_compact_at,
+        "last_schedule_at": s.last_schedule_at,
+        "active_tool_call_ids": s.active_tool_call_ids,
         "pending_model": mp.model if mp else None,
         "pending_agent": s.agent_pending.agent if s.agent_pending else None,
         "pending_identity": (s.pending_identity.model, s.pending_identity.agent)
@@ -100,8 +115,8 @@ def folded(s: GoalState, keys: Iterable[str]) -> dict[str, Any]:
         else None,
         "provider_limit": s.last_provider_limit.kind if s.last_provider_limit else None,
         "fallback": (fb.status, fb.attempted) if fb else None,
-        "blocker": (s.blocker.reason, s.blocker.needed, s.blocker.kind) if s.blocker else None,
-        "evidence": (s.completion_evidence.summary, s.completion_evidence.evidence)
+        "blocker": (s.blocker.reason, s.blocker.needed, s.blocker.kind, s.blocker.at) if s.blocker else None,
+        "evidence": (s.completion_evidence.summary, s.completion_evidence.evidence, s.completion_evidence.at)
         if s.completion_evidence
         else None,
         "phase": s.phase,

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Final, Literal
 
 from ..domain import command as dc
 from ..events import command as c
-from .builder import Emitted, Report, Sourced, from_line
+from ..events.envelope import parse_rfc3339
+from .builder import Emitted, Report, Sourced, exact, from_line
 from .source import LAwaitCancelled, LCommand, typed
 
 if TYPE_CHECKING:
@@ -74,10 +75,13 @@ def build_commands(
     ledger_path: Path,
     report: Report,
     starters: dict[str, str] | None = None,
+    as_of: str = "",
 ) -> dict[str, list[Emitted]]:
     """The events of every command stream, by command id.
 
     ``starters`` maps a command id to the event id of the control request that started it, when known.
+    ``as_of`` is the source's last write: a command loopd still shows running past its deadline by then
+    had lost its host's timer, and ends ``missing`` with end reason ``timeout``, as loopd's reconciler says.
     """
     snaps = {cmd.id: cmd for cmd in commands}
     started = {ln.command_id: ln for ln in lines if ln.type == "command.started" and ln.command_id}
@@ -124,18 +128,66 @@ def build_commands(
     )
     for b in builders.values():
         _reconcile(b, [a for a in awaits if a.command_id == b.id])
+        _deadline(b, as_of)
     return {cid: b.items for cid, b in builders.items()}
 
 
-def needs_reconcile(commands: list[RefCommand]) -> tuple[str, ...]:
-    """Commands the snapshot shows running: their process belongs to a loopd host, not to this log."""
-    return tuple(cmd.id for cmd in commands if cmd.status == "running")
+def needs_reconcile(commands: list[RefCommand], built: dict[str, list[Emitted]]) -> tuple[str, ...]:
+    """Commands the snapshot shows running and the import did not end: their process is a loopd host's."""
+    return tuple(
+        cmd.id
+        for cmd in commands
+        if cmd.status == "running"
+        and not any(isinstance(item.payload, c.CommandExited) for item in built.get(cmd.id, ()))
+    )
+
+
+def past(deadline: str | None, as_of: str) -> bool:
+    """True when ``deadline`` is at or before ``as_of`` (False when either is missing or unreadable)."""
+    if not deadline or not as_of:
+        return False
+    try:
+        return parse_rfc3339(deadline) <= parse_rfc3339(as_of)
+    except ValueError:
+        return False
+
+
+def _deadline(b: _Cmd, as_of: str) -> None:
+    snap, s = b.snap, b.state
+    if snap is None or s is None or not s.running or not past(snap.deadline_at, as_of):
+        return
+    b.emit(
+        c.CommandExited(
+            command_id=b.id,
+            status="missing",
+            end_reason="timeout",
+            last_error=(
+                f"Host restarted or handle lost — no live execution found (timeoutSeconds="
+                f"{snap.timeout_seconds}s deadline {snap.deadline_at} already passed; treated as missing, "
+                "timeout elapsed). Output log retained; remove to clean up."
+            ),
+            output_bytes=snap.output_bytes,
+            stream_bytes=snap.stream_bytes,
+            truncated=snap.truncated,
+            ended_at=snap.deadline_at or "",
+        ),
+        "state:command.deadlineAt",
+        at=snap.deadline_at or "",
+        at_from="state:command.deadlineAt",
+        cause=0,
+    )
+    for waiting in s.awaits:
+        b.emit(
+            c.AwaitFired(goal_id=waiting.goal_id, command_id=b.id, status="missing", until=waiting.until),
+            "state:command.deadlineAt",
+            cause=b.requests.get(waiting.goal_id),
+        )
 
 
 def _start(b: _Cmd, line: LedgerLine | None, where: Path, starter: str | None) -> None:
     snap = b.snap
     kw: Sourced = (
-        from_line(line)
+        exact(line, snap.created_at if snap else None, "state:command.createdAt")
         if line is not None
         else {
             "source": "state:command",
@@ -234,6 +286,7 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
         if snap is not None and snap.status == "running":
             b.skip(line, "state.json has the command running (state.json wins)")
             return
+        kw = exact(line, snap.ended_at if snap is not None else None, "state:command.endedAt")
         b.emit(_exited(b.id, snap, f.exit_code, line.timestamp), cause=0, **kw)
     elif t == "command.await-requested":
         snap_await = b.awaits.get(f.goal_id or "")  # the snapshot's record of it has the owner and case flag
@@ -244,6 +297,7 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
                 until=f.until,
                 ignore_case=bool(snap_await.ignore_case) if snap_await else False,
                 owner_session_id=snap_await.owner_session_id if snap_await else None,
+                at=_await_time(snap_await, line.timestamp),
             ),
             cause=0,
             **kw,
@@ -280,6 +334,18 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
         b.skip(line, f"type {t!r} is not one this import knows")
 
 
+def _await_time(snap: RefAwait | None, logged: str) -> str:
+    """The request time: the snapshot's ``createdAt`` when that await is this line's (written within a
+    second before it), else the line's own time."""
+    if snap is None or not snap.created_at:
+        return logged
+    try:
+        gap = (parse_rfc3339(logged) - parse_rfc3339(snap.created_at)).total_seconds()
+    except ValueError:
+        return logged
+    return snap.created_at if 0 <= gap <= 1 else logged
+
+
 def _exited(command_id: str, snap: RefCommand | None, exit_code: int | None, at: str) -> c.CommandExited:
     if snap is None or snap.status == "running":
         return c.CommandExited(
@@ -299,7 +365,7 @@ def _exited(command_id: str, snap: RefCommand | None, exit_code: int | None, at:
         output_bytes=snap.output_bytes,
         stream_bytes=snap.stream_bytes,
         truncated=snap.truncated,
-        ended_at=at or snap.ended_at or "",
+        ended_at=snap.ended_at or at,  # the state's value: the ledger line is written after it
         owner_notified_at=snap.owner_notified_at,
     )
 
@@ -322,6 +388,7 @@ def _reconcile(b: _Cmd, awaits: list[RefAwait]) -> None:
                         until=a.until,
                         ignore_case=bool(a.ignore_case),
                         owner_session_id=a.owner_session_id,
+                        at=a.created_at,
                     ),
                     "state:commandAwaits",
                     at=a.created_at,

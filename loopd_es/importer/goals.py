@@ -27,8 +27,8 @@ import msgspec
 from ..events import goal as g
 from ..events import run as r
 from ..events.envelope import parse_rfc3339
-from ..events.imported import GoalRuntimeImported, VerificationAttempt
-from .builder import Emitted, GoalBuilder, Report, Sourced, from_line, start_run
+from ..events.imported import CheckResult, GoalRuntimeImported, VerificationAttempt
+from .builder import Emitted, GoalBuilder, Report, Sourced, exact, from_line, start_run
 from .corrections import budget_event, correct
 from .source import (
     LBlocked,
@@ -119,9 +119,10 @@ def _build(data: GoalInput, report: Report, gen_offset: int) -> GoalBuilder:
 
 
 def _runtime(b: GoalBuilder, rt: RefRuntime, ledger_runs: int) -> GoalRuntimeImported:
-    attempts = rt.recent_verification_attempts or (
-        [rt.last_verification_attempt] if rt.last_verification_attempt else []
-    )
+    attempts = list(rt.recent_verification_attempts)
+    last = rt.last_verification_attempt
+    if last is not None and all(a.id != last.id for a in attempts):
+        attempts.append(last)  # loopd keeps the last one apart; it is the newest
     return GoalRuntimeImported(
         goal_id=b.goal_id,
         run_count=rt.run_count,
@@ -147,13 +148,25 @@ def _runtime(b: GoalBuilder, rt: RefRuntime, ledger_runs: int) -> GoalRuntimeImp
                 status=a.status,
                 started_at=a.started_at,
                 completed_at=a.completed_at,
-                failed_checks=tuple(
-                    str(c.get("command", "")) for c in a.checks if c.get("exitCode") not in (0, None)
+                failed_checks=tuple(c.command for c in a.checks if c.exit_code not in (0, None)),
+                claimed_summary=a.claimed_summary,
+                claimed_evidence=a.claimed_evidence,
+                cwd=a.cwd,
+                checks=tuple(
+                    CheckResult(command=c.command, exit_code=c.exit_code, stderr=c.stderr, stdout=c.stdout)
+                    for c in a.checks
                 ),
             )
             for a in attempts
         ),
         ledger_runs=ledger_runs,
+        turn_started_at=rt.turn_started_at,
+        last_error=rt.last_error,
+        progress_during_turn=rt.progress_during_turn,
+        turn_tokens_used=rt.turn_tokens_used,
+        force_finish_requested=rt.force_finish_requested,
+        stuck_notified_run_id=rt.stuck_notified_run_id,
+        worker_aborted_at=rt.worker_aborted_at,
     )
 
 
@@ -184,7 +197,7 @@ def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
     if line is not None:
         fields = typed(line, LGoalCreated, data.ledger_path)
         name, objective, owner = fields.name, fields.objective, fields.owner_session_id
-        where = from_line(line)
+        where = exact(line, at, "state:goal.createdAt")
     b.emit(
         g.GoalCreated(
             goal_id=b.goal_id,
@@ -248,6 +261,8 @@ def _config(snap: RefGoal, lines: tuple[LedgerLine, ...]) -> g.GoalConfig:
         timeout_ms=c.timeout_ms,
         progress_file=c.progress_file,
         artifact_dir=c.artifact_dir,
+        prompt_file=c.prompt_file,
+        include_files=tuple(c.include_files or ()),
     )
 
 
@@ -303,16 +318,26 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         b.emit(ev, cause=cause, line=line, **kw)
     elif t == "goal.progress":
         p = typed(line, LProgress, where)
+        lp = data.goal.last_progress if data.goal is not None else None
+        if lp is not None and line is _last(data, t) and (lp.summary, lp.next) == (p.summary, p.next):
+            kw = exact(line, lp.at, "state:goal.lastProgress.at")
         b.emit(
-            g.GoalProgressReported(goal_id=gid, summary=p.summary, next=p.next, at=ts),
+            g.GoalProgressReported(goal_id=gid, summary=p.summary, next=p.next, at=kw.get("at") or ts),
             cause=run,
             line=line,
             **kw,
         )
     elif t == "goal.completed":
         c = typed(line, LCompleted, where)
+        ev_ = data.goal.completion_evidence if data.goal is not None else None
+        if (
+            ev_ is not None
+            and line is _last(data, t)
+            and (ev_.summary, ev_.evidence) == (c.summary, c.evidence)
+        ):
+            kw = exact(line, ev_.at, "state:goal.completionEvidence.at")
         b.emit(
-            g.GoalCompleted(goal_id=gid, summary=c.summary, evidence=c.evidence, at=ts),
+            g.GoalCompleted(goal_id=gid, summary=c.summary, evidence=c.evidence, at=kw.get("at") or ts),
             cause=run,
             line=line,
             **kw,
@@ -320,25 +345,31 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
     elif t == "goal.blocked":
         bl = typed(line, LBlocked, where)
         reason, needed, kind = bl.reason, bl.needed, None
-        last_blocked = [ln for ln in data.lines if ln.type == "goal.blocked"][-1]
         snap = data.goal
         if (
-            line is last_blocked
+            line is _last(data, t)
             and snap is not None
             and snap.status == "blocked"
             and snap.blocker is not None
         ):
             # the ledger text of some blocks differs from the persisted blocker (§4.1); the state is authoritative
             reason, needed, kind = snap.blocker.reason, snap.blocker.needed, snap.blocker.kind
+            kw = exact(line, snap.blocker.at, "state:goal.blocker.at")
         cause = b.last_failure if s.consecutive_failures else run
         b.emit(
-            g.GoalBlocked(goal_id=gid, reason=reason, needed=needed, kind=kind, at=ts),
+            g.GoalBlocked(goal_id=gid, reason=reason, needed=needed, kind=kind, at=kw.get("at") or ts),
             cause=cause,
             line=line,
             **kw,
         )
     elif t == "goal.cleared":
-        b.emit(g.GoalCleared(goal_id=gid), line=line, **kw)
+        if data.goal is not None:
+            # loopd's unlocked writers can write a stale copy back after a clear (§8.2-1): state.json wins
+            b.report.skip(
+                f"goal {gid}", line, "state.json has the goal again after this clear (state.json wins)"
+            )
+        else:
+            b.emit(g.GoalCleared(goal_id=gid), line=line, **kw)
     elif t == "goal.completion_rejected":
         rej = typed(line, LRejected, where)
         limit = s.config.max_evaluator_rejections or DEFAULT_MAX_REJECTIONS
@@ -443,6 +474,11 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
     else:
         b.report.skip(f"goal {gid}", line, f"type {t!r} is not one this import knows")
     return free_next
+
+
+def _last(data: GoalInput, type_: str) -> LedgerLine | None:
+    """The goal's last ledger line of ``type_`` (the one the snapshot's value came from, when they agree)."""
+    return next((ln for ln in reversed(data.lines) if ln.type == type_), None)
 
 
 def _link_turn(b: GoalBuilder, index: int) -> None:

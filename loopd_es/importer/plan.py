@@ -18,10 +18,11 @@ import msgspec
 
 from ..errors import ConflictError, LoopdError, StorageError
 from ..events.catalogue import new_event
-from ..events.envelope import NO_STREAM
+from ..events.envelope import NO_STREAM, parse_rfc3339
 from ..events.imported import (
     CONTROL_PREFIX,
     STREAM_PREFIX,
+    DroppedField,
     ImportCompleted,
     ImportedEvent,
     ImportedStream,
@@ -35,6 +36,7 @@ from .builder import Emitted, Report
 from .check import differences
 from .commands import build_commands, needs_reconcile
 from .controls import build_controls, command_starters
+from .fields import dropped_fields
 from .goals import Control, GoalInput, build_goal
 from .source import LOOPD_DIR, ImportSourceError, LedgerLine, load_ledger, load_state
 
@@ -79,6 +81,9 @@ class ImportPlan(msgspec.Struct, frozen=True, kw_only=True):
     torn_line: int | None
     skipped: tuple[SkippedLine, ...] = ()
     needs_reconcile: tuple[str, ...] = ()
+    source_version: int = 0
+    migrated_version: int = 0
+    dropped_fields: tuple[DroppedField, ...] = ()
 
     @property
     def event_count(self) -> int:
@@ -157,27 +162,36 @@ def build_plan(directory: Path) -> ImportPlan:
             mapped.append((f"goal-{goal_id}", items))
     starters = command_starters(state.command_ledger, command_lines, control_ids)
     commands = build_commands(
-        state.commands, state.command_awaits, command_lines, ledger.path, report, starters
+        state.commands,
+        state.command_awaits,
+        command_lines,
+        ledger.path,
+        report,
+        starters,
+        as_of=_written(loaded, ledger),
     )
     mapped.extend((f"command-{cid}", items) for cid, items in commands.items() if items)
     mapped.extend((f"{CONTROL_PREFIX}{rid}", items) for rid, items in controls.items())
-    reconcile = needs_reconcile(state.commands)
+    reconcile = needs_reconcile(state.commands, commands)
     skipped = list(report.skipped)
     if ledger.torn_line is not None:
-        report.warnings.insert(
-            0, f"{ledger.path} line {ledger.torn_line} is an incomplete write (no newline, not JSON); skipped"
+        torn = (
+            f"an incomplete write at byte {ledger.torn_offset} (no newline, not JSON); the ledger's "
+            f"complete part is its first {ledger.torn_offset} bytes"
         )
-        skipped.append(
-            SkippedLine(line=ledger.torn_line, type="", reason="an incomplete write (no newline, not JSON)")
-        )
+        report.warnings.insert(0, f"{ledger.path} line {ledger.torn_line} is {torn}; skipped")
+        skipped.append(SkippedLine(line=ledger.torn_line, type="", reason=torn, offset=ledger.torn_offset))
     skipped.sort(key=lambda k: k.line)
     warnings = report.warnings
+    ended = {cmd.id for cmd in state.commands if cmd.status == "running"} - set(reconcile)
+    dropped = dropped_fields(loaded.document, frozenset(ended))
 
     stream = f"{STREAM_PREFIX}{import_id}"
     started_payload = ImportStarted(
         import_id=import_id,
         directory=str(directory.resolve()),
         state_version=loaded.source_version,
+        migrated_version=state.version,
         state_revision=state.revision,
         state_sha256=loaded.sha256,
         ledger_lines=ledger.count,
@@ -204,6 +218,7 @@ def build_plan(directory: Path) -> ImportPlan:
         warnings=tuple(warnings),
         skipped=tuple(skipped),
         needs_reconcile=reconcile,
+        dropped_fields=dropped,
     )
     completed = new_event(
         completed_payload,
@@ -224,7 +239,33 @@ def build_plan(directory: Path) -> ImportPlan:
         torn_line=ledger.torn_line,
         skipped=tuple(skipped),
         needs_reconcile=reconcile,
+        source_version=loaded.source_version,
+        migrated_version=state.version,
+        dropped_fields=dropped,
     )
+
+
+def _written(loaded: LoadedState, ledger: LoadedLedger) -> str:
+    """The source's last write: its latest record ``updatedAt`` or ledger timestamp (``""`` if none).
+
+    Compared as instants, so mixed offsets and precisions order correctly.
+    """
+    st = loaded.state
+    times = [
+        *(g.updated_at for g in st.goals),
+        *(r.updated_at for r in st.runtimes),
+        *(c.updated_at for c in st.commands),
+        *(ln.timestamp for ln in ledger.lines),
+    ]
+    best, best_at = "", None
+    for t in times:
+        try:
+            at = parse_rfc3339(t)
+        except ValueError:
+            continue
+        if best_at is None or at > best_at:
+            best, best_at = t, at
+    return best
 
 
 def _check_ids(loaded: LoadedState, ledger: LoadedLedger) -> None:

@@ -50,6 +50,8 @@ class RefSchedule(_R, frozen=True):
 
 
 class RefConfig(_R, frozen=True):
+    prompt_file: str | None = None
+    include_files: list[str] | None = None
     progress_file: str | None = None
     checks: list[str] | None = None
     check_cwd: str | None = None
@@ -161,14 +163,24 @@ class RefGoal(_R, frozen=True):
     updated_at: str = ""
 
 
+class RefCheck(_R, frozen=True):
+    command: str = ""
+    exit_code: int | None = None
+    stderr: str | None = None
+    stdout: str | None = None
+
+
 class RefAttempt(_R, frozen=True):
     id: str
     status: Literal["running", "passed", "failed"]
-    checks: list[dict[str, Any]] = []
+    checks: list[RefCheck] = []
     sequence: int = 0
     run_generation: int = 0
     started_at: str = ""
     completed_at: str | None = None
+    claimed_summary: str = ""
+    claimed_evidence: str = ""
+    cwd: str | None = None
 
 
 class RefRuntime(_R, frozen=True):
@@ -200,6 +212,11 @@ class RefRuntime(_R, frozen=True):
     last_parent_notified_at: str | None = None
     last_parent_notified_for: str | None = None
     last_worker_status: str | None = None
+    progress_during_turn: bool | None = None
+    turn_tokens_used: int | None = None
+    force_finish_requested: bool | None = None
+    stuck_notified_run_id: str | None = _f("stuckNotifiedRunID", None)
+    worker_aborted_at: str | None = None
     updated_at: str = ""
 
 
@@ -229,6 +246,8 @@ class RefCommand(_R, frozen=True):
     owner_session_id: str = _f("ownerSessionID", "")
     goal_id: str | None = _f("goalID", None)
     notify_on_exit: bool | None = None
+    notify_successful_exit: bool | None = None
+    pid: int | None = None
     status: Status = "running"
     exit_code: int | None = None
     signal: str | None = None
@@ -280,6 +299,8 @@ class LoadedState(msgspec.Struct, frozen=True, kw_only=True):
     state: RefState
     source_version: int
     sha256: str
+    document: dict[str, Any] = {}
+    """The file as read, before the upgrade: what the import report accounts for, key by key."""
 
 
 def load_state(path: Path) -> LoadedState:
@@ -319,7 +340,13 @@ def load_state(path: Path) -> LoadedState:
         state = msgspec.convert(upgraded, RefState)
     except msgspec.ValidationError as e:
         raise ImportSourceError(path, f"wrong shape: {e}") from None
-    return LoadedState(path=path, state=state, source_version=version, sha256=hashlib.sha256(raw).hexdigest())
+    return LoadedState(
+        path=path,
+        state=state,
+        source_version=version,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        document=doc,
+    )
 
 
 def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
@@ -357,7 +384,7 @@ def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
     if version < 6:
         for goal in goals:
             config = goal.get("config")
-            if isinstance(config, dict) and "schedule" in config and not _valid_schedule(config["schedule"]):
+            if isinstance(config, dict) and "schedule" in config and not valid_schedule(config["schedule"]):
                 del config["schedule"]
         for rt in runtimes:
             if not isinstance(rt.get("scheduleRunCount"), int | float) or isinstance(
@@ -372,7 +399,7 @@ def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def _valid_schedule(value: Any) -> bool:
+def valid_schedule(value: Any) -> bool:
     if not isinstance(value, dict):
         return False
     every = value.get("everyMs")
@@ -409,6 +436,8 @@ class LoadedLedger(msgspec.Struct, frozen=True, kw_only=True):
     count: int
     sha256: str
     torn_line: int | None = None
+    torn_offset: int | None = None
+    """Byte offset of the torn line: the ledger's complete part is the bytes before it."""
 
 
 def load_ledger(path: Path) -> LoadedLedger:
@@ -428,8 +457,11 @@ def load_ledger(path: Path) -> LoadedLedger:
         raise ImportSourceError(path, f"cannot read it ({e.strerror or e})") from None
     chunks = raw.split(b"\n")
     torn: int | None = None
+    torn_offset: int | None = None
     result: list[LedgerLine] = []
+    offset = 0
     for number, chunk in enumerate(chunks, start=1):
+        start, offset = offset, offset + len(chunk) + 1
         if not chunk.strip():
             continue
         last = number == len(chunks)  # no newline after it: the writer may have died mid-line
@@ -437,7 +469,7 @@ def load_ledger(path: Path) -> LoadedLedger:
             obj = msgspec.json.decode(chunk)
         except msgspec.DecodeError as e:
             if last:
-                torn = number
+                torn, torn_offset = number, start
                 continue
             raise ImportSourceError(path, f"line {number} is not valid JSON ({e})") from None
         if not isinstance(obj, dict):
@@ -459,7 +491,12 @@ def load_ledger(path: Path) -> LoadedLedger:
         )
     count = len(chunks) - (1 if chunks and not chunks[-1] else 0)
     return LoadedLedger(
-        path=path, lines=tuple(result), count=count, sha256=hashlib.sha256(raw).hexdigest(), torn_line=torn
+        path=path,
+        lines=tuple(result),
+        count=count,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        torn_line=torn,
+        torn_offset=torn_offset,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -52,7 +53,9 @@ def test_import_replay_and_reimport(url: str, capsys: pytest.CaptureFixture[str]
     assert code == 0, err
     assert "imported" in out and "7 goal(s), 4 command(s)" in out and err == ""
     assert "1 ledger line(s) not imported:\n  line 35 (command.exited): command " in out
-    assert "need reconciliation (`loopd-es import-loopd --reconcile DIR`" in out
+    # the dev server's deadline (2026-11-20 10:34) passed after loopd's last write, long before today
+    assert "settled 1 command(s) loopd had running: c2222222-aaaa-4bbb-8ccc-000000000002" in out
+    assert "need reconciliation" not in out
     head = _head(url)
     assert head > 0
 
@@ -157,33 +160,51 @@ def test_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert not (tmp_path / "dry.db").exists()
 
 
-def test_reconcile_settles_what_loopd_had_running_and_fires_the_await_once(
+def test_deadlines_end_in_timeout_and_reconcile_settles_the_rest_missing(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The ci-watch command was running in loopd (its deadline has passed): timeout, and one await.fired."""
-    ci_watch, flaky = "9c4d2e1f-3a5b-4c6d-8e7f-0000000000e2", "5e1f0a3c-7b2d-4c8e-9f10-0000000000c3"
-    project = str(PROJECTS / "busy_day")
+    """A command loopd showed running past its deadline ends ``timeout``; ``--reconcile`` settles the others
+    ``missing`` and fires their awaits once, to the session that asked."""
+    tail, slow = "e2000000-0000-4000-8000-0000000000e2", "e2000000-0000-4000-8000-0000000000e3"
+    bench = "e1000000-0000-4000-8000-0000000000d4"
+    project = str(PROJECTS / "every_field")
     code, out, err = _run(capsys, "--store", url, "import-loopd", project)
     assert code == 0, err
     assert (
-        f"need reconciliation (`loopd-es import-loopd --reconcile DIR` or `loopd-es cmd reconcile`): {ci_watch}"
+        f"need reconciliation (`loopd-es import-loopd --reconcile DIR` or `loopd-es cmd reconcile`): {tail}"
         in out
     )
-    assert "5 ledger line(s) not imported:" in out and "  line 50 (run.recovered): goal " in out
-
-    async def stream() -> list[tuple[str, dict[str, object]]]:
-        async with await open_store(url) as store:
-            return [(env.type, env.data_dict()) async for env in store.read_stream(f"command-{ci_watch}")]
-
-    assert [t for t, _ in anyio.run(stream)][-1] == "command.watch-matched"  # imported as running
+    states = _replay(capsys, url)
+    timed_out = states[f"command-{slow}"]  # deadline 11:03, loopd last wrote at 11:06
+    assert (timed_out["status"], timed_out["end_reason"], timed_out["ended_at"]) == (
+        "missing",
+        "timeout",
+        "2026-11-26T11:03:00.000Z",
+    )
+    waiting = states[f"command-{tail}"]
+    assert waiting["status"] == "running"
+    assert [(a["goal_id"], a["owner_session_id"], a["requested_at"]) for a in waiting["awaits"]] == [
+        (bench, "ses_w_running", "2026-11-26T11:02:10.000Z")
+    ]
     for _ in range(2):  # a second run finds it settled: nothing more
         code, out, err = _run(capsys, "--store", url, "import-loopd", "--reconcile", project)
         assert code == 0, err
-        assert (
-            f"settled 1 command(s) loopd had running: {ci_watch}" in out and "need reconciliation" not in out
-        )
-    events = anyio.run(stream)
-    exited = [d for t, d in events if t == "command.exited"]
-    fired = [d for t, d in events if t == "command.await-fired"]
-    assert [(d["status"], d["end_reason"]) for d in exited] == [("missing", "timeout")]
-    assert [d["goal_id"] for d in fired] == [flaky]
+        assert f"settled 1 command(s) loopd had running: {tail}" in out and "need reconciliation" not in out
+    settled = _replay(capsys, url)[f"command-{tail}"]
+    assert (settled["status"], settled["end_reason"], settled["awaits"]) == ("missing", "missing", [])
+    assert [(a["owner_session_id"], a["outcome"]) for a in settled["past_awaits"]] == [
+        ("ses_w_running", "command.await-fired")
+    ]
+
+    async def stream() -> list[str]:
+        async with await open_store(url) as store:
+            return [env.type async for env in store.read_stream(f"command-{tail}")]
+
+    assert anyio.run(stream).count("command.await-fired") == 1
+
+
+def _replay(capsys: pytest.CaptureFixture[str], url: str) -> dict[str, dict[str, Any]]:
+    code, out, err = _run(capsys, "--store", url, "replay", "--json")
+    assert code == 0, err
+    states: dict[str, dict[str, Any]] = json.loads(out)
+    return states

@@ -135,11 +135,11 @@ def test_an_imported_goal_is_drawn_over_its_day_with_synthesised_events_marked(t
     assert facts is not None, dom[:500]
     got = dict(re.findall(r'data-([a-z]+)="([^"]*)"', facts.group(0)))
     assert got["ready"] == "1" and got["status"] == "budget_limited"
-    assert got["span"] == "09:05:11.004-15:45:10.000"
+    assert got["span"] == "09:05:10.000-15:45:10.000"  # from state.json's createdAt
     # from state.json: the worker, usage and runtime records, and 3 control requests (cmd_start, pause,
     # resume: requested + completed each); every ledger line is drawn solid
     assert int(got["synthesised"]) == 3 + 3 * 2
-    assert "09:05:11.004 → 15:45:10.000 UTC" in dom
+    assert "09:05:10.000 → 15:45:10.000 UTC" in dom
     details = dom[dom.index('id="details"') :]
     assert "2026-11-24T15:45:10.000Z" in details and "imported from ledger line 58" in details
     assert "import.started on import-" in details  # its cause: the import, where the source's causes end

@@ -191,12 +191,12 @@ def test_ledger_facts_and_timestamps_reach_the_payloads(plan: ImportPlan) -> Non
     batch = next(b for b in plan.batches if b.stream == f"goal-{LIMIT}")
     by_source = {src: e for e, src in zip(batch.events, batch.sources, strict=True)}
     created = json.loads(by_source["ledger:19"].data_bytes())
-    assert created["at"] == "2026-11-20T10:10:00.000Z"
+    assert created["at"] == "2026-11-20T10:00:00.000Z"  # state.json's createdAt: loopd writes the line later
     blocked = json.loads(by_source["ledger:23"].data_bytes())
-    assert (blocked["at"], blocked["kind"]) == ("2026-11-20T10:14:01.000Z", "provider-limit")
+    assert (blocked["at"], blocked["kind"]) == ("2026-11-20T10:14:00.000Z", "provider-limit")  # blocker.at
     assert (created["occurred_at"], created["imported"]) == (
-        "2026-11-20T10:10:00.000Z",
-        {"source": "ledger:19", "time_from": "ledger:19"},
+        "2026-11-20T10:00:00.000Z",
+        {"source": "ledger:19", "time_from": "state:goal.createdAt"},
     )
     # turns 2 and 4 have no run.started line: their count comes from state.json, no run is made up for them
     assert not any("runCount" in src for src in by_source)
@@ -433,8 +433,10 @@ def test_every_imported_event_carries_the_time_the_source_gives(day: ImportPlan)
             data = json.loads(event.data_bytes())
             source, time_from = data["imported"]["source"], data["imported"]["time_from"]
             assert data["occurred_at"].startswith("2026-11-24T"), (batch.stream, event.type, data)
-            if source.startswith("ledger:"):  # the line's own timestamp
-                assert data["occurred_at"] == ledger[int(source[7:]) - 1]["timestamp"] and time_from == source
+            if source.startswith("ledger:") and time_from == source:  # the line's own timestamp
+                assert data["occurred_at"] == ledger[int(source[7:]) - 1]["timestamp"]
+            elif source.startswith("ledger:"):  # the state's exact time of the fact the line reports
+                assert time_from.startswith("state:goal.") or time_from.startswith("state:command."), data
             else:
                 assert source.startswith("state:") and time_from, (event.type, data)
     storage = {p["type"]: p for p in _payloads(day, f"goal-{STORAGE}")}
@@ -450,7 +452,7 @@ def test_every_imported_event_carries_the_time_the_source_gives(day: ImportPlan)
     flaky = _payloads(day, f"goal-{FLAKY}")
     worker = next(p for p in flaky if p["type"] == "goal.worker_assigned")
     assert (worker["occurred_at"], worker["imported"]["source"]) == (
-        "2026-11-24T10:12:00.000Z",
+        "2026-11-24T10:11:59.000Z",  # at the goal's creation (state.json's createdAt)
         "state:goal.workerSessionID",
     )
 
@@ -563,9 +565,15 @@ def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> No
     assert unit["command.started"]["owner_session_id"] == "ses_owner_day"  # its command tools still reach it
     ci = {p["type"]: p for p in _payloads(day, f"command-{CI_WATCH}")}
     assert ci["command.await-requested"]["owner_session_id"] == "ses_w_flaky"
-    assert day.needs_reconcile == (CI_WATCH,)
-    assert json.loads(day.completed.data_bytes())["needs_reconcile"] == [CI_WATCH]
-    assert _fold_command(day, CI_WATCH).running
+    assert day.needs_reconcile == ()  # its deadline (15:02) passed before loopd's last write (15:45:10)
+    ci_state = _fold_command(day, CI_WATCH)
+    assert (ci_state.status, ci_state.end_reason, ci_state.ended_at) == (
+        "missing",
+        "timeout",
+        "2026-11-24T15:02:00.000Z",
+    )
+    assert ci_state.awaits == () and ci["command.await-fired"]["status"] == "missing"
+    assert ci["command.await-requested"]["at"] == "2026-11-24T14:03:00.000Z"  # commandAwaits[].createdAt
 
 
 def test_control_lines_of_the_ledger_are_requests_and_outcomes_too(tmp_path: Path) -> None:

@@ -64,6 +64,12 @@ class FakeOpenCode:
             return httpx.Response(404, json={"name": "NotFoundError"})
         if len(parts) == 2:
             return httpx.Response(200, json={"id": sid, "agent": "build"})
+        if parts[2] == "message" and len(parts) == 4:  # one message by id, as OpenCode 1.18 answers it
+            found = [r for r in self.sessions[sid] if r["info"]["id"] == parts[3]]
+            if not found:
+                return httpx.Response(404, json={"name": "NotFoundError", "data": {
+                    "message": f"Message not found: {parts[3]}"}})  # fmt: skip
+            return httpx.Response(200, json=found[0])
         if parts[2] == "message":
             rows = self.sessions[sid]
             return httpx.Response(200, json=rows[-int(limit or 100) :])
@@ -180,9 +186,10 @@ async def test_an_unfenced_caller_still_looks_for_its_prompt_id_before_sending(t
         _, sid = await t.started()
         t.fake.requests.clear()
         await t.hear(t.fake.answer(sid))
+        prompt_id = t.fake.sessions[sid][-1]["info"]["id"]
         assert t.fake.requests == [
             f"GET /session/{sid}/message?limit=50",
-            f"GET /session/{sid}/message?limit=20",  # the prompt id's look-up: no lease fences this caller
+            f"GET /session/{sid}/message/{prompt_id}",  # the prompt id's look-up, by id: no lease fences this caller
             f"POST /session/{sid}/prompt_async",
         ]
 

@@ -120,7 +120,16 @@ def test_goal_show_by_prefix(log: Path, capsys: pytest.CaptureFixture[str]) -> N
         assert expected in out
     code, out, _ = _run(capsys, "goal", "show", A, "--json")
     doc = json.loads(out)
-    assert sorted(doc) == ["awaits", "commands", "fallback", "goal", "provider_limits", "runs", "switches"]
+    assert sorted(doc) == [
+        "awaits",
+        "commands",
+        "fallback",
+        "goal",
+        "kept",
+        "provider_limits",
+        "runs",
+        "switches",
+    ]
     assert [r["run_id"] for r in doc["runs"]] == ["r1", "r2", "r3", "r4", "r5", "r6"]
     assert [c["command_id"] for c in doc["commands"]] == ["c1"] and doc["fallback"]["attempted"][
         -1
