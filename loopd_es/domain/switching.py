@@ -316,8 +316,8 @@ def _fallback_turn(
 ) -> list[Event]:
     """The observation plus the end of the running turn when a fallback is ready for the next; else nothing."""
     prepared = next((e for e in observed if isinstance(e, i.FallbackPrepared)), None)
-    running = state.status == "active" and state.phase == "running" and state.active_run_id is not None
-    if prepared is None or not running or state.active_run_id is None:
+    run_id = state.active_run_id
+    if prepared is None or state.status != "active" or state.phase != "running" or run_id is None:
         return []
     if stale_run(cmd.run_id, cmd.generation, state):
         return []
@@ -327,7 +327,7 @@ def _fallback_turn(
         *observed,
         r.RunFellBack(
             goal_id=state.goal_id,
-            run_id=state.active_run_id,
+            run_id=run_id,
             kind=limit.kind,
             to_model=prepared.model,
             from_model=state.config.model,

@@ -187,11 +187,14 @@ async def test_an_unfenced_caller_still_looks_for_its_prompt_id_before_sending(t
         t.fake.requests.clear()
         await t.hear(t.fake.answer(sid))
         prompt_id = t.fake.sessions[sid][-1]["info"]["id"]
-        assert t.fake.requests == [
-            f"GET /session/{sid}/message?limit=50",
-            f"GET /session/{sid}/message/{prompt_id}",  # the prompt id's look-up, by id: no lease fences this caller
-            f"POST /session/{sid}/prompt_async",
-        ]
+        assert (
+            t.fake.requests
+            == [
+                f"GET /session/{sid}/message?limit=50",
+                f"GET /session/{sid}/message/{prompt_id}",  # the prompt id's look-up, by id: no lease fences this caller
+                f"POST /session/{sid}/prompt_async",
+            ]
+        )
 
 
 async def test_the_status_comes_from_the_stream_and_a_prompt_makes_it_polled_again(tmp_path: Path) -> None:
