@@ -21,7 +21,16 @@ from .events.envelope import NewEvent as NewEvent
 from .log import LogStore as LogStore
 from .log import open_store as open_store
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str) -> str:
+    """``__version__``, from the installed package's metadata (:mod:`loopd_es.version`), looked up on first
+    use rather than on every import: the CLI's start-up time matters."""
+    if name == "__version__":
+        from .version import version
+
+        return version()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = (
     "ANY",

@@ -83,7 +83,7 @@ class Bench:
         self.store = f"sqlite:{root / 'events.db'}"
         self.env = {**os.environ, "LOOPD_ES_STORE": self.store, "PYTHONPATH": str(ROOT)}
         subprocess.run(
-            [sys.executable, "-m", "loopd_es.cli", "opencode", "install", ".", "--port", str(free_port())],
+            [sys.executable, "-m", "loopd_es.cli", "opencode", "install", "."],
             cwd=self.project,
             env=self.env,
             check=True,

@@ -36,7 +36,13 @@ DETACH_KEY = b"\x1d"  # Ctrl-]
 
 def register(subparsers: Any) -> None:
     """Add the ``cmd`` group to the top-level parser."""
-    cmd = subparsers.add_parser("cmd", help="command sessions: long-running processes in a PTY")
+    cmd = subparsers.add_parser(
+        "cmd",
+        help="command sessions: long-running processes in a PTY",
+        description="Start a command in a pseudo-terminal and come back to it: read and search its output, "
+        "write to it, signal it, wait for a pattern or its exit. Its lifecycle is on the log; its output in a "
+        "file beside it.",
+    )
     sub = cmd.add_subparsers(dest="cmd_command", metavar="ACTION", required=True)
 
     p = sub.add_parser("start", help="start COMMAND in a PTY; prints its id and returns at once")
@@ -67,7 +73,7 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_start)
 
     p = sub.add_parser("list", help="every command: id, status, end reason, title")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help='print one JSON object: {"commands": [...]}')
     p.set_defaults(handler=_list)
 
     p = sub.add_parser("show", help="one command's full record as JSON")
@@ -86,7 +92,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--pattern", metavar="RE", help="only lines whose ANSI-stripped text matches RE")
     p.add_argument("--ignore-case", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=_read)
 
     p = sub.add_parser("write", help="type TEXT into the command's terminal (a newline is added)")
@@ -190,7 +196,7 @@ async def _list(args: argparse.Namespace) -> int:
     states = [s for s in states if not s.removed]
     paths = CommandPaths(url)
     if args.json:
-        print(json.dumps([_record(s, paths) for s in states], indent=2))
+        print(json.dumps({"commands": [_record(s, paths) for s in states]}, indent=2))
         return 0
     for s in states:
         where = "" if not s.running or paths.runs_here(s.machine) else f"  (on machine {s.machine})"

@@ -55,7 +55,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="serve the OpenCode tools at the address in FILE (default: .opencode/loopd/engine.json when it "
+        help="serve the OpenCode tools on the socket in FILE (default: .opencode/loopd/engine.json when it "
         "exists; written by `loopd-es opencode install`)",
     )
     p.add_argument(
@@ -86,15 +86,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(handler=_run)
 
-    p = sub.add_parser("notifications", help="owner notifications and whether they were delivered")
+    p = sub.add_parser(
+        "notifications",
+        help="owner notifications and whether they were delivered",
+        description="List the notifications the engine sent a goal's owner (blocked, completed, budget "
+        "stops, ...) from the read models, each with when it was delivered or that it is still pending.",
+    )
     p.add_argument("--goal", default=None, help="only this goal's (id or unique prefix)")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument("--read-db", type=Path, default=None, metavar="PATH", help="the read database")
     p.add_argument("--no-catch-up", action="store_true", help="answer from the read models as they are")
     p.set_defaults(handler=_notifications)
 
-    owner = sub.add_parser("owner", help="owner operations: nudge, send, force-complete, force-block, abort")
-    verbs = owner.add_subparsers(dest="verb", required=True, metavar="VERB")
+    owner = sub.add_parser(
+        "owner",
+        help="owner operations: nudge, send, force-complete, force-block, abort",
+        description="Act on a goal as its owner: the same operations as the owner's tools in OpenCode, "
+        "recorded as events and carried out on the worker host.",
+    )
+    verbs = owner.add_subparsers(dest="verb", required=True, metavar="ACTION")
     for name, help_ in (
         ("nudge", "re-prompt the worker with the full steering (even if it is busy)"),
         ("send", "send the worker your words as a turn of their own (queued if the goal is not active)"),
@@ -115,8 +125,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             v.add_argument("--needed")
         v.set_defaults(handler=_owner)
 
-    worker = sub.add_parser("worker", help="worker tools: get, progress, complete (runs the checks), block")
-    verbs = worker.add_subparsers(dest="verb", required=True, metavar="VERB")
+    worker = sub.add_parser(
+        "worker",
+        help="worker tools: get, progress, complete (runs the checks), block",
+        description="Call the worker's tools from a shell, as the worker session named by --session: read "
+        "its goal, report progress, claim completion (the goal's checks decide) or block the goal.",
+    )
+    verbs = worker.add_subparsers(dest="verb", required=True, metavar="ACTION")
     for name, help_ in (
         ("get", "the goal this worker session works on, as JSON"),
         ("progress", "report progress (resets the failure count)"),
@@ -138,9 +153,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         v.set_defaults(handler=_worker)
 
     sim = sub.add_parser(
-        "sim", help="make the simulated host's worker act (answer, idle, busy, fail, tool call)"
+        "sim",
+        help="make the simulated host's worker act (answer, idle, busy, fail, tool call)",
+        description="Play the worker's part on the simulated host (sim:FILE): each action appends what a real "
+        "host would report, so the engine reacts as it would to OpenCode.",
     )
-    verbs = sim.add_subparsers(dest="verb", required=True, metavar="VERB")
+    verbs = sim.add_subparsers(dest="verb", required=True, metavar="ACTION")
     for name, help_ in (
         ("reply", "answer the latest prompt with usage, then go idle"),
         ("idle", "report session.status idle and session.idle"),
@@ -226,13 +244,21 @@ _DURATION_BOUNDS: Final = {
 
 
 def _tool_api(given: Path | None) -> Path | None:
-    """The tool channel's config file: the one given (which must exist), or the installed one in this directory."""
-    if given is not None:
-        if not given.is_file():
-            raise UsageError(f"--tool-api {given}: no such file; run `loopd-es opencode install` first")
-        return given
-    default = Path(".opencode") / "loopd" / "engine.json"
-    return default if default.is_file() else None
+    """The tool channel's config file: the one given (which must exist), or the installed one in this directory.
+
+    It is read and its socket directory made ready here, so a stale or unsafe setup is one line before the
+    engine takes the lease.
+    """
+    from ..engine.tool_api import CONFIG_NAME, ToolApiConfig
+    from ..engine.tool_server import private_socket_dir
+
+    if given is not None and not given.is_file():
+        raise UsageError(f"--tool-api {given}: no such file; run `loopd-es opencode install` first")
+    default = Path(".opencode") / "loopd" / CONFIG_NAME
+    path = given if given is not None else default if default.is_file() else None
+    if path is not None:
+        private_socket_dir(Path(ToolApiConfig.load(path).socket).parent)
+    return path
 
 
 # -- notifications --------------------------------------------------------------------------------------

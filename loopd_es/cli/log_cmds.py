@@ -44,7 +44,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--correlation-id", help="the id shared by every event of one flow")
     p.set_defaults(handler=_append)
 
-    p = sub.add_parser("read", help="read events, as a table or as NDJSON envelopes")
+    p = sub.add_parser(
+        "read",
+        help="read events, as a table or as NDJSON envelopes",
+        description="Read the log in position order (or one stream in version order), as a table or, with "
+        "--json, one envelope per line exactly as stored.",
+    )
     p.add_argument("--stream", help="read only this stream (--from is then a stream version)")
     p.add_argument(
         "--from",
@@ -62,7 +67,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true", help="print envelopes as NDJSON")
     p.set_defaults(handler=_read)
 
-    p = sub.add_parser("streams", help="list the streams with their versions")
+    p = sub.add_parser(
+        "streams",
+        help="list the streams with their versions",
+        description="List every stream in the log with its current version (its number of events).",
+    )
     p.set_defaults(handler=_streams)
 
     p = sub.add_parser(
@@ -78,11 +87,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.set_defaults(handler=_verify)
 
-    p = sub.add_parser("export", help="copy the whole log into a new, empty log (another backend too)")
+    p = sub.add_parser(
+        "export",
+        help="copy the whole log into a new, empty log (another backend too)",
+        description="Copy every event, with its position, version, id and time, into the empty log at --to "
+        "(any backend). A target that already holds events is refused.",
+    )
     p.add_argument("--to", required=True, metavar="URL", help="the target, e.g. ndjson:backup.ndjson")
     p.set_defaults(handler=_export)
 
-    p = sub.add_parser("import", help="copy a whole log from URL into this (empty) log")
+    p = sub.add_parser(
+        "import",
+        help="copy a whole log from URL into this (empty) log",
+        description="Copy every event of the log at --from into this log (--store), which must be empty: "
+        "export seen from the other side.",
+    )
     p.add_argument("--from", dest="source", required=True, metavar="URL", help="the source log")
     p.set_defaults(handler=_import)
 

@@ -51,7 +51,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("words", nargs=argparse.REMAINDER, metavar="ACTION ...")
     p.set_defaults(handler=_loop)
 
-    p = subparsers.add_parser("loops", help="every /loop task: next due, last fire, missed slots, owner")
+    p = subparsers.add_parser(
+        "loops",
+        help="every /loop task: next due, last fire, missed slots, owner",
+        description="List every scheduled /loop task from the read model: its schedule and status, when it "
+        "is next due, its last fire and outcome, the slots it missed and the engine that owns it.",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--read-db", type=Path, default=None, metavar="PATH", help="the read database")
     p.add_argument("--no-catch-up", action="store_true", help="answer from the read model as it is")

@@ -12,7 +12,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Awaitable, Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
 from .options import DEFAULT_STORE as DEFAULT_STORE
@@ -25,12 +25,28 @@ Handler = Callable[[argparse.Namespace], Awaitable[int]]
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so usage errors get our one-line format and exit code 2."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _SubParsers)
+
     def error(self, message: str) -> NoReturn:
         raise _UsageExit(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
 class _UsageExit(Exception):
     pass
+
+
+class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose own ``--help`` says what they do: one given only its one-line help gets it as its
+    description too, so no ``loopd-es X --help`` opens on a bare usage line."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        text = kwargs.get("help")
+        if kwargs.get("description") is None and text:
+            kwargs["description"] = f"{text[0].upper()}{text[1:]}."
+        parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
+        return parser
 
 
 COMMAND_MODULES: dict[str, str] = {
@@ -106,9 +122,12 @@ def build_parser(command: str | None = None, *, overview: bool = False) -> argpa
     parser.add_argument(
         "--store",
         default=None,
-        help=f"the log: sqlite:PATH or ndjson:PATH (default: ${STORE_ENV} or {DEFAULT_STORE})",
+        metavar="URL",
+        help="the log: sqlite:PATH, ndjson:PATH, postgresql://USER@HOST:PORT/DB?schema=NAME or memory:NAME "
+        f"(default: ${STORE_ENV} or {DEFAULT_STORE})",
     )
     parser.add_argument("--verbose", action="store_true", help="log progress and show tracebacks of errors")
+    parser.add_argument("--version", action="store_true", help="print loopd-es's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     if overview and command not in COMMAND_MODULES and COMMAND_HELP.keys() == COMMAND_MODULES.keys():
         for name, text in COMMAND_HELP.items():  # the overview needs names and one-liners, not the modules
@@ -157,6 +176,11 @@ def main(*argv: str) -> int:
         return EXIT_USAGE
     # one notice per repair or warning: ours, not the logging module's last-resort handler as well
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="loopd-es: %(message)s")
+    if args.version:
+        from ..version import version
+
+        print(f"loopd-es {version()}")
+        return 0
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         parser.print_help(sys.stderr)

@@ -30,7 +30,8 @@ def add_host_option(parser: argparse.ArgumentParser) -> None:
         "--host",
         default=None,
         metavar="URL",
-        help=f"the worker host: sim:FILE (JSON or TOML script) (default: ${HOST_ENV} or {DEFAULT_HOST})",
+        help="the worker host: sim:FILE (a simulated host scripted in JSON or TOML) or "
+        f"opencode:http://HOST:PORT (a running `opencode serve`) (default: ${HOST_ENV} or {DEFAULT_HOST})",
     )
 
 

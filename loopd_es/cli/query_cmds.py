@@ -266,7 +266,7 @@ def _goal_identities(conn: sqlite3.Connection, text: str) -> Row:
 async def _goals(args: argparse.Namespace) -> int:
     rows = await read_models(args, lambda c: _list_goals(c, args.status, args.owner, args.all))
     if args.json:
-        return _json(rows)
+        return _json({"goals": rows})
     if not rows:
         _say("no goals" + (" match" if args.status or args.owner else ""))
         return EXIT_OK
@@ -308,7 +308,7 @@ async def _commands(args: argparse.Namespace) -> int:
         args, lambda c: _rows(c, f"SELECT * FROM commands{where} ORDER BY started_at, command_id")
     )
     if args.json:
-        return _json(rows)
+        return _json({"commands": rows})
     if not rows:
         _say("no commands")
         return EXIT_OK

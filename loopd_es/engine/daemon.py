@@ -9,6 +9,7 @@ catches up with the log and runs due timers; a task of its own renews the lease 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -86,24 +87,44 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
                 raise UsageError(f"host {options.host_url} has no event stream; `loopd-es run` needs one")
             outage = Outage(say)
             lease = Lease(store, options.holder, clock, ttl_ms=options.lease_ms)
-            while not stop.is_set():
-                try:
-                    if options.shared:
-                        await _run_shared(store, host, lease, options, clock, stop, say, outage)
-                    else:
-                        if not await _stand_by(lease, clock, stop, say, outage):
-                            break
-                        await _serve_exclusive(store, host, lease, options, clock, stop, say, outage)
-                except* LeaseLostError as group:
-                    say(f"lost the engine lease ({group.exceptions[0]}); standing by")
-                except* TRANSIENT as group:
-                    outage.failed(group.exceptions[0])
-                    with anyio.move_on_after(outage.backoff()):
-                        await stop.wait()
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await lease.release()
+            async with anyio.create_task_group() as tools:
+                if options.tool_api is not None:  # a standby answers too: a call during a takeover is served
+                    await tools.start(_tools, options, store, host, clock, say)
+                await _run_until_stopped(store, host, lease, options, clock, stop, say, outage)
+                tools.cancel_scope.cancel()
         finally:
             await host.aclose()
+
+
+async def _run_until_stopped(
+    store: LogStore,
+    host: EngineHost,
+    lease: Lease,
+    options: RunOptions,
+    clock: Clock,
+    stop: anyio.Event,
+    say: Say,
+    outage: Outage,
+) -> None:
+    """Stand by or serve, again and again, until ``stop``; release the lease whatever happens."""
+    try:
+        while not stop.is_set():
+            try:
+                if options.shared:
+                    await _run_shared(store, host, lease, options, clock, stop, say, outage)
+                else:
+                    if not await _stand_by(lease, clock, stop, say, outage):
+                        break
+                    await _serve_exclusive(store, host, lease, options, clock, stop, say, outage)
+            except* LeaseLostError as group:
+                say(f"lost the engine lease ({group.exceptions[0]}); standing by")
+            except* TRANSIENT as group:
+                outage.failed(group.exceptions[0])
+                with anyio.move_on_after(outage.backoff()):
+                    await stop.wait()
+    finally:  # a clean stop, and a failed start too, must not leave a fresh lease to run out
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5), contextlib.suppress(Exception):
+            await lease.release()
 
 
 TRANSIENT: Final = (StorageError, HostError, OSError)
@@ -312,9 +333,7 @@ async def _serve(
             if await waker.wait(3600):
                 send.send_nowait(None)
 
-    async with anyio.create_task_group() as tg:
-        if options.tool_api is not None:
-            await tg.start(_tools, options, store, host, clock, say)
+    async with send, receive, anyio.create_task_group() as tg:  # closed even when a start fails
         if options.loops:
             tg.start_soon(_loops, store, host, clock, options)
         tg.start_soon(pump_host)
@@ -426,15 +445,18 @@ async def _tools(
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the OpenCode tools; workers' prompts then carry a tools map that hides the owner tools."""
-    from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, serve_tools
+    from . import tool_server
+    from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, tool_handler
 
     assert options.tool_api is not None
     config = ToolApiConfig.load(options.tool_api)
     if hasattr(host, "tools"):
         host.tools = hidden_from_workers()
     dispatcher = ToolDispatcher(store, host, clock, options.directory, store_url=options.store_url)
-    say(f"serving the OpenCode tools on {config.url}")
-    await serve_tools(config, dispatcher, task_status=task_status)
+    async with anyio.create_task_group() as tg:
+        await tg.start(tool_server.serve, Path(config.socket), config.token, tool_handler(dispatcher.call))
+        say(f"serving the OpenCode tools on {config.socket}")
+        task_status.started()
 
 
 def _sleep_for(timer: datetime | None, now: datetime) -> float:

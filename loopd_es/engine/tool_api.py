@@ -8,13 +8,13 @@ goals, §3.16); owner tools act only on goals whose owner is the calling session
 first such goal that is not complete (§3, owner-tool goal targeting). The command tools (``loopd_command_*``,
 :mod:`.command_tools`) are owner tools too: they act only on commands the calling session started.
 
-The server speaks just enough HTTP/1.1 for that: ``POST /tool`` with a JSON body and a bearer token, one request
-per connection, bounded in size and time. It listens on 127.0.0.1 only.
+The engine answers ``POST /tool`` with a JSON body (:func:`tool_handler`) on a Unix socket that only this user can
+reach (:mod:`.tool_server`); the socket's path and the token are in ``.opencode/loopd/engine.json``.
 """
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 import json
 import logging
 import secrets
@@ -22,15 +22,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import anyio
-import anyio.abc
 import msgspec
 
 from ..app.goal_index import GoalIndex
 from ..domain.rules import RuleError
-from ..errors import LoopdError
+from ..errors import LoopdError, UsageError
 from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandTools
 from .operations import Operations, Result
+from .tool_server import Handler, socket_path
 from .tool_spec import ToolSpec
 from .tool_titles import title_for
 
@@ -42,8 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("loopd_es.engine.tools")
 
-MAX_BODY: Final = 1 << 20
-READ_TIMEOUT_S: Final = 10.0
 CONFIG_NAME: Final = "engine.json"
 """``<project>/.opencode/loopd/engine.json``: the tool channel's address and token, written by the install step."""
 
@@ -165,22 +162,32 @@ def hidden_from_workers() -> dict[str, bool]:
 
 
 class ToolApiConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Where the tool channel listens and the token a call must carry."""
+    """Where the tool channel listens (a Unix socket) and the token a call must carry."""
 
-    url: str
+    socket: str
     token: str
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
 
     @classmethod
     def load(cls, path: Path) -> ToolApiConfig:
-        return msgspec.json.decode(path.read_bytes(), type=cls)
+        """The config in ``path``.
+
+        :raises UsageError: when it is unreadable, or from a version that served tools on a TCP port.
+        """
+        try:
+            return msgspec.json.decode(path.read_bytes(), type=cls)
+        except (OSError, msgspec.DecodeError) as e:
+            raise UsageError(
+                f"{path}: not a tool channel config ({e}); run `loopd-es opencode install` again"
+            ) from e
 
     @classmethod
-    def new(cls, port: int) -> ToolApiConfig:
-        return cls(url=f"http://127.0.0.1:{port}", token=secrets.token_urlsafe(32))
+    def new(cls, project: Path) -> ToolApiConfig:
+        """A fresh token and this project's socket (named by its absolute path, so projects never share one).
+
+        :raises SocketPathError: when the socket path would be too long.
+        """
+        digest = hashlib.sha256(str(project.resolve()).encode()).hexdigest()[:16]
+        return cls(socket=str(socket_path(f"tools-{digest}.sock")), token=secrets.token_urlsafe(32))
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -381,47 +388,19 @@ def _opt(args: dict[str, Any], name: str) -> str | None:
     return None if value in (None, "") else str(value)
 
 
-# -- the loopback HTTP server -------------------------------------------------------------------------
+# -- the route the tool server hands us ---------------------------------------------------------------
 
 
-async def serve_tools(
-    config: ToolApiConfig,
-    dispatcher: ToolDispatcher,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Answer tool calls on ``config.url`` (127.0.0.1 only) until cancelled."""
-    listener = await anyio.create_tcp_listener(
-        local_host="127.0.0.1", local_port=config.port, reuse_port=False
-    )
-    task_status.started()
-    async with listener:
-        await listener.serve(lambda stream: _connection(stream, config.token, dispatcher.call))
+def tool_handler(call: Callable[[ToolCall], Awaitable[dict[str, Any]]]) -> Handler:
+    """The tool server's handler: ``/tool`` decodes a :class:`ToolCall` and answers ``call``'s reply."""
 
-
-async def _connection(
-    stream: anyio.abc.SocketStream, token: str, call: Callable[[ToolCall], Awaitable[dict[str, Any]]]
-) -> None:
-    async with stream:
-        try:
-            with anyio.fail_after(READ_TIMEOUT_S):
-                method, path, headers, body = await _read_request(stream)
-        except (TimeoutError, ValueError, anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-            return
-        if method != "POST" or path != "/tool":
-            await _reply(stream, 404, {"ok": False, "message": "POST /tool only"})
-            return
-        given = headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), token.encode()):
-            await _reply(
-                stream, 401, {"ok": False, "message": "bad or missing token: run `loopd-es opencode install`"}
-            )
-            return
+    async def handle(route: str, body: bytes) -> tuple[int, bytes]:
+        if route != "/tool":
+            return 404, _json({"ok": False, "message": f"no route {route!r}: POST /tool only"})
         try:
             request = msgspec.json.decode(body, type=ToolCall)
         except msgspec.DecodeError as e:
-            await _reply(stream, 400, {"ok": False, "message": f"invalid tool call: {e}"})
-            return
+            return 400, _json({"ok": False, "message": f"invalid tool call: {e}"})
         try:
             answer = await call(request)
         except Exception as e:  # a bug must not take the engine down: the model gets a one-line answer
@@ -430,30 +409,10 @@ async def _connection(
                 "ok": False,
                 "message": f"internal error in the engine ({type(e).__name__}); see its log",
             }
-        await _reply(stream, 200, answer)
+        return 200, _json(answer)
+
+    return handle
 
 
-async def _read_request(stream: anyio.abc.SocketStream) -> tuple[str, str, dict[str, str], bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += await stream.receive()
-        if len(data) > MAX_BODY:
-            raise ValueError("headers too large")
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _version = lines[0].split(" ", 2)
-    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    length = int(headers.get("content-length") or 0)
-    if length > MAX_BODY:
-        raise ValueError("body too large")
-    while len(body) < length:
-        body += await stream.receive()
-    return method, path, headers, body[:length]
-
-
-async def _reply(stream: anyio.abc.SocketStream, status: int, value: dict[str, Any]) -> None:
-    body = json.dumps(value, default=str).encode()
-    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found"}[status]
-    head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    with anyio.move_on_after(READ_TIMEOUT_S):
-        await stream.send(head.encode() + body)
+def _json(value: dict[str, Any]) -> bytes:
+    return json.dumps(value, default=str).encode()

@@ -44,6 +44,8 @@ def title_for(tool: str, reply: dict[str, Any]) -> str | None:
     if tool in _OWNER:
         return _owner_title(tool, ok, str(reply.get("message") or ""))
     if tool == "list_background_goals":
+        if reply.get("ok") is not True:
+            return "No session"
         count = len(reply.get("goals") or ())
         return f"{count} active goal(s)" if count else "No active goals"
     if tool == "get_goal":

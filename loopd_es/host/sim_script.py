@@ -51,6 +51,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from ..private_files import PRIVATE_FILE, make_private_dir
 from .base import AgentMode, SessionStatus, Usable
 from .errors import HostConfigError, HostStateError, ProviderErrorInfo
 from .events import TranscriptMessage
@@ -382,7 +383,7 @@ def save_state(path: Path, state: SimState) -> None:
     # one fixed name is enough (writers hold the lock), and a temp left by a killed writer is simply overwritten
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
         try:
             os.write(fd, _STATE_ENCODER.encode(state))
             os.fsync(fd)
@@ -405,8 +406,8 @@ def locked(path: Path) -> Iterator[None]:
     """Hold an exclusive lock on ``<path>.lock`` so read-modify-write cycles of the state never interleave."""
     lock_path = path.with_name(path.name + ".lock")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        make_private_dir(path.parent)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
     except OSError as e:
         raise HostStateError(str(lock_path), f"cannot open the lock: {e.strerror}") from e
     try:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 
+from ..private_files import PRIVATE_FILE
 from .events import (
     DECODER,
     ENCODER,
@@ -71,7 +72,7 @@ class SimEvents:
             return
         if self.events_path is not None:
             data = b"".join(ENCODER.encode(e) + b"\n" for e in events)
-            fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.events_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
             try:
                 os.write(fd, data)
             finally:

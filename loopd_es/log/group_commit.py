@@ -32,6 +32,7 @@ import anyio.lowlevel
 import msgspec
 
 from ..errors import DuplicateEventIdError, LogNotFoundError, StoreUnavailableError, UsageError
+from ..private_files import make_private_dir
 from .validation import resolve_retry
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ def prepare_path(path: Path, *, create: bool) -> None:
             raise LogNotFoundError(str(path))
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent)
     except OSError as e:
         raise StoreUnavailableError(
             f"cannot create {path.parent}: {e.strerror}; check --store and the directory's permissions"

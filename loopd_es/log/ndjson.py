@@ -24,6 +24,7 @@ import anyio
 import anyio.lowlevel
 
 from ..errors import CorruptLogError, StoreUnavailableError, StreamNotFoundError, UsageError
+from ..private_files import PRIVATE_FILE
 from .base import (
     READ_BATCH,
     LogStore,
@@ -72,7 +73,7 @@ class NdjsonLog(NdjsonState, LogStore):
         store = cls(path, durability, lock_timeout, create)
         store.read_only = not create
         try:
-            store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            store._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
         except OSError as e:
             store._close_files()
             raise StoreUnavailableError(

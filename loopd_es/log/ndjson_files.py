@@ -26,6 +26,7 @@ from typing import Final
 import anyio
 
 from ..errors import LockTimeoutError, StoreUnavailableError
+from ..private_files import PRIVATE_FILE
 
 _SYNCED: Final = struct.Struct("<q16s")  # durable end, boot id
 _SYNC_LOCK_BYTE: Final = 4096
@@ -56,7 +57,7 @@ def open_sidecar(path: Path, create: bool = True) -> tuple[int, bool]:
                 return os.open(path, os.O_RDWR | os.O_CLOEXEC), False
             except FileNotFoundError:
                 return os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC), True
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), False
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE), False
     except OSError as e:
         raise StoreUnavailableError(
             f"cannot open {path}: {e.strerror}; check that the directory exists and is writable"

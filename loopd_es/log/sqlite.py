@@ -27,6 +27,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
+from ..private_files import create_private
 from . import sqlite_coord
 from . import sqlite_ops as ops
 from .base import (
@@ -78,10 +79,12 @@ class SqliteLog(LogStore):
             )
         prepare_path(path, create=create)
         try:
+            if create:
+                create_private(path)  # before SQLite creates it (and its -wal and -shm, which copy its mode)
             conn = sqlite3.connect(
                 path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, check_same_thread=False
             )
-        except sqlite3.Error as e:
+        except (OSError, sqlite3.Error) as e:
             raise StoreUnavailableError(f"cannot open {path}: {e}; check --store and permissions") from e
         store = cls(path, conn)
         try:

@@ -119,25 +119,27 @@ class CommandPaths:
 class UnsafeDirectoryError(StorageError):
     """Raised when a directory meant to hold an owner's socket belongs to another user or others can write it."""
 
-    def __init__(self, path: Path, problem: str) -> None:
+    def __init__(self, path: Path, problem: str, what: str = "command sockets") -> None:
         super().__init__(
-            f"refusing to use {str(path)!r} for command sockets: {problem}; remove it (or point TMPDIR at a "
+            f"refusing to use {str(path)!r} for {what}: {problem}; remove it (or point TMPDIR at a "
             "directory only you can write) and retry"
         )
 
 
-def check_private(path: Path) -> Path:
+def check_private(path: Path, what: str = "command sockets") -> Path:
     """``path`` when it is a real directory (not a symlink) owned by us that nobody else can write.
 
     :raises UnsafeDirectoryError: otherwise.
     """
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode):
-        raise UnsafeDirectoryError(path, "it is not a directory (a symlink?)")
+        raise UnsafeDirectoryError(path, "it is not a directory (a symlink?)", what)
     if st.st_uid != os.getuid():
-        raise UnsafeDirectoryError(path, f"it belongs to uid {st.st_uid}, not to you (uid {os.getuid()})")
+        raise UnsafeDirectoryError(
+            path, f"it belongs to uid {st.st_uid}, not to you (uid {os.getuid()})", what
+        )
     if st.st_mode & 0o022:
-        raise UnsafeDirectoryError(path, f"others can write it (mode {stat.S_IMODE(st.st_mode):04o})")
+        raise UnsafeDirectoryError(path, f"others can write it (mode {stat.S_IMODE(st.st_mode):04o})", what)
     return path
 
 

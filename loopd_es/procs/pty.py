@@ -20,6 +20,17 @@ import anyio
 import anyio.lowlevel
 from ptyprocess import PtyProcess  # the only import of ptyprocess in the package
 
+_RESET_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ)
+"""Signals a child must meet with their default action, as in a terminal: an ignored signal stays ignored
+across exec, and Python ignores SIGPIPE and SIGXFSZ, while a shell's background job ignores SIGINT and SIGQUIT
+(an owner started that way made children that ``interrupt`` could not stop)."""
+
+
+def _default_signals() -> None:
+    """Run in the forked child before exec: restore the default action of :data:`_RESET_SIGNALS`."""
+    for sig in _RESET_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+
 
 class PtyChild:
     """One spawned process: its pid, its PTY master, and its exit status once reaped."""
@@ -42,7 +53,9 @@ class PtyChild:
 
         :raises OSError: when the program cannot be found or executed.
         """
-        proc = PtyProcess.spawn(list(argv), cwd=cwd, env=dict(env), dimensions=(rows, cols))
+        proc = PtyProcess.spawn(
+            list(argv), cwd=cwd, env=dict(env), dimensions=(rows, cols), preexec_fn=_default_signals
+        )
         return cls(proc)
 
     async def read(self, size: int = 65536) -> bytes:

@@ -23,6 +23,7 @@ from typing import Final
 import msgspec
 
 from ..events.envelope import ENVELOPE_DECODER, ENVELOPE_ENCODER, Envelope, now_rfc3339
+from ..private_files import create_private, make_private_dir
 from .base import Projection, ProjectionError
 
 BUSY_TIMEOUT_S: Final = 60.0
@@ -79,7 +80,8 @@ class ReadDb:
         self.projections = list(projections)
         self.by_name = {p.name: p for p in self.projections}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dir(path.parent)
+            create_private(path)
             # check_same_thread=False: the runner serialises every call through one capacity-1 limiter,
             # but anyio may run consecutive calls on different worker threads.
             self.conn = sqlite3.connect(

@@ -19,6 +19,7 @@ from typing import Any, Final
 import msgspec
 
 from ..events.base import CATALOGUE
+from ..private_files import PRIVATE_FILE, make_private_dir
 
 DEFAULT_EVERY: Final = 500
 """Save a stream's snapshot once it is this many events past the last one."""
@@ -92,8 +93,10 @@ class SnapshotStore:
         target = self._file(stream)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(self._encoder.encode(snap))
+            make_private_dir(self.dir)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+            with os.fdopen(fd, "wb") as out:
+                out.write(self._encoder.encode(snap))
             os.replace(tmp, target)
         except OSError:
             tmp.unlink(missing_ok=True)

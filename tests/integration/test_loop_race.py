@@ -142,4 +142,15 @@ def test_eight_racers_with_kill_9_fire_every_slot_exactly_once_or_record_it_miss
     in_window = sum(1 for (t, s) in successes if s <= SLOTS)
     print(f"\nslots {total}, fired {in_window}, missed {sum(1 for k, v in missed.items() if k[1] <= SLOTS)}, "
           f"lost claims {lost}, kills {kills}, host prompts {prompts}")  # fmt: skip
-    assert in_window >= total * 3 // 10, "the racers should fire most slots, not just record them missed"
+    # How many slots fire depends on how fast this machine runs the racers; what must hold at any speed is that
+    # none was recorded missed while it could still fire: slot k is missed only once slot k + 1 is due too.
+    claimed = [e for e in events if isinstance(e, ev.SlotClaimed)]
+    assert all(e.due_at == base + e.slot * INTERVAL for e in claimed), "slot k is due at base + k s"
+    for e in events:
+        if isinstance(e, ev.SlotsMissed):
+            assert base + (e.last_slot + 1) * INTERVAL <= e.at, (
+                f"{e} gave up a slot that was still the latest"
+            )
+    # and the racers fire (they do not only record slots missed): every session's tasks fired in the window
+    session_of = {e.task_id: e.session_id for e in events if isinstance(e, ev.TaskCreated)}
+    assert {session_of[t] for t, s in successes if s <= SLOTS} == {f"s{s}" for s in range(SESSIONS)}

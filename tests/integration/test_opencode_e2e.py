@@ -25,7 +25,7 @@ from loopd_es.host.opencode import OpenCodeHost
 from loopd_es.log import open_store
 
 from ..opencode.fake_llm import FakeLLM
-from ..opencode.server import OpenCodeServer, free_port
+from ..opencode.server import OpenCodeServer
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -59,7 +59,7 @@ class Stack:
             "LOOPD_ES_HOST": "",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
         }
-        installed = cli(self.project, self.env, "opencode", "install", ".", "--port", str(free_port()))
+        installed = cli(self.project, self.env, "opencode", "install", ".")
         assert installed.returncode == 0, installed.stderr
         self.opencode.start()
         self.env["LOOPD_ES_HOST"] = f"opencode:{self.opencode.url}"
@@ -89,8 +89,7 @@ class Stack:
         self.engine_log = log
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if "serving the OpenCode tools" in log.read_text():
-                time.sleep(0.3)  # the listener binds right after it says so
+            if "serving the OpenCode tools" in log.read_text():  # said once the socket is listening
                 return
             time.sleep(0.05)
         raise AssertionError(f"the engine did not start serving tools: {log.read_text()[-2000:]}")

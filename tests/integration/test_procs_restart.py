@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -32,7 +35,10 @@ async def _lose_owner(env: Env, store: LogStore, cid: str) -> None:
     s = await env.until(store, cid, lambda s: s.supervisor_pid is not None and b"ready" in env.output(cid))
     assert s.supervisor_pid and s.pid
     os.kill(s.supervisor_pid, signal.SIGKILL)
-    os.killpg(s.pid, signal.SIGKILL)
+    with contextlib.suppress(
+        ProcessLookupError
+    ):  # the child may go first: its terminal hung up with its owner
+        os.killpg(s.pid, signal.SIGKILL)
     with anyio.fail_after(5):
         while True:
             if not owner_alive(env.paths.lock(cid)):
@@ -41,12 +47,18 @@ async def _lose_owner(env: Env, store: LogStore, cid: str) -> None:
 
 
 async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogStore) -> None:
+    t0 = time.monotonic()
     cid = await env.start(store, "-c", SLEEPER, watch=WatchSpec(filter="x"))
-    late = await env.start(store, "-c", SLEEPER, timeout_seconds=1)
     await service.request_await(store, env.paths, cid, goal_id="g", until=None, ignore_case=False)
     await _lose_owner(env, store, cid)
+    # The second command's owner must be gone before its deadline, or the owner enforces it itself: give it
+    # three times what starting and losing the first one took on this machine, now.
+    lose_s = time.monotonic() - t0
+    late = await env.start(store, "-c", SLEEPER, timeout_seconds=math.ceil(3 * lose_s))
     await _lose_owner(env, store, late)
-    await anyio.sleep(1.1)  # the second command's deadline passes while nobody owns it
+    deadline = datetime.fromisoformat((await env.state(store, late)).deadline_at or "")
+    # the deadline passes while nobody owns the command (a known time: sleep until just past it)
+    await anyio.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.05)
     results = []
 
     async def reconciler() -> None:

@@ -36,6 +36,8 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "patterns": 0,  # user regexes on RE2; imports nothing of ours
     "text_safe": 0,  # the terminal sanitiser; imports nothing of ours
+    "private_files": 0,  # .loopd/ 0700 and its files 0600; imports nothing of ours
+    "version": 0,  # the installed version, from the package metadata
     "ids": 1,  # the id shape and path builder; imports errors
     "events": 1,
     "log": 2,
@@ -66,6 +68,7 @@ OWNERS: dict[str, tuple[str, ...]] = {
     "watchfiles": ("loopd_es.projector", "loopd_es.projector.*"),
     "ptyprocess": ("loopd_es.procs", "loopd_es.procs.*"),
     "httpx": ("loopd_es.host.opencode*",),
+    "h11": ("loopd_es.engine.tool_server",),
     "psycopg": ("loopd_es.log.postgres*",),
     "textual": ("loopd_es.dash", "loopd_es.dash.*"),
 }

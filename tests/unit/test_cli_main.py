@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
+import loopd_es
 from loopd_es.cli.main import COMMAND_MODULES, _command_of, build_parser, main
 
 
@@ -40,3 +45,69 @@ def test_an_unknown_command_is_a_usage_error_listing_the_commands(capsys: pytest
     assert main("frobnicate") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "invalid choice" in err and "append" in err
+
+
+def _parsers(
+    parser: argparse.ArgumentParser, path: str = "loopd-es"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Every parser of the command tree with its command line, subcommands included."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{path} {name}")
+
+
+def test_every_command_says_what_it_does_and_names_its_subcommands_one_way() -> None:
+    tree = list(_parsers(build_parser()))
+    assert len(tree) > 60
+    for path, parser in tree:
+        assert parser.description, f"`{path} --help` has no description"
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                assert action.metavar == ("COMMAND" if path == "loopd-es" else "ACTION"), path
+                listed = {a.dest: a.help for a in action._choices_actions}
+                assert all(listed.get(name) for name in action.choices), f"{path}: a subcommand has no help"
+
+
+def test_the_help_names_every_kind_of_store_and_host(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--help"], ["models", "--help"]):
+        with pytest.raises(SystemExit):  # argparse prints the help and exits
+            main(*argv)
+    out = " ".join(capsys.readouterr().out.split())
+    for kind in (
+        "sqlite:PATH",
+        "ndjson:PATH",
+        "postgresql://",
+        "memory:NAME",
+        "sim:FILE",
+        "opencode:http://",
+    ):
+        assert kind in out
+
+
+def test_version_comes_from_the_installed_metadata(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main("--version") == 0
+    assert capsys.readouterr().out == f"loopd-es {metadata.version('loopd-es')}\n"
+    assert loopd_es.__version__ == metadata.version("loopd-es")
+
+
+@pytest.mark.parametrize(
+    ("argv", "key"),
+    [(["goals"], "goals"), (["commands"], "commands"), (["cmd", "list"], "commands"), (["loops"], "loops")],
+)
+def test_every_list_answers_one_object_with_a_named_list(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    key: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = f"sqlite:{tmp_path / 'events.db'}"
+    assert main("--store", store, "goal", "create", "docs", "--objective", "write the docs") == 0
+    capsys.readouterr()
+    assert main("--store", store, *argv, "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert list(doc) == [key] and isinstance(doc[key], list)
+    assert len(doc[key]) == (1 if key == "goals" else 0)

@@ -77,9 +77,9 @@ def test_goals_catches_up_then_lists_live_goals(log: Path, capsys: pytest.Captur
     ]  # fmt: skip
     assert _run(capsys, "goals", "--status", "active")[1] == "no goals match\n"
     code, out, _ = _run(capsys, "goals", "--status", "cleared", "--json")
-    assert [r["goal_id"] for r in json.loads(out)] == [B]
+    assert [r["goal_id"] for r in json.loads(out)["goals"]] == [B]
     code, out, _ = _run(capsys, "goals", "--owner", "owner-1", "--json")
-    (doc,) = json.loads(out)
+    (doc,) = json.loads(out)["goals"]
     assert (doc["goal_id"], doc["status"], doc["blocker_reason"], doc["tokens_used"]) == (
         A, "blocked", "needs an API key", 100,
     )  # fmt: skip
@@ -153,7 +153,7 @@ def test_commands(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and len(lines) == 2
     assert lines[1].split()[:6] == ["c1", "build", "terminated", "until", "143", "SIGTERM"]
     code, out, _ = _run(capsys, "commands", "--all", "--json")
-    assert [(c["command_id"], c["status"], c["removed"]) for c in json.loads(out)] == [
+    assert [(c["command_id"], c["status"], c["removed"]) for c in json.loads(out)["commands"]] == [
         ("c1", "terminated", 0), ("c2", "exited", 1),
     ]  # fmt: skip
 
@@ -186,7 +186,7 @@ def test_queries_on_a_log_written_by_the_goal_commands(
         "cli",
     )
     code, out, _ = _run(capsys, "goals", "--json")
-    (row,) = json.loads(out)
+    (row,) = json.loads(out)["goals"]
     assert (row["goal_id"], row["pending_switch"], row["phase"]) == (
         goal_id,
         "model openai/gpt-5-mini (owner)",

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+from ..postgres_server import pg_url
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+
+__all__ = ["pg_url"]
 
 
 def _blocks(lang: str) -> list[str]:
@@ -48,3 +55,58 @@ def test_python_example_runs(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "goal.nudged" in result.stdout
+
+
+def _section_commands(heading: str) -> list[str]:
+    """The lines of the first ```sh block under ``heading``, with ``loopd-es`` run from this interpreter."""
+    section = README.split(f"\n{heading}\n", 1)[1]
+    block = re.findall(r"```sh\n(.*?)```", section, flags=re.S)[0]
+    program = f"{shlex.quote(sys.executable)} -m loopd_es"
+    return [re.sub(r"(?<![\w-])loopd-es(?= )", program, line) for line in block.strip().splitlines()]
+
+
+def _bash(lines: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``lines`` top to bottom as a reader pasting them would, stopping at the first failure."""
+    env = {k: v for k, v in os.environ.items() if k != "LOOPD_ES_STORE"}
+    script = "set -euo pipefail\n" + "\n".join(lines) + "\n"
+    return subprocess.run(
+        ["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+def _read_json(cwd: Path, store: str) -> list[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "loopd_es", "--store", store, "read", "--json"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_the_log_block_runs_top_to_bottom(tmp_path: Path) -> None:
+    result = _bash(_section_commands("## The log"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    original = _read_json(tmp_path, "sqlite:.loopd/events.db")
+    assert len(original) == 2  # the appended event and the batch of one
+    assert _read_json(tmp_path, "sqlite:restored.db") == original  # export, then import back: the same log
+
+
+def test_the_postgresql_block_runs_top_to_bottom(tmp_path: Path, pg_url: str) -> None:
+    lines = _section_commands("## One log for many machines: PostgreSQL")
+    assert "--follow" in lines[-1], "the command that runs until stopped comes last"
+    (url_line,) = [line for line in lines if line.startswith("export LOOPD_ES_STORE=")]
+    lines[lines.index(url_line)] = f"export LOOPD_ES_STORE={shlex.quote(pg_url)}"
+    # the block moves an existing log to the server: make one
+    local = _bash(
+        [f"{shlex.quote(sys.executable)} -m loopd_es append --stream goal-1 --type goal.nudged --data "
+         """'{"goal_id": "goal-1"}'"""],
+        tmp_path,
+    )  # fmt: skip
+    assert local.returncode == 0, local.stderr
+    result = _bash(lines[:-1], tmp_path)
+    assert result.returncode == 0, result.stderr
+    on_server = [json.loads(line) for line in _read_json(tmp_path, pg_url)]
+    assert [e["stream"] for e in on_server] == ["goal-1", "goal-7"]

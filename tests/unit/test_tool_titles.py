@@ -69,8 +69,7 @@ async def test_a_completed_and_a_blocked_goal_have_their_titles(tmp_path: Path) 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node runs the rendered tool file")
 def test_the_tool_file_hands_the_title_to_opencode_and_keeps_it_out_of_the_output(tmp_path: Path) -> None:
     source = render(TOOLS["complete_goal"])
-    body = source.split("async execute(args, context) {", 1)[1].rsplit("  },\n})", 1)[0]
-    body = body.split("const text = await reply.text()", 1)[1]
+    body = source.split("const text = await reply.text()", 1)[1].split("} catch (e) {", 1)[0]
     script = (
         "const run = async (text) => {" + body + "};\n"
         "(async () => { for (const t of process.argv.slice(2)) console.log(JSON.stringify(await run(t))) })()\n"
