@@ -51,7 +51,10 @@ def pending_text(state: GoalState) -> str | None:
         return f"{state.pending_identity.model} / {state.pending_identity.agent}"
     parts = []
     if state.model_pending is not None:
-        parts.append(f"model {state.model_pending.model} ({state.model_pending.reason})")
+        pending = state.model_pending
+        parts.append(
+            f"model {pending.model} ({'rate limit' if pending.limit == 'rate-limit' else pending.reason})"
+        )
     if state.agent_pending is not None:
         parts.append(f"agent {state.agent_pending.agent}")
     return ", ".join(parts) or None

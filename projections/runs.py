@@ -40,6 +40,7 @@ _INDEX: Final = "CREATE UNIQUE INDEX IF NOT EXISTS runs_key ON runs (goal_id, ru
 _ENDED_BY: Final = {
     "run.completed": "completed",
     "run.failed": "failed",
+    "run.fell_back": "fell-back",
     "run.recovered": "recovered",
     "run.started": "superseded",
     "goal.budget_exhausted": "budget_stopped",

@@ -20,7 +20,7 @@ from ..domain.rules import lease_valid
 from ..events import goal as g
 from ..host.errors import HostError, ProviderError
 from ..host.events import EngineHost
-from ..sagas.fallback import observe_provider_error, safe_error_text
+from ..sagas.fallback import observe_provider_error
 from ..sagas.identity_switch import SwitchReport
 
 if TYPE_CHECKING:
@@ -220,19 +220,14 @@ class TurnStarter:
                 fresh=fenced,
             )
         except ProviderError as e:
-            reported = e.info.as_reported()
-            await self.service.execute(
-                c.RecordRunFailure(
-                    goal_id=goal_id,
-                    error_text=safe_error_text(reported),
-                    source="prompt-delivery",
-                    run_id=state.active_run_id,
-                    generation=state.run_generation,
-                ),
-                ctx,
-            )
             await observe_provider_error(
-                self.service, goal_id, reported, ctx, source="prompt-delivery", record_failure=False
+                self.service,
+                goal_id,
+                e.info.as_reported(),
+                ctx,
+                source="prompt-delivery",
+                run_id=state.active_run_id,
+                generation=state.run_generation,
             )
             return "prompt-failed"
         except HostError as e:

@@ -26,6 +26,7 @@ import msgspec
 
 from ..errors import EXIT_OK, UsageError
 from ..host import host_url, open_host
+from ..text_safe import term_block, term_line
 from .main import store_url
 from .options import add_host_option
 
@@ -278,11 +279,11 @@ async def _notifications(args: argparse.Namespace) -> int:
     for row in rows:
         if args.json:
             sys.stdout.write(json.dumps(row) + "\n")
-        else:
+        else:  # goal names and errors in the text come from outside: sanitised like every text view
             state = f"delivered {row['delivered_at']}" if row["delivered_at"] else "pending"
-            sys.stdout.write(
-                f"{row['requested_at']}  {row['goal_id'][:8]}  {row['kind']:<11}  {state}\n  {row['text']}\n"
-            )
+            head = term_line(f"{row['requested_at']}  {row['goal_id'][:8]}  {row['kind']:<11}  {state}")
+            text = "".join(f"  {line}\n" for line in term_block(str(row["text"])).splitlines() or [""])
+            sys.stdout.write(f"{head}\n{text}")
     if not rows and not args.json:
         sys.stdout.write("no notifications\n")
     return EXIT_OK
@@ -310,7 +311,7 @@ async def _operations(args: argparse.Namespace) -> AsyncIterator[Operations]:
 def _print(result: Result) -> int:
     if result.data and result.status in (None, "none"):
         sys.stdout.write(msgspec.json.encode(result.data).decode() + "\n")
-    sys.stdout.write(result.message + "\n" if result.message else "")
+    sys.stdout.write(term_block(result.message) + "\n" if result.message else "")
     return EXIT_OK
 
 

@@ -260,7 +260,14 @@ async def _observe(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
                 f"provider limit: {data['kind']} ({data['source']}{status}{retry}) on {data.get('model')}"
             )
         elif envelope.type == "identity.fallback_prepared":
-            lines.append(f"fallback prepared: {data['model']} (applies on the next permitted idle turn)")
+            limit = {"rate-limit": "rate limit", "quota": "quota"}.get(data.get("limit") or "", "limit")
+            lines.append(
+                f"fallback prepared after a {limit}: {data['model']} (applies on the next permitted idle turn)"
+            )
+        elif envelope.type == "run.fell_back":
+            lines.append(
+                f"turn ended as a fallback turn (not a failure): next turn on {data['to_model']} at once"
+            )
         elif envelope.type.startswith("identity.fallback_"):
             lines.append(f"fallback {envelope.type.rsplit('_', 1)[-1]}: nothing prepared")
     if not any(e.type == "identity.provider_limit_observed" for e in recorded):

@@ -213,7 +213,9 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             owner_notified_at=e.owner_notified_at,
         )
     if isinstance(e, CommandRemoved):
-        return _replace(s, removed=True, awaits=())
+        # awaits a removal left (one written without its cancellations, e.g. imported) stay visible until
+        # reconcile discards them with a ledger line: dropping them here would lose them silently
+        return _replace(s, removed=True)
     if isinstance(e, AwaitRequested):
         if s.await_for(e.goal_id) is not None:
             return s

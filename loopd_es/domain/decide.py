@@ -32,6 +32,7 @@ from .rules import (
     js_number,
     lease_valid,
     require_goal,
+    stale_run,
     writer_conflict,
 )
 from .state import GoalState
@@ -425,7 +426,7 @@ def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]
 def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists or state.status != "active":
         return []
-    if _stale_failure(cmd, state):
+    if stale_run(cmd.run_id, cmd.generation, state):
         return []  # a late error of an earlier run: the current turn is not failed by it (§2.3)
     failures = state.consecutive_failures + 1
     blocked = cmd.block_immediately or failures >= (state.config.max_failures or DEFAULT_MAX_FAILURES)
@@ -460,16 +461,10 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
                 source=cmd.source,
                 last_error=cmd.error_text,
                 at=iso(facts.now),
+                failures=failures,
             )
         )
     return events
-
-
-def _stale_failure(cmd: c.RecordRunFailure, state: GoalState) -> bool:
-    """The failure names a run (or generation) that is not the goal's current one."""
-    if cmd.generation is not None and cmd.generation != state.run_generation:
-        return True
-    return cmd.run_id is not None and state.active_run_id is not None and cmd.run_id != state.active_run_id
 
 
 @_on(c.ConfirmIdle)

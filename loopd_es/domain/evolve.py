@@ -409,6 +409,15 @@ def _run_failed(d: GoalDraft, e: r.RunFailed, m: _Memo) -> None:
         d.retry_after = e.retry_after
 
 
+@_on(r.RunFellBack)
+def _run_fell_back(d: GoalDraft, e: r.RunFellBack, m: _Memo) -> None:
+    if (e.generation is not None and e.generation != d.run_generation) or d.active_run_id != e.run_id:
+        raise _Refused(e.event_type, "stale run")
+    _release(d)  # failures, last error and backoff untouched: the next turn, on the fallback, is due now
+    d.phase = "waiting_retry"
+    d.retry_after = e.at
+
+
 @_on(r.RunRecovered)
 def _run_recovered(d: GoalDraft, e: r.RunRecovered, m: _Memo) -> None:
     if _stale(d, e):
@@ -540,7 +549,7 @@ def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
 def _fallback_prepared(d: GoalDraft, e: i.FallbackPrepared, m: _Memo) -> None:
     d.model_fallback = ModelFallback(attempted=e.attempted, status="prepared")
     if not (e.reused and d.model_pending is not None):
-        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason="quota")
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason="quota", limit=e.limit)
 
 
 def _fallback_status(status: Any) -> _Handler:

@@ -267,13 +267,22 @@ class RecordSwitchOutcome(_GoalCommand, frozen=True, kw_only=True):
 
 
 class ObserveProviderError(_GoalCommand, frozen=True, kw_only=True):
-    """A provider error after a session error or a failed prompt delivery (reference §3.11)."""
+    """A provider error after a session error or a failed prompt delivery (reference §3.11).
+
+    ``fallback_turn``: decide only whether the running turn (``run_id``/``generation`` when known) ends as a
+    fallback turn, a limit with a fallback ready, which is not a failure; nothing is recorded otherwise, and
+    the caller records the failure and observes again. ``via="retry-status"``: the error is the host's retry
+    status, a limit whatever its words.
+    """
 
     error: Any
     error_text: str
     source: Literal["prompt-delivery", "session-error"]
     expected_model: str | None = None
     via: str | None = None
+    fallback_turn: bool = False
+    run_id: str | None = None
+    generation: int | None = None
 
 
 GoalCommand = (

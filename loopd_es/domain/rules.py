@@ -92,6 +92,13 @@ def lease_valid(state: GoalState, now: datetime) -> bool:
     return state.lease_expires_at is not None and iso(now) < state.lease_expires_at
 
 
+def stale_run(run_id: str | None, generation: int | None, state: GoalState) -> bool:
+    """The run named (by id or generation, when known) is not the goal's current one: its error fails nothing."""
+    if generation is not None and generation != state.run_generation:
+        return True
+    return run_id is not None and state.active_run_id is not None and run_id != state.active_run_id
+
+
 def after_ms(now: datetime, ms: float) -> datetime:
     return now + timedelta(milliseconds=ms)
 

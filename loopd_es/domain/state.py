@@ -59,6 +59,8 @@ class PendingModel(_S, frozen=True):
     requested_at: str
     reason: Literal["owner", "quota"] = "owner"
     after_switch: str | None = None
+    limit: Literal["quota", "rate-limit"] | None = None
+    """For a fallback (reason ``quota``): the provider limit as observed."""
 
 
 class PendingAgent(_S, frozen=True):

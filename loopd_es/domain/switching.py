@@ -11,11 +11,20 @@ from typing import Any, Final
 
 from ..events import goal as g
 from ..events import identity as i
+from ..events import run as r
 from ..events.base import Event
 from . import goal_commands as c
 from .provider_limit import classify, iso
-from .rules import NOT_OWNED, RuleError, assert_writer_slot, invalid_model, is_model_ref, lease_valid
-from .state import GoalState
+from .rules import (
+    NOT_OWNED,
+    RuleError,
+    assert_writer_slot,
+    invalid_model,
+    is_model_ref,
+    lease_valid,
+    stale_run,
+)
+from .state import GoalState, ProviderLimit
 
 _Decider = Callable[[Any, GoalState, c.Facts], list[Event]]
 DECIDERS: Final[dict[type, _Decider]] = {}
@@ -293,9 +302,44 @@ def _still_resumable(state: GoalState, target: str) -> bool:
 def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists:
         return []
-    observation = classify(cmd.error, cmd.source, facts.now, cmd.expected_model or state.config.model)
+    model_seen = cmd.expected_model or state.config.model
+    observation = classify(cmd.error, cmd.source, facts.now, model_seen, retrying=cmd.via == "retry-status")
     if observation is None:
         return []
+    if cmd.fallback_turn:
+        return _fallback_turn(cmd, state, facts, _observed(cmd, state, facts, observation))
+    return _observed(cmd, state, facts, observation)
+
+
+def _fallback_turn(
+    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, observed: list[Event]
+) -> list[Event]:
+    """The observation plus the end of the running turn when a fallback is ready for the next; else nothing."""
+    prepared = next((e for e in observed if isinstance(e, i.FallbackPrepared)), None)
+    run_id = state.active_run_id
+    if prepared is None or state.status != "active" or state.phase != "running" or run_id is None:
+        return []
+    if stale_run(cmd.run_id, cmd.generation, state):
+        return []
+    limit = observed[0]
+    assert isinstance(limit, i.ProviderLimitObserved)
+    return [
+        *observed,
+        r.RunFellBack(
+            goal_id=state.goal_id,
+            run_id=run_id,
+            kind=limit.kind,
+            to_model=prepared.model,
+            from_model=state.config.model,
+            generation=state.run_generation,
+            at=iso(facts.now),
+        ),
+    ]
+
+
+def _observed(
+    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, observation: ProviderLimit
+) -> list[Event]:
     model = state.config.model
     previous = state.model_fallback.attempted if state.model_fallback else ()
     attempted = tuple(dict.fromkeys((*previous, *([model] if model else []))))
@@ -331,6 +375,7 @@ def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> l
                 attempted=attempted,
                 at=iso(facts.now),
                 reused=True,
+                limit=observation.kind,
             )
         )
         return events
@@ -356,7 +401,11 @@ def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> l
         if catalog.usable(candidate):
             events.append(
                 i.FallbackPrepared(
-                    goal_id=state.goal_id, model=candidate, attempted=tuple(tried), at=iso(facts.now)
+                    goal_id=state.goal_id,
+                    model=candidate,
+                    attempted=tuple(tried),
+                    at=iso(facts.now),
+                    limit=observation.kind,
                 )
             )
             return events

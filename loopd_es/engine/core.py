@@ -26,7 +26,7 @@ from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import USAGE_WINDOW, Guard, Kind, Transcript, no_guard
 from ..domain import goal_commands as c
-from ..domain.provider_limit import classify, iso
+from ..domain.provider_limit import iso
 from ..domain.streams import aggregate_of
 from ..events import engine as en
 from ..events import run as r
@@ -71,6 +71,7 @@ ENGINE_TYPES: Final = (
     "run.idle_candidate",
     "run.confirm_failed",
     "run.failed",
+    "run.fell_back",
     "command.await-fired",
     "command.await-discarded",
     "notification.requested",
@@ -227,8 +228,8 @@ class Engine:
             if input_id.startswith("await:"):
                 self.queued_wakes.add(input_id)
                 self.unqueued_fires.pop(input_id.removeprefix("await:"), None)
-        if env.type == "run.failed":
-            retry_after = env.data_dict().get("retry_after")
+        if env.type in ("run.failed", "run.fell_back"):  # a fallback turn's next turn is due at once ("at")
+            retry_after = env.data_dict().get("retry_after" if env.type == "run.failed" else "at")
             if retry_after:
                 self.tracker.schedule(goal_id, "retry", parse_iso(retry_after))
         elif env.type == "run.idle_candidate":
@@ -268,6 +269,8 @@ class Engine:
         ):
             live.status = "idle"
             handled = await self.on_idle(goal_id)
+            if state.phase == "waiting_retry":  # a due turn (a fallback's) may have met a busy worker
+                await self._retry_timer(goal_id)
         elif isinstance(event, SessionStatusChanged):
             live.status = event.status
             live.activity(now)
@@ -323,19 +326,19 @@ class Engine:
         return True
 
     async def _retrying(self, state: GoalState, event: SessionStatusChanged) -> None:
-        """Early fallback: the host is retrying a quota or rate limit by itself (OpenCode: up to ~75 s, or
-        five times a long Retry-After, before it reports the error). A goal with an unused fallback model
-        does not wait: it aborts the turn and records the limit, seen on the retry status, so the next turn
-        goes out on the next fallback model, on the same session."""
+        """Early fallback: the host is retrying by itself (OpenCode: ~90 s, or five times a long Retry-After,
+        before it reports the error), whatever the provider's words. A goal with an unused fallback model does
+        not wait: it aborts the turn and records the limit, seen on the retry status; the turn ends as a
+        fallback turn and the next goes out at once on the fallback model, on the same session."""
         worker, model = state.worker_session_id, state.config.model
-        if state.phase != "running" or worker is None or not event.message:
+        if state.phase != "running" or worker is None:
             return
         attempted = set(state.model_fallback.attempted if state.model_fallback else ()) | {model}
         if not any(m not in attempted for m in state.config.fallback_models):
             return
-        reported = {"message": event.message, "attempt": event.attempt}
-        if classify(reported, "session-error", self.clock.now(), model) is None:
-            return
+        reported: dict[str, object] = {"message": event.message or "", "attempt": event.attempt}
+        if event.next_at_ms is not None:  # OpenCode's next attempt: the provider's Retry-After, recovered
+            reported["retryAfter"] = max(0.0, event.next_at_ms / 1000 - self.clock.now().timestamp())
         try:
             await self.host.abort(worker)
         except HostError:

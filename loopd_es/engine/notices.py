@@ -42,8 +42,12 @@ def notice_for(env: Envelope, state: GoalState) -> tuple[NotificationKind, str] 
             f'Loop goal "{name}" completed: {e.summary}. Evidence: {e.evidence}. Artifacts: {artifacts}.',
         )
     if isinstance(e, g.GoalBlocked):
-        if e.source == "session-error":
-            return "failed", f'Loop goal "{name}" failed: {e.reason}. Needed: {e.needed}.'
+        if e.source == "session-error":  # in the reference's words (its loop engine), the error's own message
+            failures = e.failures if e.failures is not None else state.consecutive_failures
+            return (
+                "failed",
+                f'Loop goal "{name}" blocked after {failures} failures. Last error: {e.last_error}.',
+            )
         if e.reason.endswith(FORCE_FINISH_SUFFIX):
             progress = state.last_progress.summary if state.last_progress is not None else "none"
             return "stopped", (

@@ -4,7 +4,8 @@ Each file is one OpenCode custom tool (the file name is the tool name) that forw
 context (session, message, call, agent, directory) to the engine's tool channel, whose Unix socket and token it
 reads from ``.opencode/loopd/engine.json`` at call time (Bun's ``fetch`` takes a ``unix`` option). It sends
 nothing unless the socket's directory is a directory only this user can enter. The tool's answer is the
-engine's JSON reply, or a JSON refusal when the engine is not serving.
+engine's JSON reply, or a JSON refusal when the engine is not serving; a ``title`` in the reply becomes the title
+OpenCode shows for the call (the reference's wording), the rest the output.
 """
 
 from __future__ import annotations
@@ -51,7 +52,12 @@ export default tool({{
                      agent: context.agent, directory: context.directory }},
         }}),
       }})
-      return await reply.text()
+      const text = await reply.text()
+      try {{
+        const {{ title, ...answer }} = JSON.parse(text)
+        if (typeof title === "string") return {{ title, output: JSON.stringify(answer) }}
+      }} catch {{}}
+      return text
     }} catch (e) {{
       return JSON.stringify({{ ok: false, message: `the loopd-es engine is not serving tools (start \\`loopd-es run\\` in this project): ${{e}}` }})
     }}

@@ -31,6 +31,7 @@ from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, Comman
 from .operations import Operations, Result
 from .tool_server import Handler, socket_path
 from .tool_spec import ToolSpec
+from .tool_titles import title_for
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -221,6 +222,12 @@ class ToolDispatcher:
         )
 
     async def call(self, call: ToolCall) -> dict[str, Any]:
+        """The reply to ``call``, with the ``title`` OpenCode shows for it where the reference gives one."""
+        reply = await self._call(call)
+        title = title_for(call.tool, reply)
+        return reply if title is None else {**reply, "title": title}
+
+    async def _call(self, call: ToolCall) -> dict[str, Any]:
         spec = TOOLS.get(call.tool)
         if spec is None:
             return {"ok": False, "message": f"Unknown loopd tool {call.tool!r}."}

@@ -189,6 +189,8 @@ class GoalBlocked(Event, frozen=True):
     source: str | None = None
     last_error: str | None = None
     at: str = ""
+    failures: int | None = None
+    """The consecutive failures that blocked it (session errors), as the owner is told them."""
 
 
 @event("goal.interactive_changed")

@@ -136,13 +136,17 @@ class ProviderLimitObserved(Event, ProviderLimitFacts, frozen=True):
 
 @event("identity.fallback_prepared")
 class FallbackPrepared(Event, frozen=True):
-    """A fallback model is pending (reason ``quota``) for the next idle turn; ``attempted`` only grows."""
+    """A fallback model is pending (reason ``quota``) for the next idle turn; ``attempted`` only grows.
+
+    ``limit`` is what was observed (``quota`` or ``rate-limit``; absent in logs written before it existed).
+    """
 
     goal_id: str
     model: str
     attempted: tuple[str, ...]
     at: str = ""
     reused: bool = False
+    limit: Literal["quota", "rate-limit"] | None = None
 
 
 @event("identity.fallback_exhausted")

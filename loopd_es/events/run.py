@@ -64,6 +64,23 @@ class RunFailed(Event, frozen=True):
     generation: int | None = None
 
 
+@event("run.fell_back")
+class RunFellBack(Event, frozen=True):
+    """The turn ended on a provider limit while a fallback model was ready for the next one: not a failure.
+
+    No failure is counted and there is no backoff: the goal's next turn is due at once (``at``), on
+    ``to_model``. ``kind`` is the limit as observed (``quota`` or ``rate-limit``).
+    """
+
+    goal_id: str
+    run_id: str
+    kind: Literal["quota", "rate-limit"]
+    to_model: str
+    from_model: str | None = None
+    generation: int | None = None
+    at: str = ""
+
+
 @event("run.recovered")
 class RunRecovered(Event, frozen=True):
     """Maintenance released a running phase whose worker had been idle and quiet too long."""

@@ -95,7 +95,8 @@ def translate_event(
 
 def normalise_error(error: dict[str, Any]) -> dict[str, Any]:
     """OpenCode's error (``{name, data: {statusCode, responseHeaders, responseBody, message}}``) in the shape the
-    §6 classifier reads, with the provider's ``code`` taken out of the response body string."""
+    §6 classifier reads, with the provider's ``code``, ``type`` and (Google's) ``status`` taken out of the response
+    body string."""
     raw = error.get("data")
     data: dict[str, Any] = raw if isinstance(raw, dict) else {}
     out: dict[str, Any] = {
@@ -112,6 +113,8 @@ def normalise_error(error: dict[str, Any]) -> dict[str, Any]:
                     out["code"] = inner["code"]
                 if inner.get("type"):
                     out["type"] = inner["type"]
+                if isinstance(inner.get("status"), str):  # Google's gRPC status, e.g. RESOURCE_EXHAUSTED
+                    out["providerStatus"] = inner["status"]
     return {k: v for k, v in out.items() if v is not None}
 
 

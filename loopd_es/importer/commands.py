@@ -412,8 +412,17 @@ def _reconcile(b: _Cmd, awaits: list[RefAwait]) -> None:
                 at_from="state:command.endedAt" if snap.ended_at else "",
                 cause=0,
             )
-    elif b.state is not None and not b.state.removed:
-        b.emit(c.CommandRemoved(command_id=cid), "state:absent")
+    elif b.state is not None:  # removed in loopd: awaits left on it are discarded with a line each, reported
+        left = dict.fromkeys([*(a.goal_id for a in b.state.awaits), *(a.goal_id for a in awaits)])
+        for goal_id in left:
+            b.emit(
+                c.AwaitDiscarded(goal_id=goal_id, command_id=cid, reason="command removed"),
+                "state:commandAwaits",
+                cause=b.requests.get(goal_id),
+            )
+            b.report.warn(f"await of goal {goal_id} on removed command {cid}: discarded (command removed)")
+        if not b.state.removed:
+            b.emit(c.CommandRemoved(command_id=cid), "state:absent")
 
 
 def _watch(b: _Cmd, snap: RefCommand) -> None:

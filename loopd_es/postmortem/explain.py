@@ -50,6 +50,7 @@ _TELLING: Final = frozenset(
     }
 )
 """Sibling events worth naming beside a step: what went wrong, or what was observed, in the same reaction."""
+_LIMIT_WORDS: Final = {"rate-limit": "rate limit", "quota": "quota"}
 _PENDING_FIELD: Final = {
     (True, True): "pending_identity",
     (True, False): "model_pending",
@@ -279,7 +280,11 @@ def phrase(type_: str, d: dict[str, Any], by_id: dict[str, Entry] | None = None)
             return f"the pending switch to {to} was applied at an idle turn"
         return f"a switch to {to} was requested ({get('reason')})"
     if type_ == "identity.fallback_prepared":
-        return f"the fallback to {get('model')} was prepared (models tried: {show(get('attempted'))})"
+        after = f" after a {_LIMIT_WORDS.get(str(get('limit')), get('limit'))}" if get("limit") else ""
+        return f"the fallback to {get('model')} was prepared{after} (models tried: {show(get('attempted'))})"
+    if type_ == "run.fell_back":
+        limit = _LIMIT_WORDS.get(str(get("kind")), get("kind"))
+        return f"the turn ended on a {limit} and the next goes to {get('to_model')} at once (not a failure)"
     if type_ == "identity.provider_limit_observed":
         code = f" (HTTP {get('status_code')})" if get("status_code") else ""
         return f"a {get('kind')}{code} was observed on model {get('model') or '-'} at {get('observed_at')}"

@@ -288,7 +288,10 @@ async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = Non
     marked = 0
     states = [s for s in [await load_state(store, only)] if s] if only else await list_states(store)
     for s in states:
-        if s.removed or (not s.running and not s.awaits):
+        if s.removed:
+            await _discard_awaits_of_removed(store, s)
+            continue
+        if not s.running and not s.awaits:
             continue
         s = await _discard_awaits_of_cleared_goals(store, s)
         if s.running and not paths.runs_here(s.machine):
@@ -311,6 +314,15 @@ async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = Non
             facts = stored_facts(paths.log(s.id))
             await append_decided(store, s.id, partial(decide_fire_outstanding, output=facts), s)
     return marked
+
+
+async def _discard_awaits_of_removed(store: LogStore, s: CommandState) -> None:
+    """Discard, with a ledger line each, awaits left on a removed command (the reference's reconcile skipped
+    removed commands, so such an await was never settled); the waiting goal is told why."""
+    for waiting in s.awaits:
+        _, s = await append_decided(
+            store, s.id, partial(decide_discard, goal_id=waiting.goal_id, reason="command removed"), s
+        )
 
 
 async def _discard_awaits_of_cleared_goals(store: LogStore, s: CommandState) -> CommandState:

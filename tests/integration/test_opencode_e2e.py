@@ -139,6 +139,27 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
         s.stop()
 
 
+def create_with_fallback(stack: Stack, name: str, model: str) -> None:
+    """A goal on ``model`` with ``fake/other`` as its fallback, created by the CLI."""
+    created = cli(
+        stack.project,
+        stack.env,
+        *(
+            "goal",
+            "create",
+            name,
+            "--objective",
+            "Answer",
+            "--model",
+            model,
+            "--fallback-model",
+            "fake/other",
+        ),
+        *("--max-turns", "3", "--check", "true"),
+    )
+    assert created.returncode == 0, created.stderr
+
+
 def of_type(envs: list[Envelope], kind: str) -> list[Envelope]:
     return [e for e in envs if e.type == kind]
 
@@ -233,24 +254,7 @@ async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_fo
     The engine sees the retry status, aborts, and the next turn goes to the fallback on the same session."""
     stack.fake.worker_script = [("text",), ("text",), ("text",)]
     stack.start_engine()
-    created = cli(
-        stack.project,
-        stack.env,
-        "goal",
-        "create",
-        "early",
-        "--objective",
-        "Answer",
-        "--model",
-        "fake/ra30",
-        "--fallback-model",
-        "fake/other",
-        "--max-turns",
-        "3",
-        "--check",
-        "true",
-    )
-    assert created.returncode == 0, created.stderr
+    create_with_fallback(stack, "early", "fake/ra30")
     started = time.monotonic()
     envs = await stack.until(
         "a turn on the fallback",
@@ -265,6 +269,39 @@ async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_fo
     assert len(sessions) == 1, "the fallback must run on the same OpenCode session"
     models = [r["model"] for r in stack.fake.requests]
     assert models[0] == "ra30" and "other" in models
+
+
+async def test_a_429_in_anthropics_words_falls_back_within_five_seconds_and_is_not_a_failure(
+    stack: Stack,
+) -> None:
+    """Issue #22: Anthropic's wording ("This request would exceed the rate limit for your organization ...") with
+    no Retry-After: OpenCode would retry it for ~90 s. The engine falls back on the retry status within 5 s, and
+    the turn is a fallback turn: no ``run.failed``, no failure count, and the next prompt carries no warning."""
+    stack.fake.worker_script = [("text",), ("text",), ("text",)]
+    stack.start_engine()
+    create_with_fallback(stack, "worded", "fake/anthropic429")
+    first = await stack.until(
+        "the first request to the limited model",
+        lambda e: any(r["model"] == "anthropic429" for r in stack.fake.requests),
+        within=30,
+    )
+    assert first is not None
+    limited_at = min(r["at"] for r in stack.fake.requests if r["model"] == "anthropic429")
+    envs = await stack.until(
+        "a turn on the fallback",
+        lambda e: any(r["model"] == "other" for r in stack.fake.requests),
+        within=30,
+    )
+    fallback_at = min(r["at"] for r in stack.fake.requests if r["model"] == "other")
+    assert fallback_at - limited_at < 5, f"the fallback took {fallback_at - limited_at:.1f} s"
+    observed = [data(e) for e in of_type(envs, "identity.provider_limit_observed")]
+    assert observed and observed[0]["kind"] == "rate-limit" and observed[0]["via"] == "retry-status", observed
+    prepared = [data(e) for e in of_type(envs, "identity.fallback_prepared")]
+    assert prepared and prepared[0]["limit"] == "rate-limit", prepared
+    assert of_type(envs, "run.fell_back") and not of_type(envs, "run.failed")
+    fallback_prompt = next(r["last_user"] for r in stack.fake.requests if r["model"] == "other")
+    assert "WARNINGS" not in fallback_prompt and "consecutive failure" not in fallback_prompt
+    assert len({r["session"] for r in stack.fake.requests}) == 1, "the fallback must run on the same session"
 
 
 async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -> None:

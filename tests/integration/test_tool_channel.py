@@ -53,7 +53,9 @@ while True:
 CALL = """
 const [name, args, context] = process.argv.slice(2)
 const tool = (await import(`./.opencode/tool/${name}.ts`)).default
-console.log(await tool.execute(JSON.parse(args), JSON.parse(context)))
+const answer = await tool.execute(JSON.parse(args), JSON.parse(context))
+if (typeof answer !== "string") console.error("TITLE " + answer.title)
+console.log(typeof answer === "string" ? answer : answer.output)
 """
 
 
@@ -82,6 +84,7 @@ class Project:
         self.config = json.loads((self.dir / ".opencode" / "loopd" / "engine.json").read_text())
         self.engine: subprocess.Popen[str] | None = None
         self.engine_log = root / "engine.log"
+        self.last_title: str | None = None
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return cli(self.dir, self.env, *args)
@@ -118,6 +121,8 @@ class Project:
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
+        titles = [line[6:] for line in done.stderr.splitlines() if line.startswith("TITLE ")]
+        self.last_title = titles[-1] if titles else None
         answer: dict[str, Any] = json.loads(done.stdout)
         return answer
 
@@ -160,7 +165,8 @@ def test_the_tools_reach_the_engine_and_the_old_port_hears_nothing(
 ) -> None:
     project.start_engine()
     created = project.call("loopd_create_goal", {"name": "docs", "objective": "write the guide"})
-    assert created["ok"] is True, created
+    assert created["ok"] is True and "title" not in created, created
+    assert project.last_title == "Goal created"  # OpenCode shows the reference's title, apart from the output
     listed = project.call("list_background_goals", {})
     assert [g["name"] for g in listed["goals"]] == ["docs"]
     refused = project.call("list_background_goals", {}, session="main")

@@ -6,7 +6,9 @@ The model named in a request decides how it answers:
 - ``slow``: twenty chunks half a second apart (ten seconds in all), so a turn can be aborted mid-stream;
 - ``burst``: two thousand chunks as fast as they can be written (a flood of stream events, for benchmarks);
 - ``limited``: 429 ``rate_limit_exceeded`` with ``retry-after: 1``; ``ra<N>``: the same with ``retry-after: N``;
-- ``quota``: 429 ``insufficient_quota`` with no header; ``broken``: 500; ``badreq``: 400.
+- ``quota``: 429 ``insufficient_quota`` with no header; ``broken``: 500; ``badreq``: 400;
+- ``anthropic429``: 429 worded as Anthropic words it (``rate_limit_error``, "This request would exceed the rate
+  limit for your organization ..."), no header: OpenCode retries it for about a minute and a half.
 
 A prompt whose last user text contains ``CALL <tool> <json args>`` makes the model call that tool once (the
 answer after the tool result is plain text). A worker session (one whose first prompt names ``get_goal``, as the
@@ -24,6 +26,12 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+ANTHROPIC_429 = (
+    "This request would exceed the rate limit for your organization (4f1a) of 50,000 input tokens per minute. "
+    "For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for "
+    "current usage. Please reduce the prompt length or the maximum tokens requested, or try again later."
+)
 
 _CALL = re.compile(r"CALL (\w+) (\{.*\})", re.S)
 
@@ -111,6 +119,10 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     "You exceeded your current quota, please check your plan and billing details.",
                     "insufficient_quota",
                     {},
+                )
+            elif model == "anthropic429":
+                self._json(
+                    429, {"type": "error", "error": {"type": "rate_limit_error", "message": ANTHROPIC_429}}
                 )
             elif model == "broken":
                 self._error(500, "The server had an error", "server_error", {})

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .fake_llm import FakeLLM
 
 ENV = "LOOPD_ES_TEST_OPENCODE"
-MODELS = ("good", "other", "slow", "burst", "limited", "quota", "broken", "badreq", "ra30")
+MODELS = ("good", "other", "slow", "burst", "limited", "quota", "broken", "badreq", "ra30", "anthropic429")
 
 
 def opencode_dir() -> Path:

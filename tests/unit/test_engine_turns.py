@@ -129,7 +129,8 @@ async def test_failures_back_off_exponentially_and_block_at_max_failures(tmp_pat
         assert state.status == "blocked" and state.blocker is not None
         assert state.blocker.reason.startswith("Failed 3 times.")
         notes = await r.host.notifications()
-        assert len(notes) == 1 and notes[0].text.startswith('Loop goal "g" failed: Failed 3 times.')
+        assert len(notes) == 1
+        assert notes[0].text == 'Loop goal "g" blocked after 3 failures. Last error: {"statusCode":500}.'
 
 
 async def test_s18_max_turns_forces_one_final_turn_then_blocks_and_tells_the_owner(tmp_path: Path) -> None:

@@ -382,7 +382,11 @@ def test_provider_error_info_reports_only_what_was_given() -> None:
         "responseHeaders": {"x-trace": "t"},
     }
     assert info.summary() == "provider error (status 503)"
-    assert classify(info.as_reported(), "prompt-delivery", NOW) is None
+    overloaded = classify(
+        info.as_reported(), "prompt-delivery", NOW
+    )  # an overloaded provider is a limit (#22)
+    assert overloaded is not None and overloaded.kind == "rate-limit"
+    assert classify(ProviderErrorInfo(status_code=503).as_reported(), "prompt-delivery", NOW) is None
 
 
 # -- the state file ----------------------------------------------------------------------------------------------

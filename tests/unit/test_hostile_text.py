@@ -86,6 +86,22 @@ def test_html_title_does_not_pull_in_the_page_data(here: Path, capsys: pytest.Ca
     assert html.count('<script type="application/json" id="data">') == 1 and "<script>x" not in html
 
 
+def test_notifications_and_worker_answers_show_hostile_names_inert(
+    here: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #22: ``loopd-es notifications`` printed a goal name's escape sequences raw."""
+    assert main("goal", "create", EVIL_NAME, "--objective", EVIL_OBJECTIVE) == 0
+    gid = capsys.readouterr().out.splitlines()[0].strip()
+    assert main("goal", "show", gid, "--json") == 0
+    session = json.loads(capsys.readouterr().out)["goal"]["worker_session_id"]
+    assert main("worker", "block", "--session", session, "stuck\x1b[2J", "help\x07") == 0
+    blocked = capsys.readouterr().out
+    assert _clean(blocked) and "evil" in blocked, blocked
+    assert main("notifications") == 0
+    out = capsys.readouterr().out
+    assert _clean(out) and "evil" in out and "blocked" in out, out
+
+
 def test_term_lines_keeps_lines_and_shows_escapes() -> None:
     assert term_lines("a\x1b[2Jb\nc\x07\u202e") == "a\\x1b[2Jb\nc\\x07\\u202e"
     assert term_lines("📋 2 loop task(s):\n  [x] é") == "📋 2 loop task(s):\n  [x] é"

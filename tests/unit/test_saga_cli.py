@@ -146,9 +146,10 @@ def test_observe_error_prepares_the_fallback(env: Path, capsys: pytest.CaptureFi
     code, out, _ = _run(capsys, "goal", "observe-error", gid, "--error", error)
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].startswith("run failed (1 consecutive, retry after ")
-    assert lines[1].startswith("provider limit: rate-limit (session-error, status 429, retry at ")
-    assert lines[2] == "fallback prepared: p/new (applies on the next permitted idle turn)"
+    assert lines[0].startswith("provider limit: rate-limit (session-error, status 429, retry at ")
+    assert lines[1] == "fallback prepared after a rate limit: p/new (applies on the next permitted idle turn)"
+    assert lines[2] == "turn ended as a fallback turn (not a failure): next turn on p/new at once"
+    assert not any(line.startswith("run failed") for line in lines)
     code, out, _ = _run(capsys, "goal", "observe-error", gid, "--error", '"ECONNRESET"')
     assert out.splitlines()[-1] == "not a provider limit: no observation recorded"
     assert b"SECRET" not in (env / "events.db").read_bytes()

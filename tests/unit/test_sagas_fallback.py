@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 
 from loopd_es.app.service import Ctx
+from loopd_es.domain.provider_limit import iso
 from loopd_es.host.errors import ProviderErrorInfo
 from loopd_es.host.sim_script import FailureRule
+from projections.goals import pending_text
 
 from ._saga_harness import World, world
 
@@ -64,8 +66,14 @@ async def test_s59_rate_limit_observed_without_secrets(tmp_path: Path) -> None:
             "p/old",
         )
         assert limit.retry_at == "2026-12-02T12:01:00.000Z"
-        raw = b"".join(bytes(e.data) for e in await w.events())
-        assert b"SECRET" not in raw and b"diagnostic" not in raw
+        events = await w.events()
+        raw = b"".join(bytes(e.data) for e in events)
+        assert b"SECRET" not in raw  # headers are never stored
+        observed = b"".join(bytes(e.data) for e in events if e.type == "identity.provider_limit_observed")
+        assert (
+            b"diagnostic" not in observed
+        )  # the observation holds no message; lastError keeps it (reference)
+        assert (await w.state(gid)).last_error == "secret diagnostic"
         await _observe(w, gid, {"statusCode": 429, "retryAfter": "Wed, 07 Oct 2026 12:00:00 GMT"})
         limit = (await w.state(gid)).last_provider_limit
         assert limit is not None and limit.retry_at == "2026-10-07T12:00:00.000Z"
@@ -74,7 +82,9 @@ async def test_s59_rate_limit_observed_without_secrets(tmp_path: Path) -> None:
         assert limit is not None and limit.kind == "quota"
 
 
-async def test_s62_prompt_delivery_quota_prepares_then_the_retry_turn_applies_it(tmp_path: Path) -> None:
+async def test_s62_prompt_delivery_quota_is_a_fallback_turn_and_the_next_turn_applies_it_at_once(
+    tmp_path: Path,
+) -> None:
     async with world(tmp_path) as w:
         gid = await w.create(interactive=False, fallback_models=("p/new", "p/last"))  # 2 turns so far
         session = (await w.state(gid)).worker_session_id or ""
@@ -87,9 +97,10 @@ async def test_s62_prompt_delivery_quota_prepares_then_the_retry_turn_applies_it
             state.model_pending.model,
             state.model_pending.reason,
         ) == ("p/new", "quota")
-        assert state.phase == "waiting_retry"
-        assert (await w.goals.idle(gid, Ctx.new())).result == "waiting"  # backoff first
-        w.clock.advance(3)
+        assert state.phase == "waiting_retry" and state.retry_after == iso(w.clock())  # due now: no backoff
+        assert state.consecutive_failures == 0 and state.last_error is None  # not a failure (#22)
+        types = [e.type for e in await w.events()]
+        assert "run.failed" not in types and "run.fell_back" in types
         turn = await w.goals.idle(gid, Ctx.new())
         assert turn.result == "started" and [r.outcome for r in turn.switches] == ["applied"]
         state = await w.state(gid)
@@ -109,6 +120,7 @@ async def test_s63_interactive_goal_records_and_prepares_but_is_never_woken(tmp_
         state = await w.state(gid)
         assert state.last_provider_limit is not None and state.last_provider_limit.source == "session-error"
         assert state.model_pending is not None and state.model_pending.model == "p/new"
+        assert pending_text(state) == "model p/new (rate limit)"  # the limit as observed, not "quota"
         assert state.phase == "waiting_retry"
         w.clock.advance(3600)
         assert (await w.goals.idle(gid, Ctx.new())).result == "interactive"
