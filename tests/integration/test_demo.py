@@ -20,7 +20,7 @@ def test_demo_plays_the_story_and_every_claim_is_in_the_log(tmp_path: Path) -> N
     for claim in (
         "Identity switch: deferred",
         "pending switch: Identity switched to openai/gpt-5 / plan on the same worker/session.",
-        "fallback prepared: anthropic/claude-sonnet-4-5",
+        "fallback prepared after a rate limit: anthropic/claude-sonnet-4-5",
         "pending switch: Identity switched to anthropic/claude-sonnet-4-5 / plan",
         "Switch rejected:",
         "rolled-back",
