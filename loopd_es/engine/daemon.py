@@ -36,6 +36,7 @@ from .fence import FencedStore
 from .goal_fence import GoalFencedStore
 from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError, from_us, to_us
 from .shares import ACTING_FOR, MEMBER_PREFIX, GoalLostError, Shares
+from .status import EngineStatus
 
 if TYPE_CHECKING:
     from ..app.turns import Guard
@@ -85,13 +86,19 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
         try:
             if not isinstance(host, EngineHost):
                 raise UsageError(f"host {options.host_url} has no event stream; `loopd-es run` needs one")
-            outage = Outage(say)
+            status = EngineStatus(options.store_url, options.holder)
+            outage = Outage(say, status)
             lease = Lease(store, options.holder, clock, ttl_ms=options.lease_ms)
-            async with anyio.create_task_group() as tools:
-                if options.tool_api is not None:  # a standby answers too: a call during a takeover is served
-                    await tools.start(_tools, options, store, host, clock, say)
-                await _run_until_stopped(store, host, lease, options, clock, stop, say, outage)
-                tools.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tools:
+                    if (
+                        options.tool_api is not None
+                    ):  # a standby answers too: a call during a takeover is served
+                        await tools.start(_tools, options, store, host, clock, say)
+                    await _run_until_stopped(store, host, lease, options, clock, stop, say, outage)
+                    tools.cancel_scope.cancel()
+            finally:
+                status.remove()
         finally:
             await host.aclose()
 
@@ -118,6 +125,7 @@ async def _run_until_stopped(
                     await _serve_exclusive(store, host, lease, options, clock, stop, say, outage)
             except* LeaseLostError as group:
                 say(f"lost the engine lease ({group.exceptions[0]}); standing by")
+                outage.now("standing by", f"lost the lease: {group.exceptions[0]}")
             except* TRANSIENT as group:
                 outage.failed(group.exceptions[0])
                 with anyio.move_on_after(outage.backoff()):
@@ -132,17 +140,28 @@ TRANSIENT: Final = (StorageError, HostError, OSError)
 
 
 class Outage:
-    """Says once that the store (or host) went away and once that it is back; spaces the retries out."""
+    """Says once that the store (or host) went away and once that it is back; spaces the retries out; keeps
+    the engine's status file (``loopd-es engines``) saying what it is doing."""
 
-    def __init__(self, say: Say) -> None:
+    def __init__(self, say: Say, status: EngineStatus | None = None) -> None:
         self.say = say
+        self.status = status
         self.since: float | None = None
         self.delay = 0.0
+        self.state = ("starting", "")
+
+    def now(self, state: str, detail: str = "") -> None:
+        """What the engine is doing now (the status keeps saying "waiting" until the store answers again)."""
+        self.state = (state, detail)
+        if self.status is not None and self.since is None:
+            self.status.set(state, detail)
 
     def failed(self, error: BaseException) -> None:
         if self.since is None:
             self.since = time.monotonic()
             self.say(f"waiting for the store or host: {error}; retrying with backoff (nothing is lost)")
+            if self.status is not None:
+                self.status.set("waiting for the store or host", str(error))
             self.delay = 0.25
         else:
             self.delay = min(self.delay * 2, MAX_BACKOFF_S)
@@ -156,6 +175,7 @@ class Outage:
                 f"the store and host answer again after {time.monotonic() - self.since:.1f} s; carrying on"
             )
             self.since = None
+            self.now(*self.state)
 
 
 MAX_BACKOFF_S: Final = 5.0
@@ -170,6 +190,7 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, out
         if member is not None:  # a shared group runs the goals: an exclusive engine would turn them twice
             if announced != member:
                 say(f"standing by: the goals are shared by engines started with --shared ({member} is live)")
+                outage.now("standing by", f"a shared group runs the goals ({member} is live)")
                 announced = member
             with anyio.move_on_after(lease.ttl.total_seconds() / 3):
                 await stop.wait()
@@ -177,10 +198,12 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, out
         holder = await lease.try_acquire()
         if holder is None:
             say(f"engine running: holder {lease.holder}, fencing token {lease.token}")
+            outage.now("running", f"holds the engine lease, fencing token {lease.token}")
             return True
         if holder.holder != announced:
             until = iso(from_us(holder.expires_us)) if holder.expires_us else "?"
             say(f"standing by: the engine lease is held by {holder.holder} until {until}")
+            outage.now("standing by", f"the lease is held by {holder.holder}")
             announced = holder.holder
         wait = (from_us(holder.expires_us) - clock.now()).total_seconds() if holder.expires_us else 0.5
         with anyio.move_on_after(min(max(wait, 0.05), lease.ttl.total_seconds() / 3)):
@@ -207,6 +230,7 @@ async def _run_shared(
             break
         if holder.holder != announced:  # an exclusive engine runs every goal: joining would turn them twice
             say(f"standing by: the engine lease is held by {holder.holder} (started without --shared)")
+            outage.now("standing by", f"an exclusive engine ({holder.holder}) runs the goals")
             announced = holder.holder
         with anyio.move_on_after(lease.ttl.total_seconds() / 3):
             await stop.wait()
@@ -215,6 +239,7 @@ async def _run_shared(
     shares = Shares(store, options.holder, clock, ttl_ms=options.lease_ms)
     await shares.join()
     say(f"engine running: member {shares.member} of the engines sharing this log")
+    outage.now("running", f"member {shares.member} of a shared group")
 
     async def guard() -> None:
         goal_id = ACTING_FOR.get()

@@ -9,6 +9,7 @@ durations are refused with exit 2; two engines started with one name do not take
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -244,6 +245,13 @@ def test_a_postgresql_outage_longer_than_the_lease_is_waited_out_by_holder_and_s
                  expires_us=0)).expires_us > time.time_ns() // 1000, timeout=60)  # fmt: skip
         for name in ("holder", "standby"):
             assert _err(tmp_path, name).count("waiting for the store") <= 1, _err(tmp_path, name)
+        wait_for(
+            "the status to say so",
+            lambda: (
+                sorted(d["state"] for d in json.loads(_engines(tmp_path, url).stdout)["here"])
+                == ["running", "standing by"]
+            ),
+        )
         created = subprocess.run(
             [sys.executable, "-m", "loopd_es", "goal", "create", "g", "--objective", "o", "--model", "p/m",
              "--agent", "build", "--max-turns", "2", "--read-only"],
@@ -261,6 +269,13 @@ def test_a_postgresql_outage_longer_than_the_lease_is_waited_out_by_holder_and_s
             if process.poll() is None:
                 _stop(process, tmp_path, name)
     assert "internal error" not in _err(tmp_path, "holder") + _err(tmp_path, "standby")
+
+
+def _engines(workdir: Path, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loopd_es", "engines", "--json"],
+        cwd=workdir, env=_env(workdir, url), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
 
 
 def _types(url: str) -> list[str]:
