@@ -80,13 +80,7 @@ class StoreView(LogStore):
     async def aclose(self) -> None:
         """The inner store belongs to whoever opened it; closing the view closes nothing."""
 
-
-class FencedStore(StoreView):
-    """A log whose appends carry this holder's lease token as a fence (reads pass through)."""
-
-    def __init__(self, inner: LogStore, lease: Lease) -> None:
-        super().__init__(inner)
-        self.lease = lease
+    # every append goes through ``append_many``, which a fencing view overrides with its own fences
 
     async def append(
         self,
@@ -105,17 +99,32 @@ class FencedStore(StoreView):
         checked = [StreamWrite(*write) for write in writes]
         if not any(w.events for w in checked):
             return [[] for _ in checked]
+        return await self._fenced(checked, fences)
+
+    async def _fenced(self, writes: list[StreamWrite], fences: Sequence[Fence]) -> list[list[Envelope]]:
+        """Append ``writes`` (some events in them) with the view's fences added to ``fences``."""
+        return await self.inner.append_many(writes, fences=fences)
+
+    async def _submit(self, request: Request) -> list[Envelope]:
+        writes = [StreamWrite(part.stream, part.events, part.expected) for part in request.parts]
+        return [env for out in await self.append_many(writes, fences=request.fences) for env in out]
+
+
+class FencedStore(StoreView):
+    """A log whose appends carry this holder's lease token as a fence (reads pass through)."""
+
+    def __init__(self, inner: LogStore, lease: Lease) -> None:
+        super().__init__(inner)
+        self.lease = lease
+
+    async def _fenced(self, writes: list[StreamWrite], fences: Sequence[Fence]) -> list[list[Envelope]]:
         lease = self.lease
         lease.check_clock()  # a holder past its own lease stops even before the store would refuse it
         assert lease.token is not None
         try:
-            return await self.inner.append_many(checked, fences=[*fences, Fence(LEASE_KEY, lease.token)])
+            return await self.inner.append_many(writes, fences=[*fences, Fence(LEASE_KEY, lease.token)])
         except FenceLostError as e:
             if e.fence.key != LEASE_KEY:
                 raise
             lease.token = lease.expires_at = None
             raise LeaseLostError(f"engine lease of {lease.holder} was taken by another process") from None
-
-    async def _submit(self, request: Request) -> list[Envelope]:
-        writes = [StreamWrite(part.stream, part.events, part.expected) for part in request.parts]
-        return [env for out in await self.append_many(writes, fences=request.fences) for env in out]

@@ -17,16 +17,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..domain.streams import aggregate_of
-from ..events.envelope import ANY
-from ..log.base import StreamWrite, WriteSpec
 from ..log.coord import Fence, FenceLostError
 from .fence import StoreView
 from .shares import ACTING_FOR, CLAIM_PREFIX, GoalLostError, Shares, claim_key
 
 if TYPE_CHECKING:
-    from ..events.envelope import Envelope, ExpectedVersion, NewEvent
-    from ..log.base import LogStore
-    from ..log.group_commit import Request
+    from ..events.envelope import Envelope, NewEvent
+    from ..log.base import LogStore, StreamWrite
 
 _GOAL_ID = msgspec.json.Decoder(dict[str, Any])
 
@@ -69,26 +66,10 @@ class GoalFencedStore(StoreView):
         super().__init__(inner)
         self.shares = shares
 
-    async def append(
-        self,
-        stream: str,
-        events: Sequence[NewEvent],
-        expected_version: ExpectedVersion = ANY,
-        *,
-        fences: Sequence[Fence] = (),
-    ) -> list[Envelope]:
-        (recorded,) = await self.append_many([StreamWrite(stream, events, expected_version)], fences=fences)
-        return recorded
-
-    async def append_many(
-        self, writes: Sequence[WriteSpec], *, fences: Sequence[Fence] = ()
-    ) -> list[list[Envelope]]:
-        checked = [StreamWrite(*write) for write in writes]
-        if not any(w.events for w in checked):
-            return [[] for _ in checked]
-        goals = goals_of(checked)
+    async def _fenced(self, writes: list[StreamWrite], fences: Sequence[Fence]) -> list[list[Envelope]]:
+        goals = goals_of(writes)
         if not goals:
-            return await self.inner.append_many(checked, fences=fences)
+            return await self.inner.append_many(writes, fences=fences)
         shares = self.shares
         for goal_id in goals:
             if goal_id not in shares.held:
@@ -97,7 +78,7 @@ class GoalFencedStore(StoreView):
             raise GoalLostError(goals[0], f"the membership of {shares.member} ran out")
         claims = [Fence(claim_key(goal_id), shares.held[goal_id]) for goal_id in goals]
         try:
-            return await self.inner.append_many(checked, fences=[*fences, *claims])
+            return await self.inner.append_many(writes, fences=[*fences, *claims])
         except FenceLostError as e:
             prefix = len(CLAIM_PREFIX)
             if not e.fence.key.startswith(CLAIM_PREFIX):
@@ -105,7 +86,3 @@ class GoalFencedStore(StoreView):
             goal_id = e.fence.key[prefix:]
             shares.held.pop(goal_id, None)
             raise GoalLostError(goal_id, "claimed by another engine") from None
-
-    async def _submit(self, request: Request) -> list[Envelope]:
-        writes = [StreamWrite(part.stream, part.events, part.expected) for part in request.parts]
-        return [env for out in await self.append_many(writes, fences=request.fences) for env in out]
