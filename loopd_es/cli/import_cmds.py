@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 def register(subparsers: Any) -> None:
     """Add ``import-loopd`` to the command tree."""
+    from .options import add_project_argument
+
     p = subparsers.add_parser(
         "import-loopd",
         help="import an opencode-loopd project (state.json + events.ndjson) into the log",
@@ -31,7 +33,7 @@ def register(subparsers: Any) -> None:
         "import-<id> stream recording what came from the ledger and what was synthesised from the snapshot. "
         "Importing the same unchanged project again appends nothing.",
     )
-    p.add_argument("directory", metavar="DIR", help="the project directory (the one holding .opencode/loopd)")
+    add_project_argument(p)
     p.add_argument(
         "--dry-run", action="store_true", help="read and map everything, print the plan, write nothing"
     )
