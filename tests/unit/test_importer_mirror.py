@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,9 +25,11 @@ def _project(tmp_path: Path) -> Project:
     return project
 
 
-async def _pass(tmp_path: Path, project: Project, **kw: float) -> MirrorPass:
+async def _pass(
+    tmp_path: Path, project: Project, settle: float = 0.0, clock: Callable[[], float] = time.time
+) -> MirrorPass:
     async with await open_store(f"sqlite:{tmp_path / 'log.db'}") as store:
-        return await mirror_pass(store, project.base.parents[1], **kw)
+        return await mirror_pass(store, project.base.parents[1], settle=settle, clock=clock)
 
 
 async def _sources(tmp_path: Path) -> list[str]:
