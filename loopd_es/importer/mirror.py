@@ -35,11 +35,11 @@ import msgspec
 from ..errors import ConflictError, LoopdError
 from ..events.catalogue import decode_data, decode_payload
 from ..events.envelope import NO_STREAM
-from ..events.imported import stamped
+from ..events.imported import STREAM_PREFIX, stamped
 from ..log.base import StreamWrite
 from .builder import Emitted, Report
 from .goals import continue_goal
-from .plan import ImportPlan, apply_plan, build_plan, stream_batch
+from .plan import ImportPlan, apply_plan, build_plan, import_id_for, stream_batch
 from .source import LOOPD_DIR, ImportSourceError
 
 if TYPE_CHECKING:
@@ -75,8 +75,31 @@ class _Held(msgspec.Struct, frozen=True):
     last_line: int
 
 
+class MirrorCache:
+    """The streams as this mirror last left them, trusted while the log's head is where it left it.
+
+    A following mirror keeps one, so a pass reads only the project, not every mirrored stream again:
+    a pass then costs what changed, plus one read of the project's files.
+    """
+
+    def __init__(self) -> None:
+        self.head = -1
+        self.held: dict[str, _Held] = {}
+        self.settled_sha = ""
+        """``state.json``'s hash at the last settled pass: an unchanged snapshot has nothing to correct."""
+
+    def forget(self) -> None:
+        self.head, self.settled_sha = -1, ""
+        self.held.clear()
+
+
 async def mirror_pass(
-    store: LogStore, directory: Path, *, settle: float = 0.0, clock: Callable[[], float] = time.time
+    store: LogStore,
+    directory: Path,
+    *,
+    settle: float = 0.0,
+    clock: Callable[[], float] = time.time,
+    cache: MirrorCache | None = None,
 ) -> MirrorPass:
     """Append every fact of the project at ``directory`` that the log does not hold yet.
 
@@ -86,19 +109,15 @@ async def mirror_pass(
     :raises ImportConflictError: when the log holds other events on a stream the import would write.
     :raises WrongExpectedVersionError: when something else appended to a mirrored stream meanwhile.
     """
-    plan = await anyio.to_thread.run_sync(build_plan, directory)
+    cache = cache if cache is not None else MirrorCache()
+    first = await store.stream_version(STREAM_PREFIX + import_id_for(directory)) == 0
+    plan = await anyio.to_thread.run_sync(partial(build_plan, directory, map_goals=first))
     settle_in = _settle_in(directory, settle, clock)
     settled = settle_in is None
     base = partial(MirrorPass, import_id=plan.import_id, stream=plan.stream, ledger_count=plan.ledger_count)
-    if await store.stream_version(plan.stream) == 0:
+    if first:
         if not settled:
-            return base(
-                imported=False,
-                appended=0,
-                streams=(),
-                ledger_lines=(),
-                settle_in=settle_in,
-            )
+            return base(imported=False, appended=0, streams=(), ledger_lines=(), settle_in=settle_in)
         result = await apply_plan(store, plan)
         lines = {_line(s) for b in plan.batches if b.stream in result.written for s in b.sources}
         return base(
@@ -108,9 +127,21 @@ async def mirror_pass(
             ledger_lines=tuple(sorted(n for n in lines if n)),
             torn_line=plan.torn_line,
         )
-    writes, lines = await _continue(store, plan, settled)
-    if writes:
-        await store.append_many(writes)
+    head = await store.head()
+    if head != cache.head:
+        cache.forget()  # something else wrote: read the streams again
+    try:
+        writes, lines, after = await _continue(store, plan, settled, cache)
+        if writes:
+            await store.append_many(writes)
+            head = await store.head()
+    except BaseException:
+        cache.forget()
+        raise
+    cache.held.update(after)
+    cache.head = head
+    if settled:
+        cache.settled_sha = plan.state_sha256
     return base(
         imported=False,
         appended=sum(len(w.events) for w in writes),
@@ -121,26 +152,33 @@ async def mirror_pass(
     )
 
 
-async def _continue(store: LogStore, plan: ImportPlan, settled: bool) -> tuple[list[StreamWrite], set[int]]:
-    """Each stream's events after what the log holds (goal streams re-mapped, others by ledger line)."""
+async def _continue(
+    store: LogStore, plan: ImportPlan, settled: bool, cache: MirrorCache
+) -> tuple[list[StreamWrite], set[int], dict[str, _Held]]:
+    """Each stream's events after what the log holds (goal streams re-mapped, others by ledger line),
+    and the streams as they will be once those land."""
     writes: list[StreamWrite] = []
     lines: set[int] = set()
+    after: dict[str, _Held] = {}
     started = plan.started.event_id
-    goal_streams = set()
+    snapshot_seen = settled and cache.settled_sha == plan.state_sha256
     for data in plan.goal_inputs:
         stream = f"goal-{data.goal_id}"
-        goal_streams.add(stream)
-        held = await _held(store, stream)
+        held = await _held(store, stream, cache)
+        if not any(ln.line > held.last_line for ln in data.lines) and (not settled or snapshot_seen):
+            continue  # no new line, and no snapshot this stream has not been brought to yet
         items = continue_goal(data, held.items, Report(), settled=settled)
         if len(items) > len(held.items):
             batch = stream_batch(plan.import_id, plan.stream, started, stream, items, held.ids)
             writes.append(StreamWrite(stream, batch.events, len(held.ids) or NO_STREAM))
             lines.update(map(_line, batch.sources))
-    lines.discard(0)
+            after[stream] = _Held(
+                held.ids + tuple(e.event_id for e in batch.events),
+                items,
+                max(held.last_line, *map(_line, batch.sources)),
+            )
     for batch in plan.batches:
-        if batch.stream in goal_streams:
-            continue
-        held = await _held(store, batch.stream)
+        held = await _held(store, batch.stream, cache)
         pairs = list(zip(batch.events, batch.sources, strict=True))
         if not held.ids:
             new = pairs if settled else pairs[: _through_last_line(batch.sources)]
@@ -155,21 +193,30 @@ async def _continue(store: LogStore, plan: ImportPlan, settled: bool) -> tuple[l
         if new:
             writes.append(StreamWrite(batch.stream, [e for e, _ in new], len(held.ids) or NO_STREAM))
             lines.update(_line(src) for _, src in new)
+            added = [Emitted(decode_payload_of(e), src) for e, src in new]
+            after[batch.stream] = _Held(
+                held.ids + tuple(e.event_id for e, _ in new),
+                held.items + added,
+                max(held.last_line, *(_line(src) for _, src in new)),
+            )
     lines.discard(0)
-    return writes, lines
+    return writes, lines, after
 
 
-async def _held(store: LogStore, stream: str) -> _Held:
+async def _held(store: LogStore, stream: str, cache: MirrorCache) -> _Held:
     """The stream as the log holds it: ids, events as the builder's items, last ledger line mirrored."""
-    if await store.stream_version(stream) == 0:
-        return _Held((), [], 0)
+    known = cache.held.get(stream)
+    if known is not None:
+        return known
     ids: list[str] = []
     items: list[Emitted] = []
-    async for env in store.read_stream(stream):
-        ids.append(env.event_id)
-        items.append(_emitted(env))
-    last = max((_line(i.source) for i in items), default=0)
-    return _Held(tuple(ids), items, last)
+    if await store.stream_version(stream):
+        async for env in store.read_stream(stream):
+            ids.append(env.event_id)
+            items.append(_emitted(env))
+    held = _Held(tuple(ids), items, max((_line(i.source) for i in items), default=0))
+    cache.held[stream] = held
+    return held
 
 
 def _emitted(env: Envelope) -> Emitted:
@@ -222,6 +269,7 @@ async def follow(
     from ..projector.watch import Waker, watch_log
 
     base = directory / LOOPD_DIR
+    cache = MirrorCache()
     waker = Waker()
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
@@ -231,7 +279,7 @@ async def follow(
             while True:
                 wait = poll
                 try:
-                    done = await mirror_pass(store, directory, settle=settle)
+                    done = await mirror_pass(store, directory, settle=settle, cache=cache)
                 except (ImportSourceError, ConflictError) as e:
                     await on_error(e)
                 else:

@@ -85,6 +85,7 @@ class ImportPlan(msgspec.Struct, frozen=True, kw_only=True):
     migrated_version: int = 0
     dropped_fields: tuple[DroppedField, ...] = ()
     ledger_count: int = 0
+    state_sha256: str = ""
     """Lines in the ledger (with its rotated segments), a torn last one included."""
     goal_inputs: tuple[GoalInput, ...] = ()
     """What each goal's stream was built from (a mirror continues a held stream from it)."""
@@ -107,8 +108,11 @@ def import_id_for(directory: Path) -> str:
     return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
 
 
-def build_plan(directory: Path) -> ImportPlan:
+def build_plan(directory: Path, *, map_goals: bool = True) -> ImportPlan:
     """Read, validate and map a loopd project; no I/O besides reading its two files.
+
+    ``map_goals=False`` leaves the goal streams out of the batches (a mirror continuing them maps only
+    their new lines, from :attr:`ImportPlan.goal_inputs`).
 
     :raises ImportSourceError: for a missing directory or a corrupt ``state.json`` / ``events.ndjson``.
     """
@@ -158,6 +162,8 @@ def build_plan(directory: Path) -> ImportPlan:
             controls=tuple(by_goal.get(goal_id, ())),
         )
         inputs.append(data)
+        if not map_goals:
+            continue
         items = build_goal(data, report)
         snap = snaps.get(goal_id)
         if snap is not None:
@@ -249,6 +255,7 @@ def build_plan(directory: Path) -> ImportPlan:
         migrated_version=state.version,
         dropped_fields=dropped,
         ledger_count=ledger.count,
+        state_sha256=loaded.sha256,
         goal_inputs=tuple(inputs),
     )
 

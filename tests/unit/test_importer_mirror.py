@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.events.catalogue import new_event
+from loopd_es.events.goal import GoalProgressReported
 from loopd_es.events.imported import stamped
-from loopd_es.importer.mirror import MirrorPass, mirror_pass
+from loopd_es.importer.mirror import MirrorCache, MirrorPass, mirror_pass
 from loopd_es.importer.segments import _listing, read_ledger_bytes
 from loopd_es.log import open_store
 from loopd_es.testing.loopd_project import Project, _rotate
@@ -125,3 +127,21 @@ async def test_a_goal_known_only_from_state_json_waits_for_its_created_line(tmp_
     assert (await _pass(tmp_path, project, settle=10, clock=lambda: mtime + 10)).streams == (
         "goal-70000000-0000-4000-8000-000000000000",
     )
+
+
+async def test_a_cached_mirror_rereads_streams_something_else_appended_to(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    project.step(0, "create")
+    cache = MirrorCache()
+    gid = "70000000-0000-4000-8000-000000000000"
+    async with await open_store(f"sqlite:{tmp_path / 'log.db'}") as store:
+        directory = project.base.parents[1]
+        await mirror_pass(store, directory, cache=cache)  # the one-shot import
+        project.step(0, "run")
+        assert (await mirror_pass(store, directory, cache=cache)).ledger_lines == (2,)
+        # something else (an engine, a reconcile) continues the goal's stream
+        await store.append(f"goal-{gid}", [new_event(GoalProgressReported(goal_id=gid, summary="x"))])
+        project.step(0, "progress")
+        done = await mirror_pass(store, directory, cache=cache)
+        assert done.ledger_lines == (3,)
+        assert await store.stream_version(f"goal-{gid}") == len(cache.held[f"goal-{gid}"].ids)
