@@ -27,6 +27,10 @@ from pathlib import Path
 from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from loopd_es.testing.loopd_project import empty_project, start_mirror  # noqa: E402
+
 LIMIT_MS = 1000.0
 
 
@@ -50,25 +54,9 @@ def run(goals: int, cycles: int, pace: float) -> dict[str, Any]:
     env.pop("LOOPD_ES_STORE", None)
     with tempfile.TemporaryDirectory() as tmp:
         project = Path(tmp) / "project"
-        (project / ".opencode" / "loopd").mkdir(parents=True)
-        (project / ".opencode" / "loopd" / "state.json").write_text('{"version": 9, "goals": []}')
+        empty_project(project)
         url = f"sqlite:{Path(tmp) / 'mirror.db'}"
-        mirror = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "loopd_es",
-                "--store",
-                url,
-                "mirror-loopd",
-                str(project),
-                "--follow",
-                "--json",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        mirror = start_mirror(url, project, env)
         assert mirror.stdout is not None
         json.loads(mirror.stdout.readline())  # the first pass: it is watching now
         landed: dict[int, float] = {}

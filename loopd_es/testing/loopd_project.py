@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -151,6 +152,18 @@ def _rotate(ledger: Path) -> None:
     for n in numbers:
         os.replace(ledger.with_name(f"{ledger.name}.{n}"), ledger.with_name(f"{ledger.name}.{n + 1}"))
     os.replace(ledger, ledger.with_name(ledger.name + ".1"))
+
+
+def empty_project(directory: Path) -> None:
+    """A project loopd has just initialised: ``state.json`` with no goals, no ledger yet."""
+    (directory / ".opencode" / "loopd").mkdir(parents=True)
+    (directory / ".opencode" / "loopd" / "state.json").write_text('{"version": 9, "goals": []}')
+
+
+def start_mirror(url: str, directory: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``loopd-es mirror-loopd DIR --follow --json`` in a child process, its stdout a text pipe."""
+    argv = ["-m", "loopd_es", "--store", url, "mirror-loopd", str(directory), "--follow", "--json"]
+    return subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True, env=env)
 
 
 def _say(doc: dict[str, Any]) -> None:

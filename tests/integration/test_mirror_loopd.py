@@ -30,6 +30,7 @@ from loopd_es.events.imported import stamped
 from loopd_es.importer.check import expected, folded
 from loopd_es.importer.source import load_state
 from loopd_es.log import open_store
+from loopd_es.testing.loopd_project import empty_project, start_mirror
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES = 33  # 3 goals x 11 steps
@@ -69,22 +70,7 @@ class Lines:
 
 
 def _mirror(url: str, project: Path) -> tuple[subprocess.Popen[str], Lines]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "loopd_es",
-            "--store",
-            url,
-            "mirror-loopd",
-            str(project),
-            "--follow",
-            "--json",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
+    proc = start_mirror(url, project, _env())
     assert proc.stdout is not None
     out = Lines(proc.stdout)
     out.until(lambda d: "stream" in d)  # its first pass is done: it is watching
@@ -124,8 +110,7 @@ async def _differences(url: str, project: Path) -> list[str]:
 
 def test_a_killed_mirror_resumes_without_duplicates_or_gaps(tmp_path: Path) -> None:
     project = tmp_path / "project"
-    (project / ".opencode" / "loopd").mkdir(parents=True)
-    (project / ".opencode" / "loopd" / "state.json").write_text('{"version": 9, "goals": []}')
+    empty_project(project)
     url = f"sqlite:{tmp_path / 'mirror.db'}"
     mirror, out = _mirror(url, project)
     writer = subprocess.Popen(
