@@ -10,6 +10,7 @@ measure the lag from the ledger line's write.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -52,8 +53,9 @@ def register(subparsers: Any) -> None:
 
 async def _mirror(args: argparse.Namespace) -> int:
     from ..errors import UsageError
-    from ..importer.mirror import follow, mirror_pass
+    from ..importer.mirror import MirrorCache, follow, mirror_pass
     from ..log import open_store
+    from ..text_safe import term_line
     from .options import cancel_on_signal, store_url
 
     if args.settle < 0:
@@ -69,13 +71,17 @@ async def _mirror(args: argparse.Namespace) -> int:
             _show(done, directory, args.json, first=False)
 
         async def on_error(e: LoopdError) -> None:
-            print(
-                f"loopd-es: mirror-loopd: {e}; trying again at the next change", file=sys.stderr, flush=True
-            )
+            line = term_line(f"loopd-es: mirror-loopd: {e}; trying again at the next change")
+            print(line, file=sys.stderr, flush=True)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(cancel_on_signal, tg.cancel_scope)
-            await follow(store, directory, on_pass, on_error, settle=args.settle)
+        cache = MirrorCache()
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            # fail fast (one line, exit 2 or 3) before the task group, which would wrap the error in a group
+            done = await mirror_pass(store, directory, settle=args.settle, cache=cache)
+            _show(done, directory, args.json, first=True)  # always said: it is watching from here on
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_on_signal, tg.cancel_scope, signals)
+                await follow(store, directory, on_pass, on_error, settle=args.settle, cache=cache)
     return 0
 
 

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from ..errors import UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     import anyio
 
 DEFAULT_STORE = "sqlite:.loopd/events.db"
@@ -61,13 +63,20 @@ def add_project_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("directory", metavar="DIR", help="the project directory (the one holding .opencode/loopd)")
 
 
-async def cancel_on_signal(scope: anyio.CancelScope) -> None:
-    """Cancel ``scope`` at the first SIGINT or SIGTERM: how a following command stops cleanly (exit 0)."""
+async def cancel_on_signal(scope: anyio.CancelScope, signals: AsyncIterator[int] | None = None) -> None:
+    """Cancel ``scope`` at the first SIGINT or SIGTERM: how a following command stops cleanly (exit 0).
+
+    ``signals``: a receiver the caller opened earlier, so a signal during its start-up is not lost.
+    """
     import signal
 
     import anyio
 
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    if signals is not None:
         async for _ in signals:
+            scope.cancel()
+            return
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for _ in received:
             scope.cancel()
             return

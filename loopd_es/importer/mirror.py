@@ -259,24 +259,32 @@ async def follow(
     *,
     settle: float = SETTLE,
     poll: float = 5.0,
+    cache: MirrorCache | None = None,
 ) -> None:
     """Run a pass now and after every change to the project's ledger or snapshot, until cancelled.
 
     A pass that fails (a state file loopd is rewriting without its atomic rename, a mirrored stream
     someone else appended to) is reported through ``on_error`` and tried again at the next change;
-    ``poll`` seconds is the longest wait, in case a change was not reported.
+    ``poll`` seconds is the longest wait, in case a change was not reported. Until a first pass has
+    succeeded (the one run before watching starts) its error is raised instead: a directory that is no
+    loopd project stops the mirror at once.
+
+    :raises ImportSourceError: when the first pass cannot read the project.
+    :raises ConflictError: when the first pass finds the log holding other events on its streams.
     """
     from ..projector.watch import Waker, watch_log
 
     base = directory / LOOPD_DIR
-    cache = MirrorCache()
+    cache = cache if cache is not None else MirrorCache()
+    # the first pass outside the task group: its error reaches the caller as itself, not in a group
+    await on_pass(await mirror_pass(store, directory, settle=settle, cache=cache))
     waker = Waker()
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         files = [base / "state.json", base / "events.ndjson"]
         tg.start_soon(partial(watch_log, files, waker, stop, debounce=0, step=5))
         try:
-            while True:
+            while True:  # a pass at once too: a change before the watcher started is not left to the poll
                 wait = poll
                 try:
                     done = await mirror_pass(store, directory, settle=settle, cache=cache)

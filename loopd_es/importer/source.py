@@ -442,7 +442,8 @@ class LoadedLedger(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def load_ledger(path: Path) -> LoadedLedger:
-    """Read ``events.ndjson`` (after its rotated segments, :mod:`.segments`); a missing file is an empty ledger, a torn last line is left out (and reported).
+    """Read ``events.ndjson`` after its rotated segments (:mod:`.segments`); a missing file is an empty
+    ledger, a torn last line is left out (and reported).
 
     A complete line that is not a JSON object with string ``type`` and ``timestamp`` is an error: the
     ledger is appended without a lock, so a bad line in the middle means the file was damaged, and

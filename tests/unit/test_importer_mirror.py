@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.cli.main import main
 from loopd_es.events.catalogue import new_event
 from loopd_es.events.goal import GoalProgressReported
 from loopd_es.events.imported import stamped
@@ -145,3 +146,38 @@ async def test_a_cached_mirror_rereads_streams_something_else_appended_to(tmp_pa
         done = await mirror_pass(store, directory, cache=cache)
         assert done.ledger_lines == (3,)
         assert await store.stream_version(f"goal-{gid}") == len(cache.held[f"goal-{gid}"].ids)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["mirror-loopd", "{missing}"], 2, "no such directory; nothing was imported"),
+        (["mirror-loopd", "{missing}", "--follow"], 2, "no such directory; nothing was imported"),
+        (["mirror-loopd", "{empty}", "--follow"], 2, "the file does not exist (is this an opencode-loopd"),
+        (["mirror-loopd", "{empty}", "--settle", "-1"], 2, "--settle must be 0 or more seconds, got -1.0"),
+    ],
+)
+def test_bad_input_is_one_line_and_an_exit_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], code: int, message: str
+) -> None:
+    (tmp_path / "empty").mkdir()
+    where = {"missing": str(tmp_path / "missing"), "empty": str(tmp_path / "empty")}
+    argv = [a.format(**where) for a in args]
+    assert main("--store", f"sqlite:{tmp_path / 'log.db'}", *argv) == code
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_a_catch_up_pass_says_what_it_mirrored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project = _project(tmp_path)
+    project.step(0, "create")
+    store = ("--store", f"sqlite:{tmp_path / 'log.db'}")
+    directory = str(project.base.parents[1])
+    assert main(*store, "mirror-loopd", directory) == 0
+    assert "imported" in capsys.readouterr().out
+    project.step(0, "run")
+    project.step(0, "progress")
+    assert main(*store, "mirror-loopd", directory) == 0
+    assert "(ledger lines 2-3)" in capsys.readouterr().out
+    assert main(*store, "mirror-loopd", directory) == 0
+    assert "is up to date in the log" in capsys.readouterr().out
