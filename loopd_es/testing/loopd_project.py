@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-_CYCLE = (
+CYCLE = (
     "create",
     "run",
     "progress",
@@ -59,6 +59,8 @@ class Project:
         }
         self.lines = 0
         self.torn_at, self.rotate_at, self.pace = torn_at, rotate_at, pace
+        self.echo = True
+        """Print each line's number and time (the benchmark's clock); off for in-process tests."""
 
     def write_state(self) -> None:
         """loopd's ``writeAtomic``: a temporary file renamed over ``state.json``."""
@@ -80,11 +82,19 @@ class Project:
                 f.write(data[len(data) // 2 :])
             else:
                 f.write(data)
-        _say({"line": self.lines, "at": time.time()})
+        if self.echo:
+            _say({"line": self.lines, "at": time.time()})
         if self.lines == self.rotate_at:
             _rotate(ledger)
 
     def step(self, goal_index: int, action: str) -> None:
+        """One mutation: the state write, then (a moment later, as loopd) its ledger line."""
+        line = self.prepare(goal_index, action)
+        time.sleep(0.002)
+        self.append(line)
+
+    def prepare(self, goal_index: int, action: str) -> dict[str, Any]:
+        """Apply ``action`` to the state and write it; returns the ledger line still to append."""
         gid = f"70000000-0000-4000-8000-{goal_index:012d}"
         now = _now()
         base = {"version": 1, "eventID": f"e{self.lines + 1:07d}", "goalID": gid, "timestamp": now}
@@ -140,8 +150,7 @@ class Project:
             goal["completionEvidence"] = {"summary": "all done", "evidence": "tests pass", "at": now}
             extra = {"type": "goal.completed", "summary": "all done", "evidence": "tests pass"}
         self.write_state()
-        time.sleep(0.002)  # loopd appends the ledger line just after the state write
-        self.append({**base, **extra})
+        return {**base, **extra}
 
 
 def _rotate(ledger: Path) -> None:
@@ -184,10 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     project = Project(args.directory, args.torn_at, args.rotate_at, args.pace)
     for cycle in range(args.cycles):
         goals = range(cycle * args.goals, (cycle + 1) * args.goals)
-        for tick in range(len(_CYCLE) + args.goals - 1):
+        for tick in range(len(CYCLE) + args.goals - 1):
             for offset, goal in enumerate(goals):
-                if 0 <= tick - offset < len(_CYCLE):
-                    project.step(goal, _CYCLE[tick - offset])
+                if 0 <= tick - offset < len(CYCLE):
+                    project.step(goal, CYCLE[tick - offset])
                     time.sleep(args.pace)
     _say({"done": project.lines})
     return 0

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.anyio
 
 def _project(tmp_path: Path) -> Project:
     project = Project(tmp_path / "p", torn_at=0, rotate_at=0, pace=0)
+    project.echo = False
     project.write_state()
     return project
 
