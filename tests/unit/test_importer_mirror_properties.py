@@ -2,13 +2,15 @@
 import of the final project does - each ledger line's events once, in the same streams and order, and each
 goal folded to the final snapshot.
 
-Passes may fall between a state write and its ledger line (loopd's own order), before or after rotations;
+Passes may fall between a state write and its ledger line (loopd's own order), on a half-written line,
+before or after rotations;
 the snapshot counts as settled only at passes where loopd has no line pending, which is what ``--settle``
 stands for.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -37,8 +39,9 @@ STEPS = [
 ]
 """The writer's order: each goal one step behind the one before it."""
 
-# per step: (pass between the state write and its line, pass after the line, settled then, rotate after)
-Plan = list[tuple[bool, bool, bool, bool]]
+# per step: (pass between the state write and its line, pass on the line half written, pass after the
+# line, settled then, rotate after)
+Plan = list[tuple[bool, bool, bool, bool, bool]]
 
 
 async def _sources(url: str) -> dict[str, list[str]]:
@@ -66,11 +69,20 @@ async def _run(root: Path, plan: Plan, cached: bool) -> None:
             at = mtime + (100 if settled else 0)
             await mirror_pass(store, directory, settle=10, clock=lambda: at, cache=cache)
 
-        for (goal, action), (racing, after, settled, rotate) in zip(STEPS, plan, strict=True):
+        for (goal, action), (racing, torn, after, settled, rotate) in zip(STEPS, plan, strict=True):
             line = project.prepare(goal, action)
             if racing:
                 await mirror(settled=False)  # loopd's line is still to come: never settled here
-            project.append(line)
+            if torn:  # a pass sees the line half written
+                data = (json.dumps(line) + "\n").encode()
+                with (project.base / "events.ndjson").open("ab") as f:
+                    f.write(data[: len(data) // 2])
+                await mirror(settled=False)
+                with (project.base / "events.ndjson").open("ab") as f:
+                    f.write(data[len(data) // 2 :])
+                project.lines += 1
+            else:
+                project.append(line)
             if after:
                 await mirror(settled)
             if rotate:
@@ -92,13 +104,19 @@ async def _run(root: Path, plan: Plan, cached: bool) -> None:
     assert sorted(int(s[7:]) for v in mirrored.values() for s in v) == list(range(1, len(STEPS) + 1))
 
 
-_STEP = st.tuples(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 9).map(lambda n: n == 0))
+_STEP = st.tuples(
+    st.booleans(),
+    st.integers(0, 4).map(lambda n: n == 0),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 9).map(lambda n: n == 0),
+)
 
 
 @settings(max_examples=scaled(12))
 @given(plan=st.lists(_STEP, min_size=len(STEPS), max_size=len(STEPS)), cached=st.booleans())
-@example(plan=[(True, True, True, False)] * len(STEPS), cached=True)  # a pass at every point, settled after
-@example(plan=[(False, False, False, i == 5) for i in range(len(STEPS))], cached=False)  # one final pass
+@example(plan=[(True, True, True, True, False)] * len(STEPS), cached=True)  # a pass at every point
+@example(plan=[(False, False, False, False, i == 5) for i in range(len(STEPS))], cached=False)  # one pass
 def test_any_interleaving_mirrors_every_line_once(plan: Plan, cached: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         anyio.run(_run, Path(tmp), plan, cached)
