@@ -133,8 +133,9 @@ async def mirror_pass(
     try:
         writes, lines, after = await _continue(store, plan, settled, cache)
         if writes:
-            await store.append_many(writes)
-            head = await store.head()
+            landed = [env.position for envs in await store.append_many(writes) for env in envs]
+            # trusted only if nothing else landed between the head read and this append
+            head = max(landed) if min(landed) == head + 1 else -1
     except BaseException:
         cache.forget()
         raise
