@@ -12,9 +12,11 @@ import pytest
 
 from loopd_es.cli.main import main
 from loopd_es.events.catalogue import new_event
+from loopd_es.events.envelope import NO_STREAM
 from loopd_es.events.goal import GoalProgressReported
 from loopd_es.events.imported import stamped
 from loopd_es.importer.mirror import MirrorCache, MirrorPass, mirror_pass
+from loopd_es.importer.plan import apply_plan, build_plan
 from loopd_es.importer.segments import _listing, read_ledger_bytes
 from loopd_es.log import open_store
 from loopd_es.testing.loopd_project import Project, _rotate
@@ -182,3 +184,26 @@ def test_a_catch_up_pass_says_what_it_mirrored(tmp_path: Path, capsys: pytest.Ca
     assert "(ledger lines 2-3)" in capsys.readouterr().out
     assert main(*store, "mirror-loopd", directory) == 0
     assert "is up to date in the log" in capsys.readouterr().out
+
+
+async def test_a_first_pass_killed_part_way_is_finished_by_the_next(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    for goal, action in ((0, "create"), (1, "create"), (0, "run"), (1, "run")):
+        project.step(goal, action)
+    directory = project.base.parents[1]
+    plan = build_plan(directory)
+    async with await open_store(f"sqlite:{tmp_path / 'log.db'}") as store:
+        # what a kill -9 during the one-shot import leaves: import.started and the first stream only
+        await store.append(plan.stream, [plan.started], NO_STREAM)
+        await store.append(plan.batches[0].stream, list(plan.batches[0].events), NO_STREAM)
+        project.step(0, "progress")
+        done = await mirror_pass(store, directory)
+        assert not done.imported
+        assert set(done.streams) == {plan.batches[0].stream, plan.batches[1].stream}
+        assert done.ledger_lines == (2, 4, 5)  # goal 1's lines, and the new one of goal 0
+    once = tmp_path / "once"
+    once.mkdir()
+    async with await open_store(f"sqlite:{once / 'log.db'}") as store:
+        await apply_plan(store, build_plan(directory))
+    mirrored = [s for s in await _sources(tmp_path) if s.startswith("ledger:")]
+    assert sorted(mirrored) == sorted(s for s in await _sources(once) if s.startswith("ledger:"))
