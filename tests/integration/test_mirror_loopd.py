@@ -108,10 +108,11 @@ async def _differences(url: str, project: Path) -> list[str]:
     return found
 
 
-def test_a_killed_mirror_resumes_without_duplicates_or_gaps(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "ndjson"])
+def test_a_killed_mirror_resumes_without_duplicates_or_gaps(tmp_path: Path, backend: str) -> None:
     project = tmp_path / "project"
     empty_project(project)
-    url = f"sqlite:{tmp_path / 'mirror.db'}"
+    url = f"{backend}:{tmp_path / 'mirror.log'}"
     mirror, out = _mirror(url, project)
     writer = subprocess.Popen(
         [sys.executable, "-m", "loopd_es.testing.loopd_project", str(project), "--goals", "3"]
