@@ -1,11 +1,12 @@
 """The ledger as one byte string across rotation: ``events.ndjson.N`` ... ``events.ndjson.1``, then ``events.ndjson``.
 
-opencode-loopd itself never rotates its ledger, but a project that has run for months often has it rotated
-(``logrotate`` with ``copytruncate`` off, or by hand): the current file is renamed to ``events.ndjson.1``,
-older ones move up a number, and loopd opens a fresh ``events.ndjson`` on its next append. Read in that
-order the segments are the one ledger, so a line keeps the same number (``ledger:<line>``) before and after
-a rotation, which is what lets a mirror that was stopped across a rotation resume without gaps or
-duplicates. The rotated segments must be kept: dropping the oldest renumbers every line after it.
+opencode-loopd never rotates its ledger itself, so an operator whose ledger has grown large may rotate it
+(``logrotate`` without ``copytruncate``, or by hand): the current file is renamed to ``events.ndjson.1``,
+older ones move up a number, and loopd's next append (``fs.appendFile``) creates a fresh ``events.ndjson``. Read in that order the segments are the one ledger, so a line keeps the same number
+(``ledger:<line>``) before and after a rotation, which is what lets a mirror that was stopped across a
+rotation resume without gaps or duplicates. The rotated segments must be kept: dropping the oldest
+renumbers every line after it. ``copytruncate`` is not supported: between its copy and its truncation the
+same lines are in two segments.
 
 A rotation can happen while we read, so the segment list is taken twice (names and inodes) around the
 read and the read is retried until it is the same; a missing number in the sequence (``.2`` but no ``.1``)
