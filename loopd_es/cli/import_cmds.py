@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "import-loopd",
         help="import an opencode-loopd project (state.json + events.ndjson) into the log",
-        description="Read DIR/.opencode/loopd/state.json (versions 1-9) and events.ndjson and append the "
+        description="Read DIR/.opencode/loopd/state.json (versions 1-9) and events.ndjson (after its "
+        "rotated segments events.ndjson.N, oldest first) and append the "
         "equivalent events: one goal-<id> stream per goal, one command-<id> stream per command, and an "
         "import-<id> stream recording what came from the ledger and what was synthesised from the snapshot. "
         "Importing the same unchanged project again appends nothing.",
