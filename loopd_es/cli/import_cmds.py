@@ -23,15 +23,18 @@ if TYPE_CHECKING:
 
 def register(subparsers: Any) -> None:
     """Add ``import-loopd`` to the command tree."""
+    from .options import add_project_argument
+
     p = subparsers.add_parser(
         "import-loopd",
         help="import an opencode-loopd project (state.json + events.ndjson) into the log",
-        description="Read DIR/.opencode/loopd/state.json (versions 1-9) and events.ndjson and append the "
+        description="Read DIR/.opencode/loopd/state.json (versions 1-9) and events.ndjson (after its "
+        "rotated segments events.ndjson.N, oldest first) and append the "
         "equivalent events: one goal-<id> stream per goal, one command-<id> stream per command, and an "
         "import-<id> stream recording what came from the ledger and what was synthesised from the snapshot. "
         "Importing the same unchanged project again appends nothing.",
     )
-    p.add_argument("directory", metavar="DIR", help="the project directory (the one holding .opencode/loopd)")
+    add_project_argument(p)
     p.add_argument(
         "--dry-run", action="store_true", help="read and map everything, print the plan, write nothing"
     )

@@ -10,8 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    import anyio
 
 DEFAULT_STORE = "sqlite:.loopd/events.db"
 STORE_ENV = "LOOPD_ES_STORE"
@@ -50,3 +56,27 @@ def parse_time(text: str | None, option: str = "--at") -> datetime | None:
         raise UsageError(
             f"invalid {option} {text!r}: use an ISO 8601 time, e.g. 2026-12-02T12:00:00Z"
         ) from None
+
+
+def add_project_argument(p: argparse.ArgumentParser) -> None:
+    """The ``DIR`` of a loopd project (``import-loopd``, ``mirror-loopd``)."""
+    p.add_argument("directory", metavar="DIR", help="the project directory (the one holding .opencode/loopd)")
+
+
+async def cancel_on_signal(scope: anyio.CancelScope, signals: AsyncIterator[int] | None = None) -> None:
+    """Cancel ``scope`` at the first SIGINT or SIGTERM: how a following command stops cleanly (exit 0).
+
+    ``signals``: a receiver the caller opened earlier, so a signal during its start-up is not lost.
+    """
+    import signal
+
+    import anyio
+
+    if signals is not None:
+        async for _ in signals:
+            scope.cancel()
+            return
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+        async for _ in received:
+            scope.cancel()
+            return

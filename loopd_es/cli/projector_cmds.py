@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from ..projector import DEFAULT_REGISTRY, Projector, default_read_db, load_regis
 from ..projector.progress import ProgressBar
 from ..text_safe import term_line
 from .main import store_url
+from .options import cancel_on_signal
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -130,14 +130,7 @@ async def _follow(projector: Projector, poll: float, bar: ProgressBar | None) ->
                 bar.close()  # history done: live events need no bar
 
     async with anyio.create_task_group() as tg:
-
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(stop_on_signal)
+        tg.start_soon(cancel_on_signal, tg.cancel_scope)
         print(f"following {projector.store.url} into {projector.read_db} (Ctrl-C to stop)", file=sys.stderr)
         await projector.follow(poll_interval=poll, progress=caught_up)
     if bar is not None:

@@ -1,6 +1,8 @@
 """Import an ``opencode-loopd`` project (``.opencode/loopd/state.json`` + ``events.ndjson``) into the log.
 
-``build_plan(DIR)`` reads and maps everything in memory; ``apply_plan(store, plan)`` appends it. How each
+``build_plan(DIR)`` reads and maps everything in memory; ``apply_plan(store, plan)`` appends it.
+``mirror_pass(store, DIR)`` appends only what the log does not hold yet (the first time: exactly
+``apply_plan``), and ``follow`` repeats it on every change to the project (:mod:`.mirror`). How each
 piece maps is in the module docstrings: :mod:`.source` (formats, version upgrade), :mod:`.goals`,
 :mod:`.commands`, :mod:`.plan` (ids, idempotency, atomicity), :mod:`.fields` (what is kept or reported
 with its reason), :mod:`loopd_es.events.imported` (marking).
@@ -8,6 +10,10 @@ with its reason), :mod:`loopd_es.events.imported` (marking).
 
 from __future__ import annotations
 
+from .mirror import MirrorCache as MirrorCache
+from .mirror import MirrorPass as MirrorPass
+from .mirror import follow as follow
+from .mirror import mirror_pass as mirror_pass
 from .plan import ImportConflictError as ImportConflictError
 from .plan import ImportIncompleteError as ImportIncompleteError
 from .plan import ImportPlan as ImportPlan
@@ -22,6 +28,10 @@ __all__ = (
     "ImportPlan",
     "ImportResult",
     "ImportSourceError",
+    "MirrorCache",
+    "MirrorPass",
     "apply_plan",
     "build_plan",
+    "follow",
+    "mirror_pass",
 )

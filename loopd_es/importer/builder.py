@@ -120,6 +120,17 @@ class GoalBuilder:
             self.last_failure = index
         return index
 
+    def seed(self, item: Emitted) -> None:
+        """Take an event the stream already holds (a mirror continuing it): fold it, no checks, no report."""
+        self.state = evolve(self.state, item.payload)
+        self.items.append(item)
+        index = len(self.items) - 1
+        if isinstance(item.payload, r.RunStarted):
+            self.runs += 1
+            self.run_starts[item.payload.run_id] = index
+        elif isinstance(item.payload, r.RunFailed):
+            self.last_failure = index
+
     def next_generation(self) -> int:
         return max(self.state.run_generation, self.gen_offset) + 1
 

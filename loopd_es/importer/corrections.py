@@ -138,7 +138,9 @@ def _usage(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
     if not (tokens or cost or seconds or ids):
         return
     # loopd keeps only the last 200 counted ids; totals before them still need an id to be idempotent
-    ids = ids or (f"imported-usage-{b.goal_id}",)
+    # (a mirror corrects again as the totals grow: each later correction is named by its stream position)
+    first = f"imported-usage-{b.goal_id}"
+    ids = ids or ((first,) if first not in s.accounted_message_ids else (f"{first}@{len(b.items)}",))
     b.emit(
         g.GoalUsageAccounted(
             goal_id=b.goal_id,

@@ -118,6 +118,65 @@ def _build(data: GoalInput, report: Report, gen_offset: int) -> GoalBuilder:
     return b
 
 
+def continue_goal(data: GoalInput, held: list[Emitted], report: Report, *, settled: bool) -> list[Emitted]:
+    """The goal's stream with the ledger lines after those ``held`` already mirrored (a live mirror's step).
+
+    ``held`` is the stream as the log has it; the builder is seeded by folding it, so each new line is
+    mapped against the state the log shows, exactly as the one-shot import maps it against the lines
+    before. The snapshot's corrections and counters follow only when ``settled``: loopd writes
+    ``state.json`` a few milliseconds *before* the ledger line that says why, and correcting from a fresh
+    snapshot would synthesise the fact that line is about to bring (the line would then not apply).
+    Returns ``held`` followed by the new events.
+    """
+    b = GoalBuilder(data.goal_id, report, 0)
+    free_next = False
+    for item in held:
+        b.seed(item)
+        if isinstance(item.payload, g.GoalCompletionRejected):
+            free_next = item.payload.free_retry
+        elif isinstance(item.payload, r.RunStarted):
+            free_next = False
+    done = max((int(i.source[7:]) for i in held if i.source.startswith("ledger:")), default=0)
+    lines = [ln for ln in data.lines if ln.line > done]
+    created_line = next((ln for ln in lines if ln.type == "goal.created"), None)
+    if not held:
+        if created_line is None and not settled:
+            return []  # its goal.created line is a moment behind the state write that shows it
+        if not _create(b, data, created_line):
+            return []
+    for line in lines:
+        if line is created_line and not held:
+            continue
+        if line.type == "goal.created":
+            b.report.skip(f"goal {b.goal_id}", line, "the goal's stream was already started from state.json")
+            continue
+        free_next = _ledger(b, data, line, free_next)
+    if settled:
+        _settle(b, data, held)
+    return b.items
+
+
+def _settle(b: GoalBuilder, data: GoalInput, held: list[Emitted]) -> None:
+    """Bring the fold to the snapshot: corrections, then the counters when they changed (or a clear)."""
+    snap, rt = data.goal, data.runtime
+    if snap is None:
+        if not b.state.cleared:
+            last = b.items[-1].at if b.items else ""
+            b.emit(g.GoalCleared(goal_id=b.goal_id), "state:absent", at=last, at_from="previous")
+        return
+    rt = rt or _empty_runtime(b.goal_id)
+    correct(b, snap, rt)
+    ledger_runs = sum(1 for ln in data.lines if ln.type == "run.started")
+    counters = _runtime(b, rt, ledger_runs)
+    held_counters = next(
+        (i.payload for i in reversed(b.items) if isinstance(i.payload, GoalRuntimeImported)), None
+    )
+    if counters != held_counters or len(b.items) > len(held):
+        b.emit(
+            counters, "state:runtime", at=rt.updated_at or snap.updated_at, at_from="state:runtime.updatedAt"
+        )
+
+
 def _runtime(b: GoalBuilder, rt: RefRuntime, ledger_runs: int) -> GoalRuntimeImported:
     attempts = list(rt.recent_verification_attempts)
     last = rt.last_verification_attempt

@@ -84,6 +84,11 @@ class ImportPlan(msgspec.Struct, frozen=True, kw_only=True):
     source_version: int = 0
     migrated_version: int = 0
     dropped_fields: tuple[DroppedField, ...] = ()
+    ledger_count: int = 0
+    state_sha256: str = ""
+    """Lines in the ledger (with its rotated segments), a torn last one included."""
+    goal_inputs: tuple[GoalInput, ...] = ()
+    """What each goal's stream was built from (a mirror continues a held stream from it)."""
 
     @property
     def event_count(self) -> int:
@@ -103,8 +108,11 @@ def import_id_for(directory: Path) -> str:
     return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
 
 
-def build_plan(directory: Path) -> ImportPlan:
+def build_plan(directory: Path, *, map_goals: bool = True) -> ImportPlan:
     """Read, validate and map a loopd project; no I/O besides reading its two files.
+
+    ``map_goals=False`` leaves the goal streams out of the batches (a mirror continuing them maps only
+    their new lines, from :attr:`ImportPlan.goal_inputs`).
 
     :raises ImportSourceError: for a missing directory or a corrupt ``state.json`` / ``events.ndjson``.
     """
@@ -131,7 +139,7 @@ def build_plan(directory: Path) -> ImportPlan:
             report.skip("ledger", line, "names no goal (no goalID) and is not a command event")
     controls = build_controls(state.command_ledger, control_lines, ledger.path, report)
     control_ids = {
-        rid: _event_id(import_id, f"{CONTROL_PREFIX}{rid}", 0, items[0].source)
+        rid: imported_event_id(import_id, f"{CONTROL_PREFIX}{rid}", 0, items[0].source)
         for rid, items in controls.items()
     }
     by_goal: dict[str, list[Control]] = {}
@@ -143,6 +151,7 @@ def build_plan(directory: Path) -> ImportPlan:
     runtimes = {rt.goal_id: rt for rt in state.runtimes}
     snaps = {goal.id: goal for goal in state.goals}
     mapped: list[tuple[str, list[Emitted]]] = []
+    inputs: list[GoalInput] = []
     for goal_id in [*snaps, *(k for k in goal_lines if k not in snaps)]:
         data = GoalInput(
             goal_id=goal_id,
@@ -152,6 +161,9 @@ def build_plan(directory: Path) -> ImportPlan:
             ledger_path=ledger.path,
             controls=tuple(by_goal.get(goal_id, ())),
         )
+        inputs.append(data)
+        if not map_goals:
+            continue
         items = build_goal(data, report)
         snap = snaps.get(goal_id)
         if snap is not None:
@@ -199,9 +211,9 @@ def build_plan(directory: Path) -> ImportPlan:
         streams=tuple(name for name, _ in mapped),
     )
     started = new_event(
-        started_payload, event_id=_event_id(import_id, stream, 0, "started"), correlation_id=stream
+        started_payload, event_id=imported_event_id(import_id, stream, 0, "started"), correlation_id=stream
     )
-    batches = tuple(_batch(import_id, stream, started.event_id, name, items) for name, items in mapped)
+    batches = tuple(stream_batch(import_id, stream, started.event_id, name, items) for name, items in mapped)
     completed_payload = ImportCompleted(
         import_id=import_id,
         streams=tuple(
@@ -222,7 +234,7 @@ def build_plan(directory: Path) -> ImportPlan:
     )
     completed = new_event(
         completed_payload,
-        event_id=_event_id(import_id, stream, 1, "completed"),
+        event_id=imported_event_id(import_id, stream, 1, "completed"),
         causation_id=started.event_id,
         correlation_id=stream,
     )
@@ -242,6 +254,9 @@ def build_plan(directory: Path) -> ImportPlan:
         source_version=loaded.source_version,
         migrated_version=state.version,
         dropped_fields=dropped,
+        ledger_count=ledger.count,
+        state_sha256=loaded.sha256,
+        goal_inputs=tuple(inputs),
     )
 
 
@@ -306,37 +321,49 @@ def _check_ids(loaded: LoadedState, ledger: LoadedLedger) -> None:
             raise ImportSourceError(path, str(InvalidIdError(kind, value, where)))
 
 
-def _event_id(import_id: str, stream: str, index: int, source: str) -> str:
+def imported_event_id(import_id: str, stream: str, index: int, source: str) -> str:
+    """The id of the event at ``index`` of ``stream`` with ``source``: the same every time it is built."""
     return str(uuid.uuid5(NAMESPACE, f"{import_id}/{stream}/{index}/{source}"))
 
 
-def _batch(
-    import_id: str, import_stream: str, started: str, stream: str, items: list[Emitted]
+def stream_batch(
+    import_id: str,
+    import_stream: str,
+    started: str,
+    stream: str,
+    items: list[Emitted],
+    held: tuple[str, ...] = (),
 ) -> StreamBatch:
     """Stamp each event with its source time and provenance, and link it to its cause.
 
     The cause is the event the source shows caused it (:attr:`Emitted.cause`), else ``import.started``;
     an event without a time of its own is placed at the time of the one before it (``time_from: previous``).
+    With ``held`` (the ids of the stream's first events, already in the log: a mirror continuing it), only
+    ``items`` after those become events, and a cause among them is its held id.
     """
     events: list[NewEvent] = []
-    previous = ""
+    ids = list(held)
+    previous = items[len(held) - 1].at if held else ""
     for index, item in enumerate(items):
+        if index < len(held):
+            continue
         at, at_from = item.at, item.at_from
         if not at:
             at, at_from = previous, "previous" if previous else ""
         previous = at
         cause = item.cause
-        causation = events[cause].event_id if isinstance(cause, int) and cause < index else cause
+        causation = ids[cause] if isinstance(cause, int) and cause < index else cause
         event = new_event(
             item.payload,
-            event_id=_event_id(import_id, stream, index, item.source),
+            event_id=imported_event_id(import_id, stream, index, item.source),
             causation_id=causation if isinstance(causation, str) else started,
             correlation_id=import_stream,
         )
         data = stamp(event.data_bytes(), at, Provenance(source=item.source, time_from=at_from))
         event = msgspec.structs.replace(event, data=msgspec.Raw(data))
         events.append(event)
-    sources = tuple(item.source for item in items)
+        ids.append(event.event_id)
+    sources = tuple(item.source for item in items[len(held) :])
     return StreamBatch(
         stream=stream,
         events=tuple(events),

@@ -17,6 +17,7 @@ import msgspec
 from ..errors import UsageError
 from ..events.command import EndReason, Status, UntilAction
 from ..events.goal import GoalStatus, WorkerTopology
+from .segments import read_ledger_bytes
 
 STATE_VERSION: Final = 9
 LOOPD_DIR: Final = Path(".opencode") / "loopd"
@@ -441,7 +442,8 @@ class LoadedLedger(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def load_ledger(path: Path) -> LoadedLedger:
-    """Read ``events.ndjson``; a missing file is an empty ledger, a torn last line is left out (and reported).
+    """Read ``events.ndjson`` after its rotated segments (:mod:`.segments`); a missing file is an empty
+    ledger, a torn last line is left out (and reported).
 
     A complete line that is not a JSON object with string ``type`` and ``timestamp`` is an error: the
     ledger is appended without a lock, so a bad line in the middle means the file was damaged, and
@@ -450,7 +452,7 @@ def load_ledger(path: Path) -> LoadedLedger:
     :raises ImportSourceError: naming the line and what is wrong with it.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_ledger_bytes(path)  # with its rotated segments, oldest first
     except FileNotFoundError:
         return LoadedLedger(path=path, lines=(), count=0, sha256="")
     except OSError as e:

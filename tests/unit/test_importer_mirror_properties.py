@@ -1,0 +1,122 @@
+"""Property: however a project's writes and the mirror's passes interleave, the mirror ends where a one-shot
+import of the final project does - each ledger line's events once, in the same streams and order, and each
+goal folded to the final snapshot.
+
+Passes may fall between a state write and its ledger line (loopd's own order), on a half-written line,
+before or after rotations;
+the snapshot counts as settled only at passes where loopd has no line pending, which is what ``--settle``
+stands for.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import anyio
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from loopd_es.domain.evolve import evolve, initial
+from loopd_es.events.catalogue import decode_payload
+from loopd_es.events.imported import stamped
+from loopd_es.importer.check import expected, folded
+from loopd_es.importer.mirror import MirrorCache, mirror_pass
+from loopd_es.importer.plan import apply_plan, build_plan
+from loopd_es.importer.source import load_state
+from loopd_es.log import open_store
+from loopd_es.testing.loopd_project import CYCLE, Project, _rotate
+from tests._profiles import scaled
+
+GOALS = 2
+STEPS = [
+    (goal, CYCLE[tick - goal])
+    for tick in range(len(CYCLE) + GOALS - 1)
+    for goal in range(GOALS)
+    if 0 <= tick - goal < len(CYCLE)
+]
+"""The writer's order: each goal one step behind the one before it."""
+
+# per step: (pass between the state write and its line, pass on the line half written, pass after the
+# line, settled then, rotate after)
+Plan = list[tuple[bool, bool, bool, bool, bool]]
+
+
+async def _sources(url: str) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    async with await open_store(url) as store:
+        for stream in await store.streams():
+            async for env in store.read_stream(stream):
+                prov = stamped(env.data)[1]
+                if prov is not None and prov.source.startswith("ledger:"):
+                    out.setdefault(stream, []).append(prov.source)
+    return out
+
+
+async def _run(root: Path, plan: Plan, cached: bool) -> None:
+    project = Project(root / "p", torn_at=0, rotate_at=0, pace=0)
+    project.echo = False
+    project.write_state()
+    directory = project.base.parents[1]
+    url = f"sqlite:{root / 'mirror.db'}"
+    cache = MirrorCache() if cached else None
+    async with await open_store(url) as store:
+
+        async def mirror(settled: bool) -> None:
+            mtime = os.stat(project.base / "state.json").st_mtime
+            at = mtime + (100 if settled else 0)
+            await mirror_pass(store, directory, settle=10, clock=lambda: at, cache=cache)
+
+        for (goal, action), (racing, torn, after, settled, rotate) in zip(STEPS, plan, strict=True):
+            line = project.prepare(goal, action)
+            if racing:
+                await mirror(settled=False)  # loopd's line is still to come: never settled here
+            if torn:  # a pass sees the line half written
+                data = (json.dumps(line) + "\n").encode()
+                with (project.base / "events.ndjson").open("ab") as f:
+                    f.write(data[: len(data) // 2])
+                await mirror(settled=False)
+                with (project.base / "events.ndjson").open("ab") as f:
+                    f.write(data[len(data) // 2 :])
+                project.lines += 1
+            else:
+                project.append(line)
+            if after:
+                await mirror(settled)
+            if rotate:
+                _rotate(project.base / "events.ndjson")
+        await mirror(settled=True)
+        state = load_state(project.base / "state.json").state
+        runtimes = {rt.goal_id: rt for rt in state.runtimes}
+        for snap in state.goals:
+            fold = initial(snap.id)
+            async for env in store.read_stream(f"goal-{snap.id}"):
+                fold = evolve(fold, decode_payload(env))
+            want = expected(snap, runtimes.get(snap.id))
+            assert folded(fold, want) == want
+    once = f"sqlite:{root / 'once.db'}"
+    async with await open_store(once) as store:
+        await apply_plan(store, build_plan(directory))
+    mirrored, imported = await _sources(url), await _sources(once)
+    assert mirrored == imported
+    assert sorted(int(s[7:]) for v in mirrored.values() for s in v) == list(range(1, len(STEPS) + 1))
+
+
+_STEP = st.tuples(
+    st.booleans(),
+    st.integers(0, 4).map(lambda n: n == 0),
+    st.booleans(),
+    st.booleans(),
+    st.integers(0, 9).map(lambda n: n == 0),
+)
+
+
+@settings(max_examples=scaled(12))
+@given(plan=st.lists(_STEP, min_size=len(STEPS), max_size=len(STEPS)), cached=st.booleans())
+@example(plan=[(True, True, True, True, False)] * len(STEPS), cached=True)  # a pass at every point
+@example(plan=[(False, False, False, False, i == 5) for i in range(len(STEPS))], cached=False)  # one pass
+def test_any_interleaving_mirrors_every_line_once(plan: Plan, cached: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        anyio.run(_run, Path(tmp), plan, cached)
