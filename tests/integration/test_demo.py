@@ -45,7 +45,6 @@ def test_demo_plays_the_story_and_every_claim_is_in_the_log(tmp_path: Path) -> N
         "identity.switch_rolled_back",
         "goal.blocked",
         "saga.host_call_failed",
-        "engine.lease_acquired",
         "run.idle_candidate",
         "goal.force_finish_requested",
         "notification.delivered",

@@ -268,10 +268,11 @@ def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_
         wait_for(
             "both members to hold goals", lambda: len(set(_claims(url).values()) - {None}) == 2, timeout=30
         )
-        exclusive = subprocess.Popen(
-            [sys.executable, "-m", "loopd_es", "run", "--holder", "solo", "--lease-ms", "1000"],
-            cwd=tmp_path, env=_env(tmp_path, url), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        with (tmp_path / "solo.err").open("w") as solo_err:
+            exclusive = subprocess.Popen(
+                [sys.executable, "-m", "loopd_es", "run", "--holder", "solo", "--lease-ms", "1000"],
+                cwd=tmp_path, env=_env(tmp_path, url), stdout=subprocess.DEVNULL, stderr=solo_err, text=True,
+            )  # fmt: skip
         a.send_signal(signal.SIGTERM)
         assert a.wait(timeout=30) == 0
         # a left cleanly: b claims its goals at once, long before a's 30 s membership would have run out
@@ -280,11 +281,14 @@ def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_
             lambda: {h for g, h in _claims(url).items() if g in goal_ids} == {_member(url, "b")},
             timeout=15,
         )
-        time.sleep(1.5)
+        shared_note = "standing by: the goals are shared by engines started with --shared"
+        wait_for(
+            "the exclusive engine to stand by", lambda: shared_note in (tmp_path / "solo.err").read_text()
+        )
         assert exclusive.poll() is None
         exclusive.send_signal(signal.SIGTERM)
-        _, err = exclusive.communicate(timeout=30)
-        assert "standing by: the goals are shared by engines started with --shared" in err, err
+        assert exclusive.wait(timeout=30) == 0
+        err = (tmp_path / "solo.err").read_text()
         assert "engine running" not in err, err
     finally:
         for p in (a, b, exclusive):
