@@ -299,7 +299,8 @@ def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_
         "the exclusive engine never took the lease"
     )
     stops = [e.data_dict() for e in _read(url) if e.type == "engine.goal_moved"]
-    assert stops and {m["reason"] for m in stops} == {"stopping"}, stops
+    reasons = {m["reason"] for m in stops}  # a's goals went to b when a stopped (and some when b joined)
+    assert "stopping" in reasons and reasons <= {"stopping", "handover"}, stops
 
 
 def _member(url: str, holder: str) -> str:
