@@ -67,6 +67,8 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
     outcome: Outcome
     instead: str
     """``would ... where the log recorded ...``: both decisions in words."""
+    grace_turns: int = 0
+    """Turns that would still run before the stop: 1 for a force-finish (its wrap-up turn)."""
 
 
 class GoalReplay(msgspec.Struct, kw_only=True):
@@ -102,6 +104,30 @@ class _Step(msgspec.Struct, frozen=True, kw_only=True):
     env: Envelope
     event: Event
     tail: tuple[tuple[Envelope, Event], ...]
+    occurred_at: str | None = None
+    """Set on an event ``import-loopd`` transcribed: when opencode-loopd recorded it (the decision was its own)."""
+    correction: bool = False
+    """An event the import synthesised from loopd's ``state.json`` (no ledger line): a state, not a decision."""
+
+
+class _Imported(msgspec.Struct):
+    occurred_at: str | None = None
+    imported: dict[str, Any] | None = None
+
+
+_IMPORTED = msgspec.json.Decoder(_Imported)
+
+_DECISION_FIELDS: Final[dict[type[Event], tuple[str, ...]]] = {
+    r.RunStarted: ("turn_count", "charged", "kind"),
+    r.RunFailed: ("consecutive_failures", "retry_after"),
+    g.GoalCompletionRejected: ("rejection_count", "free_retry"),
+    g.GoalForceFinishRequested: ("reason",),
+    i.FallbackPrepared: ("model", "attempted"),
+    i.FallbackExhausted: ("attempted",),
+    r.RunFellBack: ("to_model",),
+}
+"""For a decision opencode-loopd made (an imported event), the fields that say what was decided; the rest are
+its own bookkeeping (run generations, leases from its clock, its wording of a block reason)."""
 
 
 def replay_goal_events(envs: Sequence[Envelope], policy: Policy | None = None) -> GoalReplay:
@@ -119,7 +145,7 @@ def replay_goal_events(envs: Sequence[Envelope], policy: Policy | None = None) -
             report.name = state.name
         checker = _CHECKERS.get(step.env.type)
         divergence = None
-        if checker is not None and state.exists:
+        if checker is not None and state.exists and not step.correction:
             report.decisions += 1
             divergence = checker(step, state, recorded, ctx)
         if divergence is None:
@@ -149,10 +175,17 @@ def _with_policy(state: GoalState, policy: Policy) -> GoalState:
 
 
 def _steps(envs: Sequence[Envelope]) -> list[_Step]:
+    """The stream cut into decisions: each head event with the events its decider appended with it.
+
+    One append shares its time and cause; an import writes every line of a goal at once with a cause per line,
+    so there the events that follow a head (of the types its decider appends) are its tail.
+    """
     steps: list[_Step] = []
     k = 0
     while k < len(envs):
         head = envs[k]
+        mark = _IMPORTED.decode(head.data) if head.type in _TAILS or head.type in _CHECKED else None
+        imported = mark is not None and mark.imported is not None
         tails = _TAILS.get(head.type, frozenset())
         tail: list[tuple[Envelope, Event]] = []
         k += 1
@@ -160,34 +193,48 @@ def _steps(envs: Sequence[Envelope]) -> list[_Step]:
             k < len(envs)
             and envs[k].type in tails
             and envs[k].recorded_at == head.recorded_at
-            and envs[k].causation_id == head.causation_id
+            and (imported or envs[k].causation_id == head.causation_id)
         ):
             tail.append((envs[k], decode_payload(envs[k])))
             k += 1
-        steps.append(_Step(env=head, event=decode_payload(head), tail=tuple(tail)))
+        occurred = correction = None
+        if mark is not None and mark.imported is not None:
+            occurred = mark.occurred_at or head.recorded_at
+            correction = str(mark.imported.get("source", "")).startswith("state:")
+        steps.append(
+            _Step(
+                env=head,
+                event=decode_payload(head),
+                tail=tuple(tail),
+                occurred_at=occurred,
+                correction=bool(correction),
+            )
+        )
     return steps
 
 
 def _count(report: GoalReplay, steps: list[_Step], cut: int, d: Divergence | None) -> None:
-    """The recorded totals, and what stopping at the divergence would save (from the recorded turns after it)."""
+    """The recorded totals, and what stopping at the divergence would save: the recorded turns after it (but the
+    wrap-up turn a force-finish still grants), up to the owner's next retry or resume (which would come anyway)."""
+    saving = d is not None and d.outcome == "stops_earlier"
+    grace = d.grace_turns if d is not None else 0
     started_after = 0
     for n, step in enumerate(steps):
         for env, event in ((step.env, step.event), *step.tail):
+            after = n > cut or (n == cut and env is not step.env)
+            if after and isinstance(event, g.GoalRetried | g.GoalResumed):
+                saving = False
             if isinstance(event, r.RunStarted):
                 report.recorded_turns += 1
-                if n > cut or (n == cut and env is not step.env):
+                if after and saving:
                     started_after += 1
             if isinstance(event, g.GoalUsageAccounted):
                 report.recorded_tokens += event.token_delta
                 report.recorded_cost += event.cost_delta
-                # a wrap-up turn would still run after a force-finish: its usage is not saved
-                wrapup = 1 if d is not None and "wrap-up" in d.instead.split(" where ")[0] else 0
-                if d is not None and d.outcome == "stops_earlier" and n > cut and started_after > wrapup:
+                if saving and after and started_after > grace:
                     report.saved_tokens += event.token_delta
                     report.saved_cost += event.cost_delta
-    if d is not None and d.outcome == "stops_earlier":
-        wrapup = 1 if "wrap-up" in d.instead.split(" where ")[0] else 0
-        report.saved_turns = max(0, started_after - wrapup)
+    report.saved_turns = max(0, started_after - grace)
 
 
 # -- the checks, one per decision kind -----------------------------------------------------------------
@@ -233,6 +280,13 @@ def _start(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Div
         decided = [msgspec.structs.replace(decided[0], lease_expires_at=None)]
     if decided and not e.at:
         decided = [msgspec.structs.replace(decided[0], at="")]
+    if decided and step.occurred_at is not None and isinstance(mine := decided[0], r.RunStarted):
+        lost = e.turn_count - mine.turn_count
+        if lost > 0:  # the loopd ledger lost runs (reference §4.1): its own count says how many
+            ctx.report.assumptions.append(
+                f"the loopd ledger lost {lost} run(s) before event #{step.env.position}: loopd's turn count is kept"
+            )
+            decided[0] = msgspec.structs.replace(mine, turn_count=e.turn_count)
     return _compare(step, decided)
 
 
@@ -293,7 +347,7 @@ def _failure(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> D
     blocked = next((t for _, t in step.tail if isinstance(t, g.GoalBlocked)), None)
     limit = recorded.config.max_failures or DEFAULT_MAX_FAILURES
     immediately = blocked is not None and e.consecutive_failures < limit
-    at = e.at or (blocked.at if blocked else None)
+    at = e.at or step.occurred_at or (blocked.at if blocked else None)
     if not at and e.retry_after:  # a log from before run.failed carried its time: count back the backoff
         at = iso(_minus_ms(parse_rfc3339(e.retry_after), backoff_ms(e.consecutive_failures)))
     cmd = c.RecordRunFailure(
@@ -449,6 +503,8 @@ def _compare(step: _Step, decided: list[Event]) -> Divergence | None:
         if type(mine) is not type(theirs):
             return _differ(step, "type", theirs.event_type, mine.event_type, decided, recorded)
         a, b = msgspec.structs.asdict(theirs), msgspec.structs.asdict(mine)
+        if step.occurred_at is not None:
+            a = {k: v for k, v in a.items() if k in _DECISION_FIELDS.get(type(theirs), ())}
         for name, value in a.items():
             if b.get(name) != value:
                 return _differ(step, f"{theirs.event_type}.{name}", value, b.get(name), decided, recorded)
@@ -477,13 +533,17 @@ def _differ(
         else "differs"
     )
     tail = "; the log has no observations past here" if outcome == "runs_longer" else ""
-    return _divergence(
-        step,
-        field,
-        was,
-        now,
-        outcome,
-        f"would {_describe(decided)} where the log recorded: {_describe(recorded)}{tail}",
+    wrapup = any(isinstance(e, g.GoalForceFinishRequested) for e in decided)
+    return msgspec.structs.replace(
+        _divergence(
+            step,
+            field,
+            was,
+            now,
+            outcome,
+            f"would {_describe(decided)} where the log recorded: {_describe(recorded)}{tail}",
+        ),
+        grace_turns=int(wrapup and outcome == "stops_earlier"),
     )
 
 
@@ -534,6 +594,8 @@ def _word(e: Event) -> str:
         case g.GoalCompletionRejected():
             free = "a free retry" if e.free_retry else "no free retry"
             return f"reject completion #{e.rejection_count} ({free})"
+        case i.ProviderLimitObserved():
+            return ""
         case i.FallbackPrepared():
             return f"fall back to {e.model}"
         case i.FallbackExhausted():
@@ -542,3 +604,6 @@ def _word(e: Event) -> str:
             return f"end the turn to continue on {e.to_model}"
         case _:
             return e.event_type
+
+
+_CHECKED: Final = frozenset(_CHECKERS)
