@@ -284,3 +284,14 @@ def test_any_limits_replay_without_inventing_turns(
             assert rep.applies_through < rep.divergence.position
             after = [e for e in envs if e.type == "run.started" and e.position > rep.divergence.position]
             assert rep.saved_turns <= len(after)
+
+
+def test_the_readme_block_runs_top_to_bottom(tmp_path: Path) -> None:
+    from .test_readme import _bash, _section_commands
+
+    result = _bash(_section_commands("## What if? Replaying goals under another policy"), tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "all as recorded" in result.stdout
+    assert "with max_turns 1, 3 of 3 goal(s) stop earlier" in result.stdout
+    body = json.loads(result.stdout.splitlines()[-1])
+    assert body["policy"]["goal"] == {"fallback_models": ["openai/gpt-5"], "max_failures": 2}
