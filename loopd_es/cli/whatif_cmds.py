@@ -69,12 +69,15 @@ async def _whatif(args: argparse.Namespace) -> int:
     if args.json:
         body = {
             "policy": policy,
+            "notes": policy.notes(),
             "goals": [_goal_json(rep) for rep in reports],
             "totals": sums,
             "summary": sentence,
         }
         sys.stdout.write(msgspec.json.encode(body).decode() + "\n")
         return EXIT_OK
+    for note in policy.notes():
+        print(term_line(f"note: {note}"))
     for rep in reports:
         for line in _goal_lines(rep):
             print(term_line(line))

@@ -45,6 +45,15 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
         """``config`` with this policy's goal settings."""
         return msgspec.structs.replace(config, **self.goal) if self.goal else config
 
+    def notes(self) -> list[str]:
+        """What the user should know about these settings before reading the results."""
+        if "max_no_progress" in self.goal:
+            return [
+                "max_no_progress: like opencode-loopd, the deciders never count turns without progress (the "
+                "count is only reset), so this limit acts only on a count imported from loopd"
+            ]
+        return []
+
     def describe(self) -> str:
         """``max_turns 5, fallback_models a/b,c/d``: the settings as the user gave them, for report lines."""
         parts = [f"{k} {_show(v)}" for k, v in self.goal.items()]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -29,12 +29,13 @@ from ..errors import DomainError
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
-from ..events.base import Event
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope, parse_rfc3339
 from .policy import Policy
+from .verdict import Divergence, Step, compare, describe, divergence
 
-Outcome = Literal["stops_earlier", "runs_longer", "differs"]
+if TYPE_CHECKING:
+    from ..events.base import Event
 
 _TAILS: Final[dict[str, frozenset[str]]] = {
     "run.completed": frozenset({"goal.force_finish_requested", "goal.blocked", "goal.budget_exhausted"}),
@@ -51,24 +52,6 @@ _TAILS: Final[dict[str, frozenset[str]]] = {
     ),
 }
 """The events a decider appends after the one that heads its decision (same append: same time and cause)."""
-
-_STOPS: Final = (g.GoalBlocked, g.GoalBudgetExhausted, g.GoalForceFinishRequested)
-
-
-class Divergence(msgspec.Struct, frozen=True, kw_only=True):
-    """The first recorded decision the deciders would make differently."""
-
-    position: int
-    version: int
-    event_type: str
-    field: str
-    recorded: Any
-    replayed: Any
-    outcome: Outcome
-    instead: str
-    """``would ... where the log recorded ...``: both decisions in words."""
-    grace_turns: int = 0
-    """Turns that would still run before the stop: 1 for a force-finish (its wrap-up turn)."""
 
 
 class GoalReplay(msgspec.Struct, kw_only=True):
@@ -100,34 +83,12 @@ class GoalReplay(msgspec.Struct, kw_only=True):
         )
 
 
-class _Step(msgspec.Struct, frozen=True, kw_only=True):
-    env: Envelope
-    event: Event
-    tail: tuple[tuple[Envelope, Event], ...]
-    occurred_at: str | None = None
-    """Set on an event ``import-loopd`` transcribed: when opencode-loopd recorded it (the decision was its own)."""
-    correction: bool = False
-    """An event the import synthesised from loopd's ``state.json`` (no ledger line): a state, not a decision."""
-
-
 class _Imported(msgspec.Struct):
     occurred_at: str | None = None
     imported: dict[str, Any] | None = None
 
 
 _IMPORTED = msgspec.json.Decoder(_Imported)
-
-_DECISION_FIELDS: Final[dict[type[Event], tuple[str, ...]]] = {
-    r.RunStarted: ("turn_count", "charged", "kind"),
-    r.RunFailed: ("consecutive_failures", "retry_after"),
-    g.GoalCompletionRejected: ("rejection_count", "free_retry"),
-    g.GoalForceFinishRequested: ("reason",),
-    i.FallbackPrepared: ("model", "attempted"),
-    i.FallbackExhausted: ("attempted",),
-    r.RunFellBack: ("to_model",),
-}
-"""For a decision opencode-loopd made (an imported event), the fields that say what was decided; the rest are
-its own bookkeeping (run generations, leases from its clock, its wording of a block reason)."""
 
 
 def replay_goal_events(envs: Sequence[Envelope], policy: Policy | None = None) -> GoalReplay:
@@ -165,7 +126,7 @@ def replay_goal_events(envs: Sequence[Envelope], policy: Policy | None = None) -
     return report
 
 
-def _before(steps: list[_Step], n: int) -> int:
+def _before(steps: list[Step], n: int) -> int:
     return 0 if n == 0 else (steps[n - 1].tail[-1][0] if steps[n - 1].tail else steps[n - 1].env).position
 
 
@@ -174,13 +135,13 @@ def _with_policy(state: GoalState, policy: Policy) -> GoalState:
     return state if config == state.config else msgspec.structs.replace(state, config=config)
 
 
-def _steps(envs: Sequence[Envelope]) -> list[_Step]:
+def _steps(envs: Sequence[Envelope]) -> list[Step]:
     """The stream cut into decisions: each head event with the events its decider appended with it.
 
     One append shares its time and cause; an import writes every line of a goal at once with a cause per line,
     so there the events that follow a head (of the types its decider appends) are its tail.
     """
-    steps: list[_Step] = []
+    steps: list[Step] = []
     k = 0
     while k < len(envs):
         head = envs[k]
@@ -202,7 +163,7 @@ def _steps(envs: Sequence[Envelope]) -> list[_Step]:
             occurred = mark.occurred_at or head.recorded_at
             correction = str(mark.imported.get("source", "")).startswith("state:")
         steps.append(
-            _Step(
+            Step(
                 env=head,
                 event=decode_payload(head),
                 tail=tuple(tail),
@@ -213,7 +174,7 @@ def _steps(envs: Sequence[Envelope]) -> list[_Step]:
     return steps
 
 
-def _count(report: GoalReplay, steps: list[_Step], cut: int, d: Divergence | None) -> None:
+def _count(report: GoalReplay, steps: list[Step], cut: int, d: Divergence | None) -> None:
     """The recorded totals, and what stopping at the divergence would save: the recorded turns after it (but the
     wrap-up turn a force-finish still grants), up to the owner's next retry or resume (which would come anyway)."""
     saving = d is not None and d.outcome == "stops_earlier"
@@ -247,10 +208,10 @@ class _Ctx(msgspec.Struct, kw_only=True):
     """The idle candidates seen so far (generation, time), for the idle-window what-if."""
 
 
-_Checker = Callable[[_Step, GoalState, GoalState, _Ctx], Divergence | None]
+_Checker = Callable[[Step, GoalState, GoalState, _Ctx], Divergence | None]
 
 
-def _now(step: _Step, *candidates: str | None) -> datetime:
+def _now(step: Step, *candidates: str | None) -> datetime:
     for text in candidates:
         if text:
             return parse_rfc3339(text)
@@ -269,7 +230,7 @@ def _run(command: c.GoalCommand, state: GoalState, facts: c.Facts) -> list[Event
         return []
 
 
-def _start(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     e = step.event
     assert isinstance(e, r.RunStarted)
     cmd = c.StartRun(
@@ -287,10 +248,10 @@ def _start(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Div
                 f"the loopd ledger lost {lost} run(s) before event #{step.env.position}: loopd's turn count is kept"
             )
             decided[0] = msgspec.structs.replace(mine, turn_count=e.turn_count)
-    return _compare(step, decided)
+    return compare(step, decided)
 
 
-def _confirm(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+def _confirm(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     e = step.event
     assert isinstance(e, r.RunCompleted)
     if ctx.policy.confirm_idle_ms is not None:
@@ -303,10 +264,10 @@ def _confirm(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> D
         run_id=e.run_id,
         generation=state.run_generation if e.generation is None else e.generation,
     )
-    return _compare(step, _run(cmd, state, _facts(ctx.policy, _now(step, blocked.at if blocked else None))))
+    return compare(step, _run(cmd, state, _facts(ctx.policy, _now(step, blocked.at if blocked else None))))
 
 
-def _idle_window(step: _Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
+def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
     """Under another idle confirmation window: would the recorded confirmation come too soon, or too late?"""
     window_ms = ctx.policy.confirm_idle_ms or 0
     mine = [at for gen, at in ctx.candidates if gen == state.run_generation]
@@ -316,7 +277,7 @@ def _idle_window(step: _Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
     for first, then in zip(mine, mine[1:], strict=False):
         quiet = (parse_rfc3339(then) - parse_rfc3339(first)).total_seconds() * 1000
         if quiet >= window_ms:
-            return _divergence(
+            return divergence(
                 step,
                 "confirm_idle_ms",
                 f"confirmed at {then}",
@@ -328,7 +289,7 @@ def _idle_window(step: _Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
             )
     gap = (done - parse_rfc3339(mine[-1])).total_seconds() * 1000
     if gap < window_ms:
-        return _divergence(
+        return divergence(
             step,
             "confirm_idle_ms",
             round(gap),
@@ -341,7 +302,7 @@ def _idle_window(step: _Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
     return None
 
 
-def _failure(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     e = step.event
     assert isinstance(e, r.RunFailed)
     blocked = next((t for _, t in step.tail if isinstance(t, g.GoalBlocked)), None)
@@ -361,7 +322,7 @@ def _failure(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> D
     decided = _run(cmd, state, _facts(ctx.policy, _now(step, at)))
     if decided and not e.at:
         decided[0] = msgspec.structs.replace(decided[0], at="")
-    return _compare(step, decided)
+    return compare(step, decided)
 
 
 def _minus_ms(when: datetime, ms: int) -> datetime:
@@ -370,7 +331,7 @@ def _minus_ms(when: datetime, ms: int) -> datetime:
     return when - timedelta(milliseconds=ms)
 
 
-def _rejection(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+def _rejection(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     e = step.event
     assert isinstance(e, g.GoalCompletionRejected)
     blocked = next((t for _, t in step.tail if isinstance(t, g.GoalBlocked)), None)
@@ -390,7 +351,7 @@ def _rejection(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) ->
     )
     now = _details_time(e.details) or (blocked.at if blocked else None)
     decided = _run(cmd, state, _facts(ctx.policy, _now(step, now)))
-    return _compare(step, decided)
+    return compare(step, decided)
 
 
 def _details_time(details: str) -> str | None:
@@ -398,15 +359,30 @@ def _details_time(details: str) -> str | None:
     return head.rpartition(" at ")[2] or None if head.startswith("Rejection #") else None
 
 
-def _budget(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+def _completed(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+    """A completion: accepted (its checks passed, or forced by the owner) and, for a schedule, its next run."""
+    e = step.event
+    assert isinstance(e, g.GoalCompleted)
+    cmd: c.GoalCommand
+    if e.forced:
+        cmd = c.ForceComplete(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence)
+    else:
+        cmd = c.CompleteGoal(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence, attempt_id="")
+    decided = _run(cmd, state, _facts(ctx.policy, _now(step, e.at, step.occurred_at)))
+    if decided and not e.at:
+        decided[0] = msgspec.structs.replace(decided[0], at="")
+    return compare(step, decided)
+
+
+def _budget(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     e = step.event
     assert isinstance(e, g.GoalBudgetExhausted)
     if not e.worker_aborted:
         return None  # decided with an idle confirmation, checked there
-    return _compare(step, _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _now(step))))
+    return compare(step, _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _now(step))))
 
 
-def _after_usage(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+def _after_usage(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     """Under a changed budget: would the usage just accounted exhaust it (the engine then aborts the turn)?"""
     if not isinstance(step.event, g.GoalUsageAccounted) or not (
         {"token_budget", "cost_budget"} & ctx.policy.goal.keys()
@@ -415,17 +391,17 @@ def _after_usage(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) 
     decided = _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _now(step)))
     if not decided or _run(c.EnforceBudget(goal_id=recorded.goal_id), recorded, _facts(Policy(), _now(step))):
         return None
-    return _divergence(
+    return divergence(
         step,
         "budget",
         None,
-        _describe(decided),
+        describe(decided),
         "stops_earlier",
-        f"would {_describe(decided)} and abort the running turn where the log recorded: the goal went on",
+        f"would {describe(decided)} and abort the running turn where the log recorded: the goal went on",
     )
 
 
-def _limit(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     e = step.event
     assert isinstance(e, i.ProviderLimitObserved)
     tail = [t for _, t in step.tail]
@@ -463,7 +439,7 @@ def _limit(step: _Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Div
             msgspec.structs.replace(d, at="") if isinstance(d, i.FallbackPrepared | r.RunFellBack) else d
             for d in decided
         ]
-    return _compare(step, decided)
+    return compare(step, decided)
 
 
 def _catalog(tail: list[Event], state: GoalState) -> tuple[c.ModelCatalog | None, set[str]]:
@@ -490,120 +466,9 @@ _CHECKERS: Final[dict[str, _Checker]] = {
     "run.failed": _failure,
     "goal.completion_rejected": _rejection,
     "goal.budget_exhausted": _budget,
+    "goal.completed": _completed,
     "identity.provider_limit_observed": _limit,
 }
-
-
-# -- comparing ---------------------------------------------------------------------------------------------
-
-
-def _compare(step: _Step, decided: list[Event]) -> Divergence | None:
-    recorded = [step.event, *(t for _, t in step.tail)]
-    for mine, theirs in zip(decided, recorded, strict=False):
-        if type(mine) is not type(theirs):
-            return _differ(step, "type", theirs.event_type, mine.event_type, decided, recorded)
-        a, b = msgspec.structs.asdict(theirs), msgspec.structs.asdict(mine)
-        if step.occurred_at is not None:
-            a = {k: v for k, v in a.items() if k in _DECISION_FIELDS.get(type(theirs), ())}
-        for name, value in a.items():
-            if b.get(name) != value:
-                return _differ(step, f"{theirs.event_type}.{name}", value, b.get(name), decided, recorded)
-    if len(decided) != len(recorded):
-        return _differ(
-            step,
-            "events",
-            [e.event_type for e in recorded],
-            [e.event_type for e in decided],
-            decided,
-            recorded,
-        )
-    return None
-
-
-def _differ(
-    step: _Step, field: str, was: Any, now: Any, decided: list[Event], recorded: list[Event]
-) -> Divergence:
-    stop_now = any(isinstance(e, _STOPS) for e in decided) or _final_failure(decided)
-    stop_then = any(isinstance(e, _STOPS) for e in recorded) or _final_failure(recorded)
-    outcome: Outcome = (
-        "stops_earlier"
-        if stop_now and not stop_then
-        else "runs_longer"
-        if stop_then and not stop_now
-        else "differs"
-    )
-    tail = "; the log has no observations past here" if outcome == "runs_longer" else ""
-    wrapup = any(isinstance(e, g.GoalForceFinishRequested) for e in decided)
-    return msgspec.structs.replace(
-        _divergence(
-            step,
-            field,
-            was,
-            now,
-            outcome,
-            f"would {_describe(decided)} where the log recorded: {_describe(recorded)}{tail}",
-        ),
-        grace_turns=int(wrapup and outcome == "stops_earlier"),
-    )
-
-
-def _final_failure(events: list[Event]) -> bool:
-    return any(isinstance(e, r.RunFailed) and e.retry_after is None for e in events)
-
-
-def _divergence(step: _Step, field: str, was: Any, now: Any, outcome: Outcome, instead: str) -> Divergence:
-    return Divergence(
-        position=step.env.position,
-        version=step.env.version,
-        event_type=step.env.type,
-        field=field,
-        recorded=_plain(was),
-        replayed=_plain(now),
-        outcome=outcome,
-        instead=instead,
-    )
-
-
-def _plain(value: Any) -> Any:
-    return msgspec.to_builtins(value)
-
-
-def _describe(events: list[Event]) -> str:
-    """The decision in words: its last meaningful event first (a stop says more than the run's end)."""
-    if not events:
-        return "do nothing here"
-    words = [_word(e) for e in events]
-    return "; ".join(w for w in words if w) or "continue"
-
-
-def _word(e: Event) -> str:
-    match e:
-        case g.GoalForceFinishRequested():
-            return f"ask for one wrap-up turn ({e.reason}), then stop"
-        case g.GoalBlocked():
-            return f"block the goal ({e.reason.splitlines()[0]})"
-        case g.GoalBudgetExhausted():
-            return f"stop the goal ({e.reason})"
-        case r.RunFailed():
-            wait = f", retry at {e.retry_after}" if e.retry_after else ""
-            return f"count failure {e.consecutive_failures}{wait}"
-        case r.RunStarted():
-            return f"start turn {e.turn_count} ({e.kind}{'' if e.charged else ', free'})"
-        case r.RunCompleted():
-            return "end the turn"
-        case g.GoalCompletionRejected():
-            free = "a free retry" if e.free_retry else "no free retry"
-            return f"reject completion #{e.rejection_count} ({free})"
-        case i.ProviderLimitObserved():
-            return ""
-        case i.FallbackPrepared():
-            return f"fall back to {e.model}"
-        case i.FallbackExhausted():
-            return "find no fallback model left"
-        case r.RunFellBack():
-            return f"end the turn to continue on {e.to_model}"
-        case _:
-            return e.event_type
 
 
 _CHECKED: Final = frozenset(_CHECKERS)

@@ -10,9 +10,10 @@ import importlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import msgspec
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -295,3 +296,137 @@ def test_the_readme_block_runs_top_to_bottom(tmp_path: Path) -> None:
     assert "with max_turns 1, 3 of 3 goal(s) stop earlier" in result.stdout
     body = json.loads(result.stdout.splitlines()[-1])
     assert body["policy"]["goal"] == {"fallback_models": ["openai/gpt-5"], "max_failures": 2}
+
+
+# -- pure: a goal decided here, every decision kind, recorded as the engine appends it ----------------------
+
+
+class _Recorder:
+    """A goal decided through :mod:`._domain_harness`, each decision recorded as one append (shared time, cause)."""
+
+    def __init__(self) -> None:
+        from ._domain_harness import Goal
+
+        self.goal = Goal()
+        self.envs: list[Envelope] = []
+
+    def record(self, events: list[Any]) -> None:
+        from loopd_es.events.envelope import Envelope
+
+        at = self.goal.facts.now.isoformat().replace("+00:00", "Z")
+        cause = f"cause-{len(self.envs)}"
+        for event in events:
+            n = len(self.envs) + 1
+            self.envs.append(
+                Envelope(
+                    position=n,
+                    stream="goal-g1",
+                    version=n,
+                    event_id=f"e{n}",
+                    type=event.event_type,
+                    schema_version=event.schema_version,
+                    recorded_at=at,
+                    causation_id=cause,
+                    correlation_id=None,
+                    data=msgspec.Raw(msgspec.json.encode(event)),
+                )
+            )
+
+    def do(self, command: Any) -> None:
+        self.record(self.goal.do(command))
+        self.goal.tick(7)
+
+
+def _story() -> _Recorder:
+    """A scheduled goal: a turn without progress, two failures, a rejected then accepted completion."""
+    from loopd_es.domain import goal_commands as c
+    from loopd_es.events.goal import GoalWorkerAssigned
+
+    rec = _Recorder()
+    g = rec.goal
+    rec.do(
+        c.CreateGoal(
+            goal_id="g1", name="nightly", objective="o", owner_session_id="owner-1", schedule_every_ms=60_000
+        )
+    )
+    worker = GoalWorkerAssigned(goal_id="g1", worker_session_id="W")
+    g.apply(worker)
+    rec.record([worker])
+
+    def turn() -> None:
+        rec.do(c.StartRun(goal_id="g1", run_id=g.next_id("run"), prompt_message_id=g.next_id("p")))
+
+    def idle() -> None:
+        rec.do(
+            c.ConfirmIdle(goal_id="g1", run_id=g.state.active_run_id or "", generation=g.state.run_generation)
+        )
+
+    turn()
+    idle()  # no progress in turn 1
+    turn()
+    rec.do(c.RecordRunFailure(goal_id="g1", error_text="503"))
+    turn()
+    rec.do(c.RecordRunFailure(goal_id="g1", error_text="503"))
+    turn()
+    rec.do(c.ReportProgress(goal_id="g1", summary="half"))
+    failed = c.CheckResult(command="bun test", exit_code=1, stderr="1 failed")
+    rec.do(c.CompleteGoal(goal_id="g1", summary="s", evidence="e", attempt_id="a1", check_results=(failed,)))
+    idle()
+    turn()
+    rec.do(c.CompleteGoal(goal_id="g1", summary="s", evidence="e", attempt_id="a2"))
+    return rec
+
+
+def test_every_decision_kind_replays_as_recorded() -> None:
+    rec = _story()
+    kinds = {e.type for e in rec.envs}
+    assert {
+        "run.started",
+        "run.completed",
+        "run.failed",
+        "goal.completion_rejected",
+        "goal.completed",
+    } <= kinds
+    rep = replay_goal_events(rec.envs)
+    assert rep.divergence is None and rep.applies_through == rec.envs[-1].position
+    assert rep.decisions == sum(
+        e.type in ("run.started", "run.completed", "run.failed", "goal.completion_rejected", "goal.completed")
+        for e in rec.envs
+    )
+
+
+def test_a_changed_schedule_time_is_named_by_field() -> None:
+    """A release that computed the next scheduled run differently is caught at the completion."""
+    rec = _story()
+    last = rec.envs[-1]
+    data = json.loads(bytes(last.data))
+    data["next_run_at"] = "2030-01-01T00:00:00.000Z"
+    rec.envs[-1] = msgspec.structs.replace(last, data=msgspec.Raw(json.dumps(data).encode()))
+    d = replay_goal_events(rec.envs).divergence
+    assert d is not None and (d.position, d.field) == (last.position, "goal.completed.next_run_at")
+    assert d.recorded == "2030-01-01T00:00:00.000Z" and d.replayed != d.recorded
+
+
+def test_what_if_no_progress_rejections_and_backoff_change(capsys: pytest.CaptureFixture[str]) -> None:
+    rec = _story()
+    quiet = parse_policy(["max_no_progress=1"])  # the reference never counts turns without progress
+    assert replay_goal_events(rec.envs, quiet).divergence is None
+    assert "never count turns without progress" in quiet.notes()[0]
+
+    rejected = next(e for e in rec.envs if e.type == "goal.completion_rejected")
+    d = replay_goal_events(rec.envs, parse_policy(["max_evaluator_rejections=1"])).divergence
+    assert d is not None and d.position == rejected.position and d.outcome == "stops_earlier"
+    assert "block the goal (Evaluator rejected 1 time(s)" in d.instead
+
+    first_failure = next(e for e in rec.envs if e.type == "run.failed")
+    rep = replay_goal_events(rec.envs, parse_policy(["backoff_base_ms=10000", "backoff_cap_ms=15000"]))
+    d = rep.divergence
+    assert d is not None and (d.position, d.field) == (first_failure.position, "run.failed.retry_after")
+    failed_at = json.loads(bytes(first_failure.data))["at"]
+    from datetime import timedelta
+
+    from loopd_es.events.envelope import parse_rfc3339
+
+    assert parse_rfc3339(d.replayed) - parse_rfc3339(failed_at) == timedelta(
+        seconds=15
+    )  # min(15 s, 10 s * 2)
