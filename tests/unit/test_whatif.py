@@ -430,3 +430,15 @@ def test_what_if_no_progress_rejections_and_backoff_change(capsys: pytest.Captur
     assert parse_rfc3339(d.replayed) - parse_rfc3339(failed_at) == timedelta(
         seconds=15
     )  # min(15 s, 10 s * 2)
+
+
+def test_check_reads_an_ndjson_log_and_one_stream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"ndjson:{tmp_path / 'log.ndjson'}"
+    assert main("--store", url, "import-loopd", str(PROJECTS / "busy_day")) == 0
+    code, body = _json(capsys, "--store", url, "replay", "--check", "--json")
+    assert code == 0 and body["ok"] and body["goals"] == 4
+    code, body = _json(capsys, "--store", url, "replay", "--check", "--stream", f"goal-{DEPS}", "--json")
+    assert code == 0 and body["goals"] == 1
+    assert body["decisions"] == 10  # 5 run starts, 5 failures (the fifth's block is part of its decision)
+    code, body = _json(capsys, "--store", url, "whatif", DEPS, "--set", "max_failures=2", "--json")
+    assert body["goals"][0]["saved_turns"] == 3
