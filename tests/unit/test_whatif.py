@@ -26,9 +26,12 @@ from loopd_es.replay.redecide import replay_goal_events
 from loopd_es.replay.whatif import goal_streams
 
 from .._profiles import scaled
+from ..postgres_server import pg_url
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
+
+__all__ = ["pg_url"]
 
 PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "loopd_projects"
 DEPS = "5e1f0a3c-7b2d-4c8e-9f10-0000000000d4"
@@ -432,8 +435,18 @@ def test_what_if_no_progress_rejections_and_backoff_change(capsys: pytest.Captur
     )  # min(15 s, 10 s * 2)
 
 
-def test_check_reads_an_ndjson_log_and_one_stream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"ndjson:{tmp_path / 'log.ndjson'}"
+@pytest.fixture(params=["ndjson", "postgresql"])
+def other_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "ndjson":
+        return f"ndjson:{tmp_path / 'log.ndjson'}"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
+def test_check_reads_ndjson_and_postgresql_logs_and_one_stream(
+    other_store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = other_store
     assert main("--store", url, "import-loopd", str(PROJECTS / "busy_day")) == 0
     code, body = _json(capsys, "--store", url, "replay", "--check", "--json")
     assert code == 0 and body["ok"] and body["goals"] == 4
