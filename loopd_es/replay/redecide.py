@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import msgspec
 
@@ -25,17 +25,15 @@ from ..domain.provider_limit import iso
 from ..domain.rules import DEFAULT_MAX_FAILURES, backoff_ms
 from ..domain.state import GoalState, ProviderLimit
 from ..domain.switching import observe_limit
-from ..errors import DomainError
+from ..errors import DomainError, InvalidEventError
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
+from ..events.base import Event
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope, parse_rfc3339
 from .policy import Policy
 from .verdict import Divergence, Step, compare, describe, divergence
-
-if TYPE_CHECKING:
-    from ..events.base import Event
 
 _TAILS: Final[dict[str, frozenset[str]]] = {
     "run.completed": frozenset({"goal.force_finish_requested", "goal.blocked", "goal.budget_exhausted"}),
@@ -135,6 +133,26 @@ def _with_policy(state: GoalState, policy: Policy) -> GoalState:
     return state if config == state.config else msgspec.structs.replace(state, config=config)
 
 
+class _Unread(Event, frozen=True):
+    """An event the replay does not look into (the fold reads it from its envelope)."""
+
+
+_READ: Final = frozenset(
+    {"run.idle_candidate", "goal.usage_accounted", "goal.retried", "goal.resumed", "goal.completed"}
+    | {t for tails in _TAILS.values() for t in tails}
+    | _TAILS.keys()
+)
+
+
+def _read(env: Envelope) -> Event:
+    if env.type not in _READ and env.type not in _CHECKED:
+        return _Unread()
+    try:
+        return decode_payload(env)
+    except InvalidEventError:  # the fold keeps it as an anomaly; nothing to re-decide from
+        return _Unread()
+
+
 def _steps(envs: Sequence[Envelope]) -> list[Step]:
     """The stream cut into decisions: each head event with the events its decider appended with it.
 
@@ -156,7 +174,7 @@ def _steps(envs: Sequence[Envelope]) -> list[Step]:
             and envs[k].recorded_at == head.recorded_at
             and (imported or envs[k].causation_id == head.causation_id)
         ):
-            tail.append((envs[k], decode_payload(envs[k])))
+            tail.append((envs[k], _read(envs[k])))
             k += 1
         occurred = correction = None
         if mark is not None and mark.imported is not None:
@@ -165,7 +183,7 @@ def _steps(envs: Sequence[Envelope]) -> list[Step]:
         steps.append(
             Step(
                 env=head,
-                event=decode_payload(head),
+                event=_read(head),
                 tail=tuple(tail),
                 occurred_at=occurred,
                 correction=bool(correction),
