@@ -52,8 +52,7 @@ def register(subparsers: Any) -> None:
 async def _whatif(args: argparse.Namespace) -> int:
     from ..log import open_store
     from ..replay.policy import parse_policy
-    from ..replay.redecide import replay_goal_events
-    from ..replay.whatif import goal_streams, totals
+    from ..replay.whatif import totals, whatif
 
     policy = parse_policy(args.set)
     if policy.empty:
@@ -62,8 +61,7 @@ async def _whatif(args: argparse.Namespace) -> int:
         )
     async with await open_store(store_url(args), create=False) as store:
         ids = None if args.all else [await _resolve(store, args.goal)]
-        streams = await goal_streams(store, ids)
-    reports = [replay_goal_events(streams[g], policy) for g in sorted(streams)]
+        reports = await whatif(store, policy, ids)
     sums = totals(reports)
     sentence = sums.sentence(policy.describe())
     if args.json:
@@ -137,13 +135,12 @@ async def _resolve(store: LogStore, text: str) -> str:
 async def check(args: argparse.Namespace) -> int:
     """``replay --check``: every recorded goal re-decided as recorded; exit 3 naming each goal that differs."""
     from ..log import open_store
-    from ..replay.redecide import replay_goal_events
-    from ..replay.whatif import goal_streams
+    from ..replay.policy import Policy
+    from ..replay.whatif import whatif
 
     async with await open_store(store_url(args), create=False) as store:
         ids = None if args.stream is None else [await _resolve(store, args.stream.removeprefix("goal-"))]
-        streams = await goal_streams(store, ids)
-    reports = [replay_goal_events(streams[g]) for g in sorted(streams)]
+        reports = await whatif(store, Policy(), ids)
     failed = [rep for rep in reports if rep.divergence is not None]
     decisions = sum(rep.decisions for rep in reports)
     if args.json:
