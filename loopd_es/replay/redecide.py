@@ -22,7 +22,7 @@ from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, initial
 from ..domain.provider_limit import iso
-from ..domain.rules import DEFAULT_MAX_FAILURES, backoff_ms
+from ..domain.rules import DEFAULT_MAX_FAILURES, after_ms, backoff_ms
 from ..domain.state import GoalState, ProviderLimit
 from ..domain.switching import observe_limit
 from ..errors import DomainError, InvalidEventError
@@ -298,12 +298,12 @@ def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
             return divergence(
                 step,
                 "confirm_idle_ms",
-                f"confirmed at {then}",
-                f"confirmed at {iso(parse_rfc3339(first))} + {window_ms} ms",
+                f"idle again at {then}",
+                f"may confirm at {iso(after_ms(parse_rfc3339(first), window_ms))}",
                 "differs",
-                f"would confirm the turn idle {window_ms} ms after the idle candidate at {first}, before the "
-                f"activity the log recorded (a new idle candidate at {then}) where the log recorded: the turn "
-                "went on",
+                f"may confirm the turn idle {window_ms} ms after the idle candidate at {first} where the log "
+                f"recorded: the worker became active again before the next idle candidate at {then}; when it "
+                "did is not recorded, so whether the turn would have been cut short is not known",
             )
     gap = (done - parse_rfc3339(mine[-1])).total_seconds() * 1000
     if gap < window_ms:

@@ -455,3 +455,42 @@ def test_check_reads_ndjson_and_postgresql_logs_and_one_stream(
     assert body["decisions"] == 10  # 5 run starts, 5 failures (the fifth's block is part of its decision)
     code, body = _json(capsys, "--store", url, "whatif", DEPS, "--set", "max_failures=2", "--json")
     assert body["goals"][0]["saved_turns"] == 3
+
+
+def test_idle_windows_say_what_the_log_cannot_tell() -> None:
+    """A turn idle at t, active again (a new idle candidate 10 s later), confirmed 3 s after that."""
+    from loopd_es.domain import goal_commands as c
+    from loopd_es.events.goal import GoalWorkerAssigned
+    from loopd_es.events.run import RunIdleCandidate
+
+    rec = _Recorder()
+    g = rec.goal
+    rec.do(c.CreateGoal(goal_id="g1", name="n", objective="o", owner_session_id="owner-1"))
+    worker = GoalWorkerAssigned(goal_id="g1", worker_session_id="W")
+    g.apply(worker)
+    rec.record([worker])
+    rec.do(c.StartRun(goal_id="g1", run_id="run-1", prompt_message_id="p1"))
+
+    def candidate() -> None:
+        at = g.facts.now.isoformat().replace("+00:00", "Z")
+        event = RunIdleCandidate(goal_id="g1", run_id="run-1", generation=1, at=at)
+        g.apply(event)
+        rec.record([event])
+
+    candidate()
+    g.tick(10)
+    candidate()
+    g.tick(3)
+    rec.do(c.ConfirmIdle(goal_id="g1", run_id="run-1", generation=1))
+    done = rec.envs[-1]
+    assert done.type == "run.completed"
+
+    assert (
+        replay_goal_events(rec.envs).divergence is None
+    )  # the recorded window is not in the log: not checked
+    shorter = replay_goal_events(rec.envs, parse_policy(["confirm_idle_ms=9000"])).divergence
+    assert shorter is not None and shorter.position == done.position and shorter.field == "confirm_idle_ms"
+    assert "whether the turn would have been cut short is not known" in shorter.instead
+    longer = replay_goal_events(rec.envs, parse_policy(["confirm_idle_ms=11000"])).divergence
+    assert longer is not None and (longer.recorded, longer.replayed) == (3000, 11000)
+    assert "whether the worker stayed quiet longer is not recorded" in longer.instead
