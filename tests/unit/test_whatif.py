@@ -84,6 +84,10 @@ def test_every_fixture_log_replays_as_recorded(tmp_path: Path, capsys: pytest.Ca
         assert code == 0 and body["ok"] and body["failures"] == [], (project.name, body)
         checked += 1
     assert checked >= 7
+    legacy = tmp_path / "legacy.ndjson"  # a log written before goal.created nested its configuration
+    legacy.write_bytes((PROJECTS.parent / "goal_created_v1.ndjson").read_bytes())
+    code, body = _json(capsys, "--store", f"ndjson:{legacy}", "replay", "--check", "--json")
+    assert code == 0 and body["ok"] and body["goals"] == 1 and body["decisions"] == 1
 
 
 def test_the_demo_log_replays_as_recorded(demo: str, capsys: pytest.CaptureFixture[str]) -> None:
