@@ -33,7 +33,7 @@ from ..events.base import Event
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope, parse_rfc3339
 from .policy import Policy
-from .verdict import Divergence, Step, compare, describe, divergence
+from .verdict import Divergence, Refused, Step, compare, describe, divergence
 
 _TAILS: Final[dict[str, frozenset[str]]] = {
     "run.completed": frozenset({"goal.force_finish_requested", "goal.blocked", "goal.budget_exhausted"}),
@@ -244,8 +244,8 @@ def _facts(policy: Policy, now: datetime, **more: Any) -> c.Facts:
 def _run(command: c.GoalCommand, state: GoalState, facts: c.Facts) -> list[Event]:
     try:
         return decide(command, state, facts)
-    except DomainError:
-        return []
+    except DomainError as e:
+        return [Refused(reason=str(e))]
 
 
 def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
@@ -255,11 +255,13 @@ def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
         goal_id=state.goal_id, run_id=e.run_id, prompt_message_id=e.prompt_message_id, kind=e.kind
     )
     decided = _run(cmd, state, _facts(ctx.policy, _now(step, e.at)))
-    if decided and not e.lease_expires_at:  # a log from before leases were recorded
-        decided = [msgspec.structs.replace(decided[0], lease_expires_at=None)]
-    if decided and not e.at:
-        decided = [msgspec.structs.replace(decided[0], at="")]
-    if decided and step.occurred_at is not None and isinstance(mine := decided[0], r.RunStarted):
+    if not decided or not isinstance(mine := decided[0], r.RunStarted):
+        return compare(step, decided)
+    if not e.lease_expires_at:  # a log from before leases were recorded
+        decided[0] = mine = msgspec.structs.replace(mine, lease_expires_at=None)
+    if not e.at:
+        decided[0] = mine = msgspec.structs.replace(mine, at="")
+    if step.occurred_at is not None:
         lost = e.turn_count - mine.turn_count
         if lost > 0:  # the loopd ledger lost runs (reference §4.1): its own count says how many
             ctx.report.assumptions.append(
@@ -338,7 +340,7 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
         generation=e.generation,
     )
     decided = _run(cmd, state, _facts(ctx.policy, _now(step, at)))
-    if decided and not e.at:
+    if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
         decided[0] = msgspec.structs.replace(decided[0], at="")
     return compare(step, decided)
 
@@ -387,7 +389,7 @@ def _completed(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> 
     else:
         cmd = c.CompleteGoal(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence, attempt_id="")
     decided = _run(cmd, state, _facts(ctx.policy, _now(step, e.at, step.occurred_at)))
-    if decided and not e.at:
+    if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
         decided[0] = msgspec.structs.replace(decided[0], at="")
     return compare(step, decided)
 

@@ -7,7 +7,7 @@ runs longer than the log can tell, or otherwise differs).
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
@@ -36,6 +36,13 @@ class Divergence(msgspec.Struct, frozen=True, kw_only=True):
     """``would ... where the log recorded ...``: both decisions in words."""
     grace_turns: int = 0
     """Turns that would still run before the stop: 1 for a force-finish (its wrap-up turn)."""
+
+
+class Refused(Event, frozen=True):
+    """Stands for a decision the deciders refuse (a rule error): compared like an event, never recorded."""
+
+    event_type: ClassVar[str] = "refused"
+    reason: str
 
 
 class Step(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,6 +171,8 @@ def _word(e: Event) -> str:
             return f"reject completion #{e.rejection_count} ({free})"
         case i.ProviderLimitObserved():
             return ""
+        case Refused():
+            return f"refuse it ({e.reason})"
         case i.FallbackPrepared():
             return f"fall back to {e.model}"
         case i.FallbackExhausted():

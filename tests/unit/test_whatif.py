@@ -498,3 +498,21 @@ def test_idle_windows_say_what_the_log_cannot_tell() -> None:
     longer = replay_goal_events(rec.envs, parse_policy(["confirm_idle_ms=11000"])).divergence
     assert longer is not None and (longer.recorded, longer.replayed) == (3000, 11000)
     assert "whether the worker stayed quiet longer is not recorded" in longer.instead
+
+
+def test_a_decision_the_deciders_now_refuse_names_the_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loopd_es.domain import goal_commands as c
+    from loopd_es.domain.rules import RuleError
+
+    rec = _story()
+    decide = importlib.import_module("loopd_es.domain.decide")
+
+    def refuse(*_: Any) -> Any:
+        raise RuleError("Completion needs a summary of at least 3 characters.")
+
+    monkeypatch.setitem(decide._DECIDERS, c.CompleteGoal, refuse)
+    rejected = next(e for e in rec.envs if e.type == "goal.completion_rejected")
+    d = replay_goal_events(rec.envs).divergence
+    assert d is not None and (d.position, d.field) == (rejected.position, "type")
+    assert (d.recorded, d.replayed) == ("goal.completion_rejected", "refused")
+    assert d.instead.startswith("would refuse it (Completion needs a summary of at least 3 characters.)")
