@@ -96,11 +96,11 @@ async def rig(
         await engine.start()
         engine.next_maintenance = None  # tests run maintenance when they say so
         yield Rig(store, host, clock, engine, ops, seen)
-        await _replays_as_recorded(store)
+        await replays_as_recorded(store)
 
 
-async def _replays_as_recorded(store: LogStore) -> None:
-    """Every engine test doubles as a determinism check: each goal it wrote re-decides as recorded."""
+async def replays_as_recorded(store: LogStore) -> None:
+    """Every engine (and saga) test doubles as a determinism check: each goal it wrote re-decides as recorded."""
     from loopd_es.replay.redecide import replay_goal_events
     from loopd_es.replay.whatif import goal_streams
 
