@@ -39,6 +39,12 @@ def register(subparsers: Any) -> None:
     replay.add_argument(
         "--no-snapshots", action="store_true", help="fold from the first event, ignore snapshots"
     )
+    replay.add_argument(
+        "--check",
+        action="store_true",
+        help="re-decide every recorded goal (or --stream's) with this version's deciders; exit 3 naming the goal, "
+        "event and field where a decision would differ",
+    )
     replay.set_defaults(handler=_replay)
 
 
@@ -61,6 +67,12 @@ async def _replay(args: argparse.Namespace) -> int:
     from ..log import open_store, parse_store_url
     from ..replay import SnapshotStore, replay_all, replay_stream
 
+    if args.check:
+        from .whatif_cmds import check
+
+        if args.until is not None or args.at is not None:
+            raise UsageError("replay --check replays whole goals: leave out --until and --at")
+        return await check(args)
     if args.until is not None and args.until < 0:
         raise UsageError(f"--until must be a position >= 0, got {args.until}")
     at = parse_time(args.at)

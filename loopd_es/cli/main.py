@@ -52,7 +52,7 @@ class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
 COMMAND_MODULES: dict[str, str] = {
     "append": "log_cmds", "read": "log_cmds", "streams": "log_cmds", "verify": "log_cmds",
     "export": "log_cmds", "import": "log_cmds",
-    "events": "domain_cmds", "replay": "domain_cmds",
+    "events": "domain_cmds", "replay": "domain_cmds", "whatif": "whatif_cmds",
     "models": "host_cmds",
     "goal": "saga_cmds",
     "project": "projector_cmds", "projections": "projector_cmds",
@@ -81,6 +81,7 @@ COMMAND_HELP: dict[str, str] = {
     "import": "copy a whole log from URL into this (empty) log",
     "events": "list the event catalogue (each type with its payload fields)",
     "replay": "fold the log into state: one stream, or a one-line summary per aggregate",
+    "whatif": "re-run goals' recorded decisions under a changed policy: what would differ, what it would save",
     "models": "list the host's models and agents (quota is always unknown)",
     "goal": "create goals, switch their worker identity, pause/resume, feed provider errors",
     "project": "bring the read models up to date with the log",

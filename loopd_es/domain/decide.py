@@ -430,7 +430,8 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
         return []  # a late error of an earlier run: the current turn is not failed by it (§2.3)
     failures = state.consecutive_failures + 1
     blocked = cmd.block_immediately or failures >= (state.config.max_failures or DEFAULT_MAX_FAILURES)
-    retry_after = None if blocked else iso(after_ms(facts.now, backoff_ms(failures)))
+    wait = backoff_ms(failures, facts.backoff.base_ms, facts.backoff.cap_ms)
+    retry_after = None if blocked else iso(after_ms(facts.now, wait))
     events: list[Event] = [
         r.RunFailed(
             goal_id=state.goal_id,
@@ -440,6 +441,7 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
             retry_after=retry_after,
             source=cmd.source,
             generation=state.run_generation,
+            at=iso(facts.now),
         )
     ]
     if blocked:

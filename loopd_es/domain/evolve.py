@@ -531,14 +531,7 @@ def _rollback_failed(d: GoalDraft, e: i.IdentityRollbackFailed, m: _Memo) -> Non
 
 @_on(i.ProviderLimitObserved)
 def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
-    d.last_provider_limit = ProviderLimit(
-        kind=e.kind,
-        source=e.source,
-        observed_at=e.observed_at,
-        model=e.model,
-        status_code=e.status_code,
-        retry_at=e.retry_at,
-    )
+    d.last_provider_limit = ProviderLimit.of(e)
     if e.marks_blocker and d.blocker is not None:
         d.blocker = replace(d.blocker, kind="provider-limit")
     if d.phase == "waiting_retry" and e.retry_at and d.retry_after and e.retry_at > d.retry_after:

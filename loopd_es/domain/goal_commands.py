@@ -58,6 +58,13 @@ class CreationDefaults(_C, frozen=True, kw_only=True):
     checks: tuple[str, ...] | None = None
 
 
+class RetryBackoff(_C, frozen=True, kw_only=True):
+    """The engine's retry backoff after a failed turn: ``min(cap_ms, base_ms * 2^failures)``."""
+
+    base_ms: int = 1000
+    cap_ms: int = 30_000
+
+
 def _epoch() -> datetime:
     return datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -73,6 +80,7 @@ class Facts(_C, frozen=True, kw_only=True):
     can_switch_model: bool = True
     can_switch_agent: bool = True
     defaults: CreationDefaults = CreationDefaults()
+    backoff: RetryBackoff = RetryBackoff()
 
 
 # -- commands ------------------------------------------------------------------------------------------

@@ -103,6 +103,6 @@ def after_ms(now: datetime, ms: float) -> datetime:
     return now + timedelta(milliseconds=ms)
 
 
-def backoff_ms(failures: int) -> int:
-    """``min(30000, 1000 * 2^failures)``: 2 s, 4 s, 8 s, 16 s, then 30 s."""
-    return int(min(RETRY_BACKOFF_CAP_MS, 1000 * 2 ** min(failures, 16)))
+def backoff_ms(failures: int, base_ms: int = 1000, cap_ms: int = RETRY_BACKOFF_CAP_MS) -> int:
+    """``min(cap, base * 2^failures)``: by default 2 s, 4 s, 8 s, 16 s, then 30 s."""
+    return int(min(cap_ms, base_ms * 2 ** min(failures, 16)))

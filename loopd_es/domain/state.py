@@ -104,6 +104,11 @@ class SwitchInFlight(_S, frozen=True):
 class ProviderLimit(_S, ProviderLimitFacts, frozen=True):
     """The goal's last provider-limit observation (the fields of ``identity.provider_limit_observed``)."""
 
+    @classmethod
+    def of(cls, facts: ProviderLimitFacts) -> ProviderLimit:
+        """The observation fields of ``facts`` (an observed event, say) as state."""
+        return cls(**{name: getattr(facts, name) for name in ProviderLimitFacts.__struct_fields__})
+
 
 class ModelFallback(_S, frozen=True):
     attempted: tuple[str, ...] = ()

@@ -306,6 +306,15 @@ def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> l
     observation = classify(cmd.error, cmd.source, facts.now, model_seen, retrying=cmd.via == "retry-status")
     if observation is None:
         return []
+    return observe_limit(cmd, state, facts, observation)
+
+
+def observe_limit(
+    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, observation: ProviderLimit
+) -> list[Event]:
+    """:func:`decide` for a provider error already classified (a replay has the observation, not the error)."""
+    if not state.exists:
+        return []
     if cmd.fallback_turn:
         return _fallback_turn(cmd, state, facts, _observed(cmd, state, facts, observation))
     return _observed(cmd, state, facts, observation)

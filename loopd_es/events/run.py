@@ -62,6 +62,8 @@ class RunFailed(Event, frozen=True):
     retry_after: str | None = None
     source: Literal["session-error", "prompt-delivery"] = "session-error"
     generation: int | None = None
+    at: str = ""
+    """When it was decided: the time ``retry_after`` counts from (absent in logs written before it existed)."""
 
 
 @event("run.fell_back")

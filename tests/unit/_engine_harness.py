@@ -96,6 +96,19 @@ async def rig(
         await engine.start()
         engine.next_maintenance = None  # tests run maintenance when they say so
         yield Rig(store, host, clock, engine, ops, seen)
+        await replays_as_recorded(store)
+
+
+async def replays_as_recorded(store: LogStore) -> None:
+    """Every engine (and saga) test doubles as a determinism check: each goal it wrote re-decides as recorded."""
+    from loopd_es.replay.redecide import replay_goal_events
+    from loopd_es.replay.whatif import goal_streams
+
+    for goal_id, envs in (await goal_streams(store)).items():
+        divergence = replay_goal_events(envs).divergence
+        assert divergence is None, (
+            f"goal {goal_id} does not replay as recorded (replay --check): {divergence}"
+        )
 
 
 class _Collector:

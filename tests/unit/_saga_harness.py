@@ -95,5 +95,8 @@ async def world(tmp_path: Path, script: HostScript = SCRIPT) -> AsyncIterator[Wo
     host = SimulatedHost(script, clock=clock)
     try:
         yield World(store, host, clock, Goals(GoalService(store, host, clock=clock)))
+        from ._engine_harness import replays_as_recorded
+
+        await replays_as_recorded(store)
     finally:
         await store.aclose()
