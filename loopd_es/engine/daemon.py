@@ -79,6 +79,11 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
     (the store or the host unreachable for a while, a stall past the lease, a busy tool channel) is said once,
     waited out with backoff, and the engine stands by or rejoins and carries on.
     """
+    if options.tool_api is None and options.host_url.strip().startswith("opencode:"):
+        raise UsageError(
+            f"an engine driving OpenCode must serve its tools, and {options.directory} has no tool channel: "
+            "run `loopd-es opencode install` in the project (or pass --tool-api FILE)"
+        )
     clock = clock or SystemClock()
     async with await open_store(options.store_url) as store:
         host = await open_host(options.host_url)

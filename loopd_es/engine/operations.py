@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ..app.goal_index import GoalIndex
     from ..app.goals import Goals
     from ..domain.state import GoalState
+    from ..events.base import Caller
     from ..events.envelope import Envelope
     from ..host.events import EngineHost
     from ..log.base import LogStore
@@ -58,7 +59,10 @@ class Operations:
         directory: str = ".",
         owner: str = "cli",
         index: GoalIndex | None = None,
+        caller: Caller | None = None,
     ) -> None:
+        self.caller = caller
+        """The tool call these operations answer (``None`` from the CLI): recorded on the events it causes."""
         self.clock = clock or SystemClock()
         self.service = GoalService(
             store, host, clock=self.clock.now, directory=directory, owner=owner, index=index
@@ -69,12 +73,15 @@ class Operations:
         self.outbox = Outbox(store, host, self.clock)
         self.directory = directory
 
+    def _ctx(self) -> Ctx:
+        return Ctx.new(self.caller)
+
     # -- owner ---------------------------------------------------------------------------------------
 
     async def create(self, name: str, objective: str, *, goal_id: str | None = None, **config: Any) -> Result:
         """``loopd_create_goal``: validate, record, create the worker, send the first turn (interactive too)."""
         goal_id = goal_id or str(uuid.uuid4())
-        ctx = Ctx.new()
+        ctx = self._ctx()
         command = c.CreateGoal(
             goal_id=goal_id, name=name, objective=objective, owner_session_id=self.service.owner, **config
         )
@@ -110,7 +117,7 @@ class Operations:
         state = await self.service.load(goal_id)
         if state.exists and state.status == "paused":
             return Result(message=f'Goal "{state.name}" is already paused.', goal_id=goal_id, status="paused")
-        await self.goals.pause(goal_id, Ctx.new())
+        await self.goals.pause(goal_id, self._ctx())
         state = await self.service.load(goal_id)
         return Result(
             message=f'Goal "{state.name}" paused. Resume with resume_goal.',
@@ -126,7 +133,7 @@ class Operations:
         command: c.GoalCommand = (
             c.RetryGoal(goal_id=goal_id) if state.status == "blocked" else c.ResumeGoal(goal_id=goal_id)
         )
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(command, ctx)
         if recorded:
             await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
@@ -135,7 +142,7 @@ class Operations:
 
     async def retry(self, goal_id: str) -> Result:
         """Retry a blocked goal: failure, rejection and force-finish counters reset, then a turn."""
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
         if recorded:
             await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
@@ -146,7 +153,9 @@ class Operations:
         self, goal_id: str, *, model: str | None = None, agent: str | None = None, resume: bool = False
     ) -> Result:
         """§3.10: switch the worker's model and/or agent on the same session (deferred while it is busy)."""
-        report = await self.goals.switch_identity(goal_id, Ctx.new(), model=model, agent=agent, resume=resume)
+        report = await self.goals.switch_identity(
+            goal_id, self._ctx(), model=model, agent=agent, resume=resume
+        )
         state = await self.service.load(goal_id)
         return Result(
             ok=report.ok,
@@ -162,12 +171,12 @@ class Operations:
 
     async def clear(self, goal_id: str) -> Result:
         state = await self.service.load(goal_id)
-        await self.goals.clear(goal_id, Ctx.new())
+        await self.goals.clear(goal_id, self._ctx())
         return Result(message=f'Goal "{state.name}" cleared and removed.', goal_id=goal_id)
 
     async def nudge(self, goal_id: str) -> Result:
         """§3.6: clear the run markers and force a full-steering turn (even on a busy worker)."""
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(c.NudgeGoal(goal_id=goal_id), ctx)
         state = await self.service.load(goal_id)
         await self.turns.continue_turn(
@@ -177,7 +186,7 @@ class Operations:
 
     async def send(self, goal_id: str, text: str) -> Result:
         """§3.7: queue the owner's words; an active goal gets them at once as a bare turn of their own."""
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(
             c.SendInput(goal_id=goal_id, input_id=new_event_id(), text=text), ctx
         )
@@ -203,7 +212,7 @@ class Operations:
         )
 
     async def set_interactive(self, goal_id: str, on: bool) -> Result:
-        await self.service.execute(c.SetInteractive(goal_id=goal_id, interactive=on), Ctx.new())
+        await self.service.execute(c.SetInteractive(goal_id=goal_id, interactive=on), self._ctx())
         state = await self.service.load(goal_id)
         message = (
             f'Goal "{state.name}" is now manual: the engine will not start turns — steer it with :send/nudge.'
@@ -216,13 +225,13 @@ class Operations:
         self, goal_id: str, summary: str | None = None, evidence: str | None = None
     ) -> Result:
         extra = {k: v for k, v in (("summary", summary), ("evidence", evidence)) if v}
-        await self.service.execute(c.ForceComplete(goal_id=goal_id, **extra), Ctx.new())
+        await self.service.execute(c.ForceComplete(goal_id=goal_id, **extra), self._ctx())
         state = await self.service.load(goal_id)
         return Result(message=f'Goal "{state.name}" force-completed.', goal_id=goal_id, status=state.status)
 
     async def force_block(self, goal_id: str, reason: str | None = None, needed: str | None = None) -> Result:
         extra = {k: v for k, v in (("reason", reason), ("needed", needed)) if v}
-        await self.service.execute(c.ForceBlock(goal_id=goal_id, **extra), Ctx.new())
+        await self.service.execute(c.ForceBlock(goal_id=goal_id, **extra), self._ctx())
         state = await self.service.load(goal_id)
         return Result(message=f'Goal "{state.name}" blocked.', goal_id=goal_id, status=state.status)
 
@@ -234,7 +243,7 @@ class Operations:
                 await self.host.abort(state.worker_session_id)
             except HostError:
                 pass
-        await self.service.execute(c.AbortWorker(goal_id=goal_id), Ctx.new())
+        await self.service.execute(c.AbortWorker(goal_id=goal_id), self._ctx())
         state = await self.service.load(goal_id)
         message = f'Worker run for "{state.name}" aborted, session kept for inspection (status unchanged: {state.status}).'
         if state.status == "active":
@@ -260,7 +269,7 @@ class Operations:
     async def report_progress(self, session_id: str, summary: str, next: str | None = None) -> Result:
         state = await self._worker_state(session_id)
         await self.service.execute(
-            c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next), Ctx.new()
+            c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next), self._ctx()
         )
         return Result(message="Progress recorded.", goal_id=state.goal_id, status="active")
 
@@ -272,7 +281,7 @@ class Operations:
         cfg = state.config
         cwd = cfg.check_cwd or cfg.artifact_dir or self.directory
         results = await run_checks(cfg.checks, cwd) if cfg.checks else []
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(
             c.CompleteGoal(
                 goal_id=state.goal_id,
@@ -313,7 +322,7 @@ class Operations:
 
     async def block(self, session_id: str, reason: str, needed: str) -> Result:
         state = await self._worker_state(session_id, blocked_message=True)
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(
             c.BlockGoal(goal_id=state.goal_id, reason=reason, needed=needed), ctx
         )

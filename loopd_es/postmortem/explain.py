@@ -26,7 +26,7 @@ import msgspec
 
 from ..domain.streams import short_id
 from ..events.imported import STREAM_PREFIX
-from .history import Entry, History, short_stream, show, summarize
+from .history import Entry, History, called_by, short_stream, show, summarize
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
@@ -179,6 +179,9 @@ async def _cause(
     if cid in by_id:
         return by_id[cid], "", "none"
     if cid == env.correlation_id:
+        who = called_by(env.type, env.data_dict())
+        if who is not None:
+            return None, f"request {cid}: {who}", "request"
         return (
             None,
             f"request {cid} started this flow (the first cause; a request is not an event in the log)",
@@ -239,10 +242,15 @@ def _fact(entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str
         env.event_id,
         env.recorded_at,
         env.correlation_id,
-        phrase(env.type, data, by_id),
+        _with_caller(phrase(env.type, data, by_id), env.type, data),
         entry.at,
         entry.origin(),
     )
+
+
+def _with_caller(text: str, type_: str, data: dict[str, Any]) -> str:
+    who = called_by(type_, data)
+    return f"{text} ({who})" if who else text
 
 
 def phrase(type_: str, d: dict[str, Any], by_id: dict[str, Entry] | None = None) -> str:
