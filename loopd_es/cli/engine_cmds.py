@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..errors import EXIT_OK, UsageError
+from ..errors import EXIT_CONFLICT, EXIT_OK, UsageError
 from ..host import host_url, open_host
 from ..text_safe import term_block, term_line
 from .main import store_url
@@ -309,8 +309,12 @@ async def _operations(args: argparse.Namespace) -> AsyncIterator[Operations]:
 
 
 def _print(result: Result) -> int:
+    """The operation's message on stdout; one that did not do what was asked is one line on stderr, exit 3."""
     if result.data and result.status in (None, "none"):
         sys.stdout.write(msgspec.json.encode(result.data).decode() + "\n")
+    if not result.ok:
+        sys.stderr.write(f"loopd-es: {term_line(result.message)}\n")
+        return EXIT_CONFLICT
     sys.stdout.write(term_block(result.message) + "\n" if result.message else "")
     return EXIT_OK
 
@@ -344,7 +348,7 @@ async def _worker(args: argparse.Namespace) -> int:
             result = await ops.complete(s, args.summary, args.evidence)
             if result.data.get("failed_checks"):
                 sys.stdout.write(json.dumps(result.data["failed_checks"], indent=2) + "\n")
-            _print(result)
+            sys.stdout.write(term_block(result.message) + "\n")  # a rejection is the worker's to act on
             return EXIT_OK
         return _print(await ops.block(s, args.reason, args.needed))
 

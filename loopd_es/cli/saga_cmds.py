@@ -314,5 +314,6 @@ def _turn_lines(turn: TurnReport | None) -> list[str]:
         "prompt-failed": f"prompt failed: {turn.detail}",
         "switch-failed": "no turn: the pending switch was refused and the goal is blocked",
         "switching": "an identity switch is being applied: the turn waits for it",
+        "queued": "an identity switch is being applied: the turn is queued and starts once it ends",
     }[turn.result]
     return [*lines, text]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..app.goals import Goals
+from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
@@ -175,14 +175,39 @@ class Operations:
         return Result(message=f'Goal "{state.name}" cleared and removed.', goal_id=goal_id)
 
     async def nudge(self, goal_id: str) -> Result:
-        """§3.6: clear the run markers and force a full-steering turn (even on a busy worker)."""
+        """§3.6: clear the run markers and force a full-steering turn (even on a busy worker).
+
+        The answer says what happened: re-prompted, queued behind a switch in flight, or why not.
+        """
         ctx = self._ctx()
         recorded = await self.service.execute(c.NudgeGoal(goal_id=goal_id), ctx)
-        state = await self.service.load(goal_id)
-        await self.turns.continue_turn(
-            goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True
+        return await self._turn(
+            goal_id,
+            ctx.caused_by(recorded[-1].event_id),
+            "steer",
+            (
+                'Re-prompted worker for "{name}".',
+                'Turn queued for "{name}": an identity switch is being applied; the worker is re-prompted '
+                "once it ends.",
+                'Worker for "{name}" was not re-prompted: {why}.',
+            ),
         )
-        return Result(message=f'Re-prompted worker for "{state.name}".', goal_id=goal_id, status=state.status)
+
+    async def _turn(
+        self, goal_id: str, ctx: Ctx, kind: Literal["steer", "bare"], said: tuple[str, str, str]
+    ) -> Result:
+        """An owner's forced turn and what it did, in ``said``'s words (started, queued behind a switch, or
+        not, with ``{why}``); a refused pending switch is its outcome (the goal is blocked), not a raise."""
+        try:
+            turn = await self.turns.continue_turn(goal_id, ctx, explicit=True, force=True, kind=kind)
+        except SwitchFailedError as e:
+            turn = TurnReport(goal_id=goal_id, result="switch-failed", detail=e.report.message())
+        state = await self.service.load(goal_id)
+        index = {"started": 0, "queued": 1}.get(turn.result, 2)
+        why = _why_not(turn, state) if index == 2 else ""
+        ok = index < 2 or (kind == "bare" and turn.result not in ("prompt-failed", "switch-failed"))
+        message = said[index].format(name=state.name, why=why)
+        return Result(ok=ok, message=message, goal_id=goal_id, status=state.status)
 
     async def send(self, goal_id: str, text: str) -> Result:
         """§3.7: queue the owner's words; an active goal gets them at once as a bare turn of their own."""
@@ -204,11 +229,16 @@ class Operations:
                 goal_id=goal_id,
                 status=state.status,
             )
-        await self.turns.continue_turn(
-            goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True, kind="bare"
-        )
-        return Result(
-            message=f'Sent to "{state.name}" as its own turn.', goal_id=goal_id, status=state.status
+        return await self._turn(  # the words stay queued whatever happens to the turn
+            goal_id,
+            ctx.caused_by(recorded[-1].event_id),
+            "bare",
+            (
+                'Sent to "{name}" as its own turn.',
+                'Queued for "{name}" (an identity switch is being applied; delivers as its own turn once '
+                "it ends).",
+                'Queued for "{name}" (not delivered now: {why}).',
+            ),
         )
 
     async def set_interactive(self, goal_id: str, on: bool) -> Result:
@@ -351,3 +381,18 @@ class Operations:
         if state.status == "blocked" and blocked_message:
             raise RuleError("Cannot block goal in blocked state.")
         return state
+
+
+def _why_not(turn: TurnReport, state: GoalState) -> str:
+    """Why an owner's forced turn did not start, in the words of what the goal is doing."""
+    if turn.result == "prompt-failed":
+        return f"the prompt was not delivered ({state.last_error or 'host error'})"
+    if turn.result == "switch-failed":
+        return f"the pending identity switch was refused and the goal is blocked ({turn.detail})"
+    if turn.result == "busy":
+        return "its worker is busy and an identity switch is pending; both wait for the worker to be idle"
+    if turn.result == "running":
+        return "a turn is already running"
+    if turn.result == "no-worker":
+        return "the goal has no worker session"
+    return f"the goal is {state.status}"

@@ -261,6 +261,23 @@ class GoalNudged(Event, frozen=True):
     called_by: Caller | None = None
 
 
+@event("goal.turn_requested")
+class GoalTurnRequested(Event, frozen=True):
+    """The owner asked for a turn while an identity switch was in flight: it runs once the switch has ended.
+
+    A turn never prompts with the identity being replaced, and an owner's explicit turn (a nudge, a send, a
+    resume of an interactive goal) must not be lost either; the next ``run.started`` consumes the request.
+    """
+
+    goal_id: str
+    kind: Literal["steer", "bare"] = "steer"
+    force: bool = False
+    switch_id: str | None = None
+    """The switch it waits for."""
+    at: str = ""
+    called_by: Caller | None = None
+
+
 @event("goal.force_finish_requested")
 class GoalForceFinishRequested(Event, frozen=True):
     """A turn limit was first reached: the next turn asks for a final report."""

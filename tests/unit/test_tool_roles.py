@@ -6,12 +6,17 @@ and ``loopd-es run`` are in ``tests/integration/test_tool_roles.py``.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from loopd_es.app.goals import Goals
+from loopd_es.app.service import Ctx, GoalService
 from loopd_es.engine.tool_api import ToolCall, ToolDispatcher
+from loopd_es.events import identity as i
 from loopd_es.postmortem.explain import explain
 from loopd_es.postmortem.history import build_history, render_text
 from loopd_es.postmortem.links import find_goal
@@ -28,6 +33,14 @@ async def _call(
     return await d.call(ToolCall(tool=tool, args=args, context=context))
 
 
+@asynccontextmanager
+async def _tools(tmp_path: Path) -> AsyncIterator[tuple[Rig, ToolDispatcher, str, str]]:
+    """A rig, its tool dispatcher, and a goal created through ``loopd_create_goal`` (id, worker session)."""
+    async with rig(tmp_path) as r:
+        d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
+        yield (r, d, *await _worker(r, d))
+
+
 async def _worker(r: Rig, d: ToolDispatcher) -> tuple[str, str]:
     created = await _call(d, "loopd_create_goal", "ses_owner", name="g", objective="o", workspaceWrite=False)
     assert created["ok"] is True, created
@@ -37,9 +50,7 @@ async def _worker(r: Rig, d: ToolDispatcher) -> tuple[str, str]:
 
 
 async def test_a_worker_session_is_refused_every_owner_tool(tmp_path: Path) -> None:
-    async with rig(tmp_path) as r:
-        d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
-        goal_id, worker = await _worker(r, d)
+    async with _tools(tmp_path) as (r, d, goal_id, worker):
         for tool, args in (
             ("loopd_create_goal", {"name": "mine", "objective": "o"}),
             ("pause_goal", {"goal_id": goal_id}),
@@ -62,9 +73,7 @@ async def test_a_worker_session_is_refused_every_owner_tool(tmp_path: Path) -> N
 async def test_the_tool_call_that_completed_a_goal_is_in_its_events_history_and_explanation(
     tmp_path: Path,
 ) -> None:
-    async with rig(tmp_path) as r:
-        d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
-        goal_id, worker = await _worker(r, d)
+    async with _tools(tmp_path) as (r, d, goal_id, worker):
         done = await _call(d, "complete_goal", worker, call="call_42", summary="done", evidence="ran it")
         assert done["ok"] is True and done["status"] == "complete", done
         events = [e async for e in r.store.read_stream(f"goal-{goal_id}")]
@@ -86,3 +95,24 @@ async def test_the_tool_call_that_completed_a_goal_is_in_its_events_history_and_
         why = await explain(r.store, history)
         assert said in why.sentence and why.end_kind == "request"
         assert "a request is not an event" not in why.end
+
+
+async def test_nudge_goal_during_a_switch_says_queued_and_the_turn_runs_once_when_it_is_settled(
+    tmp_path: Path,
+) -> None:
+    async with _tools(tmp_path) as (r, d, goal_id, worker):
+        state = await r.state(goal_id)
+        flight = i.IdentitySwitchRequested(goal_id=goal_id, switch_id="sw-held", model="openai/gpt-5-mini")
+        await r.engine.service.append_goal(goal_id, [flight], Ctx.new(), expected=state.version)
+        runs = (await r.state(goal_id)).run_count
+        nudged = await _call(d, "nudge_goal", "ses_owner", goal_id=goal_id)
+        assert nudged["ok"] is True and nudged["title"] == "Goal nudged", nudged
+        assert nudged["message"].startswith('Turn queued for "g": an identity switch is being applied')
+        assert (await r.state(goal_id)).run_count == runs  # not now: the switch is in flight
+        again = await _call(d, "nudge_goal", "ses_owner", call="call_2", goal_id=goal_id)
+        assert again["message"].startswith("Turn queued")
+        await Goals(GoalService(r.store, r.host, clock=r.clock.now)).recover()  # its process died: settled
+        after = await r.state(goal_id)
+        assert after.switch_in_flight is None and after.turn_requested is None
+        assert after.run_count == runs + 1  # two requests, one turn
+        assert (await r.types(goal_id)).count("goal.turn_requested") == 1
