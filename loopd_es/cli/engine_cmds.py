@@ -29,6 +29,7 @@ from ..host import host_url, open_host
 from ..text_safe import term_block, term_line
 from .main import store_url
 from .options import add_host_option
+from .words import cli_words
 
 if TYPE_CHECKING:
     from ..engine.operations import Operations, Result
@@ -312,10 +313,11 @@ def _print(result: Result) -> int:
     """The operation's message on stdout; one that did not do what was asked is one line on stderr, exit 3."""
     if result.data and result.status in (None, "none"):
         sys.stdout.write(msgspec.json.encode(result.data).decode() + "\n")
+    message = cli_words(result.message)
     if not result.ok:
-        sys.stderr.write(f"loopd-es: {term_line(result.message)}\n")
+        sys.stderr.write(f"loopd-es: {term_line(message)}\n")
         return EXIT_CONFLICT
-    sys.stdout.write(term_block(result.message) + "\n" if result.message else "")
+    sys.stdout.write(term_block(message) + "\n" if message else "")
     return EXIT_OK
 
 

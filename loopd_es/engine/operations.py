@@ -96,7 +96,11 @@ class Operations:
             )
         except HostError as e:
             await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
-            return Result(ok=False, message=f"Goal creation failed: {e}", goal_id=goal_id, status="blocked")
+            blocker = (await self.service.load(goal_id)).blocker
+            detail = blocker.reason if blocker is not None else str(e)  # names the model and agent
+            return Result(
+                ok=False, message=f"Goal creation failed: {detail}", goal_id=goal_id, status="blocked"
+            )
         assigned = await self.service.append_goal(
             goal_id,
             [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)],
