@@ -192,7 +192,7 @@ async def _run(args: argparse.Namespace) -> int:
     import anyio
 
     from ..engine.core import EngineConfig
-    from ..engine.daemon import RunOptions, run_daemon
+    from ..engine.daemon import RunOptions, check_tool_channel, run_daemon
 
     for name, least in _DURATION_BOUNDS.items():
         value = getattr(args, name)
@@ -213,6 +213,7 @@ async def _run(args: argparse.Namespace) -> int:
         shared=args.shared,
         claim_ttl_ms=args.claim_ttl_ms,
     )
+    check_tool_channel(options)  # one line before anything starts (a task group would wrap it)
     stop = anyio.Event()
 
     def say(line: str) -> None:
