@@ -135,8 +135,14 @@ async def explain(store: LogStore, history: History) -> Explanation:
                 trigger = _cause_text(env, by_id)
         if nxt is None:
             nxt, end, end_kind = await _cause(store, env, by_id, goal)
+        said_at_end = nxt is None and end_kind == "request" and data.get("called_by")  # not said twice
         steps.append(
-            Step(link, _fact(node, data, by_id, goal), _siblings(node, history, by_id, goal), trigger)
+            Step(
+                link,
+                _fact(node, data, by_id, goal, caller=not said_at_end),
+                _siblings(node, history, by_id, goal),
+                trigger,
+            )
         )
         node, link = nxt, next_link
     flows: dict[str, list[int]] = {}
@@ -233,8 +239,11 @@ def _siblings(node: Entry, history: History, by_id: dict[str, Entry], goal: str)
     )
 
 
-def _fact(entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str) -> Fact:
+def _fact(
+    entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str, *, caller: bool = True
+) -> Fact:
     env = entry.envelope
+    text = phrase(env.type, data, by_id)
     return Fact(
         env.position,
         short_stream(env.stream, goal),
@@ -242,7 +251,7 @@ def _fact(entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str
         env.event_id,
         env.recorded_at,
         env.correlation_id,
-        _with_caller(phrase(env.type, data, by_id), env.type, data),
+        _with_caller(text, env.type, data) if caller else text,
         entry.at,
         entry.origin(),
     )
