@@ -93,7 +93,7 @@ async def _create_goals(workdir: Path, url: str, count: int) -> list[str]:
                     f"g{i}",
                     "o",
                     Ctx.new(),
-                    model="openai/gpt-5",
+                    model="p/m",
                     agent="build",
                     max_turns=MAX_TURNS,
                     workspace_write=False,

@@ -245,7 +245,7 @@ def test_a_postgresql_outage_longer_than_the_lease_is_waited_out_by_holder_and_s
         for name in ("holder", "standby"):
             assert _err(tmp_path, name).count("waiting for the store") <= 1, _err(tmp_path, name)
         created = subprocess.run(
-            [sys.executable, "-m", "loopd_es", "goal", "create", "g", "--objective", "o", "--model", "openai/gpt-5",
+            [sys.executable, "-m", "loopd_es", "goal", "create", "g", "--objective", "o", "--model", "p/m",
              "--agent", "build", "--max-turns", "2", "--read-only"],
             cwd=tmp_path, env=_env(tmp_path, url), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
