@@ -49,7 +49,23 @@ class Goals:
     async def recover(self, ctx: Ctx | None = None, *, only: str | None = None) -> list[SwitchReport]:
         """Settle the switch sagas a crashed process left open (run before any other use case); of one goal
         with ``only`` (a shared engine, when it claims the goal)."""
-        return await recover(self.service, ctx or Ctx.new(), only=only)
+        ctx = ctx or Ctx.new()
+        reports = await recover(self.service, ctx, only=only)
+        for goal_id in dict.fromkeys(r.goal_id for r in reports):
+            await self.run_requested(goal_id, ctx)
+        return reports
+
+    async def run_requested(self, goal_id: str, ctx: Ctx) -> TurnReport | None:
+        """The turn an owner asked for while a switch was in flight, once no switch is (``None``: none waits).
+
+        Whoever ends a switch calls this (the switching process, recovery, the engine's maintenance); the
+        ``run.started`` of whichever turn starts first consumes the request, so the turn runs once.
+        """
+        state = await self.service.load(goal_id)
+        request = state.turn_requested
+        if request is None or state.switch_in_flight is not None or state.status != "active":
+            return None
+        return await self._owner_turn(goal_id, ctx, force=request.force, kind=request.kind)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -152,14 +168,16 @@ class Goals:
             return recorded, None
         return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
 
-    async def _owner_turn(self, goal_id: str, ctx: Ctx) -> TurnReport:
+    async def _owner_turn(
+        self, goal_id: str, ctx: Ctx, *, force: bool = False, kind: Kind = "steer"
+    ) -> TurnReport:
         """The turn an owner action starts; a refused pending switch is its outcome, not an exception.
 
         The owner's own event is already recorded (and the refusal with its blocker), so the caller gets both
         back: raising here would lose what ``resume``/``retry`` recorded.
         """
         try:
-            return await self.continue_turn(goal_id, ctx, explicit=True)
+            return await self.continue_turn(goal_id, ctx, explicit=True, force=force, kind=kind)
         except SwitchFailedError as e:
             return TurnReport(
                 goal_id=goal_id, result="switch-failed", switches=[e.report], detail=e.report.message()
@@ -213,6 +231,7 @@ class Goals:
             report = await self.switches.start(first, ctx)
             if report.resumed:
                 await self.continue_turn(goal_id, ctx, explicit=True)
+            await self.run_requested(goal_id, ctx)  # a turn the owner asked for meanwhile
             return report
         outcome: Literal["deferred", "unsupported"] = (
             "deferred" if first.type == "identity.switch_deferred" else "unsupported"

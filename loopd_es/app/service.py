@@ -214,8 +214,8 @@ class GoalService:
             stream, more, expected = extra
             link = {"causation_id": ctx.causation_id, "correlation_id": ctx.correlation_id}
             writes = [
-                (goal_stream(goal_id), [new_event(e, **link) for e in events], state.version),
-                (stream, [new_event(e, **link) for e in more], expected),
+                (goal_stream(goal_id), [new_event(ctx.stamp(e), **link) for e in events], state.version),
+                (stream, [new_event(ctx.stamp(e), **link) for e in more], expected),
             ]
             crashpoint(f"before append {goal_stream(goal_id)} + {stream}")
             try:
@@ -252,7 +252,8 @@ class GoalService:
     ) -> list[Envelope]:
         """Append payloads to any stream with the flow's causal links (a crash point on either side)."""
         batch = [
-            new_event(e, causation_id=ctx.causation_id, correlation_id=ctx.correlation_id) for e in events
+            new_event(ctx.stamp(e), causation_id=ctx.causation_id, correlation_id=ctx.correlation_id)
+            for e in events
         ]
         crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
         recorded = await self.store.append(stream, batch, expected)

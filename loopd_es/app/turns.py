@@ -16,7 +16,9 @@ import msgspec
 
 from ..domain import goal_commands as c
 from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
+from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
+from ..errors import WrongExpectedVersionError
 from ..events import goal as g
 from ..host.errors import HostError, ProviderError
 from ..host.events import EngineHost
@@ -67,6 +69,7 @@ class TurnReport(msgspec.Struct, kw_only=True):
         "prompt-failed",
         "switch-failed",
         "switching",
+        "queued",
     ]
     switches: list[SwitchReport] = msgspec.field(default_factory=list)
     detail: str = ""
@@ -146,7 +149,12 @@ class TurnStarter:
         if state.phase == "running" and lease_valid(state, service.clock()):
             return TurnReport(goal_id=goal_id, result="running")
         if state.switch_in_flight is not None:  # no turn with the identity being replaced
-            return TurnReport(goal_id=goal_id, result="switching", detail=state.switch_in_flight.switch_id)
+            queued = await self._wait_for_switch(state, ctx, explicit=explicit, force=force, kind=kind)
+            if queued is not None:
+                return queued
+            return await self.continue_turn(  # the switch ended meanwhile: decide again on what it left
+                goal_id, ctx, explicit=explicit, force=force, kind=kind, transcript=transcript
+            )
         worker = state.worker_session_id
         if worker is None:
             return TurnReport(goal_id=goal_id, result="no-worker")
@@ -165,16 +173,43 @@ class TurnStarter:
         if not started:  # decided on the goal's current version: another process may have moved it meanwhile
             now = await service.load(goal_id)
             if now.switch_in_flight is not None:
-                return TurnReport(
-                    goal_id=goal_id,
-                    result="switching",
-                    switches=switches,
-                    detail=now.switch_in_flight.switch_id,
-                )
+                queued = await self._wait_for_switch(now, ctx, explicit=explicit, force=force, kind=kind)
+                if queued is None:
+                    return await self.continue_turn(
+                        goal_id, ctx, explicit=explicit, force=force, kind=kind, transcript=transcript
+                    )
+                queued.switches = switches
+                return queued
             return TurnReport(goal_id=goal_id, result="not-active", switches=switches)
         ctx = ctx.caused_by(started[-1].event_id)
         result = await self.send(goal_id, ctx, kind=kind, transcript=transcript, fresh=True)
         return TurnReport(goal_id=goal_id, result=result, switches=switches)
+
+    async def _wait_for_switch(
+        self, state: GoalState, ctx: Ctx, *, explicit: bool, force: bool, kind: Kind
+    ) -> TurnReport | None:
+        """A turn asked for while a switch is in flight: the engine's own waits for its next chance; an owner's
+        is recorded (``goal.turn_requested``) and runs once the switch has ended (:meth:`Goals.run_requested
+        <loopd_es.app.goals.Goals.run_requested>`). ``None``: the switch ended before the request was recorded.
+        """
+        flight = state.switch_in_flight
+        assert flight is not None
+        if not explicit:
+            return TurnReport(goal_id=state.goal_id, result="switching", detail=flight.switch_id)
+        if state.turn_requested is None or (kind == "bare" and state.turn_requested.kind != "bare"):
+            request = g.GoalTurnRequested(
+                goal_id=state.goal_id,
+                kind="bare" if kind == "bare" else "steer",
+                force=force,
+                switch_id=flight.switch_id,
+                at=iso(self.service.clock()),
+            )
+            try:  # on the version that showed the switch: its outcome, if recorded meanwhile, conflicts
+                await self.service.append_goal(state.goal_id, [request], ctx, expected=state.version)
+            except WrongExpectedVersionError:
+                self.service.forget(state.goal_id)
+                return None
+        return TurnReport(goal_id=state.goal_id, result="queued", detail=flight.switch_id)
 
     async def send(
         self,

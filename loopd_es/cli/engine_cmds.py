@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..errors import EXIT_OK, UsageError
+from ..errors import EXIT_CONFLICT, EXIT_OK, UsageError
 from ..host import host_url, open_host
 from ..text_safe import term_block, term_line
 from .main import store_url
 from .options import add_host_option
+from .words import cli_words
 
 if TYPE_CHECKING:
     from ..engine.operations import Operations, Result
@@ -191,7 +192,7 @@ async def _run(args: argparse.Namespace) -> int:
     import anyio
 
     from ..engine.core import EngineConfig
-    from ..engine.daemon import RunOptions, run_daemon
+    from ..engine.daemon import RunOptions, check_tool_channel, run_daemon
 
     for name, least in _DURATION_BOUNDS.items():
         value = getattr(args, name)
@@ -212,6 +213,7 @@ async def _run(args: argparse.Namespace) -> int:
         shared=args.shared,
         claim_ttl_ms=args.claim_ttl_ms,
     )
+    check_tool_channel(options)  # one line before anything starts (a task group would wrap it)
     stop = anyio.Event()
 
     def say(line: str) -> None:
@@ -309,9 +311,14 @@ async def _operations(args: argparse.Namespace) -> AsyncIterator[Operations]:
 
 
 def _print(result: Result) -> int:
+    """The operation's message on stdout; one that did not do what was asked is one line on stderr, exit 3."""
     if result.data and result.status in (None, "none"):
         sys.stdout.write(msgspec.json.encode(result.data).decode() + "\n")
-    sys.stdout.write(term_block(result.message) + "\n" if result.message else "")
+    message = cli_words(result.message)
+    if not result.ok:
+        sys.stderr.write(f"loopd-es: {term_line(message)}\n")
+        return EXIT_CONFLICT
+    sys.stdout.write(term_block(message) + "\n" if message else "")
     return EXIT_OK
 
 
@@ -344,7 +351,7 @@ async def _worker(args: argparse.Namespace) -> int:
             result = await ops.complete(s, args.summary, args.evidence)
             if result.data.get("failed_checks"):
                 sys.stdout.write(json.dumps(result.data["failed_checks"], indent=2) + "\n")
-            _print(result)
+            sys.stdout.write(term_block(result.message) + "\n")  # a rejection is the worker's to act on
             return EXIT_OK
         return _print(await ops.block(s, args.reason, args.needed))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -31,6 +31,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "its agents, and whether a live session's model and agent can be switched.",
     )
     add_host_option(p)
+    p.add_argument(
+        "search",
+        nargs="?",
+        default=None,
+        metavar="TEXT",
+        help="only models whose providerID/modelID or name contains TEXT (any case)",
+    )
+    p.add_argument("--usable", action="store_true", help="only models positively known usable")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     p.set_defaults(handler=_models)
 
@@ -42,6 +50,8 @@ async def _models(args: argparse.Namespace) -> int:
         agents = await host.list_agents()
     finally:
         await host.aclose()
+    listed = len(models.models)
+    models = shown_models(models, search=args.search, usable_only=args.usable)
     goals = await _assigned_goals(args)
     if args.json:
         agent_catalog: dict[str, Any] = msgspec.to_builtins(agents)
@@ -52,24 +62,50 @@ async def _models(args: argparse.Namespace) -> int:
             "agents": agent_catalog.pop("agents"),
             "agent_catalog": agent_catalog,
             "assigned_goals": goals,
+            "listed": listed,
         }
         sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
         return EXIT_OK
     sys.stdout.write(
         "\n".join(
             term_line(line)
-            for line in [*render_models(models), *render_agents(agents), *_render_goals(goals)]
+            for line in [
+                *render_models(models, listed=listed),
+                *render_agents(agents),
+                *_render_goals(goals),
+            ]
         )
         + "\n"
     )
     return EXIT_OK
 
 
-def summary_line(models: ModelCatalog) -> str:
-    """The reference's one-line summary: ``Models: <n> across <p> provider(s) [cap/switching]. Quota: ...``."""
+_USABLE_FIRST: Final = {True: 0, "unknown": 1, False: 2}
+
+
+def shown_models(models: ModelCatalog, *, search: str | None, usable_only: bool) -> ModelCatalog:
+    """The catalog as ``models`` shows it: usable models first (then unknown, then unusable), filtered by
+    ``search`` (a case-insensitive substring of ``provider/model`` or the name) and ``usable_only``."""
+    needle = (search or "").casefold()
+    kept = [
+        m
+        for m in models.models
+        if (not usable_only or m.usable is True)
+        and (not needle or needle in m.ref.casefold() or needle in m.name.casefold())
+    ]
+    kept.sort(key=lambda m: _USABLE_FIRST.get(m.usable, 1))  # stable: the host's order within each group
+    return msgspec.structs.replace(models, models=tuple(kept))
+
+
+def summary_line(models: ModelCatalog, total: int | None = None) -> str:
+    """The reference's one-line summary: ``Models: <n> across <p> provider(s) [cap/switching]. Quota: ...``.
+
+    ``total``: how many models the host has, when ``models`` is a filtered view of them (said at the end).
+    """
+    shown = "" if total is None or total == len(models.models) else f" Shown: {len(models.models)}."
     return (
-        f"Models: {len(models.models)} across {len(models.providers)} provider(s) "
-        f"[{models.capability}/{models.switching}]. Quota: unknown — {models.quota.limitation}"
+        f"Models: {len(models.models) if total is None else total} across {len(models.providers)} provider(s) "
+        f"[{models.capability}/{models.switching}]. Quota: unknown — {models.quota.limitation}{shown}"
     )
 
 
@@ -79,9 +115,12 @@ def agents_line(agents: AgentCatalog) -> str:
     return f"Agents [{agents.capability}/{agents.switching}]: {listed}"
 
 
-def render_models(models: ModelCatalog) -> list[str]:
-    """The summary line, then one row per model: reference, usable, provider connected, limits."""
-    lines = [summary_line(models)]
+def render_models(models: ModelCatalog, *, listed: int | None = None) -> list[str]:
+    """The summary line, then one row per model: reference, usable, provider connected, limits.
+
+    ``listed``: how many models the host has, when ``models`` is a filtered view of them.
+    """
+    lines = [summary_line(models, listed)]
     if not models.models:
         return lines
     connected = {p.provider_id: p.connected for p in models.providers}

@@ -200,8 +200,10 @@ def main(*argv: str) -> int:
     except LoopdError as e:
         if verbose:
             logging.exception("failed")
+        from .words import cli_words
+
         hint = f" ({e.hint})" if e.hint else ""
-        _say(f"loopd-es: {e}{hint}")
+        _say(f"loopd-es: {cli_words(str(e))}{hint}")
         return e.exit_code
     except KeyboardInterrupt:
         return 130

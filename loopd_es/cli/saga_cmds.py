@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, UsageError
+from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, ConflictError, UsageError
 from ..host import host_url, open_host
 from ..text_safe import term_line
 from .options import add_host_option, store_url
 from .query_cmds import add_goal_show
+from .words import cli_words
 
 if TYPE_CHECKING:
     from ..app.goals import Goals, TurnReport
@@ -125,8 +126,9 @@ async def _goals(args: argparse.Namespace) -> AsyncIterator[Goals]:
 
 
 def _say(*lines: str) -> None:
-    """Print lines through the terminal sanitiser (goal names, errors and reasons come from outside)."""
-    sys.stdout.write("".join(f"{term_line(line)}\n" for line in lines))
+    """Print lines through the terminal sanitiser (goal names, errors and reasons come from outside), naming
+    commands where the shared messages name tools."""
+    sys.stdout.write("".join(f"{term_line(cli_words(line))}\n" for line in lines))
 
 
 async def _state(goals: Goals, goal_id: str) -> GoalState:
@@ -185,11 +187,11 @@ async def _pause(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     before = await _state(goals, args.goal)
     recorded = await goals.pause(args.goal, ctx)
     if recorded:
-        _say(f'Goal "{before.name}" paused. Resume with resume_goal.')
+        _say(f'Goal "{before.name}" paused. Resume with `loopd-es goal resume {before.goal_id}`.')
     elif before.status == "paused":
         _say(f'Goal "{before.name}" is already paused.')
     else:
-        _say(f'Goal "{before.name}" is {before.status}; only an active goal can be paused.')
+        raise ConflictError(f'Goal "{before.name}" is {before.status}; only an active goal can be paused.')
     return EXIT_OK
 
 
@@ -210,8 +212,10 @@ async def _retry(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     before = await _state(goals, args.goal)
     recorded, turn = await goals.retry(args.goal, ctx)
     if not recorded:
-        _say(f'Goal "{before.name}" is {before.status}; only a blocked goal can be retried.')
-        return EXIT_OK
+        hint = " (`loopd-es goal resume` resumes a paused one)" if before.status == "paused" else ""
+        raise ConflictError(
+            f'Goal "{before.name}" is {before.status}; only a blocked goal can be retried{hint}.'
+        )
     _say(f'Goal "{before.name}" retried.', *_turn_lines(turn))
     return _turn_exit(turn)
 
@@ -233,7 +237,10 @@ async def _interactive(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     await goals.set_interactive(args.goal, on, ctx)
     name = (await _state(goals, args.goal)).name
     if on:
-        _say(f'Goal "{name}" is now manual: the engine will not start turns — steer it with :send/nudge.')
+        _say(
+            f'Goal "{name}" is now manual: the engine will not start turns — steer it with '
+            f"`loopd-es owner send|nudge {args.goal}`."
+        )
     else:
         _say(f'Goal "{name}" is back on auto: the engine resumes idle recovery and retries.')
     return EXIT_OK
@@ -314,5 +321,6 @@ def _turn_lines(turn: TurnReport | None) -> list[str]:
         "prompt-failed": f"prompt failed: {turn.detail}",
         "switch-failed": "no turn: the pending switch was refused and the goal is blocked",
         "switching": "an identity switch is being applied: the turn waits for it",
+        "queued": "an identity switch is being applied: the turn is queued and starts once it ends",
     }[turn.result]
     return [*lines, text]

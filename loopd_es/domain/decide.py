@@ -33,6 +33,7 @@ from .rules import (
     lease_valid,
     require_goal,
     stale_run,
+    unusable_model,
     writer_conflict,
 )
 from .state import GoalState
@@ -86,6 +87,10 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     model = cmd.model or defaults.model
     if model is not None and not is_model_ref(model):
         raise RuleError(invalid_model(model, long=True), "invalid_model")
+    catalog = facts.model_catalog
+    if model is not None and catalog is not None and catalog.capability == "supported":
+        if not catalog.usable(model):  # refused here: the worker's creation would fail naming no model
+            raise RuleError(unusable_model(model), "invalid_model")
     writer = True if cmd.workspace_write is None else cmd.workspace_write
     checks = cmd.checks or (tuple(defaults.checks or ("bun test",)) if writer else ())
     if writer and not checks:
@@ -147,7 +152,7 @@ def _validate_fallbacks(models: tuple[str, ...], facts: c.Facts) -> tuple[str, .
         if not is_model_ref(value):
             raise RuleError(invalid_model(raw))
         if catalog is not None and catalog.capability == "supported" and not catalog.usable(value):
-            raise RuleError("Fallback model is unavailable or not positively known usable.")
+            raise RuleError(unusable_model(value, "Fallback model"))
     return tuple(dict.fromkeys(m.strip() for m in models))
 
 
@@ -227,11 +232,14 @@ def _abort(cmd: c.AbortWorker, state: GoalState, facts: c.Facts) -> list[Event]:
 def _worker_failure(cmd: c.RecordWorkerFailure, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists:
         return []
+    cfg = state.config  # the host's refusal seldom says what it refused: name the identity asked for
+    identity = f"model {cfg.model or 'the host default'}, agent {cfg.agent or 'the host default'}"
+    detail = f"{cmd.detail} (worker {identity})"
     return [
         g.GoalBlocked(
             goal_id=state.goal_id,
-            reason=cmd.detail,
-            last_error=cmd.detail,
+            reason=detail,
+            last_error=detail,
             source="worker_create",
             needed="Start the goal again from a valid OpenCode session after correcting the worker creation error.",
             at=iso(facts.now),

@@ -48,6 +48,7 @@ from .state import (
     SwitchFailure,
     SwitchInFlight,
     SwitchRecord,
+    TurnRequest,
 )
 
 if TYPE_CHECKING:
@@ -343,6 +344,11 @@ def _nudged(d: GoalDraft, e: g.GoalNudged, m: _Memo) -> None:
     d.active_prompt_message_id = None
 
 
+@_on(g.GoalTurnRequested)
+def _turn_requested(d: GoalDraft, e: g.GoalTurnRequested, m: _Memo) -> None:
+    d.turn_requested = TurnRequest(kind=e.kind, force=e.force, switch_id=e.switch_id, at=e.at)
+
+
 @_on(g.GoalForceFinishRequested)
 def _force_finish(d: GoalDraft, e: g.GoalForceFinishRequested, m: _Memo) -> None:
     d.force_finish_requested = True
@@ -362,6 +368,7 @@ def _run_started(d: GoalDraft, e: r.RunStarted, m: _Memo) -> None:
     if e.generation <= d.run_generation:
         raise _Refused(e.event_type, f"generation {e.generation} is not after {d.run_generation}")
     d.phase = "running"
+    d.turn_requested = None  # whoever started it, the requested turn is this one
     d.active_run_id = e.run_id
     d.active_prompt_message_id = e.prompt_message_id
     d.run_generation = e.generation

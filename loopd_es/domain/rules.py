@@ -47,6 +47,11 @@ def invalid_model(value: str, *, long: bool = False) -> str:
     return text + " Discover with `opencode models`." if long else text
 
 
+def unusable_model(model: str, what: str = "Model") -> str:
+    """The refusal of a model the host's catalog does not positively know usable, naming it."""
+    return f'{what} "{model}" is unavailable or not positively known usable. Discover models with loopd_list_models.'
+
+
 def assert_writer_slot(state: GoalState, facts: Facts, session: str | None) -> None:
     """The single-writer rule: a writer goal may not become active while another writer is active.
 

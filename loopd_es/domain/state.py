@@ -101,6 +101,15 @@ class SwitchInFlight(_S, frozen=True):
     pending: bool
 
 
+class TurnRequest(_S, frozen=True):
+    """An owner's turn asked for during a switch (``goal.turn_requested``), waiting for the switch to end."""
+
+    kind: Literal["steer", "bare"]
+    force: bool
+    switch_id: str | None
+    at: str
+
+
 class ProviderLimit(_S, ProviderLimitFacts, frozen=True):
     """The goal's last provider-limit observation (the fields of ``identity.provider_limit_observed``)."""
 
@@ -169,6 +178,7 @@ class _GoalFields(msgspec.Struct):
     model_last_failure: SwitchFailure | None = None
     agent_last_failure: SwitchFailure | None = None
     switch_in_flight: SwitchInFlight | None = None
+    turn_requested: TurnRequest | None = None
     last_provider_limit: ProviderLimit | None = None
     model_fallback: ModelFallback | None = None
     inbox: tuple[InboxItem, ...] = ()

@@ -23,6 +23,7 @@ from .rules import (
     is_model_ref,
     lease_valid,
     stale_run,
+    unusable_model,
 )
 from .state import GoalState, ProviderLimit
 
@@ -117,9 +118,7 @@ def _validate_model(model: str, facts: c.Facts) -> None:
         raise RuleError(invalid_model(model))
     catalog = facts.model_catalog
     if catalog is not None and _can_switch_model(facts) and not catalog.usable(model):
-        raise RuleError(
-            "Model is unavailable or not positively known usable. Discover models with loopd_list_models first."
-        )
+        raise RuleError(unusable_model(model))
 
 
 def _validate_agent(agent: str, facts: c.Facts) -> str:

@@ -73,6 +73,19 @@ Say = Callable[[str], None]
 DueHook = Callable[[datetime], Awaitable[int]]
 
 
+def check_tool_channel(options: RunOptions) -> None:
+    """An engine that drives OpenCode serves its tools: without them its workers would get no worker tools
+    and the owner tools only the tools map hides.
+
+    :raises UsageError: saying how to set the channel up, when the host is OpenCode and there is none.
+    """
+    if options.tool_api is None and options.host_url.strip().startswith("opencode:"):
+        raise UsageError(
+            f"an engine driving OpenCode must serve its tools, and {options.directory} has no tool channel: "
+            "run `loopd-es opencode install` in the project (or pass --tool-api FILE)"
+        )
+
+
 async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Clock | None = None) -> None:
     """Stand by, hold the lease, run the engine; until ``stop`` is set (then release the lease).
 
@@ -80,6 +93,7 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
     (the store or the host unreachable for a while, a stall past the lease, a busy tool channel) is said once,
     waited out with backoff, and the engine stands by or rejoins and carries on.
     """
+    check_tool_channel(options)
     clock = clock or SystemClock()
     async with await open_store(options.store_url) as store:
         host = await open_host(options.host_url)

@@ -65,6 +65,9 @@ class Maintenance:
             # host's truth here, within one maintenance period, not only at the next engine start
             if await engine.goals.recover(ctx, only=state.goal_id):
                 return
+        elif state.turn_requested is not None:  # its switch ended in a process that stopped before the turn
+            await engine.goals.run_requested(state.goal_id, ctx)
+            return
         if await self.budget(state, ctx):
             return
         if state.interactive:

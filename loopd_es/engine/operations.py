@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..app.goals import Goals
+from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ..app.goal_index import GoalIndex
     from ..app.goals import Goals
     from ..domain.state import GoalState
+    from ..events.base import Caller
     from ..events.envelope import Envelope
     from ..host.events import EngineHost
     from ..log.base import LogStore
@@ -58,7 +59,10 @@ class Operations:
         directory: str = ".",
         owner: str = "cli",
         index: GoalIndex | None = None,
+        caller: Caller | None = None,
     ) -> None:
+        self.caller = caller
+        """The tool call these operations answer (``None`` from the CLI): recorded on the events it causes."""
         self.clock = clock or SystemClock()
         self.service = GoalService(
             store, host, clock=self.clock.now, directory=directory, owner=owner, index=index
@@ -69,12 +73,15 @@ class Operations:
         self.outbox = Outbox(store, host, self.clock)
         self.directory = directory
 
+    def _ctx(self) -> Ctx:
+        return Ctx.new(self.caller)
+
     # -- owner ---------------------------------------------------------------------------------------
 
     async def create(self, name: str, objective: str, *, goal_id: str | None = None, **config: Any) -> Result:
         """``loopd_create_goal``: validate, record, create the worker, send the first turn (interactive too)."""
         goal_id = goal_id or str(uuid.uuid4())
-        ctx = Ctx.new()
+        ctx = self._ctx()
         command = c.CreateGoal(
             goal_id=goal_id, name=name, objective=objective, owner_session_id=self.service.owner, **config
         )
@@ -89,7 +96,11 @@ class Operations:
             )
         except HostError as e:
             await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
-            return Result(ok=False, message=f"Goal creation failed: {e}", goal_id=goal_id, status="blocked")
+            blocker = (await self.service.load(goal_id)).blocker
+            detail = blocker.reason if blocker is not None else str(e)  # names the model and agent
+            return Result(
+                ok=False, message=f"Goal creation failed: {detail}", goal_id=goal_id, status="blocked"
+            )
         assigned = await self.service.append_goal(
             goal_id,
             [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)],
@@ -110,7 +121,7 @@ class Operations:
         state = await self.service.load(goal_id)
         if state.exists and state.status == "paused":
             return Result(message=f'Goal "{state.name}" is already paused.', goal_id=goal_id, status="paused")
-        await self.goals.pause(goal_id, Ctx.new())
+        await self.goals.pause(goal_id, self._ctx())
         state = await self.service.load(goal_id)
         return Result(
             message=f'Goal "{state.name}" paused. Resume with resume_goal.',
@@ -126,7 +137,7 @@ class Operations:
         command: c.GoalCommand = (
             c.RetryGoal(goal_id=goal_id) if state.status == "blocked" else c.ResumeGoal(goal_id=goal_id)
         )
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(command, ctx)
         if recorded:
             await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
@@ -135,7 +146,7 @@ class Operations:
 
     async def retry(self, goal_id: str) -> Result:
         """Retry a blocked goal: failure, rejection and force-finish counters reset, then a turn."""
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
         if recorded:
             await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
@@ -146,7 +157,9 @@ class Operations:
         self, goal_id: str, *, model: str | None = None, agent: str | None = None, resume: bool = False
     ) -> Result:
         """§3.10: switch the worker's model and/or agent on the same session (deferred while it is busy)."""
-        report = await self.goals.switch_identity(goal_id, Ctx.new(), model=model, agent=agent, resume=resume)
+        report = await self.goals.switch_identity(
+            goal_id, self._ctx(), model=model, agent=agent, resume=resume
+        )
         state = await self.service.load(goal_id)
         return Result(
             ok=report.ok,
@@ -162,22 +175,47 @@ class Operations:
 
     async def clear(self, goal_id: str) -> Result:
         state = await self.service.load(goal_id)
-        await self.goals.clear(goal_id, Ctx.new())
+        await self.goals.clear(goal_id, self._ctx())
         return Result(message=f'Goal "{state.name}" cleared and removed.', goal_id=goal_id)
 
     async def nudge(self, goal_id: str) -> Result:
-        """§3.6: clear the run markers and force a full-steering turn (even on a busy worker)."""
-        ctx = Ctx.new()
+        """§3.6: clear the run markers and force a full-steering turn (even on a busy worker).
+
+        The answer says what happened: re-prompted, queued behind a switch in flight, or why not.
+        """
+        ctx = self._ctx()
         recorded = await self.service.execute(c.NudgeGoal(goal_id=goal_id), ctx)
-        state = await self.service.load(goal_id)
-        await self.turns.continue_turn(
-            goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True
+        return await self._turn(
+            goal_id,
+            ctx.caused_by(recorded[-1].event_id),
+            "steer",
+            (
+                'Re-prompted worker for "{name}".',
+                'Turn queued for "{name}": an identity switch is being applied; the worker is re-prompted '
+                "once it ends.",
+                'Worker for "{name}" was not re-prompted: {why}.',
+            ),
         )
-        return Result(message=f'Re-prompted worker for "{state.name}".', goal_id=goal_id, status=state.status)
+
+    async def _turn(
+        self, goal_id: str, ctx: Ctx, kind: Literal["steer", "bare"], said: tuple[str, str, str]
+    ) -> Result:
+        """An owner's forced turn and what it did, in ``said``'s words (started, queued behind a switch, or
+        not, with ``{why}``); a refused pending switch is its outcome (the goal is blocked), not a raise."""
+        try:
+            turn = await self.turns.continue_turn(goal_id, ctx, explicit=True, force=True, kind=kind)
+        except SwitchFailedError as e:
+            turn = TurnReport(goal_id=goal_id, result="switch-failed", detail=e.report.message())
+        state = await self.service.load(goal_id)
+        index = {"started": 0, "queued": 1}.get(turn.result, 2)
+        why = _why_not(turn, state) if index == 2 else ""
+        ok = index < 2 or (kind == "bare" and turn.result not in ("prompt-failed", "switch-failed"))
+        message = said[index].format(name=state.name, why=why)
+        return Result(ok=ok, message=message, goal_id=goal_id, status=state.status)
 
     async def send(self, goal_id: str, text: str) -> Result:
         """§3.7: queue the owner's words; an active goal gets them at once as a bare turn of their own."""
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(
             c.SendInput(goal_id=goal_id, input_id=new_event_id(), text=text), ctx
         )
@@ -195,15 +233,20 @@ class Operations:
                 goal_id=goal_id,
                 status=state.status,
             )
-        await self.turns.continue_turn(
-            goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True, force=True, kind="bare"
-        )
-        return Result(
-            message=f'Sent to "{state.name}" as its own turn.', goal_id=goal_id, status=state.status
+        return await self._turn(  # the words stay queued whatever happens to the turn
+            goal_id,
+            ctx.caused_by(recorded[-1].event_id),
+            "bare",
+            (
+                'Sent to "{name}" as its own turn.',
+                'Queued for "{name}" (an identity switch is being applied; delivers as its own turn once '
+                "it ends).",
+                'Queued for "{name}" (not delivered now: {why}).',
+            ),
         )
 
     async def set_interactive(self, goal_id: str, on: bool) -> Result:
-        await self.service.execute(c.SetInteractive(goal_id=goal_id, interactive=on), Ctx.new())
+        await self.service.execute(c.SetInteractive(goal_id=goal_id, interactive=on), self._ctx())
         state = await self.service.load(goal_id)
         message = (
             f'Goal "{state.name}" is now manual: the engine will not start turns — steer it with :send/nudge.'
@@ -216,13 +259,13 @@ class Operations:
         self, goal_id: str, summary: str | None = None, evidence: str | None = None
     ) -> Result:
         extra = {k: v for k, v in (("summary", summary), ("evidence", evidence)) if v}
-        await self.service.execute(c.ForceComplete(goal_id=goal_id, **extra), Ctx.new())
+        await self.service.execute(c.ForceComplete(goal_id=goal_id, **extra), self._ctx())
         state = await self.service.load(goal_id)
         return Result(message=f'Goal "{state.name}" force-completed.', goal_id=goal_id, status=state.status)
 
     async def force_block(self, goal_id: str, reason: str | None = None, needed: str | None = None) -> Result:
         extra = {k: v for k, v in (("reason", reason), ("needed", needed)) if v}
-        await self.service.execute(c.ForceBlock(goal_id=goal_id, **extra), Ctx.new())
+        await self.service.execute(c.ForceBlock(goal_id=goal_id, **extra), self._ctx())
         state = await self.service.load(goal_id)
         return Result(message=f'Goal "{state.name}" blocked.', goal_id=goal_id, status=state.status)
 
@@ -234,7 +277,7 @@ class Operations:
                 await self.host.abort(state.worker_session_id)
             except HostError:
                 pass
-        await self.service.execute(c.AbortWorker(goal_id=goal_id), Ctx.new())
+        await self.service.execute(c.AbortWorker(goal_id=goal_id), self._ctx())
         state = await self.service.load(goal_id)
         message = f'Worker run for "{state.name}" aborted, session kept for inspection (status unchanged: {state.status}).'
         if state.status == "active":
@@ -260,7 +303,7 @@ class Operations:
     async def report_progress(self, session_id: str, summary: str, next: str | None = None) -> Result:
         state = await self._worker_state(session_id)
         await self.service.execute(
-            c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next), Ctx.new()
+            c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next), self._ctx()
         )
         return Result(message="Progress recorded.", goal_id=state.goal_id, status="active")
 
@@ -272,7 +315,7 @@ class Operations:
         cfg = state.config
         cwd = cfg.check_cwd or cfg.artifact_dir or self.directory
         results = await run_checks(cfg.checks, cwd) if cfg.checks else []
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(
             c.CompleteGoal(
                 goal_id=state.goal_id,
@@ -313,7 +356,7 @@ class Operations:
 
     async def block(self, session_id: str, reason: str, needed: str) -> Result:
         state = await self._worker_state(session_id, blocked_message=True)
-        ctx = Ctx.new()
+        ctx = self._ctx()
         recorded = await self.service.execute(
             c.BlockGoal(goal_id=state.goal_id, reason=reason, needed=needed), ctx
         )
@@ -342,3 +385,18 @@ class Operations:
         if state.status == "blocked" and blocked_message:
             raise RuleError("Cannot block goal in blocked state.")
         return state
+
+
+def _why_not(turn: TurnReport, state: GoalState) -> str:
+    """Why an owner's forced turn did not start, in the words of what the goal is doing."""
+    if turn.result == "prompt-failed":
+        return f"the prompt was not delivered ({state.last_error or 'host error'})"
+    if turn.result == "switch-failed":
+        return f"the pending identity switch was refused and the goal is blocked ({turn.detail})"
+    if turn.result == "busy":
+        return "its worker is busy and an identity switch is pending; both wait for the worker to be idle"
+    if turn.result == "running":
+        return "a turn is already running"
+    if turn.result == "no-worker":
+        return "the goal has no worker session"
+    return f"the goal is {state.status}"

@@ -29,6 +29,7 @@ from ..domain.rules import RuleError
 from ..errors import LoopdError, UsageError
 from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandTools
 from .operations import Operations, Result
+from .tool_roles import CALLER, caller_of, role_refusal
 from .tool_server import Handler, socket_path
 from .tool_spec import ToolSpec
 from .tool_titles import title_for
@@ -218,7 +219,13 @@ class ToolDispatcher:
 
     def _ops(self, owner: str) -> Operations:
         return Operations(
-            self.store, self.host, clock=self.clock, directory=self.directory, owner=owner, index=self.index
+            self.store,
+            self.host,
+            clock=self.clock,
+            directory=self.directory,
+            owner=owner,
+            index=self.index,
+            caller=CALLER.get(),
         )
 
     async def call(self, call: ToolCall) -> dict[str, Any]:
@@ -236,6 +243,9 @@ class ToolDispatcher:
         if not isinstance(session, str) or not session or session == "main":
             refusal = NO_SESSION if command else "No session context available."
             return {"ok": False, "errorCode": "no_session", "message": refusal}
+        if self.index is not None and (refused := await role_refusal(spec, session, self.index)) is not None:
+            return refused
+        CALLER.set(caller_of(spec, session, call.context))
         empty: tuple[object, ...] = (
             (None,) if command else (None, "")
         )  # "" reaches the reference's own checks

@@ -14,7 +14,7 @@ The type string is the envelope's ``type``; the payload is the envelope's ``data
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final, Literal, TypeVar
 
 import msgspec
 
@@ -26,6 +26,26 @@ class Event(msgspec.Struct, frozen=True, kw_only=True):
 
     event_type: ClassVar[str] = ""
     schema_version: ClassVar[int] = 1
+
+
+class Caller(msgspec.Struct, frozen=True, kw_only=True):
+    """Who asked for an event through an OpenCode tool: the calling session, its message and the tool call.
+
+    Carried as ``called_by`` by the events an owner or a worker causes with a tool, so ``history`` and
+    ``explain`` can say "completed by worker session S (call C)" instead of ending at an anonymous request.
+    """
+
+    role: Literal["owner", "worker"]
+    session_id: str
+    tool: str
+    message_id: str | None = None
+    call_id: str | None = None
+
+    def describe(self, verb: str) -> str:
+        """``completed by worker session ses_1 (call call_9) with complete_goal, message msg_3``: every view's words."""
+        call = f" (call {self.call_id})" if self.call_id else ""
+        message = f", message {self.message_id}" if self.message_id else ""
+        return f"{verb} by {self.role} session {self.session_id}{call} with {self.tool}{message}"
 
 
 E = TypeVar("E", bound=type[Event])

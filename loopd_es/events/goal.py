@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from .base import Event, event
+from .base import Caller, Event, event
 from .upcasting import register_upcaster
 
 GoalStatus = Literal["active", "paused", "blocked", "budget_limited", "usage_limited", "complete"]
@@ -75,6 +75,7 @@ class GoalCreated(Event, frozen=True):
     parent_model: str | None = None
     parent_agent: str | None = None
     at: str = ""
+    called_by: Caller | None = None
 
 
 @event("goal.worker_assigned")
@@ -103,6 +104,7 @@ class GoalPaused(Event, frozen=True):
 
     goal_id: str
     cancelled_awaits: int = 0
+    called_by: Caller | None = None
 
 
 @event("goal.resumed")
@@ -112,6 +114,7 @@ class GoalResumed(Event, frozen=True):
     goal_id: str
     from_status: GoalStatus = "paused"
     by: Literal["owner", "switch", "schedule"] = "owner"
+    called_by: Caller | None = None
 
 
 @event("goal.retried")
@@ -119,6 +122,7 @@ class GoalRetried(Event, frozen=True):
     """The owner retried a blocked goal: failure, rejection and force-finish counters reset."""
 
     goal_id: str
+    called_by: Caller | None = None
 
 
 @event("goal.cleared")
@@ -126,6 +130,7 @@ class GoalCleared(Event, frozen=True):
     """The goal was removed; nothing may apply to it afterwards."""
 
     goal_id: str
+    called_by: Caller | None = None
 
 
 @event("goal.progress")
@@ -137,6 +142,7 @@ class GoalProgressReported(Event, frozen=True):
     next: str | None = None
     evidence: str | None = None
     at: str = ""
+    called_by: Caller | None = None
 
 
 class CheckFailure(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,6 +167,7 @@ class GoalCompletionRejected(Event, frozen=True):
     failures: tuple[CheckFailure, ...] = ()
     cwd: str | None = None
     free_retry: bool = True
+    called_by: Caller | None = None
 
 
 @event("goal.completed")
@@ -173,6 +180,7 @@ class GoalCompleted(Event, frozen=True):
     forced: bool = False
     next_run_at: str | None = None
     at: str = ""
+    called_by: Caller | None = None
 
 
 BlockerKind = Literal["provider-limit"]
@@ -191,6 +199,7 @@ class GoalBlocked(Event, frozen=True):
     at: str = ""
     failures: int | None = None
     """The consecutive failures that blocked it (session errors), as the owner is told them."""
+    called_by: Caller | None = None
 
 
 @event("goal.interactive_changed")
@@ -199,6 +208,7 @@ class GoalInteractiveChanged(Event, frozen=True):
 
     goal_id: str
     interactive: bool
+    called_by: Caller | None = None
 
 
 @event("goal.usage_accounted")
@@ -221,6 +231,7 @@ class GoalInputQueued(Event, frozen=True):
     text: str
     sender: Literal["user", "worker"] = "user"
     at: str = ""
+    called_by: Caller | None = None
 
 
 @event("goal.input_delivered")
@@ -238,6 +249,7 @@ class GoalWorkerAborted(Event, frozen=True):
 
     goal_id: str
     at: str = ""
+    called_by: Caller | None = None
 
 
 @event("goal.nudged")
@@ -246,6 +258,24 @@ class GoalNudged(Event, frozen=True):
 
     goal_id: str
     bare: bool = False
+    called_by: Caller | None = None
+
+
+@event("goal.turn_requested")
+class GoalTurnRequested(Event, frozen=True):
+    """The owner asked for a turn while an identity switch was in flight: it runs once the switch has ended.
+
+    A turn never prompts with the identity being replaced, and an owner's explicit turn (a nudge, a send, a
+    resume of an interactive goal) must not be lost either; the next ``run.started`` consumes the request.
+    """
+
+    goal_id: str
+    kind: Literal["steer", "bare"] = "steer"
+    force: bool = False
+    switch_id: str | None = None
+    """The switch it waits for."""
+    at: str = ""
+    called_by: Caller | None = None
 
 
 @event("goal.force_finish_requested")

@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from .base import Event, event
+from .base import Caller, Event, event
 
 SwitchReason = Literal["owner", "quota"]
 SwitchOutcome = Literal["applied", "next-prompt"]
@@ -32,6 +32,7 @@ class IdentitySwitchRequested(Event, frozen=True):
     reason: SwitchReason = "owner"
     pending: bool = False
     at: str = ""
+    called_by: Caller | None = None
 
 
 @event("identity.switch_deferred")
@@ -47,6 +48,7 @@ class IdentitySwitchDeferred(Event, frozen=True):
     agent: str | None = None
     reason: SwitchReason = "owner"
     at: str = ""
+    called_by: Caller | None = None
 
 
 @event("identity.switch_unsupported")
@@ -57,6 +59,7 @@ class IdentitySwitchUnsupported(Event, frozen=True):
     switch_id: str
     model: str | None = None
     agent: str | None = None
+    called_by: Caller | None = None
 
 
 @event("identity.switch_applied")

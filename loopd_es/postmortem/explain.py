@@ -26,7 +26,7 @@ import msgspec
 
 from ..domain.streams import short_id
 from ..events.imported import STREAM_PREFIX
-from .history import Entry, History, short_stream, show, summarize
+from .history import Entry, History, called_by, short_stream, show, summarize
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
@@ -135,8 +135,14 @@ async def explain(store: LogStore, history: History) -> Explanation:
                 trigger = _cause_text(env, by_id)
         if nxt is None:
             nxt, end, end_kind = await _cause(store, env, by_id, goal)
+        said_at_end = nxt is None and end_kind == "request" and data.get("called_by")  # not said twice
         steps.append(
-            Step(link, _fact(node, data, by_id, goal), _siblings(node, history, by_id, goal), trigger)
+            Step(
+                link,
+                _fact(node, data, by_id, goal, caller=not said_at_end),
+                _siblings(node, history, by_id, goal),
+                trigger,
+            )
         )
         node, link = nxt, next_link
     flows: dict[str, list[int]] = {}
@@ -179,6 +185,9 @@ async def _cause(
     if cid in by_id:
         return by_id[cid], "", "none"
     if cid == env.correlation_id:
+        who = called_by(env.type, env.data_dict())
+        if who is not None:
+            return None, f"request {cid}: {who}", "request"
         return (
             None,
             f"request {cid} started this flow (the first cause; a request is not an event in the log)",
@@ -230,8 +239,11 @@ def _siblings(node: Entry, history: History, by_id: dict[str, Entry], goal: str)
     )
 
 
-def _fact(entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str) -> Fact:
+def _fact(
+    entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str, *, caller: bool = True
+) -> Fact:
     env = entry.envelope
+    text = phrase(env.type, data, by_id)
     return Fact(
         env.position,
         short_stream(env.stream, goal),
@@ -239,10 +251,15 @@ def _fact(entry: Entry, data: dict[str, Any], by_id: dict[str, Entry], goal: str
         env.event_id,
         env.recorded_at,
         env.correlation_id,
-        phrase(env.type, data, by_id),
+        _with_caller(text, env.type, data) if caller else text,
         entry.at,
         entry.origin(),
     )
+
+
+def _with_caller(text: str, type_: str, data: dict[str, Any]) -> str:
+    who = called_by(type_, data)
+    return f"{text} ({who})" if who else text
 
 
 def phrase(type_: str, d: dict[str, Any], by_id: dict[str, Entry] | None = None) -> str:

@@ -30,6 +30,7 @@ from msgspec.structs import astuple
 from ..domain.evolve import GoalFold, initial
 from ..domain.state import GoalState
 from ..domain.streams import goal_stream, short_id
+from ..events.base import Caller
 from ..events.envelope import parse_rfc3339
 from ..events.imported import Provenance, stamped
 
@@ -328,8 +329,50 @@ _SALIENT: Final[dict[str, tuple[str, ...]]] = {
 _ALWAYS_SUMMARISED: Final = frozenset({"goal.runtime_imported", "goal.budget_exhausted"})
 """Goal events whose payload says more than the state change (an import's kept facts, a budget's limit)."""
 _NOISE: Final = frozenset(
-    {"at", "key", "owner_pid", "session_id", "prompt_message_id", "message_ids", "occurred_at", "imported"}
+    {
+        "at",
+        "key",
+        "owner_pid",
+        "session_id",
+        "prompt_message_id",
+        "message_ids",
+        "occurred_at",
+        "imported",
+        "called_by",
+    }
 )
+
+
+_CALLED_VERBS: Final = {
+    "goal.created": "created",
+    "goal.paused": "paused",
+    "goal.resumed": "resumed",
+    "goal.retried": "retried",
+    "goal.cleared": "cleared",
+    "goal.progress": "reported",
+    "goal.completion_rejected": "claimed complete",
+    "goal.completed": "completed",
+    "goal.blocked": "blocked",
+    "goal.interactive_changed": "switched to manual or auto",
+    "goal.input_queued": "sent",
+    "goal.worker_aborted": "aborted",
+    "goal.nudged": "nudged",
+    "identity.switch_requested": "switch requested",
+    "identity.switch_deferred": "switch requested",
+    "identity.switch_unsupported": "switch requested",
+}
+
+
+def called_by(type_: str, data: dict[str, Any]) -> str | None:
+    """``completed by worker session S (call C) with complete_goal, ...`` for an event a tool call caused."""
+    found = data.get("called_by")
+    if not isinstance(found, dict):
+        return None
+    try:
+        caller = msgspec.convert(found, Caller)
+    except msgspec.ValidationError:
+        return None
+    return caller.describe(_CALLED_VERBS.get(type_, "asked for"))
 
 
 def summarize(type_: str, data: dict[str, Any]) -> str:
@@ -431,6 +474,10 @@ def render_text(history: History) -> list[str]:
         )
         if e.imported is not None:
             add(f"{indent}[{e.origin()}]")
+        if b'"called_by":{' in bytes(env.data):  # only tool calls' events decode here
+            who = called_by(env.type, e.data())
+            if who:
+                add(f"{indent}{who}")
         if e.refused is not None:
             add(f"{indent}refused by the reducer: {e.refused}")
         if e.own:
@@ -490,6 +537,9 @@ def to_json(history: History) -> dict[str, Any]:
             item["summary"] = e.summary()
         if e.refused is not None:
             item["refused"] = e.refused
+        who = called_by(env.type, item["data"])
+        if who:
+            item["called_by"] = who
         if e.imported is not None:
             item["imported"] = {**msgspec.to_builtins(e.imported), "synthesised": e.synthesised}
         events.append(item)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..events.envelope import parse_rfc3339
-from .history import History, short_stream, show, show_change
+from .history import History, called_by, short_stream, show, show_change
 
 if TYPE_CHECKING:
     from .explain import Explanation
@@ -97,6 +97,7 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
                 open_["runs"]["cls"] = "run-failed" if env.type == "run.failed" else "run"
                 close("runs", k)
         kind = "error" if env.type in ERRORS else "switch" if env.type in SWITCHES else "event"
+        data = e.data()
         if not e.own:
             lane = "other"
         elif kind == "error":
@@ -124,9 +125,10 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
                 "causation_id": env.causation_id,
                 "correlation_id": env.correlation_id,
                 "schema_version": env.schema_version,
-                "data": e.data(),
+                "data": data,
                 "changes": [show_change(c, 140) for c in e.changes] if e.own else [],
                 "summary": e.summary(),
+                "by": called_by(env.type, data),
                 "refused": e.refused,
                 "kind": kind,
                 "lane": lane,
@@ -334,7 +336,7 @@ function draw(){
 }
 function tip(ev,e){const t=$("tip");
  t.innerHTML="<b>#"+e.position+" "+esc(e.type)+"</b><br>"+esc(e.short)+" · "+esc(e.occurred_at)+
-  (e.origin?"<br><i>"+esc(e.origin)+"</i>":"")+
+  (e.origin?"<br><i>"+esc(e.origin)+"</i>":"")+(e.by?"<br>"+esc(e.by):"")+
   (e.changes.length?"<br>"+e.changes.slice(0,4).map(esc).join("<br>"):(e.summary?"<br>"+esc(e.summary):""));
  t.style.left=Math.min(ev.clientX+14,innerWidth-400)+"px"; t.style.top=(ev.clientY+14)+"px"; t.style.opacity=1}
 function link(id){if(!id)return "<span class=muted>none</span>"; const c=byId.get(id);
@@ -345,7 +347,7 @@ function select(e,scroll){selected=e; draw();
  const d=$("details"), kids=E.filter(c=>c.causation_id===e.event_id);
  d.innerHTML="<h3>#"+e.position+" "+esc(e.type)+"</h3><div class=kv>"+
   [["stream",esc(e.stream)+" v"+e.version],["happened",esc(e.occurred_at)],["recorded",esc(e.recorded_at)],
-   ...(e.origin?[["source",esc(e.origin)]]:[]),["event id","<code>"+esc(e.event_id)+"</code>"],
+   ...(e.origin?[["source",esc(e.origin)]]:[]),...(e.by?[["who",esc(e.by)]]:[]),["event id","<code>"+esc(e.event_id)+"</code>"],
    ["caused by",link(e.causation_id)],["flow","<code>"+esc(e.correlation_id||"none")+"</code>"],
    ["led to",kids.length?kids.map(c=>"<a class=jump data-jump='"+c.i+"'>#"+c.position+"</a>").join(" "):"<span class=muted>nothing</span>"]]
   .map(([k,v])=>"<span>"+k+"</span><span>"+v+"</span>").join("")+"</div>"+

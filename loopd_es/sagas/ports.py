@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import msgspec
 
+from ..events.base import Caller, Event
 from ..events.envelope import ANY, ExpectedVersion, new_event_id
 
 if TYPE_CHECKING:
     from ..domain import goal_commands as c
     from ..domain.state import GoalState
-    from ..events.base import Event
     from ..events.envelope import Envelope
     from ..host.base import WorkerHost
     from ..log.base import LogStore
@@ -29,16 +29,24 @@ class Ctx(msgspec.Struct, frozen=True):
 
     correlation_id: str
     causation_id: str
+    caller: Caller | None = None
+    """The OpenCode tool call that made the request, if one did: stamped on the events that record who acted."""
 
     @classmethod
-    def new(cls) -> Ctx:
+    def new(cls, caller: Caller | None = None) -> Ctx:
         """A fresh flow whose root cause is the request itself (both ids the same)."""
         request = new_event_id()
-        return cls(request, request)
+        return cls(request, request, caller)
 
     def caused_by(self, event_id: str) -> Ctx:
         """The same flow, caused by the event ``event_id``."""
-        return Ctx(self.correlation_id, event_id)
+        return Ctx(self.correlation_id, event_id, self.caller)
+
+    def stamp(self, event: Event) -> Event:
+        """``event`` with :attr:`caller` as its ``called_by`` where its type records one (unchanged otherwise)."""
+        if self.caller is None or "called_by" not in event.__struct_fields__:
+            return event
+        return msgspec.structs.replace(event, called_by=self.caller)
 
 
 Companion: TypeAlias = "Callable[[Sequence[Event]], tuple[str, Sequence[Event], ExpectedVersion] | None]"

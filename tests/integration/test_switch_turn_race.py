@@ -23,6 +23,7 @@ from loopd_es.log import open_store
 
 if TYPE_CHECKING:
     from loopd_es.host.base import SwitchResult
+    from loopd_es.log.base import LogStore
 
 pytestmark = pytest.mark.anyio
 
@@ -39,6 +40,16 @@ class HeldHost(SimulatedHost):
         self.entered.set()
         await self.release.wait()
         return await super().switch_model(session_id, model)
+
+
+async def held(workdir: Path, goal_id: str) -> tuple[LogStore, HeldHost, Goals, str]:
+    """The log (to close), a held host, the goal use cases over both, and the goal's worker session."""
+    store = await open_store(f"sqlite:{workdir / 'events.db'}", create=False)
+    host = HeldHost.from_file(workdir / "host.json")
+    assert isinstance(host, HeldHost)
+    host.entered, host.release = anyio.Event(), anyio.Event()
+    goals = Goals(GoalService(store, host))
+    return store, host, goals, (await goals.service.load(goal_id)).worker_session_id or ""
 
 
 async def _cli(workdir: Path, *args: str) -> tuple[int, str, str]:
@@ -82,12 +93,7 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
         code, _, err = await _cli(tmp_path, "goal", *step)
         assert code == 0, err
 
-    store = await open_store(f"sqlite:{tmp_path / 'events.db'}", create=False)
-    host = HeldHost.from_file(tmp_path / "host.json")
-    assert isinstance(host, HeldHost)
-    host.entered, host.release = anyio.Event(), anyio.Event()
-    goals = Goals(GoalService(store, host))
-    session = (await goals.service.load(goal_id)).worker_session_id or ""
+    store, host, goals, session = await held(tmp_path, goal_id)
     prompts_before = await _prompts(tmp_path, session)
     reports = []
     try:

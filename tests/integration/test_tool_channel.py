@@ -110,8 +110,13 @@ class Project:
             self.engine.send_signal(signal.SIGTERM)
             assert self.engine.wait(timeout=30) == 0, self.engine_log.read_text()
 
-    def call(self, tool: str, args: dict[str, Any], session: str = "ses_owner") -> dict[str, Any]:
-        context = {"sessionID": session, "messageID": "msg_1", "callID": "call_1", "agent": "build"}
+    def call(
+        self, tool: str, args: dict[str, Any], session: str = "ses_owner", call: str = "call_1"
+    ) -> dict[str, Any]:
+        """``tool``'s answer to ``args``, called as OpenCode does from ``session`` (message ``msg_<n>``, call
+        ``call``; the title OpenCode would show is kept in :attr:`last_title`)."""
+        message = "msg_1" if call == "call_1" else f"msg_{call}"
+        context = {"sessionID": session, "messageID": message, "callID": call, "agent": "build"}
         done = subprocess.run(
             [str(self.bun), "run", "call.ts", tool, json.dumps(args), json.dumps(context)],
             cwd=self.dir,

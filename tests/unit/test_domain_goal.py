@@ -81,7 +81,10 @@ def test_s05_fallback_validation_before_any_side_effect() -> None:
     catalog = c.ModelCatalog(models={"p/new": c.ModelInfo(usable=True)})
     cases = [
         (("bad",), 'Invalid model "bad". Use "providerID/modelID" (e.g. "openai/gpt-5.6-sol").'),
-        (("p/missing",), "Fallback model is unavailable or not positively known usable."),
+        (
+            ("p/missing",),
+            'Fallback model "p/missing" is unavailable or not positively known usable. Discover models with loopd_list_models.',
+        ),
         (("p/new",) * 17, "At most 16 ordered fallback models are allowed."),
         (("  ",), "Fallback model must be providerID/modelID."),
     ]
@@ -132,8 +135,9 @@ def test_s07_worker_creation_failure() -> None:
     goal.create()
     goal.do(c.RecordWorkerFailure(goal_id="g1", detail="boom"))
     st = goal.state
-    assert st.status == "blocked" and st.phase == "idle" and st.last_error == "boom"
-    assert st.blocker is not None and st.blocker.reason == "boom"
+    said = f"boom (worker model {st.config.model or 'the host default'}, agent {st.config.agent or 'the host default'})"
+    assert st.status == "blocked" and st.phase == "idle" and st.last_error == said  # names the model (#22.9)
+    assert st.blocker is not None and st.blocker.reason == said
     assert st.blocker.needed == (
         "Start the goal again from a valid OpenCode session after correcting the worker creation error."
     )

@@ -255,13 +255,15 @@ def _scenario(draw: Any) -> tuple[Goal, list[tuple[Any, list[Event], GoalState, 
     goal = Goal()
     usable = draw(st.lists(st.sampled_from(MODELS), unique=True, min_size=1))
     catalog = c.ModelCatalog(models={m: c.ModelInfo(usable=m in usable) for m in MODELS})
-    goal.facts = msgspec.structs.replace(goal.facts, model_catalog=catalog)
+    at_creation = {**catalog.models, "p/old": c.ModelInfo(usable=True)}  # an unusable one is refused (#22.9)
+    goal.facts = msgspec.structs.replace(goal.facts, model_catalog=c.ModelCatalog(models=at_creation))
     goal.create(
         model="p/old",
         agent="old",
         workspace_write=False,
         fallback_models=tuple(m for m in FALLBACKS if m in usable),
     )
+    goal.facts = msgspec.structs.replace(goal.facts, model_catalog=catalog)
     goal.apply(g.GoalWorkerAssigned(goal_id="g1", worker_session_id="W"))
     steps = []
     for _ in range(draw(st.integers(1, 40))):

@@ -95,7 +95,8 @@ def test_rule_violations_exit_3_with_the_reference_message(
     code, _, err = _run(capsys, "goal", "switch-identity", gid, "--agent", "missing")
     assert (
         code == 3
-        and err.strip() == "loopd-es: Agent is unavailable. Discover agents with loopd_list_models first."
+        and err.strip()
+        == "loopd-es: Agent is unavailable. Discover agents with `loopd-es models --usable` first."
     )
     code, _, err = _run(capsys, "goal", "switch-identity", gid)
     assert code == 3 and "At least one of model or agent is required." in err
@@ -119,19 +120,23 @@ def test_unsupported_host_exits_3_and_says_so(env: Path, capsys: pytest.CaptureF
     code, out, _ = _run(capsys, "goal", "switch-identity", gid, "--model", "p/new")
     assert code == 3 and out.splitlines() == [
         "Identity switch: unsupported",
-        "Identity switch unsupported on this host (see loopd_list_models). Goal/session retained.",
+        "Identity switch unsupported on this host (see `loopd-es models --usable`). Goal/session retained.",
     ]
 
 
 def test_owner_controls_print_the_reference_messages(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gid = _create(capsys)
-    assert _run(capsys, "goal", "pause", gid)[1] == 'Goal "demo" paused. Resume with resume_goal.\n'
+    assert _run(capsys, "goal", "pause", gid)[1] == (
+        f'Goal "demo" paused. Resume with `loopd-es goal resume {gid}`.\n'
+    )
     assert _run(capsys, "goal", "pause", gid)[1] == 'Goal "demo" is already paused.\n'
     assert _run(capsys, "goal", "resume", gid)[1].startswith('Goal "demo" resumed.')
     assert _run(capsys, "goal", "resume", gid)[1] == 'Goal "demo" is already active.\n'
-    assert "only a blocked goal can be retried" in _run(capsys, "goal", "retry", gid)[1]
+    code, _, err = _run(capsys, "goal", "retry", gid)
+    assert code == 3 and "only a blocked goal can be retried" in err
     assert _run(capsys, "goal", "interactive", gid, "on")[1] == (
-        'Goal "demo" is now manual: the engine will not start turns — steer it with :send/nudge.\n'
+        f'Goal "demo" is now manual: the engine will not start turns — steer it with '
+        f"`loopd-es owner send|nudge {gid}`.\n"
     )
     assert _run(capsys, "goal", "interactive", gid, "off")[1] == (
         'Goal "demo" is back on auto: the engine resumes idle recovery and retries.\n'

@@ -79,7 +79,7 @@ async def test_s48_prevalidation_order_and_no_host_calls(tmp_path: Path) -> None
         gid = await w.create()
         with pytest.raises(RuleError, match="Agent is unavailable"):
             await w.goals.switch_identity(gid, Ctx.new(), model="p/new", agent="missing")
-        with pytest.raises(RuleError, match="Model is unavailable or not positively known usable"):
+        with pytest.raises(RuleError, match='Model "[^"]*" is unavailable or not positively known usable'):
             await w.goals.switch_identity(gid, Ctx.new(), model="p/missing", agent="new")
         with pytest.raises(RuleError, match='Invalid model "nope"'):
             await w.goals.switch_identity(gid, Ctx.new(), model="nope")
