@@ -69,6 +69,10 @@ _DECISION_FIELDS: Final[dict[type[Event], tuple[str, ...]]] = {
 its own bookkeeping (run generations, leases from its clock, its wording of a block reason)."""
 
 
+_WHO_ASKED: Final = frozenset({"called_by"})
+"""Fields that record who made the request (a tool call's session, message and call ids): the deciders never
+produce them, so a replay does not compare them."""
+
 # -- comparing ---------------------------------------------------------------------------------------------
 
 
@@ -81,6 +85,8 @@ def compare(step: Step, decided: list[Event]) -> Divergence | None:
         if step.occurred_at is not None:
             a = {k: v for k, v in a.items() if k in _DECISION_FIELDS.get(type(theirs), ())}
         for name, value in a.items():
+            if name in _WHO_ASKED:
+                continue  # who asked is a fact of the request, not of the decision
             if b.get(name) != value:
                 return _differ(step, f"{theirs.event_type}.{name}", value, b.get(name), decided, recorded)
     if len(decided) != len(recorded):
