@@ -73,3 +73,33 @@ async def test_operations_with_an_index_read_no_other_goals_stream(tmp_path: Pat
         found = await ops.service.goals_of_owner("me")
         assert [g.goal_id for g in found] == [mine.goal_id]
         assert not [s for s in reads if s is not None], f"goal streams folded again: {reads}"
+
+
+async def test_concurrent_callers_share_one_read_and_each_sees_what_was_there_when_it_asked(
+    tmp_path: Path,
+) -> None:
+    import anyio
+
+    async with rig(tmp_path) as r:
+        await Operations(r.store, r.host, clock=r.clock, owner="me").create("g", "o", workspace_write=False)
+        index = GoalIndex(r.store)
+        heads = 0
+        inner = r.store.head
+
+        async def counting() -> int:
+            nonlocal heads
+            heads += 1
+            return await inner()
+
+        r.store.head = counting  # type: ignore[method-assign]
+        seen: list[int] = []
+
+        async def ask() -> None:
+            await index.catch_up()
+            seen.append(len(index.of_owner("me")))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(50):
+                tg.start_soon(ask)
+        assert seen == [1] * 50, "every caller saw the goal created before it asked"
+        assert heads <= 2, f"{heads} reads for 50 concurrent callers"
