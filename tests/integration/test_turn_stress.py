@@ -35,15 +35,17 @@ GOALS = 5 if TURNS >= 400 else 4
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(120 + TURNS * 3)]
 ABORTED = ("slow", 8)
 """A four-second answer the test aborts half a second in."""
+PROGRESS = ("call", "report_goal_progress", {"summary": "one more step", "next": "the next"})
+"""A tool turn that also resets the goal's failure count (failures block a goal at five in a row)."""
 SCRIPT: list[tuple[Any, ...]] = [  # the fake counts turns by user messages: a compaction starts it again
     ("text",),
-    ("call", "get_goal", {}),  # two assistant messages: the first ends with finish "tool-calls"
+    PROGRESS,  # two assistant messages: the first ends with finish "tool-calls"
     ABORTED,  # aborted mid-stream: an error and a second idle pair after the first
     ("flaky",),  # a 429 OpenCode retries by itself (retry status), then the answer
     ("slow", 2),  # a streamed answer over a second
     ("error", 400),  # not retried: session.error, which may come after the idle
     ("call", "get_goal", {}),
-    ("text",),
+    PROGRESS,
     ("text",),
 ]
 
