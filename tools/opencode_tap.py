@@ -3,7 +3,7 @@
     python tools/opencode_tap.py LISTEN_PORT UPSTREAM_PORT OUT_FILE
 
 ``tools/bench_opencode.py`` points the engine at it to measure the engine's overhead per turn where the issue
-defines it, at the engine's own socket: from ``session.idle`` reaching the engine on ``/event`` to the engine's
+defines it, at the engine's own socket: from the turn's idle (the first of ``session.status`` idle / ``session.idle``) reaching the engine on ``/event`` to the engine's
 next ``POST /session/{id}/prompt_async`` leaving it. It writes one line per edge, ``<unix time> idle|prompt
 <session id>``, stamped as the bytes are read, before they are passed on; it runs in a process of its own so
 neither the benchmark's nor the engine's work delays a stamp. The relay hop (two socket copies on loopback) is
@@ -18,7 +18,10 @@ import sys
 import time
 from typing import TextIO
 
-IDLE = re.compile(rb'"type":"session\.idle","properties":\{"sessionID":"(ses_[A-Za-z0-9]+)"')
+IDLE = re.compile(
+    rb'"type":"session\.(?:idle|status)","properties":\{"sessionID":"(ses_[A-Za-z0-9]+)"(?:\}|,"status":\{"type":"idle")'
+)
+"""Either half of OpenCode's idle pair (a status of ``idle``, then ``session.idle``): the engine acts on the first."""
 PROMPT = re.compile(rb"POST /session/(ses_[A-Za-z0-9]+)/prompt_async ")
 OVERLAP = 256
 """Bytes of the previous read searched again, so an edge split across two reads is still seen (once)."""

@@ -4,9 +4,10 @@ One :class:`Engine` handles one item at a time (a host event, a due timer, a mai
 up with the log, which is how it learns what it and everyone else wrote: the tracker and the timers are only
 ever updated from the log, in log order, so a restarted engine that reads the log rebuilds them exactly.
 
-The turn loop follows reference §2.3 and §3.13: a first idle signal stages a candidate (``run.idle_candidate``,
-fenced by the run's generation), a second one at least ``confirm_idle_ms`` later confirms it against the
-transcript (or the completion event already seen), usage is accounted by message id, limits are enforced
+The turn loop follows reference §2.3 and §3.13: a turn whose end the transcript proves is confirmed at its
+first idle signal; otherwise that signal stages a candidate (``run.idle_candidate``, fenced by the run's
+generation), and a second one at least ``confirm_idle_ms`` later confirms it against the transcript (or the
+completion event already seen) - see :mod:`.idle`. Usage is accounted by message id, limits are enforced
 (``run.completed`` + force finish / block / budget stop), then compaction or the next turn. An interactive
 goal never gets a turn the engine started: every idle signal - ``session.idle`` or a status of ``idle`` -
 goes through the same gate.
@@ -24,12 +25,10 @@ import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
-from ..app.turns import USAGE_WINDOW, Guard, Kind, Transcript, no_guard
-from ..domain import goal_commands as c
+from ..app.turns import Guard, Kind, Transcript, no_guard
 from ..domain.provider_limit import iso
 from ..domain.streams import aggregate_of
 from ..events import engine as en
-from ..events import run as r
 from ..host.errors import HostError
 from ..host.events import (
     AnyHostEvent,
@@ -41,12 +40,10 @@ from ..host.events import (
     SessionStatusChanged,
     ToolCallEnded,
     ToolCallStarted,
-    TranscriptMessage,
 )
 from ..procs.paths import CommandPaths
 from .clock import Clock, parse_iso
 from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
-from .idle_rules import confirm_failure, to_ms
 from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
@@ -60,8 +57,6 @@ if TYPE_CHECKING:
     from ..log.base import LogStore
 
 log = logging.getLogger("loopd_es.engine")
-
-TRANSCRIPT_WINDOW: Final = 200
 
 ENGINE_TYPES: Final = (
     "goal.worker_assigned",
@@ -136,9 +131,11 @@ class Engine:
         """Shared mode: fired awaits of goals another member holds, until their evidence is queued (an adopter
         reacts to those its predecessor did not get to)."""
         from .awaits import AwaitWaker
+        from .idle import IdleGate
         from .maintenance import Maintenance
 
         self.awaits = AwaitWaker(self)
+        self.idle = IdleGate(self)
         self.maintenance = Maintenance(self)
 
     def owns(self, goal_id: str) -> bool:
@@ -264,11 +261,15 @@ class Engine:
         live = self.tracker.live(goal_id)
         now = self.clock.now()
         handled = True
+        stale, live.proven = live.proven, False
         if isinstance(event, SessionIdle) or (
             isinstance(event, SessionStatusChanged) and event.status == "idle"
         ):
+            # OpenCode's idle pair (a status of idle, then session.idle) is one signal: when its first half
+            # proved and confirmed the turn, the second is stale (it would stage the next run's candidate)
+            repeated = stale and isinstance(event, SessionIdle) and live.status == "idle"
             live.status = "idle"
-            handled = await self.on_idle(goal_id)
+            handled = repeated or await self.on_idle(goal_id)
             if state.phase == "waiting_retry":  # a due turn (a fallback's) may have met a busy worker
                 await self._retry_timer(goal_id)
         elif isinstance(event, SessionStatusChanged):
@@ -382,95 +383,8 @@ class Engine:
     # -- the two-stage idle --------------------------------------------------------------------------
 
     async def on_idle(self, goal_id: str) -> bool:
-        """An idle signal for the goal's worker (an event or a status poll): stage, confirm, continue."""
-        state = await self.service.load(goal_id)
-        if not state.exists or state.status != "active" or state.interactive:
-            return False
-        if state.phase != "running" or state.active_run_id is None:
-            return False
-        live = self.tracker.live(goal_id)
-        now = self.clock.now()
-        gen = state.run_generation
-        ctx = Ctx.new()
-        if live.tools:
-            live.candidate_at, live.candidate_generation = None, None
-            return True
-        if live.candidate_generation != gen or live.candidate_at is None:
-            await self._stage(state, now, ctx)
-            return True
-        if (now - live.candidate_at).total_seconds() * 1000 < self.config.confirm_idle_ms:
-            return True
-        quiet_since = live.assistant_completed_at or live.candidate_at
-        if (
-            live.last_activity is not None
-            and to_ms(live.last_activity) > live.candidate_at
-            and live.last_activity > quiet_since
-        ):
-            await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
-            return True
-        worker = state.worker_session_id
-        prompt = state.active_prompt_message_id
-        read: Transcript | None = None
-        if prompt is not None and worker is not None:
-            try:
-                transcript = await self._transcript(worker)
-            except HostError:
-                return True
-            read = Transcript(worker, transcript)
-            reason = confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
-            if reason is not None:
-                if state.confirm_failed_generation != gen:
-                    await self.service.append_goal(
-                        goal_id,
-                        [
-                            r.RunConfirmFailed(
-                                goal_id=goal_id,
-                                generation=gen,
-                                reason=reason,
-                                run_id=state.active_run_id,
-                                at=iso(now),
-                            )
-                        ],
-                        ctx,
-                        expected=state.version,
-                    )
-                return True
-            await self.turns.account(goal_id, transcript[-USAGE_WINDOW:], ctx)
-        recorded = await self.service.execute(
-            c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=gen), ctx
-        )
-        if recorded:  # the next turn quotes the transcript just read: one read per turn
-            await self._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id), read)
-        return True
-
-    async def _transcript(self, worker: str) -> list[TranscriptMessage]:
-        """The worker's latest messages for a confirmation: the usage window, or the whole confirmation window
-        when the usage window holds no user message (a turn of many tool calls).
-
-        The verdict depends only on the latest user message and what follows it, so a window that holds a
-        user message (or the whole transcript) gives the same verdict as a longer one, at a fraction of the
-        bytes: OpenCode returns every message with all its parts, ~5 KB for a steering prompt.
-        """
-        recent = await self.host.messages(worker, limit=USAGE_WINDOW)
-        if len(recent) < USAGE_WINDOW or any(m.role == "user" for m in recent):
-            return recent
-        return await self.host.messages(worker, limit=TRANSCRIPT_WINDOW)
-
-    async def _stage(self, state: GoalState, now: datetime, ctx: Ctx) -> None:
-        assert state.active_run_id is not None
-        await self.service.append_goal(
-            state.goal_id,
-            [
-                r.RunIdleCandidate(
-                    goal_id=state.goal_id,
-                    run_id=state.active_run_id,
-                    generation=state.run_generation,
-                    at=iso(now),
-                )
-            ],
-            ctx,
-            expected=state.version,
-        )
+        """An idle signal for the goal's worker (an event or a status poll): see :mod:`.idle`."""
+        return await self.idle.on_idle(goal_id)
 
     async def _after_confirm(
         self, goal_id: str, recorded: list[Envelope], ctx: Ctx, transcript: Transcript | None = None
@@ -544,7 +458,7 @@ class Engine:
                     await self.guard()
                     ran += 1
                     if kind == "confirm":
-                        await self._confirm_timer(goal_id)
+                        await self.idle.confirm_timer(goal_id)
                     elif kind == "retry":
                         await self._retry_timer(goal_id)
             except GoalLostError as e:
@@ -564,17 +478,6 @@ class Engine:
         if self.next_maintenance is None:
             return due
         return min(due, self.next_maintenance) if due is not None else self.next_maintenance
-
-    async def _confirm_timer(self, goal_id: str) -> None:
-        """The candidate's quiet period ended: poll the worker; still idle means the second signal."""
-        state = await self.service.load(goal_id)
-        if state.worker_session_id is None or state.phase != "running":
-            return
-        live = self.tracker.live(goal_id)
-        if live.candidate_at is None or live.candidate_generation != state.run_generation:
-            return  # confirmed by an idle event meanwhile, and the next run started: nothing to poll for
-        if await self.host.session_status(state.worker_session_id) == "idle":
-            await self.on_idle(goal_id)
 
     async def _retry_timer(self, goal_id: str) -> None:
         state = await self.service.load(goal_id)

@@ -32,3 +32,30 @@ def confirm_failure(
     if not anchored and not completed:
         return "assistant-incomplete"
     return None
+
+
+def turn_proven(transcript: list[TranscriptMessage], prompt: str) -> bool:
+    """Whether the transcript alone proves that the turn answering ``prompt`` is over, so no quiet period is
+    needed: its last message is an assistant answering ``prompt`` that is completed, stopped for a reason other
+    than a tool call, ended without an error and has no tool still running, and no user message came after
+    ``prompt``.
+
+    Anything else (no answer yet, a tool turn's first message, an error that may still be reported, a queued
+    prompt, a trailing tool part) is left to the two-stage idle's quiet period.
+    """
+    if not transcript:
+        return False
+    last = transcript[-1]
+    if (
+        last.role != "assistant"
+        or last.parent_id != prompt
+        or not last.completed
+        or last.finish in (None, "", "tool-calls", "unknown")
+        or last.error is not None
+        or last.tools_running
+    ):
+        return False
+    if any(m.tools_running for m in transcript if m.role == "assistant" and m.parent_id == prompt):
+        return False
+    users = [m for m in transcript if m.role == "user"]
+    return bool(users) and users[-1].message_id == prompt

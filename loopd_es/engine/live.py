@@ -41,6 +41,8 @@ class Live:
     status: str | None = None
     unknown_count: int = 0
     unreachable_notified: bool = False
+    proven: bool = False
+    """The last idle signal confirmed a turn its transcript proved over (kept across the next run's start)."""
 
     def new_generation(self, generation: int, at: datetime | None) -> None:
         """A new run started: forget the previous run's markers."""

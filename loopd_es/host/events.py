@@ -46,6 +46,12 @@ class TranscriptMessage(msgspec.Struct, frozen=True, kw_only=True):
     cost: float = 0.0
     duration_ms: float = 0.0
     text: str = ""
+    finish: str | None = None
+    """Why the model stopped (OpenCode: ``stop``, ``tool-calls``, ...); ``None`` when not told (an error)."""
+    error: str | None = None
+    """The error the message ended with (its name), if any."""
+    tools_running: int = 0
+    """Tool parts of the message still pending or running."""
 
 
 class HostEvent(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):

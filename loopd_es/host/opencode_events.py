@@ -139,7 +139,21 @@ def transcript_message(info: dict[str, Any], parts: list[dict[str, Any]]) -> Tra
         if isinstance(created, int | float) and isinstance(completed, int | float)
         else 0.0,
         text="".join(str(p.get("text", "")) for p in parts if p.get("type") == "text"),
+        finish=_str_or_none(info.get("finish")),
+        error=_error_name(info.get("error")),
+        tools_running=sum(
+            1
+            for p in parts
+            if p.get("type") == "tool" and (p.get("state") or {}).get("status") in ("pending", "running")
+        ),
     )
+
+
+def _error_name(error: object) -> str | None:
+    if not error:
+        return None
+    name = error.get("name") if isinstance(error, dict) else None
+    return name if isinstance(name, str) and name else "error"
 
 
 def _str_or_none(value: object) -> str | None:

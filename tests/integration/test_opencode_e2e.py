@@ -65,7 +65,7 @@ class Stack:
         self.env["LOOPD_ES_HOST"] = f"opencode:{self.opencode.url}"
         self.engine: subprocess.Popen[str] | None = None
 
-    def start_engine(self) -> None:
+    def start_engine(self, confirm_idle_ms: int = 300) -> None:
         log = self.project.parent / f"engine-{time.monotonic_ns()}.log"  # kept for post-mortems of failures
         with log.open("w") as out:
             self.engine = subprocess.Popen(
@@ -76,7 +76,7 @@ class Stack:
                     "--verbose",
                     "run",
                     "--confirm-idle-ms",
-                    "300",
+                    str(confirm_idle_ms),
                     "--lease-ms",
                     "3000",
                 ],

@@ -13,8 +13,11 @@ The model named in a request decides how it answers:
 A prompt whose last user text contains ``CALL <tool> <json args>`` makes the model call that tool once (the
 answer after the tool result is plain text). A worker session (one whose first prompt names ``get_goal``, as the
 engine's first turn does) follows :attr:`FakeLLM.worker_script` instead, one step per user turn: ``("call",
-tool, args)``, ``("slow", chunks)`` or ``("text",)``; the turn is the number of user messages, so OpenCode's own
-retries of a turn and the answers after tool results stay on the same step. Every request is logged (model, OpenCode session id, last user
+tool, args)``, ``("slow", chunks)``, ``("text",)``, ``("flaky",)`` (a 429 with ``retry-after-ms: 100`` at the
+turn's first request, then text) or ``("error", status)`` (an error OpenCode does not retry, e.g. 400); the turn
+is the number of user messages, so OpenCode's own retries of a turn and the answers after tool results stay on
+the same step. With :attr:`FakeLLM.cycle` the script repeats; a request offering no tools (OpenCode's
+compaction) always gets text. Every request is logged (model, OpenCode session id, last user
 text, tools offered) and the log is served at ``GET /log`` and kept on :attr:`FakeLLM.requests`.
 """
 
@@ -43,6 +46,10 @@ class FakeLLM:
         self.requests: list[dict[str, Any]] = []
         self.worker_script: list[tuple[Any, ...]] = []
         self.workers: set[str] = set()
+        self.cycle = False
+        """Repeat :attr:`worker_script` instead of answering text after its end."""
+        self.attempts: dict[tuple[str | None, int], int] = {}
+        """Requests per (session, turn), so a ``flaky`` step fails only the first."""
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -133,8 +140,25 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 match = _CALL.search(last_user)
                 if match is not None:
                     step = ("call", match.group(1), json.loads(match.group(2)))
-                elif session in fake.workers and len(users) <= len(fake.worker_script):
-                    step = fake.worker_script[len(users) - 1]
+                elif session in fake.workers and (
+                    len(users) <= len(fake.worker_script) or (fake.cycle and fake.worker_script)
+                ):
+                    if body.get("tools"):  # OpenCode's compaction request offers none: it gets text
+                        step = fake.worker_script[(len(users) - 1) % len(fake.worker_script)]
+                if step[0] == "flaky":
+                    key = (session, len(users))
+                    with fake._lock:
+                        fake.attempts[key] = fake.attempts.get(key, 0) + 1
+                        first = fake.attempts[key] == 1
+                    if first:
+                        self._error(
+                            429, "Rate limit exceeded", "rate_limit_exceeded", {"retry-after-ms": "100"}
+                        )
+                        return
+                    step = ("text",)
+                elif step[0] == "error":
+                    self._error(int(step[1]), "Bad request", "invalid_request_error", {})
+                    return
                 if model == "slow":
                     step = ("slow", 20)
                 elif model == "burst":

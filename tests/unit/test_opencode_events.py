@@ -105,3 +105,23 @@ def test_a_prompt_appears_once_and_its_later_summary_update_is_not_activity() ->
     assistant = {"sessionID": "ses_1", "info": {"id": "msg_2", "role": "assistant", "parentID": "msg_1"}}
     assert len(translate_event("message.updated", assistant, {}, False, seen)) == 1
     assert len(translate_event("message.updated", assistant, {}, False, seen)) == 1  # answers do update
+
+
+def test_a_transcript_entry_tells_how_the_answer_ended() -> None:
+    """What the idle confirmation proves a turn's end from (opencode-host.md §2.1, §2.3, §5)."""
+    from loopd_es.host.opencode_events import transcript_message
+
+    done = transcript_message(
+        {"id": "m", "role": "assistant", "finish": "stop", "time": {"completed": 2}}, []
+    )
+    assert (done.finish, done.error, done.tools_running) == ("stop", None, 0)
+    failed = transcript_message(
+        {"id": "m", "role": "assistant", "error": {"name": "APIError", "data": {}}, "time": {"completed": 2}},
+        [],
+    )
+    assert (failed.finish, failed.error) == (None, "APIError")
+    tools = [
+        {"type": "tool", "state": {"status": status}}
+        for status in ("pending", "running", "completed", "error")
+    ]
+    assert transcript_message({"id": "m", "role": "assistant"}, tools).tools_running == 2

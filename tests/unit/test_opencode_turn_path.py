@@ -81,10 +81,15 @@ class FakeOpenCode:
             return httpx.Response(204)
         return httpx.Response(404, json={"name": "NotFoundError"})
 
-    def answer(self, sid: str, text: str = "done") -> list[dict[str, Any]]:
-        """The worker answers the latest prompt; returns the bus events OpenCode sends for it (§4 order)."""
+    def answer(
+        self, sid: str, text: str = "done", *, parts: list[dict[str, Any]] | None = None, **extra: Any
+    ) -> list[dict[str, Any]]:
+        """The worker answers the latest prompt; returns the bus events OpenCode sends for it (§4 order).
+
+        ``extra`` overrides the assistant message's fields (``finish``, ``error``); ``parts`` are added to it.
+        """
         prompt = next(r["info"]["id"] for r in reversed(self.sessions[sid]) if r["info"]["role"] == "user")
-        info = {
+        info: dict[str, Any] = {
             "id": f"msg_answer_{len(self.sessions[sid])}",
             "role": "assistant",
             "parentID": prompt,
@@ -92,8 +97,10 @@ class FakeOpenCode:
             "tokens": {"input": 10, "output": 5},
             "cost": 0.001,
             "finish": "stop",
+            **extra,
         }
-        self.sessions[sid].append({"info": info, "parts": [{"type": "text", "text": text}]})
+        info = {k: v for k, v in info.items() if v is not None}
+        self.sessions[sid].append({"info": info, "parts": [{"type": "text", "text": text}, *(parts or [])]})
         self.busy.discard(sid)
         return [
             {"type": "message.updated", "properties": {"sessionID": sid, "info": info}},
@@ -141,7 +148,7 @@ async def _fence() -> None:
 
 
 @asynccontextmanager
-async def turns(tmp_path: Path, *, fenced: bool = True) -> AsyncIterator[Turns]:
+async def turns(tmp_path: Path, *, fenced: bool = True, confirm_idle_ms: int = 0) -> AsyncIterator[Turns]:
     fake = FakeOpenCode()
     host = OpenCodeHost("http://opencode.test", transport=httpx.MockTransport(fake.handle))
     host._streamed = {}  # as while events() reads the stream
@@ -151,7 +158,7 @@ async def turns(tmp_path: Path, *, fenced: bool = True) -> AsyncIterator[Turns]:
             store,
             host,
             clock,
-            EngineConfig(confirm_idle_ms=0),
+            EngineConfig(confirm_idle_ms=confirm_idle_ms),
             directory=str(tmp_path),
             guard=_fence if fenced else None,
         )
@@ -264,6 +271,67 @@ async def test_a_turn_of_many_tool_calls_reads_the_whole_confirmation_window(tmp
             f"GET /session/{sid}/message?limit=200",
             f"POST /session/{sid}/prompt_async",
         ]
+
+
+async def test_a_turn_its_transcript_proves_over_continues_at_the_first_idle(tmp_path: Path) -> None:
+    """No quiet period when the transcript proves the end: the next prompt goes out at the first idle signal,
+    with the engine's clock never advanced past the 2 s the reference would wait."""
+    async with turns(tmp_path, confirm_idle_ms=2000) as t:
+        goal_id, sid = await t.started()
+        for turn in range(2, 5):
+            await t.hear(t.fake.answer(sid))
+            prompts = [r for r in t.fake.sessions[sid] if r["info"]["role"] == "user"]
+            assert len(prompts) == turn, f"turn {turn}"
+        types = [e.type async for e in t.engine.store.read_stream(f"goal-{goal_id}")]
+        assert types.count("run.completed") == 3 and "run.idle_candidate" not in types
+
+
+RUNNING_TOOL = {"type": "tool", "callID": "call_1", "state": {"status": "running"}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ({"finish": "tool-calls"}, "a tool turn's first message: the answer to the tool's result follows"),
+        ({"finish": None, "error": {"name": "APIError"}}, "an error: session.error may come after the idle"),
+        ({"finish": None}, "no finish (an abort during OpenCode's retry wait)"),
+        ({"parts": [RUNNING_TOOL]}, "a tool part still running: a trailing part will follow"),
+    ],
+)
+async def test_a_turn_its_transcript_cannot_prove_over_keeps_the_quiet_period(
+    tmp_path: Path, answer: dict[str, Any], why: str
+) -> None:
+    async with turns(tmp_path, confirm_idle_ms=2000) as t:
+        goal_id, sid = await t.started()
+        await t.hear(t.fake.answer(sid, **answer))
+        assert len([r for r in t.fake.sessions[sid] if r["info"]["role"] == "user"]) == 1, why
+        types = [e.type async for e in t.engine.store.read_stream(f"goal-{goal_id}")]
+        assert "run.idle_candidate" in types and "run.completed" not in types, why
+
+
+async def test_an_idle_after_a_queued_prompt_is_not_proof(tmp_path: Path) -> None:
+    """A user message after the answer (a prompt OpenCode queued) means the session has more to do."""
+    async with turns(tmp_path, confirm_idle_ms=2000) as t:
+        goal_id, sid = await t.started()
+        bus = t.fake.answer(sid)
+        queued = {"id": "msg_queued", "role": "user", "time": {"created": 4}}
+        t.fake.sessions[sid].append({"info": queued, "parts": [{"type": "text", "text": "more"}]})
+        await t.hear(bus)
+        types = [e.type async for e in t.engine.store.read_stream(f"goal-{goal_id}")]
+        assert "run.idle_candidate" in types and "run.completed" not in types
+
+
+async def test_the_stale_half_of_an_idle_pair_does_not_stage_the_next_run(tmp_path: Path) -> None:
+    """The status idle confirms the turn; the session.idle right behind it is about the turn just ended."""
+    async with turns(tmp_path, confirm_idle_ms=2000) as t:
+        goal_id, sid = await t.started()
+        await t.hear(t.fake.answer(sid))
+        types = [e.type async for e in t.engine.store.read_stream(f"goal-{goal_id}")]
+        assert types[-1] == "run.started" and "run.idle_candidate" not in types
+        t.fake.busy.discard(sid)  # an early idle of the new run (the prompt_async race) is still staged
+        await t.hear([{"type": "session.idle", "properties": {"sessionID": sid}}])
+        types = [e.type async for e in t.engine.store.read_stream(f"goal-{goal_id}")]
+        assert types[-1] == "run.idle_candidate"
 
 
 def test_decisions_read_the_worker_status_exactly_when_their_decider_looks_at_it() -> None:
