@@ -172,7 +172,7 @@ def test_the_tools_reach_the_engine_and_the_old_port_hears_nothing(
     refused = project.call("list_background_goals", {}, session="main")
     assert refused == {"ok": False, "errorCode": "no_session", "message": "No session context available."}
     project.stop_engine()
-    shown = project.cli("goal", "show", created["goal_id"], "--json")
+    shown = project.cli("goal", "show", created["goalID"], "--json")
     assert shown.returncode == 0 and "write the guide" in shown.stdout, shown.stderr
 
     squatter.kill()

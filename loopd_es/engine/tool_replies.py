@@ -1,0 +1,124 @@
+"""What the goal tools answer, as Structs with the reference's field names (``goalID``, ``workerSessionID`` ...).
+
+The tool file hands the reply to OpenCode as JSON; empty fields are left out, as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from ..domain.state import GoalState
+    from .operations import Result
+
+
+class GoalReply(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An owner or worker goal tool's answer: ``ok``, the reference's ``message``, the goal and its status."""
+
+    ok: bool
+    message: str = ""
+    goalID: str | None = None
+    status: str | None = None
+    data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class CreatedReply(GoalReply, kw_only=True, omit_defaults=True):
+    """``loopd_create_goal``'s answer (reference §3.1): the goal and its resolved configuration."""
+
+    name: str = ""
+    workerSessionID: str | None = None
+    artifactDir: str | None = None
+    progressFile: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    fallbackModels: list[str] = msgspec.field(default_factory=list)
+    checks: list[str] = msgspec.field(default_factory=list)
+    checkCwd: str | None = None
+    workspaceWrite: bool | None = None
+    interactive: bool | None = None
+    costBudget: float | None = None
+    tokenBudget: int | None = None
+    maxTurns: int | None = None
+    maxNoProgress: int | None = None
+    maxFailures: int | None = None
+    maxEvaluatorRejections: int | None = None
+    compactEvery: int | None = None
+    timeoutMs: int | None = None
+    scheduleEveryMs: int | None = None
+    scheduleMaxRuns: int | None = None
+
+
+class GoalRow(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One goal in ``list_background_goals``."""
+
+    id: str
+    name: str
+    status: str
+    phase: str
+    model: str | None = None
+    agent: str | None = None
+    workerSessionID: str | None = None
+
+
+class GoalList(msgspec.Struct, kw_only=True):
+    """``list_background_goals``'s answer."""
+
+    ok: bool
+    goals: list[GoalRow]
+
+
+def reply_of(result: Result) -> dict[str, Any]:
+    """An operation's :class:`~.operations.Result` as the tool's JSON reply."""
+    reply = GoalReply(
+        ok=result.ok, message=result.message, goalID=result.goal_id, status=result.status, data=result.data
+    )
+    out: dict[str, Any] = msgspec.to_builtins(reply)
+    return out
+
+
+def created_reply(result: Result, state: GoalState) -> CreatedReply:
+    """The reply to a goal that was created: what :meth:`~.operations.Operations.create` said, and its config."""
+    cfg = state.config
+    schedule = cfg.schedule
+    return CreatedReply(
+        ok=result.ok,
+        message=result.message,
+        goalID=state.goal_id,
+        status=state.status,
+        name=state.name,
+        workerSessionID=state.worker_session_id,
+        artifactDir=cfg.artifact_dir,
+        progressFile=cfg.progress_file,
+        agent=cfg.agent,
+        model=cfg.model,
+        fallbackModels=list(cfg.fallback_models),
+        checks=list(cfg.checks),
+        checkCwd=cfg.check_cwd,
+        workspaceWrite=cfg.workspace_write,
+        interactive=cfg.interactive,
+        costBudget=cfg.cost_budget,
+        tokenBudget=cfg.token_budget,
+        maxTurns=cfg.max_turns,
+        maxNoProgress=cfg.max_no_progress,
+        maxFailures=cfg.max_failures,
+        maxEvaluatorRejections=cfg.max_evaluator_rejections,
+        compactEvery=cfg.compact_every,
+        timeoutMs=cfg.timeout_ms,
+        scheduleEveryMs=schedule.every_ms if schedule else None,
+        scheduleMaxRuns=schedule.max_runs if schedule else None,
+    )
+
+
+def goal_row(goal: GoalState) -> GoalRow:
+    """``goal`` as ``list_background_goals`` lists it."""
+    return GoalRow(
+        id=goal.goal_id,
+        name=goal.name,
+        status=goal.status,
+        phase=goal.phase,
+        model=goal.config.model,
+        agent=goal.config.agent,
+        workerSessionID=goal.worker_session_id,
+    )
