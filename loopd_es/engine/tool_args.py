@@ -8,7 +8,7 @@ decider, which answers in the reference's words; every other bound is the Struct
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, NamedTuple
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -134,33 +134,41 @@ class CreateGoalArgs(ToolArgs, frozen=True, kw_only=True):
     def options(self) -> dict[str, Any]:
         """The given options as :class:`~loopd_es.domain.goal_commands.CreateGoal` keywords."""
         out: dict[str, Any] = {}
-        for tool_field, (command_field, _, _) in CREATE_OPTIONS.items():
+        for tool_field, option in CREATE_OPTIONS.items():
             value = getattr(self, tool_field)
             if value is not UNSET:
-                out[command_field] = value
+                out[option.field] = value
         return out
 
 
-CREATE_OPTIONS: Final[dict[str, tuple[str, str, str]]] = {
-    # tool field: (CreateGoal field, CLI flag of ``goal create``, default as the reference states it)
-    "model": ("model", "--model P/M", "the owner's model, else the host's"),
-    "agent": ("agent", "--agent A", "the owner's agent, else the host's"),
-    "fallbackModels": ("fallback_models", "--fallback-model P/M (repeat)", "none"),
-    "checks": ("checks", "--check CMD (repeat)", "`bun test` for a writer, none read-only"),
-    "checkCwd": ("check_cwd", "--check-cwd DIR", "the project for a writer"),
-    "workspaceWrite": ("workspace_write", "--read-only (= false)", "true"),
-    "progressFile": ("progress_file", "--progress-file PATH", "<artifactDir>/progress.md"),
-    "costBudget": ("cost_budget", "--cost-budget USD", "unlimited"),
-    "tokenBudget": ("token_budget", "--token-budget N", "unlimited"),
-    "maxTurns": ("max_turns", "--max-turns N", "50"),
-    "maxNoProgress": ("max_no_progress", "--max-no-progress N", "off"),
-    "maxFailures": ("max_failures", "--max-failures N", "5"),
-    "maxEvaluatorRejections": ("max_evaluator_rejections", "--max-evaluator-rejections N", "3"),
-    "compactEvery": ("compact_every", "--compact-every N", "never"),
-    "timeoutMs": ("timeout_ms", "--timeout-ms MS", "300000"),
-    "scheduleEveryMs": ("schedule_every_ms", "--schedule-every-ms MS", "not scheduled"),
-    "scheduleMaxRuns": ("schedule_max_runs", "--schedule-max-runs N", "unlimited"),
-    "interactive": ("interactive", "--interactive", "false"),
+class Option(NamedTuple):
+    """One ``loopd_create_goal`` option: its CreateGoal field, its ``goal create`` flag, the reference's default."""
+
+    field: str
+    flag: str
+    metavar: str | None
+    default: str
+
+
+CREATE_OPTIONS: Final[dict[str, Option]] = {
+    "model": Option("model", "--model", "P/M", "the owner's model, else the host's"),
+    "agent": Option("agent", "--agent", "A", "the owner's agent, else the host's"),
+    "fallbackModels": Option("fallback_models", "--fallback-model", "P/M", "none"),
+    "checks": Option("checks", "--check", "CMD", "`bun test` for a writer, none read-only"),
+    "checkCwd": Option("check_cwd", "--check-cwd", "DIR", "the project for a writer"),
+    "workspaceWrite": Option("workspace_write", "--read-only", None, "true (`--read-only` makes it false)"),
+    "progressFile": Option("progress_file", "--progress-file", "PATH", "<artifactDir>/progress.md"),
+    "costBudget": Option("cost_budget", "--cost-budget", "USD", "unlimited"),
+    "tokenBudget": Option("token_budget", "--token-budget", "N", "unlimited"),
+    "maxTurns": Option("max_turns", "--max-turns", "N", "50"),
+    "maxNoProgress": Option("max_no_progress", "--max-no-progress", "N", "off"),
+    "maxFailures": Option("max_failures", "--max-failures", "N", "5"),
+    "maxEvaluatorRejections": Option("max_evaluator_rejections", "--max-evaluator-rejections", "N", "3"),
+    "compactEvery": Option("compact_every", "--compact-every", "N", "never"),
+    "timeoutMs": Option("timeout_ms", "--timeout-ms", "MS", "300000"),
+    "scheduleEveryMs": Option("schedule_every_ms", "--schedule-every-ms", "MS", "not scheduled"),
+    "scheduleMaxRuns": Option("schedule_max_runs", "--schedule-max-runs", "N", "unlimited"),
+    "interactive": Option("interactive", "--interactive", None, "false"),
 }
 """Every ``loopd_create_goal`` option beyond ``name``/``objective``; a test checks it covers the Struct."""
 
@@ -169,6 +177,11 @@ def options_table() -> str:
     """The README's table of goal options: tool field, CLI flag, default, and what it does."""
     props = msgspec.json.schema(CreateGoalArgs)["$defs"]["CreateGoalArgs"]["properties"]
     rows = ["| tool field | `goal create` flag | default | meaning |", "|---|---|---|---|"]
-    for tool_field, (_, flag, default) in CREATE_OPTIONS.items():
-        rows.append(f"| `{tool_field}` | `{flag}` | {default} | {props[tool_field].get('description', '')} |")
+    for name, option in CREATE_OPTIONS.items():
+        flag = option.flag + (f" {option.metavar}" if option.metavar else "")
+        if props[name].get("type") == "array":
+            flag += "` (repeat)"
+        else:
+            flag += "`"
+        rows.append(f"| `{name}` | `{flag} | {option.default} | {props[name].get('description', '')} |")
     return "\n".join(rows) + "\n"

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ..domain.options import config_options
+
 if TYPE_CHECKING:
     from ..domain.state import GoalState
     from .operations import Result
@@ -80,8 +82,6 @@ def reply_of(result: Result) -> dict[str, Any]:
 
 def created_reply(result: Result, state: GoalState) -> CreatedReply:
     """The reply to a goal that was created: what :meth:`~.operations.Operations.create` said, and its config."""
-    cfg = state.config
-    schedule = cfg.schedule
     return CreatedReply(
         ok=result.ok,
         message=result.message,
@@ -89,25 +89,7 @@ def created_reply(result: Result, state: GoalState) -> CreatedReply:
         status=state.status,
         name=state.name,
         workerSessionID=state.worker_session_id,
-        artifactDir=cfg.artifact_dir,
-        progressFile=cfg.progress_file,
-        agent=cfg.agent,
-        model=cfg.model,
-        fallbackModels=list(cfg.fallback_models),
-        checks=list(cfg.checks),
-        checkCwd=cfg.check_cwd,
-        workspaceWrite=cfg.workspace_write,
-        interactive=cfg.interactive,
-        costBudget=cfg.cost_budget,
-        tokenBudget=cfg.token_budget,
-        maxTurns=cfg.max_turns,
-        maxNoProgress=cfg.max_no_progress,
-        maxFailures=cfg.max_failures,
-        maxEvaluatorRejections=cfg.max_evaluator_rejections,
-        compactEvery=cfg.compact_every,
-        timeoutMs=cfg.timeout_ms,
-        scheduleEveryMs=schedule.every_ms if schedule else None,
-        scheduleMaxRuns=schedule.max_runs if schedule else None,
+        **config_options(state.config),
     )
 
 
