@@ -19,8 +19,8 @@ import msgspec
 from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, UsageError
 from ..host import host_url, open_host
 from ..text_safe import term_line
-from .options import add_host_option, store_url
 from .goal_options import add_create_options, create_options
+from .options import add_host_option, store_url
 from .query_cmds import add_goal_show
 
 if TYPE_CHECKING:
