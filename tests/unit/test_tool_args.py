@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,9 +20,11 @@ from loopd_es.app.service import Ctx
 from loopd_es.domain import goal_commands as c
 from loopd_es.engine.tool_api import TOOLS, ToolCall, ToolDispatcher
 from loopd_es.engine.tool_args import CREATE_OPTIONS, CreateGoalArgs, options_table
-from loopd_es.engine.tool_spec import ToolSpec
 
 from ._engine_harness import Rig, rig
+
+if TYPE_CHECKING:
+    from loopd_es.engine.tool_spec import ToolSpec
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +58,7 @@ def _cases() -> list[tuple[str, str, Any]]:
     cases = []
     for spec in TOOLS.values():
         for name, schema in spec.properties().items():
-            for wrong in _WRONG[schema["type"]]:
-                cases.append((spec.name, name, wrong))
+            cases.extend((spec.name, name, wrong) for wrong in _WRONG[schema["type"]])
             if "maximum" in schema:
                 cases.append((spec.name, name, schema["maximum"] * 2 + 1))
             for bound, past in (("maxLength", "x"), ("maxItems", ["x"])):
@@ -137,7 +138,7 @@ async def test_create_takes_every_option_replies_in_the_reference_names_and_hono
 ) -> None:
     async with rig(tmp_path) as r:
         d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
-        options = {
+        options: dict[str, Any] = {
             "fallbackModels": ["openai/gpt-5-mini"],
             "checks": ["true"],
             "checkCwd": str(tmp_path),
