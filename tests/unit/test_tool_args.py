@@ -55,7 +55,7 @@ def _base(spec: ToolSpec) -> dict[str, Any]:
 
 def _cases() -> list[tuple[str, str, Any]]:
     """(tool, field, wrong value) for every argument of every tool, plus out-of-range values where bounded."""
-    cases = []
+    cases: list[tuple[str, str, Any]] = []
     for spec in TOOLS.values():
         for name, schema in spec.properties().items():
             cases.extend((spec.name, name, wrong) for wrong in _WRONG[schema["type"]])
