@@ -28,7 +28,7 @@ from ..domain.command import (
 from ..errors import UsageError
 from ..events.command import AwaitFired, WatchSpec
 from ..ids import check_id, is_valid_id
-from ..procs import service
+from ..procs import owner_link, service
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from . import command_args as a
@@ -187,7 +187,7 @@ class CommandTools:
             raise CommandNotFoundError(missing)  # another session's command does not exist for this one
         return state
 
-    async def _request(self, state: CommandState, request: dict[str, Any]) -> str:
+    async def _request(self, state: CommandState, request: owner_link.OwnerRequest) -> str:
         return await service.command_request(self.store, self.paths, state.id, request)
 
     # -- the tools -----------------------------------------------------------------------------------
@@ -269,19 +269,17 @@ class CommandTools:
     async def _write(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         state = await self._owned(session, args)
         data: str = args["input"]
-        message = await self._request(
-            state, {"op": "write", "data": base64.b64encode(data.encode()).decode()}
-        )
+        message = await self._request(state, owner_link.Write(data=base64.b64encode(data.encode()).decode()))
         return {"ok": True, "message": message}
 
     async def _interrupt(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         state = await self._owned(session, args)
-        return {"ok": True, "message": await self._request(state, {"op": "interrupt"})}
+        return {"ok": True, "message": await self._request(state, owner_link.Interrupt())}
 
     async def _terminate(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         state = await self._owned(session, args)
         remove = bool(args.get("remove"))
-        message = await self._request(state, {"op": "terminate", "remove": remove})
+        message = await self._request(state, owner_link.Terminate(remove=remove))
         out: dict[str, Any] = {"ok": True, "message": message, "removed": remove}
         fresh = None if remove else await service.load_state(self.store, state.id)
         if fresh is not None:
@@ -299,7 +297,7 @@ class CommandTools:
         if not _positive_int(cols) or not _positive_int(rows):
             raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
         state = await self._owned(session, args)
-        message = await self._request(state, {"op": "resize", "cols": int(cols), "rows": int(rows)})
+        message = await self._request(state, owner_link.Resize(cols=int(cols), rows=int(rows)))
         return {"ok": True, "message": message}
 
     async def _watch(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
@@ -307,7 +305,7 @@ class CommandTools:
         if not state.running:
             raise CommandStateError(f"Command is {state.status}; watch is meaningless after exit.")
         if args.get("clear"):
-            return {"ok": True, "message": await self._request(state, {"op": "watch", "clear": True})}
+            return {"ok": True, "message": await self._request(state, owner_link.Watch(clear=True))}
         spec = WatchSpec(
             filter=str(args.get("watch_filter") or ""),
             until=str(args.get("watch_until") or ""),
@@ -315,13 +313,9 @@ class CommandTools:
             until_action=args.get("watch_until_action") or "stop",
         )
         validate_watch(spec)  # before the owner is asked: a bad watch leaves the previous one untouched
-        request = {
-            "op": "watch",
-            "filter": spec.filter,
-            "until": spec.until,
-            "ignore_case": spec.ignore_case,
-            "until_action": spec.until_action,
-        }
+        request = owner_link.Watch(
+            filter=spec.filter, until=spec.until, ignore_case=spec.ignore_case, until_action=spec.until_action
+        )
         return {"ok": True, "message": await self._request(state, request)}
 
     async def _await(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
