@@ -31,7 +31,15 @@ from ..errors import LoopdError, UsageError
 from . import tool_args as a
 from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandTools
 from .operations import Operations, Result
-from .tool_replies import CreatedReply, GoalList, created_reply, goal_row, reply_of
+from .tool_replies import (
+    CreatedReply,
+    CreateFailedReply,
+    GoalList,
+    create_failed_reply,
+    created_reply,
+    goal_row,
+    reply_of,
+)
 from .tool_server import Handler, socket_path
 from .tool_spec import ToolArgs, ToolArgsError, ToolSpec
 from .tool_titles import title_for
@@ -234,11 +242,15 @@ class ToolDispatcher:
 
     # -- owner tools ---------------------------------------------------------------------------------
 
-    async def _loopd_create_goal(self, session: str, args: a.CreateGoalArgs) -> CreatedReply | Result:
+    async def _loopd_create_goal(
+        self, session: str, args: a.CreateGoalArgs
+    ) -> CreatedReply | CreateFailedReply | Result:
         ops = self._ops(session)
         result = await ops.create(args.name, args.objective, **args.options())
-        if not result.ok or result.goal_id is None:
+        if result.goal_id is None:
             return result
+        if not result.ok:
+            return create_failed_reply(result)
         return created_reply(result, await ops.service.load(result.goal_id))
 
     async def _owned(

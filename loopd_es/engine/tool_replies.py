@@ -52,6 +52,26 @@ class CreatedReply(GoalReply, kw_only=True, omit_defaults=True):
     scheduleMaxRuns: int | None = None
 
 
+class CreateFailedReply(GoalReply, kw_only=True, omit_defaults=True):
+    """``loopd_create_goal`` when the goal was recorded but could not start (reference §3.1)."""
+
+    failedStage: str = ""
+    nextAction: str = ""
+
+
+def create_failed_reply(result: Result) -> CreateFailedReply:
+    """The reply to a goal that was stored blocked: what failed, and to resume it rather than start another."""
+    return CreateFailedReply(
+        ok=False,
+        message=result.message,
+        goalID=result.goal_id,
+        status=result.status,
+        failedStage="worker_create",
+        nextAction=f'Resume the persisted goal with resume_goal (goal_id "{result.goal_id}") after fixing the '
+        "cause — do not create another goal for the same task.",
+    )
+
+
 class GoalRow(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One goal in ``list_background_goals``."""
 

@@ -20,6 +20,7 @@ from loopd_es.app.service import Ctx
 from loopd_es.domain import goal_commands as c
 from loopd_es.engine.tool_api import TOOLS, ToolCall, ToolDispatcher
 from loopd_es.engine.tool_args import CREATE_OPTIONS, CreateGoalArgs, options_table
+from loopd_es.host.sim_script import FailureRule, HostScript
 
 from ._engine_harness import Rig, rig
 
@@ -213,8 +214,12 @@ def test_the_create_options_cover_the_struct_and_the_command() -> None:
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return _loopd(tmp_path, "goal", "create", "g", "--objective", "o", *args)
+
+
+def _loopd(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "loopd_es", "goal", "create", "g", "--objective", "o", *args],
+        [sys.executable, "-m", "loopd_es", *args],
         cwd=tmp_path,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
         capture_output=True,
@@ -228,16 +233,11 @@ def test_goal_create_takes_the_options_and_goal_show_names_them(tmp_path: Path) 
                 "--token-budget", "900", "--schedule-every-ms", "5000", "--read-only")  # fmt: skip
     assert made.returncode == 0, made.stderr
     goal_id = made.stdout.splitlines()[0]
-    shown = subprocess.run(
-        [sys.executable, "-m", "loopd_es", "goal", "show", goal_id, "--json"],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    shown = _loopd(tmp_path, "goal", "show", goal_id, "--json")
     assert shown.returncode == 0, shown.stderr
     options = json.loads(shown.stdout)["goal"]["options"]
+    listed = _loopd(tmp_path, "goals", "--json")
+    assert listed.returncode == 0 and json.loads(listed.stdout)["goals"][0]["options"] == options
     assert (options["maxFailures"], options["compactEvery"], options["timeoutMs"]) == (2, 3, 60_000)
     assert (options["tokenBudget"], options["scheduleEveryMs"], options["workspaceWrite"]) == (
         900,
@@ -256,3 +256,14 @@ def test_goal_create_refuses_out_of_range_values_naming_the_flag(
     refused = _cli(tmp_path, *args)
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert flag in refused.stderr and "Traceback" not in refused.stderr
+
+
+async def test_a_goal_that_cannot_start_replies_its_stage_and_what_to_do(tmp_path: Path) -> None:
+    script = HostScript(failures=(FailureRule(op="create_worker", error="unavailable"),))
+    async with rig(tmp_path, script) as r:
+        d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
+        answer = await _call(d, "loopd_create_goal", name="g", objective="o", maxFailures=2)
+        assert answer["ok"] is False and answer["title"] == "Goal creation failed", answer
+        assert (answer["status"], answer["failedStage"]) == ("blocked", "worker_create")
+        assert f'resume_goal (goal_id "{answer["goalID"]}")' in answer["nextAction"]
+        assert (await r.state(answer["goalID"])).config.max_failures == 2
