@@ -18,6 +18,7 @@ import pytest
 
 from loopd_es.app.service import Ctx
 from loopd_es.domain import goal_commands as c
+from loopd_es.engine.core import EngineConfig
 from loopd_es.engine.tool_api import TOOLS, ToolCall, ToolDispatcher
 from loopd_es.engine.tool_args import CREATE_OPTIONS, CreateGoalArgs, options_table
 from loopd_es.host.sim_script import FailureRule, HostScript
@@ -267,3 +268,39 @@ async def test_a_goal_that_cannot_start_replies_its_stage_and_what_to_do(tmp_pat
         assert (answer["status"], answer["failedStage"]) == ("blocked", "worker_create")
         assert f'resume_goal (goal_id "{answer["goalID"]}")' in answer["nextAction"]
         assert (await r.state(answer["goalID"])).config.max_failures == 2
+
+
+async def test_max_no_progress_finishes_a_goal_whose_turns_report_nothing(tmp_path: Path) -> None:
+    """The reference never counts turns without progress (its guard is dead); a goal that asks for it gets it.
+    A reported progress starts the count again; a goal without the option counts nothing, as before."""
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
+        created = await _call(
+            d, "loopd_create_goal", name="g", objective="o", workspaceWrite=False, maxNoProgress=2
+        )
+        plain = await _call(d, "loopd_create_goal", name="h", objective="o", workspaceWrite=False)
+        gid, other = created["goalID"], plain["goalID"]
+        sid = created["workerSessionID"]
+
+        async def turn(session: str, progress: bool = False) -> None:
+            if progress:
+                assert (await _call(d, "report_goal_progress", session, summary="step"))["ok"]
+            await r.host.reply(session)
+            await r.pump()
+            await r.advance(0)
+
+        await turn(sid, progress=True)
+        await turn(sid)
+        state = await r.state(gid)
+        assert state.no_progress_count == 1 and not state.force_finish_requested
+        await turn(sid)
+        state = await r.state(gid)
+        assert state.force_finish_requested is True and state.status == "active"
+        assert "## FINAL REPORT REQUIRED — STOPPING SOON" in (await r.prompts(sid))[-1]
+        await turn(sid)
+        state = await r.state(gid)
+        assert state.status == "blocked" and state.blocker is not None
+        assert state.blocker.reason == "No progress for 3 consecutive turns (force-finish ignored)"
+
+        await turn(plain["workerSessionID"])
+        assert (await r.state(other)).no_progress_count == 0
