@@ -7,9 +7,12 @@ A cleared goal keeps its row (``cleared = 1``): queries hide it unless asked.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
+
+from loopd_es.domain.options import config_options
 
 from ._fold import GoalFolds, goal_groups, when
 
@@ -23,7 +26,7 @@ COLUMNS: Final = (
     "turns_used", "max_turns", "runs", "tokens_used", "token_budget", "cost_used", "cost_budget",
     "time_used_seconds", "timeout_ms", "blocker_reason", "blocker_needed", "blocker_kind", "last_error",
     "last_progress", "last_progress_next", "last_progress_at", "fallback_status",
-    "created_at", "updated_at", "version", "position", "anomalies",
+    "created_at", "updated_at", "version", "position", "anomalies", "options",
 )  # fmt: skip
 _DDL: Final = """CREATE TABLE IF NOT EXISTS goals (
     goal_id TEXT PRIMARY KEY, name TEXT NOT NULL, objective TEXT NOT NULL, owner TEXT NOT NULL,
@@ -35,7 +38,7 @@ _DDL: Final = """CREATE TABLE IF NOT EXISTS goals (
     blocker_reason TEXT, blocker_needed TEXT, blocker_kind TEXT, last_error TEXT,
     last_progress TEXT, last_progress_next TEXT, last_progress_at TEXT, fallback_status TEXT,
     created_at TEXT NOT NULL, updated_at TEXT NOT NULL, version INTEGER NOT NULL, position INTEGER NOT NULL,
-    anomalies INTEGER NOT NULL
+    anomalies INTEGER NOT NULL, options TEXT NOT NULL
 ) WITHOUT ROWID"""
 # created_at is written once, by the insert: later batches never move it.
 _UPSERT: Final = (
@@ -75,6 +78,7 @@ def goal_row(state: GoalState, created_at: str, updated_at: str) -> tuple[Any, .
         progress.at if progress else None,
         state.model_fallback.status if state.model_fallback else None,
         created_at, updated_at, state.version, state.position, state.anomaly_count,
+        json.dumps(config_options(cfg)),
     )  # fmt: skip
 
 
@@ -82,7 +86,9 @@ class Goals:
     """Rows of ``goals`` (see :data:`COLUMNS`), folded from ``goal-<id>`` streams."""
 
     name = "goals"
-    version = 2  # 2: the fold keeps loopd's imported bookkeeping (goal show reads it from goals_fold)
+    version = (
+        3  # 2: the fold keeps loopd's imported bookkeeping (goal show reads it from goals_fold); 3: options
+    )
     rebuild_cost = 1.6  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
     rebuild_affinity = (
         "goal_fold"  # rebuilt in the same process as the other goal-fold model (one fold shared)

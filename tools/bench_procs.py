@@ -30,7 +30,7 @@ from loopd_es.domain.streams import command_stream
 from loopd_es.events.command import WatchSpec
 from loopd_es.events.envelope import parse_rfc3339
 from loopd_es.log import open_store
-from loopd_es.procs import service
+from loopd_es.procs import owner_link, service
 from loopd_es.procs.paths import CommandPaths
 from loopd_es.procs.pty import PtyChild
 
@@ -110,7 +110,7 @@ async def bench(lines: int, idle_s: float) -> dict[str, Any]:
             cpu0, w0 = _cpu_seconds(owner_pid), time.perf_counter()
             await anyio.sleep(idle_s)
             cpu1, w1 = _cpu_seconds(owner_pid), time.perf_counter()
-            await service.command_request(store, paths, idle_id, {"op": "terminate"})
+            await service.command_request(store, paths, idle_id, owner_link.Terminate())
     return {
         "lines": lines,
         "bytes": state.stream_bytes,

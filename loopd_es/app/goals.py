@@ -75,17 +75,14 @@ class Goals:
         objective: str,
         ctx: Ctx,
         *,
-        model: str | None = None,
-        agent: str | None = None,
-        fallback_models: tuple[str, ...] = (),
-        interactive: bool = False,
-        max_turns: int | None = None,
-        checks: tuple[str, ...] | None = None,
-        workspace_write: bool | None = None,
-        cost_budget: float | None = None,
         goal_id: str | None = None,
+        fallback_models: tuple[str, ...] = (),
+        **options: Any,
     ) -> GoalState:
-        """Create a goal, its worker session and its first turn (interactive goals get it too, as in §3.1)."""
+        """Create a goal, its worker session and its first turn (interactive goals get it too, as in §3.1).
+
+        ``options`` are :class:`~loopd_es.domain.goal_commands.CreateGoal` fields (``None``: absent).
+        """
         goal_id = (
             check_id("goal", goal_id) if goal_id is not None else str(uuid.uuid4())
         )  # it names a directory
@@ -94,14 +91,8 @@ class Goals:
             name=name,
             objective=objective,
             owner_session_id=self.service.owner,
-            model=model,
-            agent=agent,
             fallback_models=fallback_models or None,
-            interactive=interactive,
-            max_turns=max_turns,
-            checks=checks,
-            workspace_write=workspace_write,
-            cost_budget=cost_budget,
+            **options,
         )
         created = await self.service.execute(command, ctx)
         state = await self.service.load(goal_id)

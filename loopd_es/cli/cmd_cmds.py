@@ -233,9 +233,10 @@ async def _show(args: argparse.Namespace) -> int:
             raise CommandNotFoundError()
         record = _record(state, paths)
         if state.running:
-            live = await owner_link.owner_request(paths, cid, {"op": "status"})
+            live = await owner_link.owner_request(paths, cid, owner_link.Status())
             if live is not None:
-                record["live"] = {k: v for k, v in live.items() if k not in ("ok", "message")}
+                answer = msgspec.to_builtins(live)
+                record["live"] = {k: v for k, v in answer.items() if k not in ("ok", "message")}
     print(json.dumps(record, indent=2))
     return 0
 
@@ -261,7 +262,7 @@ async def _read(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _request(args: argparse.Namespace, request: dict[str, Any]) -> int:
+async def _request(args: argparse.Namespace, request: owner_link.OwnerRequest) -> int:
     _, store, paths, cid = await _with_command(args)
     async with store:
         print(term_line(await service.command_request(store, paths, cid, request)))
@@ -270,15 +271,23 @@ async def _request(args: argparse.Namespace, request: dict[str, Any]) -> int:
 
 async def _write(args: argparse.Namespace) -> int:
     text = " ".join(args.text) + ("" if args.no_newline else "\n")
-    return await _request(args, {"op": "write", "data": base64.b64encode(text.encode()).decode()})
+    return await _request(args, owner_link.Write(data=base64.b64encode(text.encode()).decode()))
 
 
 async def _signal(args: argparse.Namespace) -> int:
-    return await _request(args, {"op": args.op, "remove": bool(getattr(args, "remove", False))})
+    remove = bool(getattr(args, "remove", False))
+    request: owner_link.OwnerRequest = (
+        owner_link.Interrupt()
+        if args.op == "interrupt"
+        else owner_link.Kill(remove=remove)
+        if args.op == "kill"
+        else owner_link.Terminate(remove=remove)
+    )
+    return await _request(args, request)
 
 
 async def _resize(args: argparse.Namespace) -> int:
-    return await _request(args, {"op": "resize", "cols": args.cols, "rows": args.rows})
+    return await _request(args, owner_link.Resize(cols=args.cols, rows=args.rows))
 
 
 async def _watch(args: argparse.Namespace) -> int:
@@ -286,14 +295,13 @@ async def _watch(args: argparse.Namespace) -> int:
         raise UsageError("cmd watch: give --filter and/or --until, or --clear")
     return await _request(
         args,
-        {
-            "op": "watch",
-            "filter": args.filter,
-            "until": args.until,
-            "clear": args.clear,
-            "ignore_case": args.ignore_case,
-            "until_action": args.until_action,
-        },
+        owner_link.Watch(
+            filter=args.filter or "",
+            until=args.until or "",
+            clear=args.clear,
+            ignore_case=args.ignore_case,
+            until_action=args.until_action,
+        ),
     )
 
 

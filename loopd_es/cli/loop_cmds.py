@@ -245,6 +245,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
         ) from None
     if not isinstance(call, dict):
         raise UsageError('loop tool: give a JSON object, e.g. \'{"action": "list"}\'')
+    call = tools.decode_call(call)
     session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
     now = _clock(args).now_ms()
     async with await open_store(store_url(args)) as store:

@@ -198,11 +198,16 @@ def _list_goals(conn: sqlite3.Connection, status: str | None, owner: str | None,
         + (f" WHERE {' AND '.join(where)}" if where else "")
         + " ORDER BY created_at, goal_id"
     )
-    return _rows(conn, sql, params)
+    return [_with_options(row) for row in _rows(conn, sql, params)]
+
+
+def _with_options(row: Row) -> Row:
+    """A ``goals`` row with its options (stored as JSON, named as ``loopd_create_goal`` names them) decoded."""
+    return row | {"options": msgspec.json.decode(row["options"])}
 
 
 def _show_goal(conn: sqlite3.Connection, text: str) -> Row:
-    goal = resolve_goal(conn, text)
+    goal = _with_options(resolve_goal(conn, text))
     gid = goal["goal_id"]
     fallback = _rows(conn, "SELECT * FROM provider_fallbacks WHERE goal_id = ?", (gid,))
     if fallback:
@@ -327,6 +332,19 @@ async def _identities(args: argparse.Namespace) -> int:
 # -- rendering ----------------------------------------------------------------------------------------
 
 
+def _option_lines(options: dict[str, Any]) -> list[str]:
+    """``goal show``'s options: those set, by the name ``loopd_create_goal`` gives them, two or three a line."""
+    shown = ("model", "agent", "interactive", "artifactDir")  # on lines of their own above, or too long
+    words = [
+        f"{k} {', '.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in options.items()
+        if k not in shown and v not in (None, [], "")
+    ]
+    return [
+        f"  {'options' if i == 0 else '':<11} {'   '.join(words[i : i + 3])}" for i in range(0, len(words), 3)
+    ]
+
+
 def _json(doc: Any) -> int:
     sys.stdout.buffer.write(msgspec.json.encode(doc) + b"\n")
     sys.stdout.flush()
@@ -397,6 +415,7 @@ def render_goal(doc: Row) -> list[str]:
         f"   cost {_cost(g['cost_used'], g['cost_budget'])}   time {g['time_used_seconds']:.1f}s"
         + (f"/{g['timeout_ms'] / 1000:g}s" if g["timeout_ms"] else ""),
     ]
+    lines += _option_lines(g["options"])
     if g["last_progress"]:
         nxt = f" (next: {g['last_progress_next']})" if g["last_progress_next"] else ""
         lines.append(

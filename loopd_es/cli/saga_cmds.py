@@ -19,6 +19,7 @@ import msgspec
 from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, ConflictError, UsageError
 from ..host import host_url, open_host
 from ..text_safe import term_line
+from .goal_options import add_create_options, create_options
 from .options import add_host_option, store_url
 from .query_cmds import add_goal_show
 from .words import cli_words
@@ -51,25 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     p = add("create", "create a goal, its worker session and its first turn", _create, goal_arg=False)
     p.add_argument("name", metavar="NAME")
-    p.add_argument("--objective", required=True, metavar="TEXT")
-    p.add_argument("--model", metavar="P/M", help="providerID/modelID")
-    p.add_argument("--agent", metavar="A")
-    p.add_argument(
-        "--fallback-model",
-        action="append",
-        default=[],
-        metavar="P/M",
-        help="an ordered fallback for provider limits (repeat, at most 16)",
-    )
-    p.add_argument(
-        "--interactive", action="store_true", help="manual mode: the engine starts no turns itself"
-    )
-    p.add_argument("--max-turns", type=int, metavar="N", help="turn limit (default 50, 0 = unlimited)")
-    p.add_argument(
-        "--check", action="append", default=None, metavar="CMD", help="a completion check (repeat)"
-    )
-    p.add_argument("--read-only", action="store_true", help="the goal does not write the workspace")
-    p.add_argument("--cost-budget", type=float, metavar="USD")
+    add_create_options(p)
 
     p = add("switch-identity", "switch the worker's model and/or agent (same goal, same session)", _switch)
     p.add_argument("--model", metavar="P/M")
@@ -139,19 +122,7 @@ async def _state(goals: Goals, goal_id: str) -> GoalState:
 
 
 async def _create(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
-    state = await goals.create(
-        args.name,
-        args.objective,
-        ctx,
-        model=args.model,
-        agent=args.agent,
-        fallback_models=tuple(args.fallback_model),
-        interactive=args.interactive,
-        max_turns=args.max_turns,
-        checks=tuple(args.check) if args.check else None,
-        workspace_write=False if args.read_only else None,
-        cost_budget=args.cost_budget,
-    )
+    state = await goals.create(args.name, args.objective, ctx, **create_options(args))
     _say(state.goal_id)
     if state.status == "blocked":
         _say(

@@ -494,13 +494,15 @@ def _confirm_idle(cmd: c.ConfirmIdle, state: GoalState, facts: c.Facts) -> list[
 
 
 def limit_events(state: GoalState, facts: c.Facts) -> list[Event]:
-    """Reference §3.13 at an idle confirmation: the first limit that holds, or nothing."""
+    """Reference §3.13 at an idle confirmation (``state`` is the goal before the run's completion is folded):
+    the first limit that holds, or nothing."""
     cfg = state.config
     force_reason = None
+    idle_turns = state.no_progress_count + (0 if state.progress_during_turn else 1)  # this turn's too
     if cfg.max_turns and state.budget_turn_count >= cfg.max_turns:
         force_reason = f"Reached max turns ({cfg.max_turns})"
-    elif cfg.max_no_progress and state.no_progress_count >= cfg.max_no_progress:
-        force_reason = f"No progress for {state.no_progress_count} consecutive turns"
+    elif cfg.max_no_progress and idle_turns >= cfg.max_no_progress:
+        force_reason = f"No progress for {idle_turns} consecutive turns"
     if force_reason is not None:
         if state.force_finish_requested:
             return [

@@ -398,6 +398,10 @@ def _idle_candidate(d: GoalDraft, e: r.RunIdleCandidate, m: _Memo) -> None:
 def _run_completed(d: GoalDraft, e: r.RunCompleted, m: _Memo) -> None:
     if d.active_run_id != e.run_id or _stale(d, e):
         raise _Refused(e.event_type, "stale run")
+    if d.config.max_no_progress and not d.progress_during_turn:
+        # The reference never counts (its maxNoProgress guard is dead); a goal that asked for the guard gets it,
+        # and one that did not folds exactly as before.
+        d.no_progress_count += 1
     _release(d)
     d.confirm_failed_generation = None
 

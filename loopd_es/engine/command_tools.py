@@ -28,9 +28,10 @@ from ..domain.command import (
 from ..errors import UsageError
 from ..events.command import AwaitFired, WatchSpec
 from ..ids import check_id, is_valid_id
-from ..procs import service
+from ..procs import owner_link, service
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
+from . import command_args as a
 from .tool_spec import ToolSpec
 
 if TYPE_CHECKING:
@@ -43,7 +44,6 @@ NO_SESSION: Final = (
 NOT_FOUND: Final = "Command not found."
 NOT_FOUND_READ: Final = "Command not found for this session."
 
-_ID = ("string", True, "the command's id (as loopd_command_start returned it; a unique prefix will do)")
 COMMAND_TOOLS: Final = (
     ToolSpec(
         "loopd_command_start",
@@ -62,36 +62,7 @@ COMMAND_TOOLS: Final = (
         "finishes, call loopd_command_await separately after starting it. Never poll loopd_command_get in "
         "a loop: where a LINE appearing matters (dev-server READY), pass watch_until (+ watch_filter to "
         "cut noise); stop (default) ends the command at that line, keep lets it run on.",
-        {
-            "title": ("string", True, "Short human label for the session."),
-            "command": ("string", True, 'Executable to spawn (e.g. "bun", "python3").'),
-            "args": ("array", False, "Arguments, one per element (no shell quoting needed)."),
-            "cwd": ("string", False, "Working directory (default: the project directory)."),
-            "goal_id": ("string", False, "A goal this command belongs to (display only)."),
-            "notify_on_exit": (
-                "boolean",
-                False,
-                "Tell this session when the command ends (default: any exit or loss, not a terminate; "
-                "false: never; true: always).",
-            ),
-            "cols": ("number", False, "Terminal columns (default 80)."),
-            "rows": ("number", False, "Terminal rows (default 24)."),
-            "env": ("record", False, "Extra environment variables; values are never persisted."),
-            "timeout_seconds": ("number", False, "Terminate after this many seconds (positive integer)."),
-            "shell": ("boolean", False, "Run through /bin/sh -c with every word quoted."),
-            "watch_filter": (
-                "string",
-                False,
-                "Regex: matching lines are recorded as watch pushes (every 2 s).",
-            ),
-            "watch_until": ("string", False, "Regex: the first matching line ends the watch."),
-            "watch_ignore_case": ("boolean", False, "Match the watch regexes case-insensitively."),
-            "watch_until_action": (
-                "string",
-                False,
-                '"stop" (default) ends the command at the until line; "keep".',
-            ),
-        },
+        a.StartArgs,
         asks="bash",
     ),
     ToolSpec(
@@ -101,51 +72,37 @@ COMMAND_TOOLS: Final = (
         "64 KiB, at most 256 KiB), or with pattern the lines whose ANSI-stripped text matches (offset_bytes = "
         "matches to "
         "skip, limit_bytes = matches to return, at most 500).",
-        {
-            "command_id": _ID,
-            "offset_bytes": (
-                "number",
-                False,
-                "Bytes to skip from the oldest retained (with pattern: matches).",
-            ),
-            "limit_bytes": ("number", False, "Bytes to return (with pattern: matches)."),
-            "pattern": ("string", False, "Regex: only lines that match."),
-            "ignore_case": ("boolean", False, "Match pattern case-insensitively."),
-        },
+        a.GetArgs,
     ),
     ToolSpec(
         "loopd_command_write",
         "owner",
         "Write input to a running command's terminal (include \\n to press Enter).",
-        {"command_id": _ID, "input": ("string", True, "The bytes to type.")},
+        a.WriteArgs,
     ),
     ToolSpec(
         "loopd_command_interrupt",
         "owner",
         "Send Ctrl+C (SIGINT) to a running command; it may trap it and go on.",
-        {"command_id": _ID},
+        a.CommandArgs,
     ),
     ToolSpec(
         "loopd_command_terminate",
         "owner",
         "Terminate a running command (SIGTERM, 3 s grace, then SIGKILL); remove:true also removes it.",
-        {"command_id": _ID, "remove": ("boolean", False, "Also remove the record and its output.")},
+        a.TerminateArgs,
     ),
     ToolSpec(
         "loopd_command_remove",
         "owner",
         "Remove a finished command and its output (refused while it runs: terminate first).",
-        {"command_id": _ID},
+        a.CommandArgs,
     ),
     ToolSpec(
         "loopd_command_resize",
         "owner",
         "Resize a running command's terminal (applied live to the PTY winsize).",
-        {
-            "command_id": _ID,
-            "cols": ("number", True, "Columns (positive integer)."),
-            "rows": ("number", True, "Rows (positive integer)."),
-        },
+        a.ResizeArgs,
     ),
     ToolSpec(
         "loopd_command_watch",
@@ -154,26 +111,14 @@ COMMAND_TOOLS: Final = (
         "matching lines as watch pushes, watch_until ends the watch at its first match (and the command too "
         "with action "
         "stop).",
-        {
-            "command_id": _ID,
-            "watch_filter": ("string", False, "Regex: matching lines are recorded as watch pushes."),
-            "watch_until": ("string", False, "Regex: the first matching line ends the watch."),
-            "watch_ignore_case": ("boolean", False, "Match case-insensitively."),
-            "watch_until_action": ("string", False, '"stop" (default) or "keep".'),
-            "clear": ("boolean", False, "Clear the watch."),
-        },
+        a.WatchArgs,
     ),
     ToolSpec(
         "loopd_command_await",
         "owner",
         "Make one of your goals wake up once when one of your commands exits (or, with until, when a line "
         "matching it appears; the command keeps running). The evidence reaches the goal's worker as input.",
-        {
-            "command_id": _ID,
-            "goal_id": ("string", True, "The goal to wake."),
-            "until": ("string", False, "Regex: wake at the first matching line instead of at exit."),
-            "ignore_case": ("boolean", False, "Match until case-insensitively."),
-        },
+        a.AwaitArgs,
     ),
 )
 COMMAND_TOOL_NAMES: Final = frozenset(spec.name for spec in COMMAND_TOOLS)
@@ -242,7 +187,7 @@ class CommandTools:
             raise CommandNotFoundError(missing)  # another session's command does not exist for this one
         return state
 
-    async def _request(self, state: CommandState, request: dict[str, Any]) -> str:
+    async def _request(self, state: CommandState, request: owner_link.OwnerRequest) -> str:
         return await service.command_request(self.store, self.paths, state.id, request)
 
     # -- the tools -----------------------------------------------------------------------------------
@@ -251,12 +196,8 @@ class CommandTools:
         action = args.get("watch_until_action")
         if action is not None and action not in ("stop", "keep"):
             raise UsageError(f'Invalid watch_until_action \'{action}\': must be "stop" or "keep".')
-        argv = args.get("args") or []
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            raise UsageError("args must be an array of strings")
-        env = args.get("env") or {}
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-            raise UsageError("env must map names to string values")
+        argv = list(args.get("args") or ())  # the types were checked against a.StartArgs
+        env: dict[str, str] = args.get("env") or {}
         cols, rows = args.get("cols", 80), args.get("rows", 24)
         if not _positive_int(cols) or not _positive_int(rows):
             raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
@@ -274,7 +215,7 @@ class CommandTools:
             command=str(args.get("command") or ""),
             args=argv,
             cwd=cwd,
-            env={str(k): v for k, v in env.items()},
+            env=dict(env),
             timeout_seconds=timeout,
             shell=bool(args.get("shell")),
             watch=WatchSpec(
@@ -327,22 +268,18 @@ class CommandTools:
 
     async def _write(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         state = await self._owned(session, args)
-        data = args.get("input")
-        if not isinstance(data, str):
-            raise UsageError("input must be a string")
-        message = await self._request(
-            state, {"op": "write", "data": base64.b64encode(data.encode()).decode()}
-        )
+        data: str = args["input"]
+        message = await self._request(state, owner_link.Write(data=base64.b64encode(data.encode()).decode()))
         return {"ok": True, "message": message}
 
     async def _interrupt(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         state = await self._owned(session, args)
-        return {"ok": True, "message": await self._request(state, {"op": "interrupt"})}
+        return {"ok": True, "message": await self._request(state, owner_link.Interrupt())}
 
     async def _terminate(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
         state = await self._owned(session, args)
         remove = bool(args.get("remove"))
-        message = await self._request(state, {"op": "terminate", "remove": remove})
+        message = await self._request(state, owner_link.Terminate(remove=remove))
         out: dict[str, Any] = {"ok": True, "message": message, "removed": remove}
         fresh = None if remove else await service.load_state(self.store, state.id)
         if fresh is not None:
@@ -360,7 +297,7 @@ class CommandTools:
         if not _positive_int(cols) or not _positive_int(rows):
             raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
         state = await self._owned(session, args)
-        message = await self._request(state, {"op": "resize", "cols": int(cols), "rows": int(rows)})
+        message = await self._request(state, owner_link.Resize(cols=int(cols), rows=int(rows)))
         return {"ok": True, "message": message}
 
     async def _watch(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
@@ -368,7 +305,7 @@ class CommandTools:
         if not state.running:
             raise CommandStateError(f"Command is {state.status}; watch is meaningless after exit.")
         if args.get("clear"):
-            return {"ok": True, "message": await self._request(state, {"op": "watch", "clear": True})}
+            return {"ok": True, "message": await self._request(state, owner_link.Watch(clear=True))}
         spec = WatchSpec(
             filter=str(args.get("watch_filter") or ""),
             until=str(args.get("watch_until") or ""),
@@ -376,13 +313,9 @@ class CommandTools:
             until_action=args.get("watch_until_action") or "stop",
         )
         validate_watch(spec)  # before the owner is asked: a bad watch leaves the previous one untouched
-        request = {
-            "op": "watch",
-            "filter": spec.filter,
-            "until": spec.until,
-            "ignore_case": spec.ignore_case,
-            "until_action": spec.until_action,
-        }
+        request = owner_link.Watch(
+            filter=spec.filter, until=spec.until, ignore_case=spec.ignore_case, until_action=spec.until_action
+        )
         return {"ok": True, "message": await self._request(state, request)}
 
     async def _await(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:

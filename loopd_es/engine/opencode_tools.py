@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
 from .tool_api import CONFIG_NAME
 
@@ -65,14 +65,6 @@ export default tool({{
 }})
 """
 
-_ZOD = {
-    "string": "tool.schema.string()",
-    "number": "tool.schema.number()",
-    "boolean": "tool.schema.boolean()",
-    "array": "tool.schema.array(tool.schema.string())",
-    "record": "tool.schema.record(tool.schema.string(), tool.schema.string())",
-}
-
 # The reference asks OpenCode for ``bash`` permission before a command starts: the argv as the pattern, the
 # program as what "always" allows. A refusal throws inside OpenCode, so nothing reaches the engine.
 _ASK = """    await context.ask({{
@@ -85,17 +77,58 @@ _ASK = """    await context.ask({{
 
 
 def render(spec: ToolSpec) -> str:
-    """The TypeScript source of one tool."""
+    """The TypeScript source of one tool: its zod arguments are the tool's Struct's JSON schema, in zod."""
+    required = set(spec.required())
     lines = []
-    for name, (kind, required, description) in spec.args.items():
-        zod = _ZOD[kind] + ("" if required else ".optional()")
-        if description:
-            zod += f".describe({json.dumps(description)})"
+    for name, schema in spec.properties().items():
+        zod = zod_of(schema) + ("" if name in required else ".optional()")
+        if schema.get("description"):
+            zod += f".describe({json.dumps(schema['description'])})"
         lines.append(f"    {name}: {zod},")
     ask = "" if spec.asks is None else _ASK.format(permission=json.dumps(spec.asks))
     return _TEMPLATE.format(
         description=json.dumps(spec.description), args="\n".join(lines), name=json.dumps(spec.name), ask=ask
     )
+
+
+_BOUNDS: Final = (  # JSON schema keyword -> zod method, for numbers, strings and arrays alike
+    ("minimum", "min"),
+    ("maximum", "max"),
+    ("exclusiveMinimum", "gt"),
+    ("exclusiveMaximum", "lt"),
+    ("minLength", "min"),
+    ("maxLength", "max"),
+    ("minItems", "min"),
+    ("maxItems", "max"),
+)
+
+
+def zod_of(schema: dict[str, Any]) -> str:
+    """The zod expression (over OpenCode's ``tool.schema``) for one argument's JSON schema.
+
+    :raises ValueError: for a schema shape no tool argument uses (a new one must be added here, not guessed).
+    """
+    kind = schema.get("type")
+    if "enum" in schema:
+        out = f"tool.schema.enum({json.dumps(schema['enum'])})"
+    elif kind == "string":
+        out = "tool.schema.string()"
+    elif kind == "integer":
+        out = "tool.schema.number().int()"
+    elif kind == "number":
+        out = "tool.schema.number()"
+    elif kind == "boolean":
+        out = "tool.schema.boolean()"
+    elif kind == "array":
+        out = f"tool.schema.array({zod_of(schema['items'])})"
+    elif kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        out = f"tool.schema.record(tool.schema.string(), {zod_of(schema['additionalProperties'])})"
+    else:
+        raise ValueError(f"no zod form for the JSON schema {schema!r}")
+    for keyword, method in _BOUNDS:
+        if keyword in schema:
+            out += f".{method}({json.dumps(schema[keyword])})"
+    return out
 
 
 def install(project: Path, config: ToolApiConfig, specs: list[ToolSpec]) -> list[Path]:

@@ -23,15 +23,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
+from msgspec import UnsetType
 
 from ..app.goal_index import GoalIndex
 from ..domain.rules import RuleError
 from ..errors import LoopdError, UsageError
+from . import tool_args as a
 from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandTools
 from .operations import Operations, Result
+from .tool_replies import (
+    CreatedReply,
+    CreateFailedReply,
+    GoalList,
+    create_failed_reply,
+    created_reply,
+    goal_row,
+    reply_of,
+)
 from .tool_roles import CALLER, caller_of, role_refusal
 from .tool_server import Handler, socket_path
-from .tool_spec import ToolSpec
+from .tool_spec import ToolArgs, ToolArgsError, ToolSpec
 from .tool_titles import title_for
 
 if TYPE_CHECKING:
@@ -51,107 +62,52 @@ WORKER_TOOLS: Final = (
         "get_goal",
         "worker",
         "Get the background goal this session is working on: objective, progress, budgets, blocker.",
-        {},
     ),
     ToolSpec(
-        "report_goal_progress",
-        "worker",
-        "Record progress on your background goal.",
-        {
-            "summary": ("string", True, "what was done"),
-            "next": ("string", False, "what comes next"),
-        },
+        "report_goal_progress", "worker", "Record progress on your background goal.", a.ReportProgressArgs
     ),
     ToolSpec(
         "complete_goal",
         "worker",
         "Claim your background goal is complete; its checks run before it is accepted.",
-        {
-            "summary": ("string", True, "what was achieved"),
-            "evidence": ("string", True, "how it was verified"),
-        },
+        a.CompleteArgs,
     ),
-    ToolSpec(
-        "block_goal",
-        "worker",
-        "Stop: your background goal cannot go on without help.",
-        {
-            "reason": ("string", True, "why it is blocked"),
-            "needed": ("string", True, "what is needed to go on"),
-        },
-    ),
+    ToolSpec("block_goal", "worker", "Stop: your background goal cannot go on without help.", a.BlockArgs),
 )
-_GOAL_ID = ("string", False, "the goal's id (default: your first goal that is not complete)")
 OWNER_TOOLS: Final = (
     ToolSpec(
         "loopd_create_goal",
         "owner",
         "Start a background goal: a worker session works on the objective turn "
         "after turn until its checks pass or it blocks.",
-        {
-            "name": ("string", True, "a short name"),
-            "objective": ("string", True, "what the worker must achieve"),
-            "model": ("string", False, "providerID/modelID"),
-            "agent": ("string", False, "the worker's agent"),
-            "fallbackModels": (
-                "array",
-                False,
-                "ordered providerID/modelID fallbacks for rate limits and quota",
-            ),
-            "checks": ("array", False, "shell commands that must pass before the goal completes"),
-            "checkCwd": ("string", False, "where the checks run"),
-            "costBudget": ("number", False, "dollars"),
-            "maxTurns": ("number", False, "turn limit (0 = unlimited)"),
-            "workspaceWrite": ("boolean", False, "whether the goal writes the workspace (default true)"),
-            "interactive": ("boolean", False, "manual mode: the engine starts no turns itself"),
-        },
+        a.CreateGoalArgs,
     ),
-    ToolSpec("pause_goal", "owner", "Pause one of your background goals.", {"goal_id": _GOAL_ID}),
-    ToolSpec("resume_goal", "owner", "Resume a paused goal, or retry a blocked one.", {"goal_id": _GOAL_ID}),
-    ToolSpec("clear_goal", "owner", "Remove one of your background goals for good.", {"goal_id": _GOAL_ID}),
-    ToolSpec("nudge_goal", "owner", "Start the next turn of one of your goals now.", {"goal_id": _GOAL_ID}),
+    ToolSpec("pause_goal", "owner", "Pause one of your background goals.", a.GoalTarget),
+    ToolSpec("resume_goal", "owner", "Resume a paused goal, or retry a blocked one.", a.GoalTarget),
+    ToolSpec("clear_goal", "owner", "Remove one of your background goals for good.", a.GoalTarget),
+    ToolSpec("nudge_goal", "owner", "Start the next turn of one of your goals now.", a.GoalTarget),
     ToolSpec(
         "send_goal_input",
         "owner",
         "Send text to one of your goals' worker as its next turn.",
-        {
-            "goal_id": _GOAL_ID,
-            "text": ("string", True, "what to tell the worker"),
-        },
+        a.SendInputArgs,
     ),
     ToolSpec(
         "switch_goal_identity",
         "owner",
         "Switch a goal's worker model and/or agent (deferred while it works).",
-        {
-            "goal_id": ("string", True, "the goal's id"),
-            "model": ("string", False, "providerID/modelID"),
-            "agent": ("string", False, "agent name"),
-        },
+        a.SwitchIdentityArgs,
     ),
-    ToolSpec("loopd_list_models", "owner", "List the models and agents a goal can use.", {}),
-    ToolSpec("list_background_goals", "owner", "List your background goals and their state.", {}),
-    ToolSpec("abort_goal_worker", "owner", "Abort the worker's current turn.", {"goal_id": _GOAL_ID}),
+    ToolSpec("loopd_list_models", "owner", "List the models and agents a goal can use."),
+    ToolSpec("list_background_goals", "owner", "List your background goals and their state."),
+    ToolSpec("abort_goal_worker", "owner", "Abort the worker's current turn.", a.GoalTarget),
     ToolSpec(
         "force_complete_goal",
         "owner",
         "Mark one of your goals complete without its checks.",
-        {
-            "goal_id": _GOAL_ID,
-            "summary": ("string", False, ""),
-            "evidence": ("string", False, ""),
-        },
+        a.ForceCompleteArgs,
     ),
-    ToolSpec(
-        "force_block_goal",
-        "owner",
-        "Block one of your goals.",
-        {
-            "goal_id": _GOAL_ID,
-            "reason": ("string", False, ""),
-            "needed": ("string", False, ""),
-        },
-    ),
+    ToolSpec("force_block_goal", "owner", "Block one of your goals.", a.ForceBlockArgs),
     *COMMAND_TOOLS,
 )
 TOOLS: Final = {spec.name: spec for spec in (*WORKER_TOOLS, *OWNER_TOOLS)}
@@ -192,6 +148,9 @@ class ToolApiConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One call as the tool file forwards it: the tool's name, its arguments (decoded by the tool's Struct
+    later, so a wrong argument is answered naming the tool) and OpenCode's call context."""
+
     tool: str
     args: dict[str, Any] = msgspec.field(default_factory=dict)
     context: dict[str, Any] = msgspec.field(default_factory=dict)
@@ -249,64 +208,71 @@ class ToolDispatcher:
         empty: tuple[object, ...] = (
             (None,) if command else (None, "")
         )  # "" reaches the reference's own checks
-        missing = [
-            name for name, (_, required, _) in spec.args.items() if required and call.args.get(name) in empty
-        ]
+        missing = [name for name in spec.required() if call.args.get(name) in empty]
         if missing:
             return {"ok": False, "message": f"Missing required argument(s): {', '.join(missing)}."}
+        given = {k: v for k, v in call.args.items() if v is not None}  # JSON null: the argument is absent
         try:
-            result: Result | dict[str, Any]
+            args = spec.decode(given)
+        except ToolArgsError as e:
+            return {"ok": False, "errorCode": "invalid_arguments", "message": str(e)}
+        try:
+            result: Result | dict[str, Any] | msgspec.Struct
             if command:
-                result = await self.commands.call(spec.name, session, call.args, call.context)
+                result = await self.commands.call(spec.name, session, given, call.context)
             else:
-                result = await getattr(self, "_" + spec.name)(session, call.args)
+                result = await getattr(self, "_" + spec.name)(session, args)
         except RuleError as e:
-            return {"ok": False, "message": str(e)}
+            return _refusal(str(e), e.code)
         except LoopdError as e:
             return {"ok": False, "message": str(e)}
         if isinstance(result, Result):
-            return {k: v for k, v in msgspec.to_builtins(result).items() if v not in (None, {}, "")} | {
-                "ok": result.ok
-            }
+            return reply_of(result)
+        if isinstance(result, msgspec.Struct):
+            out: dict[str, Any] = msgspec.to_builtins(result)
+            return out
         return result
 
     # -- worker tools --------------------------------------------------------------------------------
 
-    async def _get_goal(self, session: str, args: dict[str, Any]) -> Result:
+    async def _get_goal(self, session: str, args: ToolArgs) -> Result:
         result = await self._ops(session).get_goal(session)
         if not result.ok:
             return Result(ok=False, message=result.message, status="none")
         return result
 
-    async def _report_goal_progress(self, session: str, args: dict[str, Any]) -> Result:
-        return await self._ops(session).report_progress(session, str(args["summary"]), _opt(args, "next"))
+    async def _report_goal_progress(self, session: str, args: a.ReportProgressArgs) -> Result:
+        return await self._ops(session).report_progress(session, args.summary, _opt(args.next))
 
-    async def _complete_goal(self, session: str, args: dict[str, Any]) -> Result:
-        return await self._ops(session).complete(session, str(args["summary"]), str(args["evidence"]))
+    async def _complete_goal(self, session: str, args: a.CompleteArgs) -> Result:
+        return await self._ops(session).complete(session, args.summary, args.evidence)
 
-    async def _block_goal(self, session: str, args: dict[str, Any]) -> Result:
-        return await self._ops(session).block(session, str(args["reason"]), str(args["needed"]))
+    async def _block_goal(self, session: str, args: a.BlockArgs) -> Result:
+        return await self._ops(session).block(session, args.reason, args.needed)
 
     # -- owner tools ---------------------------------------------------------------------------------
 
-    async def _loopd_create_goal(self, session: str, args: dict[str, Any]) -> Result:
-        config: dict[str, Any] = {}
-        for arg, field, kind in _CREATE_ARGS:
-            if args.get(arg) is not None:
-                value = args[arg]
-                config[field] = tuple(str(v) for v in value) if kind is tuple else kind(value)
-        return await self._ops(session).create(str(args["name"]), str(args["objective"]), **config)
+    async def _loopd_create_goal(
+        self, session: str, args: a.CreateGoalArgs
+    ) -> CreatedReply | CreateFailedReply | Result:
+        ops = self._ops(session)
+        result = await ops.create(args.name, args.objective, **args.options())
+        if result.goal_id is None:
+            return result
+        if not result.ok:
+            return create_failed_reply(result)
+        return created_reply(result, await ops.service.load(result.goal_id))
 
     async def _owned(
         self,
         session: str,
-        args: dict[str, Any],
+        args: a.GoalTarget | a.SwitchIdentityArgs,
         *,
         want: Callable[[GoalState], bool] | None = None,
         missing: str = "No matching active goal for this session.",
     ) -> GoalState:
         goals = await self._ops(session).service.goals_of_owner(session)
-        goal_id = args.get("goal_id")
+        goal_id = args.goal_id or None
         if goal_id:
             found = next((g for g in goals if g.goal_id == goal_id and g.owner_session_id == session), None)
         else:
@@ -316,10 +282,10 @@ class ToolDispatcher:
             raise RuleError(missing)
         return found
 
-    async def _pause_goal(self, session: str, args: dict[str, Any]) -> Result:
+    async def _pause_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).pause((await self._owned(session, args)).goal_id)
 
-    async def _resume_goal(self, session: str, args: dict[str, Any]) -> Result:
+    async def _resume_goal(self, session: str, args: a.GoalTarget) -> Result:
         goal = await self._owned(
             session,
             args,
@@ -329,73 +295,48 @@ class ToolDispatcher:
         ops = self._ops(session)
         return await (ops.retry(goal.goal_id) if goal.status == "blocked" else ops.resume(goal.goal_id))
 
-    async def _clear_goal(self, session: str, args: dict[str, Any]) -> Result:
+    async def _clear_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).clear((await self._owned(session, args)).goal_id)
 
-    async def _nudge_goal(self, session: str, args: dict[str, Any]) -> Result:
+    async def _nudge_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).nudge((await self._owned(session, args)).goal_id)
 
-    async def _send_goal_input(self, session: str, args: dict[str, Any]) -> Result:
-        return await self._ops(session).send((await self._owned(session, args)).goal_id, str(args["text"]))
+    async def _send_goal_input(self, session: str, args: a.SendInputArgs) -> Result:
+        return await self._ops(session).send((await self._owned(session, args)).goal_id, args.text)
 
-    async def _switch_goal_identity(self, session: str, args: dict[str, Any]) -> Result:
-        model, agent = _opt(args, "model"), _opt(args, "agent")
+    async def _switch_goal_identity(self, session: str, args: a.SwitchIdentityArgs) -> Result:
+        model, agent = _opt(args.model), _opt(args.agent)
         if model is None and agent is None:
             raise RuleError("At least one of model or agent is required.")
         goal = await self._owned(session, args)
         return await self._ops(session).switch_identity(goal.goal_id, model=model, agent=agent)
 
-    async def _loopd_list_models(self, session: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def _loopd_list_models(self, session: str, args: ToolArgs) -> dict[str, Any]:
         models, agents = await self.host.list_models(), await self.host.list_agents()
         return {"ok": True, **msgspec.to_builtins(models), "agents": list(agents.names())}
 
-    async def _list_background_goals(self, session: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def _list_background_goals(self, session: str, args: ToolArgs) -> GoalList:
         goals = await self._ops(session).service.goals_of_owner(session)
-        return {
-            "ok": True,
-            "goals": [
-                {
-                    "id": g.goal_id,
-                    "name": g.name,
-                    "status": g.status,
-                    "phase": g.phase,
-                    "model": g.config.model,
-                    "agent": g.config.agent,
-                }
-                for g in goals
-            ],
-        }
+        return GoalList(ok=True, goals=[goal_row(g) for g in goals])
 
-    async def _abort_goal_worker(self, session: str, args: dict[str, Any]) -> Result:
+    async def _abort_goal_worker(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).abort_worker((await self._owned(session, args)).goal_id)
 
-    async def _force_complete_goal(self, session: str, args: dict[str, Any]) -> Result:
+    async def _force_complete_goal(self, session: str, args: a.ForceCompleteArgs) -> Result:
         goal = await self._owned(session, args)
-        return await self._ops(session).force_complete(
-            goal.goal_id, _opt(args, "summary"), _opt(args, "evidence")
-        )
+        return await self._ops(session).force_complete(goal.goal_id, _opt(args.summary), _opt(args.evidence))
 
-    async def _force_block_goal(self, session: str, args: dict[str, Any]) -> Result:
+    async def _force_block_goal(self, session: str, args: a.ForceBlockArgs) -> Result:
         goal = await self._owned(session, args)
-        return await self._ops(session).force_block(goal.goal_id, _opt(args, "reason"), _opt(args, "needed"))
+        return await self._ops(session).force_block(goal.goal_id, _opt(args.reason), _opt(args.needed))
 
 
-_CREATE_ARGS: Final[tuple[tuple[str, str, Any], ...]] = (
-    ("model", "model", str),
-    ("agent", "agent", str),
-    ("fallbackModels", "fallback_models", tuple),
-    ("checks", "checks", tuple),
-    ("checkCwd", "check_cwd", str),
-    ("costBudget", "cost_budget", float),
-    ("maxTurns", "max_turns", int),
-    ("workspaceWrite", "workspace_write", bool),
-    ("interactive", "interactive", bool),
-)
+def _opt(value: str | UnsetType) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
-def _opt(args: dict[str, Any], name: str) -> str | None:
-    value = args.get(name)
-    return None if value in (None, "") else str(value)
+def _refusal(message: str, code: str | None) -> dict[str, Any]:
+    return {"ok": False, "message": message} | ({"errorCode": code} if code else {})
 
 
 # -- the route the tool server hands us ---------------------------------------------------------------

@@ -40,7 +40,7 @@ def title_for(tool: str, reply: dict[str, Any]) -> str | None:
     if tool == "loopd_create_goal":
         if ok:
             return "Goal created"
-        return "Goal creation failed" if reply.get("goal_id") else "Goal not created"
+        return "Goal creation failed" if reply.get("goalID") else "Goal not created"
     if tool in _OWNER:
         return _owner_title(tool, ok, str(reply.get("message") or ""))
     if tool == "list_background_goals":

@@ -20,6 +20,7 @@ __all__ = (
     "HostConfigError",
     "HostError",
     "HostRejectedError",
+    "HostReplyError",
     "HostStateError",
     "HostTimeoutError",
     "HostUnavailableError",
@@ -50,6 +51,19 @@ class HostUnavailableError(HostError):
 
     reason: ClassVar[str] = "unavailable"
     _what: ClassVar[str] = "the host is unreachable"
+
+
+class HostReplyError(HostUnavailableError):
+    """Raised when the host answered in a shape this engine does not read (a field of another type).
+
+    The message names the field (msgspec's path, no value from the reply), so it is safe to show.
+    """
+
+    reason: ClassVar[str] = "bad-reply"
+
+    def __init__(self, operation: str, problem: str, *, session_id: str | None = None) -> None:
+        self._what = f"the host answered in an unexpected shape: {problem}"  # type: ignore[misc]
+        super().__init__(operation, session_id=session_id, detail=problem)
 
 
 class HostTimeoutError(HostUnavailableError):

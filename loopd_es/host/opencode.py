@@ -31,13 +31,14 @@ import os
 import time
 from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import anyio
 import httpx
 import httpx_sse
 import msgspec
 
+from . import opencode_json as j
 from .base import (
     AgentCatalog,
     AgentInfo,
@@ -54,6 +55,7 @@ from .errors import (
     HostConfigError,
     HostError,
     HostRejectedError,
+    HostReplyError,
     HostTimeoutError,
     HostUnavailableError,
     SessionNotFoundError,
@@ -64,6 +66,7 @@ from .opencode_events import transcript_message, translate_event
 if TYPE_CHECKING:
     from .events import AnyHostEvent, TranscriptMessage
 
+T = TypeVar("T")
 log = logging.getLogger("loopd_es.host.opencode")
 
 PASSWORD_ENVS: Final = ("LOOPD_ES_OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD")
@@ -107,7 +110,7 @@ class OpenCodeHost:
         self._last_activity: dict[str, float] = {}
         self._open_tools: dict[str, set[str]] = {}
         self._users: set[str] = set()
-        self._statuses: tuple[float, dict[str, Any]] | None = None
+        self._statuses: tuple[float, dict[str, j.StatusInfo]] | None = None
         self._alive: dict[str, float] = {}
         self._streamed: dict[str, SessionStatus] | None = None
         """Each session's latest status as told on the ``/event`` stream being read (``None``: no stream)."""
@@ -132,8 +135,11 @@ class OpenCodeHost:
 
     async def _call(
         self, operation: str, method: str, path: str, *, session_id: str | None = None, **kwargs: Any
-    ) -> Any:
-        """One request; host errors translated here and only here (a 404 on a session path: no such session)."""
+    ) -> bytes | None:
+        """One request; host errors translated here and only here (a 404 on a session path: no such session).
+
+        Returns the reply's body (``None`` when empty); :meth:`_read` decodes it into a Struct.
+        """
         if method != "GET":
             self._statuses = None  # a prompt, abort or summary may change what the status map says
             if session_id is not None and self._streamed is not None:
@@ -154,7 +160,30 @@ class OpenCodeHost:
             )
         if reply.status_code == 204 or not reply.content:
             return None
-        return reply.json()
+        return reply.content
+
+    async def _read(
+        self,
+        into: type[T],
+        operation: str,
+        method: str,
+        path: str,
+        *,
+        session_id: str | None = None,
+        empty: T | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """:meth:`_call`, its reply decoded strictly as ``into`` (``empty`` when there is none, if given).
+
+        :raises HostReplyError: naming the field when OpenCode answered something else.
+        """
+        body = await self._call(operation, method, path, session_id=session_id, **kwargs)
+        if body is None and empty is not None:
+            return empty
+        try:
+            return msgspec.json.decode(body or b"null", type=into)
+        except msgspec.DecodeError as e:
+            raise HostReplyError(operation, str(e), session_id=session_id) from None
 
     # -- sessions -------------------------------------------------------------------------------------
 
@@ -169,10 +198,8 @@ class OpenCodeHost:
         if agent is not None:
             await self._check_agent("create", None, agent)
             body["agent"] = agent
-        info = await self._call("create", "POST", "/session", json=body)
-        return SessionIdentity(
-            session_id=info["id"], model=model or _model_of(info), agent=agent or info.get("agent")
-        )
+        info = await self._read(j.SessionInfo, "create", "POST", "/session", json=body)
+        return SessionIdentity(session_id=info.id, model=model or _model_of(info), agent=agent or info.agent)
 
     async def prompt(
         self,
@@ -223,9 +250,12 @@ class OpenCodeHost:
             status = self._streamed.get(session_id) if self._streamed is not None else None
             if status is None:
                 if self._statuses is None or now - self._statuses[0] > STATUS_TTL_S:
-                    self._statuses = (now, await self._call("status", "GET", "/session/status") or {})
+                    statuses = await self._read(
+                        dict[str, j.StatusInfo], "status", "GET", "/session/status", empty={}
+                    )
+                    self._statuses = (now, statuses)
                 entry = self._statuses[1].get(session_id)
-                status = "idle" if entry is None else _status_kind(entry.get("type"))
+                status = "idle" if entry is None else _status_kind(entry.type)
             # idle is also what a missing session looks like: only GET /session/{id} tells them apart
             if status == "idle" and now - self._alive.get(session_id, -math.inf) > ALIVE_TTL_S:
                 await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
@@ -244,8 +274,10 @@ class OpenCodeHost:
         await self._call("abort", "POST", f"/session/{session_id}/abort", session_id=session_id)
 
     async def session_identity(self, session_id: str) -> SessionIdentity:
-        info = await self._call("identity", "GET", f"/session/{session_id}", session_id=session_id)
-        return SessionIdentity(session_id=session_id, model=_model_of(info), agent=info.get("agent"))
+        info = await self._read(
+            j.SessionInfo, "identity", "GET", f"/session/{session_id}", session_id=session_id
+        )
+        return SessionIdentity(session_id=session_id, model=_model_of(info), agent=info.agent)
 
     async def compact(self, session_id: str, *, model: str | None = None) -> None:
         if model is None:
@@ -264,14 +296,16 @@ class OpenCodeHost:
         )
 
     async def messages(self, session_id: str, *, limit: int = 200) -> list[TranscriptMessage]:
-        rows = await self._call(
+        rows = await self._read(
+            list[j.MessageRow],
             "messages",
             "GET",
             f"/session/{session_id}/message",
             session_id=session_id,
             params={"limit": limit},
+            empty=[],
         )
-        return [transcript_message(row.get("info") or {}, row.get("parts") or []) for row in rows or []]
+        return [transcript_message(row.info, row.parts) for row in rows]
 
     async def _has_message(self, session_id: str, message_id: str) -> bool:
         """Whether the session holds the message with this id: asked by id (``GET .../message/{id}``), so a
@@ -305,7 +339,7 @@ class OpenCodeHost:
     async def list_models(self) -> ModelCatalog:
         now = _now()
         try:
-            reply = await self._call("list_models", "GET", "/provider")
+            reply = await self._read(j.Providers, "list_models", "GET", "/provider")
         except HostError:
             return ModelCatalog(
                 capability="unavailable",
@@ -314,23 +348,22 @@ class OpenCodeHost:
                 switching="next-prompt",
                 quota=QuotaReport(source=self.url, observed_at=now),
             )
-        connected = set(reply.get("connected") or [])
+        connected = set(reply.connected)
         providers, models = [], []
-        for provider in reply.get("all") or []:
-            pid = provider.get("id", "")
+        for provider in reply.all:
+            pid = provider.id
             providers.append(
-                ProviderInfo(provider_id=pid, name=provider.get("name") or pid, connected=pid in connected)
+                ProviderInfo(provider_id=pid, name=provider.name or pid, connected=pid in connected)
             )
-            for model_id, model in (provider.get("models") or {}).items():
-                limit = model.get("limit") or {}
+            for model_id, model in provider.models.items():
                 models.append(
                     ModelInfo(
                         provider_id=pid,
                         model_id=model_id,
-                        name=model.get("name") or model_id,
+                        name=model.name or model_id,
                         usable=pid in connected,
-                        context_limit=limit.get("context"),
-                        output_limit=limit.get("output"),
+                        context_limit=model.limit.context,
+                        output_limit=model.limit.output,
                     )
                 )
         return ModelCatalog(
@@ -346,15 +379,15 @@ class OpenCodeHost:
     async def list_agents(self) -> AgentCatalog:
         now = _now()
         try:
-            reply = await self._call("list_agents", "GET", "/agent")
+            reply = await self._read(list[j.AgentEntry], "list_agents", "GET", "/agent", empty=[])
         except HostError:
             return AgentCatalog(
                 capability="unavailable", source=self.url, observed_at=now, switching="next-prompt"
             )
         agents = tuple(
-            AgentInfo(name=a["name"], mode=a.get("mode") or "primary", description=a.get("description"))
-            for a in reply or []
-            if not a.get("hidden") and a.get("mode") in ("primary", "subagent", "all", None)
+            AgentInfo(name=a.name, mode=_AGENT_MODES[a.mode or "primary"], description=a.description)
+            for a in reply
+            if not a.hidden and (a.mode or "primary") in _AGENT_MODES
         )
         return AgentCatalog(
             capability="supported", source=self.url, observed_at=now, switching="next-prompt", agents=agents
@@ -429,24 +462,30 @@ class OpenCodeHost:
                 delay = min(delay * 2, 5.0)
 
     async def _translate(self, data: str) -> list[AnyHostEvent]:
+        """One ``/event`` payload as host events; one that does not decode is logged (naming the field) and
+        dropped, so one odd event never stops the stream."""
         try:
-            raw = msgspec.json.decode(data)
-        except msgspec.DecodeError:
+            raw = msgspec.json.decode(data, type=j.BusEvent)
+            kind = raw.type
+            props = msgspec.json.decode(raw.properties)
+            if not isinstance(props, dict):
+                raise msgspec.ValidationError(
+                    f"Expected `object`, got `{type(props).__name__}` - at `$.properties`"
+                )
+            if kind == "permission.asked":
+                await self._answer_permission(j.convert(props, j.PermissionProps))
+                return []
+            session_id = props.get("sessionID")
+            if not isinstance(session_id, str):
+                return []
+            if self._streamed is not None:
+                self._told(kind, props, session_id, self._streamed)
+            translated = translate_event(
+                kind, props, self._open_tools, self._activity(kind, session_id), self._users
+            )
+        except msgspec.DecodeError as e:
+            log.warning("OpenCode sent an event this engine cannot read, dropped: %s", e)
             return []
-        if not isinstance(raw, dict):
-            return []
-        kind, props = raw.get("type"), raw.get("properties") or {}
-        if kind == "permission.asked":
-            await self._answer_permission(props)
-            return []
-        session_id = props.get("sessionID")
-        if not isinstance(session_id, str):
-            return []
-        if self._streamed is not None:
-            self._told(kind, props, session_id, self._streamed)
-        translated = translate_event(
-            kind, props, self._open_tools, self._activity(kind, session_id), self._users
-        )
         return [self._stamp(event) for event in translated]
 
     def _told(
@@ -456,7 +495,7 @@ class OpenCodeHost:
         if kind == "session.idle":
             streamed[session_id] = "idle"
         elif kind == "session.status":
-            status = _status_kind((props.get("status") or {}).get("type"))
+            status = _status_kind(j.convert(props, j.StatusProps).status.type)
             if status == "unknown":  # a kind this adapter does not know: ask the status map instead
                 streamed.pop(session_id, None)
             else:
@@ -479,9 +518,9 @@ class OpenCodeHost:
         self._seq += 1
         return msgspec.structs.replace(event, seq=self._seq)
 
-    async def _answer_permission(self, props: dict[str, Any]) -> None:
-        request_id = props.get("id")
-        if not isinstance(request_id, str):
+    async def _answer_permission(self, props: j.PermissionProps) -> None:
+        request_id = props.id
+        if request_id is None:
             return
         reply = "once" if self.permission == "allow" else "reject"
         with contextlib.suppress(HostError):
@@ -489,8 +528,8 @@ class OpenCodeHost:
         log.info(
             "answered OpenCode permission %s (%s) for session %s: %s",
             request_id,
-            props.get("permission"),
-            props.get("sessionID"),
+            props.permission,
+            props.sessionID,
             reply,
         )
 
@@ -506,6 +545,13 @@ def _message_id(prompt_id: str) -> str:
     return "msg_" + hashlib.sha256(prompt_id.encode()).hexdigest()[:26]
 
 
+_AGENT_MODES: Final[dict[str, Literal["primary", "subagent", "all"]]] = {
+    "primary": "primary",
+    "subagent": "subagent",
+    "all": "all",
+}
+
+
 def _status_kind(kind: object) -> SessionStatus:
     return kind if kind in ("busy", "retry", "idle") else "unknown"
 
@@ -517,10 +563,8 @@ def _split_model(model: str) -> tuple[str, str]:
     return provider, model_id
 
 
-def _model_of(info: dict[str, Any]) -> str | None:
-    model = info.get("model") or {}
-    provider, model_id = model.get("providerID"), model.get("id") or model.get("modelID")
-    return f"{provider}/{model_id}" if provider and model_id else None
+def _model_of(info: j.SessionInfo) -> str | None:
+    return info.model.ref() if info.model is not None else None
 
 
 def _now() -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from . import opencode_json as j
 from .events import (
     AnyHostEvent,
     MessageUpdated,
@@ -36,50 +37,53 @@ def translate_event(
 
     ``open_tools`` (session → call ids) turns tool-part state updates into one start and one end per call;
     ``seen_users`` (user message ids) lets a prompt appear once.
+
+    :raises msgspec.ValidationError: naming the field when the event's properties are not what OpenCode sends.
     """
-    session_id = str(props.get("sessionID"))
-    if kind == "session.idle":
-        return [SessionIdle(session_id=session_id)]
-    if kind == "session.status":
-        detail = props.get("status") or {}
-        status = detail.get("type")
-        if status == "retry":
+    if kind not in _READ:
+        return []
+    read = j.convert(props, j.PROPS.get(str(kind), j.SessionProps))
+    session_id = read.sessionID
+    if isinstance(read, j.StatusProps):
+        detail = read.status
+        if detail.type == "retry":
             return [
                 SessionStatusChanged(
                     session_id=session_id,
                     status="retry",
-                    message=_str_or_none(detail.get("message")),
-                    attempt=_int_or_none(detail.get("attempt")),
-                    next_at_ms=_int_or_none(detail.get("next")),
+                    message=detail.message,
+                    attempt=_int_or_none(detail.attempt),
+                    next_at_ms=_int_or_none(detail.next),
                 )
             ]
-        if status in ("idle", "busy"):
-            return [SessionStatusChanged(session_id=session_id, status=status)]
+        if detail.type in ("idle", "busy"):
+            return [
+                SessionStatusChanged(
+                    session_id=session_id, status="idle" if detail.type == "idle" else "busy"
+                )
+            ]
         return []
-    if kind == "session.error":
-        return [SessionError(session_id=session_id, error=normalise_error(props.get("error") or {}))]
-    if kind == "session.compacted":
-        return [SessionCompacted(session_id=session_id)]
-    if kind == "message.updated":
-        info = props.get("info") or {}
-        if info.get("role") not in ("user", "assistant"):
+    if isinstance(read, j.ErrorProps):
+        return [SessionError(session_id=session_id, error=normalise_error(read.error))]
+    if isinstance(read, j.MessageProps):
+        info = read.info
+        if info.role not in ("user", "assistant"):
             return []
-        if info.get("role") == "user" and seen_users is not None:
+        if info.role == "user" and seen_users is not None:
             # a prompt appears once; OpenCode updates it again after the turn (its diff summary), which is
             # not the worker doing anything and must not count as activity after the idle
-            message_id = str(info.get("id", ""))
-            if message_id in seen_users:
+            if info.id in seen_users:
                 return []
             if len(seen_users) > 10_000:
                 seen_users.clear()
-            seen_users.add(message_id)
+            seen_users.add(info.id)
         return [MessageUpdated(session_id=session_id, message=transcript_message(info, []))]
-    if kind == "message.part.updated":
-        part = props.get("part") or {}
-        if part.get("type") != "tool":
+    if isinstance(read, j.PartProps):
+        part = read.part
+        if part.type != "tool":
             return []
-        call_id = str(part.get("callID") or part.get("id"))
-        status = (part.get("state") or {}).get("status")
+        call_id = str(part.callID or part.id)
+        status = part.state.status
         calls = open_tools.setdefault(session_id, set())
         if status in ("pending", "running") and call_id not in calls:
             calls.add(call_id)
@@ -88,9 +92,26 @@ def translate_event(
             calls.discard(call_id)
             return [ToolCallEnded(session_id=session_id, call_id=call_id)]
         return []
+    if kind == "session.idle":
+        return [SessionIdle(session_id=session_id)]
+    if kind == "session.compacted":
+        return [SessionCompacted(session_id=session_id)]
     if kind == "message.part.delta" and activity:
         return [SessionStatusChanged(session_id=session_id, status="busy")]
     return []
+
+
+_READ = frozenset(
+    {
+        "session.idle",
+        "session.status",
+        "session.error",
+        "session.compacted",
+        "message.updated",
+        "message.part.updated",
+        "message.part.delta",
+    }
+)
 
 
 def normalise_error(error: dict[str, Any]) -> dict[str, Any]:
@@ -118,46 +139,35 @@ def normalise_error(error: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def transcript_message(info: dict[str, Any], parts: list[dict[str, Any]]) -> TranscriptMessage:
-    times = info.get("time") or {}
-    tokens = info.get("tokens") or {}
-    cache = tokens.get("cache") or {}
-    created, completed = times.get("created"), times.get("completed")
+def transcript_message(info: j.MessageInfo, parts: list[j.Part]) -> TranscriptMessage:
+    """One message of a worker's transcript, with its usage (OpenCode's token counts are JavaScript numbers)."""
+    times, tokens = info.time, info.tokens
+    created, completed = times.created, times.completed
     return TranscriptMessage(
-        message_id=str(info.get("id", "")),
-        role="assistant" if info.get("role") == "assistant" else "user",
-        parent_id=info.get("parentID"),
+        message_id=info.id,
+        role="assistant" if info.role == "assistant" else "user",
+        parent_id=info.parentID,
         completed=completed is not None,
         created_at=_iso(created),
-        input=int(tokens.get("input") or 0),
-        output=int(tokens.get("output") or 0),
-        reasoning=int(tokens.get("reasoning") or 0),
-        cache_read=int(cache.get("read") or 0),
-        cache_write=int(cache.get("write") or 0),
-        cost=float(info.get("cost") or 0.0),
-        duration_ms=float(completed - created)
-        if isinstance(created, int | float) and isinstance(completed, int | float)
-        else 0.0,
-        text="".join(str(p.get("text", "")) for p in parts if p.get("type") == "text"),
-        finish=_str_or_none(info.get("finish")),
-        error=_error_name(info.get("error")),
-        tools_running=sum(
-            1
-            for p in parts
-            if p.get("type") == "tool" and (p.get("state") or {}).get("status") in ("pending", "running")
-        ),
+        input=round(tokens.input),
+        output=round(tokens.output),
+        reasoning=round(tokens.reasoning),
+        cache_read=round(tokens.cache.read),
+        cache_write=round(tokens.cache.write),
+        cost=float(info.cost),
+        duration_ms=float(completed - created) if created is not None and completed is not None else 0.0,
+        text="".join(p.text or "" for p in parts if p.type == "text"),
+        finish=info.finish,
+        error=_error_name(info.error),
+        tools_running=sum(1 for p in parts if p.type == "tool" and p.state.status in ("pending", "running")),
     )
 
 
-def _error_name(error: object) -> str | None:
+def _error_name(error: dict[str, Any] | None) -> str | None:
     if not error:
         return None
-    name = error.get("name") if isinstance(error, dict) else None
+    name = error.get("name")
     return name if isinstance(name, str) and name else "error"
-
-
-def _str_or_none(value: object) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _int_or_none(value: object) -> int | None:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -50,7 +50,15 @@ from ..events.command import STREAM_PREFIX, CommandStarted, WatchSpec, command_s
 from ..events.envelope import NO_STREAM, NewEvent
 from ..ids import check_id, is_valid_id
 from .outlog import stored_facts, until_matches
-from .owner_link import OWNER_CONNECT_WAIT_S, owner_request
+from .owner_link import (
+    OWNER_CONNECT_WAIT_S,
+    Kill,
+    OwnerAnswer,
+    OwnerRequest,
+    Refresh,
+    Terminate,
+    owner_request,
+)
 from .paths import CommandPaths, absolute_store_url, owner_alive, take_lock
 
 if TYPE_CHECKING:
@@ -449,7 +457,7 @@ async def request_await(
     raced = state.running
     events, state = await append_decided(store, command_id, decide, state)
     if state.running and state.await_for(goal_id) is not None:
-        await owner_request(paths, command_id, {"op": "refresh"})
+        await owner_request(paths, command_id, Refresh())
     return events, message
 
 
@@ -516,7 +524,7 @@ async def resolve_id(store: LogStore, text: str) -> str:
 
 
 async def command_request(
-    store: LogStore, paths: CommandPaths, command_id: str, request: dict[str, Any]
+    store: LogStore, paths: CommandPaths, command_id: str, request: OwnerRequest
 ) -> str:
     """Send write/interrupt/terminate/kill/resize/watch to the live owner, with the reference's messages.
 
@@ -524,8 +532,8 @@ async def command_request(
 
     :raises CommandNotFoundError, CommandStateError, UsageError: as the reference words them.
     """
-    op = str(request["op"])
-    remove = bool(request.get("remove"))
+    op = str(type(request).__struct_config__.tag)
+    remove = isinstance(request, Terminate | Kill) and request.remove
     state = await load_state(store, command_id)
     if state is None or state.removed:
         raise CommandNotFoundError()
@@ -536,15 +544,15 @@ async def command_request(
         if answer is None and op in ANSWER_WITHIN_S and state.supervisor_pid:
             direct = await _signal_directly(store, paths, state, op)
             if direct is not None:
-                answer = {"ok": True, "message": direct}
-        if answer is not None and answer.get("ok"):
-            message = str(answer["message"])
+                answer = OwnerAnswer(ok=True, message=direct)
+        if answer is not None and answer.ok:
+            message = answer.message
             if remove:
                 await remove_command(store, paths, command_id)
                 message = message.rstrip(".") + "; removed."
             return message
-        if answer is not None and answer.get("code") == 2:
-            raise UsageError(str(answer.get("message")))
+        if answer is not None and answer.code == 2:
+            raise UsageError(answer.message)
         if answer is None:
             await reconcile(store, paths, only=command_id)
             if op in _NO_HANDLE:
@@ -552,7 +560,7 @@ async def command_request(
         state = await load_state(store, command_id)
         assert state is not None
         if state.running:  # the owner refused for another reason
-            raise CommandStateError(str(answer.get("message") if answer else "no live owner"))
+            raise CommandStateError(answer.message if answer else "no live owner")
     if op == "terminate" and remove:
         try:
             await remove_command(store, paths, command_id)

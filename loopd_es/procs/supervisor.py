@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import binascii
 import json
 import logging
 import os
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
@@ -48,6 +49,22 @@ from ..events.command import CommandResized, CommandSpawned, SignalName, SignalR
 from ..events.envelope import parse_rfc3339
 from ..log import open_store
 from .outlog import OutputLog, until_matches
+from .owner_link import (
+    MAX_LINE,
+    AnyRequest,
+    Attach,
+    Interrupt,
+    Kill,
+    OwnerAnswer,
+    Refresh,
+    Resize,
+    Status,
+    Terminate,
+    Watch,
+    Write,
+    decode_request,
+    encode,
+)
 from .paths import CommandPaths, peer_uid
 from .pty import PtyChild
 from .service import DIRECT_KILL, DIRECT_TERMINATE, append_decided, load_state, reconcile, utcnow
@@ -315,10 +332,18 @@ class Supervisor:
             async with stream:
                 buffered = BufferedByteReceiveStream(stream)
                 try:
-                    request = json.loads(await buffered.receive_until(b"\n", 1 << 20))
-                except (anyio.EndOfStream, anyio.IncompleteRead, ValueError, OSError):
+                    line = await buffered.receive_until(b"\n", MAX_LINE)
+                except (anyio.EndOfStream, anyio.IncompleteRead, OSError):
                     return
-                if request.get("op") == "attach":
+                answer: OwnerAnswer
+                try:
+                    request = decode_request(line)
+                except UsageError as e:
+                    answer = OwnerAnswer(ok=False, message=str(e), code=e.exit_code)
+                    with anyio.move_on_after(5):
+                        await stream.send(encode(answer))
+                    return
+                if isinstance(request, Attach):
                     self.pending -= 1
                     try:
                         await self._attach(stream, buffered)
@@ -328,34 +353,33 @@ class Supervisor:
                 try:
                     answer = await self._dispatch(request)
                 except LoopdError as e:
-                    answer = {"ok": False, "message": str(e), "code": e.exit_code}
-                except (KeyError, TypeError, ValueError) as e:
-                    answer = {"ok": False, "message": f"bad request: {e}", "code": 2}
+                    answer = OwnerAnswer(ok=False, message=str(e), code=e.exit_code)
+                except binascii.Error as e:
+                    answer = OwnerAnswer(ok=False, message=f"bad request: data is not base64 ({e})", code=2)
                 with anyio.move_on_after(5):
-                    await stream.send(json.dumps(answer).encode() + b"\n")
+                    await stream.send(encode(answer))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass
         finally:
             self.pending -= 1
             self.idle.set()
 
-    async def _dispatch(self, r: dict[str, Any]) -> dict[str, Any]:
-        op = r["op"]
+    async def _dispatch(self, r: AnyRequest) -> OwnerAnswer:
         title = self.state.title
         child = self.child
         assert child is not None
-        if op == "status":
+        if isinstance(r, Status):
             w = self.watcher
-            return {
-                "ok": True,
-                "message": self.state.status,
-                "pid": child.pid,
-                "stream_bytes": self.out.stream_bytes,
-                "output_bytes": min(self.out.size, MAX_OUTPUT_BYTES),
-                "watch_state": w.state if w else None,
-                "dropped": w.dropped if w else 0,
-            }
-        if op == "refresh":
+            return OwnerAnswer(
+                ok=True,
+                message=self.state.status,
+                pid=child.pid,
+                stream_bytes=self.out.stream_bytes,
+                output_bytes=min(self.out.size, MAX_OUTPUT_BYTES),
+                watch_state=w.state if w else None,
+                dropped=w.dropped if w else 0,
+            )
+        if isinstance(r, Refresh):
             async with self.lock:
                 fresh = await load_state(self.store, self.id)
                 if fresh is not None:
@@ -373,68 +397,63 @@ class Supervisor:
                             decide_until_fired, goal_id=goal_id, matched=matched, tail=self.out.facts().tail
                         )
                     )
-            return {"ok": True, "message": "refreshed"}
+            return OwnerAnswer(ok=True, message="refreshed")
+        op = type(r).__struct_config__.tag
         if self.finished.is_set() or not self.state.running:
             await self.finished.wait()
-            raise _state_error(op, self.state)
-        if op == "write":
-            data = base64.b64decode(r["data"])
+            raise _state_error(str(op), self.state)
+        if isinstance(r, Write):
+            data = base64.b64decode(r.data, validate=True)
             await self.append(lambda st: decide_write(st, len(data)))
             await child.write(data)
-            return {"ok": True, "message": f'Sent {len(data)} byte(s) to "{title}".'}
-        if op == "interrupt":
+            return OwnerAnswer(ok=True, message=f'Sent {len(data)} byte(s) to "{title}".')
+        if isinstance(r, Interrupt):
             await self.append(lambda st: decide_signal(st, "SIGINT", "interrupt"))
             if not child.send_signal(signal.SIGINT):
-                return {"ok": False, "message": "Failed to deliver SIGINT.", "code": 3}
-            return {
-                "ok": True,
-                "message": f'SIGINT delivered to "{title}" (process may continue if it traps the signal).',
-            }
-        if op == "terminate":
+                return OwnerAnswer(ok=False, message="Failed to deliver SIGINT.", code=3)
+            return OwnerAnswer(
+                ok=True,
+                message=f'SIGINT delivered to "{title}" (process may continue if it traps the signal).',
+            )
+        if isinstance(r, Terminate):
             await self._terminate("terminate")
-            return {
-                "ok": True,
-                "message": f'Command "{title}" {self.state.status}.',
-                "status": self.state.status,
-            }
-        if op == "kill":
+            return OwnerAnswer(
+                ok=True, message=f'Command "{title}" {self.state.status}.', status=self.state.status
+            )
+        if isinstance(r, Kill):
             await self.append(lambda st: decide_signal(st, "SIGKILL", "kill"))
             child.send_signal(signal.SIGKILL)
             await self.finished.wait()
-            return {"ok": True, "message": f'Command "{title}" killed (SIGKILL).'}
-        if op == "resize":
-            cols, rows = int(r["cols"]), int(r["rows"])
+            return OwnerAnswer(ok=True, message=f'Command "{title}" killed (SIGKILL).')
+        if isinstance(r, Resize):
+            cols, rows = r.cols, r.rows
             validate_size(cols, rows)
             child.resize(cols, rows)
             await self.append(
                 lambda st: [CommandResized(command_id=self.id, cols=cols, rows=rows)] if st.running else []
             )
-            return {"ok": True, "message": f'Terminal resized to {cols}x{rows} for "{title}".'}
-        if op == "watch":
+            return OwnerAnswer(ok=True, message=f'Terminal resized to {cols}x{rows} for "{title}".')
+        if isinstance(r, Watch):
             spec = (
                 None
-                if r.get("clear")
+                if r.clear
                 else WatchSpec(
-                    filter=r.get("filter") or "",
-                    until=r.get("until") or "",
-                    ignore_case=bool(r.get("ignore_case")),
-                    until_action=r.get("until_action") or "stop",
+                    filter=r.filter, until=r.until, ignore_case=r.ignore_case, until_action=r.until_action
                 )
             )
             await self.append(lambda st: decide_watch(st, spec))
             self._set_watch(spec)
             if spec is None:
-                return {"ok": True, "message": f'Watch cleared for "{title}".'}
+                return OwnerAnswer(ok=True, message=f'Watch cleared for "{title}".')
             shown = (
                 (f'filter="{spec.filter}"' if spec.filter else "filter=—")
                 + "  "
                 + (f'until="{spec.until}"' if spec.until else "until=—")
             )
-            return {
-                "ok": True,
-                "message": f'Watch set for "{title}" ({shown}  action={spec.until_action}; '
-                "counters reset to active).",
-            }
+            return OwnerAnswer(
+                ok=True,
+                message=f'Watch set for "{title}" ({shown}  action={spec.until_action}; counters reset to active).',
+            )
         raise UsageError(f"unknown request {op!r}")
 
     async def _attach(self, stream: SocketStream, buffered: BufferedByteReceiveStream) -> None:

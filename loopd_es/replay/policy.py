@@ -49,8 +49,8 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True):
         """What the user should know about these settings before reading the results."""
         if "max_no_progress" in self.goal:
             return [
-                "max_no_progress: like opencode-loopd, the deciders never count turns without progress (the "
-                "count is only reset), so this limit acts only on a count imported from loopd"
+                "max_no_progress: loopd-es counts a turn that ended without reported progress (opencode-loopd "
+                "never does, so its limit never acts); a goal imported from loopd carries loopd's count"
             ]
         return []
 

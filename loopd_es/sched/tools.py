@@ -9,7 +9,10 @@ from __future__ import annotations
 import math
 import random
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
 
 from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fixed, Maintenance
@@ -21,6 +24,41 @@ from .service import append_decided, create_task, read_session
 if TYPE_CHECKING:
     from ..domain.loop.model import SessionLoops, Task
     from ..log.base import LogStore
+
+
+_Ms = Annotated[float, Meta(ge=-(2**53), le=2**53)]
+
+
+class LoopToolArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A ``loop_schedule`` / ``loop_status`` call's arguments (reference §5.1), decoded strictly: a prompt that is
+    not a string, a number that is not one, or an unknown field is refused naming the field, never coerced.
+    Messages the reference words itself (``prompt required``, ``intervalMs must be ...``) stay with the tool."""
+
+    tool: Literal["loop_schedule", "loop_status"] | UnsetType = UNSET
+    action: str | UnsetType = UNSET
+    taskId: str | UnsetType = UNSET
+    prompt: Annotated[str, Meta(max_length=100_000)] | UnsetType = UNSET
+    mode: str | UnsetType = UNSET
+    intervalMs: _Ms | UnsetType = UNSET
+    delayMs: _Ms | UnsetType = UNSET
+    nextDueAtMs: _Ms | UnsetType = UNSET
+    jitterEnabled: bool | UnsetType = UNSET
+    once: bool | UnsetType = UNSET
+    all: bool | UnsetType = UNSET
+    """Ignored, as the reference ignores it: every answer is scoped to the calling session."""
+
+
+def decode_call(call: object) -> dict[str, Any]:
+    """``call`` checked against :class:`LoopToolArgs`; the arguments it gives (``null`` counts as absent).
+
+    :raises UsageError: naming the field at fault.
+    """
+    given = {k: v for k, v in call.items() if v is not None} if isinstance(call, dict) else call
+    try:
+        args = msgspec.convert(given, type=LoopToolArgs, strict=True)
+    except msgspec.ValidationError as e:
+        raise UsageError(f"loop tool: {e}") from None
+    return {k: v for k, v in msgspec.structs.asdict(args).items() if v is not UNSET}
 
 
 def _iso(ms: float | None) -> str | None:

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from loopd_es.events.command import WatchSpec
-from loopd_es.procs import service
+from loopd_es.procs import owner_link, service
 from loopd_es.procs.paths import CommandPaths
 
 from ..unit._engine_harness import Rig, rig
@@ -87,7 +87,7 @@ async def test_exit_codes_zero_and_non_zero_each_tell_the_owner_once(bench: Benc
 async def test_a_terminated_command_and_a_cli_command_tell_nobody(bench: Bench) -> None:
     long = await bench.start("import time\nprint('up', flush=True)\ntime.sleep(30)")
     await bench.env.until(bench.r.store, long, lambda s: b"up" in bench.env.output(long))
-    await service.command_request(bench.r.store, bench.env.paths, long, {"op": "terminate"})
+    await service.command_request(bench.r.store, bench.env.paths, long, owner_link.Terminate())
     cli = await bench.start("import sys\nsys.exit(2)", owner=None)
     assert (await bench.ended(long)).status == "terminated"
     await bench.ended(cli)

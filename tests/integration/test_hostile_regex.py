@@ -71,7 +71,7 @@ async def test_read_pattern_returns_within_a_bound(env: Env, store: LogStore) ->
         expected = sum(1 for ln in env.output(cid).decode().splitlines() if pattern.search(ln))
         assert len(done.stdout.splitlines()) == expected, source
         assert took < 3 * plain + 2, (source, took, plain)
-    await service.command_request(store, env.paths, cid, {"op": "kill"})
+    await service.command_request(store, env.paths, cid, owner_link.Kill())
 
 
 @pytest.mark.anyio
@@ -80,10 +80,10 @@ async def test_watch_filter_does_not_wedge_the_owner(env: Env, store: LogStore, 
     cid = await env.start(store, "-c", ADVERSARIAL, title="adv", watch=WatchSpec(filter=source))
     await env.until(store, cid, lambda s: b"ready" in env.output(cid))
     t0 = time.monotonic()
-    live = await owner_link.owner_request(env.paths, cid, {"op": "status"}, within=10)
-    assert live is not None and live["ok"], "the owner did not answer"
+    live = await owner_link.owner_request(env.paths, cid, owner_link.Status(), within=10)
+    assert live is not None and live.ok, "the owner did not answer"
     assert time.monotonic() - t0 < 5
-    msg = await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    msg = await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert msg == 'Command "adv" terminated.'
     s = await env.state(store, cid)
     assert (s.status, s.end_reason, s.signal) == ("terminated", "terminate", "SIGTERM")
@@ -107,7 +107,9 @@ async def test_terminate_and_kill_reach_the_child_while_the_owner_loop_is_busy(
     cid = await env.start(store, "-c", child, title="busy")
     s = await env.until(store, cid, lambda s: b"STALL-NOW" in env.output(cid))
     stalled_at = time.monotonic()
-    msg = await service.command_request(store, env.paths, cid, {"op": op})
+    msg = await service.command_request(
+        store, env.paths, cid, {"terminate": owner_link.Terminate(), "kill": owner_link.Kill()}[op]
+    )
     took = time.monotonic() - stalled_at
     s = await env.until(store, cid, lambda s: not s.running, within=stall + 10)
     if op == "terminate":

@@ -137,7 +137,7 @@ async def test_owner_serves_only_its_own_user(env: Env, store: LogStore) -> None
         c.settimeout(5)
         try:
             c.connect(sock.name)
-            c.sendall(json.dumps({"op": "write", "data": typed}).encode() + b"\n")
+            c.sendall(json.dumps(owner_link.Write(data=typed)).encode() + b"\n")
             return c.recv(65536)
         except (BrokenPipeError, ConnectionResetError):
             return b""  # closed on us: the same refusal as an empty read
@@ -155,7 +155,7 @@ async def test_owner_serves_only_its_own_user(env: Env, store: LogStore) -> None
     assert b"hunter2" not in env.output(cid)
     # the owner still serves us
     assert (
-        await service.command_request(store, env.paths, cid, {"op": "kill"})
+        await service.command_request(store, env.paths, cid, owner_link.Kill())
         == 'Command "sleeper" killed (SIGKILL).'
     )
 

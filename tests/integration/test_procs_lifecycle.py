@@ -11,11 +11,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import anyio
+import msgspec
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from loopd_es.domain.command import CommandStateError
 from loopd_es.errors import UsageError
-from loopd_es.procs import service
+from loopd_es.procs import owner_link, service
 
 from .test_procs_support import PY, Env, env, run_cli, store
 
@@ -34,7 +36,7 @@ async def test_natural_exit_zero_records_output_and_pid(env: Env, store: LogStor
     assert (await env.state(store, cid)).running
     await env.until(store, cid, lambda s: s.pid is not None)
     await service.command_request(
-        store, env.paths, cid, {"op": "write", "data": base64.b64encode(b"go\n").decode()}
+        store, env.paths, cid, owner_link.Write(data=base64.b64encode(b"go\n").decode())
     )
     s = await env.until(store, cid, lambda s: not s.running)
     assert (s.status, s.end_reason, s.exit_code) == ("exited", "exit", 0)
@@ -46,7 +48,7 @@ async def test_natural_exit_zero_records_output_and_pid(env: Env, store: LogStor
 async def test_terminate_then_kill_and_a_trapping_child(env: Env, store: LogStore) -> None:
     cid = await env.start(store, "-c", SLEEPER, title="sleeper")
     await env.until(store, cid, lambda s: b"ready" in env.output(cid))
-    msg = await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    msg = await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert msg == 'Command "sleeper" terminated.'
     s = await env.state(store, cid)
     assert (s.status, s.end_reason, s.signal, s.exit_code) == ("terminated", "terminate", "SIGTERM", 143)
@@ -59,7 +61,7 @@ async def test_terminate_then_kill_and_a_trapping_child(env: Env, store: LogStor
     cid = await env.start(store, trap, title="trap")
     await env.until(store, cid, lambda s: b"ready" in env.output(cid))
     t0 = time.monotonic()
-    await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert time.monotonic() - t0 > 2.8  # the 3 s grace, then SIGKILL (a slow machine only makes it longer)
     s = await env.state(store, cid)
     assert (s.status, s.end_reason, s.signal) == ("terminated", "terminate", "SIGKILL")
@@ -69,17 +71,17 @@ async def test_terminate_then_kill_and_a_trapping_child(env: Env, store: LogStor
 async def test_kill_and_interrupt(env: Env, store: LogStore) -> None:
     cid = await env.start(store, "-c", SLEEPER, title="k")
     assert (
-        await service.command_request(store, env.paths, cid, {"op": "kill"})
+        await service.command_request(store, env.paths, cid, owner_link.Kill())
         == 'Command "k" killed (SIGKILL).'
     )
     s = await env.state(store, cid)
     assert (s.status, s.end_reason, s.signal, s.exit_code) == ("terminated", "terminate", "SIGKILL", 137)
     with pytest.raises(CommandStateError, match="^Command is terminated; nothing to kill.$"):
-        await service.command_request(store, env.paths, cid, {"op": "kill"})
+        await service.command_request(store, env.paths, cid, owner_link.Kill())
 
     cid = await env.start(store, "-c", SLEEPER, title="i")
     await env.until(store, cid, lambda s: b"ready" in env.output(cid))
-    msg = await service.command_request(store, env.paths, cid, {"op": "interrupt"})
+    msg = await service.command_request(store, env.paths, cid, owner_link.Interrupt())
     assert msg == 'SIGINT delivered to "i" (process may continue if it traps the signal).'
     s = await env.until(store, cid, lambda s: not s.running)
     assert (s.status, s.end_reason, s.signal) == ("exited", "exit", "SIGINT")
@@ -141,13 +143,13 @@ async def test_write_resize_and_attach(env: Env, store: LogStore) -> None:
         "    print('got', line.strip(), os.get_terminal_size().columns, flush=True)\n"
     )
     cid = await env.start(store, "-c", body, title="repl")
-    assert await service.command_request(
-        store, env.paths, cid, {"op": "resize", "cols": 120, "rows": 40}
-    ) == ('Terminal resized to 120x40 for "repl".')
+    assert await service.command_request(store, env.paths, cid, owner_link.Resize(cols=120, rows=40)) == (
+        'Terminal resized to 120x40 for "repl".'
+    )
     import base64
 
     data = base64.b64encode(b"abc\n").decode()
-    assert await service.command_request(store, env.paths, cid, {"op": "write", "data": data}) == (
+    assert await service.command_request(store, env.paths, cid, owner_link.Write(data=data)) == (
         'Sent 4 byte(s) to "repl".'
     )
     await env.until(store, cid, lambda s: b"got abc 120" in env.output(cid))
@@ -162,8 +164,8 @@ async def test_write_resize_and_attach(env: Env, store: LogStore) -> None:
             while b"got xyz" not in seen:
                 seen += await stream.receive()
     with pytest.raises(UsageError, match="Invalid size 0x5"):
-        await service.command_request(store, env.paths, cid, {"op": "resize", "cols": 0, "rows": 5})
-    await service.command_request(store, env.paths, cid, {"op": "terminate"})
+        await service.command_request(store, env.paths, cid, owner_link.Resize(cols=0, rows=5))
+    await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert "command.input-written" in await env.types(store, cid)
     assert "command.resized" in await env.types(store, cid)
 
@@ -209,3 +211,38 @@ def test_cli_remove_rules_and_pattern_read(env: Env, capsys: pytest.CaptureFixtu
     assert os.listdir(env.paths.root) == [] or all(
         not n.endswith(".sock") for n in os.listdir(env.paths.root)
     )
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        (b'{"op": "resize", "cols": "80", "rows": 24}', "`$.cols`"),
+        (b'{"op": "write", "data": 5}', "`$.data`"),
+        (b'{"op": "watch", "until_action": "later"}', "`$.until_action`"),
+        (b'{"op": "terminate", "remove": "yes"}', "`$.remove`"),
+        (b'{"op": "terminate", "force": true}', "`force`"),
+        (b'{"op": "format-disk"}', "`$.op`"),
+        (b'{"cols": 80}', "`op`"),
+        (b"[1, 2]", "Expected `object`, got `array`"),
+    ],
+)
+async def test_the_owner_refuses_a_malformed_request_naming_the_field(
+    env: Env, store: LogStore, raw: bytes, field: str
+) -> None:
+    """The owner-socket protocol is a tagged union of Structs: nothing is coerced, nothing reaches the child."""
+    cid = await env.start(store, "-c", SLEEPER, title="sleeper")
+    await env.until(store, cid, lambda s: b"ready" in env.output(cid))
+    before = await env.state(store, cid)
+    async with await owner_link.connect_owner(env.paths.socket(cid)) as stream:
+        await stream.send(raw + b"\n")
+        with anyio.fail_after(10):
+            line = await BufferedByteReceiveStream(stream).receive_until(b"\n", 1 << 16)
+    answer = msgspec.json.decode(line, type=owner_link.OwnerAnswer)
+    assert (answer.ok, answer.code) == (False, 2) and field in answer.message, answer
+    after = await env.state(store, cid)
+    assert after.running and (after.cols, after.rows, after.input_bytes) == (
+        before.cols,
+        before.rows,
+        before.input_bytes,
+    )
+    await service.command_request(store, env.paths, cid, owner_link.Terminate())

@@ -80,8 +80,8 @@ async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogS
     fired = [e async for e in store.read_stream(f"command-{cid}") if e.type == "command.await-fired"]
     assert len(fired) == 1 and fired[0].data_dict()["status"] == "missing"
     with pytest.raises(CommandStateError, match="^Command is missing; nothing to terminate.$"):
-        await service.command_request(store, env.paths, cid, {"op": "terminate"})
-    assert await service.command_request(store, env.paths, cid, {"op": "terminate", "remove": True}) == (
+        await service.command_request(store, env.paths, cid, owner_link.Terminate())
+    assert await service.command_request(store, env.paths, cid, owner_link.Terminate(remove=True)) == (
         "Command was already missing; removed."
     )
 
@@ -93,22 +93,21 @@ async def test_owner_loop_stays_responsive_while_a_child_floods(env: Env, store:
     worst = 0.0
     for _ in range(10):
         t0 = time.monotonic()
-        live = await owner_link.owner_request(env.paths, cid, {"op": "status"})
+        live = await owner_link.owner_request(env.paths, cid, owner_link.Status())
         worst = max(worst, time.monotonic() - t0)
-        assert live is not None and live["ok"]
+        assert live is not None and live.ok
     # A pump that never yields while data is always ready answers only when the flood pauses (seconds).
     assert worst < 1.0, worst
     streamed = 0
     with anyio.fail_after(20):  # the flood goes on under the suspension: more than 1 MB passes the owner
         while streamed <= 1_000_000:
-            streamed = (await owner_link.owner_request(env.paths, cid, {"op": "status"}) or {})[
-                "stream_bytes"
-            ]
+            live = await owner_link.owner_request(env.paths, cid, owner_link.Status())
+            streamed = (live.stream_bytes or 0) if live is not None else 0
             await anyio.sleep(0.05)
     # the owner cuts the file back to 512 KiB once it passes 640 KiB; read from another process, it can be
     # caught between a chunk's write (at most one 64 KiB PTY read) and the cut
     assert env.paths.log(cid).stat().st_size <= (512 + 128 + 64) * 1024
-    await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    await service.command_request(store, env.paths, cid, owner_link.Terminate())
     s = await env.state(store, cid)
     assert s.status == "terminated" and s.truncated and s.output_bytes == 512 * 1024
 

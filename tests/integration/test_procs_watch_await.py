@@ -10,7 +10,7 @@ import pytest
 
 from loopd_es.errors import UsageError
 from loopd_es.events.command import WatchSpec
-from loopd_es.procs import service
+from loopd_es.procs import owner_link, service
 
 from .test_procs_support import Env, env, store
 
@@ -77,7 +77,7 @@ async def test_await_until_fires_once_and_already_present(env: Env, store: LogSt
     assert "now awaits pattern" in msg
     for i in range(50):  # output never fires an exit await, nor this one before READY
         assert (await env.state(store, cid)).await_for("g") is not None or i
-    await service.command_request(store, env.paths, cid, {"op": "write", "data": "Cg=="})
+    await service.command_request(store, env.paths, cid, owner_link.Write(data="Cg=="))
     await env.until(store, cid, lambda s: b"READY again" in env.output(cid))
     fired = await payloads(store, cid, "command.await-fired")
     assert len(fired) == 1 and "READY player one" in str(fired[0]["evidence"])
@@ -88,7 +88,7 @@ async def test_await_until_fires_once_and_already_present(env: Env, store: LogSt
     assert msg.startswith('Pattern "READY" already present in "dev" output')
     with pytest.raises(UsageError, match="dangerous"):
         await service.request_await(store, env.paths, cid, goal_id="x", until="(a+)+", ignore_case=False)
-    await service.command_request(store, env.paths, cid, {"op": "terminate"})
+    await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert len(await payloads(store, cid, "command.await-fired")) == 2
 
 

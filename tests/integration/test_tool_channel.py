@@ -27,6 +27,7 @@ from loopd_es.engine.clock import SystemClock
 from loopd_es.engine.core import EngineConfig
 from loopd_es.engine.daemon import RunOptions, run_daemon
 from loopd_es.engine.lease import Lease
+from loopd_es.engine.tool_api import TOOLS
 from loopd_es.log import open_store
 from loopd_es.procs.paths import UnsafeDirectoryError
 
@@ -56,6 +57,17 @@ const tool = (await import(`./.opencode/tool/${name}.ts`)).default
 const answer = await tool.execute(JSON.parse(args), JSON.parse(context))
 if (typeof answer !== "string") console.error("TITLE " + answer.title)
 console.log(typeof answer === "string" ? answer : answer.output)
+"""
+
+
+SCHEMA = """
+import { tool } from "@opencode-ai/plugin"
+const out: Record<string, unknown> = {}
+for (const name of JSON.parse(process.argv[2])) {
+  const made = (await import(`./tool/${name}.ts`)).default
+  out[name] = tool.schema.toJSONSchema(tool.schema.object(made.args))
+}
+console.log(JSON.stringify(out))
 """
 
 
@@ -177,13 +189,61 @@ def test_the_tools_reach_the_engine_and_the_old_port_hears_nothing(
     refused = project.call("list_background_goals", {}, session="main")
     assert refused == {"ok": False, "errorCode": "no_session", "message": "No session context available."}
     project.stop_engine()
-    shown = project.cli("goal", "show", created["goal_id"], "--json")
+    shown = project.cli("goal", "show", created["goalID"], "--json")
     assert shown.returncode == 0 and "write the guide" in shown.stdout, shown.stderr
 
     squatter.kill()
     assert squatter.stdout is not None
     assert "CONNECTION" not in squatter.stdout.read()
     assert str(OLD_PORT) not in json.dumps(project.config)
+
+
+@pytest.mark.slow
+def test_the_schema_opencode_sees_is_the_structs(project: Project) -> None:
+    """OpenCode's own zod (in its Bun) turns each installed tool's arguments into the JSON schema the model is
+    given: it must be the tool's Struct's schema, field for field, bounds and descriptions included."""
+    (project.dir / ".opencode" / "schema.ts").write_text(SCHEMA)
+    done = subprocess.run(
+        [str(project.bun), "run", "schema.ts", json.dumps(sorted(TOOLS))],
+        cwd=project.dir / ".opencode",
+        env={**project.env, "BUN_BE_BUN": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert sorted(seen) == sorted(TOOLS)
+    for name, schema in seen.items():
+        schema.pop("$schema")
+        schema.setdefault("required", [])
+        for prop in schema["properties"].values():  # zod says JSON object keys are strings; they always are
+            if prop.get("propertyNames") == {"type": "string"}:
+                del prop["propertyNames"]
+        assert schema == TOOLS[name].schema(), name
+
+
+@pytest.mark.slow
+def test_tool_arguments_are_checked_at_the_engine_and_every_option_reaches_the_goal(project: Project) -> None:
+    project.start_engine()
+    wrong = project.call("loopd_create_goal", {"name": "g", "objective": "o", "workspaceWrite": "false"})
+    assert wrong == {
+        "ok": False,
+        "errorCode": "invalid_arguments",
+        "message": "Invalid arguments for loopd_create_goal: Expected `bool`, got `str` - at `$.workspaceWrite`.",
+    }
+    assert project.last_title == "Goal not created"
+    nul = project.call("loopd_create_goal", {"name": "g", "objective": "o", "checkCwd": "a\x00b"})
+    assert nul["errorCode"] == "invalid_arguments" and "`$.checkCwd`" in nul["message"], nul
+    options = {"maxFailures": 2, "maxNoProgress": 3, "compactEvery": 4, "timeoutMs": 60_000, "tokenBudget": 500,
+               "scheduleEveryMs": 5000, "scheduleMaxRuns": 3, "workspaceWrite": False}  # fmt: skip
+    created = project.call("loopd_create_goal", {"name": "g", "objective": "o", **options})
+    assert created["ok"] is True and {k: created[k] for k in options} == options, created
+    assert created["workerSessionID"] and created["goalID"]
+    project.stop_engine()
+    shown = project.cli("goal", "show", created["goalID"], "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert {k: json.loads(shown.stdout)["goal"]["options"][k] for k in options} == options
 
 
 @pytest.mark.slow

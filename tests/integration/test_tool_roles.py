@@ -31,7 +31,7 @@ def test_roles_are_the_engines_and_the_completing_call_is_on_record(project: Pro
     create = {"name": "docs", "objective": "o", "workspaceWrite": False}  # read-only: no checks to run
     created = _call(project, "loopd_create_goal", create, "ses_owner", "c1")
     assert created["ok"] is True, created
-    goal_id = created["goal_id"]
+    goal_id = created["goalID"]
     shown = json.loads(project.cli("goal", "show", goal_id, "--json").stdout)
     worker = shown["goal"]["worker_session_id"]
 

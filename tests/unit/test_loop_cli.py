@@ -119,6 +119,26 @@ def test_tool_channel(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "not JSON" in err
 
 
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        ({"action": "create", "prompt": ["a", "b"]}, "`$.prompt`"),  # was stored as the prompt "['a', 'b']"
+        ({"action": "create", "prompt": "p", "intervalMs": "60000"}, "`$.intervalMs`"),
+        ({"action": "create", "prompt": "p", "intervalMs": 1e300}, "`$.intervalMs`"),
+        ({"action": "create", "prompt": "p", "once": "false"}, "`$.once`"),
+        ({"action": "reschedule", "taskId": 7}, "`$.taskId`"),
+        ({"action": "list", "sessions": "all"}, "`sessions`"),
+    ],
+)
+def test_tool_arguments_of_the_wrong_type_are_refused_naming_the_field(
+    env: Path, capsys: pytest.CaptureFixture[str], call: dict[str, object], field: str
+) -> None:
+    code, out, err = run(capsys, "loop", "tool", json.dumps(call))
+    assert (code, out) == (2, "") and len(err.splitlines()) == 1 and field in err, err
+    code, out, _ = run(capsys, "loop", "tool", '{"tool": "loop_status"}')
+    assert json.loads(out)["tasks"] == []  # nothing stored
+
+
 def test_read_model_rebuild_is_identical(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for i in range(3):
         run(capsys, "loop", "--message-id", f"m{i}", "--now", str(T0), "add", f"{i + 1}m", f"task {i}")

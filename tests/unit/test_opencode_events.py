@@ -109,19 +109,24 @@ def test_a_prompt_appears_once_and_its_later_summary_update_is_not_activity() ->
 
 def test_a_transcript_entry_tells_how_the_answer_ended() -> None:
     """What the idle confirmation proves a turn's end from (opencode-host.md §2.1, §2.3, §5)."""
+    import msgspec
+
+    from loopd_es.host import opencode_json as j
     from loopd_es.host.opencode_events import transcript_message
 
-    done = transcript_message(
-        {"id": "m", "role": "assistant", "finish": "stop", "time": {"completed": 2}}, []
-    )
-    assert (done.finish, done.error, done.tools_running) == ("stop", None, 0)
-    failed = transcript_message(
+    def entry(info: dict[str, object], parts: list[dict[str, object]]) -> object:
+        row = msgspec.convert({"info": info, "parts": parts}, j.MessageRow)
+        return transcript_message(row.info, row.parts)
+
+    done = entry({"id": "m", "role": "assistant", "finish": "stop", "time": {"completed": 2}}, [])
+    assert (done.finish, done.error, done.tools_running) == ("stop", None, 0)  # type: ignore[attr-defined]
+    failed = entry(
         {"id": "m", "role": "assistant", "error": {"name": "APIError", "data": {}}, "time": {"completed": 2}},
         [],
     )
-    assert (failed.finish, failed.error) == (None, "APIError")
-    tools = [
+    assert (failed.finish, failed.error) == (None, "APIError")  # type: ignore[attr-defined]
+    tools: list[dict[str, object]] = [
         {"type": "tool", "state": {"status": status}}
         for status in ("pending", "running", "completed", "error")
     ]
-    assert transcript_message({"id": "m", "role": "assistant"}, tools).tools_running == 2
+    assert entry({"id": "m", "role": "assistant"}, tools).tools_running == 2  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,10 @@ async def test_goal_row_matches_the_domain_fold(built: Path, tmp_path: Path) -> 
         "blocker_needed": "set KEY", "blocker_kind": "provider-limit", "last_error": "401",
         "last_progress": "outline written", "last_progress_next": "write chapter 1", "last_progress_at": T,
         "fallback_status": "unavailable", "created_at": T, "updated_at": a["updated_at"],
-        "version": state.version, "position": state.position, "anomalies": 1,
+        "version": state.version, "position": state.position, "anomalies": 1, "options": a["options"],
     }  # fmt: skip
+    options = json.loads(a["options"])  # named as loopd_create_goal names them
+    assert (options["tokenBudget"], options["costBudget"], options["timeoutMs"]) == (10_000, 1.0, 600_000)
 
 
 async def test_cleared_goal_keeps_its_row(built: Path) -> None:

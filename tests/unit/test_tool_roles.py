@@ -44,9 +44,9 @@ async def _tools(tmp_path: Path) -> AsyncIterator[tuple[Rig, ToolDispatcher, str
 async def _worker(r: Rig, d: ToolDispatcher) -> tuple[str, str]:
     created = await _call(d, "loopd_create_goal", "ses_owner", name="g", objective="o", workspaceWrite=False)
     assert created["ok"] is True, created
-    worker = (await r.state(created["goal_id"])).worker_session_id
+    worker = (await r.state(created["goalID"])).worker_session_id
     assert worker is not None
-    return created["goal_id"], worker
+    return created["goalID"], worker
 
 
 async def test_a_worker_session_is_refused_every_owner_tool(tmp_path: Path) -> None:

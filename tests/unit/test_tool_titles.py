@@ -31,7 +31,7 @@ async def _create(r: Rig, d: ToolDispatcher, name: str, *checks: str) -> str:
     args: dict[str, Any] = {"name": name, "objective": "o", "workspaceWrite": False, "checks": list(checks)}
     created = await _call(d, "loopd_create_goal", "owner-1", **args)
     assert created["title"] == "Goal created", created
-    return (await r.state(created["goal_id"])).worker_session_id or ""
+    return (await r.state(created["goalID"])).worker_session_id or ""
 
 
 async def test_completion_titles_say_keep_working_then_goal_blocked(tmp_path: Path) -> None:

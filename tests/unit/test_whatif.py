@@ -416,9 +416,10 @@ def test_a_changed_schedule_time_is_named_by_field() -> None:
 
 def test_what_if_no_progress_rejections_and_backoff_change(capsys: pytest.CaptureFixture[str]) -> None:
     rec = _story()
-    quiet = parse_policy(["max_no_progress=1"])  # the reference never counts turns without progress
-    assert replay_goal_events(rec.envs, quiet).divergence is None
-    assert "never count turns without progress" in quiet.notes()[0]
+    quiet = parse_policy(["max_no_progress=1"])  # counted here, unlike the reference (whose guard is dead)
+    d = replay_goal_events(rec.envs, quiet).divergence
+    assert d is not None and d.outcome == "stops_earlier" and "No progress for 1 consecutive turns" in d.instead
+    assert "opencode-loopd never does" in quiet.notes()[0]
 
     rejected = next(e for e in rec.envs if e.type == "goal.completion_rejected")
     d = replay_goal_events(rec.envs, parse_policy(["max_evaluator_rejections=1"])).divergence
