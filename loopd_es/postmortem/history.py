@@ -300,6 +300,8 @@ def _key(value: Any) -> Any:
 
 _SALIENT: Final[dict[str, tuple[str, ...]]] = {
     "goal.created": ("name",),
+    "goal.forked_from": ("source_goal_id", "at_position", "changed"),
+    "goal.forked": ("fork_goal_id", "at_position", "changed"),
     "goal.status_changed": ("from", "to", "reason"),
     "goal.blocked": ("reason", "kind"),
     "goal.completed": ("summary", "forced"),
@@ -412,6 +414,9 @@ def render_text(history: History) -> list[str]:
     else:
         where = "cleared" if st.cleared else "not created yet"
     lines = [f"goal {h.goal_id} {where} — {len(h.entries)} events on {len(h.streams)} streams{cut}"]
+    from .branches import branch_lines
+
+    lines.extend(branch_lines(h))
     add = lines.append  # locals: this loop runs once per event (and per change) of the timeline
     indent, unset, goal_id = " " * 8, _UNSET, h.goal_id
     refs = {e.envelope.event_id: e.envelope.position for e in h.entries}
@@ -469,6 +474,8 @@ def render_text(history: History) -> list[str]:
 
 def to_json(history: History) -> dict[str, Any]:
     """The timeline as one JSON document: envelopes with decoded payloads, changes, and the final state."""
+    from .branches import branches
+
     events = []
     for e in history.entries:
         env = e.envelope
@@ -501,5 +508,6 @@ def to_json(history: History) -> dict[str, Any]:
         "at": history.at,
         "status": history.state.status,
         "state": msgspec.to_builtins(history.state),
+        "branches": branches(history),
         "events": events,
     }
