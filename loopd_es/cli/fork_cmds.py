@@ -120,7 +120,7 @@ async def _fork(args: argparse.Namespace) -> int:
 async def _compare(args: argparse.Namespace) -> int:
     from ..app.compare import compare_goals
     from ..log import open_store
-    from ..postmortem.branches import compare_text
+    from ..postmortem.compare import compare_text
     from ..postmortem.links import resolve_goal
 
     async with await open_store(store_url(args), create=False) as store:

@@ -414,8 +414,6 @@ def render_text(history: History) -> list[str]:
     else:
         where = "cleared" if st.cleared else "not created yet"
     lines = [f"goal {h.goal_id} {where} — {len(h.entries)} events on {len(h.streams)} streams{cut}"]
-    from .branches import branch_lines
-
     lines.extend(branch_lines(h))
     add = lines.append  # locals: this loop runs once per event (and per change) of the timeline
     indent, unset, goal_id = " " * 8, _UNSET, h.goal_id
@@ -474,7 +472,6 @@ def render_text(history: History) -> list[str]:
 
 def to_json(history: History) -> dict[str, Any]:
     """The timeline as one JSON document: envelopes with decoded payloads, changes, and the final state."""
-    from .branches import branches
 
     events = []
     for e in history.entries:
@@ -511,3 +508,35 @@ def to_json(history: History) -> dict[str, Any]:
         "branches": branches(history),
         "events": events,
     }
+
+
+def branches(history: History) -> list[dict[str, Any]]:
+    """``{"kind": "forked_from" | "fork", "goal_id", "position", "changed"}`` for each fork fact of the goal."""
+    out: list[dict[str, Any]] = []
+    for e in history.entries:
+        kind = {"goal.forked_from": "forked_from", "goal.forked": "fork"}.get(e.envelope.type)
+        if not e.own or kind is None:
+            continue
+        data = e.data()
+        other = data.get("source_goal_id") if kind == "forked_from" else data.get("fork_goal_id")
+        out.append(
+            {
+                "kind": kind,
+                "goal_id": other,
+                "position": data.get("at_position"),
+                "changed": list(data.get("changed") or ()),
+            }
+        )
+    return out
+
+
+def branch_lines(history: History) -> list[str]:
+    """One line per branch, for the head of ``history``'s text."""
+    lines = []
+    for b in branches(history):
+        changed = f" (changed: {', '.join(b['changed'])})" if b["changed"] else ""
+        if b["kind"] == "forked_from":
+            lines.append(f"  ⑂ forked from goal {b['goal_id']} at #{b['position']}{changed}")
+        else:
+            lines.append(f"  ⑂ fork {b['goal_id']} made at #{b['position']}{changed}")
+    return lines

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..events.envelope import parse_rfc3339
-from .branches import branches
-from .history import History, short_stream, show, show_change
+from .history import History, branches, short_stream, show, show_change
 
 if TYPE_CHECKING:
     from .explain import Explanation
