@@ -38,6 +38,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--token-budget", type=int, metavar="N", help="the fork's token budget")
     p.add_argument("--cost-budget", type=float, metavar="USD", help="the fork's cost budget")
     p.add_argument("--no-worker", action="store_true", help="record the fork only; make no worker session")
+    p.add_argument(
+        "--no-start",
+        action="store_true",
+        help="do not start the fork's first turn (default: an active fork with a worker starts, as a new goal "
+        "does)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     add_host_option(p)
     p.set_defaults(handler=_fork)
@@ -62,6 +68,7 @@ def _positive(name: str, value: float | None) -> None:
 
 async def _fork(args: argparse.Namespace) -> int:
     from ..app.fork import fork_goal, parse_at
+    from ..app.goals import Goals
     from ..app.service import Ctx, GoalService
     from ..host import host_url, open_host
     from ..log import open_store
@@ -82,20 +89,25 @@ async def _fork(args: argparse.Namespace) -> int:
         try:
             service = GoalService(store, host)
             source = await service.resolve_id(args.goal)
+            ctx = Ctx.new()
             report = await fork_goal(
                 service,
                 source,
                 at,
-                Ctx.new(),
+                ctx,
                 name=args.name,
                 objective=args.objective,
                 worker=not args.no_worker,
                 **overrides,
             )
+            turn = None
+            if report.worker is not None and not args.no_start:
+                turn = (await Goals(service).continue_turn(report.goal_id, ctx, explicit=True)).result
         finally:
             await host.aclose()
     if args.json:
-        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+        out = {**msgspec.to_builtins(report), "first_turn": turn}
+        sys.stdout.write(msgspec.json.encode(out).decode() + "\n")
         return 0
     p = report.point
     lines = [
@@ -113,6 +125,8 @@ async def _fork(args: argparse.Namespace) -> int:
         lines.append(f"worker {w.session_id}: {how}")
     elif report.worker_error is not None:
         lines.append(f"no worker: {report.worker_error}")
+    if turn is not None:
+        lines.append(f"first turn: {turn}")
     sys.stdout.write("".join(term_line(line) + "\n" for line in lines))
     return 0
 

@@ -93,6 +93,7 @@ def test_a_fork_starts_with_the_sources_state_at_the_event_and_its_transcript(
         "openai/gpt-5-mini",
         "--max-turns",
         "9",
+        "--no-start",
     )
     fork = report["goal_id"]
     assert report["point"]["position"] == point.position and report["changed"] == ["model", "max_turns"]
@@ -132,7 +133,13 @@ def test_history_and_the_html_timeline_show_the_branch_both_ways(
     url, host = f"sqlite:{demo / 'events.db'}", f"sim:{demo / 'host.json'}"
     source = goal_id_named(url, "report")
     at = envelopes(url, f"goal-{source}")[3].position
-    fork = fork_json(capsys, url, host, source, "--at", str(at), "--agent", "plan")["goal_id"]
+    report = fork_json(capsys, url, host, source, "--at", str(at), "--agent", "plan")
+    fork = report["goal_id"]
+    assert report["first_turn"] == "started"  # an active fork with a worker goes on, as a new goal does
+    started = [e for e in envelopes(url, f"goal-{fork}") if e.type == "run.started"]
+    assert (
+        len(started) == 1 and started[0].data_dict()["turn_count"] > 1
+    )  # counting on from the source's turns
 
     code, out, _ = run(capsys, "--store", url, "history", fork)
     assert code == 0 and f"forked from goal {source} at #{at} (changed: agent)" in out.splitlines()[1]
@@ -174,7 +181,7 @@ def test_a_host_without_fork_primes_a_new_session_with_the_transcript(
     url, host = f"sqlite:{demo / 'events.db'}", f"sim:{script}"
     source = goal_id_named(url, "report")
     at = envelopes(url, f"goal-{source}")[-1].position
-    worker = fork_json(capsys, url, host, source, "--at", str(at))["worker"]
+    worker = fork_json(capsys, url, host, source, "--at", str(at), "--no-start")["worker"]
     assert worker["method"] == "primed" and worker["kept_messages"] > 0
     state = anyio.run(SimulatedHost.from_file(script).snapshot)
     (primer,) = state.transcripts[worker["session_id"]]
@@ -186,7 +193,9 @@ def test_compare_lays_a_fork_beside_its_source(demo: Path, capsys: pytest.Captur
     url, host = f"sqlite:{demo / 'events.db'}", f"sim:{demo / 'host.json'}"
     source = goal_id_named(url, "report")
     at = envelopes(url, f"goal-{source}")[2].position
-    fork = fork_json(capsys, url, host, source, "--at", str(at), "--cost-budget", "1.5")["goal_id"]
+    fork = fork_json(capsys, url, host, source, "--at", str(at), "--cost-budget", "1.5", "--no-start")[
+        "goal_id"
+    ]
     code, out, err = run(capsys, "--store", url, "compare", source, fork, "--json")
     assert code == 0, err
     result = json.loads(out)
