@@ -34,7 +34,7 @@ class Server:
         self.calls.append((request.method, request.url.path, body))
         path = request.url.path
         if path == "/doc":
-            paths = {"/session/{sessionID}/fork": {"post": {}}} if self.forks else {"/session": {"post": {}}}
+            paths: dict[str, Any] = {"/session/{sessionID}/fork" if self.forks else "/session": {"post": {}}}
             return httpx.Response(200, json={"paths": paths})
         if path == "/session/ses_src/message":
             rows = [
