@@ -107,6 +107,27 @@ def _last_message(events: list[Envelope]) -> str | None:
     return found
 
 
+async def _check_identity(service: GoalService, model: str | None, agent: str | None) -> None:
+    """A fork's new model or agent must be one the host offers (when it can say), before anything is written.
+
+    :raises UsageError: naming what the host does not offer.
+    """
+    if model is not None:
+        models = await service.host.list_models()
+        if models.capability == "supported" and models.find(model) is None:
+            offered = ", ".join(m.ref for m in models.models[:8])
+            raise UsageError(
+                f"the host offers no model {model!r} (it offers {offered}); see `loopd-es models`"
+            )
+    if agent is not None:
+        agents = await service.host.list_agents()
+        if agents.capability == "supported" and agent not in agents.names():
+            offered = ", ".join(agents.names()[:8])
+            raise UsageError(
+                f"the host offers no agent {agent!r} (it offers {offered}); see `loopd-es models`"
+            )
+
+
 def parse_at(text: str) -> int | datetime:
     """``--at``: a global position (digits) or an ISO 8601 time.
 
@@ -148,6 +169,7 @@ async def fork_goal(
         )
     point, state = await fork_point(service.store, source_id, at)
     changes = {k: v for k, v in overrides.items() if v is not None and getattr(state.config, k) != v}
+    await _check_identity(service, changes.get("model"), changes.get("agent"))
     changed = tuple(changes) + (("objective",) if objective not in (None, state.objective) else ())
     goal_id = str(uuid.uuid4())
     for key in ("progress_file", "artifact_dir"):  # the goal's own files: the fork writes beside, not over

@@ -153,7 +153,10 @@ class Redactor:
         if isinstance(value, str):
             return self._string(value, key)
         if isinstance(value, dict):
-            return {k: self._walk(v, k if isinstance(k, str) else key) for k, v in value.items()}
+            return {  # keys too: a map keyed by an email or a path must not keep it
+                self.scrub(k) if isinstance(k, str) else k: self._walk(v, k if isinstance(k, str) else key)
+                for k, v in value.items()
+            }
         if isinstance(value, list):
             return [self._walk(v, key) for v in value]
         return value

@@ -115,7 +115,11 @@ def planted(url: str) -> None:
             await store.append(f"command-{command}", [new_event(e, **link) for e in commands])
             extra = NewEvent(  # a payload with a secret-looking field beside its catalogued ones
                 type="notification.requested",
-                data={**json.loads(json.dumps(_builtins(notes[0]))), "api_key": s["field"]},
+                data={
+                    **json.loads(json.dumps(_builtins(notes[0]))),
+                    "api_key": s["field"],
+                    "seen_by": {s["email"]: "yes"},  # a secret as a key
+                },
                 correlation_id="flow-1",
                 causation_id=first[0].event_id,
             )

@@ -215,6 +215,8 @@ def test_compare_lays_a_fork_beside_its_source(demo: Path, capsys: pytest.Captur
         (("--at", "yesterday"), "invalid --at"),
         (("--at", "1"), "did not exist yet"),
         (("--at", "9", "--max-turns", "0"), "--max-turns must be > 0"),
+        (("--at", "60", "--model", "openai/gpt-9"), "the host offers no model 'openai/gpt-9'"),
+        (("--at", "60", "--agent", "poet"), "the host offers no agent 'poet'"),
     ],
 )
 def test_bad_fork_requests_get_one_line_and_exit_2(
@@ -222,8 +224,10 @@ def test_bad_fork_requests_get_one_line_and_exit_2(
 ) -> None:
     url = f"sqlite:{demo / 'events.db'}"
     source = goal_id_named(url, "report")
+    before = envelopes(url, f"goal-{source}")
     code, out, err = run(capsys, "--store", url, "fork", source, *args, "--host", f"sim:{demo / 'host.json'}")
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and out == ""
+    assert envelopes(url, f"goal-{source}") == before  # nothing written
 
 
 def test_a_fork_of_an_imported_goal_has_its_state_at_that_time(
