@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "the last event by an ISO 8601 time). The two are linked both ways (goal.forked_from / goal.forked), "
         "so history and the HTML timeline show the branch. The fork gets its own worker: the host forks the "
         "worker's session at the matching message when it can, else a new session is primed with the "
-        "transcript up to it. --model, --agent, --objective and the budgets change the fork only.",
+        "transcript up to it; an active fork then starts its first turn (--no-start only records it). --model, "
+        "--agent, --objective and the budgets change the fork only.",
     )
     p.add_argument("goal", metavar="GOAL", help="the goal id, or a prefix that matches exactly one goal")
     p.add_argument("--at", required=True, metavar="POSITION|TIME", help="fork after this event")
