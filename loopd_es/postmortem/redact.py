@@ -68,7 +68,12 @@ _SECRET_KEY: Final = re.compile(
 _NOT_SECRET_KEY: Final = re.compile(r"(?i)(_ids?|_at|_count|_used|_delta|_budget|_keys)$")
 """Keys that look secret but name bookkeeping (``tokens_used``, ``token_budget``, ``env_keys``)."""
 
-_ENV_NAME: Final = r"[A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH|COOKIE)[A-Za-z0-9_]*"
+_ENV_NAME: Final = (
+    r"(?:[A-Z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PWD|CREDENTIALS?|AUTH)[A-Z0-9_]*"
+    r"|(?i:api[_-]?key|password|passwd|secret|access[_-]?token|auth[_-]?token|client[_-]?secret))"
+)
+"""An environment-style secret's name: upper case as variables are (``monkey: 3`` is not one), or one of the
+usual lower-case words."""
 _DEFAULT_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     (
         "private-key",
@@ -77,7 +82,7 @@ _DEFAULT_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ("bearer", re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")),
     ("basic-auth", re.compile(r"(?i)\bbasic\s+[A-Za-z0-9+/=]{8,}")),
     ("url-credentials", re.compile(r"(?i)(?<=://)[^\s/:@]+:[^\s/@]+(?=@)")),
-    ("env-secret", re.compile(rf"(?i)\b{_ENV_NAME}\s*[=:]\s*(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)")),
+    ("env-secret", re.compile(rf"\b{_ENV_NAME}\s*[=:]\s*(?!\d{{1,12}}\b)(?:\"[^\"]*\"|'[^']*'|[^\s\"',;]+)")),
     (
         "api-key",
         re.compile(

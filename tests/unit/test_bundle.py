@@ -394,3 +394,18 @@ def test_scrub_removes_a_secret_wherever_it_sits_in_a_string(before: str, after:
     }.get(kind, secret)
     out = Redactor().scrub(f"{before} {planted_text} {after}")
     assert secret not in out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "max_tokens: 5",
+        "monkey: banana",
+        "tokens 4500 >= 4000",
+        "Reached max turns (2)",
+        "PORT=8080",
+        "goal-42 at #7",
+    ],
+)
+def test_scrub_leaves_ordinary_words_alone(text: str) -> None:
+    assert Redactor().scrub(text) == text
