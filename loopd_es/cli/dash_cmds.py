@@ -35,6 +35,12 @@ async def _dash(args: argparse.Namespace) -> int:
     await store.aclose()
     from ..dash.app import Dashboard, main_config
 
+    if args.read_db is None and store.read_only:  # a bundle: its read models live as long as the screen
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="loopd-es-bundle-") as scratch:
+            await Dashboard(main_config(url, Path(scratch) / "read.db")).run_async()
+        return EXIT_OK
     read_db = args.read_db if args.read_db is not None else default_read_db(url)
     await Dashboard(main_config(url, Path(read_db))).run_async()
     return EXIT_OK

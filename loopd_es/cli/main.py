@@ -67,6 +67,8 @@ COMMAND_MODULES: dict[str, str] = {
     "loop": "loop_cmds", "loops": "loop_cmds",
     "opencode": "opencode_cmds",
     "dash": "dash_cmds",
+    "fork": "fork_cmds", "compare": "fork_cmds",
+    "bundle": "bundle_cmds",
 }  # fmt: skip
 """Which module defines each command, so one command imports only its own module (start-up time matters
 for a CLI that agents call many times); ``tests/unit/test_cli_main.py`` checks it against the modules."""
@@ -105,6 +107,9 @@ COMMAND_HELP: dict[str, str] = {
     "loops": "every /loop task: next due, last fire, missed slots, owner",
     "opencode": "set up an OpenCode project for loopd-es (custom tools)",
     "dash": "the live dashboard: goals, commands, loops, notifications, events (press ? for keys)",
+    "fork": "a new goal whose state is GOAL's at one event, with its own worker (and another model, budget...)",
+    "compare": "two goals side by side (a fork and its source): identity, budget, usage, outcome",
+    "bundle": "one shareable, redacted file with a goal's events, its timeline and the redaction report",
 }
 """Each command's one-line help, so ``loopd-es --help`` lists the commands without importing every command
 module (a third of its start-up). ``tests/unit/test_log_cli.py`` checks it against what the modules register;
@@ -127,7 +132,8 @@ def build_parser(command: str | None = None, *, overview: bool = False) -> argpa
         "--store",
         default=None,
         metavar="URL",
-        help="the log: sqlite:PATH, ndjson:PATH, postgresql://USER@HOST:PORT/DB?schema=NAME or memory:NAME "
+        help="the log: sqlite:PATH, ndjson:PATH, postgresql://USER@HOST:PORT/DB?schema=NAME, memory:NAME or "
+        "bundle:FILE (a goal bundle, read-only) "
         f"(default: ${STORE_ENV} or {DEFAULT_STORE})",
     )
     parser.add_argument("--verbose", action="store_true", help="log progress and show tracebacks of errors")

@@ -101,10 +101,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_explain)
 
 
-async def _goal(store: LogStore, args: argparse.Namespace, url: str) -> GoalStreams:
+async def find_goal_streams(store: LogStore, args: argparse.Namespace, url: str) -> GoalStreams:
     from ..postmortem.links import find_goal
     from ..projector import default_read_db
 
+    if store.read_only:  # a bundle: small, and no read model is written beside it
+        return await find_goal(store, args.goal)
     links = _links_projection(args.registry)
     read_db = args.read_db or default_read_db(url)
     if links is None:
@@ -151,7 +153,7 @@ async def _history(args: argparse.Namespace) -> int:
     at = parse_time(args.at)
     url = store_url(args)
     async with await open_store(url, create=False) as store:
-        goal = await _goal(store, args, url)
+        goal = await find_goal_streams(store, args, url)
         history = await build_history(store, goal, until=args.until, at=at, provenance=args.html is not None)
         if args.html is not None:
             from ..postmortem.explain import explain
@@ -184,7 +186,7 @@ async def _explain(args: argparse.Namespace) -> int:
 
     url = store_url(args)
     async with await open_store(url, create=False) as store:
-        goal = await _goal(store, args, url)
+        goal = await find_goal_streams(store, args, url)
         history = await build_history(store, goal, provenance=True)
         result = await explain(store, history)
     if args.json:

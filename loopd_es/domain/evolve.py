@@ -90,6 +90,7 @@ class GoalFold:
         """Fold ``items`` in order; an envelope also moves the version and position. Never raises."""
         d, memo, routes, handlers = self._draft, self._memo, _ROUTES, _HANDLERS
         envelope, created = Envelope, _created  # locals: this loop runs once per event of a replay
+        creators = _evolve_fork.WITHOUT_GOAL
         version, position = d.version, d.position
         event: Any
         for item in items:
@@ -115,7 +116,7 @@ class GoalFold:
                     raise _Refused(
                         event.event_type, f"event of goal {event.goal_id!r} on the stream of {d.goal_id!r}"
                     )
-                if not d.exists and handler is not created:
+                if not d.exists and handler is not created and handler not in creators:
                     raise _Refused(
                         event.event_type, "goal was cleared" if d.cleared else "goal does not exist"
                     )
@@ -589,6 +590,7 @@ _HANDLERS[g.GoalCompactionStarted] = _noted
 _HANDLERS[g.GoalCompactionCompleted] = _noted
 
 
+from . import evolve_fork as _evolve_fork  # noqa: E402  (registers its handlers first)
 from . import evolve_imported as _evolve_imported  # noqa: E402, F401  (registers its handlers first)
 
 _ROUTES.update(

@@ -86,6 +86,13 @@ class GoalWorkerAssigned(Event, frozen=True):
     worker_session_id: str
     topology: WorkerTopology | None = None
     native_parent_id: str | None = None
+    forked_from_session_id: str | None = None
+    """For a forked goal: the worker session it was copied from (``None`` for a new worker)."""
+    fork_method: Literal["fork", "primed", "new"] | None = None
+    """How a forked goal's worker was made: the host forked the session at the matching message, a new
+    session was primed with the transcript up to it, or a new session was started (no message yet)."""
+    kept_messages: int | None = None
+    """How many of the source session's messages the forked worker starts with."""
 
 
 @event("goal.status_changed")
@@ -315,6 +322,41 @@ class GoalCompactionCompleted(Event, frozen=True):
 
     goal_id: str
     at: str = ""
+
+
+@event("goal.forked_from")
+class GoalForkedFrom(Event, frozen=True):
+    """This goal began as a copy of ``source_goal_id``'s state at one of its events (``loopd-es fork``).
+
+    ``state`` is the source's folded goal state after the event at ``at_position`` (its ``replay --json``
+    form), so the fork starts with the source's counters, usage, progress and pending identity; its run,
+    lease and worker are not carried over. ``name``, ``objective`` and ``config`` are the fork's own (the
+    source's, with what the fork changed). The first event of the fork's stream.
+    """
+
+    goal_id: str
+    source_goal_id: str
+    at_position: int
+    at_version: int
+    at_event_id: str
+    name: str
+    objective: str
+    config: GoalConfig = GoalConfig()
+    state: dict[str, Any] = {}
+    changed: tuple[str, ...] = ()
+    """What the fork changed against the source, e.g. ``("model", "max_turns")``."""
+    at: str = ""
+
+
+@event("goal.forked")
+class GoalForked(Event, frozen=True):
+    """A fork of this goal was made at one of its events; the fork's stream starts with ``goal.forked_from``."""
+
+    goal_id: str
+    fork_goal_id: str
+    at_position: int
+    at_version: int
+    changed: tuple[str, ...] = ()
 
 
 _V1_CONFIG_KEYS = frozenset(GoalConfig.__struct_fields__)

@@ -17,9 +17,12 @@ What the port promises, taken from the reference (§1.6, §3.10, §3.21):
 
 from __future__ import annotations
 
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
 import msgspec
+
+if TYPE_CHECKING:
+    from .events import TranscriptMessage
 
 Capability = Literal["supported", "unavailable", "unsupported"]
 Switching = Literal["session", "next-prompt", "unsupported"]
@@ -132,6 +135,27 @@ class PromptReceipt(_Value, frozen=True, kw_only=True):
     agent: str | None = None
 
 
+ForkMethod = Literal["fork", "primed", "new"]
+
+
+class ForkedWorker(_Value, frozen=True, kw_only=True):
+    """A worker session made for a forked goal, and how: the host's own fork of the source session at the
+    matching message (``fork``), a new session primed with the transcript up to it (``primed``), or a new
+    session with nothing to carry over (``new``)."""
+
+    session_id: str
+    source_session_id: str
+    method: ForkMethod
+    kept_messages: int = 0
+
+
+def transcript_text(messages: list[TranscriptMessage]) -> str:
+    """The priming prompt of a forked worker whose host cannot fork: the earlier conversation, in order."""
+    lines = ["This session continues an earlier one. Its conversation so far:", ""]
+    lines.extend(f"[{m.role}] {m.text}".rstrip() for m in messages)
+    return "\n".join(lines)
+
+
 @runtime_checkable
 class WorkerHost(Protocol):
     """The operations a worker host offers loopd-es; every method may be awaited from any task.
@@ -229,6 +253,17 @@ class WorkerHost(Protocol):
         """Summarise the session's history (with ``model`` when given) to free context.
 
         :raises SessionNotFoundError: when the session does not exist.
+        :raises HostUnavailableError: when the host cannot be reached.
+        """
+        ...
+
+    async def fork_worker(self, session_id: str, *, through: str | None, title: str) -> ForkedWorker:
+        """A new worker session that starts with ``session_id``'s messages up to and including ``through``
+        (a message or prompt id; ``None``: no messages, a new session). The host's own fork when it has one,
+        else a new session primed with that transcript.
+
+        :raises SessionNotFoundError: when the session does not exist.
+        :raises HostRejectedError: when ``through`` is not a message of the session.
         :raises HostUnavailableError: when the host cannot be reached.
         """
         ...

@@ -42,6 +42,7 @@ from . import opencode_json as j
 from .base import (
     AgentCatalog,
     AgentInfo,
+    ForkedWorker,
     ModelCatalog,
     ModelInfo,
     PromptReceipt,
@@ -50,6 +51,7 @@ from .base import (
     SessionIdentity,
     SessionStatus,
     SwitchResult,
+    transcript_text,
 )
 from .errors import (
     HostConfigError,
@@ -113,6 +115,8 @@ class OpenCodeHost:
         self._statuses: tuple[float, dict[str, j.StatusInfo]] | None = None
         self._alive: dict[str, float] = {}
         self._streamed: dict[str, SessionStatus] | None = None
+        self._forks: bool | None = None
+        """Whether the server forks sessions (read from ``/doc`` once, when a fork is first asked for)."""
         """Each session's latest status as told on the ``/event`` stream being read (``None``: no stream)."""
 
     @classmethod
@@ -306,6 +310,59 @@ class OpenCodeHost:
             empty=[],
         )
         return [transcript_message(row.info, row.parts) for row in rows]
+
+    async def fork_worker(self, session_id: str, *, through: str | None, title: str) -> ForkedWorker:
+        """``POST /session/{id}/fork`` copies the messages *before* its ``messageID``: so the message after
+        ``through`` is named (none: the whole session). A server whose ``/doc`` lists no fork gets a new
+        session primed with the transcript (``noReply``)."""
+        transcript = await self.messages(session_id, limit=100_000)
+        kept = transcript
+        if through is not None:
+            wanted = {through, _message_id(through)}
+            at = next((i for i, m in enumerate(transcript) if m.message_id in wanted), None)
+            if at is None:
+                raise HostRejectedError(
+                    "fork", session_id=session_id, detail=f"message {through} is not in the session"
+                )
+            kept = transcript[: at + 1]
+        else:
+            kept = []
+        if not kept:
+            worker = await self.create_worker(title=title)
+            return ForkedWorker(session_id=worker.session_id, source_session_id=session_id, method="new")
+        if await self._can_fork():
+            body: dict[str, Any] = {}
+            if len(kept) < len(transcript):
+                body["messageID"] = transcript[len(kept)].message_id
+            info = await self._read(
+                j.SessionInfo, "fork", "POST", f"/session/{session_id}/fork", session_id=session_id, json=body
+            )
+            with contextlib.suppress(HostError):  # the title is cosmetic; the fork stands without it
+                await self._call("fork", "PATCH", f"/session/{info.id}", json={"title": title})
+            return ForkedWorker(
+                session_id=info.id, source_session_id=session_id, method="fork", kept_messages=len(kept)
+            )
+        worker = await self.create_worker(title=title)
+        await self._call(
+            "fork",
+            "POST",
+            f"/session/{worker.session_id}/prompt_async",
+            session_id=worker.session_id,
+            json={"parts": [{"type": "text", "text": transcript_text(kept)}], "noReply": True},
+        )
+        return ForkedWorker(
+            session_id=worker.session_id,
+            source_session_id=session_id,
+            method="primed",
+            kept_messages=len(kept),
+        )
+
+    async def _can_fork(self) -> bool:
+        """Whether the server's OpenAPI document (``GET /doc``) offers ``POST /session/{sessionID}/fork``."""
+        if self._forks is None:
+            doc = await self._read(j.OpenApiDoc, "doc", "GET", "/doc")
+            self._forks = "post" in doc.paths.get("/session/{sessionID}/fork", {})
+        return self._forks
 
     async def _has_message(self, session_id: str, message_id: str) -> bool:
         """Whether the session holds the message with this id: asked by id (``GET .../message/{id}``), so a

@@ -31,6 +31,12 @@ class ModelRef(_J, frozen=True):
         return f"{self.providerID}/{model_id}" if self.providerID and model_id else None
 
 
+class OpenApiDoc(_J, frozen=True):
+    """``GET /doc``: only which routes the server offers (path -> method -> operation)."""
+
+    paths: dict[str, dict[str, Any]] = {}
+
+
 class SessionInfo(_J, frozen=True):
     """``GET /session/{id}``, ``POST /session``."""
 

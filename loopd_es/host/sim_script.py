@@ -177,6 +177,8 @@ class HostScript(_Script, frozen=True, kw_only=True, forbid_unknown_fields=True)
     sessions: tuple[ScriptSession, ...] = ()
     failures: tuple[FailureRule, ...] = ()
     provider_errors: tuple[ScriptProviderError, ...] = ()
+    can_fork: bool = True
+    """Whether the host forks a session itself (else a forked goal's worker is primed with the transcript)."""
     auto_reply: bool = False
     """Answer every prompt at once: a completed assistant message with ``reply_usage``, then idle."""
     reply_usage: ScriptUsage = ScriptUsage()

@@ -23,6 +23,7 @@ import msgspec
 from .base import (
     AgentCatalog,
     AgentInfo,
+    ForkedWorker,
     ModelCatalog,
     ModelInfo,
     PromptReceipt,
@@ -32,6 +33,7 @@ from .base import (
     SessionStatus,
     SwitchResult,
     Usable,
+    transcript_text,
 )
 from .errors import (
     HostError,
@@ -341,6 +343,48 @@ class SimulatedHost(SimEvents):
             self._record(state, "compact", session_id, model, "ok")
 
         await self._transact(run)
+
+    async def fork_worker(self, session_id: str, *, through: str | None, title: str) -> ForkedWorker:
+        """The fork of the port; a script with ``can_fork: false`` plays a host without one (primes instead)."""
+
+        def run(state: SimState) -> ForkedWorker:
+            self._enter(state, "fork_worker", session_id, through)
+            source = self._session(state, "fork_worker", session_id)
+            messages = state.transcripts.get(session_id, [])
+            kept: list[TranscriptMessage] = []
+            if through is not None:
+                at = next((i for i, m in enumerate(messages) if m.message_id == through), None)
+                if at is None:
+                    self._record(state, "fork_worker", session_id, through, "error:host-rejected")
+                    raise HostRejectedError(
+                        "fork_worker",
+                        session_id=session_id,
+                        detail=f"message {through} is not in the session",
+                    )
+                kept = messages[: at + 1]
+            sid = f"ses_sim_{state.next_session:04d}"
+            state.next_session += 1
+            state.sessions[sid] = SimSession(id=sid, title=title, model=source.model, agent=source.agent)
+            method: Literal["fork", "primed", "new"] = "new"
+            if kept and self.script.can_fork:
+                method = "fork"
+                state.transcripts[sid] = list(kept)
+            elif kept:
+                method = "primed"
+                primer = TranscriptMessage(
+                    message_id=f"prm_sim_{state.next_prompt:04d}",
+                    role="user",
+                    created_at=self._now(),
+                    text=transcript_text(kept),
+                )
+                state.next_prompt += 1
+                self._add_message(state, sid, primer)
+            self._record(state, "fork_worker", session_id, through, f"{method}:{sid}")
+            return ForkedWorker(
+                session_id=sid, source_session_id=session_id, method=method, kept_messages=len(kept)
+            )
+
+        return await self._transact(run)
 
     async def aclose(self) -> None:
         return None

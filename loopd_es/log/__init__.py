@@ -5,7 +5,8 @@
 ``.ndjson``/``.jsonl`` means NDJSON and any other bare path means SQLite. ``memory:NAME`` is the in-memory
 reference backend (:mod:`.memory`), shared by name within one process, for tests. NDJSON takes a durability mode as a
 query: ``ndjson:events.ndjson?durability=batch`` (``always`` by default, ``batch``, ``none``);
-SQLite takes ``?synchronous=FULL|NORMAL|OFF``.
+SQLite takes ``?synchronous=FULL|NORMAL|OFF``. ``bundle:FILE`` opens a goal bundle (``loopd-es bundle``)
+read-only (:mod:`.bundle`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ async def open_store(url: str, *, create: bool = True) -> LogStore:
 
         return await PostgresLog.open(url, create=create)
     scheme, path, options = parse_store_url(url)
+    if scheme == "bundle":
+        from .bundle import BundleLog
+
+        _no_more(url, options)
+        return await BundleLog.open_bundle(Path(path))
     if scheme == "memory":
         from .memory import MemoryLog
 
@@ -66,7 +72,7 @@ def parse_store_url(url: str) -> tuple[str, str, dict[str, str]]:
     query = ""
     if "?" in text:
         text, query = text.split("?", 1)
-    if ":" in text and text.split(":", 1)[0] in ("sqlite", "ndjson", "memory"):
+    if ":" in text and text.split(":", 1)[0] in ("sqlite", "ndjson", "memory", "bundle"):
         scheme, path = text.split(":", 1)
     elif ":" in text and len(text.split(":", 1)[0]) > 1 and "/" not in text.split(":", 1)[0]:
         raise UsageError(

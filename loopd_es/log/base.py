@@ -11,7 +11,7 @@ import abc
 import math
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Self
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Self
 
 from ..errors import StreamNotFoundError, UsageError
 from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
@@ -42,6 +42,8 @@ class LogStore(abc.ABC):
     """An append-only event log; use it as an async context manager (or call :meth:`aclose`)."""
 
     url: str
+    read_only: ClassVar[bool] = False
+    """True for a log that refuses every write (a bundle): readers that would keep files beside it don't."""
 
     async def append(
         self,

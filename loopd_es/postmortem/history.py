@@ -301,6 +301,8 @@ def _key(value: Any) -> Any:
 
 _SALIENT: Final[dict[str, tuple[str, ...]]] = {
     "goal.created": ("name",),
+    "goal.forked_from": ("source_goal_id", "at_position", "changed"),
+    "goal.forked": ("fork_goal_id", "at_position", "changed"),
     "goal.status_changed": ("from", "to", "reason"),
     "goal.blocked": ("reason", "kind"),
     "goal.completed": ("summary", "forced"),
@@ -455,6 +457,7 @@ def render_text(history: History) -> list[str]:
     else:
         where = "cleared" if st.cleared else "not created yet"
     lines = [f"goal {h.goal_id} {where} — {len(h.entries)} events on {len(h.streams)} streams{cut}"]
+    lines.extend(branch_lines(h))
     add = lines.append  # locals: this loop runs once per event (and per change) of the timeline
     indent, unset, goal_id = " " * 8, _UNSET, h.goal_id
     refs = {e.envelope.event_id: e.envelope.position for e in h.entries}
@@ -516,6 +519,7 @@ def render_text(history: History) -> list[str]:
 
 def to_json(history: History) -> dict[str, Any]:
     """The timeline as one JSON document: envelopes with decoded payloads, changes, and the final state."""
+
     events = []
     for e in history.entries:
         env = e.envelope
@@ -551,5 +555,38 @@ def to_json(history: History) -> dict[str, Any]:
         "at": history.at,
         "status": history.state.status,
         "state": msgspec.to_builtins(history.state),
+        "branches": branches(history),
         "events": events,
     }
+
+
+def branches(history: History) -> list[dict[str, Any]]:
+    """``{"kind": "forked_from" | "fork", "goal_id", "position", "changed"}`` for each fork fact of the goal."""
+    out: list[dict[str, Any]] = []
+    for e in history.entries:
+        kind = {"goal.forked_from": "forked_from", "goal.forked": "fork"}.get(e.envelope.type)
+        if not e.own or kind is None:
+            continue
+        data = e.data()
+        other = data.get("source_goal_id") if kind == "forked_from" else data.get("fork_goal_id")
+        out.append(
+            {
+                "kind": kind,
+                "goal_id": other,
+                "position": data.get("at_position"),
+                "changed": list(data.get("changed") or ()),
+            }
+        )
+    return out
+
+
+def branch_lines(history: History) -> list[str]:
+    """One line per branch, for the head of ``history``'s text."""
+    lines = []
+    for b in branches(history):
+        changed = f" (changed: {', '.join(b['changed'])})" if b["changed"] else ""
+        if b["kind"] == "forked_from":
+            lines.append(f"  ⑂ forked from goal {b['goal_id']} at #{b['position']}{changed}")
+        else:
+            lines.append(f"  ⑂ fork {b['goal_id']} made at #{b['position']}{changed}")
+    return lines

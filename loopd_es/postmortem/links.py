@@ -72,9 +72,17 @@ async def find_goal(
             goal_id = _resolve(text, _goal_ids_sql(conn, text))
             rows = conn.execute("SELECT stream FROM goal_links WHERE goal_id = ?", (goal_id,)).fetchall()
         return GoalStreams(goal_id, _ordered(goal_id, [r[0] for r in rows]), LINKS_NAME)
-    ids = [s[len(GOAL_PREFIX) :] for s in await store.streams() if s.startswith(GOAL_PREFIX)]
-    goal_id = _resolve(text, [i for i in ids if i.startswith(text)] if text else [])
+    goal_id = await resolve_goal(store, text)
     return GoalStreams(goal_id, _ordered(goal_id, await _scan(store, goal_id)), "scan")
+
+
+async def resolve_goal(store: LogStore, text: str) -> str:
+    """The goal id ``text`` is, or the one goal id it starts.
+
+    :raises UnknownGoalError: when no goal or several goals match ``text``.
+    """
+    ids = [s[len(GOAL_PREFIX) :] for s in await store.streams() if s.startswith(GOAL_PREFIX)]
+    return _resolve(text, [i for i in ids if i.startswith(text)] if text else [])
 
 
 def _resolve(text: str, candidates: list[str]) -> str:

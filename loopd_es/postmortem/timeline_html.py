@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..events.envelope import parse_rfc3339
-from .history import History, called_by, short_stream, show, show_change
+from .history import History, branches, called_by, short_stream, show, show_change
 
 if TYPE_CHECKING:
     from .explain import Explanation
@@ -80,12 +80,13 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
     for k, e in enumerate(history.entries):
         env = e.envelope
         changes = {c.field: c for c in e.changes}
-        if "status" in changes or (env.type == "goal.created" and "exists" in changes):
+        begins = env.type in ("goal.created", "goal.forked_from")
+        if "status" in changes or (begins and "exists" in changes):
             status = changes["status"].after if "status" in changes else "active"  # created: the default
             start("status", k, str(status), f"s-{status}")
         if "cleared" in changes:
             start("status", k, "cleared", "s-cleared")
-        if "config.model" in changes or "config.agent" in changes or env.type == "goal.created":
+        if "config.model" in changes or "config.agent" in changes or begins:
             model = changes["config.model"].after if "config.model" in changes else model
             agent = changes["config.agent"].after if "config.agent" in changes else agent
             start("identity", k, f"{model or 'default model'} · {agent or 'default agent'}", "identity")
@@ -171,6 +172,7 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
         "why": explanation.sentence if explanation else None,
         "outside": outside,
         "status_event": status_event,
+        "branches": branches(history),
     }
 
 
@@ -282,6 +284,9 @@ function header(){
  $("meta").innerHTML=[["goal",M.goal_id],["phase",M.phase],["model",M.model||"default"],["agent",M.agent||"default"],
   ["events",E.length+cut],["streams",M.streams.length],["span",span]]
   .map(([k,v])=>"<span>"+esc(k)+" <b>"+esc(v)+"</b></span>").join("");
+ for(const b of M.branches||[]){const s=document.createElement("span");
+  s.innerHTML=esc(b.kind==="fork"?"fork made at #"+b.position:"forked from at #"+b.position)+" <b>"+esc(b.goal_id)+"</b>"
+   +(b.changed.length?" ("+esc(b.changed.join(", "))+")":"");$("meta").appendChild(s)}
  if(M.why){$("why").hidden=false;$("why-title").textContent="Why "+M.status.replace("_"," ");$("why-text").textContent=M.why}
  else if(M.blocker){$("why").hidden=false;$("why-text").textContent=M.blocker}
 }

@@ -57,6 +57,8 @@ def _for_type(tp: Any, name: str) -> st.SearchStrategy[Any]:
         return st.sampled_from(["a", "b", "r1", "p/old", "p/new", "2026-12-02T12:00:00.000Z"])
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         return _struct(tp)
+    if origin is dict:  # goal.forked_from's state: a source's snapshot, or one that does not read
+        return st.sampled_from([{}, {"goal_id": "g0", "exists": True, "tokens_used": 3}, {"goal_id": 1}])
     raise AssertionError(f"no strategy for {tp!r}")
 
 

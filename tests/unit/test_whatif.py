@@ -418,7 +418,9 @@ def test_what_if_no_progress_rejections_and_backoff_change(capsys: pytest.Captur
     rec = _story()
     quiet = parse_policy(["max_no_progress=1"])  # counted here, unlike the reference (whose guard is dead)
     d = replay_goal_events(rec.envs, quiet).divergence
-    assert d is not None and d.outcome == "stops_earlier" and "No progress for 1 consecutive turns" in d.instead
+    assert (
+        d is not None and d.outcome == "stops_earlier" and "No progress for 1 consecutive turns" in d.instead
+    )
     assert "opencode-loopd never does" in quiet.notes()[0]
 
     rejected = next(e for e in rec.envs if e.type == "goal.completion_rejected")
