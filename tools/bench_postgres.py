@@ -128,8 +128,9 @@ def peer_writer(url: str, batch: int, seconds: float, worker: int) -> int:
     return done
 
 
-def peer_recorder(url: str) -> tuple[Any, Any]:
-    """The peer's datastore and recorder on the schema of ``url`` (its table created if missing)."""
+def peer_recorder(url: str, *, create: bool = False) -> tuple[Any, Any]:
+    """The peer's datastore and recorder on the schema of ``url``; ``create`` makes its table (once, in the
+    parent: concurrent ``CREATE TABLE IF NOT EXISTS`` can collide in PostgreSQL's catalogue)."""
     from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
     conninfo, schema = split_postgres_url(url)
@@ -143,7 +144,8 @@ def peer_recorder(url: str) -> tuple[Any, Any]:
         schema=schema,
     )
     recorder = PostgresApplicationRecorder(datastore)
-    recorder.create_table()
+    if create:
+        recorder.create_table()
     return datastore, recorder
 
 
@@ -174,7 +176,7 @@ def writers(kind: str, base: str, processes: int, batch: int, seconds: float) ->
         elif kind == "peer":
             with psycopg.connect(base, autocommit=True) as conn:
                 conn.execute(f"CREATE SCHEMA {schema}")
-            datastore, _ = peer_recorder(url)
+            datastore, _ = peer_recorder(url, create=True)
             datastore.close()
         else:
             anyio.run(_create, url)
