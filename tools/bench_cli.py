@@ -35,7 +35,7 @@ COMMANDS = {
 
 def _wall(cmd: list[str], env: dict[str, str]) -> float:
     started = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    subprocess.run(cmd, check=True, capture_output=True, env=env, cwd=tempfile.gettempdir())
     return (time.perf_counter() - started) * 1000
 
 
@@ -46,15 +46,19 @@ def _entry(python: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     python = args.python or sys.executable
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    # another interpreter's install is measured as installed: not through this checkout on PYTHONPATH
+    dropped = {"PYTHONDONTWRITEBYTECODE", *(["PYTHONPATH"] if args.python else [])}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     base = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     entry = _entry(python)
     try:
         demo = base / "demo"
-        subprocess.run([*entry, "demo", "--dir", str(demo)], check=True, capture_output=True, env=env)
+        subprocess.run(
+            [*entry, "demo", "--dir", str(demo)], check=True, capture_output=True, env=env, cwd=base
+        )
         store = ["--store", f"sqlite:{demo / 'events.db'}"]
         listed = subprocess.run(
-            [*entry, *store, "goals", "--json"], check=True, capture_output=True, env=env, text=True
+            [*entry, *store, "goals", "--json"], check=True, capture_output=True, env=env, text=True, cwd=base
         )
         goal = json.loads(listed.stdout)["goals"][0]["goal_id"]
         cmds = {
@@ -70,8 +74,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             k = r % len(order)
             for name in order[k:] + order[:k]:
                 times[name].append(_wall(bare if name == "bare" else cmds[name], env))
+        where = subprocess.run(
+            [python, "-c", "import loopd_es; print(loopd_es.__file__)"],
+            check=True, capture_output=True, env=env, text=True, cwd=base,
+        )  # fmt: skip
         out: dict[str, Any] = {
             "python": python,
+            "loopd_es_from": where.stdout.strip(),
             "entry": entry,
             "python_c_pass_ms": round(statistics.median(times["bare"]), 1),
         }
