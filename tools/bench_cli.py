@@ -39,6 +39,32 @@ def _wall(cmd: list[str], env: dict[str, str]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+def import_profile(cmd: list[str], env: dict[str, str], top: int = 8) -> dict[str, Any]:
+    """Where a command's start-up goes: ``PYTHONPROFILEIMPORTTIME`` of one run, the top-level imports
+    (their cumulative ms) that cost the most, and the sum of all top-level imports."""
+    done = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        env={**env, "PYTHONPROFILEIMPORTTIME": "1"},
+        cwd=tempfile.gettempdir(),
+        check=True,
+    )
+    roots: dict[str, float] = {}
+    for line in done.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line.removeprefix("import time:").split("|")
+        if not name.startswith(" ") or name.startswith("  ") or not cumulative.strip().isdigit():
+            continue  # only top-level imports (one space before the name)
+        roots[name.strip()] = roots.get(name.strip(), 0.0) + int(cumulative) / 1000
+    costly = sorted(roots.items(), key=lambda kv: -kv[1])[:top]
+    return {
+        "imports_ms": round(sum(roots.values()), 1),
+        "top_level": {name: round(ms, 1) for name, ms in costly},
+    }
+
+
 def _entry(python: str) -> list[str]:
     script = Path(python).parent / "loopd-es"
     return [str(script)] if script.exists() else [python, "-m", "loopd_es"]
@@ -83,6 +109,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "loopd_es_from": where.stdout.strip(),
             "entry": entry,
             "python_c_pass_ms": round(statistics.median(times["bare"]), 1),
+        }
+        out["import_profile"] = {
+            "python_c_pass": import_profile(bare, env),
+            "help": import_profile(cmds["help"], env),
+            "read_limit_1": import_profile(cmds["read_limit_1"], env),
         }
         for name, (_, limit) in COMMANDS.items():
             ratio = statistics.median(m / b for m, b in zip(times[name], times["bare"], strict=True))
