@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -140,8 +139,11 @@ def build_parser(command: str | None = None, *, overview: bool = False) -> argpa
     parser.add_argument("--version", action="store_true", help="print loopd-es's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     if overview and command not in COMMAND_MODULES and COMMAND_HELP.keys() == COMMAND_MODULES.keys():
-        for name, text in COMMAND_HELP.items():  # the overview needs names and one-liners, not the modules
-            sub.add_parser(name, help=text)
+        # the overview needs names and one-liners, not the modules, nor a parser per command (argparse
+        # builds each with a dozen gettext look-ups: as long as the rest of the start-up)
+        for name, text in COMMAND_HELP.items():
+            sub.choices[name] = parser
+            sub._choices_actions.append(sub._ChoicesPseudoAction(name, (), text))
         return parser
     if command in COMMAND_MODULES:
         names = [COMMAND_MODULES[command]]
@@ -184,6 +186,8 @@ def main(*argv: str) -> int:
             f"loopd-es: {bad} is not valid UTF-8; pass text, or use a file for binary data", file=sys.stderr
         )
         return EXIT_USAGE
+    import logging  # after parsing: --help and usage errors do without it
+
     # one notice per repair or warning: ours, not the logging module's last-resort handler as well
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="loopd-es: %(message)s")
     if args.version:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 
 from ..domain.reducers import Cut, Folded, LogFold, StreamFold, reducer_for, start
 from ..domain.streams import goal_stream
 from ..errors import StreamNotFoundError
+from ..events.envelope import Envelope
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
     from datetime import datetime
 
     from ..log.base import LogStore
@@ -42,13 +45,13 @@ async def replay_stream(
         folded.version, folded.position, folded.recorded_at = snap.version, snap.position, snap.recorded_at
         folded.snapshot_version = snap.version
     folding = StreamFold(folded)
-    read = False
-    async for batch in store.read_batches(stream=stream, from_version=folded.version + 1):
-        read = True
+
+    def feed(batch: list[Envelope]) -> bool:
         keep = cut.keep(batch)
         folding.feed(batch if keep == len(batch) else batch[:keep])
-        if keep < len(batch):
-            break
+        return keep == len(batch)
+
+    read = await feed_ahead(store.read_batches(stream=stream, from_version=folded.version + 1), feed)
     if not read and await store.stream_version(stream) == 0:  # asked only when the read says nothing
         raise StreamNotFoundError(stream)
     folded = folding.result()
@@ -64,12 +67,46 @@ async def replay_all(
     """Fold every stream of the log in one pass, in global order; returns states by stream name."""
     cut = Cut(until, at)
     folding = LogFold()
-    async for batch in store.read_batches(limit=until):
+
+    def feed(batch: list[Envelope]) -> bool:
         keep = cut.keep(batch)
         folding.feed(batch if keep == len(batch) else batch[:keep])
-        if keep < len(batch):
-            break
+        return keep == len(batch)
+
+    await feed_ahead(store.read_batches(limit=until), feed)
     return folding.result()
+
+
+async def feed_ahead(batches: AsyncIterator[list[Envelope]], feed: Callable[[list[Envelope]], bool]) -> bool:
+    """Give each batch to ``feed`` (which returns False to stop) while the store reads the next one.
+
+    Reading and folding overlap: a backend reads on its worker thread (SQLite releases the GIL while it
+    steps), so the fold of one batch no longer waits behind the read of the next. Returns whether any
+    batch was read.
+    """
+    send, receive = anyio.create_memory_object_stream[list[Envelope]](1)
+    read = False
+
+    async def produce() -> None:
+        async with send:
+            try:
+                async for batch in batches:
+                    await send.send(batch)
+            finally:  # a stopped fold cancels this task: the read ends here, not when collected
+                close = getattr(batches, "aclose", None)
+                if close is not None:
+                    with anyio.CancelScope(shield=True):
+                        await close()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(produce)
+        async with receive:
+            async for batch in receive:
+                read = True
+                if not feed(batch):
+                    tg.cancel_scope.cancel()
+                    break
+    return read
 
 
 async def replay_goal(

@@ -18,6 +18,7 @@ from loopd_es.events import run as r
 from loopd_es.events.catalogue import decode_payload, new_event
 from loopd_es.events.envelope import parse_rfc3339
 from loopd_es.log import open_store
+from loopd_es.log.base import READ_BATCH
 from loopd_es.replay import SnapshotStore, replay_all, replay_goal, replay_stream
 
 if TYPE_CHECKING:
@@ -131,3 +132,17 @@ def test_cli_replay_and_events(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "goal.created (v2)" in capsys.readouterr().out
     assert main("events", "--schema") == 0
     assert '"goal.created"' in capsys.readouterr().out
+
+
+async def test_a_cut_inside_a_later_batch_stops_the_read_ahead(store: LogStore) -> None:
+    """Reading runs one batch ahead of folding: a cut in the third batch folds exactly up to it, and a
+    whole-log replay of the same stream agrees with the stream's own."""
+    await _fill(store, runs=(2 * READ_BATCH) // 3 + 10)  # three events a run: a little over two batches
+    stream = await replay_stream(store, "goal-a")
+    assert stream.version == 3 * ((2 * READ_BATCH) // 3 + 10) + 1
+    assert (await replay_all(store))["goal-a"].state == stream.state
+    until = 2 * READ_BATCH + 4
+    cut = await replay_stream(store, "goal-a", until=until)
+    events = [e async for e in store.read_stream("goal-a")][:until]
+    assert cut.version == until and cut.state == fold(events, initial("a"))
+    assert (await replay_all(store, until=until))["goal-a"].state == cut.state
