@@ -268,7 +268,7 @@ async def _run_shared(
             try:
                 await shares.renew()
             except TRANSIENT as e:  # the membership runs out unless a later renewal lands; then it rejoins
-                log.warning("membership renewal failed, retrying: %s", e)
+                log.debug("membership renewal failed, retrying: %s", e)
                 await anyio.sleep(min(0.5, shares.ttl.total_seconds() / 6))
 
     try:
@@ -313,12 +313,16 @@ async def _serve_exclusive(
     async def renew() -> None:
         """Renew on time even while the engine is busy (a long start-up reading a big log); a failed renewal
         is retried until the lease runs out by this process's clock (then :class:`LeaseLostError`)."""
+        failing = False
         while True:
             await anyio.sleep(max(0.0, (lease.renew_due() - clock.now()).total_seconds()))
             try:
                 await lease.renew()
+                failing = False
             except TRANSIENT as e:
-                log.warning("lease renewal failed, retrying: %s", e)
+                if not failing:  # said once; the outage itself is said by the engine's loop
+                    log.warning("lease renewal failed, retrying until the lease runs out: %s", e)
+                failing = True
                 await anyio.sleep(min(0.5, lease.ttl.total_seconds() / 6))
 
     view = FencedStore(store, lease)

@@ -65,6 +65,9 @@ from .postgres_sql import (
     TABLE,
 )
 
+POOL_WAIT_S: Final = 5.0
+"""How long a call waits for a connection before it fails with :class:`StoreUnavailableError` (psycopg's pool
+waits 30 s by default: a server that went away must be said, and waited out, sooner than a lease runs out)."""
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _Raw: Final = msgspec.Raw
 _log = logging.getLogger("loopd_es.log")
@@ -131,7 +134,13 @@ class PostgresLog(LogStore):
             ) from e
         await probe.close()
         pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
-            conninfo, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}, configure=_configure
+            conninfo,
+            min_size=1,
+            max_size=4,
+            open=False,
+            kwargs={"autocommit": True},
+            configure=_configure,
+            timeout=POOL_WAIT_S,
         )
         try:
             await pool.open(wait=True, timeout=10)
