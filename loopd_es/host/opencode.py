@@ -30,7 +30,6 @@ import math
 import os
 import time
 from collections.abc import AsyncGenerator, Mapping
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import anyio
@@ -64,6 +63,7 @@ from .errors import (
 )
 from .opencode_events import normalise_error as normalise_error
 from .opencode_events import transcript_message, translate_event
+from .opencode_wire import _AGENT_MODES, _message_id, _model_of, _now, _split_model, _status_kind, fork_point
 
 if TYPE_CHECKING:
     from .events import AnyHostEvent, TranscriptMessage
@@ -316,24 +316,12 @@ class OpenCodeHost:
         ``through`` is named (none: the whole session). A server whose ``/doc`` lists no fork gets a new
         session primed with the transcript (``noReply``)."""
         transcript = await self.messages(session_id, limit=100_000)
-        kept = transcript
-        if through is not None:
-            wanted = {through, _message_id(through)}
-            at = next((i for i, m in enumerate(transcript) if m.message_id in wanted), None)
-            if at is None:
-                raise HostRejectedError(
-                    "fork", session_id=session_id, detail=f"message {through} is not in the session"
-                )
-            kept = transcript[: at + 1]
-        else:
-            kept = []
+        kept, after = fork_point(transcript, through, session_id)
         if not kept:
             worker = await self.create_worker(title=title)
             return ForkedWorker(session_id=worker.session_id, source_session_id=session_id, method="new")
         if await self._can_fork():
-            body: dict[str, Any] = {}
-            if len(kept) < len(transcript):
-                body["messageID"] = transcript[len(kept)].message_id
+            body: dict[str, Any] = {} if after is None else {"messageID": after}
             info = await self._read(
                 j.SessionInfo, "fork", "POST", f"/session/{session_id}/fork", session_id=session_id, json=body
             )
@@ -593,39 +581,6 @@ class OpenCodeHost:
     async def aclose(self) -> None:
         self._closed = True
         await self._client.aclose()
-
-
-def _message_id(prompt_id: str) -> str:
-    """OpenCode wants message ids that start with ``msg``; any other prompt id is mapped to one, stably."""
-    if prompt_id.startswith("msg"):
-        return prompt_id
-    return "msg_" + hashlib.sha256(prompt_id.encode()).hexdigest()[:26]
-
-
-_AGENT_MODES: Final[dict[str, Literal["primary", "subagent", "all"]]] = {
-    "primary": "primary",
-    "subagent": "subagent",
-    "all": "all",
-}
-
-
-def _status_kind(kind: object) -> SessionStatus:
-    return kind if kind in ("busy", "retry", "idle") else "unknown"
-
-
-def _split_model(model: str) -> tuple[str, str]:
-    provider, sep, model_id = model.partition("/")
-    if not sep or not provider or not model_id:
-        raise HostRejectedError("model", detail=f"{model!r} is not provider/model")
-    return provider, model_id
-
-
-def _model_of(info: j.SessionInfo) -> str | None:
-    return info.model.ref() if info.model is not None else None
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 __all__ = ("OpenCodeHost", "normalise_error", "translate_event")
