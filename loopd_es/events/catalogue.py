@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..errors import InvalidEventError
-from . import command, engine, goal, identity, imported, loop, notification, run, saga
+from . import command, engine, engine_legacy, goal, identity, imported, loop, notification, run, saga
 from .base import CATALOGUE, Event, payload_decoder
 from .envelope import NewEvent
 from .upcasting import upcast
@@ -22,7 +22,18 @@ from .upcasting import upcast
 if TYPE_CHECKING:
     from .envelope import Envelope
 
-PAYLOAD_MODULES: Final = (goal, run, identity, saga, command, imported, engine, notification, loop)
+PAYLOAD_MODULES: Final = (
+    goal,
+    run,
+    identity,
+    saga,
+    command,
+    imported,
+    engine,
+    engine_legacy,
+    notification,
+    loop,
+)
 """Every payload module; importing this module registers all their event types."""
 
 _DICT: Final = msgspec.json.Decoder(dict[str, Any])
