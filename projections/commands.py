@@ -18,6 +18,7 @@ from loopd_es.domain.streams import COMMAND_PREFIX
 
 from ._base import BatchModel
 from ._fold import by_stream, payload, when
+from .goals import caller_json
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -26,7 +27,7 @@ COLUMNS: Final = (
     "command_id", "title", "command_line", "cwd", "goal_id", "status", "end_reason", "exit_code", "signal",
     "last_error", "claim", "timeout_seconds", "watch_filter", "watch_until", "watch_state", "watch_pushes",
     "watch_matches", "awaits", "pid", "output_bytes", "truncated", "removed", "started_at", "ended_at",
-    "updated_at", "version", "position",
+    "updated_at", "version", "position", "started_by", "controlled_by",
 )  # fmt: skip
 _DDL: Final = (
     """CREATE TABLE IF NOT EXISTS commands (
@@ -36,7 +37,7 @@ _DDL: Final = (
         watch_pushes INTEGER NOT NULL, watch_matches INTEGER NOT NULL, awaits INTEGER NOT NULL, pid INTEGER,
         output_bytes INTEGER NOT NULL, truncated INTEGER NOT NULL, removed INTEGER NOT NULL,
         started_at TEXT NOT NULL, ended_at TEXT, updated_at TEXT NOT NULL, version INTEGER NOT NULL,
-        position INTEGER NOT NULL
+        position INTEGER NOT NULL, started_by TEXT, controlled_by TEXT
     ) WITHOUT ROWID""",
     "CREATE TABLE IF NOT EXISTS commands_fold (command_id TEXT PRIMARY KEY, state BLOB NOT NULL) WITHOUT ROWID",
 )
@@ -56,6 +57,7 @@ def command_row(s: CommandState, updated_at: str, position: int) -> tuple[Any, .
         watch.until or None if watch else None, s.watch_state if watch is not None else "none",
         s.watch_pushes, s.watch_matches, len(s.awaits), s.pid, s.output_bytes, int(s.truncated),
         int(s.removed), s.created_at, s.ended_at, updated_at, s.version, position,
+        caller_json(s.started_by), caller_json(s.controlled_by),
     )  # fmt: skip
 
 
@@ -63,7 +65,7 @@ class Commands(BatchModel):
     """Rows of ``commands`` (see :data:`COLUMNS`), folded from ``command-<id>`` streams."""
 
     name = "commands"
-    version = 1
+    version = 2  # 2: started_by, controlled_by (the tool calls, as JSON)
     rebuild_cost = 0.3  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
     DDL = _DDL
     TABLES = ("commands", "commands_fold")

@@ -12,12 +12,15 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
+
 from loopd_es.domain.options import config_options
 
 from ._fold import GoalFolds, goal_groups, when
 
 if TYPE_CHECKING:
     from loopd_es.domain.state import GoalState
+    from loopd_es.events.base import Caller
     from loopd_es.events.envelope import Envelope
 
 COLUMNS: Final = (
@@ -27,7 +30,10 @@ COLUMNS: Final = (
     "time_used_seconds", "timeout_ms", "blocker_reason", "blocker_needed", "blocker_kind", "last_error",
     "last_progress", "last_progress_next", "last_progress_at", "fallback_status",
     "created_at", "updated_at", "version", "position", "anomalies", "options",
+    "created_by", "ended_by", "controlled_by",
 )  # fmt: skip
+"""``created_by``, ``ended_by``, ``controlled_by``: the tool call (JSON: role, session, tool, message and call
+ids) that created, ended (completed or blocked) or last changed the goal; NULL for the CLI or the engine."""
 _DDL: Final = """CREATE TABLE IF NOT EXISTS goals (
     goal_id TEXT PRIMARY KEY, name TEXT NOT NULL, objective TEXT NOT NULL, owner TEXT NOT NULL,
     status TEXT NOT NULL, phase TEXT NOT NULL, cleared INTEGER NOT NULL, interactive INTEGER NOT NULL,
@@ -38,7 +44,8 @@ _DDL: Final = """CREATE TABLE IF NOT EXISTS goals (
     blocker_reason TEXT, blocker_needed TEXT, blocker_kind TEXT, last_error TEXT,
     last_progress TEXT, last_progress_next TEXT, last_progress_at TEXT, fallback_status TEXT,
     created_at TEXT NOT NULL, updated_at TEXT NOT NULL, version INTEGER NOT NULL, position INTEGER NOT NULL,
-    anomalies INTEGER NOT NULL, options TEXT NOT NULL
+    anomalies INTEGER NOT NULL, options TEXT NOT NULL,
+    created_by TEXT, ended_by TEXT, controlled_by TEXT
 ) WITHOUT ROWID"""
 # created_at is written once, by the insert: later batches never move it.
 _UPSERT: Final = (
@@ -79,16 +86,20 @@ def goal_row(state: GoalState, created_at: str, updated_at: str) -> tuple[Any, .
         state.model_fallback.status if state.model_fallback else None,
         created_at, updated_at, state.version, state.position, state.anomaly_count,
         json.dumps(config_options(cfg)),
+        caller_json(state.created_by), caller_json(state.ended_by), caller_json(state.controlled_by),
     )  # fmt: skip
+
+
+def caller_json(caller: Caller | None) -> str | None:
+    """A ``called_by`` as a read model stores it: its JSON object, or NULL."""
+    return None if caller is None else msgspec.json.encode(caller).decode()
 
 
 class Goals:
     """Rows of ``goals`` (see :data:`COLUMNS`), folded from ``goal-<id>`` streams."""
 
     name = "goals"
-    version = (
-        3  # 2: the fold keeps loopd's imported bookkeeping (goal show reads it from goals_fold); 3: options
-    )
+    version = 4  # 2: the fold keeps loopd's imported bookkeeping (goal show reads it); 3: options; 4: callers
     rebuild_cost = 1.6  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
     rebuild_affinity = (
         "goal_fold"  # rebuilt in the same process as the other goal-fold model (one fold shared)

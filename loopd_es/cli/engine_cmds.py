@@ -217,7 +217,10 @@ async def _run(args: argparse.Namespace) -> int:
     stop = anyio.Event()
 
     def say(line: str) -> None:
-        print(f"loopd-es run: {line}", file=sys.stderr, flush=True)
+        try:
+            print(f"loopd-es run: {line}", file=sys.stderr, flush=True)
+        except OSError:  # stderr on a full disk (or a closed pipe) must not stop the engine
+            pass
 
     async with anyio.create_task_group() as tg:
 

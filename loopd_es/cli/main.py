@@ -190,6 +190,8 @@ def main(*argv: str) -> int:
 
     # one notice per repair or warning: ours, not the logging module's last-resort handler as well
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="loopd-es: %(message)s")
+    if not verbose:  # the pool's every failed reconnect: an outage is said once, by whoever waits it out
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     if args.version:
         from ..version import version
 

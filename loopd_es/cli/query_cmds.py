@@ -24,6 +24,7 @@ from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
 from ..errors import EXIT_OK, UsageError
 from ..log import open_store
+from ..postmortem.who import CALLER_COLUMNS, who_lines
 from ..projector import Projector, default_read_db, load_registry
 from ..text_safe import term_line
 from .main import store_url
@@ -157,7 +158,16 @@ def _run_query(path: Path, query: Callable[[sqlite3.Connection], T]) -> T:
 
 
 def _rows(conn: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-    return [dict(row) for row in conn.execute(sql, params)]
+    return [_callers(dict(row)) for row in conn.execute(sql, params)]
+
+
+def _callers(row: Row) -> Row:
+    """The read models' tool calls (who created, ended, started or last changed a goal or command), stored as
+    JSON text: shown as objects."""
+    for key in CALLER_COLUMNS:
+        if row.get(key) is not None:
+            row[key] = msgspec.json.decode(row[key])
+    return row
 
 
 def resolve_goal(conn: sqlite3.Connection, text: str) -> Row:
@@ -439,6 +449,7 @@ def render_goal(doc: Row) -> list[str]:
     lines.append(
         f"  created     {_time(g['created_at'])}   updated {_time(g['updated_at'])}   version {g['version']}"
     )
+    lines += [f"  by          {said}" for said in who_lines(g)]
     if doc["runs"]:
         lines += ["", f"runs ({len(doc['runs'])}):"]
         lines += _indent(table(

@@ -28,6 +28,7 @@ from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 
+from ..postmortem.who import who_lines
 from ..text_safe import term_block, term_line
 from . import data
 from .screens import ConfirmScreen, HelpScreen, InputScreen, PickScreen
@@ -362,6 +363,8 @@ class Dashboard(App[None]):
         out = Text()
         out.append(f"{row['command_id']}  {term_line(row['title'])}  [{row['status']}]\n", style="bold")
         out.append(f"$ {term_line(row['command_line'])}\n")
+        for said in who_lines(row):
+            out.append(f"{said}\n", style="dim")
         if row.get("watch_filter") or row.get("watch_until"):
             out.append(
                 f"watch: filter={term_line(row.get('watch_filter') or '-')} "
@@ -508,6 +511,8 @@ def render_goal(g: dict[str, Any]) -> Text:
         )
     if g.get("last_error"):
         out.append(f"last error: {term_line(g['last_error'])}\n")
+    for said in who_lines(g):  # the OpenCode tool calls that created, ended or last changed it
+        out.append(f"{said}\n", style="dim")
     out.append("\nruns\n", style="bold")
     for r in g.get("runs", [])[-10:]:
         out.append(

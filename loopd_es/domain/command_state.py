@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from ..errors import DomainError, UsageError
+from ..events.base import Caller
 from ..events.command import (
     AwaitCancelled,
     AwaitDiscarded,
@@ -71,6 +72,8 @@ class AwaitState(msgspec.Struct, frozen=True, kw_only=True):
     owner_session_id: str | None = None
     """The session that asked (its evidence and wake-up go to that session's goal)."""
     requested_at: str = ""
+    requested_by: Caller | None = None
+    """The ``loopd_command_await`` call that asked for it, when a tool did."""
     outcome: str = "waiting"
     """``waiting`` while outstanding; then the event type that ended it (``command.await-fired`` ...)."""
 
@@ -120,6 +123,10 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 0
     owner_notified_at: str | None = None
     """Recorded on the exit when the owner was told already (imported history: the reference told it)."""
+    started_by: Caller | None = None
+    """The ``loopd_command_start`` call that started it (``None``: the CLI, or a log from before 0.5)."""
+    controlled_by: Caller | None = None
+    """The last tool call that acted on it (input, a signal, a resize, the watch, an await, its removal)."""
 
     @property
     def running(self) -> bool:
@@ -154,10 +161,14 @@ def evolve(state: CommandState | None, e: Event, version: int = 0) -> CommandSta
             owner_session_id=e.owner_session_id,
             machine=e.machine,
             version=version or 1,
+            started_by=e.called_by,
         )
     if state is None:
         return None
     s = _evolve(state, e)
+    caller = getattr(e, "called_by", None)
+    if caller is not None:
+        return _replace(s, version=version or s.version + 1, controlled_by=caller)
     return _replace(s, version=version or s.version + 1)
 
 
@@ -225,6 +236,7 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             ignore_case=e.ignore_case,
             owner_session_id=e.owner_session_id,
             requested_at=e.at,
+            requested_by=e.called_by,
         )
         return _replace(s, awaits=(*s.awaits, new))
     if isinstance(e, AwaitFired | AwaitDiscarded | AwaitCancelled):

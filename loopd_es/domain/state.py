@@ -12,11 +12,12 @@ from typing import Final, Literal
 
 import msgspec
 
+from ..events.base import Caller
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
 from ..events.identity import ProviderLimitFacts
 from ..events.imported import VerificationAttempt
 
-REDUCER_VERSION: Final = 3
+REDUCER_VERSION: Final = 4
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
 
 MAX_ANOMALIES: Final = 50
@@ -219,6 +220,12 @@ class _GoalFields(msgspec.Struct):
     verification_attempts: tuple[VerificationAttempt, ...] = ()
     anomaly_count: int = 0
     anomalies: tuple[Anomaly, ...] = ()
+    # who acted through an OpenCode tool (the events' ``called_by``; None: the CLI, the engine, a log before 0.5)
+    created_by: Caller | None = None
+    ended_by: Caller | None = None
+    """The tool call that completed or blocked the goal (``complete_goal``, ``block_goal``, a force)."""
+    controlled_by: Caller | None = None
+    """The last tool call that changed the goal otherwise (pause, resume, nudge, input, a switch, progress)."""
 
 
 # msgspec allows a frozen Struct over a mutable base; mypy's dataclass rule does not know that (it still

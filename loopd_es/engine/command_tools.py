@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import anyio.to_thread
 import msgspec
+from msgspec import UnsetType
 
 from ..domain.command import (
     CommandNotFoundError,
@@ -26,13 +27,14 @@ from ..domain.command import (
     validate_watch,
 )
 from ..errors import UsageError
-from ..events.command import AwaitFired, WatchSpec
+from ..events.base import Caller
+from ..events.command import AwaitFired, UntilAction, WatchSpec
 from ..ids import check_id, is_valid_id
 from ..procs import owner_link, service
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from . import command_args as a
-from .tool_spec import ToolSpec
+from .tool_spec import ToolArgs, ToolSpec
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -129,8 +131,11 @@ LoadGoal = Callable[[str], Awaitable["GoalState"]]
 class CommandTools:
     """Runs the ``loopd_command_*`` tools for one calling session over the procs service.
 
-    Refusals raise :class:`~loopd_es.errors.LoopdError` subclasses carrying the reference's message; the
-    dispatcher turns them into ``{"ok": false, "message": ...}``.
+    Each handler takes its tool's validated Struct (:mod:`.command_args`), never the raw JSON: a value of the
+    wrong type was refused before it got here, and what is left to check (a size that is not a whole number,
+    an unknown watch action) is refused with the reference's words, never coerced. Refusals raise
+    :class:`~loopd_es.errors.LoopdError` subclasses; the dispatcher turns them into ``{"ok": false, ...}``.
+    Every change a tool makes records the calling tool call (``called_by``).
     """
 
     def __init__(self, store: LogStore, store_url: str | None, directory: str, load_goal: LoadGoal) -> None:
@@ -151,24 +156,21 @@ class CommandTools:
     def paths(self) -> CommandPaths:
         return CommandPaths(self.url)
 
-    async def call(
-        self, tool: str, session: str, args: dict[str, Any], context: dict[str, Any]
-    ) -> dict[str, Any]:
-        handler: Callable[[str, dict[str, Any], dict[str, Any]], Awaitable[dict[str, Any]]]
+    async def call(self, tool: str, call: CommandCall, args: ToolArgs) -> dict[str, Any]:
+        """The reply to ``tool`` called with ``args`` (already decoded by the tool's Struct)."""
+        handler: Callable[[CommandCall, Any], Awaitable[dict[str, Any]]]
         handler = getattr(self, "_" + tool.removeprefix("loopd_command_"))
-        return await handler(session, args, context)
+        return await handler(call, args)
 
     # -- lookup ---------------------------------------------------------------------------------------
 
-    async def _find(self, session: str, args: dict[str, Any], missing: str) -> CommandState:
-        """The command named by ``command_id`` (an id, or a unique prefix among the session's own commands).
+    async def _find(self, session: str, text: str, missing: str) -> CommandState:
+        """The command named by ``text`` (an id, or a unique prefix among the session's own commands).
 
         :raises CommandNotFoundError: with ``missing`` when there is none, it was removed, or is not owned here.
         """
-        text = args.get("command_id")
         if not is_valid_id(text):
             raise CommandNotFoundError(missing)
-        assert isinstance(text, str)
         state = await service.load_state(self.store, text)
         if state is None and len(text) >= 4:
             hits = [
@@ -181,9 +183,9 @@ class CommandTools:
             raise CommandNotFoundError(missing)
         return state
 
-    async def _owned(self, session: str, args: dict[str, Any], missing: str = NOT_FOUND) -> CommandState:
-        state = await self._find(session, args, missing)
-        if state.owner_session_id != session:
+    async def _owned(self, call: CommandCall, text: str, missing: str = NOT_FOUND) -> CommandState:
+        state = await self._find(call.session, text, missing)
+        if state.owner_session_id != call.session:
             raise CommandNotFoundError(missing)  # another session's command does not exist for this one
         return state
 
@@ -192,43 +194,36 @@ class CommandTools:
 
     # -- the tools -----------------------------------------------------------------------------------
 
-    async def _start(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        action = args.get("watch_until_action")
+    async def _start(self, call: CommandCall, args: a.StartArgs) -> dict[str, Any]:
+        action = _given(args.watch_until_action)
         if action is not None and action not in ("stop", "keep"):
             raise UsageError(f'Invalid watch_until_action \'{action}\': must be "stop" or "keep".')
-        argv = list(args.get("args") or ())  # the types were checked against a.StartArgs
-        env: dict[str, str] = args.get("env") or {}
-        cols, rows = args.get("cols", 80), args.get("rows", 24)
-        if not _positive_int(cols) or not _positive_int(rows):
-            raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
-        goal_id = args.get("goal_id") or None
+        cols, rows = _size(args.cols, args.rows)
+        goal_id = _given(args.goal_id) or None
         if goal_id is not None:
             check_id("goal", goal_id)
-        timeout = args.get("timeout_seconds")
-        if isinstance(timeout, float) and timeout.is_integer():
-            timeout = int(timeout)  # JSON has one number type: 5.0 is the integer 5, as in JavaScript
-        base = str(context.get("directory") or self.directory)
-        cwd = os.path.join(base, str(args["cwd"])) if args.get("cwd") else base
-        notify = args.get("notify_on_exit")
+        base = str(call.context.get("directory") or self.directory)
+        cwd = _given(args.cwd)
         spec = service.StartSpec(
-            title=str(args.get("title") or ""),
-            command=str(args.get("command") or ""),
-            args=argv,
-            cwd=cwd,
-            env=dict(env),
-            timeout_seconds=timeout,
-            shell=bool(args.get("shell")),
+            title=args.title,
+            command=args.command,
+            args=_given(args.args) or (),
+            cwd=os.path.join(base, cwd) if cwd else base,
+            env=_given(args.env) or {},
+            timeout_seconds=_timeout(_given(args.timeout_seconds)),
+            shell=_given(args.shell) or False,
             watch=WatchSpec(
-                filter=str(args.get("watch_filter") or ""),
-                until=str(args.get("watch_until") or ""),
-                ignore_case=bool(args.get("watch_ignore_case")),
+                filter=_given(args.watch_filter) or "",
+                until=_given(args.watch_until) or "",
+                ignore_case=_given(args.watch_ignore_case) or False,
                 until_action="keep" if action == "keep" else "stop",
             ),
             goal_id=goal_id,
-            cols=int(cols),
-            rows=int(rows),
-            notify_on_exit=None if notify is None else bool(notify),
-            owner_session_id=session,
+            cols=cols,
+            rows=rows,
+            notify_on_exit=_given(args.notify_on_exit),
+            owner_session_id=call.session,
+            called_by=call.caller,
         )
         command_id, _ = await service.start_command(self.store, self.url, spec)
         state = await service.load_state(self.store, command_id)
@@ -242,13 +237,13 @@ class CommandTools:
             "command": _record(state),
         }
 
-    async def _get(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        state = await self._owned(session, args, NOT_FOUND_READ)
-        offset, limit = _count(args, "offset_bytes"), _count(args, "limit_bytes")
-        pattern = args.get("pattern")
+    async def _get(self, call: CommandCall, args: a.GetArgs) -> dict[str, Any]:
+        state = await self._owned(call, args.command_id, NOT_FOUND_READ)
+        offset, limit = _count(args.offset_bytes, "offset_bytes"), _count(args.limit_bytes, "limit_bytes")
+        pattern = _given(args.pattern)
         log = self.paths.log(state.id)
         if pattern:
-            compiled = compile_read_pattern(str(pattern), bool(args.get("ignore_case")))
+            compiled = compile_read_pattern(pattern, _given(args.ignore_case) or False)
             result = await anyio.to_thread.run_sync(read_pattern, log, compiled, offset, limit)
         else:
             result = await anyio.to_thread.run_sync(read_plain, log, offset, limit)
@@ -266,78 +261,82 @@ class CommandTools:
             out["totalMatches"] = result.total_matches
         return out
 
-    async def _write(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        state = await self._owned(session, args)
-        data: str = args["input"]
-        message = await self._request(state, owner_link.Write(data=base64.b64encode(data.encode()).decode()))
+    async def _write(self, call: CommandCall, args: a.WriteArgs) -> dict[str, Any]:
+        state = await self._owned(call, args.command_id)
+        data = base64.b64encode(args.input.encode()).decode()
+        message = await self._request(state, owner_link.Write(data=data, called_by=call.caller))
         return {"ok": True, "message": message}
 
-    async def _interrupt(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        state = await self._owned(session, args)
-        return {"ok": True, "message": await self._request(state, owner_link.Interrupt())}
+    async def _interrupt(self, call: CommandCall, args: a.CommandArgs) -> dict[str, Any]:
+        state = await self._owned(call, args.command_id)
+        return {
+            "ok": True,
+            "message": await self._request(state, owner_link.Interrupt(called_by=call.caller)),
+        }
 
-    async def _terminate(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        state = await self._owned(session, args)
-        remove = bool(args.get("remove"))
-        message = await self._request(state, owner_link.Terminate(remove=remove))
+    async def _terminate(self, call: CommandCall, args: a.TerminateArgs) -> dict[str, Any]:
+        state = await self._owned(call, args.command_id)
+        remove = _given(args.remove) or False
+        message = await self._request(state, owner_link.Terminate(remove=remove, called_by=call.caller))
         out: dict[str, Any] = {"ok": True, "message": message, "removed": remove}
         fresh = None if remove else await service.load_state(self.store, state.id)
         if fresh is not None:
             out["status"] = fresh.status
         return out
 
-    async def _remove(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        state = await self._owned(session, args)
-        message = await service.remove_command(self.store, self.paths, state.id)
+    async def _remove(self, call: CommandCall, args: a.CommandArgs) -> dict[str, Any]:
+        state = await self._owned(call, args.command_id)
+        message = await service.remove_command(self.store, self.paths, state.id, called_by=call.caller)
         return {"ok": True, "message": message, "removed": True}
 
-    async def _resize(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        cols: Any = args.get("cols")
-        rows: Any = args.get("rows")
-        if not _positive_int(cols) or not _positive_int(rows):
-            raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
-        state = await self._owned(session, args)
-        message = await self._request(state, owner_link.Resize(cols=int(cols), rows=int(rows)))
-        return {"ok": True, "message": message}
+    async def _resize(self, call: CommandCall, args: a.ResizeArgs) -> dict[str, Any]:
+        cols, rows = _size(args.cols, args.rows)
+        state = await self._owned(call, args.command_id)
+        request = owner_link.Resize(cols=cols, rows=rows, called_by=call.caller)
+        return {"ok": True, "message": await self._request(state, request)}
 
-    async def _watch(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        state = await self._owned(session, args)
+    async def _watch(self, call: CommandCall, args: a.WatchArgs) -> dict[str, Any]:
+        state = await self._owned(call, args.command_id)
         if not state.running:
             raise CommandStateError(f"Command is {state.status}; watch is meaningless after exit.")
-        if args.get("clear"):
-            return {"ok": True, "message": await self._request(state, owner_link.Watch(clear=True))}
+        if _given(args.clear):
+            request = owner_link.Watch(clear=True, called_by=call.caller)
+            return {"ok": True, "message": await self._request(state, request)}
         spec = WatchSpec(
-            filter=str(args.get("watch_filter") or ""),
-            until=str(args.get("watch_until") or ""),
-            ignore_case=bool(args.get("watch_ignore_case")),
-            until_action=args.get("watch_until_action") or "stop",
+            filter=_given(args.watch_filter) or "",
+            until=_given(args.watch_until) or "",
+            ignore_case=_given(args.watch_ignore_case) or False,
+            until_action=cast(UntilAction, _given(args.watch_until_action) or "stop"),  # checked just below
         )
         validate_watch(spec)  # before the owner is asked: a bad watch leaves the previous one untouched
         request = owner_link.Watch(
-            filter=spec.filter, until=spec.until, ignore_case=spec.ignore_case, until_action=spec.until_action
+            filter=spec.filter,
+            until=spec.until,
+            ignore_case=spec.ignore_case,
+            until_action=spec.until_action,
+            called_by=call.caller,
         )
         return {"ok": True, "message": await self._request(state, request)}
 
-    async def _await(self, session: str, args: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
-        goal_id: Any = args.get("goal_id")
-        goal = await self.load_goal(goal_id) if is_valid_id(goal_id) else None
+    async def _await(self, call: CommandCall, args: a.AwaitArgs) -> dict[str, Any]:
+        goal = await self.load_goal(args.goal_id) if is_valid_id(args.goal_id) else None
         if goal is None or not goal.exists:
             raise UsageError("Goal not found.")
-        state = await self._find(session, args, NOT_FOUND)
+        state = await self._find(call.session, args.command_id, NOT_FOUND)
         if goal.owner_session_id != state.owner_session_id:
             raise UsageError("Owner mismatch: goal and command are owned by different sessions.")
-        if goal.owner_session_id != session:
+        if goal.owner_session_id != call.session:
             raise UsageError("Owner mismatch: the await requester must own both the goal and the command.")
-        until = args.get("until")
         events, message = await service.request_await(
             self.store,
             self.paths,
             state.id,
             goal_id=goal.goal_id,
-            until=None if until is None else str(until),
-            ignore_case=bool(args.get("ignore_case")),
-            owner_session_id=session,
+            until=_given(args.until),
+            ignore_case=_given(args.ignore_case) or False,
+            owner_session_id=call.session,
             goal_name=goal.name,
+            called_by=call.caller,
         )
         out: dict[str, Any] = {"ok": True, "message": message}
         if any(isinstance(e, AwaitFired) for e in events):
@@ -345,18 +344,51 @@ class CommandTools:
         return out
 
 
-def _positive_int(value: object) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return value > 0 and float(value).is_integer()
+class CommandCall(msgspec.Struct, frozen=True, kw_only=True):
+    """Who is calling a command tool: the session (the owner of what it touches), OpenCode's call context
+    (the project directory) and the tool call recorded on what the call changes."""
+
+    session: str
+    context: dict[str, Any]
+    caller: Caller | None = None
 
 
-def _count(args: dict[str, Any], name: str) -> int | None:
-    value = args.get(name)
+T = TypeVar("T")
+
+
+def _given(value: T | UnsetType) -> T | None:
+    """An optional argument's value, ``None`` when the call left it out."""
+    return None if isinstance(value, UnsetType) else value
+
+
+def _size(cols: float | UnsetType, rows: float | UnsetType) -> tuple[int, int]:
+    """A terminal size as the reference takes it: positive whole numbers (``80.0`` is 80, ``80.5`` is refused);
+    a size left out is the default 80x24."""
+    wide = 80 if isinstance(cols, UnsetType) else cols
+    high = 24 if isinstance(rows, UnsetType) else rows
+    if not all(n > 0 and float(n).is_integer() for n in (wide, high)):
+        raise UsageError(f"Invalid size {_num(wide)}x{_num(high)}: cols and rows must be positive integers.")
+    return int(wide), int(high)
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _timeout(value: float | None) -> int | None:
+    """``timeout_seconds`` as a whole number of seconds (JSON has one number type: 5.0 is 5, as in JavaScript)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise UsageError(f"{name} must be a non-negative number")
+    if not float(value).is_integer():
+        raise UsageError("timeoutSeconds must be a positive integer in seconds")  # the reference's words
+    return int(value)
+
+
+def _count(value: float | UnsetType, name: str) -> int | None:
+    if isinstance(value, UnsetType):
+        return None
+    if value < 0 or not float(value).is_integer():
+        raise UsageError(f"{name} must be a non-negative integer")
     return int(value)
 
 

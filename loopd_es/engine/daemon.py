@@ -28,6 +28,7 @@ from ..host import open_host
 from ..host.errors import HostError
 from ..host.events import AnyHostEvent, EngineHost
 from ..log import open_store
+from ..log.sqlite import SqliteLog
 from ..projector.watch import Waker, log_files, watch_commits, watch_log
 from .balance import Balancer
 from .clock import Clock, SystemClock
@@ -96,6 +97,10 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
     check_tool_channel(options)
     clock = clock or SystemClock()
     async with await open_store(options.store_url) as store:
+        if isinstance(
+            store, SqliteLog
+        ):  # a write that waits out the lease is lost anyway: fail, say so, retry
+            store.busy_timeout_ms = min(store.busy_timeout_ms, max(options.lease_ms, 1000))
         host = await open_host(options.host_url)
         try:
             if not isinstance(host, EngineHost):
@@ -138,6 +143,7 @@ async def _run_until_stopped(
                         break
                     await _serve_exclusive(store, host, lease, options, clock, stop, say, outage)
             except* LeaseLostError as group:
+                outage.lease_lost()
                 say(f"lost the engine lease ({group.exceptions[0]}); standing by")
                 outage.now("standing by", f"lost the lease: {group.exceptions[0]}")
             except* TRANSIENT as group:
@@ -163,6 +169,8 @@ class Outage:
         self.since: float | None = None
         self.delay = 0.0
         self.state = ("starting", "")
+        self.lease_failing = False
+        """The lease cannot be renewed: reads that go through (a full disk, a locked SQLite file) end nothing."""
 
     def now(self, state: str, detail: str = "") -> None:
         """What the engine is doing now (the status keeps saying "waiting" until the store answers again)."""
@@ -170,7 +178,9 @@ class Outage:
         if self.status is not None and self.since is None:
             self.status.set(state, detail)
 
-    def failed(self, error: BaseException) -> None:
+    def failed(self, error: BaseException, *, lease: bool = False) -> None:
+        """The store or host failed; ``lease``: a renewal of the held lease did (said once all the same)."""
+        self.lease_failing = self.lease_failing or lease
         if self.since is None:
             self.since = time.monotonic()
             self.say(f"waiting for the store or host: {error}; retrying with backoff (nothing is lost)")
@@ -183,7 +193,16 @@ class Outage:
     def backoff(self) -> float:
         return self.delay
 
-    def ok(self) -> None:
+    def lease_lost(self) -> None:
+        """The lease ran out while its renewals failed: the engine stands by, still waiting for the store."""
+        self.lease_failing = False
+
+    def ok(self, *, lease: bool = False) -> None:
+        """A call went through (``lease``: a renewal did); until a renewal does, only a renewal ends an outage."""
+        if lease:
+            self.lease_failing = False
+        elif self.lease_failing:
+            return
         if self.since is not None:
             self.say(
                 f"the store and host answer again after {time.monotonic() - self.since:.1f} s; carrying on"
@@ -200,8 +219,8 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, out
     announced = None
     while not stop.is_set():
         member = await live_member(lease.store, clock)
-        outage.ok()
         if member is not None:  # a shared group runs the goals: an exclusive engine would turn them twice
+            outage.ok()
             if announced != member:
                 say(f"standing by: the goals are shared by engines started with --shared ({member} is live)")
                 outage.now("standing by", f"a shared group runs the goals ({member} is live)")
@@ -210,6 +229,7 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, out
                 await stop.wait()
             continue
         holder = await lease.try_acquire()
+        outage.ok()  # not after the read above: on a full disk reads work and the lease's write still fails
         if holder is None:
             say(f"engine running: holder {lease.holder}, fencing token {lease.token}")
             outage.now("running", f"holds the engine lease, fencing token {lease.token}")
@@ -318,10 +338,11 @@ async def _serve_exclusive(
             await anyio.sleep(max(0.0, (lease.renew_due() - clock.now()).total_seconds()))
             try:
                 await lease.renew()
+                if failing:
+                    outage.ok(lease=True)
                 failing = False
-            except TRANSIENT as e:
-                if not failing:  # said once; the outage itself is said by the engine's loop
-                    log.warning("lease renewal failed, retrying until the lease runs out: %s", e)
+            except TRANSIENT as e:  # said once, with the status, as every outage is
+                outage.failed(e, lease=True)
                 failing = True
                 await anyio.sleep(min(0.5, lease.ttl.total_seconds() / 6))
 
@@ -456,13 +477,17 @@ async def _loops(store: LogStore, host: EngineHost, clock: Clock, options: RunOp
     sched = Scheduler(
         store, host, ms, claimer=f"engine-{options.holder}", all_sessions=True, owner=options.holder, cfg=cfg
     )
+    failing = False
     try:
         while True:
             with anyio.CancelScope(shield=True), anyio.move_on_after(FIRE_GRACE_S):
                 try:
                     await sched.fire_due()
+                    failing = False
                 except TRANSIENT as e:  # the next tick re-reads and decides again
-                    log.warning("loop tick failed, retrying: %s", e)
+                    if not failing:  # said once a streak: an outage must not fill stderr (or a full disk)
+                        log.warning("loop tick failed, retrying: %s", e)
+                    failing = True
             wake = sched.next_wake()
             pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - ms.now_ms()) / 1000))
             await anyio.sleep(pause)

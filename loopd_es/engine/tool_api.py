@@ -29,7 +29,7 @@ from ..app.goal_index import GoalIndex
 from ..domain.rules import RuleError
 from ..errors import LoopdError, UsageError
 from . import tool_args as a
-from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandTools
+from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandCall, CommandTools
 from .operations import Operations, Result
 from .tool_replies import (
     CreatedReply,
@@ -219,7 +219,8 @@ class ToolDispatcher:
         try:
             result: Result | dict[str, Any] | msgspec.Struct
             if command:
-                result = await self.commands.call(spec.name, session, given, call.context)
+                who = CommandCall(session=session, context=call.context, caller=CALLER.get())
+                result = await self.commands.call(spec.name, who, args)
             else:
                 result = await getattr(self, "_" + spec.name)(session, args)
         except RuleError as e:

@@ -16,7 +16,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from .base import Event, event
+from .base import Caller, Event, event
 
 Status = Literal["running", "exited", "terminated", "missing"]
 EndReason = Literal["exit", "terminate", "timeout", "until", "missing"]
@@ -70,6 +70,9 @@ class CommandStarted(Event, frozen=True, kw_only=True):
     machine: str = ""
     """The machine it runs on (the id kept in that machine's command directory): only that machine can tell
     whether its owner is alive. ``""`` for commands recorded before 0.4, judged by whoever looks."""
+    called_by: Caller | None = None
+    """The OpenCode tool call that started it (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.spawned")
@@ -87,6 +90,9 @@ class WatchSet(Event, frozen=True, kw_only=True):
 
     command_id: str
     watch: WatchSpec
+    called_by: Caller | None = None
+    """The OpenCode tool call that set the watch (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.watch-matched")
@@ -112,6 +118,9 @@ class WatchSuspended(Event, frozen=True, kw_only=True):
     dropped: int = 0
     at_exit: bool = False
     text: str = ""
+    called_by: Caller | None = None
+    """The OpenCode tool call that cleared the watch (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.until-stopped")
@@ -129,6 +138,9 @@ class SignalSent(Event, frozen=True, kw_only=True):
     command_id: str
     signal: SignalName
     reason: SignalReason
+    called_by: Caller | None = None
+    """The OpenCode tool call that asked for the signal (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.input-written")
@@ -137,6 +149,9 @@ class InputWritten(Event, frozen=True, kw_only=True):
 
     command_id: str
     bytes: int
+    called_by: Caller | None = None
+    """The OpenCode tool call that wrote the input (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.resized")
@@ -146,6 +161,9 @@ class CommandResized(Event, frozen=True, kw_only=True):
     command_id: str
     cols: int
     rows: int
+    called_by: Caller | None = None
+    """The OpenCode tool call that resized it (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.exited")
@@ -171,6 +189,9 @@ class CommandRemoved(Event, frozen=True, kw_only=True):
     """The command's record and output log were removed; its stream stays as history."""
 
     command_id: str
+    called_by: Caller | None = None
+    """The OpenCode tool call that removed it (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.await-requested")
@@ -185,6 +206,9 @@ class AwaitRequested(Event, frozen=True, kw_only=True):
     """The session that asked to wait (the reference's ``commandAwaits[].ownerSessionID``), if known."""
     at: str = ""
     """When the await was asked for (an import's ``commandAwaits[].createdAt``); empty: the envelope's time."""
+    called_by: Caller | None = None
+    """The OpenCode tool call that asked for the await (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.await-fired")
@@ -200,6 +224,9 @@ class AwaitFired(Event, frozen=True, kw_only=True):
     matched_lines: list[str] = msgspec.field(default_factory=list)
     immediate: bool = False
     evidence: str = ""
+    called_by: Caller | None = None
+    """The OpenCode tool call that asked for an await that fired at once (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
+    owner process itself, or a log written before 0.5."""
 
 
 @event("command.await-discarded")

@@ -60,8 +60,23 @@ class SqliteLog(LogStore):
         self._closed = False
         self._in_flight = 0  # calls on (or queued for) the worker thread; inline commits need it idle
         self._waits = (
-            True  # the connection's busy timeout is BUSY_TIMEOUT_MS (False: 0, for an inline commit)
+            True  # the connection's busy timeout is busy_timeout_ms (False: 0, for an inline commit)
         )
+        self._busy_timeout_ms = BUSY_TIMEOUT_MS
+
+    @property
+    def busy_timeout_ms(self) -> int:
+        """How long a call waits for another process's write lock before it fails (``LockTimeoutError``).
+
+        A long-running engine lowers it to its lease: a write that waits out the lease is lost anyway, and the
+        engine must say that it waits, not hang silently in SQLite's busy handler.
+        """
+        return self._busy_timeout_ms
+
+    @busy_timeout_ms.setter
+    def busy_timeout_ms(self, value: int) -> None:
+        self._busy_timeout_ms = value
+        self._waits = False  # the next call on the worker thread sets it on the connection
 
     @classmethod
     async def open(cls, path: Path, *, synchronous: str = "FULL", create: bool = True) -> SqliteLog:
@@ -106,14 +121,15 @@ class SqliteLog(LogStore):
         except LoopdError:
             raise
         except sqlite3.Error as e:
-            raise ops.translate(e, str(self.path), time.monotonic() - started) from e
+            waited = time.monotonic() - started
+            raise ops.translate(e, str(self.path), waited, self._busy_timeout_ms) from e
         finally:
             self._in_flight -= 1
 
     def _waiting(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         """On the worker thread: restore the busy timeout an inline commit lowered, then run ``fn``."""
         if not self._waits:
-            self._db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
             self._waits = True
         return fn(self._db, *args)
 

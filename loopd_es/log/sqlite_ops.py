@@ -568,7 +568,9 @@ def verify(conn: sqlite3.Connection, report: VerifyReport) -> None:
             return
 
 
-def translate(error: sqlite3.Error, where: str, waited: float | None) -> LoopdError:
+def translate(
+    error: sqlite3.Error, where: str, waited: float | None, timeout_ms: int = BUSY_TIMEOUT_MS
+) -> LoopdError:
     """The loopd-es error for an SQLite error: a lock timeout, corruption, or an unusable store.
 
     ``waited`` is how long the failed call took: a busy error long before the busy timeout is SQLite
@@ -576,8 +578,8 @@ def translate(error: sqlite3.Error, where: str, waited: float | None) -> LoopdEr
     """
     text = str(error)
     if is_busy(error):
-        if waited is not None and waited >= BUSY_TIMEOUT_MS / 1000 * 0.9:
-            return LockTimeoutError(where, BUSY_TIMEOUT_MS / 1000)
+        if waited is not None and waited >= timeout_ms / 1000 * 0.9:
+            return LockTimeoutError(where, timeout_ms / 1000)
         return StoreUnavailableError(
             f"{where} is busy ({text}) after {waited or 0:.2f} s; another process is opening or recovering it - retry"
         )

@@ -362,6 +362,15 @@ _CALLED_VERBS: Final = {
     "identity.switch_requested": "switch requested",
     "identity.switch_deferred": "switch requested",
     "identity.switch_unsupported": "switch requested",
+    "command.started": "started",
+    "command.input-written": "typed into",
+    "command.resized": "resized",
+    "command.watch-set": "watch set",
+    "command.watch-suspended": "watch cleared",
+    "command.signal-sent": "signalled",
+    "command.removed": "removed",
+    "command.await-requested": "await requested",
+    "command.await-fired": "await fired",
 }
 
 

@@ -17,6 +17,7 @@ from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from ..errors import UsageError
+from ..events.base import Caller
 from .paths import CommandPaths, ForeignOwnerError, owner_alive, peer_uid
 
 if TYPE_CHECKING:
@@ -29,6 +30,9 @@ MAX_LINE = 1 << 20
 
 class OwnerRequest(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", forbid_unknown_fields=True):
     """One request to a command's owner; the subclass's tag is its ``op``."""
+
+    called_by: Caller | None = None
+    """The OpenCode tool call that asked (``loopd_command_*``): the owner records it on what it appends."""
 
 
 class Status(OwnerRequest, frozen=True, kw_only=True, tag="status"):

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import msgspec
 
 from ..domain.command import (
     TERMINATE_GRACE_S,
@@ -44,7 +45,7 @@ from ..domain.command import (
     validate_start,
 )
 from ..errors import ConflictError, LoopdError, StreamNotFoundError, UsageError, WrongExpectedVersionError
-from ..events.base import Event
+from ..events.base import Caller, Event
 from ..events.catalogue import decode_payload
 from ..events.command import STREAM_PREFIX, CommandStarted, WatchSpec, command_stream
 from ..events.envelope import NO_STREAM, NewEvent
@@ -114,8 +115,11 @@ async def append_decided(
     *,
     causation_id: str | None = None,
     correlation_id: str | None = None,
+    called_by: Caller | None = None,
 ) -> tuple[list[Event], CommandState]:
     """Decide on the current state and append at its version; on a conflict re-read and decide again.
+
+    ``called_by`` (the OpenCode tool call that asked) is stamped on the decided events that record one.
 
     This is what makes firing exactly-once across processes: whoever loses the race re-decides on a
     state in which the transition already happened, and the decider then returns nothing.
@@ -127,7 +131,7 @@ async def append_decided(
             state = await load_state(store, command_id)
             if state is None:
                 raise CommandNotFoundError()
-        events = decide(state)
+        events = stamped(decide(state), called_by)
         if not events:
             return [], state
         new = [
@@ -149,6 +153,16 @@ async def append_decided(
         assert state is not None
         return events, state
     raise ConflictError(f"command {command_id}: gave up after 50 version conflicts; retry")
+
+
+def stamped(events: list[Event], called_by: Caller | None) -> list[Event]:
+    """``events`` with ``called_by`` set on those whose type records who asked (all of them unchanged without one)."""
+    if called_by is None:
+        return events
+    return [
+        msgspec.structs.replace(e, called_by=called_by) if "called_by" in e.__struct_fields__ else e
+        for e in events
+    ]
 
 
 # -- start ----------------------------------------------------------------------------------------
@@ -173,12 +187,14 @@ class StartSpec:
         rows: int = 24,
         notify_on_exit: bool | None = None,
         owner_session_id: str | None = None,
+        called_by: Caller | None = None,
     ) -> None:
         self.title, self.command, self.args = title.strip(), command.strip(), list(args)
         self.cwd, self.env, self.timeout_seconds, self.shell = cwd, dict(env or {}), timeout_seconds, shell
         self.watch = None if watch is None or watch.empty else watch
         self.goal_id, self.cols, self.rows, self.notify_on_exit = goal_id, cols, rows, notify_on_exit
         self.owner_session_id = owner_session_id
+        self.called_by = called_by
 
 
 def _check_runnable(spec: StartSpec, env: Mapping[str, str]) -> Path:
@@ -235,6 +251,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
             started_at=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
             owner_session_id=spec.owner_session_id,
             machine=paths.machine_id(),
+            called_by=spec.called_by,
         )
         await store.append(
             command_stream(command_id),
@@ -404,10 +421,12 @@ def _catches(pid: int, sig: int) -> bool:
 # -- operations that need no live owner -----------------------------------------------------------
 
 
-async def remove_command(store: LogStore, paths: CommandPaths, command_id: str) -> str:
+async def remove_command(
+    store: LogStore, paths: CommandPaths, command_id: str, *, called_by: Caller | None = None
+) -> str:
     """Remove a finished command (refused while running) and delete its output log."""
     await reconcile(store, paths, only=command_id)
-    _, state = await append_decided(store, command_id, decide_remove)
+    _, state = await append_decided(store, command_id, decide_remove, called_by=called_by)
     for p in (paths.log(command_id), paths.lock(command_id), paths.supervisor_log(command_id)):
         p.unlink(missing_ok=True)
     return f'Command "{state.title}" removed.'
@@ -423,6 +442,7 @@ async def request_await(
     ignore_case: bool,
     owner_session_id: str | None = None,
     goal_name: str | None = None,
+    called_by: Caller | None = None,
 ) -> tuple[list[Event], str]:
     """Register an await (or fire it at once when its condition already holds); tells the owner to look.
 
@@ -455,7 +475,7 @@ async def request_await(
     if state is None or state.removed:
         raise CommandNotFoundError()
     raced = state.running
-    events, state = await append_decided(store, command_id, decide, state)
+    events, state = await append_decided(store, command_id, decide, state, called_by=called_by)
     if state.running and state.await_for(goal_id) is not None:
         await owner_request(paths, command_id, Refresh())
     return events, message
@@ -534,6 +554,7 @@ async def command_request(
     """
     op = str(type(request).__struct_config__.tag)
     remove = isinstance(request, Terminate | Kill) and request.remove
+    caller = request.called_by
     state = await load_state(store, command_id)
     if state is None or state.removed:
         raise CommandNotFoundError()
@@ -548,7 +569,7 @@ async def command_request(
         if answer is not None and answer.ok:
             message = answer.message
             if remove:
-                await remove_command(store, paths, command_id)
+                await remove_command(store, paths, command_id, called_by=caller)
                 message = message.rstrip(".") + "; removed."
             return message
         if answer is not None and answer.code == 2:
@@ -563,7 +584,7 @@ async def command_request(
             raise CommandStateError(answer.message if answer else "no live owner")
     if op == "terminate" and remove:
         try:
-            await remove_command(store, paths, command_id)
+            await remove_command(store, paths, command_id, called_by=caller)
         except LoopdError as e:
             raise CommandStateError(f"Command is {state.status}; remove failed: {e}") from None
         return f"Command was already {state.status}; removed."

@@ -72,7 +72,7 @@ from .text import LineAssembler, clean_line
 from .watch import Watcher
 
 if TYPE_CHECKING:
-    from ..events.base import Event
+    from ..events.base import Caller, Event
     from ..log.base import LogStore
     from ..patterns import UserPattern
 
@@ -111,11 +111,16 @@ class Supervisor:
 
     # -- bookkeeping --------------------------------------------------------------------------------
 
-    async def append(self, decide: Callable[[CommandState], list[Event]]) -> list[Event]:
-        """Decide and append, serialised within this owner and shielded from cancellation."""
+    async def append(
+        self, decide: Callable[[CommandState], list[Event]], called_by: Caller | None = None
+    ) -> list[Event]:
+        """Decide and append, serialised within this owner and shielded from cancellation; ``called_by`` is
+        the tool call that asked, if one did."""
         with anyio.CancelScope(shield=True):
             async with self.lock:
-                events, self.state = await append_decided(self.store, self.id, decide, self.state)
+                events, self.state = await append_decided(
+                    self.store, self.id, decide, self.state, called_by=called_by
+                )
         return events
 
     def _set_watch(self, spec: WatchSpec | None) -> None:
@@ -275,13 +280,13 @@ class Supervisor:
 
     # -- signals ------------------------------------------------------------------------------------
 
-    async def _terminate(self, reason: SignalReason) -> None:
+    async def _terminate(self, reason: SignalReason, called_by: Caller | None = None) -> None:
         """SIGTERM, a 3 s grace, then SIGKILL; returns once the exit is recorded."""
         assert self.child is not None
         if reason == "until":
             claimed = await self.append(decide_until_stop)
         else:
-            claimed = await self.append(lambda st: decide_signal(st, "SIGTERM", reason))
+            claimed = await self.append(lambda st: decide_signal(st, "SIGTERM", reason), called_by)
         if not claimed:
             await self.finished.wait()
             return
@@ -404,11 +409,11 @@ class Supervisor:
             raise _state_error(str(op), self.state)
         if isinstance(r, Write):
             data = base64.b64decode(r.data, validate=True)
-            await self.append(lambda st: decide_write(st, len(data)))
+            await self.append(lambda st: decide_write(st, len(data)), r.called_by)
             await child.write(data)
             return OwnerAnswer(ok=True, message=f'Sent {len(data)} byte(s) to "{title}".')
         if isinstance(r, Interrupt):
-            await self.append(lambda st: decide_signal(st, "SIGINT", "interrupt"))
+            await self.append(lambda st: decide_signal(st, "SIGINT", "interrupt"), r.called_by)
             if not child.send_signal(signal.SIGINT):
                 return OwnerAnswer(ok=False, message="Failed to deliver SIGINT.", code=3)
             return OwnerAnswer(
@@ -416,12 +421,12 @@ class Supervisor:
                 message=f'SIGINT delivered to "{title}" (process may continue if it traps the signal).',
             )
         if isinstance(r, Terminate):
-            await self._terminate("terminate")
+            await self._terminate("terminate", r.called_by)
             return OwnerAnswer(
                 ok=True, message=f'Command "{title}" {self.state.status}.', status=self.state.status
             )
         if isinstance(r, Kill):
-            await self.append(lambda st: decide_signal(st, "SIGKILL", "kill"))
+            await self.append(lambda st: decide_signal(st, "SIGKILL", "kill"), r.called_by)
             child.send_signal(signal.SIGKILL)
             await self.finished.wait()
             return OwnerAnswer(ok=True, message=f'Command "{title}" killed (SIGKILL).')
@@ -430,7 +435,8 @@ class Supervisor:
             validate_size(cols, rows)
             child.resize(cols, rows)
             await self.append(
-                lambda st: [CommandResized(command_id=self.id, cols=cols, rows=rows)] if st.running else []
+                lambda st: [CommandResized(command_id=self.id, cols=cols, rows=rows)] if st.running else [],
+                r.called_by,
             )
             return OwnerAnswer(ok=True, message=f'Terminal resized to {cols}x{rows} for "{title}".')
         if isinstance(r, Watch):
@@ -441,7 +447,7 @@ class Supervisor:
                     filter=r.filter, until=r.until, ignore_case=r.ignore_case, until_action=r.until_action
                 )
             )
-            await self.append(lambda st: decide_watch(st, spec))
+            await self.append(lambda st: decide_watch(st, spec), r.called_by)
             self._set_watch(spec)
             if spec is None:
                 return OwnerAnswer(ok=True, message=f'Watch cleared for "{title}".')

@@ -37,6 +37,7 @@ async def test_goal_row_matches_the_domain_fold(built: Path, tmp_path: Path) -> 
         "last_progress": "outline written", "last_progress_next": "write chapter 1", "last_progress_at": T,
         "fallback_status": "unavailable", "created_at": T, "updated_at": a["updated_at"],
         "version": state.version, "position": state.position, "anomalies": 1, "options": a["options"],
+        "created_by": None, "ended_by": None, "controlled_by": None,  # no tool call in this story
     }  # fmt: skip
     options = json.loads(a["options"])  # named as loopd_create_goal names them
     assert (options["tokenBudget"], options["costBudget"], options["timeoutMs"]) == (10_000, 1.0, 600_000)
