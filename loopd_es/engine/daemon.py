@@ -143,7 +143,6 @@ async def _run_until_stopped(
                         break
                     await _serve_exclusive(store, host, lease, options, clock, stop, say, outage)
             except* LeaseLostError as group:
-                outage.lease_lost()
                 say(f"lost the engine lease ({group.exceptions[0]}); standing by")
                 outage.now("standing by", f"lost the lease: {group.exceptions[0]}")
             except* TRANSIENT as group:
@@ -193,8 +192,9 @@ class Outage:
     def backoff(self) -> float:
         return self.delay
 
-    def lease_lost(self) -> None:
-        """The lease ran out while its renewals failed: the engine stands by, still waiting for the store."""
+    def not_serving(self) -> None:
+        """Standing by (the lease ran out, or serving failed): the next lease call that goes through ends an
+        outage; only a serving engine's reads must wait for its lease's renewal."""
         self.lease_failing = False
 
     def ok(self, *, lease: bool = False) -> None:
@@ -217,6 +217,7 @@ MAX_BACKOFF_S: Final = 5.0
 async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, outage: Outage) -> bool:
     """Wait until this process holds the lease (``False`` when stopped first)."""
     announced = None
+    outage.not_serving()
     while not stop.is_set():
         member = await live_member(lease.store, clock)
         if member is not None:  # a shared group runs the goals: an exclusive engine would turn them twice

@@ -14,10 +14,12 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 
 from loopd_es.domain.command import fold
-from loopd_es.events.base import Caller
+from loopd_es.engine.operations import Operations
+from loopd_es.engine.tool_api import ToolCall
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.events.command import CommandStarted, command_stream
 from loopd_es.postmortem.who import who_lines
@@ -39,8 +41,6 @@ def _by(call: str) -> dict[str, Any]:
 
 async def _call(tools: Tools, tool: str, call: str, **args: Any) -> dict[str, Any]:
     """``tool`` called by ``ses_a`` as OpenCode's tool file forwards it, with message and call ids."""
-    from loopd_es.engine.tool_api import ToolCall
-
     context = {
         "directory": str(tools.env.tmp),
         "sessionID": "ses_a",
@@ -103,8 +103,6 @@ async def test_every_change_a_command_tool_makes_records_its_call(tools: Tools, 
 
 
 async def test_an_await_records_the_call_that_asked_for_it(tools: Tools, env: Env) -> None:
-    from loopd_es.engine.operations import Operations
-
     ops = Operations(tools.store, tools.host, clock=tools.clock, directory=str(env.tmp), owner="ses_a")
     created = await ops.create("g", "o", workspace_write=False)
     assert created.goal_id is not None
@@ -130,10 +128,7 @@ async def test_a_command_of_the_cli_and_an_old_log_record_no_caller(tools: Tools
     state = await env.state(tools.store, cid)
     assert state.started_by is None and state.controlled_by is None
     old = b'{"command_id":"c","title":"t","command":"true","cwd":"/","started_at":"2026-01-01T00:00:00.000000Z"}'
-    import msgspec
-
     assert msgspec.json.decode(old, type=CommandStarted).called_by is None  # a log before 0.5 still reads
-    assert isinstance(Caller(role="owner", session_id="s", tool="t"), Caller)
 
 
 @pytest.mark.parametrize(

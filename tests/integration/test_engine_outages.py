@@ -202,6 +202,7 @@ def test_two_minute_outages_of_postgresql_and_sqlite_are_waited_out_and_the_goal
             )
             for name in ("holder", "standby"):
                 assert site.err(name).count(WAITING) <= 1, site.err(name)
+                assert site.err(name).count("answer again") == site.err(name).count(WAITING), site.err(name)
             assert site.err("holder").count(WAITING) == 1, site.err("holder")
             site.alive()
     finally:
