@@ -27,6 +27,7 @@ import msgspec
 from ..domain.streams import short_id
 from ..events.imported import STREAM_PREFIX
 from .history import Entry, History, called_by, short_stream, show, summarize
+from .who import who_lines
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
@@ -94,6 +95,8 @@ class Explanation(msgspec.Struct, frozen=True):
     end_kind: str  # request | import | missing | outside | cycle | too-long | none
     flows: dict[str, list[int]]
     sentence: str
+    who: tuple[str, ...] = ()
+    """The tool calls that created, ended and last changed the goal, in words (none from the CLI)."""
 
 
 async def explain(store: LogStore, history: History) -> Explanation:
@@ -151,7 +154,12 @@ async def explain(store: LogStore, history: History) -> Explanation:
         # an import is not a flow of the goal's work: listing it would list every imported event
         if flow is not None and flow not in flows and not flow.startswith(STREAM_PREFIX):
             flows[flow] = [e.position for e in history.entries if e.envelope.correlation_id == flow]
-    return Explanation(goal, status, tuple(steps), end, end_kind, flows, _sentence(status, steps, end))
+    state = history.state
+    acted = {"status": state.status} | {
+        key: msgspec.to_builtins(getattr(state, key)) for key in ("created_by", "ended_by", "controlled_by")
+    }
+    who = tuple(who_lines(acted))
+    return Explanation(goal, status, tuple(steps), end, end_kind, flows, _sentence(status, steps, end), who)
 
 
 def _status_entry(history: History) -> Entry | None:
@@ -351,6 +359,8 @@ def _sentence(status: str, steps: list[Step], end: str) -> str:
 def render_text(x: Explanation) -> list[str]:
     """The explanation for a terminal: the sentence, then the chain step by step, then the flows."""
     lines = [f"goal {x.goal_id} is {x.status}", "", x.sentence, ""]
+    if x.who:
+        lines += [*x.who, ""]
     label = {"status": "status set by", "causation": "caused by", "pending": "pending switch set by"}
     for step in x.steps:
         f = step.fact

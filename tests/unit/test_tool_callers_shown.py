@@ -81,7 +81,9 @@ async def test_goals_goal_show_explain_and_the_dashboard_say_who_acted(tmp_path:
     ):
         assert said in text, text
     why = _cli(tmp_path, "explain", goal_id)
-    assert completed in why, why
+    assert completed in why and CREATED in why, why
+    assert "last changed by owner session ses_owner (call c2) with send_goal_input" in why, why
+    assert json.loads(_cli(tmp_path, "explain", goal_id, "--json"))["who"][0] == CREATED
 
     pane = render_goal(goal_detail(tmp_path / "read.db", goal_id)).plain
     assert CREATED in pane and completed in pane, pane
