@@ -97,9 +97,8 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
     check_tool_channel(options)
     clock = clock or SystemClock()
     async with await open_store(options.store_url) as store:
-        if isinstance(
-            store, SqliteLog
-        ):  # a write that waits out the lease is lost anyway: fail, say so, retry
+        # a write that waits for another process's lock longer than the lease is lost anyway: fail, say so, retry
+        if isinstance(store, SqliteLog):
             store.busy_timeout_ms = min(store.busy_timeout_ms, max(options.lease_ms, 1000))
         host = await open_host(options.host_url)
         try:
