@@ -174,8 +174,14 @@ class GoalService:
 
     # -- writing --------------------------------------------------------------------------------------
 
-    async def execute(self, command: c.GoalCommand, ctx: Ctx) -> list[Envelope]:
+    async def execute(
+        self, command: c.GoalCommand, ctx: Ctx, *, event_id: str | None = None
+    ) -> list[Envelope]:
         """Decide ``command`` on the goal's current state and append the result; ``[]`` when nothing happens.
+
+        ``event_id`` names the one event a reaction to a recorded fact decides, so a replayed reaction (a
+        restart, another engine of a shared group) records it once: the log answers an exact retry with the
+        original.
 
         :raises DomainError: when the command breaks a rule (nothing is appended).
         :raises ConflictError: when the goal kept changing for :data:`MAX_ATTEMPTS` attempts.
@@ -188,7 +194,7 @@ class GoalService:
             if not events:
                 return []
             try:
-                return await self.append_goal(goal_id, events, ctx, expected=state.version)
+                return await self._append_goal(goal_id, events, ctx, state.version, event_id)
             except WrongExpectedVersionError:
                 self._cache.pop(goal_id, None)
         raise ConflictError(
@@ -233,11 +239,23 @@ class GoalService:
             "retry the command"
         )
 
-    async def append_goal(
-        self, goal_id: str, events: Sequence[Event], ctx: Ctx, *, expected: ExpectedVersion
+    async def _append_goal(
+        self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, event_id: str | None
     ) -> list[Envelope]:
         """Append decided events to the goal's stream and fold them into the cached state."""
-        recorded = await self.append(goal_stream(goal_id), events, ctx, expected=expected)
+        if event_id is not None and len(events) != 1:
+            raise ValueError(f"an event id names one decided event, not {len(events)}")
+        ids = [event_id] if event_id is not None else [None] * len(events)
+        batch = [
+            new_event(
+                ctx.stamp(e), event_id=i, causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
+            )
+            for e, i in zip(events, ids, strict=True)
+        ]
+        stream = goal_stream(goal_id)
+        crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
+        recorded = await self.store.append(stream, batch, expected)
+        crashpoint(f"after append {stream}")
         cached = self._cache.get(goal_id)
         if cached is not None and recorded and recorded[0].version == cached.version + 1:
             for envelope in recorded:

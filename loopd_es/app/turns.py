@@ -16,10 +16,7 @@ import msgspec
 
 from ..domain import goal_commands as c
 from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
-from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
-from ..errors import WrongExpectedVersionError
-from ..events import goal as g
 from ..host.errors import HostError, ProviderError
 from ..host.events import EngineHost
 from ..sagas.fallback import observe_provider_error
@@ -196,19 +193,16 @@ class TurnStarter:
         assert flight is not None
         if not explicit:
             return TurnReport(goal_id=state.goal_id, result="switching", detail=flight.switch_id)
-        if state.turn_requested is None or (kind == "bare" and state.turn_requested.kind != "bare"):
-            request = g.GoalTurnRequested(
-                goal_id=state.goal_id,
-                kind="bare" if kind == "bare" else "steer",
-                force=force,
-                switch_id=flight.switch_id,
-                at=iso(self.service.clock()),
-            )
-            try:  # on the version that showed the switch: its outcome, if recorded meanwhile, conflicts
-                await self.service.append_goal(state.goal_id, [request], ctx, expected=state.version)
-            except WrongExpectedVersionError:
-                self.service.forget(state.goal_id)
-                return None
+        request = c.RequestTurn(
+            goal_id=state.goal_id,
+            switch_id=flight.switch_id,
+            kind="bare" if kind == "bare" else "steer",
+            force=force,
+        )
+        await self.service.execute(request, ctx)
+        now = await self.service.load(state.goal_id)
+        if now.switch_in_flight is None or now.switch_in_flight.switch_id != flight.switch_id:
+            return None  # the switch ended first: the request was not recorded (or a new switch began)
         return TurnReport(goal_id=state.goal_id, result="queued", detail=flight.switch_id)
 
     async def send(
@@ -278,19 +272,11 @@ class TurnStarter:
             )
             return "prompt-failed"
         if items:
-            state = await self.service.load(goal_id)
-            await self.service.append_goal(
-                goal_id,
-                [
-                    g.GoalInputDelivered(
-                        goal_id=goal_id,
-                        input_ids=tuple(i.input_id for i in items),
-                        run_id=state.active_run_id,
-                    )
-                ],
-                ctx,
-                expected=state.version,
+            run_id = (await self.service.load(goal_id)).active_run_id
+            delivered = c.RecordInputDelivered(
+                goal_id=goal_id, input_ids=tuple(i.input_id for i in items), run_id=run_id
             )
+            await self.service.execute(delivered, ctx)
         return "started"
 
     async def resend(self, goal_id: str, ctx: Ctx) -> bool:
@@ -309,12 +295,10 @@ class TurnStarter:
         if sent is not None:  # delivered before the crash: only its inbox delivery may be missing
             carried = tuple(i.input_id for i in state.inbox if f"[{i.sender}] {i.text}" in sent.text)
             if carried:
-                await self.service.append_goal(
-                    goal_id,
-                    [g.GoalInputDelivered(goal_id=goal_id, input_ids=carried, run_id=state.active_run_id)],
-                    ctx,
-                    expected=state.version,
+                delivered = c.RecordInputDelivered(
+                    goal_id=goal_id, input_ids=carried, run_id=state.active_run_id
                 )
+                await self.service.execute(delivered, ctx)
             return False
         kind: Kind = "force_finish" if state.force_finish_requested else "steer"
         return await self.send(goal_id, ctx, kind=kind) == "started"

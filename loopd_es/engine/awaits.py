@@ -13,10 +13,8 @@ import uuid
 from typing import TYPE_CHECKING, Final
 
 from ..app.service import Ctx
-from ..domain.streams import goal_stream
+from ..domain import goal_commands as c
 from ..errors import DuplicateEventIdError
-from ..events import goal as g
-from ..events.catalogue import new_event
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
@@ -47,38 +45,20 @@ class AwaitWaker:
         else:
             return
         engine = self.engine
-        state = await engine.service.load(goal_id)
-        if not state.exists:
-            return
         input_id = wake_input_id(env.event_id)
         ctx = Ctx(env.correlation_id or env.event_id, env.event_id)
-        payload = g.GoalInputQueued(
-            goal_id=goal_id, input_id=input_id, text=str(text), sender="worker", at=env.recorded_at
-        )
-        event = new_event(
-            payload,
-            event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)),
-            causation_id=env.event_id,
-            correlation_id=ctx.correlation_id,
-        )
         if input_id not in engine.queued_wakes:
-            try:
-                await engine.store.append(goal_stream(goal_id), [event], "any")
+            queue = c.QueueEvidence(goal_id=goal_id, input_id=input_id, text=str(text), at=env.recorded_at)
+            try:  # its id is derived from the fire: a replayed reaction records nothing again
+                await engine.service.execute(queue, ctx, event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)))
             except DuplicateEventIdError:
-                pass
-            engine.service.forget(goal_id)
+                engine.service.forget(goal_id)
         await self.wake(goal_id, input_id, ctx)
 
     async def wake(self, goal_id: str, input_id: str, ctx: Ctx) -> bool:
         """The forced turn, if the evidence ``input_id`` still waits and the goal is active."""
         engine = self.engine
-        state = await engine.service.load(goal_id)
-        if state.status != "active" or not any(i.input_id == input_id for i in state.inbox):
+        if not await engine.service.execute(c.WakeForEvidence(goal_id=goal_id, input_id=input_id), ctx):
             return False
-        if state.worker_session_id is None:
-            return False
-        await engine.service.append_goal(
-            goal_id, [g.GoalNudged(goal_id=goal_id)], ctx, expected=state.version
-        )
         report = await engine.continue_goal(goal_id, ctx, explicit=True, force=True)
         return report is not None and report.result == "started"

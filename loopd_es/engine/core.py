@@ -26,9 +26,9 @@ import msgspec
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import Guard, Kind, Transcript, no_guard
+from ..domain import goal_commands as c
 from ..domain.provider_limit import iso
 from ..domain.streams import aggregate_of
-from ..events import engine as en
 from ..host.errors import HostError
 from ..host.events import (
     AnyHostEvent,
@@ -424,25 +424,16 @@ class Engine:
 
     async def compact(self, goal_id: str, ctx: Ctx) -> None:
         """§3.14: ``compaction.started``, pending switches first, the host's compaction, ``compaction.completed``."""
-        state = await self.service.load(goal_id)
-        started = await self.service.append_goal(
-            goal_id,
-            [en.CompactionStarted(goal_id=goal_id, run_count=state.run_count, at=iso(self.clock.now()))],
-            ctx,
-            expected=state.version,
-        )
+        started = await self.service.execute(c.StartCompaction(goal_id=goal_id), ctx)
+        if not started:
+            return
+        ctx = ctx.caused_by(started[-1].event_id)
         error = None
         try:
-            await self.goals.compact(goal_id, ctx.caused_by(started[-1].event_id))
+            await self.goals.compact(goal_id, ctx)
         except Exception as e:  # the reference swallows compaction errors; keep what went wrong
             error = str(e) or type(e).__name__
-        state = await self.service.load(goal_id)
-        await self.service.append_goal(
-            goal_id,
-            [en.CompactionCompleted(goal_id=goal_id, error=error)],
-            ctx.caused_by(started[-1].event_id),
-            expected=state.version,
-        )
+        await self.service.execute(c.CompleteCompaction(goal_id=goal_id, error=error), ctx)
 
     # -- timers --------------------------------------------------------------------------------------
 

@@ -17,14 +17,10 @@ from typing import TYPE_CHECKING
 from ..app.service import Ctx
 from ..app.turns import USAGE_WINDOW, Transcript
 from ..domain import goal_commands as c
-from ..domain.provider_limit import iso
-from ..events import run as r
 from ..host.errors import HostError
 from .idle_rules import confirm_failure, to_ms, turn_proven
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from ..domain.state import GoalState
     from ..host.events import TranscriptMessage
     from .core import Engine
@@ -89,7 +85,7 @@ class IdleGate:
         now = engine.clock.now()
         gen = state.run_generation
         if live.candidate_generation != gen or live.candidate_at is None:
-            await self._stage(state, now, ctx)
+            await self._stage(state, ctx)
             return False, None
         if (now - live.candidate_at).total_seconds() * 1000 < engine.config.confirm_idle_ms:
             return False, None
@@ -99,7 +95,7 @@ class IdleGate:
             and to_ms(live.last_activity) > live.candidate_at
             and live.last_activity > quiet_since
         ):
-            await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
+            await self._stage(state, ctx)  # activity since the candidate: start the quiet period again
             return False, None
         worker, prompt = state.worker_session_id, state.active_prompt_message_id
         if prompt is None or worker is None:
@@ -111,22 +107,11 @@ class IdleGate:
         reason = confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
         if reason is None:
             return True, Transcript(worker, transcript)
-        if state.confirm_failed_generation != gen:
-            assert state.active_run_id is not None
-            await engine.service.append_goal(
-                state.goal_id,
-                [
-                    r.RunConfirmFailed(
-                        goal_id=state.goal_id,
-                        generation=gen,
-                        reason=reason,
-                        run_id=state.active_run_id,
-                        at=iso(now),
-                    )
-                ],
-                ctx,
-                expected=state.version,
-            )
+        assert state.active_run_id is not None
+        failed = c.RecordConfirmFailure(
+            goal_id=state.goal_id, run_id=state.active_run_id, generation=gen, reason=reason
+        )
+        await engine.service.execute(failed, ctx)
         return False, None
 
     async def transcript(self, worker: str) -> list[TranscriptMessage]:
@@ -143,11 +128,12 @@ class IdleGate:
             return recent
         return await host.messages(worker, limit=TRANSCRIPT_WINDOW)
 
-    async def _stage(self, state: GoalState, now: datetime, ctx: Ctx) -> None:
+    async def _stage(self, state: GoalState, ctx: Ctx) -> None:
         assert state.active_run_id is not None
-        gen, run_id = state.run_generation, state.active_run_id
-        candidate = r.RunIdleCandidate(goal_id=state.goal_id, run_id=run_id, generation=gen, at=iso(now))
-        await self.engine.service.append_goal(state.goal_id, [candidate], ctx, expected=state.version)
+        stage = c.StageIdleCandidate(
+            goal_id=state.goal_id, run_id=state.active_run_id, generation=state.run_generation
+        )
+        await self.engine.service.execute(stage, ctx)
 
     async def confirm_timer(self, goal_id: str) -> None:
         """The candidate's quiet period ended: poll the worker; still idle means the second signal."""

@@ -19,8 +19,6 @@ from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
-from ..events import engine as en
-from ..events import run as r
 from ..host.errors import HostError
 from .shares import GoalLostError, acting_for
 
@@ -80,12 +78,8 @@ class Maintenance:
             return
         if state.phase == "compacting":
             # the engine compacts within one step, so a compaction still open here was cut by a crash
-            await engine.service.append_goal(
-                goal_id,
-                [en.CompactionCompleted(goal_id=goal_id, error="interrupted (the engine stopped)")],
-                ctx,
-                expected=state.version,
-            )
+            cut = c.CompleteCompaction(goal_id=goal_id, error="interrupted (the engine stopped)")
+            await engine.service.execute(cut, ctx)
             return
         if state.phase not in ("running", "idle"):
             return
@@ -115,17 +109,16 @@ class Maintenance:
     async def budget(self, state: GoalState, ctx: Ctx) -> bool:
         """G17: over budget mid-turn: abort the worker first, then record the stop and tell the owner."""
         engine = self.engine
-        facts = c.Facts(now=engine.clock.now())
-        events = decide(c.EnforceBudget(goal_id=state.goal_id), state, facts)
-        if not events:
+        command = c.EnforceBudget(goal_id=state.goal_id)
+        if not decide(command, state, c.Facts(now=engine.clock.now())):
             return False
         assert state.worker_session_id is not None
         await engine.guard()
-        try:
+        try:  # the worker stops first; the stop is then decided again on the goal as it is now
             await engine.host.abort(state.worker_session_id)
         except HostError:
             pass
-        await engine.service.append_goal(state.goal_id, events, ctx, expected=state.version)
+        await engine.service.execute(command, ctx)
         return True  # the owner is told from the log (notices)
 
     async def unknown(self, state: GoalState, live: Live, ctx: Ctx) -> None:
@@ -150,14 +143,14 @@ class Maintenance:
         quiet = _ms(now, max(marks))
         if quiet <= engine.config.idle_recover_ms:
             return False
-        event = r.RunRecovered(
+        recover = c.RecoverRun(
             goal_id=state.goal_id,
             run_id=state.active_run_id,
+            generation=state.run_generation,
             quiet_seconds=round(quiet / 1000, 3),
             cleared_tool_calls=len(live.tools),
-            generation=state.run_generation,
         )
-        await engine.service.append_goal(state.goal_id, [event], ctx, expected=state.version)
+        await engine.service.execute(recover, ctx)
         live.tools.clear()
         await engine.continue_goal(state.goal_id, ctx)
         return True
@@ -202,21 +195,15 @@ class Maintenance:
     ) -> None:
         """One ``run.stuck`` for the run (its fold marks the run notified); the notice follows from the log."""
         assert state.active_run_id is not None
-        await self.engine.service.append_goal(
-            state.goal_id,
-            [
-                r.RunStuck(
-                    goal_id=state.goal_id,
-                    run_id=state.active_run_id,
-                    stuck_seconds=round(stuck, 3),
-                    watchdog=watchdog,
-                    generation=state.run_generation,
-                    worker_status=status,
-                )
-            ],
-            ctx,
-            expected=state.version,
+        stuck_run = c.RecordStuck(
+            goal_id=state.goal_id,
+            run_id=state.active_run_id,
+            generation=state.run_generation,
+            stuck_seconds=round(stuck, 3),
+            watchdog=watchdog,
+            worker_status=status,
         )
+        await self.engine.service.execute(stuck_run, ctx)
 
     async def _last_event_id(self, state: GoalState) -> str:
         """The id of the goal's latest event: the cause of a notice that no single event caused."""
