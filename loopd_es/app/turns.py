@@ -30,11 +30,12 @@ if TYPE_CHECKING:
     from .service import Ctx, GoalService
 
 Kind = Literal["steer", "bare", "force_finish"]
-Guard = Callable[[], Awaitable[None]]
-"""Called before a side effect; raises when this process may no longer act (its engine lease was taken)."""
+Guard = Callable[[str | None], Awaitable[None]]
+"""Called before a side effect about a goal (``None``: about no goal); raises when this process may no longer
+act for it (its engine lease was taken, or in a shared group the goal's claim)."""
 
 
-async def no_guard() -> None:
+async def no_guard(goal_id: str | None = None) -> None:
     return None
 
 
@@ -234,7 +235,7 @@ class TurnStarter:
                 force_finish=kind == "force_finish" or bool(state.force_finish_requested),
                 transcript=transcript,
             )
-        await self.guard()  # fenced: a process that lost the engine lease sends nothing
+        await self.guard(goal_id)  # fenced: a process that lost the engine lease (or the goal) sends nothing
         # Only a restarted engine resends a prompt id (resend, after reading run.started), and only once it
         # holds the lease: with the lease just checked, a fresh id cannot be on the host yet, so the host's
         # transcript look-up (a round trip) is skipped. Unfenced callers (the CLI, the tool API) keep it.

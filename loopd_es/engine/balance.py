@@ -19,7 +19,7 @@ from ..domain.streams import goal_stream
 from ..errors import StreamNotFoundError
 from .clock import parse_iso
 from .notices import NOTICE_TYPES
-from .shares import GoalLostError, Shares, acting_for, preferred
+from .shares import GoalLostError, Shares, preferred
 
 if TYPE_CHECKING:
     from .core import Engine
@@ -106,24 +106,23 @@ class Balancer:
         self.adopted += 1
         ctx = Ctx.new()
         try:
-            with acting_for(goal_id):
-                await engine.goals.recover(ctx, only=goal_id)
-                await self._replay_notices(goal_id)
-                for event_id, env in list(engine.unqueued_fires.items()):
-                    if env.data_dict().get("goal_id") == goal_id:
-                        await engine.awaits.react(env)
-                        engine.unqueued_fires.pop(event_id, None)
-                state = await engine.service.load(goal_id)
-                for item in state.inbox:
-                    if item.input_id.startswith("await:") and state.phase != "running":
-                        await engine.awaits.wake(goal_id, item.input_id, ctx)
-                state = await engine.service.load(goal_id)
-                if state.status == "active" and state.phase == "running":
-                    if resend:
-                        await engine.turns.resend(goal_id, ctx)
-                    engine.tracker.schedule(goal_id, "confirm", engine.clock.now())
-                elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
-                    engine.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+            await engine.goals.recover(ctx, only=goal_id)
+            await self._replay_notices(goal_id)
+            for event_id, env in list(engine.unqueued_fires.items()):
+                if env.data_dict().get("goal_id") == goal_id:
+                    await engine.awaits.react(env)
+                    engine.unqueued_fires.pop(event_id, None)
+            state = await engine.service.load(goal_id)
+            for item in state.inbox:
+                if item.input_id.startswith("await:") and state.phase != "running":
+                    await engine.awaits.wake(goal_id, item.input_id, ctx)
+            state = await engine.service.load(goal_id)
+            if state.status == "active" and state.phase == "running":
+                if resend:
+                    await engine.turns.resend(goal_id, ctx)
+                engine.tracker.schedule(goal_id, "confirm", engine.clock.now())
+            elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
+                engine.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
         except GoalLostError as e:
             log.info("lost a goal while adopting it: %s", e)
         await engine.catch_up()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
@@ -44,11 +43,12 @@ from ..host.events import (
 from ..procs.paths import CommandPaths
 from .clock import Clock, parse_iso
 from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
+from .goal_fence import UnfencedWriteError
 from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .shares import GoalLostError, Shares, acting_for, preferred
+from .shares import GoalLostError, Shares, preferred
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -112,11 +112,22 @@ class Engine:
         self.host = host
         self.clock = clock
         self.config = config or EngineConfig()
-        self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
+        fence_for = shares.fence_for if shares is not None else None
+        self.service = GoalService(
+            store, host, clock=clock.now, directory=directory, owner=owner, fence_for=fence_for
+        )
         self.guard = guard or no_guard
         self.goals = Goals(self.service, self.guard)
         self.turns = self.goals.turns
-        self.outbox = Outbox(store, host, clock, self.guard, owns=self.owns, owns_command=self.owns_command)
+        self.outbox = Outbox(
+            store,
+            host,
+            clock,
+            self.guard,
+            owns=self.owns,
+            owns_command=self.owns_command,
+            fence_for=fence_for,
+        )
         self.commands = CommandNotices(self, CommandPaths(store_url) if store_url else None)
         """Notices to the sessions that started commands; ``store_url`` locates their output logs."""
         self.tracker = Tracker()
@@ -199,8 +210,7 @@ class Engine:
             return
         goal_id = env.data_dict().get("goal_id")
         if not isinstance(goal_id, str) or self.owns(goal_id):
-            with acting_for(goal_id) if isinstance(goal_id, str) else nullcontext():
-                await self.awaits.react(env)
+            await self.awaits.react(env)
         elif env.type == "command.await-fired":
             self.unqueued_fires[env.event_id] = env
 
@@ -247,8 +257,7 @@ class Engine:
         if goal_id is None or not self.owns(goal_id):
             return False
         try:
-            with acting_for(goal_id):
-                return await self._on_goal_event(goal_id, event)
+            return await self._on_goal_event(goal_id, event)
         except GoalLostError as e:  # a shared engine lost the goal meanwhile: its new holder goes on
             log.info("%s", e)
             return False
@@ -257,7 +266,7 @@ class Engine:
         state = await self.service.load(goal_id)
         if not state.exists or state.status != "active":
             return False
-        await self.guard()
+        await self.guard(goal_id)
         live = self.tracker.live(goal_id)
         now = self.clock.now()
         handled = True
@@ -365,8 +374,7 @@ class Engine:
         _, goal_id = aggregate_of(env.stream)
         if not self.owns(goal_id):
             return  # its holder records it (an adopter replays the goal's notices when it claims the goal)
-        with acting_for(goal_id):
-            await self._notice(goal_id, env)
+        await self._notice(goal_id, env)
 
     async def _notice(self, goal_id: str, env: Envelope) -> None:
         state = await self.service.load(goal_id)
@@ -431,6 +439,8 @@ class Engine:
         error = None
         try:
             await self.goals.compact(goal_id, ctx)
+        except (GoalLostError, UnfencedWriteError):
+            raise  # not the host's failure: this engine may not write about the goal
         except Exception as e:  # the reference swallows compaction errors; keep what went wrong
             error = str(e) or type(e).__name__
         await self.service.execute(c.CompleteCompaction(goal_id=goal_id, error=error), ctx)
@@ -445,18 +455,17 @@ class Engine:
             if not self.owns(goal_id):
                 continue  # its holder runs it; an adopter sets the goal's timers again (adopt)
             try:
-                with acting_for(goal_id):
-                    await self.guard()
-                    ran += 1
-                    if kind == "confirm":
-                        await self.idle.confirm_timer(goal_id)
-                    elif kind == "retry":
-                        await self._retry_timer(goal_id)
+                await self.guard(goal_id)
+                ran += 1
+                if kind == "confirm":
+                    await self.idle.confirm_timer(goal_id)
+                elif kind == "retry":
+                    await self._retry_timer(goal_id)
             except GoalLostError as e:
                 log.info("%s", e)
             await self.catch_up()
         if self.next_maintenance is not None and now >= self.next_maintenance:
-            await self.guard()
+            await self.guard(None)
             await self.maintenance.run()
             self.next_maintenance = after(now, self.config.maintenance_ms)
             ran += 1

@@ -35,7 +35,7 @@ from .core import Engine, EngineConfig
 from .fence import FencedStore
 from .goal_fence import GoalFencedStore
 from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError, from_us, to_us
-from .shares import ACTING_FOR, MEMBER_PREFIX, GoalLostError, Shares
+from .shares import MEMBER_PREFIX, GoalLostError, Shares
 from .status import EngineStatus
 
 if TYPE_CHECKING:
@@ -255,13 +255,6 @@ async def _run_shared(
     say(f"engine running: member {shares.member} of the engines sharing this log")
     outage.now("running", f"member {shares.member} of a shared group")
 
-    async def guard() -> None:
-        goal_id = ACTING_FOR.get()
-        if goal_id is not None:
-            await shares.check(goal_id)
-        elif not shares.alive():
-            raise GoalLostError("-", f"the membership of {shares.member} ran out")
-
     async def renew() -> None:
         while True:
             await anyio.sleep(max(0.0, (shares.renew_due() - clock.now()).total_seconds()))
@@ -280,7 +273,7 @@ async def _run_shared(
             stop,
             say,
             GoalFencedStore(store, shares),
-            guard,
+            shares.check,
             renew,
             shares,
             outage,
@@ -408,7 +401,7 @@ async def _serve(
                         if event is not None:
                             await engine.on_host_event(event)
                     if shares is None:
-                        await engine.guard()
+                        await engine.guard(None)
                     await engine.catch_up()
                     await engine.run_due()
                     if balancer is not None and clock.now() >= next_balance:

@@ -20,7 +20,7 @@ from ..domain.decide import decide
 from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
 from ..host.errors import HostError
-from .shares import GoalLostError, acting_for
+from .shares import GoalLostError
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -46,10 +46,9 @@ class Maintenance:
             if not engine.owns(goal_id):
                 continue
             try:
-                with acting_for(goal_id):
-                    state = await engine.service.load(goal_id)
-                    if state.exists and state.status == "active" and state.worker_session_id is not None:
-                        await self.goal(state, engine.tracker.live(goal_id))
+                state = await engine.service.load(goal_id)
+                if state.exists and state.status == "active" and state.worker_session_id is not None:
+                    await self.goal(state, engine.tracker.live(goal_id))
             except GoalLostError:
                 continue  # a shared engine lost the goal meanwhile: its new holder maintains it
         await engine.outbox.deliver()
@@ -113,7 +112,7 @@ class Maintenance:
         if not decide(command, state, c.Facts(now=engine.clock.now())):
             return False
         assert state.worker_session_id is not None
-        await engine.guard()
+        await engine.guard(state.goal_id)
         try:  # the worker stops first; the stop is then decided again on the goal as it is now
             await engine.host.abort(state.worker_session_id)
         except HostError:
