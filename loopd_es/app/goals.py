@@ -12,6 +12,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..domain import goal_commands as c
+from ..domain.provider_limit import iso
 from ..errors import ConflictError
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError
@@ -281,8 +282,6 @@ class Goals:
             state = await self.service.load(goal_id)
         now = self.service.clock()
         if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
-            from ..domain.provider_limit import iso
-
             if iso(now) < state.retry_after and not state.interactive:
                 return TurnReport(goal_id=goal_id, result="waiting", detail=state.retry_after)
         return await self.continue_turn(goal_id, ctx, explicit=False)

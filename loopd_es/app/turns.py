@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 import msgspec
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from ..domain.state import GoalState
     from ..host.base import WorkerHost
     from ..host.events import TranscriptMessage
-    from .goals import Goals
     from .service import Ctx, GoalService
 
 Kind = Literal["steer", "bare", "force_finish"]
@@ -92,17 +91,25 @@ def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMe
     )
 
 
+class PendingSwitches(Protocol):
+    """Who applies a goal's pending identity switches before its turn (:class:`~loopd_es.app.goals.Goals`)."""
+
+    async def apply_pending(self, goal_id: str, ctx: Ctx) -> list[SwitchReport]:
+        """Apply them in order; raises ``SwitchFailedError`` when one is refused (the goal is then blocked)."""
+        ...
+
+
 class TurnStarter:
-    """Acquires turns and sends their prompts for one :class:`~loopd_es.app.goals.Goals` (its service and host).
+    """Acquires turns and sends their prompts for one goal service and its host.
 
     With a host that reports transcripts (:class:`~loopd_es.host.events.EngineHost`) a continuation quotes the
     recent work and a restart can resend a prompt the host never got; with any other host it does without.
     """
 
-    def __init__(self, service: GoalService, goals: Goals, guard: Guard | None = None) -> None:
+    def __init__(self, service: GoalService, switches: PendingSwitches, guard: Guard | None = None) -> None:
         self.service = service
         self.host: WorkerHost = service.host
-        self.goals = goals
+        self.switches = switches
         self.guard = guard or no_guard
 
     async def _messages(self, session_id: str, limit: int) -> list[TranscriptMessage]:
@@ -160,7 +167,7 @@ class TurnStarter:
         has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
         if status != "idle" and (not force or has_pending):
             return TurnReport(goal_id=goal_id, result="busy")
-        switches = await self.goals.apply_pending(goal_id, ctx) if has_pending else []
+        switches = await self.switches.apply_pending(goal_id, ctx) if has_pending else []
         state = await service.load(goal_id)
         if kind == "bare" and not state.inbox:
             kind = "steer"

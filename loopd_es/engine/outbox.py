@@ -84,6 +84,10 @@ class Outbox:
         """Whether the notice was recorded already (pending or delivered)."""
         return notification_id in self.pending or notification_id in self.delivered
 
+    def pending_for(self, goal_id: str) -> bool:
+        """Whether a notice of the goal waits for delivery."""
+        return any(p.goal_id == goal_id for p in self.pending.values())
+
     def observe(self, env: Envelope) -> None:
         """Keep the pending set in step with the stream (also for notices other processes recorded)."""
         if env.type == "notification.requested":

@@ -185,7 +185,7 @@ async def test_the_balance_pass_spreads_goals_and_adopts_a_dead_members_share(tm
             await shares.join()
             engine = Engine(GoalFencedStore(r.store, shares), r.host, r.clock, r.engine.config, shares=shares)
             await engine.start()
-            engines.append((engine, shares, Balancer(engine, shares)))
+            engines.append((engine, shares, Balancer(engine, shares, r.clock)))
         for engine, _, balancer in engines:
             await engine.catch_up()
             await balancer.run()
