@@ -11,6 +11,10 @@ completion event already seen) - see :mod:`.idle`. Usage is accounted by message
 (``run.completed`` + force finish / block / budget stop), then compaction or the next turn. An interactive
 goal never gets a turn the engine started: every idle signal - ``session.idle`` or a status of ``idle`` -
 goes through the same gate.
+
+The engine wires its parts (the idle gate, the await waker, maintenance, command notices, and in shared mode the
+balance pass), each given the narrow protocols of :mod:`.ports` rather than the engine, and changes goals only
+through goal commands decided by :func:`~loopd_es.domain.decide.decide`.
 """
 
 from __future__ import annotations
