@@ -215,12 +215,12 @@ async def fork_goal(
     except HostError as e:
         await service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
         return msgspec.structs.replace(report, worker_error=str(e))
-    assigned = g.GoalWorkerAssigned(
+    assign = c.AssignWorker(
         goal_id=goal_id,
         worker_session_id=made.session_id,
         forked_from_session_id=made.source_session_id,
         fork_method=made.method,
         kept_messages=made.kept_messages,
     )
-    await service.append_goal(goal_id, [assigned], ctx, expected=1)
+    await service.execute(assign, ctx)
     return msgspec.structs.replace(report, worker=made)

@@ -12,8 +12,8 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..domain import goal_commands as c
-from ..errors import ConflictError, WrongExpectedVersionError
-from ..events import goal as g
+from ..domain.provider_limit import iso
+from ..errors import ConflictError
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError
 from ..ids import check_id
@@ -21,7 +21,7 @@ from ..procs.service import cancel_goal_awaits
 from ..sagas.fallback import Source, observe_provider_error
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
-from .service import MAX_ATTEMPTS, Ctx, GoalService
+from .service import Ctx, GoalService
 from .turns import Guard, Kind, TurnStarter
 from .turns import TurnReport as TurnReport
 
@@ -111,16 +111,7 @@ class Goals:
 
     async def _assign_worker(self, goal_id: str, session_id: str, ctx: Ctx) -> list[Envelope]:
         """Record the new worker on the goal's current version; nothing when the goal went away meanwhile."""
-        for _ in range(MAX_ATTEMPTS):
-            state = await self.service.load(goal_id)
-            if not state.exists:
-                return []
-            event = g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=session_id)
-            try:
-                return await self.service.append_goal(goal_id, [event], ctx, expected=state.version)
-            except WrongExpectedVersionError:
-                self.service.forget(goal_id)
-        raise ConflictError(f"goal {goal_id} kept changing while its worker was being recorded; retry")
+        return await self.service.execute(c.AssignWorker(goal_id=goal_id, worker_session_id=session_id), ctx)
 
     async def pause(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
         """Pause an active goal and abort its worker's run (best effort); the session is kept."""
@@ -291,8 +282,6 @@ class Goals:
             state = await self.service.load(goal_id)
         now = self.service.clock()
         if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
-            from ..domain.provider_limit import iso
-
             if iso(now) < state.retry_after and not state.interactive:
                 return TurnReport(goal_id=goal_id, result="waiting", detail=state.retry_after)
         return await self.continue_turn(goal_id, ctx, explicit=False)

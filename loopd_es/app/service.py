@@ -23,6 +23,7 @@ from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import ConflictError, UsageError, WrongExpectedVersionError
 from ..events.catalogue import new_event
 from ..events.envelope import ANY, Envelope, ExpectedVersion
+from ..log.coord import Fence
 from ..sagas.crashpoints import crashpoint
 from ..sagas.ports import Companion, Ctx
 
@@ -44,6 +45,14 @@ _WRITER_COMMANDS: Final = (c.CreateGoal, c.ResumeGoal, c.RetryGoal, c.SwitchIden
 _STATUS_COMMANDS: Final = (c.SwitchIdentity, c.ApplyPendingSwitch)
 """The commands whose deciders read ``worker_status``; any other decision would pay a host round trip for a
 fact it never looks at (usage accounting, the idle confirmation and the run start sit on every turn's path)."""
+
+
+FenceFor = Callable[[str], Sequence[Fence]]
+"""The fences a write about a goal carries: a shared engine's claim of the goal (raising when it lost it)."""
+
+
+def _no_fence(goal_id: str) -> Sequence[Fence]:
+    return ()
 
 
 def domain_model_catalog(catalog: ModelCatalog) -> c.ModelCatalog:
@@ -72,6 +81,7 @@ class GoalService:
         directory: str = ".",
         owner: str = "cli",
         index: GoalIndex | None = None,
+        fence_for: FenceFor | None = None,
     ) -> None:
         self.store = store
         self.host = host
@@ -80,6 +90,8 @@ class GoalService:
         self.owner = owner
         self.index = index
         """A long-lived caller's in-memory fold of every goal: :meth:`goals` and the session look-ups use it."""
+        self.fence_for: FenceFor = fence_for or _no_fence
+        """The fences every write about a goal carries (a shared engine: its claim of the goal)."""
         self._cache: dict[str, GoalState] = {}
 
     # -- reading --------------------------------------------------------------------------------------
@@ -174,8 +186,14 @@ class GoalService:
 
     # -- writing --------------------------------------------------------------------------------------
 
-    async def execute(self, command: c.GoalCommand, ctx: Ctx) -> list[Envelope]:
+    async def execute(
+        self, command: c.GoalCommand, ctx: Ctx, *, event_id: str | None = None
+    ) -> list[Envelope]:
         """Decide ``command`` on the goal's current state and append the result; ``[]`` when nothing happens.
+
+        ``event_id`` names the one event a reaction to a recorded fact decides, so a replayed reaction (a
+        restart, another engine of a shared group) records it once: the log answers an exact retry with the
+        original.
 
         :raises DomainError: when the command breaks a rule (nothing is appended).
         :raises ConflictError: when the goal kept changing for :data:`MAX_ATTEMPTS` attempts.
@@ -188,7 +206,7 @@ class GoalService:
             if not events:
                 return []
             try:
-                return await self.append_goal(goal_id, events, ctx, expected=state.version)
+                return await self._append_goal(goal_id, events, ctx, state.version, event_id)
             except WrongExpectedVersionError:
                 self._cache.pop(goal_id, None)
         raise ConflictError(
@@ -219,7 +237,7 @@ class GoalService:
             ]
             crashpoint(f"before append {goal_stream(goal_id)} + {stream}")
             try:
-                recorded, other = await self.store.append_many(writes)
+                recorded, other = await self.store.append_many(writes, fences=self.fence_for(goal_id))
             except WrongExpectedVersionError as e:
                 self._cache.pop(goal_id, None)
                 if e.stream != goal_stream(goal_id):
@@ -233,11 +251,23 @@ class GoalService:
             "retry the command"
         )
 
-    async def append_goal(
-        self, goal_id: str, events: Sequence[Event], ctx: Ctx, *, expected: ExpectedVersion
+    async def _append_goal(
+        self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, event_id: str | None
     ) -> list[Envelope]:
         """Append decided events to the goal's stream and fold them into the cached state."""
-        recorded = await self.append(goal_stream(goal_id), events, ctx, expected=expected)
+        if event_id is not None and len(events) != 1:
+            raise ValueError(f"an event id names one decided event, not {len(events)}")
+        ids = [event_id] if event_id is not None else [None] * len(events)
+        batch = [
+            new_event(
+                ctx.stamp(e), event_id=i, causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
+            )
+            for e, i in zip(events, ids, strict=True)
+        ]
+        stream = goal_stream(goal_id)
+        crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
+        recorded = await self.store.append(stream, batch, expected, fences=self.fence_for(goal_id))
+        crashpoint(f"after append {stream}")
         cached = self._cache.get(goal_id)
         if cached is not None and recorded and recorded[0].version == cached.version + 1:
             for envelope in recorded:
@@ -248,15 +278,26 @@ class GoalService:
         return recorded
 
     async def append(
-        self, stream: str, events: Sequence[Event], ctx: Ctx, *, expected: ExpectedVersion = ANY
+        self,
+        stream: str,
+        events: Sequence[Event],
+        ctx: Ctx,
+        *,
+        for_goal: str | None,
+        expected: ExpectedVersion = ANY,
     ) -> list[Envelope]:
-        """Append payloads to any stream with the flow's causal links (a crash point on either side)."""
+        """Append payloads to any stream with the flow's causal links (a crash point on either side).
+
+        ``for_goal`` names the goal the write is about (it carries that goal's fences), or ``None`` for a
+        write about no goal; there is no default, so no write about a goal goes out unfenced by omission.
+        """
         batch = [
             new_event(ctx.stamp(e), causation_id=ctx.causation_id, correlation_id=ctx.correlation_id)
             for e in events
         ]
+        fences = self.fence_for(for_goal) if for_goal is not None else ()
         crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
-        recorded = await self.store.append(stream, batch, expected)
+        recorded = await self.store.append(stream, batch, expected, fences=fences)
         crashpoint(f"after append {stream}")
         return recorded
 

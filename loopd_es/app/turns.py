@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 import msgspec
 
 from ..domain import goal_commands as c
 from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
-from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
-from ..errors import WrongExpectedVersionError
-from ..events import goal as g
 from ..host.errors import HostError, ProviderError
 from ..host.events import EngineHost
 from ..sagas.fallback import observe_provider_error
@@ -29,15 +26,15 @@ if TYPE_CHECKING:
     from ..domain.state import GoalState
     from ..host.base import WorkerHost
     from ..host.events import TranscriptMessage
-    from .goals import Goals
     from .service import Ctx, GoalService
 
 Kind = Literal["steer", "bare", "force_finish"]
-Guard = Callable[[], Awaitable[None]]
-"""Called before a side effect; raises when this process may no longer act (its engine lease was taken)."""
+Guard = Callable[[str | None], Awaitable[None]]
+"""Called before a side effect about a goal (``None``: about no goal); raises when this process may no longer
+act for it (its engine lease was taken, or in a shared group the goal's claim)."""
 
 
-async def no_guard() -> None:
+async def no_guard(goal_id: str | None = None) -> None:
     return None
 
 
@@ -94,17 +91,25 @@ def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMe
     )
 
 
+class PendingSwitches(Protocol):
+    """Who applies a goal's pending identity switches before its turn (:class:`~loopd_es.app.goals.Goals`)."""
+
+    async def apply_pending(self, goal_id: str, ctx: Ctx) -> list[SwitchReport]:
+        """Apply them in order; raises ``SwitchFailedError`` when one is refused (the goal is then blocked)."""
+        ...
+
+
 class TurnStarter:
-    """Acquires turns and sends their prompts for one :class:`~loopd_es.app.goals.Goals` (its service and host).
+    """Acquires turns and sends their prompts for one goal service and its host.
 
     With a host that reports transcripts (:class:`~loopd_es.host.events.EngineHost`) a continuation quotes the
     recent work and a restart can resend a prompt the host never got; with any other host it does without.
     """
 
-    def __init__(self, service: GoalService, goals: Goals, guard: Guard | None = None) -> None:
+    def __init__(self, service: GoalService, switches: PendingSwitches, guard: Guard | None = None) -> None:
         self.service = service
         self.host: WorkerHost = service.host
-        self.goals = goals
+        self.switches = switches
         self.guard = guard or no_guard
 
     async def _messages(self, session_id: str, limit: int) -> list[TranscriptMessage]:
@@ -162,7 +167,7 @@ class TurnStarter:
         has_pending = bool(state.pending_identity or state.model_pending or state.agent_pending)
         if status != "idle" and (not force or has_pending):
             return TurnReport(goal_id=goal_id, result="busy")
-        switches = await self.goals.apply_pending(goal_id, ctx) if has_pending else []
+        switches = await self.switches.apply_pending(goal_id, ctx) if has_pending else []
         state = await service.load(goal_id)
         if kind == "bare" and not state.inbox:
             kind = "steer"
@@ -196,19 +201,16 @@ class TurnStarter:
         assert flight is not None
         if not explicit:
             return TurnReport(goal_id=state.goal_id, result="switching", detail=flight.switch_id)
-        if state.turn_requested is None or (kind == "bare" and state.turn_requested.kind != "bare"):
-            request = g.GoalTurnRequested(
-                goal_id=state.goal_id,
-                kind="bare" if kind == "bare" else "steer",
-                force=force,
-                switch_id=flight.switch_id,
-                at=iso(self.service.clock()),
-            )
-            try:  # on the version that showed the switch: its outcome, if recorded meanwhile, conflicts
-                await self.service.append_goal(state.goal_id, [request], ctx, expected=state.version)
-            except WrongExpectedVersionError:
-                self.service.forget(state.goal_id)
-                return None
+        request = c.RequestTurn(
+            goal_id=state.goal_id,
+            switch_id=flight.switch_id,
+            kind="bare" if kind == "bare" else "steer",
+            force=force,
+        )
+        await self.service.execute(request, ctx)
+        now = await self.service.load(state.goal_id)
+        if now.switch_in_flight is None or now.switch_in_flight.switch_id != flight.switch_id:
+            return None  # the switch ended first: the request was not recorded (or a new switch began)
         return TurnReport(goal_id=state.goal_id, result="queued", detail=flight.switch_id)
 
     async def send(
@@ -240,7 +242,7 @@ class TurnStarter:
                 force_finish=kind == "force_finish" or bool(state.force_finish_requested),
                 transcript=transcript,
             )
-        await self.guard()  # fenced: a process that lost the engine lease sends nothing
+        await self.guard(goal_id)  # fenced: a process that lost the engine lease (or the goal) sends nothing
         # Only a restarted engine resends a prompt id (resend, after reading run.started), and only once it
         # holds the lease: with the lease just checked, a fresh id cannot be on the host yet, so the host's
         # transcript look-up (a round trip) is skipped. Unfenced callers (the CLI, the tool API) keep it.
@@ -278,19 +280,11 @@ class TurnStarter:
             )
             return "prompt-failed"
         if items:
-            state = await self.service.load(goal_id)
-            await self.service.append_goal(
-                goal_id,
-                [
-                    g.GoalInputDelivered(
-                        goal_id=goal_id,
-                        input_ids=tuple(i.input_id for i in items),
-                        run_id=state.active_run_id,
-                    )
-                ],
-                ctx,
-                expected=state.version,
+            run_id = (await self.service.load(goal_id)).active_run_id
+            delivered = c.RecordInputDelivered(
+                goal_id=goal_id, input_ids=tuple(i.input_id for i in items), run_id=run_id
             )
+            await self.service.execute(delivered, ctx)
         return "started"
 
     async def resend(self, goal_id: str, ctx: Ctx) -> bool:
@@ -309,12 +303,10 @@ class TurnStarter:
         if sent is not None:  # delivered before the crash: only its inbox delivery may be missing
             carried = tuple(i.input_id for i in state.inbox if f"[{i.sender}] {i.text}" in sent.text)
             if carried:
-                await self.service.append_goal(
-                    goal_id,
-                    [g.GoalInputDelivered(goal_id=goal_id, input_ids=carried, run_id=state.active_run_id)],
-                    ctx,
-                    expected=state.version,
+                delivered = c.RecordInputDelivered(
+                    goal_id=goal_id, input_ids=carried, run_id=state.active_run_id
                 )
+                await self.service.execute(delivered, ctx)
             return False
         kind: Kind = "force_finish" if state.force_finish_requested else "steer"
         return await self.send(goal_id, ctx, kind=kind) == "started"

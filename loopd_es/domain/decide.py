@@ -3,7 +3,8 @@
 A command that breaks a rule raises :class:`~loopd_es.domain.rules.RuleError` (a ``DomainError``) with the
 reference's message and changes nothing. A command that the reference answers with a silent no-op (pausing
 a goal that is not active, a stale idle confirmation) returns ``[]``. Identity and provider-limit decisions
-live in :mod:`loopd_es.domain.switching`.
+live in :mod:`loopd_es.domain.switching`, the engine's records of turns (idle candidates, watchdogs, compaction,
+workers, inbox delivery) in :mod:`loopd_es.domain.engine_rules`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import Any, Final
 from ..events import goal as g
 from ..events import run as r
 from ..events.base import Event
+from . import engine_rules, switching
 from . import goal_commands as c
-from . import switching
 from .provider_limit import iso
 from .rules import (
     DEFAULT_MAX_FAILURES,
@@ -55,7 +56,8 @@ def decide(command: c.GoalCommand, state: GoalState, facts: c.Facts) -> list[Eve
 
     :raises DomainError: when the command breaks a rule; nothing is to be appended then.
     """
-    decider = _DECIDERS.get(type(command)) or switching.DECIDERS.get(type(command))
+    kind = type(command)
+    decider = _DECIDERS.get(kind) or switching.DECIDERS.get(kind) or engine_rules.DECIDERS.get(kind)
     if decider is None:
         raise TypeError(f"no decider for {type(command).__name__}")
     return decider(command, state, facts)

@@ -293,6 +293,91 @@ class ObserveProviderError(_GoalCommand, frozen=True, kw_only=True):
     generation: int | None = None
 
 
+# -- the engine's own records (decided in :mod:`loopd_es.domain.engine_rules`) ---------------------------------
+
+
+class AssignWorker(_GoalCommand, frozen=True, kw_only=True):
+    """The worker session was created (or forked) for the goal; nothing when the goal went away meanwhile."""
+
+    worker_session_id: str
+    forked_from_session_id: str | None = None
+    fork_method: Literal["fork", "primed", "new"] | None = None
+    kept_messages: int | None = None
+
+
+class RequestTurn(_GoalCommand, frozen=True, kw_only=True):
+    """An owner's turn asked for while switch ``switch_id`` is in flight; it runs once the switch ended."""
+
+    switch_id: str
+    kind: Literal["steer", "bare"] = "steer"
+    force: bool = False
+
+
+class RecordInputDelivered(_GoalCommand, frozen=True, kw_only=True):
+    """The host accepted the prompt that carried these inbox items (those still in the inbox leave it)."""
+
+    input_ids: tuple[str, ...]
+    run_id: str | None = None
+
+
+class QueueEvidence(_GoalCommand, frozen=True, kw_only=True):
+    """A fired (or discarded) command await's evidence for the goal's inbox, at the time it fired."""
+
+    input_id: str
+    text: str
+    at: str
+
+
+class WakeForEvidence(_GoalCommand, frozen=True, kw_only=True):
+    """The forced turn an await owes its active goal while its evidence ``input_id`` waits in the inbox."""
+
+    input_id: str
+
+
+class StageIdleCandidate(_GoalCommand, frozen=True, kw_only=True):
+    """The first idle signal of run ``run_id`` (generation ``generation``) that the transcript did not prove."""
+
+    run_id: str
+    generation: int
+
+
+class RecordConfirmFailure(_GoalCommand, frozen=True, kw_only=True):
+    """The transcript refused the run's idle confirmation (recorded once per generation)."""
+
+    run_id: str
+    generation: int
+    reason: Literal["prompt-outside-window", "assistant-incomplete", "worker-active"]
+
+
+class RecoverRun(_GoalCommand, frozen=True, kw_only=True):
+    """Maintenance found the running phase's worker idle and quiet past the recovery period."""
+
+    run_id: str
+    generation: int
+    quiet_seconds: float
+    cleared_tool_calls: int = 0
+
+
+class RecordStuck(_GoalCommand, frozen=True, kw_only=True):
+    """A watchdog found run ``run_id`` stuck; recorded once per run."""
+
+    run_id: str
+    generation: int
+    stuck_seconds: float
+    watchdog: Literal["idle-unconfirmed", "busy"]
+    worker_status: str | None = None
+
+
+class StartCompaction(_GoalCommand, frozen=True, kw_only=True):
+    """The engine compacts the worker's session after a run (reference §3.14)."""
+
+
+class CompleteCompaction(_GoalCommand, frozen=True, kw_only=True):
+    """Compaction ended (``error``: why the host failed it, or why it was cut)."""
+
+    error: str | None = None
+
+
 GoalCommand = (
     CreateGoal
     | PauseGoal
@@ -318,4 +403,15 @@ GoalCommand = (
     | ApplyPendingSwitch
     | RecordSwitchOutcome
     | ObserveProviderError
+    | AssignWorker
+    | RequestTurn
+    | RecordInputDelivered
+    | QueueEvidence
+    | WakeForEvidence
+    | StageIdleCandidate
+    | RecordConfirmFailure
+    | RecoverRun
+    | RecordStuck
+    | StartCompaction
+    | CompleteCompaction
 )

@@ -13,14 +13,12 @@ import uuid
 from typing import TYPE_CHECKING, Final
 
 from ..app.service import Ctx
-from ..domain.streams import goal_stream
+from ..domain import goal_commands as c
 from ..errors import DuplicateEventIdError
-from ..events import goal as g
-from ..events.catalogue import new_event
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
-    from .core import Engine
+    from .ports import GoalLog, TurnDriver
 
 _NAMESPACE: Final = uuid.UUID("0d7f8a36-3e53-4a4e-8c53-c1a0f6f1e2b7")
 
@@ -30,10 +28,45 @@ def wake_input_id(fire_event_id: str) -> str:
 
 
 class AwaitWaker:
-    """Turns fired (or discarded) awaits into inbox evidence and a forced turn."""
+    """Turns fired (or discarded) awaits into inbox evidence and a forced turn.
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    It keeps what it learns from the log about evidence: which is queued already, and (shared mode) which fires
+    of goals another member holds are not queued yet, so whoever adopts such a goal reacts to them.
+    """
+
+    def __init__(self, goals: GoalLog, turns: TurnDriver) -> None:
+        self.goals = goals
+        self.turns = turns
+        self.queued: set[str] = set()
+        """Await evidence already in some goal's inbox (a replayed fire event records nothing again)."""
+        self.unqueued: dict[str, Envelope] = {}
+        """Fired awaits of goals another member holds, until their evidence is queued."""
+
+    def observe_queued(self, input_id: str) -> None:
+        """``goal.input_queued`` of ``input_id`` was read from the log."""
+        if input_id.startswith("await:"):
+            self.queued.add(input_id)
+            self.unqueued.pop(input_id.removeprefix("await:"), None)
+
+    def defer(self, env: Envelope) -> None:
+        """A fire of a goal this engine does not hold: kept until its evidence is queued (by anyone)."""
+        if env.type == "command.await-fired":
+            self.unqueued[env.event_id] = env
+
+    def pending_for(self, goal_id: str) -> bool:
+        """Whether a fire of the goal waits for its evidence to be queued."""
+        return any(env.data_dict().get("goal_id") == goal_id for env in self.unqueued.values())
+
+    async def adopt(self, goal_id: str, ctx: Ctx) -> None:
+        """React to the goal's deferred fires, then owe the forced turn of each evidence still waiting."""
+        for event_id, env in list(self.unqueued.items()):
+            if env.data_dict().get("goal_id") == goal_id:
+                await self.react(env)
+                self.unqueued.pop(event_id, None)
+        state = await self.goals.load(goal_id)
+        for item in state.inbox:
+            if item.input_id.startswith("await:") and state.phase != "running":
+                await self.wake(goal_id, item.input_id, ctx)
 
     async def react(self, env: Envelope) -> None:
         data = env.data_dict()
@@ -46,39 +79,19 @@ class AwaitWaker:
             text = f"[await on command {data.get('command_id')} discarded: {data.get('reason')}]"
         else:
             return
-        engine = self.engine
-        state = await engine.service.load(goal_id)
-        if not state.exists:
-            return
         input_id = wake_input_id(env.event_id)
         ctx = Ctx(env.correlation_id or env.event_id, env.event_id)
-        payload = g.GoalInputQueued(
-            goal_id=goal_id, input_id=input_id, text=str(text), sender="worker", at=env.recorded_at
-        )
-        event = new_event(
-            payload,
-            event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)),
-            causation_id=env.event_id,
-            correlation_id=ctx.correlation_id,
-        )
-        if input_id not in engine.queued_wakes:
-            try:
-                await engine.store.append(goal_stream(goal_id), [event], "any")
+        if input_id not in self.queued:
+            queue = c.QueueEvidence(goal_id=goal_id, input_id=input_id, text=str(text), at=env.recorded_at)
+            try:  # its id is derived from the fire: a replayed reaction records nothing again
+                await self.goals.execute(queue, ctx, event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)))
             except DuplicateEventIdError:
-                pass
-            engine.service.forget(goal_id)
+                pass  # recorded before with other words: the evidence is there
         await self.wake(goal_id, input_id, ctx)
 
     async def wake(self, goal_id: str, input_id: str, ctx: Ctx) -> bool:
         """The forced turn, if the evidence ``input_id`` still waits and the goal is active."""
-        engine = self.engine
-        state = await engine.service.load(goal_id)
-        if state.status != "active" or not any(i.input_id == input_id for i in state.inbox):
+        if not await self.goals.execute(c.WakeForEvidence(goal_id=goal_id, input_id=input_id), ctx):
             return False
-        if state.worker_session_id is None:
-            return False
-        await engine.service.append_goal(
-            goal_id, [g.GoalNudged(goal_id=goal_id)], ctx, expected=state.version
-        )
-        report = await engine.continue_goal(goal_id, ctx, explicit=True, force=True)
+        report = await self.turns.continue_goal(goal_id, ctx, explicit=True, force=True)
         return report is not None and report.result == "started"

@@ -26,8 +26,9 @@ from .outbox import CommandOwner
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
+    from ..log.base import LogStore
     from ..procs.paths import CommandPaths
-    from .core import Engine
+    from .ports import Notifier
 
 COMMAND_NOTICE_TYPES: Final = ("command.exited", "command.watch-matched", "command.watch-suspended")
 COMMAND_TYPES: Final = ("command.started", *COMMAND_NOTICE_TYPES)
@@ -37,8 +38,10 @@ COMMAND_TYPES: Final = ("command.started", *COMMAND_NOTICE_TYPES)
 class CommandNotices:
     """Owner sessions of commands (from ``command.started``) and the notices their events call for."""
 
-    def __init__(self, engine: Engine, paths: CommandPaths | None) -> None:
-        self.engine = engine
+    def __init__(self, store: LogStore, notifier: Notifier, paths: CommandPaths | None) -> None:
+        self.store = store
+        """Read only: a command's state when its exit notice is recorded."""
+        self.notifier = notifier
         self.paths = paths
         """Where the output logs are (``None``: unknown, the exit notice then has no tail)."""
         self.owners: dict[str, str] = {}
@@ -62,11 +65,11 @@ class CommandNotices:
             return
         owner = self.owners.get(e.command_id)
         kind: Literal["command", "watch"] = "command" if isinstance(e, cmd.CommandExited) else "watch"
-        outbox = self.engine.outbox
+        outbox = self.notifier
         if owner is None or outbox.known(f"{env.event_id}:{kind}"):
             return
         if isinstance(e, cmd.CommandExited):
-            state = await load_state(self.engine.store, e.command_id)
+            state = await load_state(self.store, e.command_id)
             text = (
                 None if state is None or state.running else owner_exit_notice(state, self._tail(e.command_id))
             )

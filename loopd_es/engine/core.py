@@ -11,24 +11,26 @@ completion event already seen) - see :mod:`.idle`. Usage is accounted by message
 (``run.completed`` + force finish / block / budget stop), then compaction or the next turn. An interactive
 goal never gets a turn the engine started: every idle signal - ``session.idle`` or a status of ``idle`` -
 goes through the same gate.
+
+The engine wires its parts (the idle gate, the await waker, maintenance, command notices, and in shared mode the
+balance pass), each given the narrow protocols of :mod:`.ports` rather than the engine, and changes goals only
+through goal commands decided by :func:`~loopd_es.domain.decide.decide`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import nullcontext
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
-
-import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import Guard, Kind, Transcript, no_guard
+from ..domain import goal_commands as c
 from ..domain.provider_limit import iso
-from ..domain.streams import aggregate_of
-from ..events import engine as en
+from ..domain.streams import aggregate_of, goal_stream
+from ..errors import StreamNotFoundError
 from ..host.errors import HostError
 from ..host.events import (
     AnyHostEvent,
@@ -42,18 +44,23 @@ from ..host.events import (
     ToolCallStarted,
 )
 from ..procs.paths import CommandPaths
+from .awaits import AwaitWaker
 from .clock import Clock, parse_iso
 from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
+from .config import EngineConfig as EngineConfig
+from .goal_fence import UnfencedWriteError
+from .idle import IdleGate
 from .live import Live, Tracker, after
+from .maintenance import Maintenance
 from .notices import NOTICE_TYPES, notice_for
 from .outbox import STREAM as NOTIFICATIONS
 from .outbox import Outbox
-from .shares import GoalLostError, Shares, acting_for, preferred
+from .shares import GoalLostError, Shares, preferred
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
     from ..events.envelope import Envelope
-    from ..host.events import EngineHost
+    from ..host.events import EngineHost, TranscriptMessage
     from ..log.base import LogStore
 
 log = logging.getLogger("loopd_es.engine")
@@ -75,18 +82,6 @@ ENGINE_TYPES: Final = (
     *COMMAND_TYPES,
 )
 """The events the engine's trackers, timers, reactions and outbox are built from."""
-
-
-class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """The engine's timings (reference §5); tests shorten them, nothing else should need to."""
-
-    confirm_idle_ms: int = 2000
-    maintenance_ms: int = 30_000
-    idle_recover_ms: int = 180_000
-    idle_unconfirmed_ms: int = 300_000
-    stuck_running_ms: int = 600_000
-    tool_ttl_ms: int = 30_000
-    unknown_threshold: int = 3
 
 
 class Engine:
@@ -112,31 +107,57 @@ class Engine:
         self.host = host
         self.clock = clock
         self.config = config or EngineConfig()
-        self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
+        fence_for = shares.fence_for if shares is not None else None
+        self.service = GoalService(
+            store, host, clock=clock.now, directory=directory, owner=owner, fence_for=fence_for
+        )
         self.guard = guard or no_guard
         self.goals = Goals(self.service, self.guard)
         self.turns = self.goals.turns
-        self.outbox = Outbox(store, host, clock, self.guard, owns=self.owns, owns_command=self.owns_command)
-        self.commands = CommandNotices(self, CommandPaths(store_url) if store_url else None)
+        self.outbox = Outbox(
+            store,
+            host,
+            clock,
+            self.guard,
+            owns=self.owns,
+            owns_command=self.owns_command,
+            fence_for=fence_for,
+        )
+        self.commands = CommandNotices(store, self.outbox, CommandPaths(store_url) if store_url else None)
         """Notices to the sessions that started commands; ``store_url`` locates their output logs."""
         self.tracker = Tracker()
         self.position = 0
         self.next_maintenance: datetime | None = None
-        self.due_schedules: Callable[[datetime], Awaitable[int]] | None = None
-        """The scheduling issue's hook: called on each maintenance pass with the engine's time."""
         self._reactions: list[Envelope] = []
-        self.queued_wakes: set[str] = set()
-        """Await evidence already in some goal's inbox (a replayed fire event records nothing again)."""
-        self.unqueued_fires: dict[str, Envelope] = {}
-        """Shared mode: fired awaits of goals another member holds, until their evidence is queued (an adopter
-        reacts to those its predecessor did not get to)."""
-        from .awaits import AwaitWaker
-        from .idle import IdleGate
-        from .maintenance import Maintenance
+        # the parts, each given the few collaborators it uses (:mod:`.ports`); the engine passes itself only as
+        # the turn flow they may drive (:class:`.ports.TurnDriver`)
+        self.awaits = AwaitWaker(self.service, self)
+        self.idle = IdleGate(
+            self.service, self, host, self.tracker, clock, confirm_idle_ms=self.config.confirm_idle_ms
+        )
+        self.maintenance = Maintenance(
+            goals=self.service,
+            turns=self,
+            idle=self.idle,
+            switches=self.goals,
+            notifier=self.outbox,
+            host=host,
+            tracker=self.tracker,
+            clock=clock,
+            config=self.config,
+            store=store,
+            owns=self.owns,
+            guard=self.guard,
+        )
 
-        self.awaits = AwaitWaker(self)
-        self.idle = IdleGate(self)
-        self.maintenance = Maintenance(self)
+    @property
+    def due_schedules(self) -> Callable[[datetime], Awaitable[int]] | None:
+        """The scheduling issue's hook: called on each maintenance pass with the engine's time."""
+        return self.maintenance.due_schedules
+
+    @due_schedules.setter
+    def due_schedules(self, hook: Callable[[datetime], Awaitable[int]] | None) -> None:
+        self.maintenance.due_schedules = hook
 
     def owns(self, goal_id: str) -> bool:
         """Whether this engine acts for the goal: always, unless it is one member of a shared group."""
@@ -199,10 +220,9 @@ class Engine:
             return
         goal_id = env.data_dict().get("goal_id")
         if not isinstance(goal_id, str) or self.owns(goal_id):
-            with acting_for(goal_id) if isinstance(goal_id, str) else nullcontext():
-                await self.awaits.react(env)
-        elif env.type == "command.await-fired":
-            self.unqueued_fires[env.event_id] = env
+            await self.awaits.react(env)
+        else:
+            self.awaits.defer(env)
 
     def _observe(self, env: Envelope) -> None:
         if env.stream == NOTIFICATIONS:
@@ -221,10 +241,7 @@ class Engine:
         if env.type in NOTICE_TYPES:
             self._reactions.append(env)
         if env.type == "goal.input_queued":
-            input_id = env.data_dict().get("input_id", "")
-            if input_id.startswith("await:"):
-                self.queued_wakes.add(input_id)
-                self.unqueued_fires.pop(input_id.removeprefix("await:"), None)
+            self.awaits.observe_queued(env.data_dict().get("input_id", ""))
         if env.type in ("run.failed", "run.fell_back"):  # a fallback turn's next turn is due at once ("at")
             retry_after = env.data_dict().get("retry_after" if env.type == "run.failed" else "at")
             if retry_after:
@@ -247,8 +264,7 @@ class Engine:
         if goal_id is None or not self.owns(goal_id):
             return False
         try:
-            with acting_for(goal_id):
-                return await self._on_goal_event(goal_id, event)
+            return await self._on_goal_event(goal_id, event)
         except GoalLostError as e:  # a shared engine lost the goal meanwhile: its new holder goes on
             log.info("%s", e)
             return False
@@ -257,7 +273,7 @@ class Engine:
         state = await self.service.load(goal_id)
         if not state.exists or state.status != "active":
             return False
-        await self.guard()
+        await self.guard(goal_id)
         live = self.tracker.live(goal_id)
         now = self.clock.now()
         handled = True
@@ -365,8 +381,7 @@ class Engine:
         _, goal_id = aggregate_of(env.stream)
         if not self.owns(goal_id):
             return  # its holder records it (an adopter replays the goal's notices when it claims the goal)
-        with acting_for(goal_id):
-            await self._notice(goal_id, env)
+        await self._notice(goal_id, env)
 
     async def _notice(self, goal_id: str, env: Envelope) -> None:
         state = await self.service.load(goal_id)
@@ -386,7 +401,7 @@ class Engine:
         """An idle signal for the goal's worker (an event or a status poll): see :mod:`.idle`."""
         return await self.idle.on_idle(goal_id)
 
-    async def _after_confirm(
+    async def after_confirm(
         self, goal_id: str, recorded: list[Envelope], ctx: Ctx, transcript: Transcript | None = None
     ) -> None:
         """§3.13 after ``run.completed``: the force-finish turn, compaction, or the next turn."""
@@ -424,25 +439,64 @@ class Engine:
 
     async def compact(self, goal_id: str, ctx: Ctx) -> None:
         """§3.14: ``compaction.started``, pending switches first, the host's compaction, ``compaction.completed``."""
-        state = await self.service.load(goal_id)
-        started = await self.service.append_goal(
-            goal_id,
-            [en.CompactionStarted(goal_id=goal_id, run_count=state.run_count, at=iso(self.clock.now()))],
-            ctx,
-            expected=state.version,
-        )
+        started = await self.service.execute(c.StartCompaction(goal_id=goal_id), ctx)
+        if not started:
+            return
+        ctx = ctx.caused_by(started[-1].event_id)
         error = None
         try:
-            await self.goals.compact(goal_id, ctx.caused_by(started[-1].event_id))
+            await self.goals.compact(goal_id, ctx)
+        except (GoalLostError, UnfencedWriteError):
+            raise  # not the host's failure: this engine may not write about the goal
         except Exception as e:  # the reference swallows compaction errors; keep what went wrong
             error = str(e) or type(e).__name__
-        state = await self.service.load(goal_id)
-        await self.service.append_goal(
-            goal_id,
-            [en.CompactionCompleted(goal_id=goal_id, error=error)],
-            ctx.caused_by(started[-1].event_id),
-            expected=state.version,
-        )
+        await self.service.execute(c.CompleteCompaction(goal_id=goal_id, error=error), ctx)
+
+    async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
+        """Usage of the completed assistant messages not yet counted (the turn starter's accounting)."""
+        await self.turns.account(goal_id, messages, ctx)
+
+    # -- shared mode: one member of a group (the balance pass's :class:`.ports.Holder`) --------------------
+
+    def goal_ids(self) -> list[str]:
+        """Every goal this engine has seen in the log."""
+        return list(self.tracker.goals)
+
+    async def load(self, goal_id: str) -> GoalState:
+        """The goal folded from its stream."""
+        return await self.service.load(goal_id)
+
+    def pending(self, goal_id: str) -> bool:
+        """Notices or awaits of the goal still to be handled (its holder keeps it until they are)."""
+        return self.outbox.pending_for(goal_id) or self.awaits.pending_for(goal_id)
+
+    async def adopt(self, goal_id: str, *, resend: bool = True) -> None:
+        """Finish what the goal's previous holder may have left half done, as a restart would: an open switch,
+        the goal's notices, fired awaits, the running turn's prompt (``resend``), the timers."""
+        ctx = Ctx.new()
+        try:
+            await self.goals.recover(ctx, only=goal_id)
+            await self._replay_notices(goal_id)
+            await self.awaits.adopt(goal_id, ctx)
+            state = await self.service.load(goal_id)
+            if state.status == "active" and state.phase == "running":
+                if resend:
+                    await self.turns.resend(goal_id, ctx)
+                self.tracker.schedule(goal_id, "confirm", self.clock.now())
+            elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
+                self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+        except GoalLostError as e:
+            log.info("lost a goal while adopting it: %s", e)
+        await self.catch_up()
+
+    async def _replay_notices(self, goal_id: str) -> None:
+        """Record the notices the goal's events call for that nobody recorded yet (recording is idempotent)."""
+        try:
+            events = [e async for e in self.store.read_stream(goal_stream(goal_id)) if e.type in NOTICE_TYPES]
+        except StreamNotFoundError:
+            return
+        for env in events:
+            await self.notice(env)
 
     # -- timers --------------------------------------------------------------------------------------
 
@@ -454,18 +508,17 @@ class Engine:
             if not self.owns(goal_id):
                 continue  # its holder runs it; an adopter sets the goal's timers again (adopt)
             try:
-                with acting_for(goal_id):
-                    await self.guard()
-                    ran += 1
-                    if kind == "confirm":
-                        await self.idle.confirm_timer(goal_id)
-                    elif kind == "retry":
-                        await self._retry_timer(goal_id)
+                await self.guard(goal_id)
+                ran += 1
+                if kind == "confirm":
+                    await self.idle.confirm_timer(goal_id)
+                elif kind == "retry":
+                    await self._retry_timer(goal_id)
             except GoalLostError as e:
                 log.info("%s", e)
             await self.catch_up()
         if self.next_maintenance is not None and now >= self.next_maintenance:
-            await self.guard()
+            await self.guard(None)
             await self.maintenance.run()
             self.next_maintenance = after(now, self.config.maintenance_ms)
             ran += 1

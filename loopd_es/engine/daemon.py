@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import anyio.abc
 
+from ..domain.loop import decide
 from ..domain.provider_limit import iso
 from ..errors import StorageError, UsageError
 from ..host import open_host
@@ -29,15 +30,20 @@ from ..host.errors import HostError
 from ..host.events import AnyHostEvent, EngineHost
 from ..log import open_store
 from ..log.sqlite import SqliteLog
+from ..procs.paths import CommandPaths
+from ..procs.service import reconcile
 from ..projector.watch import Waker, log_files, watch_commits, watch_log
+from ..sched.runner import Scheduler
+from . import tool_server
 from .balance import Balancer
 from .clock import Clock, SystemClock
 from .core import Engine, EngineConfig
 from .fence import FencedStore
 from .goal_fence import GoalFencedStore
 from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError, from_us, to_us
-from .shares import ACTING_FOR, MEMBER_PREFIX, GoalLostError, Shares
+from .shares import MEMBER_PREFIX, GoalLostError, Shares
 from .status import EngineStatus
+from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, tool_handler
 
 if TYPE_CHECKING:
     from ..app.turns import Guard
@@ -74,6 +80,20 @@ Say = Callable[[str], None]
 DueHook = Callable[[datetime], Awaitable[int]]
 
 
+@dataclass
+class Running:
+    """What every stage of a running daemon shares: its options, the log, the host, the clock, the stop signal,
+    how it speaks, and what it says about outages."""
+
+    options: RunOptions
+    store: LogStore
+    host: EngineHost
+    clock: Clock
+    stop: anyio.Event
+    say: Say
+    outage: Outage
+
+
 def check_tool_channel(options: RunOptions) -> None:
     """An engine that drives OpenCode serves its tools: without them its workers would get no worker tools
     and the owner tools only the tools map hides.
@@ -105,15 +125,15 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
             if not isinstance(host, EngineHost):
                 raise UsageError(f"host {options.host_url} has no event stream; `loopd-es run` needs one")
             status = EngineStatus(options.store_url, options.holder)
-            outage = Outage(say, status)
+            run = Running(options, store, host, clock, stop, say, Outage(say, status))
             lease = Lease(store, options.holder, clock, ttl_ms=options.lease_ms)
             try:
                 async with anyio.create_task_group() as tools:
                     if (
                         options.tool_api is not None
                     ):  # a standby answers too: a call during a takeover is served
-                        await tools.start(_tools, options, store, host, clock, say)
-                    await _run_until_stopped(store, host, lease, options, clock, stop, say, outage)
+                        await tools.start(_tools, run)
+                    await _run_until_stopped(run, lease)
                     tools.cancel_scope.cancel()
             finally:
                 status.remove()
@@ -121,26 +141,18 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
             await host.aclose()
 
 
-async def _run_until_stopped(
-    store: LogStore,
-    host: EngineHost,
-    lease: Lease,
-    options: RunOptions,
-    clock: Clock,
-    stop: anyio.Event,
-    say: Say,
-    outage: Outage,
-) -> None:
+async def _run_until_stopped(run: Running, lease: Lease) -> None:
     """Stand by or serve, again and again, until ``stop``; release the lease whatever happens."""
+    stop, say, outage = run.stop, run.say, run.outage
     try:
         while not stop.is_set():
             try:
-                if options.shared:
-                    await _run_shared(store, host, lease, options, clock, stop, say, outage)
+                if run.options.shared:
+                    await _run_shared(run, lease)
                 else:
-                    if not await _stand_by(lease, clock, stop, say, outage):
+                    if not await _stand_by(run, lease):
                         break
-                    await _serve_exclusive(store, host, lease, options, clock, stop, say, outage)
+                    await _serve_exclusive(run, lease)
             except* LeaseLostError as group:
                 say(f"lost the engine lease ({group.exceptions[0]}); standing by")
                 outage.now("standing by", f"lost the lease: {group.exceptions[0]}")
@@ -213,8 +225,9 @@ class Outage:
 MAX_BACKOFF_S: Final = 5.0
 
 
-async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, outage: Outage) -> bool:
+async def _stand_by(run: Running, lease: Lease) -> bool:
     """Wait until this process holds the lease (``False`` when stopped first)."""
+    clock, stop, say, outage = run.clock, run.stop, run.say, run.outage
     announced = None
     outage.not_serving()
     while not stop.is_set():
@@ -245,17 +258,9 @@ async def _stand_by(lease: Lease, clock: Clock, stop: anyio.Event, say: Say, out
     return False
 
 
-async def _run_shared(
-    store: LogStore,
-    host: EngineHost,
-    lease: Lease,
-    options: RunOptions,
-    clock: Clock,
-    stop: anyio.Event,
-    say: Say,
-    outage: Outage,
-) -> None:
+async def _run_shared(run: Running, lease: Lease) -> None:
     """Join the group of engines sharing the log's goals, run this member's share until stopped, leave."""
+    clock, stop, say, outage = run.clock, run.stop, run.say, run.outage
     announced = None
     while not stop.is_set():
         holder = await lease.current()
@@ -270,17 +275,10 @@ async def _run_shared(
             await stop.wait()
     if stop.is_set():
         return
-    shares = Shares(store, options.holder, clock, ttl_ms=options.lease_ms)
+    shares = Shares(run.store, run.options.holder, clock, ttl_ms=run.options.lease_ms)
     await shares.join()
     say(f"engine running: member {shares.member} of the engines sharing this log")
     outage.now("running", f"member {shares.member} of a shared group")
-
-    async def guard() -> None:
-        goal_id = ACTING_FOR.get()
-        if goal_id is not None:
-            await shares.check(goal_id)
-        elif not shares.alive():
-            raise GoalLostError("-", f"the membership of {shares.member} ran out")
 
     async def renew() -> None:
         while True:
@@ -292,19 +290,7 @@ async def _run_shared(
                 await anyio.sleep(min(0.5, shares.ttl.total_seconds() / 6))
 
     try:
-        await _serve(
-            store,
-            host,
-            options,
-            clock,
-            stop,
-            say,
-            GoalFencedStore(store, shares),
-            guard,
-            renew,
-            shares,
-            outage,
-        )
+        await _serve(run, GoalFencedStore(run.store, shares), shares.check, renew, shares)
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             try:
@@ -320,16 +306,9 @@ async def live_member(store: LogStore, clock: Clock) -> str | None:
     return live[0] if live else None
 
 
-async def _serve_exclusive(
-    store: LogStore,
-    host: EngineHost,
-    lease: Lease,
-    options: RunOptions,
-    clock: Clock,
-    stop: anyio.Event,
-    say: Say,
-    outage: Outage,
-) -> None:
+async def _serve_exclusive(run: Running, lease: Lease) -> None:
+    clock, outage = run.clock, run.outage
+
     async def renew() -> None:
         """Renew on time even while the engine is busy (a long start-up reading a big log); a failed renewal
         is retried until the lease runs out by this process's clock (then :class:`LeaseLostError`)."""
@@ -346,23 +325,18 @@ async def _serve_exclusive(
                 failing = True
                 await anyio.sleep(min(0.5, lease.ttl.total_seconds() / 6))
 
-    view = FencedStore(store, lease)
-    await _serve(store, host, options, clock, stop, say, view, lease.check, renew, None, outage)
+    await _serve(run, FencedStore(run.store, lease), lease.check, renew, None)
 
 
 async def _serve(
-    store: LogStore,
-    host: EngineHost,
-    options: RunOptions,
-    clock: Clock,
-    stop: anyio.Event,
-    say: Say,
+    run: Running,
     view: LogStore,
     guard: Guard,
     renew: Callable[[], Coroutine[Any, Any, None]],
     shares: Shares | None,
-    outage: Outage,
 ) -> None:
+    """Run one engine on ``view`` (the log fenced by the lease or by this member's claims) until stopped."""
+    store, host, options, clock, stop = run.store, run.host, run.options, run.clock, run.stop
     engine = Engine(
         view,
         host,
@@ -374,7 +348,7 @@ async def _serve(
         shares=shares,
         store_url=options.store_url,
     )
-    balancer = Balancer(engine, shares) if shares is not None else None
+    balancer = Balancer(engine, shares, clock) if shares is not None else None
     next_balance = clock.now()
     engine.due_schedules = options.due_schedules
     send, receive = anyio.create_memory_object_stream[AnyHostEvent | None](math.inf)
@@ -399,15 +373,15 @@ async def _serve(
 
     async with send, receive, anyio.create_task_group() as tg:  # closed even when a start fails
         if options.loops:
-            tg.start_soon(_loops, store, host, clock, options)
+            tg.start_soon(_loops, run)
         tg.start_soon(pump_host)
         tg.start_soon(pump_log)
         tg.start_soon(wake_on_log)
         tg.start_soon(renew)
         try:
-            await _reconcile_commands(store, options.store_url, say)
+            await _reconcile_commands(store, options.store_url, run.say)
             await engine.start()
-            outage.ok()
+            run.outage.ok()
             while not stop.is_set():
                 wake = engine.next_wakeup()
                 if balancer is not None:
@@ -429,7 +403,7 @@ async def _serve(
                         if event is not None:
                             await engine.on_host_event(event)
                     if shares is None:
-                        await engine.guard()
+                        await engine.guard(None)
                     await engine.catch_up()
                     await engine.run_due()
                     if balancer is not None and clock.now() >= next_balance:
@@ -437,7 +411,7 @@ async def _serve(
                         next_balance = clock.now() + BALANCE_EVERY
                 except* GoalLostError as group:  # a stalled member: its goals went to others; it carries on
                     log.info("%s", group.exceptions[0])
-                outage.ok()
+                run.outage.ok()
         finally:
             watch_stop.set()
             tg.cancel_scope.cancel()
@@ -447,15 +421,12 @@ async def _reconcile_commands(store: LogStore, store_url: str, say: Say) -> None
     """As the reference does at start-up: commands of this machine whose owner died are marked missing (their
     awaits fire, and the engine then wakes their goals once). Version-checked appends, safe beside any other
     process doing the same, so the log itself is used, not this engine's fenced view."""
-    from ..procs.paths import CommandPaths
-    from ..procs.service import reconcile
-
     marked = await reconcile(store, CommandPaths(store_url))
     if marked:
         say(f"marked {marked} command(s) whose owner is gone as missing")
 
 
-async def _loops(store: LogStore, host: EngineHost, clock: Clock, options: RunOptions) -> None:
+async def _loops(run: Running) -> None:
     """The scheduled loops, fired by the engine as ``loopd-es loop run --all-sessions`` would fire them.
 
     A slot is claimed by an append at the session stream's expected version, so the engine and any other
@@ -463,8 +434,7 @@ async def _loops(store: LogStore, host: EngineHost, clock: Clock, options: RunOp
     fire in progress when the engine stops (SIGTERM) is finished and recorded first (shielded, within
     :data:`FIRE_GRACE_S`), so its claim is not left open.
     """
-    from ..domain.loop import decide
-    from ..sched.runner import Scheduler
+    store, host, clock, options = run.store, run.host, run.clock, run.options
 
     class _Ms:
         def now_ms(self) -> int:
@@ -504,26 +474,18 @@ FIRE_GRACE_S: Final = 20.0
 
 
 async def _tools(
-    options: RunOptions,
-    store: LogStore,
-    host: EngineHost,
-    clock: Clock,
-    say: Say,
-    *,
-    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    run: Running, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """Serve the OpenCode tools; workers' prompts then carry a tools map that hides the owner tools."""
-    from . import tool_server
-    from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, tool_handler
-
+    options, host = run.options, run.host
     assert options.tool_api is not None
     config = ToolApiConfig.load(options.tool_api)
     if hasattr(host, "tools"):
         host.tools = hidden_from_workers()
-    dispatcher = ToolDispatcher(store, host, clock, options.directory, store_url=options.store_url)
+    dispatcher = ToolDispatcher(run.store, host, run.clock, options.directory, store_url=options.store_url)
     async with anyio.create_task_group() as tg:
         await tg.start(tool_server.serve, Path(config.socket), config.token, tool_handler(dispatcher.call))
-        say(f"serving the OpenCode tools on {config.socket}")
+        run.say(f"serving the OpenCode tools on {config.socket}")
         task_status.started()
 
 

@@ -17,18 +17,15 @@ from typing import TYPE_CHECKING
 from ..app.service import Ctx
 from ..app.turns import USAGE_WINDOW, Transcript
 from ..domain import goal_commands as c
-from ..domain.provider_limit import iso
-from ..events import run as r
 from ..host.errors import HostError
 from .idle_rules import confirm_failure, to_ms, turn_proven
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from ..domain.state import GoalState
-    from ..host.events import TranscriptMessage
-    from .core import Engine
-    from .live import Live
+    from ..host.events import EngineHost, TranscriptMessage
+    from .clock import Clock
+    from .live import Live, Tracker
+    from .ports import GoalLog, TurnDriver
 
 TRANSCRIPT_WINDOW = 200
 
@@ -36,18 +33,31 @@ TRANSCRIPT_WINDOW = 200
 class IdleGate:
     """One engine's idle signals: prove, stage, confirm, continue."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        goals: GoalLog,
+        turns: TurnDriver,
+        host: EngineHost,
+        tracker: Tracker,
+        clock: Clock,
+        *,
+        confirm_idle_ms: int,
+    ) -> None:
+        self.goals = goals
+        self.turns = turns
+        self.host = host
+        self.tracker = tracker
+        self.clock = clock
+        self.confirm_idle_ms = confirm_idle_ms
 
     async def on_idle(self, goal_id: str) -> bool:
         """An idle signal for the goal's worker (an event or a status poll): prove or stage, confirm, continue."""
-        engine = self.engine
-        state = await engine.service.load(goal_id)
+        state = await self.goals.load(goal_id)
         if not state.exists or state.status != "active" or state.interactive:
             return False
         if state.phase != "running" or state.active_run_id is None:
             return False
-        live = engine.tracker.live(goal_id)
+        live = self.tracker.live(goal_id)
         if live.tools:
             live.candidate_at, live.candidate_generation = None, None
             return True
@@ -59,12 +69,12 @@ class IdleGate:
             if not confirmed:
                 return True
         if read is not None:
-            await engine.turns.account(goal_id, read.messages[-USAGE_WINDOW:], ctx)
-        recorded = await engine.service.execute(
+            await self.turns.account(goal_id, read.messages[-USAGE_WINDOW:], ctx)
+        recorded = await self.goals.execute(
             c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation), ctx
         )
         if recorded:  # the next turn quotes the transcript just read: one read per turn
-            await engine._after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id), read)
+            await self.turns.after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id), read)
         return True
 
     async def _proven(self, state: GoalState) -> Transcript | None:
@@ -85,13 +95,12 @@ class IdleGate:
     async def _quiet(self, state: GoalState, live: Live, ctx: Ctx) -> tuple[bool, Transcript | None]:
         """The quiet-period path: whether the turn is confirmed (not while staged, waiting, or refused by the
         transcript), and the transcript read to confirm it (``None`` when there is none to read)."""
-        engine = self.engine
-        now = engine.clock.now()
+        now = self.clock.now()
         gen = state.run_generation
         if live.candidate_generation != gen or live.candidate_at is None:
-            await self._stage(state, now, ctx)
+            await self._stage(state, ctx)
             return False, None
-        if (now - live.candidate_at).total_seconds() * 1000 < engine.config.confirm_idle_ms:
+        if (now - live.candidate_at).total_seconds() * 1000 < self.confirm_idle_ms:
             return False, None
         quiet_since = live.assistant_completed_at or live.candidate_at
         if (
@@ -99,7 +108,7 @@ class IdleGate:
             and to_ms(live.last_activity) > live.candidate_at
             and live.last_activity > quiet_since
         ):
-            await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again
+            await self._stage(state, ctx)  # activity since the candidate: start the quiet period again
             return False, None
         worker, prompt = state.worker_session_id, state.active_prompt_message_id
         if prompt is None or worker is None:
@@ -111,22 +120,11 @@ class IdleGate:
         reason = confirm_failure(transcript, prompt, anchored=live.assistant_completed_at is not None)
         if reason is None:
             return True, Transcript(worker, transcript)
-        if state.confirm_failed_generation != gen:
-            assert state.active_run_id is not None
-            await engine.service.append_goal(
-                state.goal_id,
-                [
-                    r.RunConfirmFailed(
-                        goal_id=state.goal_id,
-                        generation=gen,
-                        reason=reason,
-                        run_id=state.active_run_id,
-                        at=iso(now),
-                    )
-                ],
-                ctx,
-                expected=state.version,
-            )
+        assert state.active_run_id is not None
+        failed = c.RecordConfirmFailure(
+            goal_id=state.goal_id, run_id=state.active_run_id, generation=gen, reason=reason
+        )
+        await self.goals.execute(failed, ctx)
         return False, None
 
     async def transcript(self, worker: str) -> list[TranscriptMessage]:
@@ -137,26 +135,26 @@ class IdleGate:
         user message (or the whole transcript) gives the same verdict as a longer one, at a fraction of the
         bytes: OpenCode returns every message with all its parts, ~5 KB for a steering prompt.
         """
-        host = self.engine.host
+        host = self.host
         recent = await host.messages(worker, limit=USAGE_WINDOW)
         if len(recent) < USAGE_WINDOW or any(m.role == "user" for m in recent):
             return recent
         return await host.messages(worker, limit=TRANSCRIPT_WINDOW)
 
-    async def _stage(self, state: GoalState, now: datetime, ctx: Ctx) -> None:
+    async def _stage(self, state: GoalState, ctx: Ctx) -> None:
         assert state.active_run_id is not None
-        gen, run_id = state.run_generation, state.active_run_id
-        candidate = r.RunIdleCandidate(goal_id=state.goal_id, run_id=run_id, generation=gen, at=iso(now))
-        await self.engine.service.append_goal(state.goal_id, [candidate], ctx, expected=state.version)
+        stage = c.StageIdleCandidate(
+            goal_id=state.goal_id, run_id=state.active_run_id, generation=state.run_generation
+        )
+        await self.goals.execute(stage, ctx)
 
     async def confirm_timer(self, goal_id: str) -> None:
         """The candidate's quiet period ended: poll the worker; still idle means the second signal."""
-        engine = self.engine
-        state = await engine.service.load(goal_id)
+        state = await self.goals.load(goal_id)
         if state.worker_session_id is None or state.phase != "running":
             return
-        live = engine.tracker.live(goal_id)
+        live = self.tracker.live(goal_id)
         if live.candidate_at is None or live.candidate_generation != state.run_generation:
             return  # confirmed by an idle event meanwhile, and the next run started: nothing to poll for
-        if await engine.host.session_status(state.worker_session_id) == "idle":
+        if await self.host.session_status(state.worker_session_id) == "idle":
             await self.on_idle(goal_id)

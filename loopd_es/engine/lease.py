@@ -116,8 +116,10 @@ class Lease:
         if self.clock.now() >= self.expires_at:
             raise LeaseLostError(f"engine lease of {self.holder} ran out at {iso(self.expires_at)}")
 
-    async def check(self) -> None:
-        """:raises LeaseLostError: unless this process still holds a lease that has not run out.
+    async def check(self, goal_id: str | None = None) -> None:
+        """The engine's guard (the lease covers every goal, so ``goal_id`` changes nothing).
+
+        :raises LeaseLostError: unless this process still holds a lease that has not run out.
 
         Nobody may take the lease before it runs out, so while more than a third of it is left by this
         process's clock (as it is between on-time renewals) the clock alone answers; closer to the end, where

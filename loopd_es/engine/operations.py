@@ -19,7 +19,6 @@ from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
-from ..events import goal as g
 from ..events.envelope import new_event_id
 from ..host.errors import HostError
 from .checks import run_checks
@@ -101,15 +100,13 @@ class Operations:
             return Result(
                 ok=False, message=f"Goal creation failed: {detail}", goal_id=goal_id, status="blocked"
             )
-        assigned = await self.service.append_goal(
-            goal_id,
-            [g.GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker.session_id)],
-            ctx,
-            expected=state.version,
+        assigned = await self.service.execute(
+            c.AssignWorker(goal_id=goal_id, worker_session_id=worker.session_id), ctx
         )
-        await self.turns.continue_turn(
-            goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True, force=True
-        )
+        if assigned:  # nothing when the goal was cleared meanwhile
+            await self.turns.continue_turn(
+                goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True, force=True
+            )
         state = await self.service.load(goal_id)
         return Result(
             message=f'Goal "{name}" created and started in the background. Artifacts: {state.config.artifact_dir}.',

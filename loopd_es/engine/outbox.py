@@ -9,7 +9,7 @@ through the host under its ``notification_id`` (the host shows an id once) and t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from ..app.turns import Guard, no_guard
@@ -19,7 +19,7 @@ from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
 from ..events.envelope import ANY
 from ..host.errors import HostError
-from .shares import GoalLostError, acting_for, acting_for_no_goal
+from .shares import GoalLostError
 
 if TYPE_CHECKING:
     from ..app.service import Ctx
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..events.envelope import Envelope
     from ..host.events import EngineHost
     from ..log.base import LogStore
+    from ..log.coord import Fence
     from .clock import Clock
 
 STREAM: Final = "notifications"
@@ -58,8 +59,11 @@ class Outbox:
         *,
         owns: Callable[[str], bool] | None = None,
         owns_command: Callable[[str], bool] | None = None,
+        fence_for: Callable[[str], Sequence[Fence]] | None = None,
     ) -> None:
         self.store = store
+        self.fence_for = fence_for or (lambda goal_id: ())
+        """The fences a notice about a goal carries (a shared engine: its claim of the goal)."""
         self.owns = owns or (lambda goal_id: True)
         """Which goals' notices this process delivers (a shared engine: the goals it holds)."""
         self.owns_command = owns_command or (lambda command_id: True)
@@ -79,6 +83,10 @@ class Outbox:
     def known(self, notification_id: str) -> bool:
         """Whether the notice was recorded already (pending or delivered)."""
         return notification_id in self.pending or notification_id in self.delivered
+
+    def pending_for(self, goal_id: str) -> bool:
+        """Whether a notice of the goal waits for delivery."""
+        return any(p.goal_id == goal_id for p in self.pending.values())
 
     def observe(self, env: Envelope) -> None:
         """Keep the pending set in step with the stream (also for notices other processes recorded)."""
@@ -104,10 +112,8 @@ class Outbox:
 
         ``to`` is the goal whose owner is told, or a command's owner session (the notice names no goal).
         """
-        if isinstance(to, CommandOwner):
-            with acting_for_no_goal():
-                return await self._record(to, to.command_id, kind, text, cause_event_id, ctx)
-        return await self._record(to, "", kind, text, cause_event_id, ctx)
+        command_id = to.command_id if isinstance(to, CommandOwner) else ""
+        return await self._record(to, command_id, kind, text, cause_event_id, ctx)
 
     async def _record(
         self,
@@ -136,7 +142,7 @@ class Outbox:
             correlation_id=ctx.correlation_id,
         )
         try:
-            await self.store.append(STREAM, [event], ANY)
+            await self.store.append(STREAM, [event], ANY, fences=self._fences(payload))
         except DuplicateEventIdError:
             return notification_id  # recorded before (its text may have named another moment): nothing new
         if notification_id not in self.delivered:
@@ -150,21 +156,23 @@ class Outbox:
         for notification_id, payload in list(self.pending.items()):
             if not payload.goal_id and payload.command_id:
                 if self.owns_command(payload.command_id):
-                    with acting_for_no_goal():
-                        shown += await self._deliver(notification_id, payload)
+                    shown += await self._deliver(notification_id, payload)
                 continue
             if not self.owns(payload.goal_id):
                 continue
             try:
-                with acting_for(payload.goal_id):
-                    shown += await self._deliver(notification_id, payload)
+                shown += await self._deliver(notification_id, payload)
             except GoalLostError:
                 continue  # a shared engine lost the goal meanwhile: its new holder delivers
         return shown
 
+    def _fences(self, payload: n.NotificationRequested) -> Sequence[Fence]:
+        """The fences of a write about ``payload``: its goal's, or none for a command's notice."""
+        return self.fence_for(payload.goal_id) if payload.goal_id else ()
+
     async def _deliver(self, notification_id: str, payload: n.NotificationRequested) -> int:
         """Show one notice and record it delivered; 0 when the host failed it (it stays pending) or had it."""
-        await self.guard()
+        await self.guard(payload.goal_id or None)
         try:
             shown = int(
                 await self.host.notify(
@@ -190,6 +198,7 @@ class Outbox:
                     )
                 ],
                 ANY,
+                fences=self._fences(payload),
             )
         except DuplicateEventIdError:
             pass  # another process (an engine, a CLI operation) recorded the same delivery first

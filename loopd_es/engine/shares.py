@@ -15,9 +15,9 @@ the token the contender read, so of two contenders one wins. A live holder hands
 preferred member has renewed its membership at least once, and gives up a terminal goal (``finished``) once its
 notices are recorded; such a goal is claimed again only when it is active again.
 
-Safety does not rest on clocks: :mod:`loopd_es.engine.goal_fence` fences each batch a member appends about a
-goal on that goal's claim token, so once someone else claimed the goal, the old holder's writes fail as a
-whole. Clocks only decide when a member stops acting (its own membership ran out) and when others may take
+Safety does not rest on clocks: each batch a member appends about a goal carries that goal's claim token as
+a fence (:meth:`Shares.fence_for`, required by :mod:`loopd_es.engine.goal_fence`), so once someone else
+claimed the goal, the old holder's writes fail as a whole. Clocks only decide when a member stops acting (its own membership ran out) and when others may take
 over (the holder's expiry passed). A goal moving to another member is the one fact kept as history
 (``engine.goal_moved`` on stream ``engine``).
 """
@@ -26,9 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
@@ -53,9 +50,6 @@ GONE_AFTER_TTLS: Final = 10
 membership records, and its claims are taken over by then)."""
 CLAIM_PREFIX: Final = "engine/claim/"
 
-ACTING_FOR: ContextVar[str | None] = ContextVar("loopd_es_acting_for", default=None)
-"""The goal the engine is acting for right now: its writes and side effects are fenced by that goal's claim."""
-
 
 def claim_key(goal_id: str) -> str:
     """The coordination key of one goal's claim."""
@@ -65,26 +59,6 @@ def claim_key(goal_id: str) -> str:
 def member_key(member: str) -> str:
     """The coordination key of one member's membership."""
     return f"{MEMBER_PREFIX}{member}"
-
-
-@contextmanager
-def acting_for(goal_id: str) -> Iterator[None]:
-    """Within this block the engine acts for ``goal_id`` (its claim fences every write and side effect)."""
-    token = ACTING_FOR.set(goal_id)
-    try:
-        yield
-    finally:
-        ACTING_FOR.reset(token)
-
-
-@contextmanager
-def acting_for_no_goal() -> Iterator[None]:
-    """Within this block the engine acts for no goal (a command's notice): its writes carry no goal's fence."""
-    token = ACTING_FOR.set(None)
-    try:
-        yield
-    finally:
-        ACTING_FOR.reset(token)
 
 
 class GoalLostError(LoopdError):
@@ -341,13 +315,29 @@ class Shares:
             self._seen[goal_id] = ("", token)
             self.claims[goal_id] = Claim(self.member, True, reason, self.clock.now())
 
-    async def check(self, goal_id: str) -> None:
-        """:raises GoalLostError: unless this member still holds the goal and its membership has not run out."""
+    def fence_for(self, goal_id: str) -> list[Fence]:
+        """The fence a write about ``goal_id`` carries: this member's claim of it, at the token it holds.
+
+        :raises GoalLostError: unless this member holds the goal and its membership has not run out.
+        """
         token = self.held.get(goal_id)
         if token is None:
             raise GoalLostError(goal_id, f"{self.member} does not hold it")
         if not self.alive():
             raise GoalLostError(goal_id, f"the membership of {self.member} ran out")
+        return [Fence(claim_key(goal_id), token)]
+
+    async def check(self, goal_id: str | None = None) -> None:
+        """The guard before a side effect about ``goal_id`` (``None``: about no goal, e.g. a command's notice).
+
+        :raises GoalLostError: unless this member still holds the goal and its membership has not run out.
+        """
+        if goal_id is None:
+            if not self.alive():
+                raise GoalLostError("-", f"the membership of {self.member} ran out")
+            return
+        (fence,) = self.fence_for(goal_id)
+        token = fence.token
         current = await self._claim_record(goal_id)
         if current is None or current.token != token or current.holder != self.member:
             self.held.pop(goal_id, None)

@@ -175,7 +175,9 @@ class SwitchSaga:
             at=iso(self.service.clock()),
         )
         try:
-            recorded = await self.service.append(switch_stream(event.switch_id), [started], ctx, expected=0)
+            recorded = await self.service.append(
+                switch_stream(event.switch_id), [started], ctx, for_goal=event.goal_id, expected=0
+            )
         except WrongExpectedVersionError:
             raise ConflictError(
                 f"identity switch {event.switch_id} was taken over by recovery in another process; "
@@ -311,8 +313,9 @@ class SwitchSaga:
         return ok
 
     async def _record(self, saga: SwitchSagaState, event: Event, ctx: Ctx) -> None:
+        assert saga.started is not None
         recorded = await self.service.append(
-            switch_stream(saga.switch_id), [event], ctx, expected=saga.version
+            switch_stream(saga.switch_id), [event], ctx, for_goal=saga.started.goal_id, expected=saga.version
         )
         saga.fold(recorded)
 

@@ -76,7 +76,13 @@ class GoalPort(Protocol):
         ...
 
     async def append(
-        self, stream: str, events: Sequence[Event], ctx: Ctx, *, expected: ExpectedVersion = ANY
+        self,
+        stream: str,
+        events: Sequence[Event],
+        ctx: Ctx,
+        *,
+        for_goal: str | None,
+        expected: ExpectedVersion = ANY,
     ) -> list[Envelope]:
-        """Append payloads to any stream with the flow's causal links."""
+        """Append payloads to any stream with the flow's causal links, fenced for goal ``for_goal``."""
         ...

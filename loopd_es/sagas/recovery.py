@@ -103,7 +103,7 @@ async def recover(service: GoalPort, ctx: Ctx, *, only: str | None = None) -> li
     if scanned - position >= CHECKPOINT_EVERY:
         checkpoint = s.SagaCheckpoint(position=scanned, open=tuple(still_open))
         try:
-            await service.append(CHECKPOINT_STREAM, [checkpoint], ctx, expected=cp_version)
+            await service.append(CHECKPOINT_STREAM, [checkpoint], ctx, for_goal=None, expected=cp_version)
         except WrongExpectedVersionError:
             pass  # another process checkpointed meanwhile; ours would say the same or less
     return reports

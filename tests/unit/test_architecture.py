@@ -10,6 +10,8 @@ in the registry loaders. The rules, each failing with the offending file, line a
   (events <- log, domain <- replay <- sagas <- app <- engine/cli/dash); ``projections`` use ``loopd_es``
   below the CLI, and ``loopd_es`` never imports ``projections`` (it loads them by name, via the registry);
 * no cycle between packages, and none between files (runtime imports, lazy ones included);
+* inside ``engine/`` and ``app/`` (:data:`PART_PACKAGES`), none between files even through type-only imports,
+  and no function-local import of our modules (the way a cycle between files used to be hidden);
 * each I/O dependency imported only where DESIGN.md says (:data:`OWNERS`).
 
 :func:`test_the_checker_fails_on_a_back_import_and_a_cycle` runs the same checker on a small tree with a
@@ -94,6 +96,8 @@ class Import:
     statement: str
     type_only: bool
     ours: bool
+    local: bool = False
+    """Made inside a function (a lazy import), not at module level."""
 
     def __str__(self) -> str:
         return f"{self.path}:{self.line}: {self.statement}"
@@ -148,6 +152,7 @@ class _FileScan:
         self.modules = modules
         self.tops = tops
         self.edges: list[Import] = []
+        self.local = False
         self.visit(ast.parse(path.read_text(), str(path)), type_only=False)
 
     def add(self, target: str, node: ast.Import | ast.ImportFrom | ast.Call, type_only: bool) -> None:
@@ -159,7 +164,9 @@ class _FileScan:
             target = target.split(".")[0]
         text = ast.unparse(node).splitlines()[0]
         self.edges.append(
-            Import(self.module, target, self.rel, node.lineno, text, type_only, ours or target == "?")
+            Import(
+                self.module, target, self.rel, node.lineno, text, type_only, ours or target == "?", self.local
+            )
         )
 
     def relative(self, node: ast.ImportFrom) -> str:
@@ -170,6 +177,13 @@ class _FileScan:
         return ".".join(base + ([node.module] if node.module else []))
 
     def visit(self, node: ast.AST, type_only: bool) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda) and not self.local:
+            self.local = True
+            try:
+                self.visit(node, type_only)
+            finally:
+                self.local = False
+            return
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             for child in node.body:
                 self.visit(child, True)
@@ -325,6 +339,37 @@ def violations(
     return problems
 
 
+PART_PACKAGES: tuple[str, ...] = ("engine", "app")
+"""Packages built of parts that take narrow protocols (``engine/ports.py``, ``app/turns.py``'s
+``PendingSwitches``) instead of the object that wires them: their files form no cycle even through type-only
+imports, and they import our modules at module level only (a function-local import is how a cycle hides)."""
+
+
+def part_violations(
+    root: Path, tops: tuple[str, ...] = SCANNED, packages: tuple[str, ...] = PART_PACKAGES
+) -> list[str]:
+    """Cycles between files of one part package (type-only imports included) and function-local imports of
+    our modules in those packages, one line each naming the imports."""
+    modules, edges = import_graph(root, tops)
+    ours = [e for e in edges if e.ours and e.target in modules and package_of(e.source) in packages]
+    problems = [
+        f"{e}: a function-local import in {package_of(e.source)}/; import at module level (a local import is how "
+        "a cycle between files hides)"
+        for e in ours
+        if e.local
+    ]
+    inside = [e for e in ours if package_of(e.target) == package_of(e.source) and e.source != e.target]
+    graph: dict[str, set[str]] = {}
+    for edge in inside:
+        graph.setdefault(edge.source, set()).add(edge.target)
+    for component in _cycles(graph):
+        through = "; ".join(dict.fromkeys(_cycle_edges(component, inside, _module_key)))
+        problems.append(
+            f"import cycle between files (type-only imports included) {' <-> '.join(component)}: {through}"
+        )
+    return list(dict.fromkeys(problems))  # one line per statement (``from x import a, b`` names two edges)
+
+
 # -- the rules on this repository -------------------------------------------------------------------------
 
 
@@ -361,6 +406,41 @@ def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
         ("scripts.bench", "pkg.app.run", 1, False),  # from a second tree (tools/, projections/)
         ("scripts.bench", "anyio", 2, False),  # third-party: its top-level name
     }
+
+
+def test_engine_and_app_parts_form_no_cycle_and_import_at_module_level() -> None:
+    problems = part_violations(ROOT)
+    assert not problems, "\n".join(problems)
+
+
+def test_the_parts_check_fails_on_a_type_only_cycle_and_a_local_import(tmp_path: Path) -> None:
+    """What the engine looked like before its parts took protocols: the core imports its parts, each part names
+    the core for its type, and the goal use cases import the turn starter that names them back lazily."""
+    _write(tmp_path, {
+        "loopd_es/__init__.py": "", "loopd_es/engine/__init__.py": "", "loopd_es/app/__init__.py": "",
+        "loopd_es/engine/core.py": "class Engine:\n    def __init__(self) -> None:\n        from .awaits import W\n",
+        "loopd_es/engine/awaits.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .core import Engine\n",
+        "loopd_es/app/goals.py": "from .turns import TurnStarter\n",
+        "loopd_es/app/turns.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .goals import Goals\n",
+        "loopd_es/domain/__init__.py": "",
+        "loopd_es/domain/lazy.py": "def f() -> None:\n    from . import other\n",  # not a part package
+        "loopd_es/domain/other.py": "",
+    })  # fmt: skip
+    problems = part_violations(tmp_path, tops=("loopd_es",))
+    text = "\n".join(problems)
+    assert "loopd_es/engine/core.py:3: from .awaits import W: a function-local import in engine/" in text
+    assert any(
+        p.startswith("import cycle between files (type-only imports included) loopd_es.engine.awaits <-> "
+                     "loopd_es.engine.core") for p in problems
+    ), text  # fmt: skip
+    assert any(
+        p.startswith("import cycle between files (type-only imports included) loopd_es.app.goals <-> "
+                     "loopd_es.app.turns") and "loopd_es/app/turns.py:3: from .goals import Goals" in p
+        for p in problems
+    ), text  # fmt: skip
+    assert len(problems) == 3, text
+    # the runtime-only rule alone sees none of it: the cycles are type-only and the local import is lazy
+    assert not [p for p in violations(tmp_path, tops=("loopd_es",)) if "cycle" in p]
 
 
 def test_events_and_domain_do_no_io() -> None:

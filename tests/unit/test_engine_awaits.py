@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.engine.awaits import AwaitWaker
 from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.events import command as cmd
 from loopd_es.events.catalogue import new_event
@@ -116,3 +117,20 @@ async def test_a_prompt_delivered_just_before_a_crash_is_not_resent_and_its_inbo
         await fresh.start()
         assert (await r.state(gid)).inbox == ()
         assert len(await r.prompts(sid)) == 2  # the first turn and the bare one, nothing resent
+
+
+async def test_a_replayed_fire_that_missed_its_queued_evidence_records_it_once(tmp_path: Path) -> None:
+    """A member that reacts to a fire whose evidence another member queued a moment ago (not read yet) decides it
+    again: the evidence's event id comes from the fire, so the log answers with the original and the goal keeps
+    one copy."""
+    async with rig(tmp_path) as r:
+        gid, sid = await r.started()
+        await _fire(r, gid)
+        await r.engine.catch_up()
+        assert (await r.types(gid)).count("goal.input_queued") == 1
+        fire = [e async for e in r.store.read_all(types=["command.await-fired"])][-1]
+        late = AwaitWaker(r.engine.service, r.engine)  # knows nothing of what the log holds
+        await late.react(fire)
+        assert (await r.types(gid)).count("goal.input_queued") == 1
+        assert (await r.types(gid)).count("goal.nudged") == 1, "the evidence was delivered: no second wake"
+        assert len(await r.prompts(sid)) == 2

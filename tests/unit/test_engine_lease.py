@@ -79,7 +79,7 @@ async def test_the_fence_refuses_a_write_of_an_old_holder_even_without_its_check
             await Lease(r.store, "new", r.clock).try_acquire() is None
         )  # the old holder stalled; taken over
 
-        async def paused_between_check_and_write() -> None:
+        async def paused_between_check_and_write(goal_id: str | None = None) -> None:
             """Every check passes: the old holder checked just before the takeover, then wrote after it."""
 
         old.check = paused_between_check_and_write  # type: ignore[method-assign]

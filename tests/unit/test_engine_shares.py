@@ -11,13 +11,18 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.domain.streams import goal_stream
 from loopd_es.engine.balance import Balancer
 from loopd_es.engine.core import Engine, EngineConfig
-from loopd_es.engine.goal_fence import GoalFencedStore, goals_of
-from loopd_es.engine.shares import CLAIM_PREFIX, GoalLostError, Shares, acting_for, claim_key, preferred
+from loopd_es.engine.goal_fence import GoalFencedStore, UnfencedWriteError, unfenced_goals
+from loopd_es.engine.shares import CLAIM_PREFIX, GoalLostError, Shares, claim_key, preferred
+from loopd_es.events import goal as g
+from loopd_es.events import notification as n
+from loopd_es.events.catalogue import new_event
 from loopd_es.log.base import StreamWrite
+from loopd_es.log.coord import Fence
 
-from ._engine_harness import rig
+from ._engine_harness import Rig, rig
 
 pytestmark = pytest.mark.anyio
 
@@ -25,6 +30,18 @@ pytestmark = pytest.mark.anyio
 async def _observe_all(store: object, *shares: Shares) -> None:
     for s in shares:
         await s.refresh()
+
+
+async def _holding(r: Rig, gid: str, name: str, ttl_ms: int) -> tuple[Shares, Engine]:
+    """A started shared engine, member ``name``, holding goal ``gid``."""
+    member = Shares(r.store, name, r.clock, ttl_ms=ttl_ms)
+    await member.join()
+    assert await member.claim(gid, "preferred")
+    engine = Engine(
+        GoalFencedStore(r.store, member), r.host, r.clock, EngineConfig(confirm_idle_ms=0), shares=member
+    )
+    await engine.start()
+    return member, engine
 
 
 async def test_one_holder_per_goal_takeover_only_after_the_holder_is_no_live_member(tmp_path: Path) -> None:
@@ -79,13 +96,7 @@ async def test_claims_race_and_exactly_one_contender_wins(tmp_path: Path) -> Non
 async def test_a_member_that_lost_a_goal_writes_nothing_about_it_even_after_checking(tmp_path: Path) -> None:
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
         gid, sid = await r.started()
-        old = Shares(r.store, "old", r.clock, ttl_ms=5_000)
-        await old.join()
-        assert await old.claim(gid, "preferred")
-        engine = Engine(
-            GoalFencedStore(r.store, old), r.host, r.clock, EngineConfig(confirm_idle_ms=0), shares=old
-        )
-        await engine.start()
+        old, engine = await _holding(r, gid, "old", 5_000)
         await r.host.reply(sid)
         before = await r.store.head()
         await engine.on_host_event(r.seen.pop(0))  # the answer: accounted, fenced with the old claim
@@ -98,28 +109,59 @@ async def test_a_member_that_lost_a_goal_writes_nothing_about_it_even_after_chec
         assert await new.claim(gid, "stranded")
         old.expires_at = r.clock.now() + old.ttl  # paused, it still believes itself live
         head = await r.store.head()
-        with acting_for(gid):  # every check passed just before; the write lands after the takeover
-            with pytest.raises(GoalLostError):
-                await engine.on_idle(gid)
+        with pytest.raises(
+            GoalLostError
+        ):  # every check passed just before; the write lands after the takeover
+            await engine.on_idle(gid)
         handled = [await engine.on_host_event(event) for event in list(r.seen)]
         assert not any(handled), "a goal it lost is not its to act on"
         assert await r.store.head() == head, "nothing it decided landed"
         assert len(await r.prompts(sid)) == 1
 
 
-async def test_the_fence_names_every_goal_a_batch_concerns() -> None:
-    from loopd_es.events import notification as n
-    from loopd_es.events.catalogue import new_event
+async def test_a_goal_write_carries_its_fence_explicitly_and_an_unfenced_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The fence is an argument of the write: a shared engine's write to a goal's stream without that goal's
+    claim fails loudly before it reaches the log, whatever the engine was doing when it wrote."""
+    async with rig(tmp_path) as r:
+        gid, _ = await r.started()
+        member = Shares(r.store, "m", r.clock, ttl_ms=10_000)
+        await member.join()
+        assert await member.claim(gid, "preferred")
+        view = GoalFencedStore(r.store, member)
+        nudge = [new_event(g.GoalNudged(goal_id=gid))]
+        head = await r.store.head()
+        with pytest.raises(UnfencedWriteError, match=f"carries no fence for goal {gid}"):
+            await view.append(goal_stream(gid), nudge)
+        with pytest.raises(UnfencedWriteError):  # another goal's fence does not do
+            await view.append(goal_stream(gid), nudge, fences=[Fence(claim_key("other"), 1)])
+        assert await r.store.head() == head, "nothing written"
+        assert unfenced_goals([StreamWrite(goal_stream(gid), nudge)], member.fence_for(gid)) == []
+        (landed,) = await view.append(goal_stream(gid), nudge, fences=member.fence_for(gid))
+        assert landed.type == "goal.nudged"
+        notice = new_event(n.NotificationDelivered(notification_id="x:k", goal_id="", at=""))
+        await view.append("notifications", [notice])  # about no goal: nothing to fence
+        with pytest.raises(GoalLostError, match="does not hold it"):
+            member.fence_for("never-claimed")
+        stale = [Fence(claim_key(gid), member.held[gid] + 1)]  # a token someone else's claim moved to
+        with pytest.raises(GoalLostError, match="claimed by another engine"):
+            await view.append(goal_stream(gid), nudge, fences=stale)
+        assert gid not in member.held
 
-    notice = new_event(
-        n.NotificationDelivered(notification_id="x:k", goal_id="g7", at="2026-12-03T00:00:00.000Z")
-    )
-    assert goals_of([StreamWrite("notifications", [notice])]) == ["g7"]
-    assert goals_of([StreamWrite("goal-g1", []), StreamWrite("switch-1", [])]) == ["g1"]
-    with acting_for("g2"):
-        assert goals_of([StreamWrite("goal-g1", [])]) == ["g2", "g1"]
-    assert goals_of([StreamWrite("saga-checkpoints", [new_event(n.NotificationDelivered(
-        notification_id="x", goal_id="", at=""))])]) == []  # fmt: skip
+
+async def test_an_engine_of_a_shared_group_fences_every_goal_write_it_makes(tmp_path: Path) -> None:
+    """Through the engine, every write about a goal names the goal's claim: the whole turn cycle runs on a view
+    that refuses any unfenced goal write."""
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        gid, sid = await r.started()
+        _, engine = await _holding(r, gid, "m", 60_000)
+        runs = (await r.state(gid)).run_count
+        await r.host.reply(sid)
+        for event in list(r.seen):
+            await engine.on_host_event(event)
+        await engine.catch_up()
+        assert (await r.state(gid)).run_count == runs + 1, "confirmed and continued, every write fenced"
 
 
 def test_rendezvous_moves_about_one_nth_of_the_goals_when_a_member_joins() -> None:
@@ -143,7 +185,7 @@ async def test_the_balance_pass_spreads_goals_and_adopts_a_dead_members_share(tm
             await shares.join()
             engine = Engine(GoalFencedStore(r.store, shares), r.host, r.clock, r.engine.config, shares=shares)
             await engine.start()
-            engines.append((engine, shares, Balancer(engine, shares)))
+            engines.append((engine, shares, Balancer(engine, shares, r.clock)))
         for engine, _, balancer in engines:
             await engine.catch_up()
             await balancer.run()

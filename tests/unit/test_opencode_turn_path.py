@@ -143,7 +143,7 @@ async def bare_host() -> AsyncIterator[tuple[FakeOpenCode, OpenCodeHost]]:
         await host.aclose()
 
 
-async def _fence() -> None:
+async def _fence(goal_id: str | None = None) -> None:
     """A lease check that always passes: the engine as ``loopd-es run`` builds it (fenced)."""
 
 

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from loopd_es.app.goals import Goals
-from loopd_es.app.service import Ctx, GoalService
+from loopd_es.app.service import GoalService
+from loopd_es.domain.streams import goal_stream
 from loopd_es.engine.tool_api import ToolCall, ToolDispatcher
 from loopd_es.events import identity as i
+from loopd_es.events.catalogue import new_event
 from loopd_es.postmortem.explain import explain
 from loopd_es.postmortem.history import build_history, render_text
 from loopd_es.postmortem.links import find_goal
@@ -103,7 +105,7 @@ async def test_nudge_goal_during_a_switch_says_queued_and_the_turn_runs_once_whe
     async with _tools(tmp_path) as (r, d, goal_id, worker):
         state = await r.state(goal_id)
         flight = i.IdentitySwitchRequested(goal_id=goal_id, switch_id="sw-held", model="openai/gpt-5-mini")
-        await r.engine.service.append_goal(goal_id, [flight], Ctx.new(), expected=state.version)
+        await r.store.append(goal_stream(goal_id), [new_event(flight)], state.version)  # a switch in flight
         runs = (await r.state(goal_id)).run_count
         nudged = await _call(d, "nudge_goal", "ses_owner", goal_id=goal_id)
         assert nudged["ok"] is True and nudged["title"] == "Goal nudged", nudged
