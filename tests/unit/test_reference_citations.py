@@ -17,12 +17,12 @@ SOURCES = ("loopd_es", "tests", "tools", "projections", "docs")
 
 
 def _texts() -> list[tuple[Path, str]]:
-    files = []
-    for top in SOURCES:
-        for path in sorted((ROOT / top).rglob("*")):
-            if path.suffix in (".py", ".md") and path.is_file():
-                files.append((path, path.read_text(errors="replace")))
-    return files
+    return [
+        (path, path.read_text(errors="replace"))
+        for top in SOURCES
+        for path in sorted((ROOT / top).rglob("*"))
+        if path.suffix in (".py", ".md") and path.is_file()
+    ]
 
 
 def _anchors(doc: Path) -> set[str]:
