@@ -79,7 +79,8 @@ class Goals:
         fallback_models: tuple[str, ...] = (),
         **options: Any,
     ) -> GoalState:
-        """Create a goal, its worker session and its first turn (interactive goals get it too, as in §3.1).
+        """Create a goal, its worker session and its first turn (interactive goals get it too, as in
+        docs/reference/loopd.md#s3-1).
 
         ``options`` are :class:`~loopd_es.domain.goal_commands.CreateGoal` fields (``None``: absent).
         """
@@ -127,7 +128,7 @@ class Goals:
         return recorded
 
     async def _cancel_awaits(self, goal_id: str, reason: str, ctx: Ctx) -> None:
-        """A paused or cleared goal waits for no command any more (reference §2.5)."""
+        """A paused or cleared goal waits for no command any more (docs/reference/loopd.md#s2-5)."""
         await cancel_goal_awaits(
             self.service.store,
             goal_id,
@@ -228,7 +229,8 @@ class Goals:
         )
 
     async def apply_pending(self, goal_id: str, ctx: Ctx) -> list[SwitchReport]:
-        """Apply pending switches (pair, then model, then agent) on a confirmed idle worker (§3.2 step 5).
+        """Apply pending switches (pair, then model, then agent) on a confirmed idle worker
+        (docs/reference/loopd.md#s3-2 step 5).
 
         :raises SwitchFailedError: when one is refused; the goal is then blocked (once) with the reference's text.
         """
@@ -261,7 +263,8 @@ class Goals:
     async def continue_turn(
         self, goal_id: str, ctx: Ctx, *, explicit: bool, force: bool = False, kind: Kind = "steer"
     ) -> TurnReport:
-        """Start the goal's next turn if it may run (reference §3.2): pendings first, then prompt.
+        """Start the goal's next turn if it may run (docs/reference/loopd.md#s3-2): pendings first, then
+        prompt.
 
         ``explicit`` marks an owner action; without it an interactive goal is never prompted.
 
@@ -287,7 +290,8 @@ class Goals:
         return await self.continue_turn(goal_id, ctx, explicit=False)
 
     async def compact(self, goal_id: str, ctx: Ctx) -> list[SwitchReport]:
-        """Compaction (§3.14): apply pending switches first, then compact with the (new) model."""
+        """Compaction (docs/reference/loopd.md#s3-14): apply pending switches first, then compact with the
+        (new) model."""
         state = await self.service.load(goal_id)
         worker = state.worker_session_id
         if not state.exists or state.status != "active" or worker is None:

@@ -1,4 +1,5 @@
-"""Starting a turn (reference §3.2 ``continueTurn``) with the full steering prompt, the inbox and its delivery.
+"""Starting a turn (docs/reference/loopd.md#s3-2 ``continueTurn``) with the full steering prompt, the inbox
+and its delivery.
 
 ``run.started`` is recorded *before* the prompt is sent, with the prompt's message id; the host delivers a
 message id once. So a crash between the two is repaired by sending the same prompt id again
@@ -121,7 +122,8 @@ class TurnStarter:
             return []
 
     async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
-        """Usage of completed assistant messages not yet counted (idempotent by message id, §3.12)."""
+        """Usage of completed assistant messages not yet counted (idempotent by message id,
+        docs/reference/loopd.md#s3-12)."""
         if any(m.role == "assistant" and m.completed for m in messages):
             await self.service.execute(
                 c.AccountUsage(goal_id=goal_id, messages=assistant_messages(messages)), ctx
@@ -137,9 +139,11 @@ class TurnStarter:
         kind: Kind = "steer",
         transcript: Transcript | None = None,
     ) -> TurnReport:
-        """Start the goal's next turn if it may run (reference §3.2): pending switches first, then the prompt.
+        """Start the goal's next turn if it may run (docs/reference/loopd.md#s3-2): pending switches first,
+        then the prompt.
 
-        ``explicit`` marks an owner action: without it an interactive goal is never prompted (§3.9).
+        ``explicit`` marks an owner action: without it an interactive goal is never prompted
+        (docs/reference/loopd.md#s3-9).
         ``transcript``, the worker's transcript just read (by the idle confirmation), is quoted instead of
         reading it again.
 

@@ -1,7 +1,7 @@
 """Host commands: ``models`` (the host's model and agent catalogs, as the reference's ``loopd_list_models``).
 
 Quota is always printed as ``unknown``: no host reports remaining balance, and a local rate-limit observation
-is not balance data (reference §1.6), so loopd-es never pretends otherwise.
+is not balance data (docs/reference/loopd.md#s1-6), so loopd-es never pretends otherwise.
 """
 
 from __future__ import annotations
@@ -149,7 +149,8 @@ def _word(value: bool | str) -> str:
 
 
 async def _assigned_goals(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each goal's identity and pending switch (reference §3.21 ``assignedGoals``), folded from the log."""
+    """Each goal's identity and pending switch (docs/reference/loopd.md#s3-21 ``assignedGoals``), folded from
+    the log."""
     return await assigned_goals(store_url(args))
 
 
@@ -161,7 +162,8 @@ def _render_goals(goals: list[dict[str, Any]]) -> list[str]:
 
 
 def goal_row(state: GoalState) -> dict[str, Any]:
-    """One goal's identity, pending switches and fallback bookkeeping (reference §3.21 ``assignedGoals``)."""
+    """One goal's identity, pending switches and fallback bookkeeping (docs/reference/loopd.md#s3-21
+    ``assignedGoals``)."""
     return {
         "id": state.goal_id,
         "name": state.name,

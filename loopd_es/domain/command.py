@@ -5,7 +5,7 @@ output tail, the time) and passes it in; the deciders return the events to appen
 two things: a decider returns nothing for a transition that already happened (a second exit, a consumed
 await), and the caller appends at the stream version it folded, re-folding and re-deciding on conflict.
 
-Messages are the reference system's own (``loopd-domain.md`` §3.17, §3.18), so users of the plugin
+Messages are the reference system's own (docs/reference/loopd.md#s3-17, #s3-18), so users of the plugin
 recognise them.
 """
 

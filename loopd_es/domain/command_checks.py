@@ -1,6 +1,6 @@
 """Checks made before a command is spawned or a watch/await is recorded, and the shell text of a command.
 
-Messages are the reference system's own (``loopd-domain.md`` §3.17, §3.18). Pure: nothing here does I/O.
+Messages are the reference system's own (docs/reference/loopd.md#s3-17, #s3-18). Pure: nothing here does I/O.
 """
 
 from __future__ import annotations

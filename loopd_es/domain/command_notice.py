@@ -1,4 +1,5 @@
-"""What the session that started a command is told, and when (reference §3.17 "Owner exit notification").
+"""What the session that started a command is told, and when (docs/reference/loopd.md#s3-17 "Owner exit
+notification").
 
 Pure: the engine passes the command folded from its stream (and the output tail its exit recorded) and gets
 the text of the owner's exit notice, or ``None``. Exactly once is the outbox's business (a notice is keyed

@@ -1,7 +1,8 @@
 """A command session folded from its ``command-<id>`` stream: state, ``evolve``, ``fold`` (pure).
 
 The fold applies facts as recorded, with one rule of its own: a ``timeout`` or ``until`` termination claim is
-never overwritten, neither by a later claim nor by the end reason of the exit that follows it (§3.17).
+never overwritten, neither by a later claim nor by the end reason of the exit that follows it
+(docs/reference/loopd.md#s3-17).
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class AwaitState(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CommandState(msgspec.Struct, frozen=True, kw_only=True):
-    """A command folded from its stream: the reference's CommandSession (§1.7) plus its awaits."""
+    """A command folded from its stream: the reference's CommandSession (docs/reference/loopd.md#s1-7) plus
+    its awaits."""
 
     id: str
     title: str

@@ -1,4 +1,4 @@
-"""``decide(command, state, facts) -> list[Event]``: the goal rules of reference §3, pure.
+"""``decide(command, state, facts) -> list[Event]``: the goal rules of docs/reference/loopd.md#s3, pure.
 
 A command that breaks a rule raises :class:`~loopd_es.domain.rules.RuleError` (a ``DomainError``) with the
 reference's message and changes nothing. A command that the reference answers with a silent no-op (pausing
@@ -415,7 +415,8 @@ def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]
     if state.switch_in_flight is not None:  # the prompt would carry the identity being replaced (#10.2)
         return []
     timeout = state.config.timeout_ms or DEFAULT_TIMEOUT_MS
-    # the wrap-up turn a reached limit asked for is a force-finish turn whoever starts it (§3.13)
+    # the wrap-up turn a reached limit asked for is a force-finish turn whoever starts it
+    # (docs/reference/loopd.md#s3-13)
     kind: r.RunKind = "force_finish" if state.force_finish_requested and cmd.kind == "steer" else cmd.kind
     return [
         r.RunStarted(
@@ -437,7 +438,8 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
     if not state.exists or state.status != "active":
         return []
     if stale_run(cmd.run_id, cmd.generation, state):
-        return []  # a late error of an earlier run: the current turn is not failed by it (§2.3)
+        # a late error of an earlier run: the current turn is not failed by it (docs/reference/loopd.md#s2-3)
+        return []
     failures = state.consecutive_failures + 1
     blocked = cmd.block_immediately or failures >= (state.config.max_failures or DEFAULT_MAX_FAILURES)
     wait = backoff_ms(failures, facts.backoff.base_ms, facts.backoff.cap_ms)
@@ -496,7 +498,8 @@ def _confirm_idle(cmd: c.ConfirmIdle, state: GoalState, facts: c.Facts) -> list[
 
 
 def limit_events(state: GoalState, facts: c.Facts) -> list[Event]:
-    """Reference §3.13 at an idle confirmation (``state`` is the goal before the run's completion is folded):
+    """docs/reference/loopd.md#s3-13 at an idle confirmation (``state`` is the goal before the run's
+    completion is folded):
     the first limit that holds, or nothing."""
     cfg = state.config
     force_reason = None

@@ -2,7 +2,8 @@
 
 Events are facts, so evolve applies them as recorded; the rules live in the deciders. The only events
 evolve refuses are those that *cannot* apply: anything before ``goal.created`` or after ``goal.cleared``, a
-second ``goal.created``, a run event of another generation (the stale-event fence of reference §2.3), an
+second ``goal.created``, a run event of another generation (the stale-event fence of
+docs/reference/loopd.md#s2-3), an
 event of another goal, or a payload that does not decode. Those are recorded as anomalies on the state and
 folding goes on: evolve never raises.
 

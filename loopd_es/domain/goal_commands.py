@@ -32,7 +32,8 @@ class ModelInfo(_C, frozen=True, kw_only=True):
 
 
 class ModelCatalog(_C, frozen=True, kw_only=True):
-    """The host's model catalog (reference §1.6); ``models`` maps ``provider/model`` to its record."""
+    """The host's model catalog (docs/reference/loopd.md#s1-6); ``models`` maps ``provider/model`` to its
+    record."""
 
     capability: Literal["supported", "unsupported", "unavailable"] = "supported"
     switching: Literal["session", "next-prompt", "unsupported"] = "session"
@@ -224,7 +225,8 @@ class StartRun(_GoalCommand, frozen=True, kw_only=True):
 
 
 class ConfirmIdle(_GoalCommand, frozen=True, kw_only=True):
-    """The run's idle was confirmed: complete it and enforce limits and budgets (reference §3.13)."""
+    """The run's idle was confirmed: complete it and enforce limits and budgets
+    (docs/reference/loopd.md#s3-13)."""
 
     run_id: str
     generation: int
@@ -275,7 +277,7 @@ class RecordSwitchOutcome(_GoalCommand, frozen=True, kw_only=True):
 
 
 class ObserveProviderError(_GoalCommand, frozen=True, kw_only=True):
-    """A provider error after a session error or a failed prompt delivery (reference §3.11).
+    """A provider error after a session error or a failed prompt delivery (docs/reference/loopd.md#s3-11).
 
     ``fallback_turn``: decide only whether the running turn (``run_id``/``generation`` when known) ends as a
     fallback turn, a limit with a fallback ready, which is not a failure; nothing is recorded otherwise, and
@@ -369,7 +371,7 @@ class RecordStuck(_GoalCommand, frozen=True, kw_only=True):
 
 
 class StartCompaction(_GoalCommand, frozen=True, kw_only=True):
-    """The engine compacts the worker's session after a run (reference §3.14)."""
+    """The engine compacts the worker's session after a run (docs/reference/loopd.md#s3-14)."""
 
 
 class CompleteCompaction(_GoalCommand, frozen=True, kw_only=True):

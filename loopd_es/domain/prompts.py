@@ -1,4 +1,5 @@
-"""The steering prompt every turn sends (reference §3.5), built from the goal's state and what the caller read; pure.
+"""The steering prompt every turn sends (docs/reference/loopd.md#s3-5), built from the goal's state and what
+the caller read; pure.
 
 The first turn tells the worker how to work; a continuation restates the goal, what was done, recent work,
 warnings, where to write, the verdict on a rejected completion (or the verification pre-screen), the

@@ -1,10 +1,13 @@
-"""Provider-limit classification (reference §6, widened to every provider's wording): quota or rate limit?
+"""Provider-limit classification (docs/reference/loopd.md#s6, widened to every provider's wording): quota or
+rate limit?
 
 The reference knows OpenAI's words only; a goal on Anthropic, Google, OpenRouter, Azure, Bedrock or OpenCode's
-own gateway then waited out OpenCode's retries (~90 s) before it fell back. So besides §6's rules, each provider's
+own gateway then waited out OpenCode's retries (~90 s) before it fell back. So besides the rules of
+docs/reference/loopd.md#s6, each provider's
 documented status codes, error codes/types and messages count (``tests/fixtures/provider_errors/`` holds one
 file of real wordings per provider), and a retry status (``retrying``) is a limit whatever its words: OpenCode
-retries only what the provider said to retry later. §6's exclusions (auth, context length, network ...) still
+retries only what the provider said to retry later. The exclusions of docs/reference/loopd.md#s6 (auth,
+context length, network ...) still
 win over everything but a retry status.
 
 Pure: the error is the JSON-like value the host reported (a dict, possibly with ``cause``/``data``, or a

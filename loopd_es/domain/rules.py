@@ -1,6 +1,7 @@
 """Rules shared by the deciders: model references, the single-writer rule, ownership, number formatting.
 
-Every message is the reference system's own text (§3), because users and their scripts match on it.
+Every message is the reference system's own text (docs/reference/loopd.md#s3), because users and their scripts
+match on it.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ REDUCER_VERSION: Final = 4
 
 MAX_ANOMALIES: Final = 50
 MAX_ACCOUNTED_IDS: Final = 200
-"""The usage watermark: the last 200 counted message ids (reference §3.12)."""
+"""The usage watermark: the last 200 counted message ids (docs/reference/loopd.md#s3-12)."""
 
 Phase = Literal["idle", "queued", "running", "compacting", "waiting_retry", "stopping"]
 FallbackStatus = Literal["prepared", "exhausted", "unsupported", "unavailable", "disabled"]

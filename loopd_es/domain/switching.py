@@ -1,4 +1,5 @@
-"""The decision halves of identity switching (§3.10) and provider-error observation (§3.11).
+"""The decision halves of identity switching (docs/reference/loopd.md#s3-10) and provider-error observation
+(docs/reference/loopd.md#s3-11).
 
 The host-calling halves are sagas: they read ``identity.switch_requested``, call the host, and come back
 with :class:`~loopd_es.domain.goal_commands.RecordSwitchOutcome`, which is decided here.

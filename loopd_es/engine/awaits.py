@@ -1,4 +1,5 @@
-"""Command awaits wake their goal (reference §3.18): evidence to the goal's inbox, then one forced turn.
+"""Command awaits wake their goal (docs/reference/loopd.md#s3-18): evidence to the goal's inbox, then one
+forced turn.
 
 The evidence is recorded as ``goal.input_queued`` whose event id is derived from the ``command.await-fired``
 event, so replaying the log after a crash records it once. The forced turn is owed exactly while that

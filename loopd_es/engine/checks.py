@@ -1,4 +1,5 @@
-"""Running a goal's completion checks as real shell commands (reference §3.16 ``complete_goal``).
+"""Running a goal's completion checks as real shell commands (docs/reference/loopd.md#s3-16
+``complete_goal``).
 
 Sequentially, each with a 30 s timeout, in ``checkCwd || artifactDir || directory``; a failure keeps its exit
 code (1 when the shell gave none, e.g. after the timeout killed it) and the first 1000 characters of stdout

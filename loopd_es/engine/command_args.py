@@ -1,4 +1,5 @@
-"""The command tools' arguments (``loopd_command_*``, reference §3.17), one strict Struct per tool.
+"""The command tools' arguments (``loopd_command_*``, docs/reference/loopd.md#s3-17), one strict Struct per
+tool.
 
 Numbers the reference checks with its own words (sizes, ``timeout_seconds``, byte counts) are JSON numbers here
 and keep those checks in :mod:`.command_tools`; the Struct only bounds them so that no value can overflow what

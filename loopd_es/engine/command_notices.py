@@ -1,4 +1,4 @@
-"""The session that started a command hears of it: its exit, its watch pushes (reference §3.17).
+"""The session that started a command hears of it: its exit, its watch pushes (docs/reference/loopd.md#s3-17).
 
 The facts are recorded by the command's owner process, which sees the output: ``command.watch-matched`` and
 ``command.watch-suspended`` carry the push or notice text. The exit notice's output tail is read from the

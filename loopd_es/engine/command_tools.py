@@ -1,4 +1,5 @@
-"""The command tools inside OpenCode (``loopd_command_*``, reference §3.17, §3.18): an owner's commands.
+"""The command tools inside OpenCode (``loopd_command_*``, docs/reference/loopd.md#s3-17, #s3-18): an owner's
+commands.
 
 An OpenCode session starts a real process in a real PTY through the same service ``loopd-es cmd`` uses (a
 detached supervisor per command, every transition on the log), and the command records that session as its

@@ -6,7 +6,7 @@ import msgspec
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """The engine's timings (reference §5); tests shorten them, nothing else should need to."""
+    """The engine's timings (docs/reference/loopd.md#s5); tests shorten them, nothing else should need to."""
 
     confirm_idle_ms: int = 2000
     maintenance_ms: int = 30_000

@@ -4,7 +4,8 @@ One :class:`Engine` handles one item at a time (a host event, a due timer, a mai
 up with the log, which is how it learns what it and everyone else wrote: the tracker and the timers are only
 ever updated from the log, in log order, so a restarted engine that reads the log rebuilds them exactly.
 
-The turn loop follows reference §2.3 and §3.13: a turn whose end the transcript proves is confirmed at its
+The turn loop follows docs/reference/loopd.md#s2-3 and docs/reference/loopd.md#s3-13: a turn whose end the
+transcript proves is confirmed at its
 first idle signal; otherwise that signal stages a candidate (``run.idle_candidate``, fenced by the run's
 generation), and a second one at least ``confirm_idle_ms`` later confirms it against the transcript (or the
 completion event already seen) - see :mod:`.idle`. Usage is accounted by message id, limits are enforced
@@ -321,7 +322,8 @@ class Engine:
         return handled
 
     async def _message(self, state: GoalState, live: Live, event: MessageUpdated, now: datetime) -> bool:
-        """Correlate a message with the running turn (§2.3 activity rules); account a completed answer."""
+        """Correlate a message with the running turn (docs/reference/loopd.md#s2-3 activity rules); account a
+        completed answer."""
         m = event.message
         prompt = state.active_prompt_message_id
         if state.phase != "running" or prompt is None:
@@ -404,7 +406,8 @@ class Engine:
     async def after_confirm(
         self, goal_id: str, recorded: list[Envelope], ctx: Ctx, transcript: Transcript | None = None
     ) -> None:
-        """§3.13 after ``run.completed``: the force-finish turn, compaction, or the next turn."""
+        """docs/reference/loopd.md#s3-13 after ``run.completed``: the force-finish turn, compaction, or the
+        next turn."""
         state = await self.service.load(goal_id)
         types = {e.type: e for e in recorded}
         if state.status != "active":
@@ -438,7 +441,8 @@ class Engine:
             return None
 
     async def compact(self, goal_id: str, ctx: Ctx) -> None:
-        """§3.14: ``compaction.started``, pending switches first, the host's compaction, ``compaction.completed``."""
+        """docs/reference/loopd.md#s3-14: ``compaction.started``, pending switches first, the host's
+        compaction, ``compaction.completed``."""
         started = await self.service.execute(c.StartCompaction(goal_id=goal_id), ctx)
         if not started:
             return

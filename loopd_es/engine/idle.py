@@ -1,4 +1,5 @@
-"""The two-stage idle (reference §2.3), with a fast path: a turn whose end the transcript proves is confirmed
+"""The two-stage idle (docs/reference/loopd.md#s2-3), with a fast path: a turn whose end the transcript proves
+is confirmed
 at its first idle signal.
 
 The reference waits a fixed quiet period after the first idle because idles repeat, can come before an error

@@ -1,5 +1,5 @@
 """The two-stage idle's rules that need no engine: what a transcript says about a turn's end, and the precision
-an idle candidate's time is compared at (reference §2.3)."""
+an idle candidate's time is compared at (docs/reference/loopd.md#s2-3)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def to_ms(moment: datetime) -> datetime:
 def confirm_failure(
     transcript: list[TranscriptMessage], prompt: str, *, anchored: bool
 ) -> Literal["prompt-outside-window", "assistant-incomplete"] | None:
-    """Why the transcript cannot confirm the turn's end (§2.3 step 7), or ``None`` when it can."""
+    """Why the transcript cannot confirm the turn's end (docs/reference/loopd.md#s2-3 step 7), or ``None``
+    when it can."""
     users = [m for m in transcript if m.role == "user"]
     latest_is_prompt = bool(users) and users[-1].message_id == prompt
     if not latest_is_prompt and not anchored:

@@ -1,4 +1,4 @@
-"""The maintenance pass (reference §3.22), every ``maintenance_ms`` of the engine's clock.
+"""The maintenance pass (docs/reference/loopd.md#s3-22), every ``maintenance_ms`` of the engine's clock.
 
 For each active goal with a worker: the mid-turn budget stop first (interactive goals too), then for
 non-interactive goals a due retry, tool-call TTL, and the status poll with its watchdogs: unknown-status

@@ -1,4 +1,5 @@
-"""Which recorded events the owner must hear about, and the reference's words for each (§3.13, §3.16, §3.22).
+"""Which recorded events the owner must hear about, and the reference's words for each
+(docs/reference/loopd.md#s3-13, #s3-16, #s3-22).
 
 The engine derives every notice from the log as it catches up, keyed by the event that caused it, so a notice
 is recorded (once) even when the process that wrote its cause crashed before asking for it, or when no engine

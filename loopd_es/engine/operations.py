@@ -153,7 +153,8 @@ class Operations:
     async def switch_identity(
         self, goal_id: str, *, model: str | None = None, agent: str | None = None, resume: bool = False
     ) -> Result:
-        """§3.10: switch the worker's model and/or agent on the same session (deferred while it is busy)."""
+        """docs/reference/loopd.md#s3-10: switch the worker's model and/or agent on the same session (deferred
+        while it is busy)."""
         report = await self.goals.switch_identity(
             goal_id, self._ctx(), model=model, agent=agent, resume=resume
         )
@@ -176,7 +177,8 @@ class Operations:
         return Result(message=f'Goal "{state.name}" cleared and removed.', goal_id=goal_id)
 
     async def nudge(self, goal_id: str) -> Result:
-        """§3.6: clear the run markers and force a full-steering turn (even on a busy worker).
+        """docs/reference/loopd.md#s3-6: clear the run markers and force a full-steering turn (even on a busy
+        worker).
 
         The answer says what happened: re-prompted, queued behind a switch in flight, or why not.
         """
@@ -211,7 +213,8 @@ class Operations:
         return Result(ok=ok, message=message, goal_id=goal_id, status=state.status)
 
     async def send(self, goal_id: str, text: str) -> Result:
-        """§3.7: queue the owner's words; an active goal gets them at once as a bare turn of their own."""
+        """docs/reference/loopd.md#s3-7: queue the owner's words; an active goal gets them at once as a bare
+        turn of their own."""
         ctx = self._ctx()
         recorded = await self.service.execute(
             c.SendInput(goal_id=goal_id, input_id=new_event_id(), text=text), ctx
@@ -267,7 +270,8 @@ class Operations:
         return Result(message=f'Goal "{state.name}" blocked.', goal_id=goal_id, status=state.status)
 
     async def abort_worker(self, goal_id: str) -> Result:
-        """§3.19: abort the host session (best effort), release the run; status and session unchanged."""
+        """docs/reference/loopd.md#s3-19: abort the host session (best effort), release the run; status and
+        session unchanged."""
         state = await self.service.load(goal_id)
         if state.exists and state.worker_session_id is not None:
             try:

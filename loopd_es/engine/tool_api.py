@@ -1,11 +1,14 @@
 """The tool channel: the custom tools inside OpenCode call the engine here, on loopback, with a token.
 
 Only OpenCode's custom tools are told which session called them (``sessionID``, ``messageID``, ``callID``); MCP
-tools and bash are not (opencode-host.md §7). So ``loopd-es opencode install`` writes one small tool file per
+tools and bash are not (docs/reference/opencode-host.md#s7). So ``loopd-es opencode install`` writes one small
+tool file per
 tool into the project's ``.opencode/tool/`` that forwards the call and its context here, and the engine checks
 ownership as the reference does: worker tools find their goal by the calling session (among active or blocked
-goals, §3.16); owner tools act only on goals whose owner is the calling session, or without ``goal_id`` on the
-first such goal that is not complete (§3, owner-tool goal targeting). The command tools (``loopd_command_*``,
+goals, docs/reference/loopd.md#s3-16); owner tools act only on goals whose owner is the calling session, or
+without ``goal_id`` on the
+first such goal that is not complete (docs/reference/loopd.md#s3, owner-tool goal targeting). The command
+tools (``loopd_command_*``,
 :mod:`.command_tools`) are owner tools too: they act only on commands the calling session started.
 
 The engine answers ``POST /tool`` with a JSON body (:func:`tool_handler`) on a Unix socket that only this user can

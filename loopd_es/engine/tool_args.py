@@ -1,6 +1,8 @@
-"""The goal tools' arguments (worker and owner, reference §3, §3.16), one strict Struct per tool.
+"""The goal tools' arguments (worker and owner, docs/reference/loopd.md#s3, #s3-16), one strict Struct per
+tool.
 
-``loopd_create_goal`` carries every option the reference's goal configuration has (§1.2, §3.1), each with its
+``loopd_create_goal`` carries every option the reference's goal configuration has
+(docs/reference/loopd.md#s1-2, #s3-1), each with its
 CLI flag (:data:`CREATE_OPTIONS`), so ``goal create``, the tool and the README table are one list. Bounds the
 reference states with its own message (``scheduleEveryMs``, ``scheduleMaxRuns``, ``costBudget``) are left to the
 decider, which answers in the reference's words; every other bound is the Struct's.
@@ -70,7 +72,8 @@ Positive = Annotated[int, Meta(ge=1, le=1_000_000)]
 
 
 class CreateGoalArgs(ToolArgs, frozen=True, kw_only=True):
-    """``loopd_create_goal``: the reference's arguments (§3.1), and ``tokenBudget`` / ``maxEvaluatorRejections``,
+    """``loopd_create_goal``: the reference's arguments (docs/reference/loopd.md#s3-1), and ``tokenBudget`` /
+    ``maxEvaluatorRejections``,
     which the reference's configuration has but no tool of it sets."""
 
     name: Annotated[str, Meta(max_length=400, description="a short name")]

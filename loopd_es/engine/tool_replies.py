@@ -27,7 +27,8 @@ class GoalReply(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class CreatedReply(GoalReply, kw_only=True, omit_defaults=True):
-    """``loopd_create_goal``'s answer (reference §3.1): the goal and its resolved configuration."""
+    """``loopd_create_goal``'s answer (docs/reference/loopd.md#s3-1): the goal and its resolved
+    configuration."""
 
     name: str = ""
     workerSessionID: str | None = None
@@ -53,7 +54,7 @@ class CreatedReply(GoalReply, kw_only=True, omit_defaults=True):
 
 
 class CreateFailedReply(GoalReply, kw_only=True, omit_defaults=True):
-    """``loopd_create_goal`` when the goal was recorded but could not start (reference §3.1)."""
+    """``loopd_create_goal`` when the goal was recorded but could not start (docs/reference/loopd.md#s3-1)."""
 
     failedStage: str = ""
     nextAction: str = ""

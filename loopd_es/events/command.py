@@ -4,7 +4,7 @@ Awaits live in their command's stream (not the goal's) so that a terminal transi
 every outstanding await land in one atomic, version-checked append: a second firer (a duplicate exit
 signal, a concurrent reconciler) finds the stream moved on, re-reads it and sees nothing left to fire.
 
-Type strings follow the reference ledger (``events.ndjson`` §4.1) where one exists; the others
+Type strings follow the reference ledger (docs/reference/loopd.md#s4-1) where one exists; the others
 (``command.spawned``, ``command.watch-set``, ``command.signal-sent``, ``command.input-written``,
 ``command.resized``, ``command.removed``) record transitions the reference kept only in ``state.json``.
 Environment *values* are never recorded: only their key names.

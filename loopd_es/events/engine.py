@@ -20,7 +20,10 @@ from .base import Event, event
 
 @event("compaction.started")
 class CompactionStarted(Event, frozen=True):
-    """The engine started compacting the worker's session after run ``run_count`` (reference §3.14)."""
+    """The engine started compacting the worker's session after run ``run_count``.
+
+    The reference's compaction: docs/reference/loopd.md#s3-14.
+    """
 
     goal_id: str
     run_count: int

@@ -21,7 +21,10 @@ from .base import Caller, Event, event
 from .upcasting import register_upcaster
 
 GoalStatus = Literal["active", "paused", "blocked", "budget_limited", "usage_limited", "complete"]
-"""The reference's six statuses (§2.1); ``usage_limited`` is declared but never produced."""
+"""The reference's six statuses; ``usage_limited`` is declared but never produced.
+
+docs/reference/loopd.md#s2-1 says when each is entered and left.
+"""
 
 WorkerTopology = Literal["v1-child", "v2-native-child", "v2-root-fallback"]
 
@@ -34,7 +37,7 @@ class Schedule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class GoalConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """The whole goal configuration as resolved at creation (reference §1.2)."""
+    """The whole goal configuration as resolved at creation (docs/reference/loopd.md#s1-2)."""
 
     model: str | None = None
     agent: str | None = None
@@ -56,7 +59,8 @@ class GoalConfig(msgspec.Struct, frozen=True, kw_only=True):
     artifact_dir: str | None = None
     prompt_file: str | None = None
     include_files: tuple[str, ...] = ()
-    """``promptFile``/``includeFiles``: declared by loopd, read by nothing there (§1.2); kept as given."""
+    """``promptFile``/``includeFiles``: declared by loopd, read by nothing there
+    (docs/reference/loopd.md#s1-2); kept as given."""
 
 
 @event("goal.created", version=2)
@@ -310,7 +314,10 @@ class GoalBudgetExhausted(Event, frozen=True):
 
 @event("goal.compaction_started")
 class GoalCompactionStarted(Event, frozen=True):
-    """The worker session's context was sent for compaction (reference §3.14, ``compaction.started``)."""
+    """The worker session's context was sent for compaction (the reference's ``compaction.started``).
+
+    The reference's compaction: docs/reference/loopd.md#s3-14.
+    """
 
     goal_id: str
     at: str = ""

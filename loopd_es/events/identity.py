@@ -128,7 +128,10 @@ class ProviderLimitFacts(msgspec.Struct, frozen=True, kw_only=True):
 
 @event("identity.provider_limit_observed")
 class ProviderLimitObserved(Event, ProviderLimitFacts, frozen=True):
-    """A provider error classified as a quota or rate limit (§6); never a balance claim, never the raw error."""
+    """A provider error classified as a quota or rate limit; never a balance claim, never the raw error.
+
+    The classification: docs/reference/loopd.md#s6.
+    """
 
     goal_id: str
     marks_blocker: bool = False

@@ -135,7 +135,8 @@ class CheckResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class VerificationAttempt(msgspec.Struct, frozen=True, kw_only=True):
-    """One ``complete_goal`` check run as loopd kept it (reference §1.4), without check output."""
+    """One ``complete_goal`` check run as loopd kept it (docs/reference/loopd.md#s1-4), without check
+    output."""
 
     attempt_id: str
     sequence: int = 0
@@ -148,7 +149,10 @@ class VerificationAttempt(msgspec.Struct, frozen=True, kw_only=True):
     claimed_evidence: str = ""
     cwd: str | None = None
     checks: tuple[CheckResult, ...] = ()
-    """Every check loopd recorded (a failed attempt keeps only its failures, a passed one all, §1.4)."""
+    """Every check loopd recorded (a failed attempt keeps only its failures, a passed one all).
+
+    What loopd keeps of a verification attempt: docs/reference/loopd.md#s1-4.
+    """
 
 
 class ImportedEvent(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ Streams (one aggregate each, so every check that must be atomic is one version-c
   stream (an open claim), checked by the same append.
 - ``loop-active``: which session the user is in (``loop.session_activated``) and child→parent links.
 - ``loop-lease-<owner>``: an owner's lease; an ephemeral task dies when its owner's lease expires.
-- ``loop-goal-<goal id>``: the slots of a goal schedule (reference loopd §3.15), claimed the same way.
+- ``loop-goal-<goal id>``: the slots of a goal schedule (docs/reference/loopd.md#s3-15), claimed the same way.
 - ``loop-cap``: one ``loop.task_counted`` per creation, appended together with it at the version read when the
   live tasks were counted, so concurrent creations in different sessions cannot pass the 50-task cap.
 

@@ -1,7 +1,7 @@
 """Run events: one prompt to the worker and how it ended, recorded on the goal's stream.
 
 A run is fenced by its ``generation`` (the reference's ``runGeneration``): a run-scoped event whose
-generation is not the current one is stale and folds to nothing (§2.3, §10).
+generation is not the current one is stale and folds to nothing (docs/reference/loopd.md#s2-3, #s10).
 """
 
 from __future__ import annotations

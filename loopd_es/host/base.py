@@ -4,7 +4,7 @@ Sagas and the engine talk only to :class:`WorkerHost`; deciders never do (they g
 facts). Results are frozen msgspec Structs so they can be logged, compared and turned into facts without
 copies. Model references are ``"providerID/modelID"`` strings, as in goal configs and events.
 
-What the port promises, taken from the reference (§1.6, §3.10, §3.21):
+What the port promises, taken from the reference (docs/reference/loopd.md#s1-6, #s3-10, #s3-21):
 
 - Catalog reads never raise for host failures: a catalog the host could not produce comes back with
   ``capability="unavailable"`` and no entries; a host without the API says ``"unsupported"``.
@@ -50,7 +50,8 @@ class ProviderInfo(_Value, frozen=True, kw_only=True):
 
 
 class ModelInfo(_Value, frozen=True, kw_only=True):
-    """One model; only ``usable is True`` makes it a positively usable switch target (§1.6)."""
+    """One model; only ``usable is True`` makes it a positively usable switch target
+    (docs/reference/loopd.md#s1-6)."""
 
     provider_id: str
     model_id: str
@@ -76,7 +77,7 @@ class QuotaReport(_Value, frozen=True, kw_only=True):
 
 
 class ModelCatalog(_Value, frozen=True, kw_only=True):
-    """The host's models and whether it can switch a live session's model (§1.6)."""
+    """The host's models and whether it can switch a live session's model (docs/reference/loopd.md#s1-6)."""
 
     capability: Capability
     source: str
@@ -105,7 +106,7 @@ class AgentInfo(_Value, frozen=True, kw_only=True):
 
 
 class AgentCatalog(_Value, frozen=True, kw_only=True):
-    """The host's agents and whether it can switch a live session's agent (§1.6)."""
+    """The host's agents and whether it can switch a live session's agent (docs/reference/loopd.md#s1-6)."""
 
     capability: Capability
     source: str
@@ -206,7 +207,7 @@ class WorkerHost(Protocol):
         """Whether the session is ``idle``, ``busy``, waiting to ``retry``, or ``unknown``.
 
         Never raises for host failures or a missing session: those are ``"unknown"``, which callers treat
-        as "not idle" (§3.10 step 6).
+        as "not idle" (docs/reference/loopd.md#s3-10 step 6).
         """
         ...
 

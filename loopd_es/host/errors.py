@@ -1,7 +1,8 @@
 """Host errors: what went wrong talking to a worker host, split into a safe part and a raw part.
 
 A host's own error text can hold secrets (API keys echoed back, request bodies, provider diagnostics), and the
-reference never persists it (§1.5, §3.10). So every :class:`HostError` has a short, fixed ``reason`` code and
+reference never persists it (docs/reference/loopd.md#s1-5, #s3-10). So every :class:`HostError` has a short,
+fixed ``reason`` code and
 a message built only from safe parts (operation, session id, reason); the raw text lives in ``detail`` and is
 never part of ``str(error)``. Whatever the engine stores or prints comes from ``reason`` and ``str(error)``.
 
@@ -95,7 +96,8 @@ class SessionNotFoundError(HostError):
 
 
 class ProviderErrorInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """What a model provider reported when it refused a prompt: the inputs of the §6 classification.
+    """What a model provider reported when it refused a prompt: the inputs of the docs/reference/loopd.md#s6
+    classification.
 
     ``message`` and ``headers`` are raw and may hold secrets: hand :meth:`as_reported` to the classifier,
     which keeps only kind, status code and retry time, and never store this value itself.

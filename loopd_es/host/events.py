@@ -1,6 +1,6 @@
 """The host's event stream: the facts a worker host reports about its sessions, as they happen.
 
-These are exactly what OpenCode's event bus tells a plugin (reference §2.3), normalised:
+These are exactly what OpenCode's event bus tells a plugin (docs/reference/loopd.md#s2-3), normalised:
 
 - ``session.idle`` and ``session.status`` (``idle`` / ``busy`` / ``retry``): the worker stopped or is acting;
 - ``session.error``: the run failed; ``error`` is the error as the host reported it (``statusCode``,

@@ -1,4 +1,5 @@
-"""OpenCode's bus events, messages and errors as the host port's facts (opencode-host.md §2.1, §4, §5).
+"""OpenCode's bus events, messages and errors as the host port's facts (docs/reference/opencode-host.md#s2-1,
+#s4, #s5).
 
 Pure functions: what :class:`~loopd_es.host.opencode.OpenCodeHost` does with each ``/event`` payload and each
 transcript entry, kept apart so they are tested without a server.
@@ -116,7 +117,8 @@ _READ = frozenset(
 
 def normalise_error(error: dict[str, Any]) -> dict[str, Any]:
     """OpenCode's error (``{name, data: {statusCode, responseHeaders, responseBody, message}}``) in the shape the
-    §6 classifier reads, with the provider's ``code``, ``type`` and (Google's) ``status`` taken out of the response
+    docs/reference/loopd.md#s6 classifier reads, with the provider's ``code``, ``type`` and (Google's)
+    ``status`` taken out of the response
     body string."""
     raw = error.get("data")
     data: dict[str, Any] = raw if isinstance(raw, dict) else {}

@@ -279,7 +279,8 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
         b.emit(c.UntilStopped(command_id=cid, until=f.until or ""), cause=0, **kw)
     elif t == "command.exited":
         if not s.running:
-            # loopd appends one per host exit report, also after a terminal write (§4.1); the first one counts
+            # loopd appends one per host exit report, also after a terminal write
+            # (docs/reference/loopd.md#s4-1); the first one counts
             b.skip(line, "a repeated exit report: the command had already ended")
             return
         snap = b.snap

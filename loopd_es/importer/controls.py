@@ -25,7 +25,8 @@ def build_controls(
 ) -> dict[str, list[Emitted]]:
     """One ``control-<requestID>`` stream per owner control request: requested, then its outcome.
 
-    loopd keeps the last 100 handled requests in ``state.commandLedger`` (§1.9); ``command.accepted`` /
+    loopd keeps the last 100 handled requests in ``state.commandLedger`` (docs/reference/loopd.md#s1-9);
+    ``command.accepted`` /
     ``command.rejected`` ledger lines (declared, not written by 1.12.2) add or complete them.
     """
     out: dict[str, list[Emitted]] = {}

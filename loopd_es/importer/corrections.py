@@ -98,7 +98,8 @@ def _status(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
 
 
 def budget_event(b: GoalBuilder, snap: RefGoal | None) -> g.GoalBudgetExhausted:
-    """The budget stop with its reason: which budget, how much was used and its limit (reference §3.13)."""
+    """The budget stop with its reason: which budget, how much was used and its limit
+    (docs/reference/loopd.md#s3-13)."""
     s = b.state
     tokens = snap.tokens_used if snap is not None else s.tokens_used
     cost = (snap.cost_used or 0.0) if snap is not None else s.cost_used
@@ -106,7 +107,8 @@ def budget_event(b: GoalBuilder, snap: RefGoal | None) -> g.GoalBudgetExhausted:
     cost_budget = snap.cost_budget if snap is not None else s.config.cost_budget
     budget: Literal["tokens", "cost"] | None = None
     limit: float | None = None
-    if cost_budget is not None and cost >= cost_budget:  # the reference prefers the cost reason (§3.13)
+    # the reference prefers the cost reason (docs/reference/loopd.md#s3-13)
+    if cost_budget is not None and cost >= cost_budget:
         budget, limit = "cost", float(cost_budget)
         reason = f"Cost budget exhausted (${cost:.4f}/${cost_budget})"
     elif token_budget and tokens >= token_budget:

@@ -20,8 +20,8 @@ UNKNOWN: Final = "not a field of opencode-loopd 1.12.2's state (version 9); not 
 """The reason given for a key no rule names (tests fail on it: every real field has a reason of its own)."""
 
 _IDLE: Final = (
-    "loopd's host's idle detection of its own run in flight (§2.3); loopd-es detects idle afresh from "
-    "its host's signals"
+    "loopd's host's idle detection of its own run in flight (docs/reference/loopd.md#s2-3); loopd-es "
+    "detects idle afresh from its host's signals"
 )
 _LIVENESS: Final = (
     "loopd's host's liveness polling of its worker session; loopd-es's engine polls its own host"
@@ -30,7 +30,9 @@ _WRITTEN: Final = (
     "when loopd last wrote the record; in the log every event keeps its own time (the last one is the "
     "update time `goals`/`goal show` give)"
 )
-_SCOPES: Final = "post-1.12.2 file-scope ownership (§9), which loopd-es does not implement"
+_SCOPES: Final = (
+    "post-1.12.2 file-scope ownership (docs/reference/loopd.md#s9), which loopd-es does not implement"
+)
 
 
 class Source(NamedTuple):
@@ -179,7 +181,8 @@ RULES: Final[dict[str, Rule]] = {
         "no pid it cannot own"
     ),
     "commands[].notifySuccessfulExit": (
-        "set on every command by loopd 1.12.2's start (§1.7), so it says nothing about this one"
+        "set on every command by loopd 1.12.2's start (docs/reference/loopd.md#s1-7), so it says nothing "
+        "about this one"
     ),
     "commands[].status": _deadline,
     "commands[].outputBytes": _output,

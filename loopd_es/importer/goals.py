@@ -1,6 +1,7 @@
 """Map one loopd goal (its ledger lines and its state snapshot) to the events of its ``goal-<id>`` stream.
 
-The ledger has the history but is lossy (reference §4.1: appended after the state write, many mutations
+The ledger has the history but is lossy (docs/reference/loopd.md#s4-1: appended after the state write, many
+mutations
 emit nothing); ``state.json`` is authoritative but has no history. So the stream is built in three steps,
 folding through :func:`loopd_es.domain.evolve.evolve` as it goes:
 
@@ -271,7 +272,8 @@ def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
         **where,
     )
     if snap is not None and snap.worker_session_id:
-        # the worker is created before loopd writes goal.created (§4.1): at the goal's creation
+        # the worker is created before loopd writes goal.created (docs/reference/loopd.md#s4-1): at the goal's
+        # creation
         b.emit(
             g.GoalWorkerAssigned(
                 goal_id=b.goal_id,
@@ -411,7 +413,8 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
             and snap.status == "blocked"
             and snap.blocker is not None
         ):
-            # the ledger text of some blocks differs from the persisted blocker (§4.1); the state is authoritative
+            # the ledger text of some blocks differs from the persisted blocker
+            # (docs/reference/loopd.md#s4-1); the state is authoritative
             reason, needed, kind = snap.blocker.reason, snap.blocker.needed, snap.blocker.kind
             kw = exact(line, snap.blocker.at, "state:goal.blocker.at")
         cause = b.last_failure if s.consecutive_failures else run
@@ -423,7 +426,8 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         )
     elif t == "goal.cleared":
         if data.goal is not None:
-            # loopd's unlocked writers can write a stale copy back after a clear (§8.2-1): state.json wins
+            # loopd's unlocked writers can write a stale copy back after a clear
+            # (docs/reference/loopd.md#s8-2, bug 1): state.json wins
             b.report.skip(
                 f"goal {gid}", line, "state.json has the goal again after this clear (state.json wins)"
             )
@@ -550,7 +554,8 @@ def _link_turn(b: GoalBuilder, index: int) -> None:
 
 
 def _backoff(timestamp: str, failures: int) -> str | None:
-    """The reference's retry deadline: ``min(30 s, 2^n s)`` after the failure (§2.2)."""
+    """The reference's retry deadline: ``min(30 s, 2^n s)`` after the failure
+    (docs/reference/loopd.md#s2-2)."""
     try:
         at = parse_rfc3339(timestamp)
     except ValueError:

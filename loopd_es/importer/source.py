@@ -1,6 +1,7 @@
 """Read an ``opencode-loopd`` project: ``state.json`` (versions 1-9, upgraded in memory) and ``events.ndjson``.
 
-The reference (``loopd-domain.md`` §1, §4.1) is loosely typed JSON written by TypeScript; here every field
+The reference (docs/reference/loopd.md#s1, #s4-1) is loosely typed JSON written by TypeScript; here every
+field
 the import uses is a typed Struct, so a wrong shape is refused with msgspec's path (``at `$.goals[0].name```)
 instead of surfacing later as a half-built event. Keys keep the reference's spelling (``goalID``). Fields the
 import does not use are ignored, never rejected: loopd adds fields without bumping the version.
@@ -274,7 +275,7 @@ class RefAwait(_R, frozen=True):
 
 
 class RefControl(_R, frozen=True):
-    """One handled control request of ``state.commandLedger`` (reference §1.9)."""
+    """One handled control request of ``state.commandLedger`` (docs/reference/loopd.md#s1-9)."""
 
     command: str
     request_id: str = _f("requestID")
@@ -351,7 +352,8 @@ def load_state(path: Path) -> LoadedState:
 
 
 def upgrade(doc: dict[str, Any]) -> dict[str, Any]:
-    """Bring a state document of version 1-8 to version 9 the way loopd's reader does (reference §1.11).
+    """Bring a state document of version 1-8 to version 9 the way loopd's reader does
+    (docs/reference/loopd.md#s1-11).
 
     Works on a copy; malformed nested entries are left for the typed conversion to report.
     """

@@ -1,4 +1,5 @@
-"""Terminal text: ANSI stripping, line assembly and sanitising, as the reference does them (§5).
+"""Terminal text: ANSI stripping, line assembly and sanitising, as the reference does them
+(docs/reference/loopd.md#s5).
 
 Watches, until-awaits and pattern reads all see the same lines: ANSI-stripped, ``\\r\\n`` folded to
 ``\\n``, and of a line rewritten with bare ``\\r`` (progress bars) only the text after the last ``\\r``.

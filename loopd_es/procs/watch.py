@@ -1,4 +1,5 @@
-"""The watch state machine: which output lines become pushes, and when (reference §2.4, §3.17, §5).
+"""The watch state machine: which output lines become pushes, and when (docs/reference/loopd.md#s2-4, #s3-17,
+#s5).
 
 Pure and clock-injected (every call takes ``now`` in seconds), so the limits are tested without
 processes or sleeps; the supervisor feeds it lines and appends the events it returns.

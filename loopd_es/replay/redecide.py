@@ -263,7 +263,7 @@ def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
         decided[0] = mine = msgspec.structs.replace(mine, at="")
     if step.occurred_at is not None:
         lost = e.turn_count - mine.turn_count
-        if lost > 0:  # the loopd ledger lost runs (reference §4.1): its own count says how many
+        if lost > 0:  # the loopd ledger lost runs (docs/reference/loopd.md#s4-1): its own count says how many
             ctx.report.assumptions.append(
                 f"the loopd ledger lost {lost} run(s) before event #{step.env.position}: loopd's turn count is kept"
             )

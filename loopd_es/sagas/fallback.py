@@ -1,11 +1,13 @@
-"""Provider limits and model fallback (reference §3.11, §6): a fallback turn, or a failure then the observation.
+"""Provider limits and model fallback (docs/reference/loopd.md#s3-11, #s6): a fallback turn, or a failure then
+the observation.
 
 A provider error reaches a goal the way the host reports it (a ``session.error``, a prompt the provider
 refused, or OpenCode's retry status while it retries a limit by itself). When it is a limit and a fallback
 model is ready for the next turn, the turn ends as a fallback turn (``run.fell_back``): not a failure, so no
 failure is counted, no backoff is waited and the next prompt carries no warning. Otherwise the run failure is
 recorded first (backoff or block, as any failure, keeping the error's own message as the reference does), then
-the observation is decided by :class:`~loopd_es.domain.goal_commands.ObserveProviderError`: the §6
+the observation is decided by :class:`~loopd_es.domain.goal_commands.ObserveProviderError`: the
+docs/reference/loopd.md#s6
 classification, the next usable fallback in order (each model at most once per goal), duplicates reusing the
 prepared one, stale and ineligible observations preparing nothing. The prepared pending switch is applied by the
 next permitted turn (:meth:`loopd_es.app.goals.Goals.continue_turn`); interactive goals record and prepare but
@@ -41,7 +43,8 @@ async def observe_provider_error(
     generation: int | None = None,
     via: str | None = None,
 ) -> list[Envelope]:
-    """A fallback turn, or the run failure (unless the caller already did) and the §3.11 observation.
+    """A fallback turn, or the run failure (unless the caller already did) and the
+    docs/reference/loopd.md#s3-11 observation.
 
     ``run_id``/``generation`` name the run the error was seen on: a failure of an earlier run is not recorded.
     """

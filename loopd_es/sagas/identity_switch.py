@@ -1,4 +1,5 @@
-"""The identity-switch saga (reference §3.10 step 7): host first, then one recorded switch; compensate on failure.
+"""The identity-switch saga (docs/reference/loopd.md#s3-10 step 7): host first, then one recorded switch;
+compensate on failure.
 
 Flow for a request the decider accepted (``identity.switch_requested`` on the goal stream)::
 
@@ -93,7 +94,8 @@ class SwitchReport(msgspec.Struct, kw_only=True):
         return self.outcome in ("applied", "next-prompt", "deferred")
 
     def message(self) -> str:
-        """The reference's words for this outcome (``next-prompt`` is reported as deferred, §3.10 step 8)."""
+        """The reference's words for this outcome (``next-prompt`` is reported as deferred,
+        docs/reference/loopd.md#s3-10 step 8)."""
         if self.outcome == "applied":
             return APPLIED.format(model=self.model or "-", agent=self.agent or "-")
         if self.outcome in ("deferred", "next-prompt"):

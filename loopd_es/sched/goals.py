@@ -1,4 +1,4 @@
-"""Goal schedules (loopd §3.15) fired through the same slot claims as ``/loop`` tasks.
+"""Goal schedules (docs/reference/loopd.md#s3-15) fired through the same slot claims as ``/loop`` tasks.
 
 A completed goal with ``schedule.every_ms >= 1000`` and runs left is due at ``next_run_at``. Its tick ``n``
 (the run number it starts) is claimed as slot ``n`` on ``loop-goal-<id>`` with an expected version, then the
@@ -52,7 +52,8 @@ def _iso(ms: int) -> str:
 
 
 def goal_due(state: GoalState, now: int) -> int | None:
-    """When the goal's next tick is due, ``None`` when it has no tick coming (§3.15 conditions)."""
+    """When the goal's next tick is due, ``None`` when it has no tick coming (conditions of
+    docs/reference/loopd.md#s3-15)."""
     sched = state.config.schedule if state.exists else None
     if sched is None or sched.every_ms < 1000 or state.status != "complete":
         return None

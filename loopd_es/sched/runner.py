@@ -93,7 +93,8 @@ class Scheduler:
     """Folds ``loop.*`` and goal events into memory and fires due slots; see the module docstring.
 
     ``all_sessions`` fires every session's tasks (a headless engine); otherwise only the active session's
-    (reference §3.10). ``owner`` names this scheduler's lease: it adopts durable tasks of dead owners.
+    (docs/reference/loop-plugin.md#s3-10). ``owner`` names this scheduler's lease: it adopts durable tasks of
+    dead owners.
     """
 
     def __init__(
@@ -191,7 +192,8 @@ class Scheduler:
             self._owned.setdefault(t.owner, set()).add((s.session_id, tid))
 
     def root(self, session_id: str) -> str:
-        """A child session's root: its tasks fire while the user works in a sub-agent (§3.10)."""
+        """A child session's root: its tasks fire while the user works in a sub-agent
+        (docs/reference/loop-plugin.md#s3-10)."""
         seen = {session_id}
         while session_id in self.parents and self.parents[session_id] not in seen:
             session_id = self.parents[session_id]

@@ -184,7 +184,8 @@ async def handle(
     directory: Path | None = None,
     home: Path | None = None,
 ) -> decide.Outcome:
-    """Run one ``/loop ARGS`` command for ``session_id`` (reference §2.2): the message and the model's prompt."""
+    """Run one ``/loop ARGS`` command for ``session_id`` (docs/reference/loop-plugin.md#s2-2): the message and
+    the model's prompt."""
     out = await _handle(store, args, session_id=session_id, now=now, cfg=cfg, origin_id=origin_id, u=u, owner=owner,
                         durable=durable, directory=directory, home=home)  # fmt: skip
     if out.model_prompt is not None:

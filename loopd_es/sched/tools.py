@@ -1,4 +1,5 @@
-"""The reference's two LLM tools, ``loop_schedule`` and ``loop_status`` (§5), over the same events.
+"""The reference's two LLM tools, ``loop_schedule`` and ``loop_status`` (docs/reference/loop-plugin.md#s5),
+over the same events.
 
 Results are the reference's JSON objects (``{"ok": false, "error": ...}`` for business errors, strings
 verbatim); the OpenCode tool channel serialises them. Everything is scoped to the calling session.
@@ -30,7 +31,8 @@ _Ms = Annotated[float, Meta(ge=-(2**53), le=2**53)]
 
 
 class LoopToolArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A ``loop_schedule`` / ``loop_status`` call's arguments (reference §5.1), decoded strictly: a prompt that is
+    """A ``loop_schedule`` / ``loop_status`` call's arguments (docs/reference/loop-plugin.md#s5-1), decoded
+    strictly: a prompt that is
     not a string, a number that is not one, or an unknown field is refused naming the field, never coerced.
     Messages the reference words itself (``prompt required``, ``intervalMs must be ...``) stay with the tool."""
 
@@ -98,7 +100,8 @@ def reschedule(
     s: SessionLoops, task_id: str, *, now: int, delay_ms: float | None, next_due_at_ms: float | None, u: float,
     cfg: decide.Config,
 ) -> tuple[decide.Outcome, dict[str, Any]]:  # fmt: skip
-    """``reschedule`` (§5.1): adaptive requests are clamped into the task's window; fixed ones are taken as given."""
+    """``reschedule`` (docs/reference/loop-plugin.md#s5-1): adaptive requests are clamped into the task's
+    window; fixed ones are taken as given."""
     t = s.tasks.get(task_id)
     if t is None or not t.live:
         return decide.Outcome(), {"ok": False, "error": f"No task {task_id} in this session"}
@@ -136,7 +139,8 @@ def reschedule(
 def set_fixed(
     s: SessionLoops, task_id: str, *, now: int, interval_ms: float, jitter: bool | None
 ) -> tuple[decide.Outcome, dict[str, Any]]:
-    """``set_fixed`` (§5.1): an adaptive task becomes fixed, jitter off unless asked, grid anchored now."""
+    """``set_fixed`` (docs/reference/loop-plugin.md#s5-1): an adaptive task becomes fixed, jitter off unless
+    asked, grid anchored now."""
     t = s.tasks.get(task_id)
     if t is None or not t.live:
         return decide.Outcome(), {"ok": False, "error": f"No task {task_id} in this session"}

@@ -2,7 +2,8 @@
 
 ``python -m loopd_es.testing.loopd_project DIR [--goals N] [--pace S] [--rotate-at L] [--torn-at L]``
 
-Each step is one loopd mutation, written the way loopd writes it (reference §4.1, §4.3): ``state.json``
+Each step is one loopd mutation, written the way loopd writes it (docs/reference/loopd.md#s4-1, #s4-3):
+``state.json``
 first, atomically (a ``.tmp-*`` file renamed over it, revision + 1), then the ledger line, appended with
 no lock. Goals are started, run turns that report progress, are paused and resumed, and complete, in
 round-robin. ``--rotate-at L`` renames the ledger to ``events.ndjson.1`` (older segments move up one)

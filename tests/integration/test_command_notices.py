@@ -1,4 +1,5 @@
-"""Real commands in real PTYs tell the session that started them, through the engine (§3.17): one exit notice,
+"""Real commands in real PTYs tell the session that started them, through the engine
+(docs/reference/loopd.md#s3-17): one exit notice,
 none for a terminated command, watch pushes as they come, one message for an until-stop."""
 
 from __future__ import annotations

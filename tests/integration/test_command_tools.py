@@ -1,4 +1,5 @@
-"""The ``loopd_command_*`` tools at the dispatcher (reference §3.17, §3.18): real processes in real PTYs.
+"""The ``loopd_command_*`` tools at the dispatcher (docs/reference/loopd.md#s3-17, #s3-18): real processes in
+real PTYs.
 
 Each call goes through :class:`ToolDispatcher` as a call from OpenCode's tool file would (arguments plus the
 calling session's context), so the session check, the ownership rule, the validation messages and the answers

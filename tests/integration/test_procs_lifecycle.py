@@ -1,4 +1,5 @@
-"""Real processes in real PTYs: exit, terminate, kill, interrupt, timeout, shell, env, write (§7 G S65-S69)."""
+"""Real processes in real PTYs: exit, terminate, kill, interrupt, timeout, shell, env, write
+(docs/reference/loopd.md#s7-g S65-S69)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Watches and awaits on real PTY output (§7 G S71, S73, S77, S78, S80), exactly once under concurrency."""
+"""Watches and awaits on real PTY output (docs/reference/loopd.md#s7-g S71, S73, S77, S78, S80), exactly once
+under concurrency."""
 
 from __future__ import annotations
 

@@ -79,7 +79,8 @@ class World:
         return [p for p in (await self.host.snapshot()).prompts if p.session_id == session_id]
 
     async def create(self, *, interactive: bool = True, idle: bool = True, **kwargs: Any) -> str:
-        """The common setup of §7 E: agent "old", model "p/old", read-only; idle unless told otherwise."""
+        """The common setup of docs/reference/loopd.md#s7-e: agent "old", model "p/old", read-only; idle
+        unless told otherwise."""
         args: dict[str, Any] = {"model": "p/old", "agent": "old", "workspace_write": False}
         args.update(kwargs)
         state = await self.goals.create("g", "objective", Ctx.new(), interactive=interactive, **args)

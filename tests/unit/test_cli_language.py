@@ -125,7 +125,8 @@ def test_models_lists_usable_first_and_filters(env: Path, capsys: pytest.Capture
 async def test_a_nudge_and_a_send_past_max_turns_are_charged_then_one_wrap_up_turn_then_blocked(
     tmp_path: Path,
 ) -> None:
-    """Reference §3.6/§3.7/§3.13: owner turns are charged and not refused by the limit, which is enforced at the
+    """docs/reference/loopd.md#s3-6, #s3-7, #s3-13: owner turns are charged and not refused by the limit,
+    which is enforced at the
     next confirmed idle: one force-finish turn, then blocked with "(force-finish ignored)"."""
     async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
         gid, sid = await r.started(max_turns=2)

@@ -1,4 +1,5 @@
-"""The owner's exit notice: the reference's ``shouldNotifyOwnerOnExit`` table and its message (§3.17)."""
+"""The owner's exit notice: the reference's ``shouldNotifyOwnerOnExit`` table and its message
+(docs/reference/loopd.md#s3-17)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reference §7 parts A (creation), C (worker tools) and D (owner controls) as decider/reducer tests."""
+"""docs/reference/loopd.md#s7 parts A (creation), C (worker tools) and D (owner controls) as decider/reducer
+tests."""
 
 from __future__ import annotations
 

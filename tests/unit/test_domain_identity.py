@@ -1,4 +1,5 @@
-"""Reference §7 parts E (identity switching) and F (provider limits and fallback), plus §3.13 limits."""
+"""docs/reference/loopd.md#s7 parts E (identity switching) and F (provider limits and fallback), plus
+docs/reference/loopd.md#s3-13 limits."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from ._domain_harness import OWNER, Goal
 
 
 def _switch_goal(**create: Any) -> Goal:
-    """§7 E common setup: interactive goal, agent "old", model "p/old", not a writer, idle."""
+    """docs/reference/loopd.md#s7-e common setup: interactive goal, agent "old", model "p/old", not a writer,
+    idle."""
     goal = Goal()
     goal.start(interactive=True, agent="old", model="p/old", workspace_write=False, **create)
     goal.idle()
@@ -352,7 +354,8 @@ def test_provider_limit_marks_the_blocker_and_extends_the_backoff() -> None:
     assert before is not None and goal2.state.retry_after is not None and goal2.state.retry_after > before
 
 
-# -- limits (§3.13) and failures (S16, S18, S19, S21) -------------------------------------------------------
+# -- limits (docs/reference/loopd.md#s3-13) and failures (S16, S18, S19, S21)
+# -------------------------------------------------------
 
 
 def test_s16_session_error_below_the_limit_backs_off() -> None:

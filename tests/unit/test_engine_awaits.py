@@ -1,4 +1,5 @@
-"""Command awaits wake their goal exactly once (reference §3.18, §7 G): evidence to the inbox, one forced
+"""Command awaits wake their goal exactly once (docs/reference/loopd.md#s3-18, #s7-g): evidence to the inbox,
+one forced
 turn, also when the await fired while no engine ran, or when the engine restarts after the wake."""
 
 from __future__ import annotations

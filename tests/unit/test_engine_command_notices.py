@@ -1,4 +1,5 @@
-"""The engine tells a command's owner session of its exit and its watch pushes, exactly once (§3.17)."""
+"""The engine tells a command's owner session of its exit and its watch pushes, exactly once
+(docs/reference/loopd.md#s3-17)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Worker tools and owner controls through the engine's operations (reference §7 C and D), with real checks."""
+"""Worker tools and owner controls through the engine's operations (docs/reference/loopd.md#s7-c, #s7-d), with
+real checks."""
 
 from __future__ import annotations
 

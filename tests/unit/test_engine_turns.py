@@ -1,4 +1,5 @@
-"""The turn loop on a fake clock (reference §7 B): two-stage idle, limits, budgets, retries, compaction,
+"""The turn loop on a fake clock (docs/reference/loopd.md#s7-b): two-stage idle, limits, budgets, retries,
+compaction,
 interactive goals, usage accounting and the steering prompt."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Pausing or clearing a goal cancels what it waits for (reference §2.5), and says which event caused it."""
+"""Pausing or clearing a goal cancels what it waits for (docs/reference/loopd.md#s2-5), and says which event
+caused it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Importing opencode-loopd projects: formats and upgrades, the mapping, marking, idempotency, atomicity.
 
 The fixture projects in ``tests/fixtures/loopd_projects`` are written in the reference's formats
-(``loopd-domain.md`` §1, §4.1). Folded states are checked field by field against values written here,
+(docs/reference/loopd.md#s1, #s4-1). Folded states are checked field by field against values written here,
 not only against the importer's own comparison.
 """
 
@@ -624,7 +624,8 @@ def test_the_read_models_show_the_source_times(tmp_path: Path) -> None:
 
 
 def test_a_lossy_ledger_still_accounts_for_every_line(tmp_path: Path) -> None:
-    """loopd's ledger loses lines (§4.1): with any one line lost, each remaining line is imported or reported."""
+    """loopd's ledger loses lines (docs/reference/loopd.md#s4-1): with any one line lost, each remaining line
+    is imported or reported."""
     project = tmp_path / "p"
     shutil.copytree(DAY, project)
     ledger = project / ".opencode" / "loopd" / "events.ndjson"

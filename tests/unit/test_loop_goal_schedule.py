@@ -1,4 +1,5 @@
-"""Goal schedules (loopd-domain §3.15) through the same slot claims: requeue, max runs, writer rule, one tick per slot."""
+"""Goal schedules (docs/reference/loopd.md#s3-15) through the same slot claims: requeue, max runs, writer
+rule, one tick per slot."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``/loop`` grammar and its messages, verbatim (reference §2; scenarios 2-10)."""
+"""The ``/loop`` grammar and its messages, verbatim (docs/reference/loop-plugin.md#s2; scenarios 2-10)."""
 
 from __future__ import annotations
 

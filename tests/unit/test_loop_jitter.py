@@ -1,4 +1,5 @@
-"""Jitter, random fallback and clamp: the reference's test vectors, bit for bit (§3.5, §3.6; scenario 12)."""
+"""Jitter, random fallback and clamp: the reference's test vectors, bit for bit
+(docs/reference/loop-plugin.md#s3-5, #s3-6; scenario 12)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Multi-instance scenarios 30-38 of loop-plugin.md §6, where the log makes the reference's races impossible.
+"""Multi-instance scenarios 30-38 of docs/reference/loop-plugin.md#s6, where the log makes the reference's
+races impossible.
 
 The reference merges whole records with last-writer-wins; here every change is its own event appended at the
 version its decision was made on, so a stale writer loses the race, re-reads and decides again.

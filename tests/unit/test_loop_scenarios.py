@@ -1,6 +1,8 @@
-"""The acceptance scenarios of loop-plugin.md §6 on a fake clock, a real SQLite log and the simulated host.
+"""The acceptance scenarios of docs/reference/loop-plugin.md#s6 on a fake clock, a real SQLite log and the
+simulated host.
 
-Where §7.3 asks an event-sourced engine to do better than the reference (nominal grid instead of drift,
+Where docs/reference/loop-plugin.md#s7-3 asks an event-sourced engine to do better than the reference (nominal
+grid instead of drift,
 recorded missed slots, no double fire), the test says so and checks the better behaviour.
 """
 
@@ -52,7 +54,7 @@ async def test_scenario_11_same_message_twice_makes_one_task(tmp_path: Path) -> 
 
 async def test_scenario_13_nominal_grid_keeps_the_reference_offsets(tmp_path: Path) -> None:
     # The reference anchors each cycle at the (late) fire start; we keep the same jitter per slot on a
-    # nominal grid, so lateness never accumulates (§7.3).
+    # nominal grid, so lateness never accumulates (docs/reference/loop-plugin.md#s7-3).
     async with world(tmp_path) as w:
         await w.loop("5m --jitter=true check", origin_id="x")
         tid = task_id_for("x")
@@ -305,7 +307,8 @@ async def test_scenario_24_tool_creation_due_times(tmp_path: Path) -> None:
                                 session_id="s1", now=T0, cfg=w.cfg, origin_id="t1")  # fmt: skip
         t = await w.task(r["task"]["id"])
         assert t.next_due_at == T0 + 1_800_000 and t.last_fired_at == 0
-        # The reference gives tool-made maintenance tasks a 60 s cadence (§7.2 bug 9); here they get the period.
+        # The reference gives tool-made maintenance tasks a 60 s cadence (docs/reference/loop-plugin.md#s7-2
+        # bug 9); here they get the period.
         r = await loop_schedule(w.store, {"action": "create", "prompt": "tidy up", "mode": "maintenance"},
                                 session_id="s1", now=T0, cfg=w.cfg, origin_id="t2")  # fmt: skip
         t = await w.task(r["task"]["id"])

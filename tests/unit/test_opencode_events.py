@@ -1,4 +1,5 @@
-"""OpenCode's bus events and errors as host events and classifiable errors (shapes from opencode-host.md §4–5)."""
+"""OpenCode's bus events and errors as host events and classifiable errors (shapes from
+docs/reference/opencode-host.md#s4, #s5)."""
 
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def test_a_prompt_appears_once_and_its_later_summary_update_is_not_activity() ->
 
 
 def test_a_transcript_entry_tells_how_the_answer_ended() -> None:
-    """What the idle confirmation proves a turn's end from (opencode-host.md §2.1, §2.3, §5)."""
+    """What the idle confirmation proves a turn's end from (docs/reference/opencode-host.md#s2-1, #s2-3,
+    #s5)."""
     import msgspec
 
     from loopd_es.host import opencode_json as j

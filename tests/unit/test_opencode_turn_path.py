@@ -84,7 +84,8 @@ class FakeOpenCode:
     def answer(
         self, sid: str, text: str = "done", *, parts: list[dict[str, Any]] | None = None, **extra: Any
     ) -> list[dict[str, Any]]:
-        """The worker answers the latest prompt; returns the bus events OpenCode sends for it (§4 order).
+        """The worker answers the latest prompt; returns the bus events OpenCode sends for it
+        (docs/reference/opencode-host.md#s4 order).
 
         ``extra`` overrides the assistant message's fields (``finish``, ``error``); ``parts`` are added to it.
         """

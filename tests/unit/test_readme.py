@@ -110,3 +110,27 @@ def test_the_postgresql_block_runs_top_to_bottom(tmp_path: Path, pg_url: str) ->
     assert result.returncode == 0, result.stderr
     on_server = [json.loads(line) for line in _read_json(tmp_path, pg_url)]
     assert [e["stream"] for e in on_server] == ["goal-1", "goal-7"]
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_readme_links_land() -> None:
+    """Every ``#anchor`` of the README names one of its headings, and every relative link an existing file."""
+    headings = {_slug(h) for h in re.findall(r"^#{1,6} (.+)$", README, flags=re.M)}
+    links = re.findall(r"\]\(([^)\s]+)\)", README)
+    anchors = [link[1:] for link in links if link.startswith("#")]
+    assert anchors and all(anchor in headings for anchor in anchors), set(anchors) - headings
+    for link in links:
+        if link.startswith(("#", "http://", "https://")):
+            continue
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.exists(), link
+        if anchor and target.suffix == ".md":
+            text = target.read_text()
+            slugs = {_slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+            assert anchor in slugs | set(re.findall(r'<a id="([\w-]+)"></a>', text)), link

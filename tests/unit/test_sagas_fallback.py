@@ -1,4 +1,5 @@
-"""Reference §7 F and §3.11 against the fallback flow: classify, prepare in order, once per model, never wake."""
+"""docs/reference/loopd.md#s7-f and docs/reference/loopd.md#s3-11 against the fallback flow: classify, prepare
+in order, once per model, never wake."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reference §7 E against the identity-switch saga and the simulated host, plus compensation and causality."""
+"""docs/reference/loopd.md#s7-e against the identity-switch saga and the simulated host, plus compensation and
+causality."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Turns the goal service starts: the force-finish wrap-up turn carries the §3.5 final-report section (#10.4)."""
+"""Turns the goal service starts: the force-finish wrap-up turn carries the docs/reference/loopd.md#s3-5
+final-report section (#10.4)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.anyio
 
-FINAL_REPORT_HEADING = "## FINAL REPORT REQUIRED — STOPPING SOON"  # reference §3.5, verbatim
+FINAL_REPORT_HEADING = "## FINAL REPORT REQUIRED — STOPPING SOON"  # docs/reference/loopd.md#s3-5, verbatim
 
 
 async def test_the_force_finish_turn_prompts_for_the_final_report(tmp_path: Path) -> None:

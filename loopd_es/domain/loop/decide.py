@@ -28,7 +28,8 @@ _ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True):
-    """The reference's defaults (§0.2) plus how long a claim may stay open before it counts as lost."""
+    """The reference's defaults (docs/reference/loop-plugin.md#s0-2) plus how long a claim may stay open
+    before it counts as lost."""
 
     max_tasks: int = 50
     adaptive_min_ms: int = 60_000
@@ -68,7 +69,8 @@ def task_id_for(origin_id: str) -> str:
 
 
 def content_hash(content: str) -> str:
-    """First 16 hex characters of SHA-256 of the trimmed ``loop.md`` text (reference §1.1; JavaScript's trim)."""
+    """First 16 hex characters of SHA-256 of the trimmed ``loop.md`` text (docs/reference/loop-plugin.md#s1-1;
+    JavaScript's trim)."""
     return hashlib.sha256(jsclass.trim(content).encode()).hexdigest()[:16]
 
 
@@ -106,7 +108,8 @@ def create(
     via: ev.Via = "slash",
     loop_file: LoopFile | None = None,
 ) -> Outcome:
-    """Schedule a task (reference §1.2); a second call for the same ``origin_id`` returns the first task."""
+    """Schedule a task (docs/reference/loop-plugin.md#s1-2); a second call for the same ``origin_id`` returns
+    the first task."""
     existing = s.by_origin(origin_id)
     if existing is not None:
         return Outcome(message=_started(existing, cfg), task_id=existing.task_id)
@@ -187,7 +190,8 @@ def _find(s: SessionLoops, task_id: str) -> Task | None:
 
 
 def rearm(t: Task, now: int, u: float, cfg: Config) -> tuple[int, int, float | None]:
-    """``(next_due, jitter_offset, fallback_u)`` re-armed from ``now`` per mode (resume, §3.2)."""
+    """``(next_due, jitter_offset, fallback_u)`` re-armed from ``now`` per mode (resume,
+    docs/reference/loop-plugin.md#s3-2)."""
     if t.mode == "fixed":
         due, off = fixed_next(t.task_id, t.interval_ms or 0, now, t.jitter)
         return due, off, None

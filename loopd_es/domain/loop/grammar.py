@@ -1,4 +1,5 @@
-"""The ``/loop`` argument grammar of opencode-plugin-loop 0.8.1 (reference §2.2-§2.5), as a pure parser.
+"""The ``/loop`` argument grammar of opencode-plugin-loop 0.8.1 (docs/reference/loop-plugin.md#s2-2 to #s2-5),
+as a pure parser.
 
 :func:`parse` turns the argument string into one :data:`Parsed` value; it never touches state. The order of
 the checks is the reference's, because it decides which error a malformed command gets, and so are its
@@ -103,7 +104,7 @@ def _prefix(rest: str) -> tuple[bool, bool | None, str]:
 
 
 def parse(args: str, *, has_session: bool = True) -> Parsed:
-    """Parse a ``/loop`` argument string (reference §2.2, in its order)."""
+    """Parse a ``/loop`` argument string (docs/reference/loop-plugin.md#s2-2, in its order)."""
     text = _strip_quotes(args)
     tokens = jsclass.split(text)
     head = tokens[0].lower() if tokens else ""

@@ -1,6 +1,7 @@
 """Deterministic jitter, random fallback and the adaptive clamp, bit-compatible with opencode-plugin-loop.
 
-Reference §3.5 / §3.6: three tiers capped by interval, a bucket as long as the interval, 32-bit FNV-1a over
+docs/reference/loop-plugin.md#s3-5, #s3-6: three tiers capped by interval, a bucket as long as the interval,
+32-bit FNV-1a over
 ``"{id}-{bucket}"``, and JavaScript's half-up rounding (Python's ``round`` rounds half to even and would
 differ on exact halves).
 """

@@ -1,4 +1,5 @@
-"""User- and model-visible strings of opencode-plugin-loop 0.8.1, verbatim (reference §2.7, §2.8, §3.3, §3.6, §3.14)."""
+"""User- and model-visible strings of opencode-plugin-loop 0.8.1, verbatim
+(docs/reference/loop-plugin.md#s2-7, #s2-8, #s3-3, #s3-6, #s3-14)."""
 
 from __future__ import annotations
 
@@ -268,7 +269,8 @@ def maintenance_changed(task_id: str, content: str) -> str:
 
 
 def goal_tick(count: int, max_runs: int | None) -> str:
-    """The inbox message of a goal-schedule tick (loopd §3.15); ``count`` = completed runs before it."""
+    """The inbox message of a goal-schedule tick (docs/reference/loopd.md#s3-15); ``count`` = completed runs
+    before it."""
     shown = f"{count + 1}/{max_runs}" if max_runs is not None else f"{count + 1}"
     return (
         f"Scheduled tick {shown} — re-execute the objective now. Previous completion: {count} runs. Ensure "
@@ -277,7 +279,7 @@ def goal_tick(count: int, max_runs: int | None) -> str:
 
 
 def failure_prompt(message: str) -> str:
-    """What the model gets instead of a failed ``/loop`` command (reference §2.8)."""
+    """What the model gets instead of a failed ``/loop`` command (docs/reference/loop-plugin.md#s2-8)."""
     reason = trim_start(message.removeprefix("❌")) if message.startswith("❌") else message
     return (
         f"The user's /loop command failed: {reason}\n"
@@ -288,7 +290,8 @@ def failure_prompt(message: str) -> str:
 
 
 def presentation_prompt(result: str) -> str:
-    """What the model gets instead of a list/cancel/pause/resume/stop/help command (reference §2.8)."""
+    """What the model gets instead of a list/cancel/pause/resume/stop/help command
+    (docs/reference/loop-plugin.md#s2-8)."""
     for mark in ("📋", "📭"):
         if result.startswith(mark):
             result = trim_start(result.removeprefix(mark))
