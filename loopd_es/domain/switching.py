@@ -95,7 +95,12 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
     if facts.worker_status != "idle" or busy:
         return [
             i.IdentitySwitchDeferred(
-                goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent, at=now
+                goal_id=state.goal_id,
+                switch_id=cmd.switch_id,
+                model=model,
+                agent=agent,
+                at=now,
+                worker_status=facts.worker_status,
             )
         ]
     return [
@@ -107,6 +112,7 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
             resume=cmd.resume,
             requested_by=cmd.caller,
             at=now,
+            worker_status=facts.worker_status,
         )
     ]
 
@@ -194,6 +200,7 @@ def _apply_pending(cmd: c.ApplyPendingSwitch, state: GoalState, facts: c.Facts) 
             pending=True,
             requested_by="pending",
             at=iso(facts.now),
+            worker_status=facts.worker_status,
         )
     ]
 
