@@ -593,7 +593,18 @@ _HANDLERS[g.GoalCompactionCompleted] = _noted
 from . import evolve_fork as _evolve_fork  # noqa: E402  (registers its handlers first)
 from . import evolve_imported as _evolve_imported  # noqa: E402, F401  (registers its handlers first)
 
-_ROUTES.update(
-    (cls.event_type, _Route(cls.schema_version, payload_decoder(cls.event_type).decode, fn))
-    for cls, fn in _HANDLERS.items()
-)
+
+def _lazy_route(cls: type[Event], fn: _Handler) -> _Route:
+    """A route whose decoder is built at its type's first event, then put in its place: building all of
+    them on import cost every CLI start-up tens of milliseconds for types the command never reads."""
+    type_, version = cls.event_type, cls.schema_version
+
+    def first(data: Any) -> Any:
+        decode = payload_decoder(type_).decode
+        _ROUTES[type_] = _Route(version, decode, fn)
+        return decode(data)
+
+    return _Route(version, first, fn)
+
+
+_ROUTES.update((cls.event_type, _lazy_route(cls, fn)) for cls, fn in _HANDLERS.items())
