@@ -2,7 +2,8 @@
 
 The recorded host observations (idle candidates, usage, run errors, provider limits, check results) are the
 inputs; the decisions the engine made on them (run starts, idle confirmations and the limits checked there,
-failures and their backoff, evaluator rejections, budget stops, fallbacks) are what is compared. A decision is
+failures and their backoff, evaluator rejections, budget stops, fallbacks; the owner's controls and identity
+switches, :mod:`.controls`) are what is compared. A decision is
 re-made from the event that records it: the command is rebuilt from the event's own fields and the facts from
 what the event and the ones appended with it say (the time, the catalog answers a fallback implies).
 
