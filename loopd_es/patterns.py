@@ -14,8 +14,6 @@ import re
 import warnings
 from typing import Any, Final, Protocol
 
-import re2
-
 MAX_PATTERN_MEMORY: Final = 8 << 20
 """RE2's compile budget: a pattern whose automaton needs more is refused instead of eating memory."""
 MAX_PATTERN_CHARS: Final = 4096
@@ -50,6 +48,8 @@ def compile_user_pattern(source: str, ignore_case: bool = False) -> UserPattern:
         raise PatternError(str(e)) from None
     except (RecursionError, OverflowError):
         raise PatternError("the pattern is nested too deeply") from None
+    import re2  # here, not with the module: every command that loads the command domain would pay for it
+
     options = re2.Options()
     options.log_errors = False  # RE2 would print its own copy of the error on stderr
     options.case_sensitive = not ignore_case

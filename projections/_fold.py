@@ -23,19 +23,21 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
-from loopd_es.domain.evolve import GoalFold, initial
-from loopd_es.domain.state import GoalState
 from loopd_es.domain.streams import GOAL_PREFIX
 from loopd_es.events.base import CATALOGUE, payload_decoder
-from loopd_es.events.catalogue import decode_payload
 from loopd_es.events.imported import happened_at
 
 if TYPE_CHECKING:
+    from loopd_es.domain.evolve import GoalFold
+    from loopd_es.domain.state import GoalState
     from loopd_es.events.base import Event
     from loopd_es.events.envelope import Envelope
 
+# The fold (the domain's evolve, the event catalogue) is imported at the first batch to fold, not with the
+# module: a query whose read models are caught up (``loopd-es goals``) never folds, and importing it cost
+# that start-up a fifth of its time.
 _ENCODER: Final = msgspec.msgpack.Encoder()
-_DECODER: Final = msgspec.msgpack.Decoder(GoalState)
+_DECODER: list[msgspec.msgpack.Decoder[GoalState]] = []
 _LIVE_LIMIT: Final = 128  # goals whose fold is kept between batches (the most recently folded); >= 1
 
 Mark = tuple[str | None, int]
@@ -96,7 +98,7 @@ def payload(env: Envelope) -> Event:
     route = _ROUTES.get(env.type)
     if route is None:
         if env.type not in CATALOGUE:
-            return decode_payload(env)
+            return _decode(env)
         route = _ROUTES[env.type] = (CATALOGUE[env.type].schema_version, payload_decoder(env.type).decode)
     if env.schema_version == route[0]:
         try:
@@ -104,6 +106,12 @@ def payload(env: Envelope) -> Event:
             return event
         except msgspec.DecodeError:
             pass
+    return _decode(env)
+
+
+def _decode(env: Envelope) -> Event:
+    from loopd_es.events.catalogue import decode_payload
+
     return decode_payload(env)
 
 
@@ -171,6 +179,13 @@ class GoalFolds:
 
     def fold(self, conn: sqlite3.Connection, groups: dict[str, list[Envelope]]) -> list[Folded]:
         """Fold each goal's group from its stored state and store the new states: one read, one write each."""
+        from loopd_es.domain.evolve import GoalFold, initial
+
+        if not _DECODER:
+            from loopd_es.domain.state import GoalState
+
+            _DECODER.append(msgspec.msgpack.Decoder(GoalState))
+        decoder = _DECODER[0]
         select = self._select
         if groups:  # a new batch (another last event) drops the groups of the previous one: they are done
             last = next(reversed(groups.values()))[-1]
@@ -191,7 +206,7 @@ class GoalFolds:
             if kept is not None and kept[0] == blob:
                 folding = kept[1]
             else:
-                folding = GoalFold(initial(goal_id) if blob is None else _DECODER.decode(blob))
+                folding = GoalFold(initial(goal_id) if blob is None else decoder.decode(blob))
             start = folding.peek()
             runs: list[str | None] = []
             anomalies: list[int] = []

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from loopd_es.domain.command import CommandState, argv_text, evolve
 from loopd_es.domain.streams import COMMAND_PREFIX
 
 from ._base import BatchModel
@@ -21,6 +21,7 @@ from ._fold import by_stream, payload, when
 from .goals import caller_json
 
 if TYPE_CHECKING:
+    from loopd_es.domain.command import CommandState
     from loopd_es.events.envelope import Envelope
 
 COLUMNS: Final = (
@@ -45,10 +46,20 @@ _UPSERT: Final = (
     f"INSERT OR REPLACE INTO commands ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
 )
 _ENCODER: Final = msgspec.msgpack.Encoder()
-_DECODER: Final = msgspec.msgpack.Decoder(CommandState)
+
+
+@cache
+def _decoder() -> msgspec.msgpack.Decoder[CommandState]:
+    """The fold's state decoder, built (and the command domain imported) at the first batch to fold: a
+    query whose read models are caught up never folds."""
+    from loopd_es.domain.command import CommandState
+
+    return msgspec.msgpack.Decoder(CommandState)
 
 
 def command_row(s: CommandState, updated_at: str, position: int) -> tuple[Any, ...]:
+    from loopd_es.domain.command import argv_text
+
     """The ``commands`` row of a folded command, in :data:`COLUMNS` order."""
     watch = s.watch
     return (
@@ -72,13 +83,16 @@ class Commands(BatchModel):
 
     def apply_batch(self, conn: sqlite3.Connection, envelopes: Sequence[Envelope]) -> None:
         """One load and one write per command of the batch (the writes in one executemany each)."""
+        from loopd_es.domain.command import evolve
+
+        decoder = _decoder()
         folds: list[tuple[str, bytes]] = []
         rows: list[tuple[Any, ...]] = []
         for command_id, group in by_stream(envelopes, COMMAND_PREFIX).items():
             row = conn.execute(
                 "SELECT state FROM commands_fold WHERE command_id = ?", (command_id,)
             ).fetchone()
-            state: CommandState | None = None if row is None else _DECODER.decode(row[0])
+            state: CommandState | None = None if row is None else decoder.decode(row[0])
             for env in group:
                 state = evolve(state, payload(env), env.version)
             if state is None:

@@ -9,16 +9,18 @@ columns queries filter on, loaded and saved once per session stream per batch.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from loopd_es.domain.loop.model import SessionLoops, Task, evolve
 from loopd_es.events import loop as ev
-from loopd_es.events.catalogue import decode_payload
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from loopd_es.domain.loop.model import Task
     from loopd_es.events.envelope import Envelope
 
 _DDL: Final = (
@@ -42,7 +44,16 @@ _DDL: Final = (
     )""",
 )
 _ENC: Final = msgspec.msgpack.Encoder()
-_DEC: Final = msgspec.msgpack.Decoder(Task)
+
+
+@cache
+def _fold() -> tuple[ModuleType, msgspec.msgpack.Decoder[Task], Callable[[Envelope], Any]]:
+    """The scheduler's fold, its state decoder and the catalogue's decoder, imported at the first event to
+    fold: a query whose read models are caught up never folds."""
+    from loopd_es.domain.loop import model
+    from loopd_es.events.catalogue import decode_payload
+
+    return model, msgspec.msgpack.Decoder(model.Task), decode_payload
 
 
 def _status(t: Task) -> str:
@@ -66,15 +77,16 @@ class Loops:
     def apply(self, conn: sqlite3.Connection, envelope: Envelope) -> None:
         if not envelope.stream.startswith(ev.SESSION_PREFIX) or not envelope.type.startswith("loop."):
             return
+        model, decoder, decode_payload = _fold()
         e = decode_payload(envelope)
         tid = getattr(e, "task_id", None)
         if tid is None:
             return
-        s = SessionLoops(session_id=envelope.stream[len(ev.SESSION_PREFIX) :])
+        s = model.SessionLoops(session_id=envelope.stream[len(ev.SESSION_PREFIX) :])
         row = conn.execute("SELECT state FROM loops WHERE task_id = ?", (tid,)).fetchone()
         if row is not None:
-            s.tasks[tid] = _DEC.decode(row[0])
-        evolve(s, e)
+            s.tasks[tid] = decoder.decode(row[0])
+        model.evolve(s, e)
         t = s.tasks.get(tid)
         if t is None:
             return

@@ -115,12 +115,29 @@ module (a third of its start-up). ``tests/unit/test_log_cli.py`` checks it again
 while a command is missing here, the overview falls back to importing the modules."""
 
 
+def _untranslated() -> None:
+    """argparse looks each help and usage text up in gettext's ``messages`` catalogue as it builds a parser
+    (a search of the locale directories every time: half of building one). CPython ships no such
+    catalogue, and where none is installed the answer is the text itself, so the look-up is skipped."""
+    global _UNTRANSLATED
+    if _UNTRANSLATED is None:
+        import gettext
+
+        _UNTRANSLATED = gettext.find("messages") is None
+        if _UNTRANSLATED:
+            setattr(argparse, "_", str)  # noqa: B010  (argparse's own alias of gettext.gettext)
+
+
+_UNTRANSLATED: bool | None = None
+
+
 def build_parser(command: str | None = None, *, overview: bool = False) -> argparse.ArgumentParser:
     """The command tree: every command, or (given ``command``) only what that command needs.
 
     With ``overview`` (no known command on the line: ``--help``, a typo), the commands are listed from
     :data:`COMMAND_HELP` without importing their modules.
     """
+    _untranslated()
     parser = _Parser(
         prog="loopd-es",
         description="An event-sourced engine for background AI work: goals, command sessions and worker "

@@ -20,7 +20,6 @@ from typing import Any, Final, TypeVar
 import anyio.to_thread
 import msgspec
 
-from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
 from ..errors import EXIT_OK, UsageError
 from ..log import open_store
@@ -259,6 +258,8 @@ def _kept(conn: sqlite3.Connection, goal_id: str) -> Row:
     found = conn.execute("SELECT state FROM goals_fold WHERE goal_id = ?", (goal_id,)).fetchone()
     if found is None:
         return {}
+    from ..domain.state import GoalState
+
     state = msgspec.msgpack.decode(found[0], type=GoalState)
     return {k: msgspec.to_builtins(getattr(state, k)) for k in KEPT_FIELDS}
 

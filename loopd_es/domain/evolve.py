@@ -17,7 +17,7 @@ decoder and handler, and the stream version and position are written once per ba
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from msgspec.structs import astuple, replace
@@ -27,10 +27,10 @@ from ..events import engine as en
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
-from ..events.base import payload_decoder
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope
-from .evolve_base import _HANDLERS, _ROUTES, _Handler, _Memo, _on, _Refused, _Route
+from .evolve_base import _HANDLERS, _ROUTES, _Handler, _Memo, _on, _Refused, lazy_route
+from .evolve_who import noting_caller
 from .state import (
     MAX_ACCOUNTED_IDS,
     MAX_ANOMALIES,
@@ -595,39 +595,10 @@ _HANDLERS[g.GoalCompactionCompleted] = _noted
 from . import evolve_fork as _evolve_fork  # noqa: E402  (registers its handlers first)
 from . import evolve_imported as _evolve_imported  # noqa: E402, F401  (registers its handlers first)
 
-# -- who acted: the tool call an event records (``called_by``) -------------------------------------------
-
-_ENDS: Final = (g.GoalCompleted, g.GoalBlocked)
-_REOPENS: Final = (g.GoalRetried, g.GoalResumed)
-
-
-def _who(d: GoalDraft, e: Any) -> None:
-    """``ended_by`` follows the goal's end (``None`` when the engine or the CLI ended it, and once it runs
-    again); ``controlled_by`` is the last tool call that changed the goal in any other way."""
-    caller = e.called_by
-    if isinstance(e, _ENDS):
-        d.ended_by = caller
-        return
-    if isinstance(e, _REOPENS):
-        d.ended_by = None
-    if caller is not None:
-        d.controlled_by = caller
-
-
-def _noting_caller(fn: _Handler) -> _Handler:
-    def run(d: GoalDraft, e: Any, m: _Memo) -> None:
-        fn(d, e, m)
-        _who(d, e)
-
-    return run
-
-
 # only the types that record a caller pay for it; the creators stay themselves (``apply`` knows them by identity)
 for _cls, _fn in list(_HANDLERS.items()):
     if "called_by" in _cls.__struct_fields__ and _fn is not _created and _fn not in _evolve_fork.WITHOUT_GOAL:
-        _HANDLERS[_cls] = _noting_caller(_fn)
+        _HANDLERS[_cls] = noting_caller(_fn)
 
-_ROUTES.update(
-    (cls.event_type, _Route(cls.schema_version, payload_decoder(cls.event_type).decode, fn))
-    for cls, fn in _HANDLERS.items()
-)
+
+_ROUTES.update((cls.event_type, lazy_route(cls, fn)) for cls, fn in _HANDLERS.items())

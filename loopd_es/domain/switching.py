@@ -96,7 +96,12 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
     if facts.worker_status != "idle" or busy:
         return [
             i.IdentitySwitchDeferred(
-                goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent, at=now
+                goal_id=state.goal_id,
+                switch_id=cmd.switch_id,
+                model=model,
+                agent=agent,
+                at=now,
+                worker_status=facts.worker_status,
             )
         ]
     return [
@@ -108,6 +113,7 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
             resume=cmd.resume,
             requested_by=cmd.caller,
             at=now,
+            worker_status=facts.worker_status,
         )
     ]
 
@@ -195,6 +201,7 @@ def _apply_pending(cmd: c.ApplyPendingSwitch, state: GoalState, facts: c.Facts) 
             pending=True,
             requested_by="pending",
             at=iso(facts.now),
+            worker_status=facts.worker_status,
         )
     ]
 

@@ -17,6 +17,8 @@ SwitchReason = Literal["owner", "quota"]
 SwitchOutcome = Literal["applied", "next-prompt"]
 SwitchTarget = Literal["model", "agent", "identity"]
 """Which half was asked for: only the model, only the agent, or both as one transaction."""
+WorkerStatus = Literal["idle", "busy", "retry", "unknown"]
+"""The worker's status as the host reported it when a switch was decided (a switch in flight counts as busy)."""
 
 
 @event("identity.switch_requested")
@@ -33,6 +35,8 @@ class IdentitySwitchRequested(Event, frozen=True):
     pending: bool = False
     at: str = ""
     called_by: Caller | None = None
+    worker_status: WorkerStatus | None = None
+    """The worker status the decision read (``replay --check`` re-makes it); absent in logs written before it was recorded."""
 
 
 @event("identity.switch_deferred")
@@ -49,6 +53,8 @@ class IdentitySwitchDeferred(Event, frozen=True):
     reason: SwitchReason = "owner"
     at: str = ""
     called_by: Caller | None = None
+    worker_status: WorkerStatus | None = None
+    """The worker status the decision read (``replay --check`` re-makes it); absent in logs written before it was recorded."""
 
 
 @event("identity.switch_unsupported")

@@ -1,9 +1,12 @@
 """A live mirror of a running opencode-loopd project: each pass appends what the log does not hold yet.
 
 One pass reads the project with :func:`.plan.build_plan`, the one-shot import's reader and mapper. When the
-log holds nothing of the project, the pass *is* the one-shot import (:func:`.plan.apply_plan`: the same
-events, byte for byte, as ``loopd-es import-loopd``). Afterwards each pass continues every stream from what
-the log holds:
+log holds nothing of the project and the snapshot has settled, the pass *is* the one-shot import
+(:func:`.plan.apply_plan`: the same events, byte for byte, as ``loopd-es import-loopd``). On a project
+loopd keeps busy (``state.json`` never quiet for ``settle`` seconds) the first pass does not wait for a
+quiet moment that may never come: it writes ``import.started`` and the ledger's facts, as every later pass
+does, and the snapshot's part follows once it settles. Afterwards each pass continues every stream from
+what the log holds:
 
 - a goal stream folds its held events and maps the ledger lines after the last one it holds
   (:func:`.goals.continue_goal`: the same per-line mapping as the import);
@@ -17,7 +20,10 @@ mirror killed at any point resumes without duplicates or gaps, and one pass land
 
 loopd writes ``state.json`` a few milliseconds before the ledger line that says why; the snapshot's
 corrections (and a command or goal known only from the snapshot) therefore wait until ``state.json`` has
-been quiet for ``settle`` seconds, so they never pre-empt a line that is about to arrive.
+been quiet for ``settle`` seconds, so they never pre-empt a line that is about to arrive. A torn last line
+is such a line still being written, however quiet ``state.json`` is: while the ledger ends in one, the
+snapshot waits (for ``TORN_FACTOR`` times ``settle`` of a quiet ledger, the sign of a writer that died
+mid-line).
 """
 
 from __future__ import annotations
@@ -50,6 +56,9 @@ if TYPE_CHECKING:
 SETTLE: Final = 0.5
 """Seconds ``state.json`` must be unchanged before its corrections are mirrored (loopd's ledger line
 follows its state write within milliseconds)."""
+TORN_FACTOR: Final = 20
+"""While the ledger ends in a torn line, the snapshot settles only after the ledger too has been unchanged
+for this many times ``settle``: the line explaining the latest state write is still arriving."""
 
 
 class MirrorPass(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,12 +121,15 @@ async def mirror_pass(
     cache = cache if cache is not None else MirrorCache()
     first = await store.stream_version(STREAM_PREFIX + import_id_for(directory)) == 0
     plan = await anyio.to_thread.run_sync(partial(build_plan, directory, map_goals=first))
-    settle_in = _settle_in(directory, settle, clock)
+    settle_in = _settle_in(directory, settle, clock, torn=plan.torn_line is not None)
     settled = settle_in is None
     base = partial(MirrorPass, import_id=plan.import_id, stream=plan.stream, ledger_count=plan.ledger_count)
-    if first:
-        if not settled:
-            return base(imported=False, appended=0, streams=(), ledger_lines=(), settle_in=settle_in)
+    if first and not settled:
+        # loopd is busy: start with what the ledger says; the snapshot's part waits as in any later pass
+        plan = msgspec.structs.replace(
+            plan, batches=tuple(b for b in plan.batches if not b.stream.startswith("goal-"))
+        )
+    elif first:
         result = await apply_plan(store, plan)
         lines = {_line(s) for b in plan.batches if b.stream in result.written for s in b.sources}
         return base(
@@ -132,6 +144,8 @@ async def mirror_pass(
         cache.forget()  # something else wrote: read the streams again
     try:
         writes, lines, after = await _continue(store, plan, settled, cache)
+        if first:  # in the same atomic append: a pass killed before it lands leaves nothing
+            writes.insert(0, StreamWrite(plan.stream, [plan.started], NO_STREAM))
         if writes:
             landed = [env.position for envs in await store.append_many(writes) for env in envs]
             # trusted only if nothing else landed between the head read and this append
@@ -145,8 +159,8 @@ async def mirror_pass(
         cache.settled_sha = plan.state_sha256
     return base(
         imported=False,
-        appended=sum(len(w.events) for w in writes),
-        streams=tuple(w.stream for w in writes),
+        appended=sum(len(w.events) for w in writes if w.stream != plan.stream),
+        streams=tuple(w.stream for w in writes if w.stream != plan.stream),
         ledger_lines=tuple(sorted(lines)),
         settle_in=settle_in,
         torn_line=plan.torn_line,
@@ -241,15 +255,20 @@ def _line(source: str) -> int:
     return int(source[7:]) if source.startswith("ledger:") else 0
 
 
-def _settle_in(directory: Path, settle: float, clock: Callable[[], float]) -> float | None:
-    """None when ``state.json`` has been unchanged for ``settle`` seconds, else the seconds left."""
+def _settle_in(directory: Path, settle: float, clock: Callable[[], float], *, torn: bool) -> float | None:
+    """None when ``state.json`` has been unchanged for ``settle`` seconds (and, with a ``torn`` ledger
+    tail, the ledger for ``TORN_FACTOR`` times that), else the seconds left."""
     if settle <= 0:
         return None
+    files = ["state.json", "events.ndjson"] if torn else ["state.json"]
+    need = settle * TORN_FACTOR if torn else settle
     try:
-        age = clock() - (directory / LOOPD_DIR / "state.json").stat().st_mtime
+        age = clock() - max((directory / LOOPD_DIR / name).stat().st_mtime for name in files)
     except OSError:
+        if torn:
+            return settle  # rotated away meanwhile: the next pass looks again
         return None  # build_plan read it a moment ago; gone now means the next pass says so
-    return None if age >= settle else settle - age
+    return None if age >= need else need - age
 
 
 async def follow(

@@ -15,7 +15,6 @@ sharing one fold per event) in the same process.
 from __future__ import annotations
 
 import gc
-import pickle
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -84,6 +83,8 @@ def relaxed_gc(threshold: int = 50_000) -> Iterator[None]:
 
 def portable(projections: Sequence[Projection]) -> bool:
     """Whether ``projections`` can travel to a worker process (pickled: a class defined in a function cannot)."""
+    import pickle  # here: a one-shot query loads this module but never rebuilds
+
     try:
         pickle.dumps(list(projections))
     except (pickle.PicklingError, TypeError, AttributeError):
@@ -112,6 +113,8 @@ async def run_part(url: str, projections: Sequence[Projection], path: Path) -> t
 
     :raises ProjectionError: when the worker fails (its last line of stderr says why).
     """
+    import pickle
+
     request = pickle.dumps(sys.path) + pickle.dumps((url, list(projections), str(path)))
     result = await anyio.run_process([sys.executable, "-c", _WORKER], input=request, check=False)
     if result.returncode != 0:

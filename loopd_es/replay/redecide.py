@@ -2,7 +2,8 @@
 
 The recorded host observations (idle candidates, usage, run errors, provider limits, check results) are the
 inputs; the decisions the engine made on them (run starts, idle confirmations and the limits checked there,
-failures and their backoff, evaluator rejections, budget stops, fallbacks) are what is compared. A decision is
+failures and their backoff, evaluator rejections, budget stops, fallbacks; the owner's controls and identity
+switches, :mod:`.controls`) are what is compared. A decision is
 re-made from the event that records it: the command is rebuilt from the event's own fields and the facts from
 what the event and the ones appended with it say (the time, the catalog answers a fallback implies).
 
@@ -19,21 +20,22 @@ from typing import Any, Final
 import msgspec
 
 from ..domain import goal_commands as c
-from ..domain.decide import decide
 from ..domain.evolve import evolve, initial
 from ..domain.provider_limit import iso
 from ..domain.rules import DEFAULT_MAX_FAILURES, after_ms, backoff_ms
 from ..domain.state import GoalState, ProviderLimit
 from ..domain.switching import observe_limit
-from ..errors import DomainError, InvalidEventError
+from ..errors import InvalidEventError
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
 from ..events.base import Event
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope, parse_rfc3339
+from .controls import CHECKS, remade
 from .policy import Policy
-from .verdict import Divergence, Refused, Step, compare, describe, divergence
+from .remake import facts_for, now_of, remake
+from .verdict import Divergence, Step, compare, describe, divergence
 
 _TAILS: Final[dict[str, frozenset[str]]] = {
     "run.completed": frozenset({"goal.force_finish_requested", "goal.blocked", "goal.budget_exhausted"}),
@@ -104,7 +106,7 @@ def replay_goal_events(envs: Sequence[Envelope], policy: Policy | None = None) -
             report.name = state.name
         checker = _CHECKERS.get(step.env.type)
         divergence = None
-        if checker is not None and state.exists and not step.correction:
+        if checker is not None and state.exists and not step.correction and remade(step.event):
             report.decisions += 1
             divergence = checker(step, state, recorded, ctx)
         if divergence is None:
@@ -229,32 +231,13 @@ class _Ctx(msgspec.Struct, kw_only=True):
 _Checker = Callable[[Step, GoalState, GoalState, _Ctx], Divergence | None]
 
 
-def _now(step: Step, *candidates: str | None) -> datetime:
-    for text in candidates:
-        if text:
-            return parse_rfc3339(text)
-    return parse_rfc3339(step.env.recorded_at)
-
-
-def _facts(policy: Policy, now: datetime, **more: Any) -> c.Facts:
-    backoff = policy.backoff or c.RetryBackoff()
-    return c.Facts(now=now, backoff=backoff, **more)
-
-
-def _run(command: c.GoalCommand, state: GoalState, facts: c.Facts) -> list[Event]:
-    try:
-        return decide(command, state, facts)
-    except DomainError as e:
-        return [Refused(reason=str(e))]
-
-
 def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
     e = step.event
     assert isinstance(e, r.RunStarted)
     cmd = c.StartRun(
         goal_id=state.goal_id, run_id=e.run_id, prompt_message_id=e.prompt_message_id, kind=e.kind
     )
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, e.at)))
+    decided = remake(cmd, state, facts_for(ctx.policy, now_of(step, e.at)))
     if not decided or not isinstance(mine := decided[0], r.RunStarted):
         return compare(step, decided)
     if not e.lease_expires_at:  # a log from before leases were recorded
@@ -284,7 +267,9 @@ def _confirm(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
         run_id=e.run_id,
         generation=state.run_generation if e.generation is None else e.generation,
     )
-    return compare(step, _run(cmd, state, _facts(ctx.policy, _now(step, blocked.at if blocked else None))))
+    return compare(
+        step, remake(cmd, state, facts_for(ctx.policy, now_of(step, blocked.at if blocked else None)))
+    )
 
 
 def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
@@ -339,7 +324,7 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
         run_id=None if e.run_id == "unknown" else e.run_id,
         generation=e.generation,
     )
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, at)))
+    decided = remake(cmd, state, facts_for(ctx.policy, now_of(step, at)))
     if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
         decided[0] = msgspec.structs.replace(decided[0], at="")
     return compare(step, decided)
@@ -370,7 +355,7 @@ def _rejection(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> 
         cwd=e.cwd,
     )
     now = _details_time(e.details) or (blocked.at if blocked else None)
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, now)))
+    decided = remake(cmd, state, facts_for(ctx.policy, now_of(step, now)))
     return compare(step, decided)
 
 
@@ -388,7 +373,7 @@ def _completed(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> 
         cmd = c.ForceComplete(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence)
     else:
         cmd = c.CompleteGoal(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence, attempt_id="")
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, e.at, step.occurred_at)))
+    decided = remake(cmd, state, facts_for(ctx.policy, now_of(step, e.at, step.occurred_at)))
     if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
         decided[0] = msgspec.structs.replace(decided[0], at="")
     return compare(step, decided)
@@ -399,7 +384,9 @@ def _budget(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Div
     assert isinstance(e, g.GoalBudgetExhausted)
     if not e.worker_aborted:
         return None  # decided with an idle confirmation, checked there
-    return compare(step, _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _now(step))))
+    return compare(
+        step, remake(c.EnforceBudget(goal_id=state.goal_id), state, facts_for(ctx.policy, now_of(step)))
+    )
 
 
 def _after_usage(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
@@ -408,8 +395,10 @@ def _after_usage(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -
         {"token_budget", "cost_budget"} & ctx.policy.goal.keys()
     ):
         return None
-    decided = _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _now(step)))
-    if not decided or _run(c.EnforceBudget(goal_id=recorded.goal_id), recorded, _facts(Policy(), _now(step))):
+    decided = remake(c.EnforceBudget(goal_id=state.goal_id), state, facts_for(ctx.policy, now_of(step)))
+    if not decided or remake(
+        c.EnforceBudget(goal_id=recorded.goal_id), recorded, facts_for(Policy(), now_of(step))
+    ):
         return None
     return divergence(
         step,
@@ -442,9 +431,9 @@ def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
     prepared_at = next(
         (t.at for t in tail if isinstance(t, i.FallbackPrepared | r.RunFellBack) and t.at), None
     )
-    facts = _facts(
+    facts = facts_for(
         ctx.policy,
-        _now(step, prepared_at),
+        now_of(step, prepared_at),
         model_catalog=catalog,
         can_switch_model=catalog is not None and catalog.switching != "unsupported",
     )
@@ -480,6 +469,11 @@ def _catalog(tail: list[Event], state: GoalState) -> tuple[c.ModelCatalog | None
     return c.ModelCatalog(models=models), unseen
 
 
+def _control(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
+    """An owner control or a switch decision (:mod:`.controls`)."""
+    return CHECKS[step.env.type](step, state, ctx.policy)
+
+
 _CHECKERS: Final[dict[str, _Checker]] = {
     "run.started": _start,
     "run.completed": _confirm,
@@ -488,6 +482,7 @@ _CHECKERS: Final[dict[str, _Checker]] = {
     "goal.budget_exhausted": _budget,
     "goal.completed": _completed,
     "identity.provider_limit_observed": _limit,
+    **dict.fromkeys(CHECKS, _control),
 }
 
 

@@ -7,6 +7,8 @@ runs longer than the log can tell, or otherwise differs).
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import Any, ClassVar, Final, Literal
 
 import msgspec
@@ -18,6 +20,9 @@ from ..events.base import Event
 from ..events.envelope import Envelope
 
 Outcome = Literal["stops_earlier", "runs_longer", "differs"]
+
+_REDACTED_TEXT: Final = re.compile(r"\[text: (\d+) chars, sha256 ([0-9a-f]{8,64})\]")
+"""How a bundle redacts a text (:mod:`loopd_es.postmortem.redact`): its length and a hash prefix."""
 
 _STOPS: Final = (g.GoalBlocked, g.GoalBudgetExhausted, g.GoalForceFinishRequested)
 
@@ -87,7 +92,7 @@ def compare(step: Step, decided: list[Event]) -> Divergence | None:
         for name, value in a.items():
             if name in _WHO_ASKED:
                 continue  # who asked is a fact of the request, not of the decision
-            if b.get(name) != value:
+            if b.get(name) != value and not _same_text(value, b.get(name)):
                 return _differ(step, f"{theirs.event_type}.{name}", value, b.get(name), decided, recorded)
     if len(decided) != len(recorded):
         return _differ(
@@ -99,6 +104,19 @@ def compare(step: Step, decided: list[Event]) -> Divergence | None:
             recorded,
         )
     return None
+
+
+def _same_text(recorded: Any, replayed: Any) -> bool:
+    """A bundle's redacted text (``[text: N chars, sha256 H]``) stands for the text of that length and hash:
+    ``replay --check`` and ``whatif`` on a bundle compare a re-made text with it, not with its placeholder."""
+    if not isinstance(recorded, str) or not isinstance(replayed, str):
+        return False
+    m = _REDACTED_TEXT.fullmatch(recorded)
+    return (
+        m is not None
+        and int(m[1]) == len(replayed)
+        and hashlib.sha256(replayed.encode()).hexdigest()[: len(m[2])] == m[2]
+    )
 
 
 def _differ(

@@ -9,7 +9,10 @@ no lock. Goals are started, run turns that report progress, are paused and resum
 round-robin. ``--rotate-at L`` renames the ledger to ``events.ndjson.1`` (older segments move up one)
 after line L, as ``logrotate`` would; ``--torn-at L`` writes line L in two halves with a pause between, so
 a reader can see a torn tail. After each complete line it prints ``{"line": L, "at": UNIX_TIME}``, and
-``{"done": LINES}`` at the end. Used by the mirror tests and ``tools/bench_mirror.py``.
+``{"done": LINES}`` at the end. ``--hold-at L`` stops after line L (in its middle when L is the torn line),
+prints ``{"held": L, "whole": W}`` (W: the last complete line) and goes on when a line arrives on stdin, so a
+test can act (kill a mirror) at a point it chose rather than at a time. Used by the mirror tests and
+``tools/bench_mirror.py``.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def _now() -> str:
 class Project:
     """The project's files and the state loopd would hold in memory."""
 
-    def __init__(self, directory: Path, torn_at: int, rotate_at: int, pace: float) -> None:
+    def __init__(self, directory: Path, torn_at: int, rotate_at: int, pace: float, hold_at: int = 0) -> None:
         self.base = directory / ".opencode" / "loopd"
         self.base.mkdir(parents=True, exist_ok=True)
         self.state: dict[str, Any] = {
@@ -59,7 +62,7 @@ class Project:
             "commands": [],
         }
         self.lines = 0
-        self.torn_at, self.rotate_at, self.pace = torn_at, rotate_at, pace
+        self.torn_at, self.rotate_at, self.pace, self.hold_at = torn_at, rotate_at, pace, hold_at
         self.echo = True
         """Print each line's number and time (the benchmark's clock); off for in-process tests."""
 
@@ -79,7 +82,10 @@ class Project:
             if self.lines == self.torn_at:
                 f.write(data[: len(data) // 2])
                 f.flush()
-                time.sleep(max(self.pace * 4, 0.2))  # the torn tail stays visible a while
+                if self.hold_at == self.lines:
+                    self.hold(self.lines - 1)
+                else:
+                    time.sleep(max(self.pace * 4, 0.2))  # the torn tail stays visible a while
                 f.write(data[len(data) // 2 :])
             else:
                 f.write(data)
@@ -87,6 +93,13 @@ class Project:
             _say({"line": self.lines, "at": time.time()})
         if self.lines == self.rotate_at:
             _rotate(ledger)
+        if self.lines == self.hold_at != self.torn_at:
+            self.hold(self.lines)
+
+    def hold(self, whole: int) -> None:
+        """Say where the writer stopped and wait for a line on stdin (``--hold-at``)."""
+        _say({"held": self.lines, "whole": whole})
+        sys.stdin.readline()
 
     def step(self, goal_index: int, action: str) -> None:
         """One mutation: the state write, then (a moment later, as loopd) its ledger line."""
@@ -190,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rotate-at", type=int, default=0)
     p.add_argument("--torn-at", type=int, default=0)
     p.add_argument("--cycles", type=int, default=1, help="goal lives in sequence, each with new goals")
+    p.add_argument("--hold-at", type=int, default=0, help="after this line, wait for a line on stdin")
     args = p.parse_args(argv)
-    project = Project(args.directory, args.torn_at, args.rotate_at, args.pace)
+    project = Project(args.directory, args.torn_at, args.rotate_at, args.pace, args.hold_at)
     for cycle in range(args.cycles):
         goals = range(cycle * args.goals, (cycle + 1) * args.goals)
         for tick in range(len(CYCLE) + args.goals - 1):

@@ -2,7 +2,8 @@
 
 The writer (:mod:`loopd_es.testing.loopd_project`) writes ``state.json`` atomically before each ledger
 line, rotates the ledger and leaves a torn tail for a while; the mirror runs in its own process, is killed
-with SIGKILL part-way and started again. The mirrored log must then hold each ledger line's events exactly
+with SIGKILL at a line where the writer waits for the test (``--hold-at``: no timing decides where the kill
+falls) and started again. The mirrored log must then hold each ledger line's events exactly
 once, in the streams and order a one-shot ``import-loopd`` of the final project puts them, and fold to the
 final snapshot.
 """
@@ -69,6 +70,17 @@ class Lines:
                 return doc
 
 
+def _until_mirrored(out: Lines, line: int) -> None:
+    """Wait until the mirror has reported mirroring ledger line ``line`` (in this or an earlier pass)."""
+    seen: set[int] = set()
+
+    def has(doc: dict[str, Any]) -> bool:
+        seen.update(doc.get("ledger_lines", ()))
+        return line in seen
+
+    out.until(has)
+
+
 def _mirror(url: str, project: Path) -> tuple[subprocess.Popen[str], Lines]:
     proc = start_mirror(url, project, _env())
     assert proc.stdout is not None
@@ -108,33 +120,37 @@ async def _differences(url: str, project: Path) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="timing-dependent (open, #24): the paced writer can finish before the mirror reports 8 lines, so the "
-    "'killed mid-way' precondition fails; with a slower writer (--pace 0.2) the streams differed from the "
-    "one-shot import once, which is under investigation",
-)
 @pytest.mark.parametrize("backend", ["sqlite", "ndjson"])
-def test_a_killed_mirror_resumes_without_duplicates_or_gaps(tmp_path: Path, backend: str) -> None:
+# killed before the rotation (line 14), after it, and while the ledger ends in the torn line 24
+@pytest.mark.parametrize("kill_after", [8, 20, 24])
+def test_a_killed_mirror_resumes_without_duplicates_or_gaps(
+    tmp_path: Path, backend: str, kill_after: int
+) -> None:
     project = tmp_path / "project"
     empty_project(project)
     url = f"{backend}:{tmp_path / 'mirror.log'}"
     mirror, out = _mirror(url, project)
     writer = subprocess.Popen(
         [sys.executable, "-m", "loopd_es.testing.loopd_project", str(project), "--goals", "3"]
-        + ["--pace", "0.05", "--rotate-at", "14", "--torn-at", "24"],
+        + ["--pace", "0.05", "--rotate-at", "14", "--torn-at", "24", "--hold-at", str(kill_after)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env=_env(),
     )
+    assert writer.stdin is not None and writer.stdout is not None
+    said = Lines(writer.stdout)
     try:
-        out.until(lambda d: any(n >= 8 for n in d.get("ledger_lines", ())))
-        assert writer.poll() is None  # killed mid-way: the project is still being written
+        held = said.until(lambda d: d.get("held") == kill_after)  # the writer waits: half written
+        _until_mirrored(out, held["whole"])
         mirror.send_signal(signal.SIGKILL)
         mirror.wait(10)
         out.closed()
         mirror, out = _mirror(url, project)
-        assert writer.wait(60) == 0
+        writer.stdin.write("go\n")
+        writer.stdin.flush()
+        assert said.until(lambda d: "done" in d, timeout=60) == {"done": LINES}
+        assert writer.wait(10) == 0
         assert (project / ".opencode" / "loopd" / "events.ndjson.1").exists()  # it did rotate
         deadline = time.monotonic() + 20
         while anyio.run(_differences, url, project) and time.monotonic() < deadline:
@@ -143,17 +159,17 @@ def test_a_killed_mirror_resumes_without_duplicates_or_gaps(tmp_path: Path, back
     finally:
         writer.kill()
         writer.wait(10)
-        assert writer.stdout is not None
-        writer.stdout.close()
+        writer.stdin.close()
+        said.closed()
         mirror.send_signal(signal.SIGTERM)
         code = mirror.wait(10)
         out.closed()
     assert code == 0
     once = f"sqlite:{tmp_path / 'once.db'}"
     assert main("--store", once, "import-loopd", str(project)) == 0
-    mirrored, imported = anyio.run(_ledger_sources, url), anyio.run(_ledger_sources, once)
-    assert mirrored == imported
-    every = sorted(int(s[7:]) for sources in mirrored.values() for s in sources)
+    mirrored_sources, imported = anyio.run(_ledger_sources, url), anyio.run(_ledger_sources, once)
+    assert mirrored_sources == imported
+    every = sorted(int(s[7:]) for sources in mirrored_sources.values() for s in sources)
     assert every == list(range(1, LINES + 1))
 
 

@@ -207,3 +207,52 @@ async def test_a_first_pass_killed_part_way_is_finished_by_the_next(tmp_path: Pa
         await apply_plan(store, build_plan(directory))
     mirrored = [s for s in await _sources(tmp_path) if s.startswith("ledger:")]
     assert sorted(mirrored) == sorted(s for s in await _sources(once) if s.startswith("ledger:"))
+
+
+async def test_a_quiet_state_json_does_not_settle_a_torn_tail(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    await _pass(tmp_path, project)
+    line = project.prepare(0, "create")  # state.json shows the goal; its line is half written
+    data = (json.dumps(line) + "\n").encode()
+    with (project.base / "events.ndjson").open("ab") as f:
+        f.write(data[:20])
+    newest = max(os.stat(project.base / n).st_mtime for n in ("state.json", "events.ndjson"))
+    waiting = await _pass(tmp_path, project, settle=1, clock=lambda: newest + 5)  # state.json quiet 5 s
+    assert waiting.torn_line == 1 and waiting.appended == 0 and waiting.settle_in == pytest.approx(15)
+    with (project.base / "events.ndjson").open("ab") as f:
+        f.write(data[20:])
+    whole = await _pass(tmp_path, project, settle=1, clock=lambda: newest + 5)
+    assert whole.ledger_lines == (1,)
+    # the goal's stream starts from its line, not from state.json ahead of it (the line then skipped)
+    assert [s for s in await _sources(tmp_path) if s][0] == "ledger:1"
+
+
+async def test_a_torn_tail_left_for_long_lets_the_snapshot_settle(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    await _pass(tmp_path, project)
+    line = project.prepare(0, "create")
+    with (project.base / "events.ndjson").open("ab") as f:
+        f.write(json.dumps(line).encode()[:20])  # the writer died mid-line
+    newest = max(os.stat(project.base / n).st_mtime for n in ("state.json", "events.ndjson"))
+    done = await _pass(tmp_path, project, settle=1, clock=lambda: newest + 20)
+    assert done.settle_in is None and done.streams == ("goal-70000000-0000-4000-8000-000000000000",)
+
+
+async def test_a_first_pass_on_a_busy_project_mirrors_the_ledger_at_once(tmp_path: Path) -> None:
+    project = _project(tmp_path)
+    for action in ("create", "run", "done"):  # tokensUsed reaches 100 only in state.json: a correction
+        project.step(0, action)
+    mtime = os.stat(project.base / "state.json").st_mtime
+    busy = await _pass(tmp_path, project, settle=10, clock=lambda: mtime)
+    assert not busy.imported and busy.ledger_lines == (1, 2, 3) and busy.settle_in == pytest.approx(10)
+    sources = await _sources(tmp_path)
+    assert "state:runtime" not in sources
+    async with await open_store(f"sqlite:{tmp_path / 'log.db'}") as store:
+        assert await store.stream_version(busy.stream) == 1  # import.started: later passes continue
+    settled = await _pass(tmp_path, project, settle=10, clock=lambda: mtime + 10)
+    assert settled.ledger_lines == () and "state:runtime" in await _sources(tmp_path)
+    once = tmp_path / "once"
+    once.mkdir()
+    async with await open_store(f"sqlite:{once / 'log.db'}") as store:
+        await apply_plan(store, build_plan(project.base.parents[1]))
+    assert await _sources(once) == [*await _sources(tmp_path), ""]  # the import's own import.completed

@@ -95,7 +95,9 @@ def test_the_demo_log_replays_as_recorded(demo: str, capsys: pytest.CaptureFixtu
     code, body = _json(capsys, "--store", demo, "replay", "--check", "--json")
     assert code == 0 and body["ok"] and body["goals"] == 3
     decided = {"run.started", "run.completed", "identity.provider_limit_observed"}
-    assert body["decisions"] >= sum(e.type in decided for e in envs)
+    switches = [e for e in envs if e.type in ("identity.switch_deferred", "identity.switch_requested")]
+    assert switches and all(b'"worker_status":"' in bytes(e.data) for e in switches)  # re-made too
+    assert body["decisions"] >= sum(e.type in decided for e in envs) + len(switches)
     assert main("--store", demo, "replay", "--check") == 0
     assert "all as recorded" in capsys.readouterr().out
 
@@ -519,3 +521,153 @@ def test_a_decision_the_deciders_now_refuse_names_the_rule(monkeypatch: pytest.M
     assert d is not None and (d.position, d.field) == (rejected.position, "type")
     assert (d.recorded, d.replayed) == ("goal.completion_rejected", "refused")
     assert d.instead.startswith("would refuse it (Completion needs a summary of at least 3 characters.)")
+
+
+# -- owner controls and switch decisions --------------------------------------------------------------------
+
+
+def _controls_story() -> _Recorder:
+    """A goal the owner pauses, resumes, retries and clears, and switches while the worker is busy and idle."""
+    from loopd_es.domain import goal_commands as c
+    from loopd_es.events.goal import GoalWorkerAssigned
+
+    from ._domain_harness import AGENTS, CATALOG
+
+    rec = _Recorder()
+    g = rec.goal
+    g.facts = msgspec.structs.replace(g.facts, model_catalog=CATALOG, agent_catalog=AGENTS)
+    rec.do(c.CreateGoal(goal_id="g1", name="ctl", objective="o", owner_session_id="owner-1", model="p/old"))
+    worker = GoalWorkerAssigned(goal_id="g1", worker_session_id="W")
+    g.apply(worker)
+    rec.record([worker])
+    rec.do(c.StartRun(goal_id="g1", run_id="run-1", prompt_message_id="p1"))
+    busy = g.do(
+        c.SwitchIdentity(goal_id="g1", switch_id="s1", agent="new", caller="owner-1"), worker_status="busy"
+    )
+    rec.record(busy)
+    rec.do(c.ConfirmIdle(goal_id="g1", run_id="run-1", generation=g.state.run_generation))
+    rec.do(c.ApplyPendingSwitch(goal_id="g1", switch_id="s1"))
+    rec.do(c.RecordSwitchOutcome(goal_id="g1", switch_id="s1", agent_result="applied"))
+    rec.do(c.SwitchIdentity(goal_id="g1", switch_id="s2", model="p/new", caller="owner-1"))
+    rec.do(c.RecordSwitchOutcome(goal_id="g1", switch_id="s2", model_result="applied"))
+    rec.do(c.PauseGoal(goal_id="g1", caller="owner-1"))
+    rec.do(c.ResumeGoal(goal_id="g1"))
+    for _ in range(5):
+        rec.do(c.StartRun(goal_id="g1", run_id=g.next_id("run"), prompt_message_id=g.next_id("p")))
+        rec.do(c.RecordRunFailure(goal_id="g1", error_text="503"))
+    rec.do(c.RetryGoal(goal_id="g1", caller="owner-1"))
+    rec.do(c.ClearGoal(goal_id="g1"))
+    return rec
+
+
+CONTROLS = ("goal.paused", "goal.resumed", "goal.retried", "goal.cleared")
+SWITCHES = ("identity.switch_deferred", "identity.switch_requested")
+
+
+def test_owner_controls_and_switch_decisions_replay_as_recorded() -> None:
+    rec = _controls_story()
+    types = [e.type for e in rec.envs]
+    assert all(t in types for t in (*CONTROLS, *SWITCHES, "goal.blocked"))
+    assert types.count("identity.switch_requested") == 2  # the pending one applied, and the idle one
+    rep = replay_goal_events(rec.envs)
+    assert rep.divergence is None and rep.applies_through == rec.envs[-1].position
+    assert rep.decisions == sum(t in (*CONTROLS, *SWITCHES, *_TURN_DECISIONS) for t in types)
+
+
+_TURN_DECISIONS = ("run.started", "run.completed", "run.failed")
+
+
+def _edited(rec: _Recorder, type_: str, nth: int = 0, **changes: Any) -> Envelope:
+    """The ``nth`` ``type_`` event with ``changes`` to its payload (what another release would have written)."""
+    env = [e for e in rec.envs if e.type == type_][nth]
+    n = rec.envs.index(env)
+    data = {**json.loads(bytes(env.data)), **changes}
+    rec.envs[n] = msgspec.structs.replace(env, data=msgspec.Raw(json.dumps(data).encode()))
+    return rec.envs[n]
+
+
+def test_a_switch_is_re_made_under_the_worker_status_it_recorded() -> None:
+    rec = _controls_story()
+    _edited(rec, "identity.switch_deferred", worker_status="idle")
+    assert replay_goal_events(rec.envs).divergence is None  # idle, but a turn is running: deferred still
+    rec = _controls_story()
+    requested = _edited(rec, "identity.switch_requested", 1, worker_status="busy")
+    d = replay_goal_events(rec.envs).divergence
+    assert d is not None and (d.position, d.field) == (requested.position, "type")
+    assert (d.recorded, d.replayed) == ("identity.switch_requested", "identity.switch_deferred")
+
+
+def test_a_switch_without_its_worker_status_is_not_counted() -> None:
+    """A log written before switches recorded the worker status: those decisions cannot be re-made."""
+    full = replay_goal_events(_controls_story().envs)
+    rec = _controls_story()
+    for env in [e for e in rec.envs if e.type in SWITCHES]:
+        n = rec.envs.index(env)
+        data = {k: v for k, v in json.loads(bytes(env.data)).items() if k != "worker_status"}
+        rec.envs[n] = msgspec.structs.replace(env, data=msgspec.Raw(json.dumps(data).encode()))
+    old = replay_goal_events(rec.envs)
+    assert old.divergence is None and old.decisions == full.decisions - 3
+
+
+@pytest.mark.parametrize(
+    ("command", "event_type"),
+    [("PauseGoal", "goal.paused"), ("ResumeGoal", "goal.resumed"), ("RetryGoal", "goal.retried")],
+)
+def test_a_control_the_deciders_now_ignore_is_named(
+    monkeypatch: pytest.MonkeyPatch, command: str, event_type: str
+) -> None:
+    """A release whose pause, resume or retry would do nothing reads the recorded control differently."""
+    from loopd_es.domain import goal_commands as c
+
+    rec = _controls_story()
+    decide = importlib.import_module("loopd_es.domain.decide")
+    monkeypatch.setitem(decide._DECIDERS, getattr(c, command), lambda *_: [])
+    recorded = next(e for e in rec.envs if e.type == event_type)
+    d = replay_goal_events(rec.envs).divergence
+    assert d is not None and (d.position, d.field) == (recorded.position, "events")
+    assert (d.recorded, d.replayed) == ([event_type], [])
+    assert d.instead.startswith("would do nothing here where the log recorded")
+
+
+def test_a_clear_by_someone_other_than_the_owner_is_refused_on_replay() -> None:
+    rec = _controls_story()
+    cleared = _edited(
+        rec, "goal.cleared", called_by={"role": "owner", "session_id": "intruder", "tool": "loopd_clear_goal"}
+    )
+    d = replay_goal_events(rec.envs).divergence
+    assert d is not None and (d.position, d.field, d.replayed) == (cleared.position, "type", "refused")
+
+
+# -- on a bundle ------------------------------------------------------------------------------------------
+
+
+def _same_answer(goal: dict[str, Any]) -> dict[str, Any]:
+    """A goal's what-if answer without the log positions (a bundle numbers its events afresh)."""
+    d = goal["divergence"]
+    d = d and {k: v for k, v in d.items() if k != "position"}
+    keep = ("goal_id", "decisions", "saved_turns", "saved_tokens", "recorded_turns", "assumptions")
+    return {"divergence": d, **{k: goal[k] for k in keep}}
+
+
+@pytest.mark.parametrize("redact", ["default", "none"])
+def test_whatif_and_check_on_a_bundle_answer_as_on_the_log(
+    demo: str, busy_day: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], redact: str
+) -> None:
+    """``--store bundle:FILE``: the redacted text (errors, prompts) changes no decision and no what-if."""
+    policies = ["max_turns=1", "max_failures=2", "fallback_models=openai/gpt-5", "confirm_idle_ms=9000"]
+    demo_goals = [g["goal_id"] for g in _json(capsys, "--store", demo, "goals", "--json")[1]["goals"]]
+    differing = 0
+    for url, goal in [*((demo, g) for g in demo_goals), (busy_day, DEPS)]:
+        bundle = tmp_path / f"{goal}-{redact}.bundle"
+        assert main("--store", url, "bundle", goal, "-o", str(bundle), "--redact", redact) == 0
+        store = f"bundle:{bundle}"
+        code, body = _json(capsys, "--store", store, "replay", "--check", "--json")
+        assert code == 0 and body["ok"] and body["goals"] == 1 and body["decisions"] > 0
+        for policy in policies:
+            code, on_log = _json(capsys, "--store", url, "whatif", goal, "--set", policy, "--json")
+            assert code == 0
+            code, on_bundle = _json(capsys, "--store", store, "whatif", goal, "--set", policy, "--json")
+            assert code == 0
+            assert [_same_answer(g) for g in on_bundle["goals"]] == [_same_answer(g) for g in on_log["goals"]]
+            differing += sum(g["divergence"] is not None for g in on_bundle["goals"])
+    assert differing >= len(demo_goals) + 1  # max_turns=1 stops each demo goal; max_failures=2 the deps goal
