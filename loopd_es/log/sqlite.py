@@ -28,7 +28,7 @@ import anyio.to_thread
 
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
 from ..private_files import create_private
-from . import sqlite_coord
+from . import sqlite_coord, sqlite_fast
 from . import sqlite_ops as ops
 from .base import (
     READ_BATCH,
@@ -62,6 +62,9 @@ class SqliteLog(LogStore):
         self._waits = (
             True  # the connection's busy timeout is BUSY_TIMEOUT_MS (False: 0, for an inline commit)
         )
+        self._heads = (
+            sqlite_fast.Heads()
+        )  # the head this connection last wrote: lone appends skip the look-up
 
     @classmethod
     async def open(cls, path: Path, *, synchronous: str = "FULL", create: bool = True) -> SqliteLog:
@@ -132,7 +135,7 @@ class SqliteLog(LogStore):
             conn.execute("PRAGMA busy_timeout = 0")
             self._waits = False
         try:
-            ops.commit_group(conn, group)
+            sqlite_fast.commit(conn, group, self._heads)
         except sqlite3.OperationalError as e:
             if not ops.is_busy(e):
                 raise ops.translate(e, str(self.path), None) from e
@@ -143,7 +146,7 @@ class SqliteLog(LogStore):
 
     async def _commit(self, group: list[Request]) -> None:
         """Commit on the worker thread, waiting out another writer's lock (the busy timeout)."""
-        await self._run(ops.commit_group, group)
+        await self._run(sqlite_fast.commit, group, self._heads)
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -237,6 +240,7 @@ class SqliteLog(LogStore):
         return report
 
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
+        self._heads.forget()
         await self._run(ops.begin_import, self.url)
         checker = SequenceChecker(self.url)
         try:

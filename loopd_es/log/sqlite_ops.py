@@ -38,7 +38,7 @@ _IN_CHUNK: Final = 500  # ids per IN (...) query: far below SQLite's bound-varia
 _MAX_INT: Final = (1 << 63) - 1
 COLUMNS: Final = "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
 _COLUMN_NAMES: Final = [c.strip() for c in COLUMNS.split(",")]
-_INSERT: Final = f"INSERT INTO events ({COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
+INSERT: Final = f"INSERT INTO events ({COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _SCHEMA: Final = """
 CREATE TABLE events (
     position       INTEGER PRIMARY KEY,
@@ -280,17 +280,17 @@ def _stage_group(conn: sqlite3.Connection, group: list[Request], head: int, reco
         except WrongExpectedVersionError as e:
             request.error = e
             continue
-        envelopes = _envelopes(request, head, versions, recorded_at, rows)
+        envelopes = place_envelopes(request, head, versions, recorded_at, rows)
         head = envelopes[-1].position
         staged.append((request, envelopes))
     # ids are unused and versions were read under the write lock: the insert cannot hit a unique index
-    conn.executemany(_INSERT, rows)
+    conn.executemany(INSERT, rows)
     for request, envelopes in staged:
         request.result = envelopes
     return True
 
 
-def _envelopes(
+def place_envelopes(
     request: Request, head: int, versions: dict[str, int], recorded_at: str, rows: list[tuple[Any, ...]]
 ) -> list[Envelope]:
     """The envelopes of a request placed after ``head``; advances ``versions`` and adds rows to ``rows``."""
@@ -365,11 +365,11 @@ def _stage(
         return head
     rows: list[tuple[Any, ...]] = []
     staged = dict(current)
-    envelopes = _envelopes(request, head, staged, recorded_at, rows)
+    envelopes = place_envelopes(request, head, staged, recorded_at, rows)
     if isolate:
         conn.execute("SAVEPOINT request")
     try:
-        conn.executemany(_INSERT, rows)
+        conn.executemany(INSERT, rows)
     except sqlite3.IntegrityError:
         if not isolate:
             raise _SeenIds from None
@@ -491,7 +491,7 @@ def begin_import(conn: sqlite3.Connection, url: str) -> None:
 
 def insert_verbatim(conn: sqlite3.Connection, batch: list[Envelope]) -> None:
     conn.executemany(
-        _INSERT,
+        INSERT,
         [
             (*row, row_crc(*row))
             for row in (
