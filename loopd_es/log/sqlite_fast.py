@@ -12,6 +12,7 @@ what is remembered.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from typing import TYPE_CHECKING, Any, Final
 
@@ -19,11 +20,12 @@ from ..errors import WrongExpectedVersionError
 from ..events.envelope import now_rfc3339
 from . import sqlite_coord
 from .base import check_expected_version
-from .sqlite_ops import INSERT, commit_group, place_envelopes
+from .sqlite_ops import COLUMN_NAMES, INSERT, commit_group, place_envelopes
 
 if TYPE_CHECKING:
     from .group_commit import Request
 
+_ONE_ROW: Final = "(" + ",".join("?" * (len(COLUMN_NAMES) + 1)) + ")"  # the columns and the checksum
 _MAX_STREAMS: Final = (
     4096  # remembered stream versions; past it they are forgotten (a look-up brings one back)
 )
@@ -76,9 +78,10 @@ def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) ->
     rows: list[tuple[Any, ...]] = []
     staged = {stream: version}
     envelopes = place_envelopes(request, head, staged, now_rfc3339(), rows)
+    most = _rows_per_statement(conn)
     try:
-        if len(rows) == 1 and not request.fences:
-            conn.execute(INSERT, rows[0])
+        if len(rows) <= most and not request.fences:
+            _insert(conn, rows)
         else:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -88,7 +91,8 @@ def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) ->
                         conn.execute("ROLLBACK")
                         request.error = lost
                         return True
-                conn.executemany(INSERT, rows)
+                for start in range(0, len(rows), most):
+                    _insert(conn, rows[start : start + most])
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -105,6 +109,25 @@ def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) ->
     request.error = None
     request.result = envelopes
     return True
+
+
+def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    """Insert ``rows`` with one statement: a multi-row VALUES binds and steps once, about a fifth cheaper a
+    row than ``executemany`` (which also needs a transaction around it to be atomic)."""
+    if len(rows) == 1:
+        conn.execute(INSERT, rows[0])
+    else:
+        conn.execute(_insert_many(len(rows)), [value for row in rows for value in row])
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_many(count: int) -> str:
+    return INSERT.replace(_ONE_ROW, ",".join([_ONE_ROW] * count))
+
+
+def _rows_per_statement(conn: sqlite3.Connection) -> int:
+    """How many rows one INSERT may carry within this SQLite's bound-variable limit (999 on old builds)."""
+    return conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _ONE_ROW.count("?")
 
 
 def _learn(conn: sqlite3.Connection, heads: Heads, stream: str) -> None:

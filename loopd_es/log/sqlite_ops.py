@@ -37,7 +37,7 @@ APPLICATION_ID: Final = 0x6C6F6F70  # "loop": marks a database this library crea
 _IN_CHUNK: Final = 500  # ids per IN (...) query: far below SQLite's bound-variable limit (999 on old builds)
 _MAX_INT: Final = (1 << 63) - 1
 COLUMNS: Final = "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
-_COLUMN_NAMES: Final = [c.strip() for c in COLUMNS.split(",")]
+COLUMN_NAMES: Final = [c.strip() for c in COLUMNS.split(",")]
 INSERT: Final = f"INSERT INTO events ({COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _SCHEMA: Final = """
 CREATE TABLE events (
@@ -105,9 +105,9 @@ def check_log(conn: sqlite3.Connection, where: str) -> bool | None:
     if "events" not in tables or app not in (0, APPLICATION_ID):
         raise NotALogError(where, f"the database holds other tables ({', '.join(sorted(tables)[:5])})")
     columns = [row[1] for row in conn.execute("PRAGMA table_info(events)")]
-    if columns == _COLUMN_NAMES:
+    if columns == COLUMN_NAMES:
         return None
-    if columns != [*_COLUMN_NAMES, "crc"]:
+    if columns != [*COLUMN_NAMES, "crc"]:
         raise NotALogError(where, f"its 'events' table has other columns ({', '.join(columns)})")
     return True
 
