@@ -3,11 +3,11 @@
 Positions are gapless and the primary key, so the head and stream versions this connection remembers from its
 own last commit are proof enough: if anything else was committed since, it took the very position this commit
 places its first event at, and the insert hits the primary key. An insert that lands therefore saw exactly
-the remembered state, and its version check was right. So a lone unfenced one-event append is one INSERT in
-autocommit (SQLite makes a statement atomic), where the general path runs BEGIN IMMEDIATE, a head SELECT, the
-INSERT and COMMIT; a lone batch or fenced request skips the SELECT. Anything this path cannot settle on its
-own (a unique-index hit, a version mismatch, a group) goes to :func:`.sqlite_ops.commit_group`, which forgets
-what is remembered.
+the remembered state, and its version checks were right. So a lone request (one or several streams, fenced or
+not) is one INSERT in autocommit (SQLite makes a statement atomic), its fences in the INSERT's WHERE clause,
+where the general path runs BEGIN IMMEDIATE, a fence SELECT, a head SELECT, the INSERT and COMMIT. Anything
+this path cannot settle on its own (a unique-index hit, a version mismatch, a lost fence, a group of requests)
+goes to :func:`.sqlite_ops.commit_group`, which forgets what is remembered and says what went wrong.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from .base import check_expected_version
 from .sqlite_ops import COLUMN_NAMES, INSERT, commit_group, place_envelopes
 
 if TYPE_CHECKING:
+    from .coord import Fence
     from .group_commit import Request
 
 _ONE_ROW: Final = "(" + ",".join("?" * (len(COLUMN_NAMES) + 1)) + ")"  # the columns and the checksum
@@ -55,69 +56,87 @@ def commit(conn: sqlite3.Connection, group: list[Request], heads: Heads) -> None
 
 
 def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) -> bool:
-    """Commit ``group`` on the fast path when it is one request to one stream; False when it must take the
-    general path (nothing was written then, and ``heads`` is forgotten)."""
+    """Commit ``group`` on the fast path when it is one request; False when it must take the general path
+    (nothing was written then, and ``heads`` is forgotten)."""
     if len(group) != 1:
         heads.forget()
         return False
     (request,) = group
-    if len(request.parts) != 1:
-        heads.forget()
-        return False
-    stream = request.stream
-    if heads.head is None or stream not in heads.versions:
-        _learn(conn, heads, stream)
+    streams = [part.stream for part in request.parts]
+    if heads.head is None or any(stream not in heads.versions for stream in streams):
+        _learn(conn, heads, streams)
     head = heads.head
     assert head is not None
-    version = heads.versions[stream]
+    staged = {stream: heads.versions[stream] for stream in streams}
     try:
-        check_expected_version(stream, request.expected, version)
+        for part in request.parts:
+            check_expected_version(part.stream, part.expected, staged[part.stream])
     except WrongExpectedVersionError:
         heads.forget()  # maybe stale, or a retry of recorded events: the general path tells which
         return False
     rows: list[tuple[Any, ...]] = []
-    staged = {stream: version}
     envelopes = place_envelopes(request, head, staged, now_rfc3339(), rows)
-    most = _rows_per_statement(conn)
+    fences = request.fences
+    most = _rows_per_statement(conn, fences)
     try:
-        if len(rows) <= most and not request.fences:
-            _insert(conn, rows)
-        else:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if request.fences:
-                    lost = sqlite_coord.check_fences(conn, request.fences)
-                    if lost is not None:
-                        conn.execute("ROLLBACK")
-                        request.error = lost
-                        return True
-                for start in range(0, len(rows), most):
-                    _insert(conn, rows[start : start + most])
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        landed = (
+            _insert(conn, rows, fences) if len(rows) <= most else _insert_chunks(conn, rows, fences, most)
+        )
     except sqlite3.IntegrityError:  # a position someone else took, or a recorded event id
+        landed = False
+    except sqlite3.OperationalError as e:
         heads.forget()
-        return False
+        if "no such table" in str(e):  # fenced on a log nothing has coordinated on yet
+            return False
+        raise
     except BaseException:
         heads.forget()
         raise
+    if not landed:  # or a fence that no longer holds: the general path says which
+        heads.forget()
+        return False
     heads.head = envelopes[-1].position
-    heads.versions[stream] = staged[stream]
+    heads.versions.update(staged)
     request.error = None
     request.result = envelopes
     return True
 
 
-def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
-    """Insert ``rows`` with one statement: a multi-row VALUES binds and steps once, about a fifth cheaper a
-    row than ``executemany`` (which also needs a transaction around it to be atomic)."""
-    if len(rows) == 1:
-        conn.execute(INSERT, rows[0])
-    else:
-        conn.execute(_insert_many(len(rows)), [value for row in rows for value in row])
+def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], fences: tuple[Fence, ...]) -> bool:
+    """Insert ``rows`` with one statement, if every fence holds; returns whether they landed.
+
+    A multi-row VALUES binds and steps once, about a fifth cheaper a row than ``executemany``, and one
+    statement is atomic without a transaction around it. The fences are the statement's WHERE clause.
+    """
+    if not fences:
+        if len(rows) == 1:
+            conn.execute(INSERT, rows[0])
+        else:
+            conn.execute(_insert_many(len(rows)), [value for row in rows for value in row])
+        return True
+    args = [value for row in rows for value in row]
+    for fence in fences:
+        args.extend(fence)
+    return conn.execute(_insert_fenced(len(rows), len(fences)), args).rowcount == len(rows)
+
+
+def _insert_chunks(
+    conn: sqlite3.Connection, rows: list[tuple[Any, ...]], fences: tuple[Fence, ...], most: int
+) -> bool:
+    """Insert more rows than one statement can bind, in one transaction, if every fence holds."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if fences and sqlite_coord.check_fences(conn, fences) is not None:
+            conn.execute("ROLLBACK")
+            return False
+        for start in range(0, len(rows), most):
+            _insert(conn, rows[start : start + most], ())
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return True
 
 
 @functools.lru_cache(maxsize=64)
@@ -125,23 +144,30 @@ def _insert_many(count: int) -> str:
     return INSERT.replace(_ONE_ROW, ",".join([_ONE_ROW] * count))
 
 
-def _rows_per_statement(conn: sqlite3.Connection) -> int:
+@functools.lru_cache(maxsize=64)
+def _insert_fenced(count: int, fences: int) -> str:
+    head = INSERT[: INSERT.index(" VALUES ")]
+    held = " AND ".join(["EXISTS (SELECT 1 FROM coord WHERE key = ? AND token = ?)"] * fences)
+    return f"{head} SELECT * FROM (VALUES {','.join([_ONE_ROW] * count)}) WHERE {held}"
+
+
+def _rows_per_statement(conn: sqlite3.Connection, fences: tuple[Fence, ...]) -> int:
     """How many rows one INSERT may carry within this SQLite's bound-variable limit (999 on old builds)."""
-    return conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _ONE_ROW.count("?")
+    return (conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 2 * len(fences)) // _ONE_ROW.count("?")
 
 
-def _learn(conn: sqlite3.Connection, heads: Heads, stream: str) -> None:
-    """Read the head and ``stream``'s version (one statement, outside any transaction)."""
-    if len(heads.versions) >= _MAX_STREAMS:
+def _learn(conn: sqlite3.Connection, heads: Heads, streams: list[str]) -> None:
+    """Read the head and the versions of ``streams`` (one statement, outside any transaction)."""
+    if len(heads.versions) + len(streams) > _MAX_STREAMS:
         heads.versions.clear()
-    head, version = conn.execute(_HEAD_AND_VERSION, (stream,)).fetchone()
+    head, *versions = conn.execute(_head_and_versions(len(streams)), streams).fetchone()
     if heads.head is not None and head != heads.head:
         heads.versions.clear()  # the log moved on: every other remembered version may be stale
     heads.head = head
-    heads.versions[stream] = version
+    heads.versions.update(zip(streams, versions, strict=True))
 
 
-_HEAD_AND_VERSION: Final = (
-    "SELECT (SELECT coalesce(max(position), 0) FROM events),"
-    " (SELECT coalesce(max(version), 0) FROM events WHERE stream = ?)"
-)
+@functools.lru_cache(maxsize=16)
+def _head_and_versions(count: int) -> str:
+    one = "(SELECT coalesce(max(version), 0) FROM events WHERE stream = ?)"
+    return f"SELECT (SELECT coalesce(max(position), 0) FROM events), {', '.join([one] * count)}"

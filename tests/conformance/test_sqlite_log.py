@@ -279,10 +279,17 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
             await b.coord_swap("lease", 1, Claim(key="lease", holder="b", token=2, expires_us=1))
             with pytest.raises(FenceLostError):
                 await a.append("t", [new()], 3, fences=[Fence("lease", 1)])
+            with pytest.raises(FenceLostError):  # several streams, one statement, the same fence
+                await a.append_many([("t", [new()], 3), ("v", [new()], 0)], fences=[Fence("lease", 1)])
+            await b.append("t", [new()], 3)
+            with pytest.raises(WrongExpectedVersionError):
+                await a.append_many([("v", [new()], 0), ("t", [new()], 3)])
+            await a.append_many([("v", [new()], 0), ("t", [new(), new()], 4)], fences=[Fence("lease", 2)])
             envs = await everything(a)
         assert_log_invariants(envs)
         assert [(e.stream, e.version) for e in envs] == [
-            ("s", 1), ("s", 2), ("s", 3), ("s", 4), ("t", 1), ("u", 1), ("t", 2), ("u", 2), ("t", 3)
+            ("s", 1), ("s", 2), ("s", 3), ("s", 4), ("t", 1), ("u", 1), ("t", 2), ("u", 2), ("t", 3),
+            ("t", 4), ("v", 1), ("t", 5), ("t", 6),
         ]  # fmt: skip
 
     async def test_a_log_written_by_the_first_layout_opens_reads_and_takes_appends(
