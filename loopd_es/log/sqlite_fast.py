@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .group_commit import Request
 
 _ONE_ROW: Final = "(" + ",".join("?" * (len(COLUMN_NAMES) + 1)) + ")"  # the columns and the checksum
+_LEARN_AT_ONCE: Final = 256  # streams of one request the fast path takes (old builds bind <= 999)
 _MAX_STREAMS: Final = (
     4096  # remembered stream versions; past it they are forgotten (a look-up brings one back)
 )
@@ -63,6 +64,9 @@ def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) ->
         return False
     (request,) = group
     streams = [part.stream for part in request.parts]
+    if len(streams) > _LEARN_AT_ONCE:  # one look-up binds a variable per stream
+        heads.forget()
+        return False
     if heads.head is None or any(stream not in heads.versions for stream in streams):
         _learn(conn, heads, streams)
     head = heads.head
@@ -77,11 +81,9 @@ def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) ->
     rows: list[tuple[Any, ...]] = []
     envelopes = place_envelopes(request, head, staged, now_rfc3339(), rows)
     fences = request.fences
-    most = _rows_per_statement(conn, fences)
+    most = _rows_per_statement(conn, fences)  # may be < 1 with very many fences: then in chunks
     try:
-        landed = (
-            _insert(conn, rows, fences) if len(rows) <= most else _insert_chunks(conn, rows, fences, most)
-        )
+        landed = _insert(conn, rows, fences) if len(rows) <= most else _insert_chunks(conn, rows, fences)
     except sqlite3.IntegrityError:  # a position someone else took, or a recorded event id
         landed = False
     except sqlite3.OperationalError as e:
@@ -120,15 +122,14 @@ def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], fences: tuple
     return conn.execute(_insert_fenced(len(rows), len(fences)), args).rowcount == len(rows)
 
 
-def _insert_chunks(
-    conn: sqlite3.Connection, rows: list[tuple[Any, ...]], fences: tuple[Fence, ...], most: int
-) -> bool:
+def _insert_chunks(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], fences: tuple[Fence, ...]) -> bool:
     """Insert more rows than one statement can bind, in one transaction, if every fence holds."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         if fences and sqlite_coord.check_fences(conn, fences) is not None:
             conn.execute("ROLLBACK")
             return False
+        most = max(1, _rows_per_statement(conn, ()))  # never an empty range: a bad limit fails loudly
         for start in range(0, len(rows), most):
             _insert(conn, rows[start : start + most], ())
         conn.execute("COMMIT")

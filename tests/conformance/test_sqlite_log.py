@@ -161,6 +161,21 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
             assert again == first
         assert await store.head() == 40_000
 
+    async def test_many_streams_and_fences_beyond_the_bound_variable_limit(self, store: LogStore) -> None:
+        """One append_many to 600 streams and a batch with 600 fences, SQLite's variable limit at 999."""
+        assert isinstance(store, SqliteLog)
+        await store._run(lambda conn: conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999))
+        await store.coord_swap("k", 0, Claim(key="k", holder="a", token=1, expires_us=1))
+        written = await store.append_many([(f"s-{i}", [new()], 0) for i in range(600)])
+        assert [w[0].position for w in written] == list(range(1, 601))
+        fences = [Fence("k", 1)] * 600
+        await store.append("s-0", [new(i=i) for i in range(200)], 1, fences=fences)
+        await store.append("s-0", [new()], 201, fences=fences)
+        with pytest.raises(FenceLostError):
+            await store.append("s-0", [new()], 202, fences=[*fences, Fence("k", 2)])
+        assert await store.head() == 801
+        assert_log_invariants(await everything(store))
+
     @pytest.mark.parametrize("create", [False, True])
     async def test_another_applications_database_is_refused_untouched(
         self, tmp_path: Path, create: bool
