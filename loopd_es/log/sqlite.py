@@ -28,7 +28,7 @@ import anyio.to_thread
 
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
 from ..private_files import create_private
-from . import sqlite_coord
+from . import sqlite_coord, sqlite_fast
 from . import sqlite_ops as ops
 from .base import (
     READ_BATCH,
@@ -63,6 +63,9 @@ class SqliteLog(LogStore):
             True  # the connection's busy timeout is busy_timeout_ms (False: 0, for an inline commit)
         )
         self._busy_timeout_ms = BUSY_TIMEOUT_MS
+        self._heads = (
+            sqlite_fast.Heads()
+        )  # the head this connection last wrote: lone appends skip the look-up
 
     @property
     def busy_timeout_ms(self) -> int:
@@ -148,7 +151,7 @@ class SqliteLog(LogStore):
             conn.execute("PRAGMA busy_timeout = 0")
             self._waits = False
         try:
-            ops.commit_group(conn, group)
+            sqlite_fast.commit(conn, group, self._heads)
         except sqlite3.OperationalError as e:
             if not ops.is_busy(e):
                 raise ops.translate(e, str(self.path), None) from e
@@ -159,7 +162,7 @@ class SqliteLog(LogStore):
 
     async def _commit(self, group: list[Request]) -> None:
         """Commit on the worker thread, waiting out another writer's lock (the busy timeout)."""
-        await self._run(ops.commit_group, group)
+        await self._run(sqlite_fast.commit, group, self._heads)
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -253,6 +256,7 @@ class SqliteLog(LogStore):
         return report
 
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
+        self._heads.forget()
         await self._run(ops.begin_import, self.url)
         checker = SequenceChecker(self.url)
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from loopd_es.errors import (
 )
 from loopd_es.events.envelope import NO_STREAM
 from loopd_es.log import open_store
+from loopd_es.log.coord import Claim, Fence, FenceLostError
 from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
 from loopd_es.testing import IntegrityContract, LogStoreContract, assert_log_invariants, everything, new
 
@@ -26,6 +28,8 @@ if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
 
 pytestmark = pytest.mark.anyio
+
+_FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
 class TestSqliteLog(LogStoreContract, IntegrityContract):
@@ -157,6 +161,21 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
             assert again == first
         assert await store.head() == 40_000
 
+    async def test_many_streams_and_fences_beyond_the_bound_variable_limit(self, store: LogStore) -> None:
+        """One append_many to 600 streams and a batch with 600 fences, SQLite's variable limit at 999."""
+        assert isinstance(store, SqliteLog)
+        await store._run(lambda conn: conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999))
+        await store.coord_swap("k", 0, Claim(key="k", holder="a", token=1, expires_us=1))
+        written = await store.append_many([(f"s-{i}", [new()], 0) for i in range(600)])
+        assert [w[0].position for w in written] == list(range(1, 601))
+        fences = [Fence("k", 1)] * 600
+        await store.append("s-0", [new(i=i) for i in range(200)], 1, fences=fences)
+        await store.append("s-0", [new()], 201, fences=fences)
+        with pytest.raises(FenceLostError):
+            await store.append("s-0", [new()], 202, fences=[*fences, Fence("k", 2)])
+        assert await store.head() == 801
+        assert_log_invariants(await everything(store))
+
     @pytest.mark.parametrize("create", [False, True])
     async def test_another_applications_database_is_refused_untouched(
         self, tmp_path: Path, create: bool
@@ -252,6 +271,65 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         con.close()
         async with await SqliteLog.open(path, create=False) as s:
             assert any("position 1" in p for p in (await s.verify()).problems)
+
+    async def test_a_stale_remembered_head_never_misplaces_an_append(self, tmp_path: Path) -> None:
+        """Each connection remembers the head of its own last commit; another connection's commits make it
+        stale, and every append must still land at the true head and version, or fail as it should."""
+        path = tmp_path / "log.db"
+        async with await SqliteLog.open(path) as a, await SqliteLog.open(path) as b:
+            await a.append("s", [new()], 0)
+            await b.append("s", [new()], 1)
+            with pytest.raises(WrongExpectedVersionError) as caught:
+                await a.append("s", [new()], 1)  # a still remembers version 1: the store must not believe it
+            assert caught.value.actual == 2
+            await a.append("s", [new(), new()], 2)
+            await a.append("t", [new()])
+            await b.append("u", [new()])
+            await a.append("t", [new()], 1)  # a's head is stale though t is unchanged
+            retried = [new()]
+            first = await b.append("u", retried, 1)
+            assert await a.append("u", retried, 1) == first  # a retry through the stale connection
+            await b.coord_swap("lease", 0, Claim(key="lease", holder="b", token=1, expires_us=1))
+            await a.append("t", [new()], 2, fences=[Fence("lease", 1)])
+            await b.coord_swap("lease", 1, Claim(key="lease", holder="b", token=2, expires_us=1))
+            with pytest.raises(FenceLostError):
+                await a.append("t", [new()], 3, fences=[Fence("lease", 1)])
+            with pytest.raises(FenceLostError):  # several streams, one statement, the same fence
+                await a.append_many([("t", [new()], 3), ("v", [new()], 0)], fences=[Fence("lease", 1)])
+            await b.append("t", [new()], 3)
+            with pytest.raises(WrongExpectedVersionError):
+                await a.append_many([("v", [new()], 0), ("t", [new()], 3)])
+            await a.append_many([("v", [new()], 0), ("t", [new(), new()], 4)], fences=[Fence("lease", 2)])
+            envs = await everything(a)
+        assert_log_invariants(envs)
+        assert [(e.stream, e.version) for e in envs] == [
+            ("s", 1), ("s", 2), ("s", 3), ("s", 4), ("t", 1), ("u", 1), ("t", 2), ("u", 2), ("t", 3),
+            ("t", 4), ("v", 1), ("t", 5), ("t", 6),
+        ]  # fmt: skip
+
+    async def test_a_log_written_by_the_first_layout_opens_reads_and_takes_appends(
+        self, tmp_path: Path
+    ) -> None:
+        """A copy of a log written by loopd-es before the fast commit path (tests/fixtures), read and extended."""
+        path = tmp_path / "layout1.db"
+        shutil.copyfile(_FIXTURES / "sqlite_log_layout1.db", path)
+        async with await SqliteLog.open(path, create=False) as s:
+            envs = await everything(s)
+            assert [(e.stream, e.version) for e in envs] == [
+                ("goal-a", 1), ("goal-a", 2), ("goal-a", 3), ("goal-b", 1), ("goal-a", 4), ("goal-c", 1)
+            ]  # fmt: skip
+            assert envs[3].causation_id == "11111111-1111-4111-8111-111111111111"
+            assert envs[3].data_dict() == {"goal_id": "b", "text": "h\u00e9llo \u2713"}
+            assert [c.holder for c in await s.coord_read("lease/")] == ["w1"]
+            assert (await s.verify()).ok
+        async with await SqliteLog.open(path) as s:
+            await s.append("goal-a", [new()], 4, fences=[Fence("lease/engine", 1)])
+            await s.append("goal-c", [new()], 1)
+            with pytest.raises(WrongExpectedVersionError):
+                await s.append("goal-b", [new()], 0)
+            report = await s.verify()
+            assert report.ok and report.events == 8
+            assert_log_invariants(await everything(s))
 
     async def test_unknown_option_is_a_usage_error(self, tmp_path: Path) -> None:
         with pytest.raises(UsageError):
