@@ -291,7 +291,7 @@ class Goals:
             state = await self.service.load(goal_id)
         now = self.service.clock()
         if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
-            from ..domain.provider_limit import iso
+            from ..clock import iso
 
             if iso(now) < state.retry_after and not state.interactive:
                 return TurnReport(goal_id=goal_id, result="waiting", detail=state.retry_after)

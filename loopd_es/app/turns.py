@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import msgspec
 
+from ..clock import iso
 from ..domain import goal_commands as c
 from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
-from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
 from ..errors import WrongExpectedVersionError
 from ..events import goal as g

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ..clock import parse_rfc3339
 from ..errors import UsageError
 from ..events.command import (
     AwaitCancelled,
@@ -35,7 +36,6 @@ from ..events.command import (
     WatchSpec,
     WatchSuspended,
 )
-from ..events.envelope import parse_rfc3339
 from .command_checks import (
     compile_read_pattern,
     compile_watch_regex,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ..events.envelope import parse_rfc3339
+from ..clock import parse_rfc3339
 from .command import exit_evidence
 
 if TYPE_CHECKING:

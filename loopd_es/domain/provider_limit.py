@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from ..clock import iso
 from .state import ProviderLimit
 
 RETRY_AFTER_CAP_SECONDS: Final = 31_536_000
@@ -97,11 +98,6 @@ def _told(value: Any) -> Any:
     if isinstance(value, list):
         return [_told(v) for v in value]
     return value
-
-
-def iso(moment: datetime) -> str:
-    """``2026-10-07T12:00:00.000Z``: the reference's ISO form (milliseconds, UTC), so strings sort as times."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def classify(

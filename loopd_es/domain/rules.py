@@ -92,7 +92,7 @@ def js_number(value: float) -> str:
 
 
 def lease_valid(state: GoalState, now: datetime) -> bool:
-    from .provider_limit import iso
+    from ..clock import iso
 
     return state.lease_expires_at is not None and iso(now) < state.lease_expires_at
 

@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from ..app.service import Ctx
+from ..clock import parse_rfc3339
 from ..domain.streams import goal_stream
 from ..errors import StreamNotFoundError
-from .clock import parse_iso
 from .notices import NOTICE_TYPES
 from .shares import GoalLostError, Shares, acting_for, preferred
 
@@ -123,7 +123,7 @@ class Balancer:
                         await engine.turns.resend(goal_id, ctx)
                     engine.tracker.schedule(goal_id, "confirm", engine.clock.now())
                 elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
-                    engine.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+                    engine.tracker.schedule(goal_id, "retry", parse_rfc3339(state.retry_after))
         except GoalLostError as e:
             log.info("lost a goal while adopting it: %s", e)
         await engine.catch_up()

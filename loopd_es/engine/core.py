@@ -26,7 +26,7 @@ import msgspec
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import Guard, Kind, Transcript, no_guard
-from ..domain.provider_limit import iso
+from ..clock import Clock, iso, parse_rfc3339
 from ..domain.streams import aggregate_of
 from ..events import engine as en
 from ..host.errors import HostError
@@ -42,7 +42,6 @@ from ..host.events import (
     ToolCallStarted,
 )
 from ..procs.paths import CommandPaths
-from .clock import Clock, parse_iso
 from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
 from .live import Live, Tracker, after
 from .notices import NOTICE_TYPES, notice_for
@@ -228,7 +227,7 @@ class Engine:
         if env.type in ("run.failed", "run.fell_back"):  # a fallback turn's next turn is due at once ("at")
             retry_after = env.data_dict().get("retry_after" if env.type == "run.failed" else "at")
             if retry_after:
-                self.tracker.schedule(goal_id, "retry", parse_iso(retry_after))
+                self.tracker.schedule(goal_id, "retry", parse_rfc3339(retry_after))
         elif env.type == "run.idle_candidate":
             live = self.tracker.live(goal_id)
             if live.candidate_at is not None:
@@ -488,6 +487,6 @@ class Engine:
             return
         if state.retry_after is not None and iso(self.clock.now()) < state.retry_after:
             # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
-            self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+            self.tracker.schedule(goal_id, "retry", parse_rfc3339(state.retry_after))
             return
         await self.continue_goal(goal_id, Ctx.new())

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from ..app.service import Ctx
 from ..app.turns import USAGE_WINDOW, Transcript
+from ..clock import iso, whole_ms
 from ..domain import goal_commands as c
-from ..domain.provider_limit import iso
 from ..events import run as r
 from ..host.errors import HostError
-from .idle_rules import confirm_failure, to_ms, turn_proven
+from .idle_rules import confirm_failure, turn_proven
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -96,7 +96,7 @@ class IdleGate:
         quiet_since = live.assistant_completed_at or live.candidate_at
         if (
             live.last_activity is not None
-            and to_ms(live.last_activity) > live.candidate_at
+            and whole_ms(live.last_activity) > live.candidate_at
             and live.last_activity > quiet_since
         ):
             await self._stage(state, now, ctx)  # activity since the candidate: start the quiet period again

@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ..app.service import Ctx
+from ..clock import iso
 from ..domain import goal_commands as c
 from ..domain.decide import decide
-from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
 from ..events import engine as en
 from ..events import run as r

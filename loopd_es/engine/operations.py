@@ -17,13 +17,13 @@ import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
+from ..clock import Clock, SystemClock
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
 from ..events import goal as g
 from ..events.envelope import new_event_id
 from ..host.errors import HostError
 from .checks import run_checks
-from .clock import Clock, SystemClock
 from .notices import notice_for
 from .outbox import Outbox
 

@@ -35,17 +35,16 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from ..domain.provider_limit import iso
+from ..clock import from_us, iso, to_us
 from ..errors import LoopdError
 from ..events import engine as en
 from ..events.catalogue import new_event
 from ..log.coord import Claim as Record
 from ..log.coord import Fence
-from .lease import from_us, to_us
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..log.base import LogStore
-    from .clock import Clock
 
 MEMBER_PREFIX: Final = "engine/member/"
 GONE_AFTER_TTLS: Final = 10

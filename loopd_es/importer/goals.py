@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from ..clock import parse_rfc3339
 from ..events import goal as g
 from ..events import run as r
-from ..events.envelope import parse_rfc3339
 from ..events.imported import CheckResult, GoalRuntimeImported, VerificationAttempt
 from .builder import Emitted, GoalBuilder, Report, Sourced, exact, from_line, start_run
 from .corrections import budget_event, correct

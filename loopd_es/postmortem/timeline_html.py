@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..events.envelope import parse_rfc3339
+from ..clock import parse_rfc3339
 from .history import History, branches, called_by, short_stream, show, show_change
 
 if TYPE_CHECKING:

@@ -30,6 +30,7 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ..clock import parse_rfc3339
 from ..domain.command import (
     MAX_OUTPUT_BYTES,
     TERMINATE_GRACE_S,
@@ -46,7 +47,6 @@ from ..domain.command import (
 )
 from ..errors import LoopdError, UsageError
 from ..events.command import CommandResized, CommandSpawned, SignalName, SignalReason, WatchSpec
-from ..events.envelope import parse_rfc3339
 from ..log import open_store
 from .outlog import OutputLog, until_matches
 from .owner_link import (

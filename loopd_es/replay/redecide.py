@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..clock import iso, parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, initial
-from ..domain.provider_limit import iso
 from ..domain.rules import DEFAULT_MAX_FAILURES, after_ms, backoff_ms
 from ..domain.state import GoalState, ProviderLimit
 from ..domain.switching import observe_limit
@@ -31,9 +31,11 @@ from ..events import identity as i
 from ..events import run as r
 from ..events.base import Event
 from ..events.catalogue import decode_payload
-from ..events.envelope import Envelope, parse_rfc3339
 from .policy import Policy
 from .verdict import Divergence, Refused, Step, compare, describe, divergence
+
+if TYPE_CHECKING:
+    from ..events.envelope import Envelope
 
 _TAILS: Final[dict[str, frozenset[str]]] = {
     "run.completed": frozenset({"goal.force_finish_requested", "goal.blocked", "goal.budget_exhausted"}),

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
+from ..clock import iso
 from ..domain import goal_commands as c
-from ..domain.provider_limit import iso
 from ..domain.streams import goal_stream
 from ..errors import ConflictError, WrongExpectedVersionError
 from ..events import identity as i

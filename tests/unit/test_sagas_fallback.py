@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from loopd_es.app.service import Ctx
-from loopd_es.domain.provider_limit import iso
+from loopd_es.clock import iso
 from loopd_es.host.errors import ProviderErrorInfo
 from loopd_es.host.sim_script import FailureRule
 from projections.goals import pending_text
