@@ -74,6 +74,10 @@ class FakeClock:
         self._now = utc(moment)
 
 
+WALL: Final = SystemClock()
+"""The wall clock, for the parts that are handed no clock (a command's supervisor, a bundle's stamp)."""
+
+
 def utc(moment: datetime) -> datetime:
     """``moment`` in UTC; a naive datetime is taken as UTC already (as the reference writes its times)."""
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
@@ -103,9 +107,19 @@ def iso(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+def iso_ms(ms: float) -> str:
+    """Epoch milliseconds as :func:`iso` text: what the reference's ``new Date(ms).toISOString()`` prints."""
+    return iso(from_ms(ms))
+
+
 def iso_us(moment: datetime) -> str:
     """``2026-10-07T12:00:00.123456Z``: the log's form (microseconds, UTC)."""
     return utc(moment).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def display(moment: datetime) -> str:
+    """``2026-12-02 13:00:01``: a time in a table (UTC, to the second)."""
+    return utc(moment).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def from_ms(ms: float) -> datetime:

@@ -13,9 +13,10 @@ reads each event once; the cache is dropped on a version conflict.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from ..clock import WALL
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, fold, initial
@@ -75,7 +76,7 @@ class GoalService:
     ) -> None:
         self.store = store
         self.host = host
-        self.clock = clock or (lambda: datetime.now(UTC))
+        self.clock = clock or WALL
         self.directory = directory
         self.owner = owner
         self.index = index

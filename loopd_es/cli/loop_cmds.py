@@ -23,7 +23,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
-from ..clock import Clock, FakeClock, SystemClock, from_ms, to_ms
+from ..clock import Clock, FakeClock, SystemClock, display, from_ms, to_ms
 from ..domain.loop import decide
 from ..errors import StorageError, UsageError
 from ..host import host_url, open_host
@@ -317,9 +317,7 @@ def _loop_rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 def _ts(ms: int | None) -> str:
     if not ms:
         return "-"
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return display(from_ms(ms))
 
 
 async def _loops(args: argparse.Namespace) -> int:

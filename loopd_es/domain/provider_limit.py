@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from ..clock import iso
+from ..clock import iso, parse_rfc3339
 from .state import ProviderLimit
 
 RETRY_AFTER_CAP_SECONDS: Final = 31_536_000
@@ -183,7 +183,7 @@ def _retry_at(value: Any, now: datetime) -> str | None:
         moment = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         try:
-            moment = datetime.fromisoformat(value)
+            moment = parse_rfc3339(value)
         except ValueError:
             return None
     if moment.tzinfo is None:

@@ -26,7 +26,7 @@ import msgspec
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import Guard, Kind, Transcript, no_guard
-from ..clock import Clock, iso, parse_rfc3339
+from ..clock import Clock, from_ms, iso, ms_between, parse_rfc3339
 from ..domain.streams import aggregate_of
 from ..events import engine as en
 from ..host.errors import HostError
@@ -338,7 +338,7 @@ class Engine:
             return
         reported: dict[str, object] = {"message": event.message or "", "attempt": event.attempt}
         if event.next_at_ms is not None:  # OpenCode's next attempt: the provider's Retry-After, recovered
-            reported["retryAfter"] = max(0.0, event.next_at_ms / 1000 - self.clock.now().timestamp())
+            reported["retryAfter"] = max(0.0, ms_between(from_ms(event.next_at_ms), self.clock.now()) / 1000)
         try:
             await self.host.abort(worker)
         except HostError:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ..app.service import Ctx
-from ..clock import iso
+from ..clock import iso, ms_between
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.rules import lease_valid
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
     from ..domain.state import GoalState
     from .core import Engine
     from .live import Live
-
-
-def _ms(a: datetime, b: datetime) -> float:
-    return (a - b).total_seconds() * 1000
 
 
 class Maintenance:
@@ -92,7 +88,7 @@ class Maintenance:
         if (
             live.tools
             and live.last_activity is not None
-            and _ms(now, live.last_activity) > engine.config.tool_ttl_ms
+            and ms_between(now, live.last_activity) > engine.config.tool_ttl_ms
         ):
             live.tools.clear()
             live.candidate_at, live.candidate_generation = None, None
@@ -147,7 +143,7 @@ class Maintenance:
         marks = [m for m in (live.last_activity, live.run_started_at) if m is not None]
         if not marks or state.active_run_id is None:
             return False
-        quiet = _ms(now, max(marks))
+        quiet = ms_between(now, max(marks))
         if quiet <= engine.config.idle_recover_ms:
             return False
         event = r.RunRecovered(
@@ -171,10 +167,10 @@ class Maintenance:
             or failed_at is None
             or state.active_run_id is None
             or state.stuck_notified_run_id == state.active_run_id
-            or _ms(now, failed_at) <= engine.config.idle_unconfirmed_ms
+            or ms_between(now, failed_at) <= engine.config.idle_unconfirmed_ms
         ):
             return False
-        await self._stuck(state, _ms(now, failed_at) / 1000, "idle-unconfirmed", ctx)
+        await self._stuck(state, ms_between(now, failed_at) / 1000, "idle-unconfirmed", ctx)
         return True
 
     async def busy_stuck(self, state: GoalState, live: Live, now: datetime, status: str, ctx: Ctx) -> None:
@@ -187,10 +183,10 @@ class Maintenance:
             or state.stuck_notified_run_id == state.active_run_id
             or lease_valid(state, now)
             or last is None
-            or _ms(now, last) <= engine.config.stuck_running_ms
+            or ms_between(now, last) <= engine.config.stuck_running_ms
         ):
             return
-        await self._stuck(state, _ms(now, last) / 1000, "busy", ctx, status)
+        await self._stuck(state, ms_between(now, last) / 1000, "busy", ctx, status)
 
     async def _stuck(
         self,

@@ -13,13 +13,14 @@ call keeps file I/O off the event loop. Without a state path the state lives in 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Literal, TypeVar
 
 import anyio.to_thread
 import msgspec
 
+from ..clock import WALL, iso
 from .base import (
     AgentCatalog,
     AgentInfo,
@@ -90,7 +91,7 @@ class SimulatedHost(SimEvents):
         self.script = (script or HostScript()).resolved(url)
         self.state_path = state_path
         self._url = url
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock = clock or WALL
         self._memory = SimState.initial(self.script)
         self._pending: list[AnyHostEvent] = []
         self._subscribers = []
@@ -552,5 +553,4 @@ class SimulatedHost(SimEvents):
         return next((a.name for a in self.script.agents or () if a.mode != "subagent"), None)
 
     def _now(self) -> str:
-        moment = self._clock().astimezone(UTC)
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+        return iso(self._clock())

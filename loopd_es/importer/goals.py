@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..clock import parse_rfc3339
+from ..clock import iso, parse_rfc3339
 from ..events import goal as g
 from ..events import run as r
 from ..events.imported import CheckResult, GoalRuntimeImported, VerificationAttempt
@@ -556,4 +556,4 @@ def _backoff(timestamp: str, failures: int) -> str | None:
     except ValueError:
         return None
     deadline = at + timedelta(milliseconds=min(30_000, 1000 * 2**failures))
-    return deadline.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(deadline)

@@ -20,13 +20,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 
+from ..clock import WALL, iso_us
 from ..domain.command import (
     TERMINATE_GRACE_S,
     CommandNotFoundError,
@@ -70,10 +70,6 @@ DIRECT_KILL = signal.SIGUSR2
 """Likewise for kill."""
 ANSWER_WITHIN_S = {"terminate": TERMINATE_GRACE_S + 3.0, "kill": 3.0}
 """How long terminate and kill wait for the owner's answer before they signal through the owner directly."""
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 async def load_state(store: LogStore, command_id: str) -> CommandState | None:
@@ -216,7 +212,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
     lock_fd = take_lock(paths.lock(command_id))
     assert lock_fd is not None  # a fresh uuid has no owner
     try:
-        now = utcnow()
+        now = WALL.now()
         started = CommandStarted(
             command_id=command_id,
             title=spec.title,
@@ -232,7 +228,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
             watch=spec.watch,
             goal_id=spec.goal_id,
             notify_on_exit=spec.notify_on_exit,
-            started_at=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            started_at=iso_us(now),
             owner_session_id=spec.owner_session_id,
             machine=paths.machine_id(),
         )
@@ -312,7 +308,7 @@ async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = Non
             try:
                 facts = stored_facts(paths.log(s.id))
                 events, _ = await append_decided(
-                    store, s.id, partial(decide_missing, now=utcnow(), output=facts), s
+                    store, s.id, partial(decide_missing, now=WALL.now(), output=facts), s
                 )
                 marked += bool(events)
             finally:

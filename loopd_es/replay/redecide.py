@@ -13,7 +13,7 @@ taken another path, and the log holds no observations of that path. Pure: envelo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -231,7 +231,8 @@ class _Ctx(msgspec.Struct, kw_only=True):
 _Checker = Callable[[Step, GoalState, GoalState, _Ctx], Divergence | None]
 
 
-def _now(step: Step, *candidates: str | None) -> datetime:
+def _decided_at(step: Step, *candidates: str | None) -> datetime:
+    """The first recorded time the decision was taken at, else when its event was recorded."""
     for text in candidates:
         if text:
             return parse_rfc3339(text)
@@ -256,7 +257,7 @@ def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
     cmd = c.StartRun(
         goal_id=state.goal_id, run_id=e.run_id, prompt_message_id=e.prompt_message_id, kind=e.kind
     )
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, e.at)))
+    decided = _run(cmd, state, _facts(ctx.policy, _decided_at(step, e.at)))
     if not decided or not isinstance(mine := decided[0], r.RunStarted):
         return compare(step, decided)
     if not e.lease_expires_at:  # a log from before leases were recorded
@@ -286,7 +287,9 @@ def _confirm(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
         run_id=e.run_id,
         generation=state.run_generation if e.generation is None else e.generation,
     )
-    return compare(step, _run(cmd, state, _facts(ctx.policy, _now(step, blocked.at if blocked else None))))
+    return compare(
+        step, _run(cmd, state, _facts(ctx.policy, _decided_at(step, blocked.at if blocked else None)))
+    )
 
 
 def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
@@ -332,7 +335,7 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
     immediately = blocked is not None and e.consecutive_failures < limit
     at = e.at or step.occurred_at or (blocked.at if blocked else None)
     if not at and e.retry_after:  # a log from before run.failed carried its time: count back the backoff
-        at = iso(_minus_ms(parse_rfc3339(e.retry_after), backoff_ms(e.consecutive_failures)))
+        at = iso(parse_rfc3339(e.retry_after) - timedelta(milliseconds=backoff_ms(e.consecutive_failures)))
     cmd = c.RecordRunFailure(
         goal_id=state.goal_id,
         error_text=e.error,
@@ -341,16 +344,10 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
         run_id=None if e.run_id == "unknown" else e.run_id,
         generation=e.generation,
     )
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, at)))
+    decided = _run(cmd, state, _facts(ctx.policy, _decided_at(step, at)))
     if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
         decided[0] = msgspec.structs.replace(decided[0], at="")
     return compare(step, decided)
-
-
-def _minus_ms(when: datetime, ms: int) -> datetime:
-    from datetime import timedelta
-
-    return when - timedelta(milliseconds=ms)
 
 
 def _rejection(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
@@ -372,7 +369,7 @@ def _rejection(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> 
         cwd=e.cwd,
     )
     now = _details_time(e.details) or (blocked.at if blocked else None)
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, now)))
+    decided = _run(cmd, state, _facts(ctx.policy, _decided_at(step, now)))
     return compare(step, decided)
 
 
@@ -390,7 +387,7 @@ def _completed(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> 
         cmd = c.ForceComplete(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence)
     else:
         cmd = c.CompleteGoal(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence, attempt_id="")
-    decided = _run(cmd, state, _facts(ctx.policy, _now(step, e.at, step.occurred_at)))
+    decided = _run(cmd, state, _facts(ctx.policy, _decided_at(step, e.at, step.occurred_at)))
     if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
         decided[0] = msgspec.structs.replace(decided[0], at="")
     return compare(step, decided)
@@ -401,7 +398,9 @@ def _budget(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Div
     assert isinstance(e, g.GoalBudgetExhausted)
     if not e.worker_aborted:
         return None  # decided with an idle confirmation, checked there
-    return compare(step, _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _now(step))))
+    return compare(
+        step, _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _decided_at(step)))
+    )
 
 
 def _after_usage(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:
@@ -410,8 +409,10 @@ def _after_usage(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -
         {"token_budget", "cost_budget"} & ctx.policy.goal.keys()
     ):
         return None
-    decided = _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _now(step)))
-    if not decided or _run(c.EnforceBudget(goal_id=recorded.goal_id), recorded, _facts(Policy(), _now(step))):
+    decided = _run(c.EnforceBudget(goal_id=state.goal_id), state, _facts(ctx.policy, _decided_at(step)))
+    if not decided or _run(
+        c.EnforceBudget(goal_id=recorded.goal_id), recorded, _facts(Policy(), _decided_at(step))
+    ):
         return None
     return divergence(
         step,
@@ -446,7 +447,7 @@ def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
     )
     facts = _facts(
         ctx.policy,
-        _now(step, prepared_at),
+        _decided_at(step, prepared_at),
         model_catalog=catalog,
         can_switch_model=catalog is not None and catalog.switching != "unsupported",
     )
