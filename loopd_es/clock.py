@@ -101,6 +101,34 @@ def parse_or_none(text: str | None) -> datetime | None:
         return None
 
 
+def is_before(moment: datetime, text: str | None) -> bool:
+    """``moment`` comes before the time ``text`` names (a deadline not reached yet); ``False`` when ``text``
+    is absent or names no time, so an unreadable deadline counts as passed rather than waiting forever."""
+    until = parse_or_none(text)
+    return until is not None and moment < until
+
+
+def later(text: str | None, than: str | None) -> bool:
+    """The time ``text`` names is after the one ``than`` names; ``False`` unless both are readable times."""
+    a, b = parse_or_none(text), parse_or_none(than)
+    return a is not None and b is not None and a > b
+
+
+def utc_text(text: str) -> str:
+    """``text`` with its instant written in UTC: the normalization at the edge where outside times come in.
+
+    Text already in UTC (``...Z``, as loopd writes every time) is kept byte for byte; an offset (``+02:00``)
+    or none is rewritten as :func:`iso` (:func:`iso_us` when it has finer digits); text naming no time is kept
+    as it is, for the reader to refuse or show.
+    """
+    if text.endswith("Z"):
+        return text
+    moment = parse_or_none(text)
+    if moment is None:
+        return text
+    return iso(moment) if moment.microsecond % 1000 == 0 else iso_us(moment)
+
+
 def iso(moment: datetime) -> str:
     """``2026-10-07T12:00:00.000Z``: the reference's form (milliseconds, UTC), as its state files and texts show."""
     moment = utc(moment)

@@ -291,9 +291,9 @@ class Goals:
             state = await self.service.load(goal_id)
         now = self.service.clock()
         if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
-            from ..clock import iso
+            from ..clock import is_before
 
-            if iso(now) < state.retry_after and not state.interactive:
+            if is_before(now, state.retry_after) and not state.interactive:
                 return TurnReport(goal_id=goal_id, result="waiting", detail=state.retry_after)
         return await self.continue_turn(goal_id, ctx, explicit=False)
 

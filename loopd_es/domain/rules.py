@@ -9,6 +9,7 @@ import math
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
+from ..clock import is_before
 from ..errors import DomainError
 
 if TYPE_CHECKING:
@@ -92,9 +93,7 @@ def js_number(value: float) -> str:
 
 
 def lease_valid(state: GoalState, now: datetime) -> bool:
-    from ..clock import iso
-
-    return state.lease_expires_at is not None and iso(now) < state.lease_expires_at
+    return is_before(now, state.lease_expires_at)
 
 
 def stale_run(run_id: str | None, generation: int | None, state: GoalState) -> bool:

@@ -26,7 +26,7 @@ import msgspec
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import Guard, Kind, Transcript, no_guard
-from ..clock import Clock, from_ms, iso, ms_between, parse_rfc3339
+from ..clock import Clock, from_ms, is_before, iso, ms_between, parse_rfc3339
 from ..domain.streams import aggregate_of
 from ..events import engine as en
 from ..host.errors import HostError
@@ -485,7 +485,7 @@ class Engine:
             or state.interactive
         ):
             return
-        if state.retry_after is not None and iso(self.clock.now()) < state.retry_after:
+        if state.retry_after is not None and is_before(self.clock.now(), state.retry_after):
             # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
             self.tracker.schedule(goal_id, "retry", parse_rfc3339(state.retry_after))
             return

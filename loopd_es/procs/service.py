@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ..clock import WALL, iso_us
+from ..clock import EPOCH, WALL, iso_us, parse_or_none
 from ..domain.command import (
     TERMINATE_GRACE_S,
     CommandNotFoundError,
@@ -99,7 +99,7 @@ async def list_states(store: LogStore) -> list[CommandState]:
             s = await load_state(store, stream[len(STREAM_PREFIX) :])
             if s is not None:
                 out.append(s)
-    return sorted(out, key=lambda s: s.created_at)
+    return sorted(out, key=lambda s: parse_or_none(s.created_at) or EPOCH)
 
 
 async def append_decided(
