@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..app.service import Ctx
 from ..app.turns import USAGE_WINDOW, Transcript
-from ..clock import iso, whole_ms
+from ..clock import iso, ms_between, whole_ms
 from ..domain import goal_commands as c
 from ..events import run as r
 from ..host.errors import HostError
@@ -91,7 +91,7 @@ class IdleGate:
         if live.candidate_generation != gen or live.candidate_at is None:
             await self._stage(state, now, ctx)
             return False, None
-        if (now - live.candidate_at).total_seconds() * 1000 < engine.config.confirm_idle_ms:
+        if ms_between(now, live.candidate_at) < engine.config.confirm_idle_ms:
             return False, None
         quiet_since = live.assistant_completed_at or live.candidate_at
         if (

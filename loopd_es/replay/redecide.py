@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..clock import iso, parse_rfc3339
+from ..clock import iso, ms_between, parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, initial
@@ -300,7 +300,7 @@ def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
         return None
     done = parse_rfc3339(step.env.recorded_at)
     for first, then in zip(mine, mine[1:], strict=False):
-        quiet = (parse_rfc3339(then) - parse_rfc3339(first)).total_seconds() * 1000
+        quiet = ms_between(parse_rfc3339(then), parse_rfc3339(first))
         if quiet >= window_ms:
             return divergence(
                 step,
@@ -312,7 +312,7 @@ def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
                 f"recorded: the worker became active again before the next idle candidate at {then}; when it "
                 "did is not recorded, so whether the turn would have been cut short is not known",
             )
-    gap = (done - parse_rfc3339(mine[-1])).total_seconds() * 1000
+    gap = ms_between(done, parse_rfc3339(mine[-1]))
     if gap < window_ms:
         return divergence(
             step,

@@ -8,10 +8,11 @@ the slot key as the host's prompt id, so a retry of the same slot is recognisabl
 For the engine::
 
     sched = Scheduler(store, host, clock, claimer=engine_id, owner=engine_id, all_sessions=True)
-    report = await sched.fire_due(to_ms(clock.now()))   # on every tick: sweeps, goal ticks, due slots
-    wake_at = sched.next_wake()                     # epoch ms worth waking for (None: nothing scheduled)
+    report = await sched.fire_due()   # on every tick: sweeps, goal ticks, due slots
+    wake_at = sched.next_wake()       # epoch ms worth waking for (None: nothing scheduled)
 
-``clock`` is a :class:`loopd_es.clock.Clock` (slots are epoch ms: ``to_ms(clock.now())``); :func:`loopd_es.domain.loop.decide.due_now` is the pure "what is due at T".
+``clock`` is the one :class:`loopd_es.clock.Clock`; slots are epoch ms, so "now" is ``to_ms(clock.now())``.
+:func:`loopd_es.domain.loop.decide.due_now` is the pure "what is due at T".
 """
 
 from __future__ import annotations
