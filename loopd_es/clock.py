@@ -43,9 +43,6 @@ class SystemClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
 
-    def __call__(self) -> datetime:
-        return datetime.now(UTC)
-
 
 class FakeClock:
     """A clock that moves only when a test says so."""
@@ -54,9 +51,6 @@ class FakeClock:
         self._now = utc(start) if start is not None else datetime(2026, 12, 2, 12, 0, 0, tzinfo=UTC)
 
     def now(self) -> datetime:
-        return self._now
-
-    def __call__(self) -> datetime:
         return self._now
 
     def advance(self, seconds: float) -> datetime:

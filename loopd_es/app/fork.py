@@ -189,7 +189,7 @@ async def fork_goal(
         config=config,
         state=msgspec.to_builtins(state),
         changed=changed,
-        at=iso_us(service.clock()),
+        at=iso_us(service.clock.now()),
     )
     forked = g.GoalForked(
         goal_id=source_id,

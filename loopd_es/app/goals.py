@@ -289,7 +289,7 @@ class Goals:
             if recorded:
                 ctx = ctx.caused_by(recorded[-1].event_id)
             state = await self.service.load(goal_id)
-        now = self.service.clock()
+        now = self.service.clock.now()
         if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
             from ..clock import is_before
 

@@ -111,7 +111,7 @@ class Engine:
         self.host = host
         self.clock = clock
         self.config = config or EngineConfig()
-        self.service = GoalService(store, host, clock=clock.now, directory=directory, owner=owner)
+        self.service = GoalService(store, host, clock=clock, directory=directory, owner=owner)
         self.guard = guard or no_guard
         self.goals = Goals(self.service, self.guard)
         self.turns = self.goals.turns

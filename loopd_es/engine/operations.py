@@ -65,7 +65,7 @@ class Operations:
         """The tool call these operations answer (``None`` from the CLI): recorded on the events it causes."""
         self.clock = clock or SystemClock()
         self.service = GoalService(
-            store, host, clock=self.clock.now, directory=directory, owner=owner, index=index
+            store, host, clock=self.clock, directory=directory, owner=owner, index=index
         )
         self.host = host
         self.goals = Goals(self.service)

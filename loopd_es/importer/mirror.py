@@ -22,7 +22,6 @@ been quiet for ``settle`` seconds, so they never pre-empt a line that is about t
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -32,6 +31,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
+from ..clock import WALL, Clock, from_us
 from ..errors import ConflictError, LoopdError
 from ..events.catalogue import decode_data, decode_payload
 from ..events.envelope import NO_STREAM
@@ -98,7 +98,7 @@ async def mirror_pass(
     directory: Path,
     *,
     settle: float = 0.0,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = WALL,
     cache: MirrorCache | None = None,
 ) -> MirrorPass:
     """Append every fact of the project at ``directory`` that the log does not hold yet.
@@ -241,12 +241,13 @@ def _line(source: str) -> int:
     return int(source[7:]) if source.startswith("ledger:") else 0
 
 
-def _settle_in(directory: Path, settle: float, clock: Callable[[], float]) -> float | None:
+def _settle_in(directory: Path, settle: float, clock: Clock) -> float | None:
     """None when ``state.json`` has been unchanged for ``settle`` seconds, else the seconds left."""
     if settle <= 0:
         return None
     try:
-        age = clock() - (directory / LOOPD_DIR / "state.json").stat().st_mtime
+        modified = from_us((directory / LOOPD_DIR / "state.json").stat().st_mtime_ns // 1000)
+        age = (clock.now() - modified).total_seconds()
     except OSError:
         return None  # build_plan read it a moment ago; gone now means the next pass says so
     return None if age >= settle else settle - age

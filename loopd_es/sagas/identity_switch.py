@@ -172,7 +172,7 @@ class SwitchSaga:
             from_agent=from_agent,
             pending=event.pending,
             owner_pid=os.getpid(),
-            at=iso(self.service.clock()),
+            at=iso(self.service.clock.now()),
         )
         try:
             recorded = await self.service.append(switch_stream(event.switch_id), [started], ctx, expected=0)
@@ -253,7 +253,7 @@ class SwitchSaga:
         st = saga.started
         assert st is not None
         intent = s.HostCallIntended(
-            switch_id=st.switch_id, key=key, op=op, arg=arg, purpose=purpose, at=iso(self.service.clock())
+            switch_id=st.switch_id, key=key, op=op, arg=arg, purpose=purpose, at=iso(self.service.clock.now())
         )
         await self._record(saga, intent, ctx)
         crashpoint(f"before host {purpose} {op}")

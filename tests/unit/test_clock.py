@@ -103,7 +103,7 @@ def test_fake_clock_moves_only_when_told() -> None:
     assert clock.now() == datetime(2026, 1, 1, tzinfo=UTC) and clock.now().tzinfo is UTC
     assert clock.advance(1.5) - clock.advance_ms(500) == timedelta(milliseconds=-500)
     clock.set(EPOCH)
-    assert clock() == EPOCH and to_ms(clock.now()) == 0
+    assert clock.now() == EPOCH and to_ms(clock.now()) == 0
 
 
 @given(moments)
@@ -161,3 +161,12 @@ async def test_an_imported_retry_past_its_deadline_is_due_not_waiting(tmp_path: 
         clock.set(datetime(2026, 11, 20, 10, 30, tzinfo=UTC))
         after = await goals.idle(RETRY, Ctx.new())
         assert after.result != "waiting"
+
+
+def test_tables_show_the_instant_in_utc() -> None:
+    from loopd_es.cli.query_cmds import _time
+
+    assert (
+        _time("2026-11-20T12:26:04.000+02:00") == _time("2026-11-20T10:26:04.000Z") == "2026-11-20 10:26:04"
+    )
+    assert _time(None) == "-" and _time("later") == "later"

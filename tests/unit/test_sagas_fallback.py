@@ -97,7 +97,9 @@ async def test_s62_prompt_delivery_quota_is_a_fallback_turn_and_the_next_turn_ap
             state.model_pending.model,
             state.model_pending.reason,
         ) == ("p/new", "quota")
-        assert state.phase == "waiting_retry" and state.retry_after == iso(w.clock())  # due now: no backoff
+        assert state.phase == "waiting_retry" and state.retry_after == iso(
+            w.clock.now()
+        )  # due now: no backoff
         assert state.consecutive_failures == 0 and state.last_error is None  # not a failure (#22)
         types = [e.type for e in await w.events()]
         assert "run.failed" not in types and "run.fell_back" in types
