@@ -31,8 +31,9 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from loopd_es.clock import now_rfc3339  # noqa: E402
 from loopd_es.dash.app import Config, Dashboard  # noqa: E402
-from loopd_es.events.envelope import NewEvent, now_rfc3339  # noqa: E402
+from loopd_es.events.envelope import NewEvent  # noqa: E402
 from loopd_es.log import open_store  # noqa: E402
 
 APPENDER = """

@@ -37,11 +37,11 @@ from typing import Any
 
 import anyio
 
+from loopd_es.clock import FakeClock
 from loopd_es.domain import goal_commands as c
 from loopd_es.domain.decide import decide
 from loopd_es.domain.evolve import initial
 from loopd_es.domain.streams import goal_stream
-from loopd_es.engine.clock import FakeClock
 from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.engine.fence import FencedStore
 from loopd_es.engine.lease import Lease

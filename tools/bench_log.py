@@ -39,13 +39,13 @@ from typing import Any
 import anyio
 import msgspec
 
+from loopd_es.clock import now_rfc3339
 from loopd_es.events.envelope import (
     ENVELOPE_DECODER,
     ENVELOPE_ENCODER,
     Envelope,
     NewEvent,
     new_event_id,
-    now_rfc3339,
 )
 from loopd_es.log import open_store
 

@@ -20,7 +20,8 @@ from typing import Any
 import anyio
 import msgspec
 
-from loopd_es.events.envelope import ENVELOPE_ENCODER, Envelope, NewEvent, now_rfc3339
+from loopd_es.clock import now_rfc3339
+from loopd_es.events.envelope import ENVELOPE_ENCODER, Envelope, NewEvent
 from loopd_es.log import open_store
 
 PAYLOAD = {"goal_id": "g-000123", "summary": "s" * 120, "turn": 7}

@@ -34,7 +34,8 @@ from typing import Any
 import anyio
 import psycopg
 
-from loopd_es.events.envelope import NewEvent, now_rfc3339
+from loopd_es.clock import now_rfc3339
+from loopd_es.events.envelope import NewEvent
 from loopd_es.log import open_store
 from loopd_es.log.postgres import split_postgres_url
 

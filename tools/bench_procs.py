@@ -26,9 +26,9 @@ from typing import Any
 
 import anyio
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain.streams import command_stream
 from loopd_es.events.command import WatchSpec
-from loopd_es.events.envelope import parse_rfc3339
 from loopd_es.log import open_store
 from loopd_es.procs import owner_link, service
 from loopd_es.procs.paths import CommandPaths

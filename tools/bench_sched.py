@@ -32,6 +32,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loopd_es.clock import SystemClock, to_ms
 from loopd_es.domain.loop import decide
 from loopd_es.domain.loop.due import DueIndex
 from loopd_es.domain.loop.model import SessionLoops, evolve
@@ -41,7 +42,7 @@ from loopd_es.host.sim_script import HostScript, ScriptSession
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
 from loopd_es.sched import service
-from loopd_es.sched.runner import Scheduler, SystemClock
+from loopd_es.sched.runner import Scheduler
 
 
 def detection(n: int, ticks: int, seed: int = 1) -> dict[str, Any]:
@@ -126,7 +127,7 @@ async def latency(n: int, seconds: float) -> dict[str, Any]:
             while time.perf_counter() < end:
                 await sched.fire_due()
                 wake = sched.next_wake()
-                await anyio.sleep(max(0.0, ((wake or clock.now_ms() + 100) - clock.now_ms()) / 1000))
+                await anyio.sleep(max(0.0, ((wake or to_ms(clock.now()) + 100) - to_ms(clock.now())) / 1000))
             lat = []
             async for env in store.read_all():
                 if env.type == "loop.slot_claimed":

@@ -24,11 +24,11 @@ from typing import Any
 
 import anyio
 
+from loopd_es.clock import FakeClock
 from loopd_es.domain import goal_commands as c
 from loopd_es.domain.decide import decide
 from loopd_es.domain.evolve import initial
 from loopd_es.domain.streams import goal_stream
-from loopd_es.engine.clock import FakeClock
 from loopd_es.engine.tool_api import ToolCall, ToolDispatcher
 from loopd_es.events.catalogue import new_event
 from loopd_es.events.goal import GoalWorkerAssigned

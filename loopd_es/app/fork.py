@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..clock import iso_us, parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.evolve import fold, initial
 from ..domain.streams import goal_stream
 from ..errors import UsageError
 from ..events import goal as g
 from ..events.catalogue import new_event
-from ..events.envelope import ANY, NO_STREAM, parse_rfc3339
+from ..events.envelope import ANY, NO_STREAM
 from ..events.imported import happened_at
 from ..host.base import ForkedWorker
 from ..host.errors import HostError
@@ -188,7 +189,7 @@ async def fork_goal(
         config=config,
         state=msgspec.to_builtins(state),
         changed=changed,
-        at=service.clock().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        at=iso_us(service.clock.now()),
     )
     forked = g.GoalForked(
         goal_id=source_id,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..clock import is_before
 from ..domain import goal_commands as c
-from ..domain.provider_limit import iso
 from ..errors import ConflictError
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError
@@ -283,9 +283,9 @@ class Goals:
             if recorded:
                 ctx = ctx.caused_by(recorded[-1].event_id)
             state = await self.service.load(goal_id)
-        now = self.service.clock()
+        now = self.service.clock.now()
         if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
-            if iso(now) < state.retry_after and not state.interactive:
+            if is_before(now, state.retry_after) and not state.interactive:
                 return TurnReport(goal_id=goal_id, result="waiting", detail=state.retry_after)
         return await self.continue_turn(goal_id, ctx, explicit=False)
 

@@ -13,9 +13,9 @@ reads each event once; the cache is dropped on a version conflict.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from ..clock import WALL, Clock
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, fold, initial
@@ -77,7 +77,7 @@ class GoalService:
         store: LogStore,
         host: WorkerHost,
         *,
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
         directory: str = ".",
         owner: str = "cli",
         index: GoalIndex | None = None,
@@ -85,7 +85,7 @@ class GoalService:
     ) -> None:
         self.store = store
         self.host = host
-        self.clock = clock or (lambda: datetime.now(UTC))
+        self.clock: Clock = clock or WALL
         self.directory = directory
         self.owner = owner
         self.index = index
@@ -174,7 +174,7 @@ class GoalService:
                 if g.goal_id != state.goal_id and g.status == "active" and g.config.workspace_write
             )
         return c.Facts(
-            now=self.clock(),
+            now=self.clock.now(),
             active_writers=writers,
             worker_status=status,
             model_catalog=model_catalog,

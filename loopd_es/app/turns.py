@@ -155,7 +155,7 @@ class TurnStarter:
             return TurnReport(goal_id=goal_id, result="not-active")
         if state.interactive and not explicit:
             return TurnReport(goal_id=goal_id, result="interactive")
-        if state.phase == "running" and lease_valid(state, service.clock()):
+        if state.phase == "running" and lease_valid(state, service.clock.now()):
             return TurnReport(goal_id=goal_id, result="running")
         if state.switch_in_flight is not None:  # no turn with the identity being replaced
             queued = await self._wait_for_switch(state, ctx, explicit=explicit, force=force, kind=kind)

@@ -75,7 +75,7 @@ async def _import(args: argparse.Namespace) -> int:
     async with await open_store(url) as store:
         result = await apply_plan(store, plan)
         if plan.needs_reconcile:
-            from ..events.envelope import now_rfc3339
+            from ..clock import now_rfc3339
             from ..importer.commands import past
             from ..procs.paths import CommandPaths
             from ..procs.service import load_state, reconcile

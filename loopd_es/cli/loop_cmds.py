@@ -23,13 +23,14 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import anyio
 import anyio.to_thread
 
+from ..clock import Clock, FakeClock, SystemClock, display, from_ms, to_ms
 from ..domain.loop import decide
 from ..errors import StorageError, UsageError
 from ..host import host_url, open_host
 from ..host.errors import HostError
 from ..log import open_store
 from ..sched import service, tools
-from ..sched.runner import Clock, FakeClock, FireReport, Scheduler, SystemClock
+from ..sched.runner import FireReport, Scheduler
 from ..text_safe import json_safe, term_line, term_lines
 from .options import add_host_option, store_url
 
@@ -110,7 +111,7 @@ def _reparse(args: argparse.Namespace, words: list[str]) -> list[str]:
 
 
 def _clock(args: argparse.Namespace) -> Clock:
-    return FakeClock(args.now) if args.now is not None else SystemClock()
+    return FakeClock(from_ms(args.now)) if args.now is not None else SystemClock()
 
 
 async def _loop(args: argparse.Namespace) -> int:
@@ -131,7 +132,7 @@ async def _loop(args: argparse.Namespace) -> int:
     if verb == "tool" and len(words) == 2:
         return await _tool(args, words[1])
     async with await open_store(store_url(args)) as store:
-        now = _clock(args).now_ms()
+        now = to_ms(_clock(args).now())
         if verb == "activate" and len(words) == 2:
             await service.activate(store, words[1], now)
         elif verb == "session-deleted" and len(words) == 2:
@@ -146,7 +147,7 @@ async def _loop(args: argparse.Namespace) -> int:
 
 async def _command(args: argparse.Namespace, text: str) -> int:
     session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
-    now = _clock(args).now_ms()
+    now = to_ms(_clock(args).now())
     if args.ephemeral and not args.owner:
         raise UsageError(
             "loop: --ephemeral needs --owner NAME, the lease the task lives on (see `loop lease`)"
@@ -230,7 +231,7 @@ async def _forever(sched: _Ticker, clock: Clock, args: argparse.Namespace, total
                 wake = sched.next_wake()
                 pause = args.period_ms / 1000
                 if wake is not None:
-                    pause = min(pause, max(0.0, (wake - clock.now_ms()) / 1000))
+                    pause = min(pause, max(0.0, (wake - to_ms(clock.now())) / 1000))
                 with anyio.move_on_after(pause):
                     await stop.wait()
             tg.cancel_scope.cancel()
@@ -247,7 +248,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
         raise UsageError('loop tool: give a JSON object, e.g. \'{"action": "list"}\'')
     call = tools.decode_call(call)
     session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
-    now = _clock(args).now_ms()
+    now = to_ms(_clock(args).now())
     async with await open_store(store_url(args)) as store:
         if call.get("tool") == "loop_status":
             result = await tools.loop_status(store, session_id=session)
@@ -316,9 +317,7 @@ def _loop_rows(conn: sqlite3.Connection) -> list[dict[str, Any]]:
 def _ts(ms: int | None) -> str:
     if not ms:
         return "-"
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    return display(from_ms(ms))
 
 
 async def _loops(args: argparse.Namespace) -> int:

@@ -46,7 +46,7 @@ def parse_time(text: str | None, option: str = "--at") -> datetime | None:
 
     :raises UsageError: naming ``option`` and showing the expected form.
     """
-    from ..events.envelope import parse_rfc3339
+    from ..clock import parse_rfc3339
 
     if text is None:
         return None

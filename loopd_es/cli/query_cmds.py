@@ -20,6 +20,8 @@ from typing import Any, Final, TypeVar
 import anyio.to_thread
 import msgspec
 
+from ..clock import display, parse_or_none
+from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
 from ..errors import EXIT_OK, UsageError
 from ..log import open_store
@@ -258,7 +260,6 @@ def _kept(conn: sqlite3.Connection, goal_id: str) -> Row:
     found = conn.execute("SELECT state FROM goals_fold WHERE goal_id = ?", (goal_id,)).fetchone()
     if found is None:
         return {}
-    from ..domain.state import GoalState
 
     state = msgspec.msgpack.decode(found[0], type=GoalState)
     return {k: msgspec.to_builtins(getattr(state, k)) for k in KEPT_FIELDS}
@@ -391,8 +392,9 @@ def _cost(used: float, limit: float | None) -> str:
 
 
 def _time(stamp: str | None) -> str:
-    """``2026-12-02T13:00:01.123456Z`` -> ``2026-12-02 13:00:01``."""
-    return "-" if not stamp else stamp.replace("T", " ")[:19]
+    """``2026-12-02T13:00:01.123456Z`` (or the same instant at any offset) -> ``2026-12-02 13:00:01`` (UTC)."""
+    moment = parse_or_none(stamp)
+    return display(moment) if moment is not None else stamp or "-"
 
 
 def command_rows(rows: Sequence[Row]) -> list[str]:

@@ -28,6 +28,7 @@ from textual.css.query import NoMatches
 from textual.widget import Widget
 from textual.widgets import DataTable, Footer, Header, Static, TabbedContent, TabPane
 
+from ..clock import from_ms
 from ..postmortem.who import who_lines
 from ..text_safe import term_block, term_line
 from . import data
@@ -74,9 +75,7 @@ def loop_cells(r: dict[str, Any]) -> tuple[Any, ...]:
 def _ms(value: Any) -> str:
     if not isinstance(value, int | float):
         return ""
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(value / 1000, UTC).strftime("%m-%d %H:%M:%S")
+    return from_ms(value).strftime("%m-%d %H:%M:%S")
 
 
 def goal_cells(g: dict[str, Any]) -> tuple[Any, ...]:

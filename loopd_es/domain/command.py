@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ..clock import iso_us, parse_rfc3339
 from ..errors import UsageError
 from ..events.command import (
     AwaitCancelled,
@@ -35,7 +36,6 @@ from ..events.command import (
     WatchSpec,
     WatchSuspended,
 )
-from ..events.envelope import parse_rfc3339
 from .command_checks import (
     compile_read_pattern,
     compile_watch_regex,
@@ -119,12 +119,8 @@ class OutputFacts(msgspec.Struct, frozen=True, kw_only=True):
     tail: str = ""
 
 
-def _iso(t: datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def deadline_for(started: datetime, timeout_seconds: int | None) -> str | None:
-    return None if timeout_seconds is None else _iso(started + timedelta(seconds=timeout_seconds))
+    return None if timeout_seconds is None else iso_us(started + timedelta(seconds=timeout_seconds))
 
 
 def exit_evidence(s: CommandState, status: str, exit_code: int | None, signal: str | None, tail: str) -> str:
@@ -219,7 +215,7 @@ def decide_exit(
         output_bytes=output.output_bytes,
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
-        ended_at=_iso(now),
+        ended_at=iso_us(now),
     )
     return [exited, *_fire_exit(s, status, code, sig, output.tail, goal_gone)]
 
@@ -253,7 +249,7 @@ def decide_missing(s: CommandState, *, now: datetime, output: OutputFacts) -> li
         output_bytes=output.output_bytes,
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
-        ended_at=_iso(now),
+        ended_at=iso_us(now),
     )
     return [exited, *_fire_exit(s, "missing", None, None, output.tail, frozenset())]
 

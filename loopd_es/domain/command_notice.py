@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ..events.envelope import parse_rfc3339
+from ..clock import ms_between, parse_rfc3339
 from .command import exit_evidence
 
 if TYPE_CHECKING:
@@ -70,6 +70,6 @@ def _ran_ms(s: CommandState) -> float:
     if s.ended_at is None:
         return 0.0
     try:
-        return (parse_rfc3339(s.ended_at) - parse_rfc3339(s.created_at)).total_seconds() * 1000
+        return ms_between(parse_rfc3339(s.ended_at), parse_rfc3339(s.created_at))
     except ValueError:
         return 0.0

@@ -13,12 +13,12 @@ import math
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..clock import iso
 from ..events import goal as g
 from ..events import run as r
 from ..events.base import Event
 from . import engine_rules, switching
 from . import goal_commands as c
-from .provider_limit import iso
 from .rules import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_MAX_REJECTIONS,

@@ -14,12 +14,12 @@ from typing import Any, Final
 
 import msgspec
 
+from ..clock import iso
 from ..events import engine as en
 from ..events import goal as g
 from ..events import run as r
 from ..events.base import Event
 from . import goal_commands as c
-from .provider_limit import iso
 from .state import GoalState
 
 _Decider = Callable[[Any, GoalState, c.Facts], list[Event]]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec.structs import astuple, replace
 
+from ..clock import later
 from ..errors import InvalidEventError
 from ..events import engine as en
 from ..events import goal as g
@@ -548,7 +549,7 @@ def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
     d.last_provider_limit = ProviderLimit.of(e)
     if e.marks_blocker and d.blocker is not None:
         d.blocker = replace(d.blocker, kind="provider-limit")
-    if d.phase == "waiting_retry" and e.retry_at and d.retry_after and e.retry_at > d.retry_after:
+    if d.phase == "waiting_retry" and later(e.retry_at, d.retry_after):
         d.retry_after = e.retry_at
 
 

@@ -24,6 +24,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from ..clock import iso, parse_rfc3339
 from .state import ProviderLimit
 
 RETRY_AFTER_CAP_SECONDS: Final = 31_536_000
@@ -100,11 +101,6 @@ def _told(value: Any) -> Any:
     if isinstance(value, list):
         return [_told(v) for v in value]
     return value
-
-
-def iso(moment: datetime) -> str:
-    """``2026-10-07T12:00:00.000Z``: the reference's ISO form (milliseconds, UTC), so strings sort as times."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 def classify(
@@ -190,7 +186,7 @@ def _retry_at(value: Any, now: datetime) -> str | None:
         moment = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         try:
-            moment = datetime.fromisoformat(value)
+            moment = parse_rfc3339(value)
         except ValueError:
             return None
     if moment.tzinfo is None:

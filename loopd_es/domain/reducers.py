@@ -11,19 +11,22 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import msgspec
 
+from ..clock import parse_rfc3339
 from ..errors import InvalidEventError
 from ..events.catalogue import decode_payload
-from ..events.envelope import Envelope, parse_rfc3339
 from ..events.imported import CONTROL_PREFIX, STREAM_PREFIX
 from .evolve import GoalFold
 from .evolve import initial as goal_initial
 from .imported_state import ControlState, ImportState, control_step, import_step
 from .state import REDUCER_VERSION, GoalState
 from .streams import aggregate_of
+
+if TYPE_CHECKING:
+    from ..events.envelope import Envelope
 
 
 class Folder(Protocol):

@@ -10,12 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..clock import iso
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
 from ..events.base import Event
 from . import goal_commands as c
-from .provider_limit import classify, iso
+from .provider_limit import classify
 from .rules import (
     NOT_OWNED,
     RuleError,

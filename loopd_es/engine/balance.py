@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 from .shares import GoalLostError, Shares, preferred
 
 if TYPE_CHECKING:
-    from .clock import Clock
+    from ..clock import Clock
     from .ports import Holder
 
 log = logging.getLogger("loopd_es.engine")

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Final
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import Guard, Kind, Transcript, no_guard
+from ..clock import Clock, from_ms, is_before, ms_between, parse_rfc3339
 from ..domain import goal_commands as c
-from ..domain.provider_limit import iso
 from ..domain.streams import aggregate_of, goal_stream
 from ..errors import StreamNotFoundError
 from ..host.errors import HostError
@@ -46,7 +46,6 @@ from ..host.events import (
 )
 from ..procs.paths import CommandPaths
 from .awaits import AwaitWaker
-from .clock import Clock, parse_iso
 from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
 from .config import EngineConfig as EngineConfig
 from .goal_fence import UnfencedWriteError
@@ -110,7 +109,7 @@ class Engine:
         self.config = config or EngineConfig()
         fence_for = shares.fence_for if shares is not None else None
         self.service = GoalService(
-            store, host, clock=clock.now, directory=directory, owner=owner, fence_for=fence_for
+            store, host, clock=clock, directory=directory, owner=owner, fence_for=fence_for
         )
         self.guard = guard or no_guard
         self.goals = Goals(self.service, self.guard)
@@ -246,7 +245,7 @@ class Engine:
         if env.type in ("run.failed", "run.fell_back"):  # a fallback turn's next turn is due at once ("at")
             retry_after = env.data_dict().get("retry_after" if env.type == "run.failed" else "at")
             if retry_after:
-                self.tracker.schedule(goal_id, "retry", parse_iso(retry_after))
+                self.tracker.schedule(goal_id, "retry", parse_rfc3339(retry_after))
         elif env.type == "run.idle_candidate":
             live = self.tracker.live(goal_id)
             if live.candidate_at is not None:
@@ -357,7 +356,7 @@ class Engine:
             return
         reported: dict[str, object] = {"message": event.message or "", "attempt": event.attempt}
         if event.next_at_ms is not None:  # OpenCode's next attempt: the provider's Retry-After, recovered
-            reported["retryAfter"] = max(0.0, event.next_at_ms / 1000 - self.clock.now().timestamp())
+            reported["retryAfter"] = max(0.0, ms_between(from_ms(event.next_at_ms), self.clock.now()) / 1000)
         try:
             await self.host.abort(worker)
         except HostError:
@@ -488,7 +487,7 @@ class Engine:
                     await self.turns.resend(goal_id, ctx)
                 self.tracker.schedule(goal_id, "confirm", self.clock.now())
             elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
-                self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+                self.tracker.schedule(goal_id, "retry", parse_rfc3339(state.retry_after))
         except GoalLostError as e:
             log.info("lost a goal while adopting it: %s", e)
         await self.catch_up()
@@ -543,8 +542,8 @@ class Engine:
             or state.interactive
         ):
             return
-        if state.retry_after is not None and iso(self.clock.now()) < state.retry_after:
+        if state.retry_after is not None and is_before(self.clock.now(), state.retry_after):
             # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
-            self.tracker.schedule(goal_id, "retry", parse_iso(state.retry_after))
+            self.tracker.schedule(goal_id, "retry", parse_rfc3339(state.retry_after))
             return
         await self.continue_goal(goal_id, Ctx.new())

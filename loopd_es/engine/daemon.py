@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import anyio.abc
 
+from ..clock import Clock, SystemClock, from_us, iso, to_ms, to_us
 from ..domain.loop import decide
-from ..domain.provider_limit import iso
 from ..errors import StorageError, UsageError
 from ..host import open_host
 from ..host.errors import HostError
@@ -36,11 +36,10 @@ from ..projector.watch import Waker, log_files, watch_commits, watch_log
 from ..sched.runner import Scheduler
 from . import tool_server
 from .balance import Balancer
-from .clock import Clock, SystemClock
 from .core import Engine, EngineConfig
 from .fence import FencedStore
 from .goal_fence import GoalFencedStore
-from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError, from_us, to_us
+from .lease import DEFAULT_TTL_MS, Lease, LeaseLostError
 from .shares import MEMBER_PREFIX, GoalLostError, Shares
 from .status import EngineStatus
 from .tool_api import ToolApiConfig, ToolDispatcher, hidden_from_workers, tool_handler
@@ -436,16 +435,17 @@ async def _loops(run: Running) -> None:
     """
     store, host, clock, options = run.store, run.host, run.clock, run.options
 
-    class _Ms:
-        def now_ms(self) -> int:
-            return int(clock.now().timestamp() * 1000)
-
-    ms = _Ms()
     cfg = (
         decide.Config() if options.claim_ttl_ms is None else decide.Config(claim_ttl_ms=options.claim_ttl_ms)
     )
     sched = Scheduler(
-        store, host, ms, claimer=f"engine-{options.holder}", all_sessions=True, owner=options.holder, cfg=cfg
+        store,
+        host,
+        clock,
+        claimer=f"engine-{options.holder}",
+        all_sessions=True,
+        owner=options.holder,
+        cfg=cfg,
     )
     failing = False
     try:
@@ -459,7 +459,7 @@ async def _loops(run: Running) -> None:
                         log.warning("loop tick failed, retrying: %s", e)
                     failing = True
             wake = sched.next_wake()
-            pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - ms.now_ms()) / 1000))
+            pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - to_ms(clock.now())) / 1000))
             await anyio.sleep(pause)
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):

@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING
 
 from ..app.service import Ctx
 from ..app.turns import USAGE_WINDOW, Transcript
+from ..clock import ms_between, whole_ms
 from ..domain import goal_commands as c
 from ..host.errors import HostError
-from .idle_rules import confirm_failure, to_ms, turn_proven
+from .idle_rules import confirm_failure, turn_proven
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..domain.state import GoalState
     from ..host.events import EngineHost, TranscriptMessage
-    from .clock import Clock
     from .live import Live, Tracker
     from .ports import GoalLog, TurnDriver
 
@@ -101,12 +102,12 @@ class IdleGate:
         if live.candidate_generation != gen or live.candidate_at is None:
             await self._stage(state, ctx)
             return False, None
-        if (now - live.candidate_at).total_seconds() * 1000 < self.confirm_idle_ms:
+        if ms_between(now, live.candidate_at) < self.confirm_idle_ms:
             return False, None
         quiet_since = live.assistant_completed_at or live.candidate_at
         if (
             live.last_activity is not None
-            and to_ms(live.last_activity) > live.candidate_at
+            and whole_ms(live.last_activity) > live.candidate_at
             and live.last_activity > quiet_since
         ):
             await self._stage(state, ctx)  # activity since the candidate: start the quiet period again

@@ -3,21 +3,10 @@ an idle candidate's time is compared at (docs/reference/loopd.md#s2-3)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from ..host.events import TranscriptMessage
-
-
-def to_ms(moment: datetime) -> datetime:
-    """``moment`` at the precision a candidate's time is recorded with (:func:`iso`: milliseconds).
-
-    Activity handled in the candidate's own millisecond came with the idle signal, not after it (OpenCode
-    sends a busy status just before its idle pair): compared at microseconds, it would stage the candidate
-    again and cost a second quiet period.
-    """
-    return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
 
 
 def confirm_failure(

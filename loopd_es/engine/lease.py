@@ -14,18 +14,18 @@ renewing is recorded, as ``engine.took_over`` on stream ``engine``.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
-from ..domain.provider_limit import iso
+from ..clock import from_us, iso, to_us
 from ..errors import LoopdError, StorageError
 from ..events import engine as en
 from ..events.catalogue import new_event
 from ..log.coord import Claim, Fence
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..log.base import LogStore
-    from .clock import Clock
 
 KEY: Final = "engine/lease"
 DEFAULT_TTL_MS: Final = 15_000
@@ -33,16 +33,6 @@ DEFAULT_TTL_MS: Final = 15_000
 
 class LeaseLostError(LoopdError):
     """Raised when this process no longer holds the engine lease (taken over, or run out); it must stop."""
-
-
-def to_us(moment: datetime) -> int:
-    """A UTC instant in integer microseconds since the epoch (how coordination records keep time)."""
-    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def from_us(us: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=us)
 
 
 class Lease:

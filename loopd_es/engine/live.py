@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Literal
 
+from ..clock import parse_rfc3339
 from ..domain.streams import aggregate_of
-from .clock import parse_iso
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
@@ -146,8 +146,8 @@ class Tracker:
 def _at(data: dict[str, object], env: Envelope) -> datetime:
     at = data.get("at")
     if isinstance(at, str) and at:
-        return parse_iso(at)
-    return parse_iso(env.recorded_at)
+        return parse_rfc3339(at)
+    return parse_rfc3339(env.recorded_at)
 
 
 def after(moment: datetime, ms: float) -> datetime:

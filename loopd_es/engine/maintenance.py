@@ -17,9 +17,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ..app.service import Ctx
+from ..clock import is_before, ms_between
 from ..domain import goal_commands as c
 from ..domain.decide import decide
-from ..domain.provider_limit import iso
 from ..domain.rules import lease_valid
 from ..domain.streams import goal_stream
 from ..host.errors import HostError
@@ -27,17 +27,13 @@ from .shares import GoalLostError
 
 if TYPE_CHECKING:
     from ..app.turns import Guard
+    from ..clock import Clock
     from ..domain.state import GoalState
     from ..host.events import EngineHost
     from ..log.base import LogStore
-    from .clock import Clock
     from .config import EngineConfig
     from .live import Live, Tracker
     from .ports import GoalLog, IdleSignal, Notifier, Switches, TurnDriver
-
-
-def _ms(a: datetime, b: datetime) -> float:
-    return (a - b).total_seconds() * 1000
 
 
 @dataclass
@@ -92,7 +88,7 @@ class Maintenance:
         goal_id, worker = state.goal_id, state.worker_session_id
         assert worker is not None
         if state.phase == "waiting_retry":
-            if state.retry_after is None or iso(now) >= state.retry_after:
+            if not is_before(now, state.retry_after):
                 await self.turns.continue_goal(goal_id, ctx)
             return
         if state.phase == "compacting":
@@ -105,7 +101,7 @@ class Maintenance:
         if (
             live.tools
             and live.last_activity is not None
-            and _ms(now, live.last_activity) > self.config.tool_ttl_ms
+            and ms_between(now, live.last_activity) > self.config.tool_ttl_ms
         ):
             live.tools.clear()
             live.candidate_at, live.candidate_generation = None, None
@@ -156,7 +152,7 @@ class Maintenance:
         marks = [m for m in (live.last_activity, live.run_started_at) if m is not None]
         if not marks or state.active_run_id is None:
             return False
-        quiet = _ms(now, max(marks))
+        quiet = ms_between(now, max(marks))
         if quiet <= self.config.idle_recover_ms:
             return False
         recover = c.RecoverRun(
@@ -179,10 +175,10 @@ class Maintenance:
             or failed_at is None
             or state.active_run_id is None
             or state.stuck_notified_run_id == state.active_run_id
-            or _ms(now, failed_at) <= self.config.idle_unconfirmed_ms
+            or ms_between(now, failed_at) <= self.config.idle_unconfirmed_ms
         ):
             return False
-        await self._stuck(state, _ms(now, failed_at) / 1000, "idle-unconfirmed", ctx)
+        await self._stuck(state, ms_between(now, failed_at) / 1000, "idle-unconfirmed", ctx)
         return True
 
     async def busy_stuck(self, state: GoalState, live: Live, now: datetime, status: str, ctx: Ctx) -> None:
@@ -194,10 +190,10 @@ class Maintenance:
             or state.stuck_notified_run_id == state.active_run_id
             or lease_valid(state, now)
             or last is None
-            or _ms(now, last) <= self.config.stuck_running_ms
+            or ms_between(now, last) <= self.config.stuck_running_ms
         ):
             return
-        await self._stuck(state, _ms(now, last) / 1000, "busy", ctx, status)
+        await self._stuck(state, ms_between(now, last) / 1000, "busy", ctx, status)
 
     async def _stuck(
         self,

@@ -17,12 +17,12 @@ import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
+from ..clock import Clock, SystemClock
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
 from ..events.envelope import new_event_id
 from ..host.errors import HostError
 from .checks import run_checks
-from .clock import Clock, SystemClock
 from .notices import notice_for
 from .outbox import Outbox
 
@@ -64,7 +64,7 @@ class Operations:
         """The tool call these operations answer (``None`` from the CLI): recorded on the events it causes."""
         self.clock = clock or SystemClock()
         self.service = GoalService(
-            store, host, clock=self.clock.now, directory=directory, owner=owner, index=index
+            store, host, clock=self.clock, directory=directory, owner=owner, index=index
         )
         self.host = host
         self.goals = Goals(self.service)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from ..app.turns import Guard, no_guard
-from ..domain.provider_limit import iso
+from ..clock import iso
 from ..errors import DuplicateEventIdError
 from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
@@ -23,12 +23,12 @@ from .shares import GoalLostError
 
 if TYPE_CHECKING:
     from ..app.service import Ctx
+    from ..clock import Clock
     from ..domain.state import GoalState
     from ..events.envelope import Envelope
     from ..host.events import EngineHost
     from ..log.base import LogStore
     from ..log.coord import Fence
-    from .clock import Clock
 
 STREAM: Final = "notifications"
 _NAMESPACE: Final = uuid.UUID("5b0c3f1e-7c1d-4c55-9a57-5f0e8b1d2a10")

@@ -32,17 +32,16 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from ..domain.provider_limit import iso
+from ..clock import from_us, iso, to_us
 from ..errors import LoopdError
 from ..events import engine as en
 from ..events.catalogue import new_event
 from ..log.coord import Claim as Record
 from ..log.coord import Fence
-from .lease import from_us, to_us
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..log.base import LogStore
-    from .clock import Clock
 
 MEMBER_PREFIX: Final = "engine/member/"
 GONE_AFTER_TTLS: Final = 10
@@ -128,7 +127,11 @@ class Shares:
             if record.expires_us < gone_before:  # a killed member's record, of no use to anyone any more
                 await self.store.coord_swap(record.key, record.token, None)
                 continue
-            members[member] = Member(record.holder, _time(record.expires_us), renewals=_renewals(record))
+            members[member] = Member(
+                record.holder,
+                from_us(record.expires_us) if record.expires_us else None,
+                renewals=_renewals(record),
+            )
         if self.expires_at is not None:  # this member as it knows itself (its record may lag a renewal)
             members[self.member] = Member(self.holder, self.expires_at, renewals=self.renewals)
         self.members = members
@@ -342,10 +345,6 @@ class Shares:
         if current is None or current.token != token or current.holder != self.member:
             self.held.pop(goal_id, None)
             raise GoalLostError(goal_id, "claimed by another engine")
-
-
-def _time(us: int) -> datetime | None:
-    return from_us(us) if us else None
 
 
 def _renewals(record: Record) -> int:

@@ -12,10 +12,10 @@ import contextlib
 import hashlib
 import json
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..clock import WALL, iso
 from .tool_server import private_socket_dir, socket_dir
 
 
@@ -36,7 +36,7 @@ class EngineStatus:
         """Record ``state`` (and why); a status that cannot be written never stops the engine."""
         if self.doc.get("state") == state and self.doc.get("detail") == detail:
             return
-        self.doc.update(state=state, detail=detail, since=datetime.now(UTC).isoformat(timespec="seconds"))
+        self.doc.update(state=state, detail=detail, since=iso(WALL.now()))
         with contextlib.suppress(OSError):
             private_socket_dir(self.path.parent)
             tmp = self.path.with_suffix(".tmp")

@@ -49,10 +49,10 @@ from .tool_spec import ToolArgs, ToolArgsError, ToolSpec
 from .tool_titles import title_for
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..domain.state import GoalState
     from ..host.events import EngineHost
     from ..log.base import LogStore
-    from .clock import Clock
 
 log = logging.getLogger("loopd_es.engine.tools")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import random
 import time
-from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import msgspec
@@ -108,27 +107,6 @@ _counter = 0
 # generator gives them without a system call per id, and is re-seeded in forked children.
 _rng = random.Random(os.urandom(32))
 os.register_at_fork(after_in_child=lambda: _rng.seed(os.urandom(32)))
-
-
-def now_rfc3339() -> str:
-    """The current UTC time as RFC 3339 with microseconds, e.g. ``2026-12-02T12:56:47.123456Z``."""
-    global _second_cache
-    now = time.time()
-    second = int(now)
-    if _second_cache[0] != second:  # strftime costs microseconds; appends happen many times a second
-        _second_cache = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
-    return f"{_second_cache[1]}.{int((now - second) * 1_000_000):06d}Z"
-
-
-_second_cache: tuple[int, str] = (-1, "")
-
-
-def parse_rfc3339(text: str) -> datetime:
-    """Parse a timestamp written by :func:`now_rfc3339` (or any ISO 8601 UTC time)."""
-    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value
 
 
 _ENCODER: Final = msgspec.json.Encoder()

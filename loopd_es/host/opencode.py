@@ -37,6 +37,7 @@ import httpx
 import httpx_sse
 import msgspec
 
+from ..clock import now_rfc3339
 from . import opencode_json as j
 from .base import (
     AgentCatalog,
@@ -63,7 +64,7 @@ from .errors import (
 )
 from .opencode_events import normalise_error as normalise_error
 from .opencode_events import transcript_message, translate_event
-from .opencode_wire import _AGENT_MODES, _message_id, _model_of, _now, _split_model, _status_kind, fork_point
+from .opencode_wire import _AGENT_MODES, _message_id, _model_of, _split_model, _status_kind, fork_point
 
 if TYPE_CHECKING:
     from .events import AnyHostEvent, TranscriptMessage
@@ -382,7 +383,7 @@ class OpenCodeHost:
     # -- catalogs and switches ------------------------------------------------------------------------
 
     async def list_models(self) -> ModelCatalog:
-        now = _now()
+        now = now_rfc3339()
         try:
             reply = await self._read(j.Providers, "list_models", "GET", "/provider")
         except HostError:
@@ -422,7 +423,7 @@ class OpenCodeHost:
         )
 
     async def list_agents(self) -> AgentCatalog:
-        now = _now()
+        now = now_rfc3339()
         try:
             reply = await self._read(list[j.AgentEntry], "list_agents", "GET", "/agent", empty=[])
         except HostError:

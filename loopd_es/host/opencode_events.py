@@ -8,11 +8,11 @@ transcript entry, kept apart so they are tested without a server.
 from __future__ import annotations
 
 import contextlib
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 
+from ..clock import from_ms, iso_us
 from . import opencode_json as j
 from .events import (
     AnyHostEvent,
@@ -150,7 +150,7 @@ def transcript_message(info: j.MessageInfo, parts: list[j.Part]) -> TranscriptMe
         role="assistant" if info.role == "assistant" else "user",
         parent_id=info.parentID,
         completed=completed is not None,
-        created_at=_iso(created),
+        created_at=iso_us(from_ms(created)) if isinstance(created, int | float) else "",
         input=round(tokens.input),
         output=round(tokens.output),
         reasoning=round(tokens.reasoning),
@@ -174,9 +174,3 @@ def _error_name(error: dict[str, Any] | None) -> str | None:
 
 def _int_or_none(value: object) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _iso(ms: object) -> str:
-    if not isinstance(ms, int | float):
-        return ""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -6,7 +6,6 @@ They hold no connection and do no I/O, so :mod:`.opencode` (the HTTP host) keeps
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal
 
 from .errors import HostRejectedError
@@ -66,7 +65,3 @@ def _split_model(model: str) -> tuple[str, str]:
 
 def _model_of(info: j.SessionInfo) -> str | None:
     return info.model.ref() if info.model is not None else None
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

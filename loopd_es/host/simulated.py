@@ -13,13 +13,13 @@ call keeps file I/O off the event loop. Without a state path the state lives in 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypeVar
 
 import anyio.to_thread
 import msgspec
 
+from ..clock import WALL, Clock, iso
 from .base import (
     AgentCatalog,
     AgentInfo,
@@ -85,19 +85,19 @@ class SimulatedHost(SimEvents):
         *,
         state_path: Path | None = None,
         url: str = "sim:memory",
-        clock: Callable[[], datetime] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.script = (script or HostScript()).resolved(url)
         self.state_path = state_path
         self._url = url
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._clock: Clock = clock or WALL
         self._memory = SimState.initial(self.script)
         self._pending: list[AnyHostEvent] = []
         self._subscribers = []
         self.events_path = events_path_for(state_path) if state_path is not None else None
 
     @classmethod
-    def from_file(cls, path: Path, *, clock: Callable[[], datetime] | None = None) -> SimulatedHost:
+    def from_file(cls, path: Path, *, clock: Clock | None = None) -> SimulatedHost:
         """The host scripted by ``path`` (default catalog if missing), its state in ``<stem>.state.json``.
 
         Blocking (reads the script); :func:`loopd_es.host.open_host` calls it on a worker thread.
@@ -552,5 +552,4 @@ class SimulatedHost(SimEvents):
         return next((a.name for a in self.script.agents or () if a.mode != "subagent"), None)
 
     def _now(self) -> str:
-        moment = self._clock().astimezone(UTC)
-        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+        return iso(self._clock.now())

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal
 
+from ..clock import parse_rfc3339
 from ..domain import command as dc
 from ..events import command as c
-from ..events.envelope import parse_rfc3339
 from .builder import Emitted, Report, Sourced, exact, from_line
 from .source import LAwaitCancelled, LCommand, typed
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..events.envelope import parse_rfc3339
+from ..clock import parse_rfc3339
 from ..events.imported import ControlCompleted, ControlRequested
 from .builder import Emitted, Report, from_line
 from .source import LControl, typed

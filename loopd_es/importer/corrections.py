@@ -52,7 +52,7 @@ def _status(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                     goal_id=gid, reason=reason, needed=needed, kind=kind, at=at, last_error=rt.last_error
                 ),
                 "state:goal.blocker",
-                **_time(at, "state:goal.blocker.at", snap),
+                **_when(at, "state:goal.blocker.at", snap),
                 cause=b.last_failure if rt.consecutive_failures else None,
             )
     elif want == "complete":
@@ -76,7 +76,7 @@ def _status(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                     at=at,
                 ),
                 "state:goal.completionEvidence",
-                **_time(at, "state:goal.completionEvidence.at", snap),
+                **_when(at, "state:goal.completionEvidence.at", snap),
                 cause=b.current_run(),
             )
     elif s.status == want:
@@ -126,7 +126,7 @@ def _updated(snap: RefGoal) -> When:
     return {"at": snap.updated_at, "at_from": "state:goal.updatedAt"}
 
 
-def _time(at: str | None, field: str, snap: RefGoal) -> When:
+def _when(at: str | None, field: str, snap: RefGoal) -> When:
     """The field's own time when it has one, else the goal record's ``updatedAt``."""
     return {"at": at, "at_from": field} if at else _updated(snap)
 
@@ -163,7 +163,7 @@ def _progress(b: GoalBuilder, snap: RefGoal) -> None:
     b.emit(
         g.GoalProgressReported(goal_id=b.goal_id, summary=p.summary, next=p.next, at=p.at),
         "state:goal.lastProgress",
-        **_time(p.at, "state:goal.lastProgress.at", snap),
+        **_when(p.at, "state:goal.lastProgress.at", snap),
     )
 
 
@@ -185,7 +185,7 @@ def _rejections(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
             free_retry=bool(rt.free_retry_pending),
         ),
         "state:runtime.evaluatorRejectionCount",
-        **_time(
+        **_when(
             attempt.completed_at if attempt else None,
             "state:runtime.lastVerificationAttempt.completedAt",
             snap,
@@ -277,7 +277,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
             b.emit(
                 i.FallbackPrepared(goal_id=gid, model=last.to, attempted=attempted, at=last.at),
                 "state:goal.modelFallback",
-                **_time(last.at, "state:goal.modelSwitch.last.at", snap),
+                **_when(last.at, "state:goal.modelSwitch.last.at", snap),
             )
         b.emit(
             i.IdentitySwitchApplied(
@@ -291,7 +291,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 at=last.at,
             ),
             "state:goal.modelSwitch.last",
-            **_time(last.at, "state:goal.modelSwitch.last.at", snap),
+            **_when(last.at, "state:goal.modelSwitch.last.at", snap),
         )
     alast = ags.last if ags else None
     if alast is not None and alast.to == cfg.agent:
@@ -306,7 +306,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 at=alast.at,
             ),
             "state:goal.agentSwitch.last",
-            **_time(alast.at, "state:goal.agentSwitch.last.at", snap),
+            **_when(alast.at, "state:goal.agentSwitch.last.at", snap),
         )
     switches: tuple[tuple[Literal["model", "agent"], RefSwitch | None], ...] = (("model", ms), ("agent", ags))
     for target, sw in switches:
@@ -322,7 +322,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     at=failure.at,
                 ),
                 f"state:goal.{target}Switch.lastFailure",
-                **_time(failure.at, f"state:goal.{target}Switch.lastFailure.at", snap),
+                **_when(failure.at, f"state:goal.{target}Switch.lastFailure.at", snap),
             )
     if snap.pending_identity is not None:
         pi = snap.pending_identity
@@ -340,7 +340,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     goal_id=gid, model=pending_model.model, attempted=attempted, at=pending_model.requested_at
                 ),
                 "state:goal.modelFallback",
-                **_time(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
+                **_when(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
             )
         else:
             b.emit(
@@ -352,7 +352,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     at=pending_model.requested_at,
                 ),
                 "state:goal.modelSwitch.pending",
-                **_time(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
+                **_when(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
             )
     pending_agent = ags.pending if ags and ags.pending and ags.pending.agent else None
     if pending_agent is not None and pending_agent.agent:
@@ -364,7 +364,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 at=pending_agent.requested_at,
             ),
             "state:goal.agentSwitch.pending",
-            **_time(pending_agent.requested_at, "state:goal.agentSwitch.pending.requestedAt", snap),
+            **_when(pending_agent.requested_at, "state:goal.agentSwitch.pending.requestedAt", snap),
         )
     if fb is not None and fb.status in ("exhausted", "unsupported", "unavailable"):
         cls = {
@@ -390,7 +390,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 marks_blocker=marks,
             ),
             "state:goal.lastProviderLimit",
-            **_time(limit.observed_at, "state:goal.lastProviderLimit.observedAt", snap),
+            **_when(limit.observed_at, "state:goal.lastProviderLimit.observedAt", snap),
         )
 
 

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from ..clock import iso, later, parse_rfc3339
 from ..events import goal as g
 from ..events import run as r
-from ..events.envelope import parse_rfc3339
 from ..events.imported import CheckResult, GoalRuntimeImported, VerificationAttempt
 from .builder import Emitted, GoalBuilder, Report, Sourced, exact, from_line, start_run
 from .corrections import budget_event, correct
@@ -547,7 +547,7 @@ def _last(data: GoalInput, type_: str) -> LedgerLine | None:
 def _link_turn(b: GoalBuilder, index: int) -> None:
     """A turn that follows a start, resume or retry directly was started by it (not by an earlier turn)."""
     before = b.items[index - 1] if index else None
-    if before is None or not isinstance(before.payload, _STARTERS) or before.at > b.items[index].at:
+    if before is None or not isinstance(before.payload, _STARTERS) or later(before.at, b.items[index].at):
         return
     cause = 0 if isinstance(before.payload, g.GoalWorkerAssigned) else index - 1
     b.items[index] = msgspec.structs.replace(b.items[index], cause=cause)
@@ -561,4 +561,4 @@ def _backoff(timestamp: str, failures: int) -> str | None:
     except ValueError:
         return None
     deadline = at + timedelta(milliseconds=min(30_000, 1000 * 2**failures))
-    return deadline.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return iso(deadline)

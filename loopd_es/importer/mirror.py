@@ -28,7 +28,6 @@ mid-line).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -38,6 +37,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
+from ..clock import WALL, Clock, from_us
 from ..errors import ConflictError, LoopdError
 from ..events.catalogue import decode_data, decode_payload
 from ..events.envelope import NO_STREAM
@@ -107,7 +107,7 @@ async def mirror_pass(
     directory: Path,
     *,
     settle: float = 0.0,
-    clock: Callable[[], float] = time.time,
+    clock: Clock = WALL,
     cache: MirrorCache | None = None,
 ) -> MirrorPass:
     """Append every fact of the project at ``directory`` that the log does not hold yet.
@@ -255,7 +255,7 @@ def _line(source: str) -> int:
     return int(source[7:]) if source.startswith("ledger:") else 0
 
 
-def _settle_in(directory: Path, settle: float, clock: Callable[[], float], *, torn: bool) -> float | None:
+def _settle_in(directory: Path, settle: float, clock: Clock, *, torn: bool) -> float | None:
     """None when ``state.json`` has been unchanged for ``settle`` seconds (and, with a ``torn`` ledger
     tail, the ledger for ``TORN_FACTOR`` times that), else the seconds left."""
     if settle <= 0:
@@ -263,7 +263,8 @@ def _settle_in(directory: Path, settle: float, clock: Callable[[], float], *, to
     files = ["state.json", "events.ndjson"] if torn else ["state.json"]
     need = settle * TORN_FACTOR if torn else settle
     try:
-        age = clock() - max((directory / LOOPD_DIR / name).stat().st_mtime for name in files)
+        modified = from_us(max((directory / LOOPD_DIR / name).stat().st_mtime_ns for name in files) // 1000)
+        age = (clock.now() - modified).total_seconds()
     except OSError:
         if torn:
             return settle  # rotated away meanwhile: the next pass looks again

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from ..clock import parse_rfc3339
 from ..errors import ConflictError, LoopdError, StorageError
 from ..events.catalogue import new_event
-from ..events.envelope import NO_STREAM, parse_rfc3339
+from ..events.envelope import NO_STREAM
 from ..events.imported import (
     CONTROL_PREFIX,
     STREAM_PREFIX,

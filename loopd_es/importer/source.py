@@ -10,11 +10,14 @@ import does not use are ignored, never rejected: loopd adds fields without bumpi
 from __future__ import annotations
 
 import hashlib
+from functools import cache
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from types import UnionType
+from typing import Annotated, Any, Final, Literal, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 import msgspec
 
+from ..clock import utc_text
 from ..errors import UsageError
 from ..events.command import EndReason, Status, UntilAction
 from ..events.goal import GoalStatus, WorkerTopology
@@ -30,6 +33,46 @@ class ImportSourceError(UsageError):
     def __init__(self, path: Path, problem: str) -> None:
         self.path = path
         super().__init__(f"cannot import {path}: {problem}; nothing was imported")
+
+
+Stamp = Annotated[str, msgspec.Meta(extra={"time": True})]
+"""A time as loopd wrote it, normalized to UTC on the way in (:func:`loopd_es.clock.utc_text`) by :func:`_utc`.
+
+loopd writes ``...Z``, kept byte for byte; a hand-edited ``+02:00`` would otherwise reach the log as is, and
+a deadline already past would read as not due. Normalizing here, at the edge, keeps every later reader's text
+in one shape."""
+
+
+def _is_time(tp: Any) -> bool:
+    if get_origin(tp) is Annotated:
+        return any(isinstance(m, msgspec.Meta) and (m.extra or {}).get("time") for m in tp.__metadata__)
+    return any(_is_time(arg) for arg in get_args(tp)) if get_origin(tp) in (Union, UnionType) else False
+
+
+_V = TypeVar("_V")
+
+
+@cache
+def _time_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    hints = get_type_hints(cls, include_extras=True)
+    return tuple(name for name in cls.__struct_fields__ if _is_time(hints[name]))
+
+
+def _utc(value: _V) -> _V:
+    """``value`` with every :data:`Stamp` field, at any depth, normalized to UTC."""
+    if isinstance(value, list):
+        return cast("_V", [_utc(v) for v in value])
+    if not isinstance(value, msgspec.Struct):
+        return value
+    changes: dict[str, Any] = {}
+    for name in value.__struct_fields__:
+        field = getattr(value, name)
+        if name in _time_fields(type(value)):
+            if isinstance(field, str) and (text := utc_text(field)) != field:
+                changes[name] = text
+        elif isinstance(field, msgspec.Struct | list) and (inner := _utc(field)) is not field:
+            changes[name] = inner
+    return msgspec.structs.replace(value, **changes) if changes else value
 
 
 def _f(name: str, default: Any = msgspec.NODEFAULT) -> Any:
@@ -75,23 +118,23 @@ class RefBlocker(_R, frozen=True):
     reason: str = ""
     needed: str = ""
     kind: Literal["provider-limit"] | None = None
-    at: str = ""
+    at: Stamp = ""
 
 
 class RefProgress(_R, frozen=True):
     summary: str
     next: str | None = None
-    at: str = ""
+    at: Stamp = ""
 
 
 class RefEvidence(_R, frozen=True):
     summary: str
     evidence: str
-    at: str = ""
+    at: Stamp = ""
 
 
 class RefPending(_R, frozen=True):
-    requested_at: str = ""
+    requested_at: Stamp = ""
     model: str | None = None
     agent: str | None = None
     reason: Literal["owner", "quota"] = "owner"
@@ -99,14 +142,14 @@ class RefPending(_R, frozen=True):
 
 class RefLastSwitch(_R, frozen=True):
     to: str
-    at: str = ""
+    at: Stamp = ""
     outcome: Literal["applied", "next-prompt"] = "applied"
     from_: str | None = _f("from", None)
     reason: Literal["owner", "quota"] = "owner"
 
 
 class RefSwitchFailure(_R, frozen=True):
-    at: str = ""
+    at: Stamp = ""
     reason: Literal["host-rejected", "catalog-unavailable"] = "host-rejected"
 
 
@@ -124,10 +167,10 @@ class RefIdentity(_R, frozen=True):
 class RefProviderLimit(_R, frozen=True):
     kind: Literal["quota", "rate-limit"]
     source: Literal["prompt-delivery", "session-error"]
-    observed_at: str
+    observed_at: Stamp
     model: str | None = None
     status_code: int | None = None
-    retry_at: str | None = None
+    retry_at: Stamp | None = None
 
 
 class RefFallback(_R, frozen=True):
@@ -161,8 +204,8 @@ class RefGoal(_R, frozen=True):
     last_progress: RefProgress | None = None
     completion_evidence: RefEvidence | None = None
     blocker: RefBlocker | None = None
-    created_at: str = ""
-    updated_at: str = ""
+    created_at: Stamp = ""
+    updated_at: Stamp = ""
 
 
 class RefCheck(_R, frozen=True):
@@ -178,8 +221,8 @@ class RefAttempt(_R, frozen=True):
     checks: list[RefCheck] = []
     sequence: int = 0
     run_generation: int = 0
-    started_at: str = ""
-    completed_at: str | None = None
+    started_at: Stamp = ""
+    completed_at: Stamp | None = None
     claimed_summary: str = ""
     claimed_evidence: str = ""
     cwd: str | None = None
@@ -189,10 +232,10 @@ class RefRuntime(_R, frozen=True):
     goal_id: str = _f("goalID")
     phase: Literal["idle", "queued", "running", "compacting", "waiting_retry", "stopping"] = "idle"
     active_run_id: str | None = _f("activeRunID", None)
-    lease_expires_at: str | None = None
+    lease_expires_at: Stamp | None = None
     consecutive_failures: int = 0
     last_error: str | None = None
-    retry_after: str | None = None
+    retry_after: Stamp | None = None
     run_count: int = 0
     budget_turn_count: int = 0
     evaluator_rejection_count: int | None = None
@@ -203,23 +246,23 @@ class RefRuntime(_R, frozen=True):
     active_prompt_message_id: str | None = _f("activePromptMessageID", None)
     accounted_message_ids: list[str] = _f("accountedMessageIDs", [])
     schedule_run_count: int | None = None
-    next_run_at: str | None = None
+    next_run_at: Stamp | None = None
     no_progress_count: int = 0
     recent_verification_attempts: list[RefAttempt] = []
-    turn_started_at: str | None = None
-    last_run_at: str | None = None
-    last_schedule_at: str | None = None
-    last_compact_at: str | None = None
+    turn_started_at: Stamp | None = None
+    last_run_at: Stamp | None = None
+    last_schedule_at: Stamp | None = None
+    last_compact_at: Stamp | None = None
     active_tool_call_ids: list[str] = _f("activeToolCallIDs", [])
-    last_parent_notified_at: str | None = None
+    last_parent_notified_at: Stamp | None = None
     last_parent_notified_for: str | None = None
     last_worker_status: str | None = None
     progress_during_turn: bool | None = None
     turn_tokens_used: int | None = None
     force_finish_requested: bool | None = None
     stuck_notified_run_id: str | None = _f("stuckNotifiedRunID", None)
-    worker_aborted_at: str | None = None
-    updated_at: str = ""
+    worker_aborted_at: Stamp | None = None
+    updated_at: Stamp = ""
 
 
 class RefWatchState(_R, frozen=True):
@@ -237,7 +280,7 @@ class RefCommand(_R, frozen=True):
     shell: bool | None = None
     end_reason: EndReason | None = None
     timeout_seconds: int | None = None
-    deadline_at: str | None = None
+    deadline_at: Stamp | None = None
     env_keys: list[str] = []
     watch_filter: str | None = None
     watch_until: str | None = None
@@ -258,17 +301,17 @@ class RefCommand(_R, frozen=True):
     output_bytes: int = 0
     stream_bytes: int = 0
     truncated: bool = False
-    created_at: str = ""
-    ended_at: str | None = None
+    created_at: Stamp = ""
+    ended_at: Stamp | None = None
     last_error: str | None = None
-    owner_notified_at: str | None = None
-    updated_at: str = ""
+    owner_notified_at: Stamp | None = None
+    updated_at: Stamp = ""
 
 
 class RefAwait(_R, frozen=True):
     goal_id: str = _f("goalID")
     command_id: str = _f("commandID")
-    created_at: str = ""
+    created_at: Stamp = ""
     until: str | None = None
     ignore_case: bool | None = None
     owner_session_id: str | None = _f("ownerSessionID", None)
@@ -280,8 +323,8 @@ class RefControl(_R, frozen=True):
     command: str
     request_id: str = _f("requestID")
     goal_id: str | None = _f("goalID", None)
-    accepted_at: str = ""
-    completed_at: str = ""
+    accepted_at: Stamp = ""
+    completed_at: Stamp = ""
 
 
 class RefState(_R, frozen=True):
@@ -339,7 +382,7 @@ def load_state(path: Path) -> LoadedState:
         raise ImportSourceError(path, "no `goals` array: this is not an opencode-loopd state file")
     upgraded = upgrade(doc)
     try:
-        state = msgspec.convert(upgraded, RefState)
+        state = _utc(msgspec.convert(upgraded, RefState))
     except msgspec.ValidationError as e:
         raise ImportSourceError(path, f"wrong shape: {e}") from None
     return LoadedState(
@@ -424,7 +467,7 @@ class LedgerLine(msgspec.Struct, frozen=True, kw_only=True):
 
     line: int
     type: str
-    timestamp: str
+    timestamp: Stamp
     goal_id: str | None
     command_id: str | None
     event_id: str | None
@@ -486,7 +529,7 @@ def load_ledger(path: Path) -> LoadedLedger:
             LedgerLine(
                 line=number,
                 type=type_,
-                timestamp=ts,
+                timestamp=utc_text(ts),
                 goal_id=goal_id if isinstance(goal_id, str) else None,
                 command_id=command_id if isinstance(command_id, str) else None,
                 event_id=event_id if isinstance(event_id, str) else None,
@@ -510,7 +553,7 @@ def typed(line: LedgerLine, cls: type[L], where: Path) -> L:
     :raises ImportSourceError: when a field the import needs is missing or of the wrong type.
     """
     try:
-        return msgspec.convert(line.fields, cls)
+        return _utc(msgspec.convert(line.fields, cls))
     except msgspec.ValidationError as e:
         raise ImportSourceError(where, f"line {line.line} ({line.type}): {e}") from None
 

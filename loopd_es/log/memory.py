@@ -14,8 +14,9 @@ from typing import Final
 import anyio.lowlevel
 import msgspec
 
+from ..clock import now_rfc3339
 from ..errors import LoopdError, StorageError, UsageError
-from ..events.envelope import Envelope, now_rfc3339
+from ..events.envelope import Envelope
 from .base import (
     READ_BATCH,
     LogStore,

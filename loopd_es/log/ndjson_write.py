@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from ..clock import now_rfc3339
 from ..errors import LoopdError
-from ..events.envelope import ENVELOPE_ENCODER, Envelope, now_rfc3339
+from ..events.envelope import ENVELOPE_ENCODER, Envelope
 from .base import SequenceChecker, check_expected_version
 from .ndjson_files import StreamNames, event_id_key, id_time
 from .ndjson_index import PREFIX, seal

@@ -32,6 +32,7 @@ import psycopg.errors
 import psycopg_pool
 from psycopg import sql
 
+from ..clock import now_rfc3339
 from ..errors import (
     CorruptLogError,
     LogNotFoundError,
@@ -40,7 +41,7 @@ from ..errors import (
     StoreUnavailableError,
     UsageError,
 )
-from ..events.envelope import Envelope, ExpectedVersion, now_rfc3339
+from ..events.envelope import Envelope, ExpectedVersion
 from . import postgres_coord
 from .base import (
     READ_BATCH,

@@ -16,8 +16,8 @@ import functools
 import sqlite3
 from typing import TYPE_CHECKING, Any, Final
 
+from ..clock import now_rfc3339
 from ..errors import WrongExpectedVersionError
-from ..events.envelope import now_rfc3339
 from . import sqlite_coord
 from .base import check_expected_version
 from .sqlite_ops import COLUMN_NAMES, INSERT, commit_group, place_envelopes

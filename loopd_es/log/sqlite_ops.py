@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..clock import now_rfc3339
 from ..errors import (
     CorruptLogError,
     LockTimeoutError,
@@ -25,7 +26,7 @@ from ..errors import (
     UsageError,
     WrongExpectedVersionError,
 )
-from ..events.envelope import Envelope, now_rfc3339
+from ..events.envelope import Envelope
 from . import sqlite_coord
 from .base import VerifyReport, check_expected_version
 

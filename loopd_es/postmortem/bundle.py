@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import heapq
 import uuid
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio.to_thread
 import msgspec
 
+from ..clock import now_rfc3339
 from ..log.bundle import BundleHeader, write_bundle
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ async def make_bundle(store: LogStore, goal: GoalStreams, path: Path, redactor: 
     report = msgspec.to_builtins(redactor.report())
     header = BundleHeader(
         goal_id=goal.goal_id,
-        created_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        created_at=now_rfc3339(),
         events=len(events),
         streams=streams,
         redaction=report,

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 from msgspec.structs import astuple
 
+from ..clock import parse_rfc3339
 from ..domain.evolve import GoalFold, initial
 from ..domain.state import GoalState
 from ..domain.streams import goal_stream, short_id
 from ..events.base import Caller
-from ..events.envelope import parse_rfc3339
 from ..events.imported import Provenance, stamped
 
 if TYPE_CHECKING:

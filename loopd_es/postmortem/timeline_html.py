@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..events.envelope import parse_rfc3339
+from ..clock import EPOCH, ms_between, parse_rfc3339
 from .history import History, branches, called_by, short_stream, show, show_change
 
 if TYPE_CHECKING:
@@ -179,9 +179,9 @@ def timeline_model(history: History, explanation: Explanation | None = None) -> 
 def _millis(at: str, recorded_at: str) -> float:
     """Epoch milliseconds of the event's effective time (its recorded time if the source's does not parse)."""
     try:
-        return parse_rfc3339(at).timestamp() * 1000.0
+        return ms_between(parse_rfc3339(at), EPOCH)
     except ValueError:
-        return parse_rfc3339(recorded_at).timestamp() * 1000.0
+        return ms_between(parse_rfc3339(recorded_at), EPOCH)
 
 
 def render_html(history: History, explanation: Explanation | None = None) -> str:

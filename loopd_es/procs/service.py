@@ -20,7 +20,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
+from ..clock import EPOCH, WALL, iso_us, parse_or_none
 from ..domain.command import (
     TERMINATE_GRACE_S,
     CommandNotFoundError,
@@ -73,10 +73,6 @@ ANSWER_WITHIN_S = {"terminate": TERMINATE_GRACE_S + 3.0, "kill": 3.0}
 """How long terminate and kill wait for the owner's answer before they signal through the owner directly."""
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 async def load_state(store: LogStore, command_id: str) -> CommandState | None:
     """Fold one command's stream (``None`` when there is no such command)."""
     state: CommandState | None = None
@@ -104,7 +100,7 @@ async def list_states(store: LogStore) -> list[CommandState]:
             s = await load_state(store, stream[len(STREAM_PREFIX) :])
             if s is not None:
                 out.append(s)
-    return sorted(out, key=lambda s: s.created_at)
+    return sorted(out, key=lambda s: parse_or_none(s.created_at) or EPOCH)
 
 
 async def append_decided(
@@ -232,7 +228,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
     lock_fd = take_lock(paths.lock(command_id))
     assert lock_fd is not None  # a fresh uuid has no owner
     try:
-        now = utcnow()
+        now = WALL.now()
         started = CommandStarted(
             command_id=command_id,
             title=spec.title,
@@ -248,7 +244,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
             watch=spec.watch,
             goal_id=spec.goal_id,
             notify_on_exit=spec.notify_on_exit,
-            started_at=now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            started_at=iso_us(now),
             owner_session_id=spec.owner_session_id,
             machine=paths.machine_id(),
             called_by=spec.called_by,
@@ -329,7 +325,7 @@ async def reconcile(store: LogStore, paths: CommandPaths, only: str | None = Non
             try:
                 facts = stored_facts(paths.log(s.id))
                 events, _ = await append_decided(
-                    store, s.id, partial(decide_missing, now=utcnow(), output=facts), s
+                    store, s.id, partial(decide_missing, now=WALL.now(), output=facts), s
                 )
                 marked += bool(events)
             finally:

@@ -21,7 +21,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,7 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
+from ..clock import WALL, parse_rfc3339
 from ..domain.command import (
     MAX_OUTPUT_BYTES,
     TERMINATE_GRACE_S,
@@ -46,7 +46,6 @@ from ..domain.command import (
 )
 from ..errors import LoopdError, UsageError
 from ..events.command import CommandResized, CommandSpawned, SignalName, SignalReason, WatchSpec
-from ..events.envelope import parse_rfc3339
 from ..log import open_store
 from .outlog import OutputLog, until_matches
 from .owner_link import (
@@ -67,7 +66,7 @@ from .owner_link import (
 )
 from .paths import CommandPaths, peer_uid
 from .pty import PtyChild
-from .service import DIRECT_KILL, DIRECT_TERMINATE, append_decided, load_state, reconcile, utcnow
+from .service import DIRECT_KILL, DIRECT_TERMINATE, append_decided, load_state, reconcile
 from .text import LineAssembler, clean_line
 from .watch import Watcher
 
@@ -148,7 +147,7 @@ class Supervisor:
             msg = f"spawn failed: {e}"
             await self.append(
                 lambda st: decide_exit(
-                    st, exit_code=127, signal=None, now=utcnow(), output=self.out.facts(), error=msg
+                    st, exit_code=127, signal=None, now=WALL.now(), output=self.out.facts(), error=msg
                 )
             )
             return 1
@@ -250,8 +249,8 @@ class Supervisor:
     async def _deadline(self) -> None:
         if self.state.deadline_at is None:
             return
-        end = _parse(self.state.deadline_at)
-        await anyio.sleep(max(0.0, (end - utcnow()).total_seconds()))
+        end = parse_rfc3339(self.state.deadline_at)
+        await anyio.sleep(max(0.0, (end - WALL.now()).total_seconds()))
         if not self.finished.is_set():
             await self._terminate("timeout")
 
@@ -273,7 +272,9 @@ class Supervisor:
             if events:
                 await self.append(lambda st: events if st.running else [])
         facts = self.out.facts()
-        await self.append(lambda st: decide_exit(st, exit_code=code, signal=sig, now=utcnow(), output=facts))
+        await self.append(
+            lambda st: decide_exit(st, exit_code=code, signal=sig, now=WALL.now(), output=facts)
+        )
         self.finished.set()
         for client in list(self.attached):
             client.close()
@@ -508,10 +509,6 @@ def _state_error(op: str, s: CommandState) -> LoopdError:
         "resize": "nothing to resize",
     }.get(op, "nothing to terminate")
     return CommandStateError(f"Command is {s.status}; {what}.")
-
-
-def _parse(text: str) -> datetime:
-    return parse_rfc3339(text)
 
 
 def _stall_hook() -> tuple[bytes, float] | None:

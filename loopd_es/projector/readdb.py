@@ -21,7 +21,8 @@ from typing import Final
 
 import msgspec
 
-from ..events.envelope import ENVELOPE_DECODER, ENVELOPE_ENCODER, Envelope, now_rfc3339
+from ..clock import now_rfc3339
+from ..events.envelope import ENVELOPE_DECODER, ENVELOPE_ENCODER, Envelope
 from ..private_files import create_private, make_private_dir
 from .base import Projection, ProjectionError
 

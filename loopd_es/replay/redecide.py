@@ -14,14 +14,14 @@ taken another path, and the log holds no observations of that path. Pure: envelo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
-from typing import Any, Final
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..clock import iso, ms_between, parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.evolve import evolve, initial
-from ..domain.provider_limit import iso
 from ..domain.rules import DEFAULT_MAX_FAILURES, after_ms, backoff_ms
 from ..domain.state import GoalState, ProviderLimit
 from ..domain.switching import observe_limit
@@ -31,11 +31,14 @@ from ..events import identity as i
 from ..events import run as r
 from ..events.base import Event
 from ..events.catalogue import decode_payload
-from ..events.envelope import Envelope, parse_rfc3339
+from ..events.envelope import Envelope
 from .controls import CHECKS, remade
 from .policy import Policy
 from .remake import facts_for, now_of, remake
 from .verdict import Divergence, Step, compare, describe, divergence
+
+if TYPE_CHECKING:
+    from ..events.envelope import Envelope
 
 _TAILS: Final[dict[str, frozenset[str]]] = {
     "run.completed": frozenset({"goal.force_finish_requested", "goal.blocked", "goal.budget_exhausted"}),
@@ -280,7 +283,7 @@ def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
         return None
     done = parse_rfc3339(step.env.recorded_at)
     for first, then in zip(mine, mine[1:], strict=False):
-        quiet = (parse_rfc3339(then) - parse_rfc3339(first)).total_seconds() * 1000
+        quiet = ms_between(parse_rfc3339(then), parse_rfc3339(first))
         if quiet >= window_ms:
             return divergence(
                 step,
@@ -292,7 +295,7 @@ def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
                 f"recorded: the worker became active again before the next idle candidate at {then}; when it "
                 "did is not recorded, so whether the turn would have been cut short is not known",
             )
-    gap = (done - parse_rfc3339(mine[-1])).total_seconds() * 1000
+    gap = ms_between(done, parse_rfc3339(mine[-1]))
     if gap < window_ms:
         return divergence(
             step,
@@ -315,7 +318,7 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
     immediately = blocked is not None and e.consecutive_failures < limit
     at = e.at or step.occurred_at or (blocked.at if blocked else None)
     if not at and e.retry_after:  # a log from before run.failed carried its time: count back the backoff
-        at = iso(_minus_ms(parse_rfc3339(e.retry_after), backoff_ms(e.consecutive_failures)))
+        at = iso(parse_rfc3339(e.retry_after) - timedelta(milliseconds=backoff_ms(e.consecutive_failures)))
     cmd = c.RecordRunFailure(
         goal_id=state.goal_id,
         error_text=e.error,
@@ -328,12 +331,6 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
     if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
         decided[0] = msgspec.structs.replace(decided[0], at="")
     return compare(step, decided)
-
-
-def _minus_ms(when: datetime, ms: int) -> datetime:
-    from datetime import timedelta
-
-    return when - timedelta(milliseconds=ms)
 
 
 def _rejection(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Divergence | None:

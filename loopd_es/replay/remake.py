@@ -7,10 +7,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..clock import parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..errors import DomainError
-from ..events.envelope import parse_rfc3339
 from .verdict import Refused
 
 if TYPE_CHECKING:

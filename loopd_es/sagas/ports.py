@@ -8,7 +8,6 @@ keeps the layers one-way: ``app`` imports ``sagas``, never the reverse.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import msgspec
@@ -17,6 +16,7 @@ from ..events.base import Caller, Event
 from ..events.envelope import ANY, ExpectedVersion, new_event_id
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..domain import goal_commands as c
     from ..domain.state import GoalState
     from ..events.envelope import Envelope
@@ -59,7 +59,7 @@ class GoalPort(Protocol):
 
     store: LogStore
     host: WorkerHost
-    clock: Callable[[], datetime]
+    clock: Clock
 
     async def load(self, goal_id: str) -> GoalState:
         """The goal folded from its stream."""

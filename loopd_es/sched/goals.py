@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from ..clock import iso_ms, parse_or_none, to_ms
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
 from ..domain.loop import texts
@@ -41,16 +41,6 @@ class _Slots:
     closed: bool = True
 
 
-def _ms(iso_text: str | None) -> int | None:
-    if not iso_text:
-        return None
-    return int(datetime.fromisoformat(iso_text.replace("Z", "+00:00")).timestamp() * 1000)
-
-
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def goal_due(state: GoalState, now: int) -> int | None:
     """When the goal's next tick is due, ``None`` when it has no tick coming (conditions of
     docs/reference/loopd.md#s3-15)."""
@@ -59,7 +49,12 @@ def goal_due(state: GoalState, now: int) -> int | None:
         return None
     if sched.max_runs is not None and state.schedule_run_count >= sched.max_runs:
         return None
-    return _ms(state.next_run_at)
+    return _next_run_ms(state)
+
+
+def _next_run_ms(state: GoalState) -> int | None:
+    at = parse_or_none(state.next_run_at)
+    return None if at is None else to_ms(at)
 
 
 class GoalSlots:
@@ -117,7 +112,7 @@ class GoalSlots:
     ) -> int:
         gid = state.goal_id
         key = f"goal:{gid}"
-        due = _ms(state.next_run_at) or now
+        due = _next_run_ms(state) or now
         claim = ev.SlotClaimed(
             task_id=key,
             slot=slot,
@@ -137,7 +132,7 @@ class GoalSlots:
         text = texts.goal_tick(state.schedule_run_count, sched.max_runs if sched else None)
         resume = [
             g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"),
-            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=_iso(now)),
+            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=iso_ms(now)),
         ]
         outcome: Event
         try:

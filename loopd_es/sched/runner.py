@@ -8,24 +8,25 @@ the slot key as the host's prompt id, so a retry of the same slot is recognisabl
 For the engine::
 
     sched = Scheduler(store, host, clock, claimer=engine_id, owner=engine_id, all_sessions=True)
-    report = await sched.fire_due(clock.now_ms())   # on every tick: sweeps, goal ticks, due slots
-    wake_at = sched.next_wake()                     # epoch ms worth waking for (None: nothing scheduled)
+    report = await sched.fire_due()   # on every tick: sweeps, goal ticks, due slots
+    wake_at = sched.next_wake()       # epoch ms worth waking for (None: nothing scheduled)
 
-``clock`` only needs ``now_ms()``; :func:`loopd_es.domain.loop.decide.due_now` is the pure "what is due at T".
+``clock`` is the one :class:`loopd_es.clock.Clock`; slots are epoch ms, so "now" is ``to_ms(clock.now())``.
+:func:`loopd_es.domain.loop.decide.due_now` is the pure "what is due at T".
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 import anyio
 import msgspec
 
+from ..clock import to_ms
 from ..domain.loop import decide
 from ..domain.loop.due import DueIndex
 from ..domain.loop.model import SessionLoops, evolve
@@ -38,6 +39,7 @@ from .goals import GoalSlots
 from .service import read_loop_file
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..events.base import Event
     from ..events.envelope import Envelope
     from ..host.base import WorkerHost
@@ -46,30 +48,6 @@ if TYPE_CHECKING:
 _RETRIES: Final = 20
 log = logging.getLogger(__name__)
 _NS: Final = uuid.UUID("0b7d6a52-8c1e-4f0e-a7c4-3c1d2f9e5a10")
-
-
-class Clock(Protocol):
-    """Where a scheduler gets "now" (epoch ms); the engine passes its fake-capable clock."""
-
-    def now_ms(self) -> int: ...
-
-
-class SystemClock:
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
-
-
-class FakeClock:
-    """A clock tests move by hand."""
-
-    def __init__(self, now_ms: int) -> None:
-        self.t = now_ms
-
-    def now_ms(self) -> int:
-        return self.t
-
-    def advance(self, ms: int) -> None:
-        self.t += ms
 
 
 class FireReport(msgspec.Struct, kw_only=True):
@@ -224,7 +202,7 @@ class Scheduler:
 
     async def fire_due(self, now: int | None = None) -> FireReport:
         """Renew this scheduler's lease, sweep, tick due goals, then claim and fire every due slot."""
-        now = self.clock.now_ms() if now is None else now
+        now = to_ms(self.clock.now()) if now is None else now
         report = FireReport()
         if self.owner is not None and self._lease_until - now < self.lease_ttl_ms // 2:
             await service.renew_lease(self.store, self.owner, now, self.lease_ttl_ms)
@@ -338,7 +316,7 @@ class Scheduler:
                 report.lost += 1  # our claim expired and was recorded as lost by another scheduler
                 log.warning("claim of %s slot %d expired before its outcome was recorded", tid, c.slot)
                 return "fired"
-            events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now_ms(), error=err,
+            events = decide.close(t, slot=c.slot, attempt=c.attempt, now=to_ms(self.clock.now()), error=err,
                                   prompt_id=prompt_id)  # fmt: skip
             try:
                 envs = await self._append(sid, events, s.version, causation=cause, corr=corr)

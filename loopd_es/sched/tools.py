@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import random
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from ..clock import iso_ms
 from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fixed, Maintenance
 from ..domain.loop.jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, normalise_bounds
@@ -63,10 +63,9 @@ def decode_call(call: object) -> dict[str, Any]:
     return {k: v for k, v in msgspec.structs.asdict(args).items() if v is not UNSET}
 
 
-def _iso(ms: float | None) -> str | None:
-    if ms is None:
-        return None
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def _due(ms: int | None) -> str | None:
+    """A task's next due time as the tools answer it: ``null`` for a task with none."""
+    return None if ms is None else iso_ms(ms)
 
 
 def _num(v: Any) -> float | None:
@@ -91,8 +90,8 @@ def _record(t: Task, prompt_cut: int | None = 200) -> dict[str, Any]:
         ("adaptiveMaxMs", t.adaptive_max_ms),
     )
     out.update({k: v for k, v in pairs if v is not None})
-    out.update(paused=t.paused, createdAt=_iso(t.created_at), lastFiredAt=_iso(t.last_fired_at) if t.last_fired_at else None,
-               nextDueAt=_iso(t.next_due_at))  # fmt: skip
+    out.update(paused=t.paused, createdAt=iso_ms(t.created_at), lastFiredAt=iso_ms(t.last_fired_at) if t.last_fired_at else None,
+               nextDueAt=_due(t.next_due_at))  # fmt: skip
     return out
 
 
@@ -131,8 +130,8 @@ def reschedule(
     if delay_ms is not None:
         result.update(requestedDelayMs=delay_ms, effectiveDelayMs=due - now)
     if next_due_at_ms is not None:
-        result["requestedNextDueAt"] = _iso(next_due_at_ms)
-    result["task"] = {"id": t.task_id, "nextDueAt": _iso(due)}
+        result["requestedNextDueAt"] = iso_ms(next_due_at_ms)
+    result["task"] = {"id": t.task_id, "nextDueAt": iso_ms(due)}
     return decide.Outcome(events=[e], task_id=t.task_id), result
 
 
@@ -157,7 +156,7 @@ def set_fixed(
         "intervalMs": iv,
         "jitterEnabled": on,
         "lastFiredAt": now,
-        "nextDueAt": _iso(due),
+        "nextDueAt": iso_ms(due),
     }
     return decide.Outcome(events=[e], task_id=t.task_id), {"ok": True, "task": task}
 
@@ -262,7 +261,7 @@ async def _create(
             "mode": t.mode,
             "sessionID": sid,
             "intervalMs": t.interval_ms,
-            "nextDueAt": _iso(t.next_due_at),
+            "nextDueAt": _due(t.next_due_at),
         },
         "message": f"Loop task created [id={t.task_id}] [s={jsclass.utf16_head(sid, 8)}]. Call loop_schedule(action='cancel', taskId='{t.task_id}') when done.",
     }
@@ -280,7 +279,7 @@ async def loop_status(store: LogStore, *, session_id: str | None) -> dict[str, A
         if t.interval_ms is not None:
             row["intervalMs"] = t.interval_ms
         row["recentFires"] = [
-            {"slot": slot, "outcome": outcome, "at": _iso(at)} for slot, outcome, at in t.recent
+            {"slot": slot, "outcome": outcome, "at": iso_ms(at)} for slot, outcome, at in t.recent
         ]
         tasks.append(row)
     return {

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pytest
 
+from ..clock import WALL
 from ..errors import (
     DuplicateEventIdError,
     UsageError,
@@ -82,9 +83,9 @@ class LogStoreContract(CommitContract, ReadContract, CoordContract):
             correlation_id=corr,
         )
         second = NewEvent(type="goal.renamed", data={}, causation_id=first.event_id)
-        before = datetime.now(UTC) - timedelta(seconds=2)
+        before = WALL.now() - timedelta(seconds=2)
         recorded = await store.append("goal-1", [first, second], NO_STREAM)
-        after = datetime.now(UTC) + timedelta(seconds=2)
+        after = WALL.now() + timedelta(seconds=2)
 
         assert len(recorded) == 2
         a, b = recorded

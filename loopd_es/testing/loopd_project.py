@@ -23,9 +23,10 @@ import os
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from ..clock import SystemClock, iso
 
 CYCLE = (
     "create",
@@ -41,10 +42,6 @@ CYCLE = (
     "complete",
 )
 """The steps of one goal's life, in order."""
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Project:
@@ -110,7 +107,7 @@ class Project:
     def prepare(self, goal_index: int, action: str) -> dict[str, Any]:
         """Apply ``action`` to the state and write it; returns the ledger line still to append."""
         gid = f"70000000-0000-4000-8000-{goal_index:012d}"
-        now = _now()
+        now = iso(SystemClock().now())
         base = {"version": 1, "eventID": f"e{self.lines + 1:07d}", "goalID": gid, "timestamp": now}
         if action == "create":
             self.state["goals"].append(

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from loopd_es.engine.clock import FakeClock
+from loopd_es.clock import FakeClock
 from loopd_es.engine.command_tools import COMMAND_TOOLS, NO_SESSION
 from loopd_es.engine.operations import Operations
 from loopd_es.engine.tool_api import ToolCall, ToolDispatcher, hidden_from_workers

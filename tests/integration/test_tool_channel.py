@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 
-from loopd_es.engine.clock import SystemClock
+from loopd_es.clock import SystemClock
 from loopd_es.engine.core import EngineConfig
 from loopd_es.engine.daemon import RunOptions, run_daemon
 from loopd_es.engine.lease import Lease

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from loopd_es.engine.clock import FakeClock
+from loopd_es.clock import FakeClock
 from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.engine.operations import Operations
 from loopd_es.host import SimulatedHost

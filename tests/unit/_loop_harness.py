@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loopd_es.clock import FakeClock, from_ms, to_ms
 from loopd_es.domain.loop import decide
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
@@ -14,7 +15,7 @@ from loopd_es.host.sim_script import HostScript, ScriptSession
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
 from loopd_es.sched import service
-from loopd_es.sched.runner import FakeClock, FireReport, Scheduler
+from loopd_es.sched.runner import FireReport, Scheduler
 
 if TYPE_CHECKING:
     from loopd_es.domain.loop.model import SessionLoops, Task
@@ -33,6 +34,15 @@ class World:
         self.sched = self.scheduler("engine-1")
         self.u = 0.5
 
+    @property
+    def now(self) -> int:
+        """The fake clock in epoch ms, the unit of the /loop deciders' slot arithmetic."""
+        return to_ms(self.clock.now())
+
+    @now.setter
+    def now(self, ms: int) -> None:
+        self.clock.set(from_ms(ms))
+
     def scheduler(self, name: str, **kw: Any) -> Scheduler:
         return Scheduler(
             self.store, self.host, self.clock, claimer=name, cfg=self.cfg, rng=lambda: self.u, **kw
@@ -41,7 +51,7 @@ class World:
     async def loop(self, args: str, session: str | None = "s1", **kw: Any) -> decide.Outcome:
         kw.setdefault("u", self.u)
         return await service.handle(
-            self.store, args, session_id=session, now=self.clock.now_ms(), cfg=self.cfg,
+            self.store, args, session_id=session, now=self.now, cfg=self.cfg,
             directory=self.project, home=self.home, **kw,
         )  # fmt: skip
 
@@ -64,7 +74,7 @@ class World:
         ]
 
     async def activate(self, sid: str) -> None:
-        await service.activate(self.store, sid, self.clock.now_ms())
+        await service.activate(self.store, sid, self.now)
 
 
 @asynccontextmanager
@@ -72,6 +82,6 @@ async def world(
     tmp_path: Path, *, sessions: tuple[str, ...] = ("s1", "s2"), **cfg: Any
 ) -> AsyncIterator[World]:
     script = HostScript(sessions=tuple(ScriptSession(id=s) for s in sessions))
-    clock = FakeClock(T0)
+    clock = FakeClock(from_ms(T0))
     async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:
         yield World(store, SimulatedHost(script), clock, tmp_path, decide.Config(**cfg))

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loopd_es.app.goals import Goals
 from loopd_es.app.service import Ctx, GoalService
+from loopd_es.clock import FakeClock
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.host.sim_script import HostScript, ScriptAgent, ScriptModel
@@ -29,22 +30,11 @@ SCRIPT = HostScript(
 )
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 @dataclass
 class World:
     store: LogStore
     host: SimulatedHost
-    clock: Clock
+    clock: FakeClock
     goals: Goals
 
     @property
@@ -92,7 +82,7 @@ class World:
 @asynccontextmanager
 async def world(tmp_path: Path, script: HostScript = SCRIPT) -> AsyncIterator[World]:
     store = await open_store(f"sqlite:{tmp_path / 'events.db'}")
-    clock = Clock()
+    clock = FakeClock(T0)
     host = SimulatedHost(script, clock=clock)
     try:
         yield World(store, host, clock, Goals(GoalService(store, host, clock=clock)))

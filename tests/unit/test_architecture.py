@@ -40,6 +40,7 @@ LAYERS: dict[str, int] = {
     "text_safe": 0,  # the terminal sanitiser; imports nothing of ours
     "private_files": 0,  # .loopd/ 0700 and its files 0600; imports nothing of ours
     "version": 0,  # the installed version, from the package metadata
+    "clock": 0,  # the one notion of time: the Clock protocol and every conversion; imports nothing of ours
     "ids": 1,  # the id shape and path builder; imports errors
     "events": 1,
     "log": 2,

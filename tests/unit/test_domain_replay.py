@@ -11,12 +11,12 @@ import msgspec
 import pytest
 
 from loopd_es.cli.main import main
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.reducers import reducer_versions
 from loopd_es.events import goal as g
 from loopd_es.events import run as r
 from loopd_es.events.catalogue import decode_payload, new_event
-from loopd_es.events.envelope import parse_rfc3339
 from loopd_es.log import open_store
 from loopd_es.log.base import READ_BATCH
 from loopd_es.replay import SnapshotStore, replay_all, replay_goal, replay_stream

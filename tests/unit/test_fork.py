@@ -241,7 +241,7 @@ def test_a_fork_of_an_imported_goal_has_its_state_at_that_time(
 
     when = happened_at(own[len(own) // 2])
     report = fork_json(capsys, url, f"sim:{tmp_path / 'host.json'}", goal_id, "--at", when)
-    from loopd_es.events.envelope import parse_rfc3339
+    from loopd_es.clock import parse_rfc3339
 
     then = fold([e for e in own if parse_rfc3339(happened_at(e)) <= parse_rfc3339(when)], initial(goal_id))
     fork = fold(envelopes(url, f"goal-{report['goal_id']}"), initial(report["goal_id"]))

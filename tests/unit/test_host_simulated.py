@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopd_es.cli import host_cmds
+from loopd_es.clock import FakeClock
 from loopd_es.domain.provider_limit import classify
 from loopd_es.errors import EXIT_STORAGE, EXIT_USAGE
 from loopd_es.host import SimulatedHost, WorkerHost, host_url, open_host
@@ -76,7 +77,7 @@ agent = "old"
 
 
 def sim(text: str = SCRIPT, *, toml: bool = True) -> SimulatedHost:
-    return SimulatedHost(parse_script(text, "test", toml=toml), clock=lambda: NOW)
+    return SimulatedHost(parse_script(text, "test", toml=toml), clock=FakeClock(NOW))
 
 
 def with_rules(extra: str) -> SimulatedHost:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from loopd_es.cli.main import main
+from loopd_es.clock import WALL, Clock, FakeClock, from_us
 from loopd_es.events.catalogue import new_event
 from loopd_es.events.envelope import NO_STREAM
 from loopd_es.events.goal import GoalProgressReported
@@ -31,11 +31,19 @@ def _project(tmp_path: Path) -> Project:
     return project
 
 
-async def _pass(
-    tmp_path: Path, project: Project, settle: float = 0.0, clock: Callable[[], float] = time.time
-) -> MirrorPass:
+async def _pass(tmp_path: Path, project: Project, settle: float = 0.0, clock: Clock = WALL) -> MirrorPass:
     async with await open_store(f"sqlite:{tmp_path / 'log.db'}") as store:
         return await mirror_pass(store, project.base.parents[1], settle=settle, clock=clock)
+
+
+def _at(mtime_ns: int) -> FakeClock:
+    """A clock standing at a file time (``st_mtime_ns``)."""
+    return FakeClock(from_us(mtime_ns // 1000))
+
+
+def _modified(project: Project) -> datetime:
+    """When ``state.json`` was last written, as the mirror's settle window reads it."""
+    return from_us(os.stat(project.base / "state.json").st_mtime_ns // 1000)
 
 
 async def _sources(tmp_path: Path) -> list[str]:
@@ -107,17 +115,19 @@ async def test_snapshot_corrections_wait_until_state_json_settles(tmp_path: Path
     project.step(0, "create")
     project.step(0, "run")
     project.step(0, "done")  # tokensUsed reaches 100 only in state.json: a correction
-    mtime = os.stat(project.base / "state.json").st_mtime
-    early = await _pass(tmp_path, project, settle=10, clock=lambda: mtime + 1)
+    mtime = _modified(project)
+    early = await _pass(tmp_path, project, settle=10, clock=FakeClock(mtime + timedelta(seconds=1)))
     assert early.ledger_lines == (1, 2, 3)
     assert early.settle_in == pytest.approx(9)
     assert not any(
         s.startswith("state:") for s in await _sources(tmp_path) if s != "state:goal.workerSessionID"
     )
-    settled = await _pass(tmp_path, project, settle=10, clock=lambda: mtime + 11)
+    settled = await _pass(tmp_path, project, settle=10, clock=FakeClock(mtime + timedelta(seconds=11)))
     assert settled.settle_in is None and settled.ledger_lines == () and settled.appended > 0
     assert "state:runtime" in await _sources(tmp_path)
-    assert (await _pass(tmp_path, project, settle=10, clock=lambda: mtime + 12)).appended == 0
+    assert (
+        await _pass(tmp_path, project, settle=10, clock=FakeClock(mtime + timedelta(seconds=12)))
+    ).appended == 0
 
 
 async def test_a_goal_known_only_from_state_json_waits_for_its_created_line(tmp_path: Path) -> None:
@@ -125,12 +135,12 @@ async def test_a_goal_known_only_from_state_json_waits_for_its_created_line(tmp_
     await _pass(tmp_path, project)
     project.step(0, "create")
     (project.base / "events.ndjson").unlink()  # the state write landed; its ledger line has not yet
-    mtime = os.stat(project.base / "state.json").st_mtime
-    waiting = await _pass(tmp_path, project, settle=10, clock=lambda: mtime)
+    mtime = _modified(project)
+    waiting = await _pass(tmp_path, project, settle=10, clock=FakeClock(mtime))
     assert waiting.appended == 0
-    assert (await _pass(tmp_path, project, settle=10, clock=lambda: mtime + 10)).streams == (
-        "goal-70000000-0000-4000-8000-000000000000",
-    )
+    assert (
+        await _pass(tmp_path, project, settle=10, clock=FakeClock(mtime + timedelta(seconds=10)))
+    ).streams == ("goal-70000000-0000-4000-8000-000000000000",)
 
 
 async def test_a_cached_mirror_rereads_streams_something_else_appended_to(tmp_path: Path) -> None:
@@ -216,12 +226,14 @@ async def test_a_quiet_state_json_does_not_settle_a_torn_tail(tmp_path: Path) ->
     data = (json.dumps(line) + "\n").encode()
     with (project.base / "events.ndjson").open("ab") as f:
         f.write(data[:20])
-    newest = max(os.stat(project.base / n).st_mtime for n in ("state.json", "events.ndjson"))
-    waiting = await _pass(tmp_path, project, settle=1, clock=lambda: newest + 5)  # state.json quiet 5 s
+    newest = max(os.stat(project.base / n).st_mtime_ns for n in ("state.json", "events.ndjson"))
+    waiting = await _pass(
+        tmp_path, project, settle=1, clock=_at(newest + 5_000_000_000)
+    )  # state.json quiet 5 s
     assert waiting.torn_line == 1 and waiting.appended == 0 and waiting.settle_in == pytest.approx(15)
     with (project.base / "events.ndjson").open("ab") as f:
         f.write(data[20:])
-    whole = await _pass(tmp_path, project, settle=1, clock=lambda: newest + 5)
+    whole = await _pass(tmp_path, project, settle=1, clock=_at(newest + 5_000_000_000))
     assert whole.ledger_lines == (1,)
     # the goal's stream starts from its line, not from state.json ahead of it (the line then skipped)
     assert [s for s in await _sources(tmp_path) if s][0] == "ledger:1"
@@ -233,8 +245,8 @@ async def test_a_torn_tail_left_for_long_lets_the_snapshot_settle(tmp_path: Path
     line = project.prepare(0, "create")
     with (project.base / "events.ndjson").open("ab") as f:
         f.write(json.dumps(line).encode()[:20])  # the writer died mid-line
-    newest = max(os.stat(project.base / n).st_mtime for n in ("state.json", "events.ndjson"))
-    done = await _pass(tmp_path, project, settle=1, clock=lambda: newest + 20)
+    newest = max(os.stat(project.base / n).st_mtime_ns for n in ("state.json", "events.ndjson"))
+    done = await _pass(tmp_path, project, settle=1, clock=_at(newest + 20_000_000_000))
     assert done.settle_in is None and done.streams == ("goal-70000000-0000-4000-8000-000000000000",)
 
 
@@ -242,14 +254,14 @@ async def test_a_first_pass_on_a_busy_project_mirrors_the_ledger_at_once(tmp_pat
     project = _project(tmp_path)
     for action in ("create", "run", "done"):  # tokensUsed reaches 100 only in state.json: a correction
         project.step(0, action)
-    mtime = os.stat(project.base / "state.json").st_mtime
-    busy = await _pass(tmp_path, project, settle=10, clock=lambda: mtime)
+    mtime = os.stat(project.base / "state.json").st_mtime_ns
+    busy = await _pass(tmp_path, project, settle=10, clock=_at(mtime))
     assert not busy.imported and busy.ledger_lines == (1, 2, 3) and busy.settle_in == pytest.approx(10)
     sources = await _sources(tmp_path)
     assert "state:runtime" not in sources
     async with await open_store(f"sqlite:{tmp_path / 'log.db'}") as store:
         assert await store.stream_version(busy.stream) == 1  # import.started: later passes continue
-    settled = await _pass(tmp_path, project, settle=10, clock=lambda: mtime + 10)
+    settled = await _pass(tmp_path, project, settle=10, clock=_at(mtime + 10_000_000_000))
     assert settled.ledger_lines == () and "state:runtime" in await _sources(tmp_path)
     once = tmp_path / "once"
     once.mkdir()

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from loopd_es.clock import FakeClock, from_us
 from loopd_es.domain.evolve import evolve, initial
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.events.imported import stamped
@@ -66,9 +68,9 @@ async def _run(root: Path, plan: Plan, cached: bool, busy_start: bool = False) -
     async with await open_store(url) as store:
 
         async def mirror(settled: bool) -> None:
-            mtime = os.stat(project.base / "state.json").st_mtime
-            at = mtime + (100 if settled else 0)
-            await mirror_pass(store, directory, settle=10, clock=lambda: at, cache=cache)
+            mtime = from_us(os.stat(project.base / "state.json").st_mtime_ns // 1000)
+            at = FakeClock(mtime + timedelta(seconds=100 if settled else 0))
+            await mirror_pass(store, directory, settle=10, clock=at, cache=cache)
 
         if not busy_start:
             await mirror(settled=True)  # the mirror starts on a quiet project: its first pass is the import

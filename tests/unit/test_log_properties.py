@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from loopd_es.clock import now_rfc3339, parse_rfc3339
 from loopd_es.errors import DuplicateEventIdError, WrongExpectedVersionError
 from loopd_es.events.envelope import (
     ANY,
@@ -29,8 +30,6 @@ from loopd_es.events.envelope import (
     Envelope,
     ExpectedVersion,
     NewEvent,
-    now_rfc3339,
-    parse_rfc3339,
 )
 from loopd_es.log import open_store
 

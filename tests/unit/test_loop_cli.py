@@ -184,7 +184,7 @@ def test_goal_schedule_ticks_show_in_the_goals_history(
         async with world(tmp_path) as w:
             await _goal(w, "g1")
             await _complete(w, "g1", T0 + 10_000)
-            w.clock.t = T0 + 10_000
+            w.now = T0 + 10_000
             assert (await w.tick()).goal_ticks == 1
 
     anyio.run(tick)
@@ -216,8 +216,9 @@ def test_run_keeps_ticking_after_a_transient_storage_failure() -> None:
     import argparse
 
     from loopd_es.cli import loop_cmds
+    from loopd_es.clock import FakeClock, from_ms
     from loopd_es.errors import StorageError
-    from loopd_es.sched.runner import FakeClock, FireReport
+    from loopd_es.sched.runner import FireReport
 
     class Flaky:
         calls = 0
@@ -234,5 +235,5 @@ def test_run_keeps_ticking_after_a_transient_storage_failure() -> None:
     sched = Flaky()
     totals = {"fired": 0, "failed": 0, "missed": 0, "swept": 0, "goal_ticks": 0}
     args = argparse.Namespace(duration=0.3, period_ms=50)
-    anyio.run(loop_cmds._forever, sched, FakeClock(T0), args, totals)
+    anyio.run(loop_cmds._forever, sched, FakeClock(from_ms(T0)), args, totals)
     assert sched.calls >= 3 and totals["fired"] == sched.calls - 1

@@ -47,9 +47,9 @@ async def test_ticks_until_max_runs_with_the_reference_message(tmp_path: Path) -
     async with world(tmp_path) as w:
         await _goal(w, "g1")
         await _complete(w, "g1", T0 + 10_000)  # the initial run: count 1
-        w.clock.t = T0 + 9_999
+        w.now = T0 + 9_999
         assert (await w.tick()).goal_ticks == 0
-        w.clock.t = T0 + 10_000
+        w.now = T0 + 10_000
         assert (await w.tick()).goal_ticks == 1
         st = await _state(w, "g1")
         assert st.status == "active" and st.inbox[-1].text.startswith(
@@ -58,10 +58,10 @@ async def test_ticks_until_max_runs_with_the_reference_message(tmp_path: Path) -
         assert "Previous completion: 1 runs." in st.inbox[-1].text
         assert (await w.tick()).goal_ticks == 0  # running: skipped
         await _complete(w, "g1", T0 + 20_000)
-        w.clock.t = T0 + 20_000
+        w.now = T0 + 20_000
         assert (await w.tick()).goal_ticks == 1
         await _complete(w, "g1", None)  # count 3 = max: next_run_at cleared, stays complete
-        w.clock.t = T0 + 60_000
+        w.now = T0 + 60_000
         assert (await w.tick()).goal_ticks == 0
         st = await _state(w, "g1")
         assert st.status == "complete" and st.schedule_run_count == 3
@@ -76,7 +76,7 @@ async def test_writer_goal_waits_while_another_writer_is_active(tmp_path: Path) 
         await _goal(w, "g1", writer=True)
         await _goal(w, "g2", writer=True)
         await _complete(w, "g1", T0 + 10_000)
-        w.clock.t = T0 + 10_000
+        w.now = T0 + 10_000
         assert (await w.tick()).goal_ticks == 0
         await _complete(w, "g2", None)
         assert (await w.tick()).goal_ticks == 1
@@ -87,7 +87,7 @@ async def test_racing_schedulers_tick_a_goal_once(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         await _goal(w, "g1", max_runs=None)
         await _complete(w, "g1", T0 + 10_000)
-        w.clock.t = T0 + 10_000
+        w.now = T0 + 10_000
         scheds = [w.scheduler(f"e{i}") for i in range(4)]
         async with anyio.create_task_group() as tg:
             for s in scheds:

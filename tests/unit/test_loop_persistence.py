@@ -53,14 +53,14 @@ async def test_scenario_31_cancelled_is_never_resurrected(tmp_path: Path) -> Non
         stale = await w.session()
         await w.loop(f"cancel {tid}")
         # a stale peer tries to write on its old view: the append is refused, and a re-decision sees no task
-        paused = decide.manage(stale, "pause", tid, now=w.clock.t, u=0.5, cfg=w.cfg)
+        paused = decide.manage(stale, "pause", tid, now=w.now, u=0.5, cfg=w.cfg)
         with pytest.raises(WrongExpectedVersionError):
             await w.store.append(
                 ev.session_stream("s1"), [new_event(e) for e in paused.events], stale.version
             )
         assert (await w.loop(f"resume {tid}")).message == f"❌ No task {tid} in this session"
         await w.activate("s1")
-        w.clock.t += 10_000
+        w.now += 10_000
         assert (await w.tick()).fired == []
         assert not (await w.task(tid)).live
 
@@ -85,10 +85,10 @@ async def test_scenario_34_a_fire_never_erases_a_pause(tmp_path: Path) -> None:
         await w.loop("1s --jitter=false t", origin_id="t")
         tid = task_id_for("t")
         await w.activate("s1")
-        w.clock.t += 1_000
+        w.now += 1_000
         stale = await w.session()
         await w.loop(f"pause {tid}")
-        c = decide.claim(stale, tid, w.clock.t, claimer="A", cfg=w.cfg, u=0.5)
+        c = decide.claim(stale, tid, w.now, claimer="A", cfg=w.cfg, u=0.5)
         assert c is not None
         with pytest.raises(WrongExpectedVersionError):
             await w.store.append(ev.session_stream("s1"), [new_event(e) for e in c.events], stale.version)
@@ -109,7 +109,7 @@ async def test_scenario_34_pause_during_the_fire_survives_its_record(tmp_path: P
             return receipt
 
         w.host.prompt = prompt_then_pause  # type: ignore[method-assign]
-        w.clock.t += 1_000
+        w.now += 1_000
         assert (await w.tick()).fired == [(tid, 1)]
         t = await w.task(tid)
         assert t.paused and t.fires == 1
@@ -117,14 +117,14 @@ async def test_scenario_34_pause_during_the_fire_survives_its_record(tmp_path: P
 
 async def test_scenario_35_ephemeral_tasks_die_with_their_owners_lease(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
-        await service.renew_lease(w.store, "proc-a", w.clock.t, 15_000)
-        await service.renew_lease(w.store, "proc-b", w.clock.t, 15_000)
+        await service.renew_lease(w.store, "proc-a", w.now, 15_000)
+        await service.renew_lease(w.store, "proc-b", w.now, 15_000)
         await w.loop("5m a", origin_id="a", owner="proc-a", durable=False)
         await w.loop("5m b", origin_id="b", owner="proc-b", durable=False)
         await w.loop("5m c", origin_id="c")  # ownerless: lives until idle for 7 days
-        w.clock.t += 10_000
-        await service.renew_lease(w.store, "proc-a", w.clock.t, 15_000)
-        w.clock.t += 10_000  # b's lease expired 5 s ago, a's has 5 s left
+        w.now += 10_000
+        await service.renew_lease(w.store, "proc-a", w.now, 15_000)
+        w.now += 10_000  # b's lease expired 5 s ago, a's has 5 s left
         r = await w.tick()
         assert r.swept == 1
         assert (await w.task(task_id_for("b"))).cancelled == "owner-dead"
@@ -137,20 +137,20 @@ async def test_scenario_35_idle_expiry_after_seven_days(tmp_path: Path) -> None:
         await w.loop("1d --jitter=false busy", origin_id="busy")
         await w.activate("s1")
         for _ in range(8):
-            w.clock.t += 86_400_000
+            w.now += 86_400_000
             await w.tick()
         assert (await w.task(task_id_for("idle"))).cancelled == "expired"
         busy = await w.task(task_id_for("busy"))
-        assert busy.live and busy.fires == 8 and busy.created_at + TTL_MS < w.clock.t
+        assert busy.live and busy.fires == 8 and busy.created_at + TTL_MS < w.now
 
 
 async def test_scenario_36_37_durable_tasks_are_adopted_and_fire_after_restart(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
-        await service.renew_lease(w.store, "old", w.clock.t, 15_000)
+        await service.renew_lease(w.store, "old", w.now, 15_000)
         await w.loop("1s --jitter=false d", origin_id="d", owner="old", durable=True)
         tid = task_id_for("d")
         await w.activate("s1")
-        w.clock.t += 60_000  # "old" died long ago; a new engine starts
+        w.now += 60_000  # "old" died long ago; a new engine starts
         fresh = w.scheduler("engine-2", owner="new")
         r = await fresh.fire_due()
         assert r.fired == [(tid, 60)] and r.missed == 59
@@ -167,7 +167,7 @@ async def test_scenario_38_two_schedulers_one_fire_per_slot(tmp_path: Path) -> N
         await w.activate("s1")
         scheds = [w.scheduler(f"engine-{i}", all_sessions=True) for i in range(4)]
         for _ in range(10):
-            w.clock.t += 1_000
+            w.now += 1_000
             async with anyio.create_task_group() as tg:
                 for s in scheds:
                     tg.start_soon(s.fire_due)

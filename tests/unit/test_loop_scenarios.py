@@ -60,7 +60,7 @@ async def test_scenario_13_nominal_grid_keeps_the_reference_offsets(tmp_path: Pa
         tid = task_id_for("x")
         t = await w.task(tid)
         assert t.next_due_at == T0 + 300_000 + jitter_offset(tid, 300_000, T0)
-        w.clock.t = t.next_due_at + 4_000  # the runner is 4 s late
+        w.now = t.next_due_at + 4_000  # the runner is 4 s late
         await w.activate("s1")
         r = await w.tick()
         assert r.fired == [(tid, 1)]
@@ -75,7 +75,7 @@ async def test_scenario_13_jitter_off_is_exact(tmp_path: Path) -> None:
         await w.activate("s1")
         tid = task_id_for("x")
         for k in (1, 2, 3):
-            w.clock.t = T0 + k * 300_000 + 2_500
+            w.now = T0 + k * 300_000 + 2_500
             assert (await w.tick()).fired == [(tid, k)]
             assert (await w.task(tid)).next_due_at == T0 + (k + 1) * 300_000
 
@@ -85,7 +85,7 @@ async def test_scenario_14_last_fired_is_completion_and_anchor_is_nominal(tmp_pa
         await w.loop("60s --jitter=false say hi", origin_id="x")
         await w.activate("s1")
         tid = task_id_for("x")
-        w.clock.t = T0 + 60_000
+        w.now = T0 + 60_000
         await w.tick()
         t = await w.task(tid)
         assert t.next_due_at == T0 + 120_000
@@ -121,7 +121,7 @@ async def test_scenario_15_failed_once_is_retried_with_the_same_slot(tmp_path: P
         assert r.failed and r.failed[0][:2] == (tid, 1)
         t = await w.task(tid)
         assert t.live and t.next_slot == 1 and t.next_attempt == 2 and t.next_due_at == T0 + 30_000
-        w.clock.t = T0 + 30_000
+        w.now = T0 + 30_000
         assert (await w.tick()).fired == [(tid, 1)]
         claims = [e for e in await w.events() if isinstance(e, ev.SlotClaimed)]
         assert [(c.slot, c.attempt) for c in claims] == [(1, 1), (1, 2)]
@@ -151,7 +151,7 @@ async def test_scenario_17_adaptive_fallback_written_before_the_fire(tmp_path: P
         await w.activate("s1")
         due = (await w.task(tid)).next_due_at
         assert due is not None
-        w.clock.t = due
+        w.now = due
         await w.tick()
         t = await w.task(tid)
         assert t.next_due_at == due + 2_000 and t.last_fired_at == due
@@ -167,7 +167,7 @@ async def test_scenario_18_reschedule_clamps(tmp_path: Path) -> None:
     async with world(tmp_path, adaptive_min_ms=1_000, adaptive_max_ms=3_000) as w:
         await w.loop("watch it", origin_id="x")
         tid = task_id_for("x")
-        now = w.clock.t
+        now = w.now
 
         async def call(**a: object) -> dict[str, object]:
             return await loop_schedule(w.store, {"action": "reschedule", "taskId": tid, **a}, session_id="s1",
@@ -200,7 +200,7 @@ async def test_scenario_19_set_fixed(tmp_path: Path) -> None:
         tid, fixed_id = task_id_for("x"), task_id_for("y")
 
         async def call(**a: object) -> dict[str, object]:
-            return await loop_schedule(w.store, {"action": "set_fixed", **a}, session_id="s1", now=w.clock.t,
+            return await loop_schedule(w.store, {"action": "set_fixed", **a}, session_id="s1", now=w.now,
                                        cfg=w.cfg, origin_id="o")  # fmt: skip
 
         for bad in (None, 999, float("nan")):
@@ -228,12 +228,12 @@ async def test_scenario_20_resume_does_not_catch_up(tmp_path: Path) -> None:
         await w.activate("s1")
         for tid in (task_id_for("a"), task_id_for("m")):
             assert (await w.loop(f"pause {tid}")).message == f"⏸ Paused {tid}"
-        w.clock.t += 4_000_000
+        w.now += 4_000_000
         assert (await w.tick()).fired == []
         for tid in (task_id_for("a"), task_id_for("m")):
             assert (await w.loop(f"resume {tid}")).message == f"▶ Resumed {tid}"
-        assert (await w.task(task_id_for("a"))).next_due_at > w.clock.t  # type: ignore[operator]
-        assert (await w.task(task_id_for("m"))).next_due_at > w.clock.t + 3_500_000  # type: ignore[operator]
+        assert (await w.task(task_id_for("a"))).next_due_at > w.now  # type: ignore[operator]
+        assert (await w.task(task_id_for("m"))).next_due_at > w.now + 3_500_000  # type: ignore[operator]
         assert (await w.tick()).fired == []
 
 
@@ -242,7 +242,7 @@ async def test_scenario_21_inactive_session_waits_then_fires_once_and_records_mi
         await w.loop("1s --jitter=false a", origin_id="a")
         await w.loop("1s --jitter=false b", origin_id="b")
         await w.activate("s2")
-        w.clock.t += 61_000
+        w.now += 61_000
         r = await w.tick()
         assert r.fired == [] and r.waiting == 2
         await w.activate("s1")
@@ -266,18 +266,18 @@ async def test_scenario_22_loop_md_reread_on_every_fire(tmp_path: Path) -> None:
         t = await w.task(tid)
         assert t.mode == "maintenance" and t.loop_file_path == str(md) and t.content_hash
         await w.activate("s1")
-        w.clock.t += 3_600_000
+        w.now += 3_600_000
         await w.tick()
         last = (await w.prompts("s1"))[-1]
         assert "unchanged" in last and "maintenance v1" not in last
         md.write_text("maintenance v2 changed")
-        w.clock.t += 3_600_000
+        w.now += 3_600_000
         await w.tick()
         assert (await w.prompts("s1"))[-1].endswith("maintenance v2 changed")
         assert (await w.task(tid)).prompt == "maintenance v2 changed"
         md.unlink()
         n = len(await w.prompts())
-        w.clock.t += 3_600_000
+        w.now += 3_600_000
         r = await w.tick()
         assert len(await w.prompts()) == n and r.failed == [(tid, 3, "loop.md missing or empty")]
         assert (await w.task(tid)).live  # stays armed
@@ -370,7 +370,7 @@ async def test_scenario_27_session_deleted(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         await w.loop("5m a", origin_id="a")
         await w.loop("5m b", session="s2", origin_id="b")
-        assert await service.delete_session(w.store, "s1", w.clock.t) == 1
+        assert await service.delete_session(w.store, "s1", w.now) == 1
         assert (await w.task(task_id_for("a"))).cancelled == "session-deleted"
         assert (await w.task(task_id_for("b"), "s2")).live
 
@@ -384,7 +384,7 @@ async def test_scenario_28_child_session_keeps_the_root_active(tmp_path: Path) -
             ev.ACTIVE_STREAM, [new_event(ev.SessionLinked(session_id="child", parent_id="s1"))]
         )
         await w.activate("child")
-        w.clock.t += 1_000
+        w.now += 1_000
         assert (await w.tick()).fired == [(task_id_for("a"), 1)]
 
 
@@ -416,7 +416,7 @@ async def test_busy_session_waits_and_one_injection_per_session_at_a_time(tmp_pa
         await w.loop("1s --jitter=false b", origin_id="b")
         await w.activate("s1")
         await w.host.set_status("s1", "busy")  # the user's own turn is running
-        w.clock.t += 1_000
+        w.now += 1_000
         r = await w.tick()
         assert r.fired == [] and r.waiting == 2
         await w.host.set_status("s1", "idle")
@@ -437,7 +437,7 @@ async def test_any_loop_command_activates_its_session_once(tmp_path: Path) -> No
         await w.loop("1s --jitter=false a", origin_id="a")
         await w.loop("list", session="s2")
         assert await service.active_session(w.store) == "s2"
-        w.clock.t += 1_000
+        w.now += 1_000
         assert (await w.tick()).fired == []
         await w.loop("list")
         await w.loop("list")
@@ -472,7 +472,7 @@ async def test_a_failing_or_help_command_activates_its_session_before_parsing(tm
     async with world(tmp_path) as w:
         await w.loop("1s --jitter=false a", origin_id="a")
         await w.activate("s2")
-        w.clock.t += 1_000
+        w.now += 1_000
         assert (await w.tick()).fired == []
         out = await w.loop("5m")
         assert out.error == "usage" and out.message.startswith("❌ Missing prompt")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from loopd_es.engine.clock import FakeClock
+from loopd_es.clock import FakeClock
 from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.engine.operations import Operations
 from loopd_es.host.opencode import OpenCodeHost

@@ -153,7 +153,7 @@ async def test_history_merges_streams_in_global_order_and_diffs_each_goal_event(
 
 
 async def test_until_and_at_cut_the_timeline(store: LogStore) -> None:
-    from loopd_es.events.envelope import parse_rfc3339
+    from loopd_es.clock import parse_rfc3339
 
     goal = await find_goal(store, GOAL)
     upto = await build_history(store, goal, until=7)

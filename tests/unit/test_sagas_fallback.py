@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loopd_es.app.service import Ctx
-from loopd_es.domain.provider_limit import iso
+from loopd_es.clock import iso
 from loopd_es.host.errors import ProviderErrorInfo
 from loopd_es.host.sim_script import FailureRule
 from projections.goals import pending_text
@@ -98,7 +98,9 @@ async def test_s62_prompt_delivery_quota_is_a_fallback_turn_and_the_next_turn_ap
             state.model_pending.model,
             state.model_pending.reason,
         ) == ("p/new", "quota")
-        assert state.phase == "waiting_retry" and state.retry_after == iso(w.clock())  # due now: no backoff
+        assert state.phase == "waiting_retry" and state.retry_after == iso(
+            w.clock.now()
+        )  # due now: no backoff
         assert state.consecutive_failures == 0 and state.last_error is None  # not a failure (#22)
         types = [e.type for e in await w.events()]
         assert "run.failed" not in types and "run.fell_back" in types

@@ -25,6 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from loopd_es.app.crashpoints import Crash, arm
 from loopd_es.app.goals import Goals, SwitchFailedError
 from loopd_es.app.service import Ctx, GoalService
+from loopd_es.clock import FakeClock
 from loopd_es.domain.rules import RuleError
 from loopd_es.domain.streams import goal_stream
 from loopd_es.host.errors import ProviderErrorInfo
@@ -33,7 +34,7 @@ from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import LogStore, open_store
 
 from .._profiles import profile_name, scaled
-from ._saga_harness import SCRIPT, Clock
+from ._saga_harness import SCRIPT, T0
 
 MODELS = ("p/old", "p/new", "p/last")
 AGENTS = ("old", "new", "last")
@@ -51,7 +52,7 @@ class SwitchMachine(RuleBasedStateMachine):
         self._cm = start_blocking_portal()
         self.portal: BlockingPortal = self._cm.__enter__()
         self.dir = tempfile.TemporaryDirectory()
-        self.clock = Clock()
+        self.clock = FakeClock(T0)
         self.store: LogStore = self.portal.call(open_store, f"sqlite:{Path(self.dir.name) / 'e.db'}")
         self.host = SimulatedHost(SCRIPT, clock=self.clock)
         self.goals = Goals(GoalService(self.store, self.host, clock=self.clock))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
+
 import msgspec
 
 from loopd_es.domain.state import ProviderLimit
@@ -9,8 +12,17 @@ from loopd_es.events.identity import ProviderLimitFacts, ProviderLimitObserved
 from loopd_es.importer.source import RefProviderLimit
 
 
+def _plain(tp: Any) -> Any:
+    """``tp`` without ``Annotated`` markers (the importer marks its time fields for UTC normalization)."""
+    if get_origin(tp) is Annotated:
+        return get_args(tp)[0]
+    if get_origin(tp) in (Union, UnionType):
+        return Union[tuple(_plain(arg) for arg in get_args(tp))]  # noqa: UP007
+    return tp
+
+
 def _fields(cls: type[msgspec.Struct]) -> list[tuple[str, object, object]]:
-    return [(f.name, f.type, f.default) for f in msgspec.structs.fields(cls)]
+    return [(f.name, _plain(f.type), f.default) for f in msgspec.structs.fields(cls)]
 
 
 def test_state_and_event_take_the_provider_limit_fields_from_one_declaration() -> None:

@@ -113,7 +113,7 @@ async def test_nudge_goal_during_a_switch_says_queued_and_the_turn_runs_once_whe
         assert (await r.state(goal_id)).run_count == runs  # not now: the switch is in flight
         again = await _call(d, "nudge_goal", "ses_owner", call="call_2", goal_id=goal_id)
         assert again["message"].startswith("Turn queued")
-        await Goals(GoalService(r.store, r.host, clock=r.clock.now)).recover()  # its process died: settled
+        await Goals(GoalService(r.store, r.host, clock=r.clock)).recover()  # its process died: settled
         after = await r.state(goal_id)
         assert after.switch_in_flight is None and after.turn_requested is None
         assert after.run_count == runs + 1  # two requests, one turn

@@ -437,7 +437,7 @@ def test_what_if_no_progress_rejections_and_backoff_change(capsys: pytest.Captur
     failed_at = json.loads(bytes(first_failure.data))["at"]
     from datetime import timedelta
 
-    from loopd_es.events.envelope import parse_rfc3339
+    from loopd_es.clock import parse_rfc3339
 
     assert parse_rfc3339(d.replayed) - parse_rfc3339(failed_at) == timedelta(
         seconds=15
