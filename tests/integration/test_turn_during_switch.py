@@ -44,6 +44,8 @@ async def test_an_owner_turn_during_a_switch_is_queued_and_runs_once_with_the_ne
     )
     assert code == 0, err
     goal_id = out.splitlines()[0]
+    code, _, err = await _cli(tmp_path, "sim", "reply", goal_id)  # the worker answers the first turn
+    assert code == 0, err
     code, _, err = await _cli(tmp_path, "goal", "idle", goal_id)  # the first turn is over
     assert code == 0, err
 
@@ -57,12 +59,12 @@ async def test_an_owner_turn_during_a_switch_is_queued_and_runs_once_with_the_ne
 
             tg.start_soon(switch)
             with anyio.fail_after(30):
-                await host.entered.wait()
+                await host.wait_held("switch_model")
             code, out, err = await _cli(tmp_path, "owner", *verb[:1], goal_id, *verb[1:])
             assert code == 0 and said in out, (out, err)
             assert "Re-prompted" not in out and "as its own turn." not in out
             assert await _prompts(tmp_path, session) == before  # nothing prompted with the old model
-            host.release.set()
+            await host.release("switch_model")
         goals.service.forget(goal_id)
         state = await goals.service.load(goal_id)
     finally:
