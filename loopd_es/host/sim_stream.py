@@ -288,8 +288,7 @@ class SimEvents:
         def run(state: SimState) -> None:
             session = self._session(state, "fail", session_id)
             self._emit(state, lambda seq: SessionError(session_id=session_id, seq=seq, error=error))
-            session.status, session.then = "idle", []
-            self._emit(state, lambda seq: SessionStatusChanged(session_id=session_id, seq=seq, status="idle"))
+            self._go_idle(state, session)  # as OpenCode: the error, then an idle pair
 
         await self._transact(run)
 

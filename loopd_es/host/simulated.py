@@ -46,7 +46,7 @@ from .errors import (
     SessionNotFoundError,
     WorkerBusyError,
 )
-from .events import AnyHostEvent, SessionStatusChanged, TranscriptMessage
+from .events import AnyHostEvent, SessionError, SessionStatusChanged, TranscriptMessage
 from .sim_holds import SimHolds
 from .sim_script import (
     JOURNAL_CAP,
@@ -224,6 +224,13 @@ class SimulatedHost(SimHolds, SimEvents):
         def run(state: SimState) -> None:
             self._enter(state, "abort", session_id, None)
             session = self._session(state, "abort", session_id)
+            # as OpenCode: a turn stopped mid-answer ends with MessageAbortedError, one stopped in a retry
+            # wait without an error; both then report idle (an idle session reports nothing)
+            if session.status == "busy":
+                error = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
+                self._emit(state, lambda seq: SessionError(session_id=session_id, seq=seq, error=error))
+            if session.status in ("busy", "retry"):
+                self._go_idle(state, session)
             session.status, session.then = "idle", []
             self._record(state, "abort", session_id, None, "ok")
 
