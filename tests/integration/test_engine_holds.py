@@ -25,9 +25,12 @@ from loopd_es.sched import service
 
 from .test_loop_leases import _env
 from .test_loop_race import _events
+from .test_tool_channel import project  # noqa: F401 - the installed project fixture
 
 if TYPE_CHECKING:
     from loopd_es.domain.loop.model import Task
+
+    from .test_tool_channel import Project
 
 pytestmark = pytest.mark.slow
 CLAIM_TTL_MS = 5_000
@@ -97,4 +100,80 @@ def test_sigterm_during_a_held_loop_prompt_finishes_the_fire_and_exits_0(tmp_pat
     assert tick.returncode == 0, tick.stderr
     events = anyio.run(_events, tmp_path)
     assert not any(isinstance(e, ev.FireFailed) for e in events), events
-    assert [e.slot for e in events if isinstance(e, ev.FireSucceeded)].count(1) == 1
+    fired_slot = task.recent[0][0]  # the slot the engine fired (earlier ones were missed before it started)
+    assert [e.slot for e in events if isinstance(e, ev.FireSucceeded)].count(fired_slot) == 1
+
+
+@pytest.mark.timeout(240)
+def test_a_standby_answers_complete_goal_during_a_takeover(project: Project) -> None:  # noqa: F811
+    """The holder is killed with ``kill -9``; the standby takes the lease over, and its first host calls are
+    held, so the takeover is in progress when the worker calls ``complete_goal`` over the Unix socket (the
+    newest server owns the path). The standby answers it; released, it carries on with the goal complete."""
+    project.start_engine()
+    assert project.engine is not None
+    holder = project.engine
+    goal = {"name": "docs", "objective": "write the guide", "checks": ["test -n ok"]}
+    created = project.call("loopd_create_goal", goal)
+    assert created["ok"] is True, created
+    goal_id = created["goalID"]
+    worker = _worker(project, goal_id)
+    standby_log = project.engine_log.with_name("standby.log")
+    with standby_log.open("w") as log:
+        standby = subprocess.Popen(
+            [sys.executable, "-m", "loopd_es.cli", "run", "--lease-ms", "3000"],
+            cwd=project.dir, env=project.env, stdout=subprocess.DEVNULL, stderr=log, text=True,
+        )  # fmt: skip
+    try:
+        _wait_for_line(standby_log, "serving the OpenCode tools")
+        _wait_for_line(standby_log, "standing by")
+        assert project.cli("host", "hold", "session_status", "messages").returncode == 0
+        holder.kill()  # kill -9
+        holder.wait()
+        _wait_for_line(standby_log, "engine running", within=60)  # the standby took the lease
+        _wait_until_held_by(project, standby.pid)  # ... and its takeover is stopped at a host call
+        context = {"sessionID": worker, "messageID": "msg_done", "callID": "call_done", "agent": "build"}
+        args = {"summary": "the guide is written", "evidence": "docs/guide.md"}
+        done = subprocess.run(
+            [str(project.bun), "run", "call.ts", "complete_goal", json.dumps(args), json.dumps(context)],
+            cwd=project.dir, env={**project.env, "BUN_BE_BUN": "1"}, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["ok"] is True and answer["status"] == "complete", answer
+        released = project.cli("host", "release")
+        assert released.returncode == 0, released.stderr
+        shown = project.cli("goal", "show", goal_id, "--json")
+        assert json.loads(shown.stdout)["goal"]["status"] == "complete", shown.stdout
+        assert standby.poll() is None, standby_log.read_text()  # carries on after the takeover
+    finally:
+        project.cli("host", "release")
+        if standby.poll() is None:
+            standby.send_signal(signal.SIGTERM)
+            assert standby.wait(timeout=30) == 0, standby_log.read_text()
+    assert "Traceback" not in standby_log.read_text(), standby_log.read_text()
+
+
+def _worker(proj: Project, goal_id: str) -> str:
+    """The goal's worker session, once the engine has made it."""
+    deadline = time.monotonic() + 30
+    while True:
+        shown = proj.cli("goal", "show", goal_id, "--json")
+        assert shown.returncode == 0, shown.stderr
+        worker = json.loads(shown.stdout)["goal"].get("worker_session_id")
+        if worker:
+            return str(worker)
+        assert time.monotonic() < deadline, shown.stdout
+        time.sleep(0.1)
+
+
+def _wait_until_held_by(proj: Project, pid: int, within: float = 60) -> None:
+    """Return once a host call of process ``pid`` waits at a hold (a killed process's calls stay listed)."""
+    deadline = time.monotonic() + within
+    while True:
+        held = proj.cli("host", "held", "--json")
+        assert held.returncode == 0, held.stderr
+        if any(h["pid"] == pid for h in json.loads(held.stdout)["held"]):
+            return
+        assert time.monotonic() < deadline, held.stdout
+        time.sleep(0.1)
