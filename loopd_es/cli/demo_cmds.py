@@ -156,7 +156,7 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
     await story.say("A switch while the worker is busy is deferred, then applied at the next idle turn")
     await host.set_status(await story.session_of(docs), "busy")
     await story.run("goal", "switch-identity", docs, "--agent", "plan")
-    await host.set_status(await story.session_of(docs), "idle")
+    await host.reply(await story.session_of(docs))  # the worker answers: idle
     await story.run("goal", "idle", docs)
 
     await story.say(
@@ -165,9 +165,11 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
     error = {"statusCode": 429, "message": "Rate limit reached", "responseHeaders": {"retry-after": "1"}}
     await story.run("goal", "observe-error", docs, "--error", json.dumps(error))
     await anyio.sleep(2.2)  # the run's back-off (2 s) and the provider's Retry-After (1 s)
+    await host.reply(await story.session_of(docs))
     await story.run("goal", "idle", docs)
 
     await story.say("A combined switch whose agent half the host refuses: the model half is rolled back")
+    await host.reply(await story.session_of(tests))
     await story.run("goal", "idle", tests)  # the first turn ends; an interactive goal starts no other
     await host.inject(FailureRule(op="switch_agent", session=await story.session_of(tests), error="rejected"))
     await story.run(
@@ -179,6 +181,7 @@ async def _play(story: _Story, host: SimulatedHost) -> None:
     await story.say("Back on auto, the second goal runs out of turns")
     await story.run("goal", "interactive", tests, "off")
     for _ in range(4):
+        await host.reply(await story.session_of(tests))
         out = await story.run("goal", "idle", tests)
         if "blocked" in out or "not active" in out:
             break

@@ -1,4 +1,5 @@
-"""Host commands: ``models`` (the host's model and agent catalogs, as the reference's ``loopd_list_models``).
+"""Host commands: ``models`` (the host's model and agent catalogs, as the reference's ``loopd_list_models``) and
+``host hold|held|release`` (stop the simulated host's calls at their start, so a race can be played on purpose).
 
 Quota is always printed as ``unknown``: no host reports remaining balance, and a local rate-limit observation
 is not balance data (docs/reference/loopd.md#s1-6), so loopd-es never pretends otherwise.
@@ -41,6 +42,90 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--usable", action="store_true", help="only models positively known usable")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     p.set_defaults(handler=_models)
+    _register_holds(sub)
+
+
+def _register_holds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from ..host.holds import HOLDABLE
+
+    p = sub.add_parser(
+        "host",
+        help="hold the simulated host's calls (prompt, switch_model, ...) until released",
+        description="Stop calls of the simulated host (sim:FILE) at their start, in every process that uses "
+        "it, until released: a race (a turn asked for during a switch, a stop during a /loop prompt) then "
+        f"happens in the order you choose. Calls: {', '.join(HOLDABLE)}.",
+    )
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="ACTION")
+    hold = verbs.add_parser("hold", help="hold CALL... from now on", description="Hold CALL... from now on.")
+    hold.add_argument("calls", nargs="+", metavar="CALL", help="a host call, e.g. prompt or switch_model")
+    release = verbs.add_parser(
+        "release",
+        help="let the held calls of CALL... go on (every call without CALL)",
+        description="Let the calls waiting at CALL... go on and hold no more of them (every call without CALL).",
+    )
+    release.add_argument("calls", nargs="*", metavar="CALL", help="a held call (default: all)")
+    held = verbs.add_parser(
+        "held",
+        help="what is held, and the calls waiting there",
+        description="Print the held calls and the calls waiting at them; --wait CALL first waits until one is.",
+    )
+    held.add_argument("--wait", default=None, metavar="CALL", help="wait until a call of CALL is held")
+    held.add_argument("--count", type=int, default=1, metavar="N", help="with --wait: until N calls are held")
+    held.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="with --wait: give up after S seconds (exit 3)",
+    )
+    held.add_argument("--json", action="store_true", help="print one JSON document")
+    for v in (hold, release, held):
+        add_host_option(v)
+        v.set_defaults(handler=_host_holds)
+
+
+async def _host_holds(args: argparse.Namespace) -> int:
+    import anyio
+
+    from ..errors import ConflictError, UsageError
+    from ..host.simulated import SimulatedHost
+
+    if args.verb == "held" and (args.count < 1 or args.timeout <= 0):
+        raise UsageError("--count must be >= 1 and --timeout > 0")
+    host = await open_host(host_url(args.host))
+    try:
+        if not isinstance(host, SimulatedHost):
+            raise UsageError(
+                f"`loopd-es host {args.verb}` holds the simulated host's calls only, not {host.url}"
+            )
+        if args.verb == "hold":
+            await host.hold(*args.calls)
+            sys.stdout.write(f"holding {', '.join(args.calls)}\n")
+            return EXIT_OK
+        if args.verb == "release":
+            freed = await host.release(*args.calls)
+            sys.stdout.write(
+                f"released {', '.join(args.calls) or 'every call'}: {len(freed)} call(s) go on\n"
+            )
+            return EXIT_OK
+        if args.wait is not None:
+            with anyio.move_on_after(args.timeout) as waited:
+                await host.wait_held(args.wait, count=args.count)
+            if waited.cancelled_caught:
+                raise ConflictError(
+                    f"fewer than {args.count} {args.wait} call(s) held after {args.timeout:g} s"
+                )
+        holds, waiting = await host.held()
+    finally:
+        await host.aclose()
+    if args.json:
+        doc = {"holds": holds, "held": msgspec.to_builtins(waiting)}
+        sys.stdout.write(msgspec.json.encode(doc).decode() + "\n")
+        return EXIT_OK
+    lines = [f"holds: {', '.join(holds) or 'none'}"]
+    lines += [f"  #{h.ticket} {h.op} {h.session_id or '-'} (pid {h.pid})" for h in waiting]
+    sys.stdout.write("\n".join(term_line(line) for line in lines) + "\n")
+    return EXIT_OK
 
 
 async def _models(args: argparse.Namespace) -> int:

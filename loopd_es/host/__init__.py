@@ -1,7 +1,8 @@
 """Worker hosts: the port (:class:`WorkerHost`) and its backends, opened by URL.
 
 ``sim:PATH`` is the simulated host scripted by ``PATH`` (JSON, or TOML when it ends in ``.toml``; a missing
-file gives the default catalog), with its live state in ``<stem>.state.json`` beside it. It is the default
+file gives the default catalog), with its live state in ``<stem>.state.json`` beside it;
+``sim:PATH?hold=prompt,switch_model`` also holds those calls until ``loopd-es host release`` (:mod:`.holds`). It is the default
 (``sim:.loopd/host.json``, or ``$LOOPD_ES_HOST``). ``opencode:http://HOST:PORT`` is a running ``opencode serve`` (:mod:`loopd_es.host.opencode`).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Final
+from urllib.parse import parse_qs
 
 import anyio.to_thread
 
@@ -21,6 +23,9 @@ from .errors import HostConfigError as HostConfigError
 from .errors import HostError as HostError
 from .errors import ProviderError as ProviderError
 from .errors import ProviderErrorInfo as ProviderErrorInfo
+from .holds import HeldHost as HeldHost
+from .holds import Holds as Holds
+from .holds import check_calls
 from .simulated import SimulatedHost as SimulatedHost
 
 DEFAULT_HOST: Final = "sim:.loopd/host.json"
@@ -31,6 +36,8 @@ __all__ = (
     "HOST_ENV",
     "AgentCatalog",
     "HostConfigError",
+    "HeldHost",
+    "Holds",
     "HostError",
     "ModelCatalog",
     "ProviderError",
@@ -68,6 +75,24 @@ async def open_host(url: str) -> WorkerHost:
         raise HostConfigError(url, f"say which kind of host: opencode:{text} for an OpenCode server")
     else:
         raise HostConfigError(url, f"unknown host scheme {scheme!r}; use sim:FILE (e.g. {DEFAULT_HOST})")
+    path, _, query = path.partition("?")
     if not path:
         raise HostConfigError(url, f"no script path; use e.g. {DEFAULT_HOST}")
-    return await anyio.to_thread.run_sync(SimulatedHost.from_file, Path(path))
+    holds = _sim_holds(url, query)
+    host = await anyio.to_thread.run_sync(SimulatedHost.from_file, Path(path))
+    if holds:
+        await host.hold(*holds)
+    return host
+
+
+def _sim_holds(url: str, query: str) -> tuple[str, ...]:
+    """The calls a ``sim:PATH?hold=prompt,switch_model`` URL holds (armed when the host is opened).
+
+    :raises HostConfigError: for another option or a call that cannot be held.
+    """
+    calls: list[str] = []
+    for key, values in parse_qs(query, keep_blank_values=True).items():
+        if key != "hold":
+            raise HostConfigError(url, f"unknown option {key!r}; the simulated host takes ?hold=CALL,...")
+        calls.extend(c.strip() for v in values for c in v.split(",") if c.strip())
+    return check_calls(calls, url)

@@ -4,7 +4,8 @@ The **script** (``host.json`` or ``host.toml``) is read-only configuration::
 
     model_switching = "session"            # session | next-prompt | unsupported
     agent_capability = "supported"         # supported | unavailable | unsupported
-    prompt_busy_polls = 2                  # after a prompt, 2 status polls say busy, then idle
+    prompt_busy_polls = 2                  # after a prompt, 2 status polls say busy, then idle (default:
+                                           # busy until the worker answers, as OpenCode; 0: stays as it was)
     auto_reply = true                      # answer every prompt at once (usage below), then go idle
     reply_usage = { input = 100, output = 50, cost = 0.001 }
     [[models]]
@@ -30,10 +31,10 @@ The **script** (``host.json`` or ``host.toml``) is read-only configuration::
 Left-out ``providers``, ``models`` and ``agents`` mean the default catalog (:data:`DEFAULT_SCRIPT`).
 
 The **state** (``<script stem>.state.json`` beside it) holds what changes: sessions and their identity, status
-scripts, call counters, the call journal, prompts, transcripts, owner notices, and failures injected at run
-time. The host's events (:mod:`loopd_es.host.events`) go to ``<script stem>.events.ndjson``, which subscribers
-in any process follow. It is rewritten
-atomically (temp file, fsync, rename, fsync of the directory) under an exclusive lock after every call, so
+scripts, call counters, the call journal, prompts, transcripts, owner notices, failures injected at run
+time, and holds (calls stopped at their start until released, and the calls waiting there). The host's events
+(:mod:`loopd_es.host.events`) go to ``<script stem>.events.ndjson``, which subscribers in any process follow.
+It is rewritten atomically (temp file, fsync, rename, fsync of the directory) under an exclusive lock after every call, so
 it survives ``kill -9`` of any process using the host and every process sees the same live identity.
 """
 
@@ -173,7 +174,10 @@ class HostScript(_Script, frozen=True, kw_only=True, forbid_unknown_fields=True)
     agents: tuple[ScriptAgent, ...] | None = None
     default_model: str | None = None
     default_agent: str | None = None
-    prompt_busy_polls: int = 0
+    prompt_busy_polls: int | None = None
+    """``None`` (the default): a prompt leaves the session busy until the worker's answer is done (a reply, an
+    idle, a failure or an abort), as OpenCode does. ``N``: the next N status polls say busy, then idle.
+    ``0``: the prompt leaves the status as it was (OpenCode's rare "no entry yet right after the 204" race)."""
     sessions: tuple[ScriptSession, ...] = ()
     failures: tuple[FailureRule, ...] = ()
     provider_errors: tuple[ScriptProviderError, ...] = ()
@@ -202,7 +206,7 @@ class HostScript(_Script, frozen=True, kw_only=True, forbid_unknown_fields=True)
                 raise HostConfigError(
                     where, f"model {m.ref!r} names provider {m.provider!r}, which is not listed"
                 )
-        if self.prompt_busy_polls < 0:
+        if self.prompt_busy_polls is not None and self.prompt_busy_polls < 0:
             raise HostConfigError(where, "prompt_busy_polls must be >= 0")
         for rule in self.failures:
             check_rule(rule, where)
@@ -326,6 +330,15 @@ class NotificationRecord(msgspec.Struct, frozen=True, kw_only=True):
     text: str
 
 
+class HeldCall(msgspec.Struct, frozen=True, kw_only=True):
+    """A call waiting at a hold: ``ticket`` numbers it, ``pid`` is the process that made it."""
+
+    ticket: int
+    op: str
+    session_id: str | None = None
+    pid: int = 0
+
+
 class SimState(msgspec.Struct, kw_only=True):
     """Everything the simulated host remembers between calls and processes."""
 
@@ -343,6 +356,10 @@ class SimState(msgspec.Struct, kw_only=True):
     notifications: list[NotificationRecord] = msgspec.field(default_factory=list)
     next_event: int = 1
     next_message: int = 1
+    holds: list[str] = msgspec.field(default_factory=list)
+    """The calls held at their start until released (``loopd-es host hold``; :mod:`loopd_es.host.holds`)."""
+    held: list[HeldCall] = msgspec.field(default_factory=list)
+    next_ticket: int = 1
 
     @classmethod
     def initial(cls, script: HostScript) -> SimState:

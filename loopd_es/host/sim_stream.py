@@ -59,6 +59,11 @@ class SimEvents:
     def _now(self) -> str:  # pragma: no cover
         raise NotImplementedError
 
+    async def _port(
+        self, op: str, session_id: str | None, fn: Callable[[SimState], T]
+    ) -> T:  # pragma: no cover - provided by the host (a port call, held while its name is held)
+        raise NotImplementedError
+
     # -- emitting --------------------------------------------------------------------------------------
 
     def _emit(self, state: SimState, make: Callable[[int], AnyHostEvent]) -> None:
@@ -138,7 +143,7 @@ class SimEvents:
             self._session(state, "messages", session_id)
             return list(state.transcripts.get(session_id, [])[-limit:])
 
-        return await self._transact(run)
+        return await self._port("messages", session_id, run)
 
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
         def run(state: SimState) -> bool:
@@ -150,7 +155,7 @@ class SimEvents:
             del state.notifications[:-NOTIFICATIONS_CAP]
             return True
 
-        return await self._transact(run)
+        return await self._port("notify", session_id, run)
 
     async def notifications(self) -> list[NotificationRecord]:
         """Every notice shown so far (the last 1000), oldest first."""
@@ -283,8 +288,7 @@ class SimEvents:
         def run(state: SimState) -> None:
             session = self._session(state, "fail", session_id)
             self._emit(state, lambda seq: SessionError(session_id=session_id, seq=seq, error=error))
-            session.status, session.then = "idle", []
-            self._emit(state, lambda seq: SessionStatusChanged(session_id=session_id, seq=seq, status="idle"))
+            self._go_idle(state, session)  # as OpenCode: the error, then an idle pair
 
         await self._transact(run)
 

@@ -2,8 +2,10 @@
 
 It is the embedded default host (``sim:.loopd/host.json``) and the host every saga test runs against. Nothing
 in it is random or timed: session and prompt ids count up, a session's status changes only when its script
-says so (or a prompt, abort or :meth:`SimulatedHost.set_status` changes it), and an injected failure fires on
-exactly the call it names. The script and state formats are described in :mod:`loopd_es.host.sim_script`.
+says so (or a prompt, abort or :meth:`SimulatedHost.set_status` changes it; a prompt leaves it busy until the
+worker's answer is done, as OpenCode does), and an injected failure fires on exactly the call it names. The
+script and state formats are described in :mod:`loopd_es.host.sim_script`. Any call can be held at its start
+until released (:mod:`loopd_es.host.sim_holds`), from this process or another.
 
 Every call - including reads, because failures can target "the Nth call" - runs as one transaction: take the
 state lock, load the state, count the call, apply it, save the state atomically, release. One thread hop per
@@ -44,7 +46,8 @@ from .errors import (
     SessionNotFoundError,
     WorkerBusyError,
 )
-from .events import AnyHostEvent, SessionStatusChanged, TranscriptMessage
+from .events import AnyHostEvent, SessionError, SessionStatusChanged, TranscriptMessage
+from .sim_holds import SimHolds
 from .sim_script import (
     JOURNAL_CAP,
     PROMPTS_CAP,
@@ -76,7 +79,7 @@ _ERRORS: dict[ErrorKind, type[HostError]] = {
 }
 
 
-class SimulatedHost(SimEvents):
+class SimulatedHost(SimHolds, SimEvents):
     """A :class:`~loopd_es.host.events.EngineHost` driven by a :class:`HostScript`; see the module docstring."""
 
     def __init__(
@@ -129,7 +132,7 @@ class SimulatedHost(SimEvents):
             self._record(state, "create_worker", sid, title, "ok")
             return SessionIdentity(session_id=sid, model=chosen_model, agent=chosen_agent)
 
-        return await self._transact(run)
+        return await self._port("create_worker", None, run)
 
     async def prompt(
         self,
@@ -162,7 +165,9 @@ class SimulatedHost(SimEvents):
             session.model = model or session.model
             session.agent = agent or session.agent
             polls = self.script.prompt_busy_polls
-            if polls:
+            if polls is None:  # as OpenCode: busy until the answer is done
+                session.status, session.then = "busy", []
+            elif polls:
                 busy: list[SessionStatus] = ["busy"] * (polls - 1)
                 session.status, session.then = "busy", [*busy, "idle"]
             self._add_message(
@@ -195,7 +200,7 @@ class SimulatedHost(SimEvents):
                 session_id=session_id, prompt_id=pid, model=session.model, agent=session.agent
             )
 
-        return await self._transact(run)
+        return await self._port("prompt", session_id, run)
 
     async def session_status(self, session_id: str) -> SessionStatus:
         def run(state: SimState) -> SessionStatus:
@@ -213,16 +218,23 @@ class SimulatedHost(SimEvents):
             self._record(state, "session_status", session_id, None, status)
             return status
 
-        return await self._transact(run)
+        return await self._port("session_status", session_id, run)
 
     async def abort(self, session_id: str) -> None:
         def run(state: SimState) -> None:
             self._enter(state, "abort", session_id, None)
             session = self._session(state, "abort", session_id)
+            # as OpenCode: a turn stopped mid-answer ends with MessageAbortedError, one stopped in a retry
+            # wait without an error; both then report idle (an idle session reports nothing)
+            if session.status == "busy":
+                error = {"name": "MessageAbortedError", "data": {"message": "Aborted"}}
+                self._emit(state, lambda seq: SessionError(session_id=session_id, seq=seq, error=error))
+            if session.status in ("busy", "retry"):
+                self._go_idle(state, session)
             session.status, session.then = "idle", []
             self._record(state, "abort", session_id, None, "ok")
 
-        await self._transact(run)
+        await self._port("abort", session_id, run)
 
     async def session_identity(self, session_id: str) -> SessionIdentity:
         def run(state: SimState) -> SessionIdentity:
@@ -231,7 +243,7 @@ class SimulatedHost(SimEvents):
             self._record(state, "session_identity", session_id, None, "ok")
             return SessionIdentity(session_id=session_id, model=session.model, agent=session.agent)
 
-        return await self._transact(run)
+        return await self._port("session_identity", session_id, run)
 
     async def list_models(self) -> ModelCatalog:
         def run(state: SimState) -> ModelCatalog:
@@ -277,7 +289,7 @@ class SimulatedHost(SimEvents):
                 quota=quota,
             )
 
-        return await self._transact(run)
+        return await self._port("list_models", None, run)
 
     async def list_agents(self) -> AgentCatalog:
         def run(state: SimState) -> AgentCatalog:
@@ -304,7 +316,7 @@ class SimulatedHost(SimEvents):
                 agents=agents,
             )
 
-        return await self._transact(run)
+        return await self._port("list_agents", None, run)
 
     async def switch_model(self, session_id: str, model: str) -> SwitchResult:
         return await self._switch("switch_model", session_id, model)
@@ -334,7 +346,7 @@ class SimulatedHost(SimEvents):
             self._record(state, op, session_id, value, outcome)
             return outcome
 
-        return await self._transact(run)
+        return await self._port(op, session_id, run)
 
     async def compact(self, session_id: str, *, model: str | None = None) -> None:
         def run(state: SimState) -> None:
@@ -342,7 +354,7 @@ class SimulatedHost(SimEvents):
             self._session(state, "compact", session_id)
             self._record(state, "compact", session_id, model, "ok")
 
-        await self._transact(run)
+        await self._port("compact", session_id, run)
 
     async def fork_worker(self, session_id: str, *, through: str | None, title: str) -> ForkedWorker:
         """The fork of the port; a script with ``can_fork: false`` plays a host without one (primes instead)."""
@@ -384,7 +396,7 @@ class SimulatedHost(SimEvents):
                 session_id=sid, source_session_id=session_id, method=method, kept_messages=len(kept)
             )
 
-        return await self._transact(run)
+        return await self._port("fork_worker", session_id, run)
 
     async def aclose(self) -> None:
         return None

@@ -19,6 +19,9 @@ and give it two fixtures: ``store_url`` (a fresh, empty log) and ``store`` (an o
 Every test is async and runs on anyio's pytest plugin (asyncio). :class:`IntegrityContract` adds what a backend
 that stores payload bytes in files must get right (odd raw payloads, foreign files). :class:`MemoryLog`
 (``memory:NAME``) is the reference backend that passes the contract, for fast unit tests.
+
+:class:`HostContract` does the same for worker hosts (:mod:`loopd_es.testing.host_contract`): the simulated
+host and OpenCode's run it, so the fake cannot drift from the real thing.
 """
 
 from __future__ import annotations
@@ -34,12 +37,22 @@ from .helpers import flat as flat
 from .helpers import new as new
 from .helpers import positions as positions
 from .helpers import stream_events as stream_events
+from .host_contract import HostContract as HostContract
+from .host_worker import ContractWorker as ContractWorker
+from .host_worker import Recorder as Recorder
+from .host_worker import SimulatedWorker as SimulatedWorker
+from .host_worker import TurnKind as TurnKind
 
 __all__ = (
     "CommitContract",
+    "ContractWorker",
+    "HostContract",
     "IntegrityContract",
     "LogStoreContract",
     "MemoryLog",
+    "Recorder",
+    "SimulatedWorker",
+    "TurnKind",
     "assert_log_invariants",
     "batches",
     "everything",

@@ -28,7 +28,7 @@ async def _fires(tmp: Path) -> int:
 
 @pytest.mark.timeout(120)
 def test_the_engine_fires_due_loop_slots(tmp_path: Path) -> None:
-    (tmp_path / "host.json").write_text(json.dumps({"sessions": [{"id": "s1"}]}))
+    (tmp_path / "host.json").write_text(json.dumps({"sessions": [{"id": "s1"}], "auto_reply": True}))
     base = [sys.executable, "-m", "loopd_es", "--store", f"sqlite:{tmp_path / 'ev.db'}"]
     host = ["--host", f"sim:{tmp_path / 'host.json'}"]
     add = [

@@ -96,6 +96,7 @@ def test_maintenance_settles_a_switch_whose_process_was_killed_mid_host_call(tmp
                    "--agent", "build", "--interactive", "--read-only")  # fmt: skip
     assert created.returncode == 0, created.stderr
     goal_id = created.stdout.splitlines()[0]
+    assert _cli(tmp_path, url, "sim", "reply", goal_id).returncode == 0  # the worker answers the first turn
     assert _cli(tmp_path, url, "goal", "idle", goal_id).returncode == 0
     trace = tmp_path / "trace.txt"
     switch = ("goal", "switch-identity", goal_id, "--model", "openai/gpt-5-mini", "--agent", "plan")

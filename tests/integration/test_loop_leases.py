@@ -70,7 +70,7 @@ def _wait(tmp: Path, check: Callable[[State], bool], timeout: float = 30) -> Sta
 def test_a_dead_runners_lease_ends_its_ephemeral_tasks_and_hands_over_its_durable_ones(
     tmp_path: Path,
 ) -> None:
-    (tmp_path / "host.json").write_text(json.dumps({"sessions": [{"id": "s1"}]}))
+    (tmp_path / "host.json").write_text(json.dumps({"sessions": [{"id": "s1"}], "auto_reply": True}))
     a = subprocess.Popen(_loop(tmp_path, "run", "--owner", "A", "--ttl-ms", "2000", "--period-ms", "100"),
                          env=_env(), cwd=tmp_path, stdout=subprocess.DEVNULL)  # fmt: skip
     try:

@@ -80,7 +80,7 @@ async def _events(tmp: Path) -> list[Event]:
 def test_eight_racers_with_kill_9_fire_every_slot_exactly_once_or_record_it_missed(tmp_path: Path) -> None:
     rng = random.Random(14)
     sessions = [{"id": f"s{s}"} for s in range(SESSIONS)]
-    (tmp_path / "host.json").write_text(json.dumps({"sessions": sessions}))
+    (tmp_path / "host.json").write_text(json.dumps({"sessions": sessions, "auto_reply": True}))
     base = time.time_ns() // 1_000_000 + 3_000  # slot k of every task is due at base + k s
     anyio.run(_create, tmp_path, base)
     end = base + SLOTS * INTERVAL

@@ -85,6 +85,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     )
     assert created.returncode == 0, created.stderr
     goal_id = created.stdout.splitlines()[0]
+    replied = _cli(root, "sim", "reply", goal_id)  # the worker answers the first turn
+    assert replied.returncode == 0, replied.stderr
     idle = _cli(root, "goal", "idle", goal_id)
     assert idle.returncode == 0, idle.stderr
     return root, goal_id

@@ -22,7 +22,6 @@ from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
 
 if TYPE_CHECKING:
-    from loopd_es.host.base import SwitchResult
     from loopd_es.log.base import LogStore
 
 pytestmark = pytest.mark.anyio
@@ -30,24 +29,12 @@ pytestmark = pytest.mark.anyio
 OLD, NEW, LATER = "openai/gpt-5", "openai/gpt-5-mini", "anthropic/claude-sonnet-4-5"
 
 
-class HeldHost(SimulatedHost):
-    """The file-backed simulated host, with ``switch_model`` held open until the test releases it."""
-
-    entered: anyio.Event
-    release: anyio.Event
-
-    async def switch_model(self, session_id: str, model: str) -> SwitchResult:
-        self.entered.set()
-        await self.release.wait()
-        return await super().switch_model(session_id, model)
-
-
-async def held(workdir: Path, goal_id: str) -> tuple[LogStore, HeldHost, Goals, str]:
-    """The log (to close), a held host, the goal use cases over both, and the goal's worker session."""
+async def held(workdir: Path, goal_id: str) -> tuple[LogStore, SimulatedHost, Goals, str]:
+    """The log (to close), the file-backed host with ``switch_model`` held (every process sees the hold), the
+    goal use cases over both, and the goal's worker session."""
     store = await open_store(f"sqlite:{workdir / 'events.db'}", create=False)
-    host = HeldHost.from_file(workdir / "host.json")
-    assert isinstance(host, HeldHost)
-    host.entered, host.release = anyio.Event(), anyio.Event()
+    host = SimulatedHost.from_file(workdir / "host.json")
+    await host.hold("switch_model")
     goals = Goals(GoalService(store, host))
     return store, host, goals, (await goals.service.load(goal_id)).worker_session_id or ""
 
@@ -86,6 +73,8 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
     )
     assert code == 0, err
     goal_id = out.splitlines()[0]
+    code, _, err = await _cli(tmp_path, "sim", "reply", goal_id)  # the worker answers the first turn
+    assert code == 0, err
     for step in (
         ("idle", goal_id),
         ("interactive", goal_id, "off"),
@@ -104,7 +93,7 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
 
             tg.start_soon(switch)
             with anyio.fail_after(30):
-                await host.entered.wait()
+                await host.wait_held("switch_model")
             # the host call is in flight: another process asks for a second switch, then for a turn
             code, out, err = await _cli(tmp_path, "goal", "switch-identity", goal_id, "--model", LATER)
             assert code == 0 and "deferred" in out, (out, err)
@@ -112,7 +101,7 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
             assert code == 0, err
             assert "identity switch is being applied" in out, out
             assert await _prompts(tmp_path, session) == prompts_before  # no prompt with the old identity
-            host.release.set()
+            await host.release("switch_model")
         assert reports[0].outcome == "applied"
         goals.service.forget(goal_id)
         state = await goals.service.load(goal_id)
@@ -122,6 +111,8 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
         await store.aclose()
 
     # the next turn applies the deferred switch first and prompts with it
+    code, _, err = await _cli(tmp_path, "sim", "reply", goal_id)
+    assert code == 0, err
     code, out, err = await _cli(tmp_path, "goal", "idle", goal_id)
     assert code == 0 and "turn started" in out, (out, err)
     assert (await _prompts(tmp_path, session))[len(prompts_before) :] == [LATER]

@@ -80,7 +80,9 @@ async def rig(
     config: EngineConfig | None = None,
 ) -> AsyncIterator[Rig]:
     clock = FakeClock()
-    host = SimulatedHost(script or HostScript(), clock=clock)
+    # these tests hand the engine the host's events themselves (idle pairs in the order under test), so a
+    # prompt must not leave the simulated session busy by itself (the host's default, as OpenCode)
+    host = SimulatedHost(script or HostScript(prompt_busy_polls=0), clock=clock)
     async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:
         engine = Engine(
             store,

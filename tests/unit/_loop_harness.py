@@ -81,7 +81,8 @@ class World:
 async def world(
     tmp_path: Path, *, sessions: tuple[str, ...] = ("s1", "s2"), **cfg: Any
 ) -> AsyncIterator[World]:
-    script = HostScript(sessions=tuple(ScriptSession(id=s) for s in sessions))
+    # the worker answers each fire at once (a prompt leaves a session busy until its answer, as OpenCode)
+    script = HostScript(sessions=tuple(ScriptSession(id=s) for s in sessions), auto_reply=True)
     clock = FakeClock(from_ms(T0))
     async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:
         yield World(store, SimulatedHost(script), clock, tmp_path, decide.Config(**cfg))

@@ -75,8 +75,19 @@ class World:
         args.update(kwargs)
         state = await self.goals.create("g", "objective", Ctx.new(), interactive=interactive, **args)
         if idle:
-            await self.goals.idle(state.goal_id, Ctx.new())
+            await self.answer(state.goal_id)
         return state.goal_id
+
+    async def answer(self, goal_id: str) -> None:
+        """The worker answers its prompt (the host says idle, as OpenCode does), then the engine's idle turn."""
+        await self.replied(goal_id)
+        await self.goals.idle(goal_id, Ctx.new())
+
+    async def replied(self, goal_id: str) -> None:
+        """The goal's worker answers its latest prompt and goes idle (a prompt leaves it busy until then)."""
+        session = (await self.state(goal_id)).worker_session_id
+        if session is not None:
+            await self.host.reply(session)
 
 
 @asynccontextmanager

@@ -47,7 +47,7 @@ LAYERS: dict[str, int] = {
     "domain": 2,
     "replay": 3,
     "procs": 3,
-    "testing": 3,  # the log contract suite (and the memory backend) shipped for backend authors
+    "testing": 4,  # the log and host contract suites (and the memory backend) shipped for backend authors
     "projector": 3,
     "host": 3,  # the port and its hosts may read the domain's classifiers, never the sagas or the app
     "sagas": 4,

@@ -23,7 +23,9 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LOOPD_ES_STORE", f"sqlite:{tmp_path / 'ev.db'}")
     monkeypatch.setenv("LOOPD_SESSION", "s1")
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "host.json").write_text(json.dumps({"sessions": [{"id": "s1"}, {"id": "s2"}]}))
+    (tmp_path / "host.json").write_text(
+        json.dumps({"sessions": [{"id": "s1"}, {"id": "s2"}], "auto_reply": True})
+    )
     return tmp_path
 
 
@@ -197,6 +199,7 @@ def test_scenario_39_history_is_the_log(env: Path, capsys: pytest.CaptureFixture
     # the reference appends fires to a history.log it rotates at 1 MB; here each fire is in the log, kept whole
     script = {
         "sessions": [{"id": "s1"}],
+        "auto_reply": True,
         "failures": [{"op": "prompt", "on_call": 2, "error": "unavailable"}],
     }
     (env / "host.json").write_text(json.dumps(script))

@@ -115,6 +115,7 @@ async def test_the_engine_writes_chains_explain_can_walk(tmp_path: Path) -> None
         await w.goals.observe_error(gid, {"data": {"statusCode": 429, "message": "slow down"}}, Ctx.new())
         await w.host.inject(FailureRule(op="switch_model", error="rejected"))
         w.clock.advance(5)
+        await w.replied(gid)
         with pytest.raises(SwitchFailedError):
             await w.goals.idle(gid, Ctx.new())
         x = await _explain(w.store, gid[:8])

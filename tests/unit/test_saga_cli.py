@@ -62,6 +62,7 @@ def test_switch_deferred_then_applied_at_idle_via_a_prefix(
     ]
     code, out, _ = _run(capsys, "models")
     assert f"{gid}  'demo'  active  p/old / old  pending: p/new / new" in out
+    _run(capsys, "sim", "reply", gid)  # the worker answers its first turn
     code, out, _ = _run(capsys, "goal", "idle", gid[:8])
     assert code == 0
     assert out.splitlines() == [
@@ -75,6 +76,7 @@ def test_switch_deferred_then_applied_at_idle_via_a_prefix(
 
 def test_applied_on_an_idle_interactive_goal(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gid = _create(capsys, "--interactive")
+    _run(capsys, "sim", "reply", gid)
     assert (
         _run(capsys, "goal", "idle", gid)[1]
         .strip()
@@ -164,6 +166,7 @@ def test_a_crashed_switch_is_recovered_by_the_next_command(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gid = _create(capsys, "--interactive")
+    _run(capsys, "sim", "reply", gid)
     _run(capsys, "goal", "idle", gid)
     arm(8)  # between the model and the agent host calls
     try:

@@ -91,6 +91,7 @@ async def test_s62_prompt_delivery_quota_is_a_fallback_turn_and_the_next_turn_ap
         session = (await w.state(gid)).worker_session_id or ""
         info = ProviderErrorInfo(status_code=429, message="quota delivery failure SECRET")
         await w.host.inject(FailureRule(op="prompt", error="provider", provider=info, on_call=3))
+        await w.replied(gid)
         await w.goals.idle(gid, Ctx.new())
         state = await w.state(gid)
         assert state.last_provider_limit is not None and state.last_provider_limit.source == "prompt-delivery"
@@ -104,6 +105,7 @@ async def test_s62_prompt_delivery_quota_is_a_fallback_turn_and_the_next_turn_ap
         assert state.consecutive_failures == 0 and state.last_error is None  # not a failure (#22)
         types = [e.type for e in await w.events()]
         assert "run.failed" not in types and "run.fell_back" in types
+        await w.replied(gid)
         turn = await w.goals.idle(gid, Ctx.new())
         assert turn.result == "started" and [r.outcome for r in turn.switches] == ["applied"]
         state = await w.state(gid)

@@ -57,6 +57,7 @@ async def test_s46_deferred_while_running_then_applied_at_the_idle_turn_after_re
         assert state.pending_identity is not None and state.pending_identity.model == "p/new"
         assert state.config.model == "p/old"
         restarted = w.fresh()
+        await w.replied(gid)
         turn = await restarted.idle(gid, Ctx.new())
         assert turn.result == "started" and [r.outcome for r in turn.switches] == ["applied"]
         state = await restarted.service.load(gid)
@@ -108,8 +109,10 @@ async def test_s51_next_prompt_host_reports_deferred_but_the_next_prompt_carries
     )
     async with world(tmp_path, script) as w:
         gid = await w.create(interactive=False)  # idle: run confirmed and the next turn started
+        await w.replied(gid)
         await w.goals.idle(gid, Ctx.new())
         w.clock.advance(600)  # the running lease expired
+        await w.replied(gid)  # and the worker is idle again
         report = await w.goals.switch_identity(gid, Ctx.new(), model="p/new", agent="new")
         assert report.outcome == "next-prompt"
         assert report.message().startswith("Identity switch deferred")
@@ -150,6 +153,7 @@ async def test_s55_single_field_switches_never_wake_or_unpause(tmp_path: Path) -
         assert state.status == "paused" and state.config.model == "p/last"
         assert len(await w.prompts(session)) == 1
         await w.goals.resume(gid, Ctx.new())  # explicit: prompts once
+        await w.replied(gid)
         await w.goals.idle(gid, Ctx.new())
         await w.host.set_status(session, "busy")
         report = await w.goals.switch_identity(gid, Ctx.new(), agent="new")
@@ -168,6 +172,7 @@ async def test_s56_rejected_pending_blocks_once_and_stores_no_secret(tmp_path: P
         await w.goals.switch_identity(gid, Ctx.new(), model="p/new")
         await w.host.inject(FailureRule(op="switch_model", error="rejected", detail="SECRET-TOKEN sk-123"))
         with pytest.raises(SwitchFailedError, match="Pending model switch was not accepted; goal blocked"):
+            await w.replied(gid)
             await w.goals.idle(gid, Ctx.new())
         turn = await w.goals.idle(gid, Ctx.new())  # blocked now: a silent no-op
         assert turn.result == "not-active"
@@ -184,6 +189,7 @@ async def test_s58_compaction_applies_the_pending_switch_first(tmp_path: Path) -
         gid = await w.create(interactive=False, idle=False)
         await w.goals.switch_identity(gid, Ctx.new(), model="p/new")
         w.clock.advance(600)
+        await w.replied(gid)
         await w.goals.compact(gid, Ctx.new())
         calls = await w.host.journal("compact")
         assert [c.arg for c in calls] == ["p/new"]

@@ -30,6 +30,7 @@ async def test_the_force_finish_turn_prompts_for_the_final_report(tmp_path: Path
         session = (await w.state(gid)).worker_session_id or ""
         first = await w.prompts(session)
         assert len(first) == 1 and FINAL_REPORT_HEADING not in first[0].text
+        await w.replied(gid)
         turn = await w.goals.idle(gid, Ctx.new())  # turn 1 of 1 confirmed: the limit asks for a wrap-up turn
         assert turn.result == "started"
         state = await w.state(gid)
@@ -38,6 +39,7 @@ async def test_the_force_finish_turn_prompts_for_the_final_report(tmp_path: Path
         assert f"\n{FINAL_REPORT_HEADING}\n" in wrap_up.text and "## INSTRUCTIONS" not in wrap_up.text
         started = [e for e in await w.events(goal_stream(gid)) if e.type == "run.started"]
         assert started[-1].data_dict()["kind"] == "force_finish"
+        await w.replied(gid)
         await w.goals.idle(gid, Ctx.new())  # the limit still holds after the wrap-up turn: blocked, no prompt
         state = await w.state(gid)
         assert state.status == "blocked" and state.blocker is not None
