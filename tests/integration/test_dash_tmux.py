@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.components import require
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def tmux_or_skip() -> str:
     found = shutil.which("tmux")
-    if found:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail("tmux is not installed: .ci/run installs it (apt-get install tmux)")
-    pytest.skip("tmux is not installed (apt-get install tmux)")
+    require(found, "tmux", ".ci/run installs it: apt-get install tmux")
+    assert found is not None
+    return found
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from loopd_es.domain.command import CommandStateError
 from loopd_es.errors import UsageError
 from loopd_es.procs import owner_link, service
+from tests.waits import wait_until
 
 from .test_procs_support import PY, Env, env, run_cli, store
 
@@ -185,10 +186,7 @@ def test_cli_remove_rules_and_pattern_read(env: Env, capsys: pytest.CaptureFixtu
         == 0
     )
     cid = capsys.readouterr().out.strip()
-    deadline = time.monotonic() + 10
-    while b"info fine" not in env.output(cid):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until("the command's output to show 'info fine'", lambda: b"info fine" in env.output(cid))
     assert run_cli(env.url, "remove", cid[:8]) == 3
     assert "is still running — terminate it first (terminate ≠ remove)." in capsys.readouterr().err
     assert run_cli(env.url, "read", cid, "--pattern", "ERROR", "--json") == 0

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
+from tests.components import skip_or_fail
 
 if TYPE_CHECKING:
     from .fake_llm import FakeLLM
@@ -32,9 +32,7 @@ def opencode_dir() -> Path:
     if value and (Path(value) / "bin" / "opencode").exists():
         return Path(value)
     reason = f'no OpenCode for the tests: run eval "$(bash tools/opencode_setup.sh)" to set {ENV}'
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    skip_or_fail(reason)
 
 
 def free_port() -> int:

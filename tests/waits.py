@@ -1,0 +1,164 @@
+"""The one way tests wait: poll a readiness signal until it holds, or fail saying what was awaited and last seen.
+
+A test waits on something the code exposes (a ready line, an event in the log, a socket that accepts, a status file),
+never on elapsed time: elapsed time is a guess about the machine's speed, and a loaded machine proves it wrong.
+:func:`wait_until` / :func:`await_until` poll with a growing interval (cheap when the answer is quick, light on a
+loaded machine when it is slow), and every deadline goes through :func:`scaled`, the one place that stretches
+timeouts (``LOOPD_ES_TEST_TIMEOUT_SCALE``, doubled under CI). A deadline only bounds a failure, so a generous one
+costs nothing when the test passes.
+
+The only sleeps a test may call are :func:`let_time_pass` / :func:`alet_time_pass`, for when the code under test must
+see time go by (a lease must expire, nothing may happen twice within a span); each names why.
+``tests/unit/test_ci.py`` checks that no other test code sleeps, polls by itself or decides CI by itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar, cast, overload
+
+import anyio
+
+from tests.components import under_ci
+
+T = TypeVar("T")
+
+FIRST_INTERVAL: Final = 0.005
+"""The first pause between probes: a condition that holds almost at once is seen almost at once."""
+LAST_INTERVAL: Final = 0.2
+"""The longest pause between probes: the interval doubles up to this, so a slow wait costs little CPU."""
+
+
+class WaitTimeout(AssertionError):
+    """Raised when a waited-for condition did not hold within its (scaled) time; says what and the last value."""
+
+    def __init__(self, what: str, within: float, last: object) -> None:
+        super().__init__(f"waited {within:.1f} s for {what}; last seen: {_shown(last)}")
+        self.what = what
+        self.last = last
+
+
+def timeout_scale() -> float:
+    """How much every test deadline is stretched: ``LOOPD_ES_TEST_TIMEOUT_SCALE`` (default 1), times 2 under CI."""
+    raw = os.environ.get("LOOPD_ES_TEST_TIMEOUT_SCALE", "1")
+    try:
+        scale = float(raw)
+    except ValueError:
+        raise ValueError(f"LOOPD_ES_TEST_TIMEOUT_SCALE must be a number, not {raw!r}") from None
+    return scale * (2.0 if under_ci() else 1.0)
+
+
+def scaled(seconds: float) -> float:
+    """``seconds`` as a deadline on this machine (see :func:`timeout_scale`); use it for every fixed timeout."""
+    return seconds * timeout_scale()
+
+
+def _shown(value: object, limit: int = 2000) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"...{text[-limit:]}"
+
+
+def _held(value: object, done: Callable[[T], bool] | None) -> bool:
+    return bool(value) if done is None else done(cast(T, value))
+
+
+def wait_until(
+    what: str,
+    probe: Callable[[], T],
+    *,
+    done: Callable[[T], bool] | None = None,
+    within: float = 30.0,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """Call ``probe`` until its value is truthy (or ``done(value)``); return that value.
+
+    :param what: what is awaited, in words; the failure message starts with it.
+    :param within: seconds before :class:`WaitTimeout`, stretched by :func:`scaled`.
+    :param ignoring: exceptions a probe may raise while the thing is not there yet (a file not yet written); the
+        last one is reported as the last value seen.
+    :raises WaitTimeout: the condition did not hold in time.
+    """
+    limit = scaled(within)
+    deadline = time.monotonic() + limit
+    interval = FIRST_INTERVAL
+    while True:
+        try:
+            value: object = probe()
+        except ignoring as e:
+            value = e
+        else:
+            if _held(value, done):
+                return cast(T, value)
+        now = time.monotonic()
+        if now >= deadline:
+            raise WaitTimeout(what, limit, value)
+        time.sleep(min(interval, deadline - now))
+        interval = min(interval * 2, LAST_INTERVAL)
+
+
+@overload
+async def await_until(
+    what: str,
+    probe: Callable[[], Awaitable[T]],
+    *,
+    done: Callable[[T], bool] | None = None,
+    within: float = 30.0,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T: ...
+
+
+@overload
+async def await_until(
+    what: str,
+    probe: Callable[[], T],
+    *,
+    done: Callable[[T], bool] | None = None,
+    within: float = 30.0,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T: ...
+
+
+async def await_until(
+    what: str,
+    probe: Callable[[], object],
+    *,
+    done: Callable[[T], bool] | None = None,
+    within: float = 30.0,
+    ignoring: tuple[type[BaseException], ...] = (),
+) -> T:
+    """The async form of :func:`wait_until`: ``probe`` may be a plain or an async function."""
+    limit = scaled(within)
+    deadline = time.monotonic() + limit
+    interval = FIRST_INTERVAL
+    while True:
+        try:
+            got = probe()
+            value: object = await got if inspect.isawaitable(got) else got
+        except ignoring as e:
+            value = e
+        else:
+            if _held(value, done):
+                return cast(T, value)
+        now = time.monotonic()
+        if now >= deadline:
+            raise WaitTimeout(what, limit, value)
+        await anyio.sleep(min(interval, deadline - now))
+        interval = min(interval * 2, LAST_INTERVAL)
+
+
+def let_time_pass(seconds: float, why: str) -> None:
+    """Let ``seconds`` go by on purpose, because the code under test must see time pass (``why`` says what for).
+
+    Not a way to wait for something to happen: for that, :func:`wait_until` the signal that says it happened.
+    """
+    assert why, "say why time must pass"
+    time.sleep(seconds)
+
+
+async def alet_time_pass(seconds: float, why: str) -> None:
+    """The async form of :func:`let_time_pass`."""
+    assert why, "say why time must pass"
+    await anyio.sleep(seconds)
