@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import inspect
 import os
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar, cast, overload
+from pathlib import Path
+from typing import Any, Final, TypeVar, cast, overload
 
 import anyio
 
@@ -72,6 +74,7 @@ def wait_until(
     done: Callable[[T], bool] | None = None,
     within: float = 30.0,
     ignoring: tuple[type[BaseException], ...] = (),
+    max_interval: float = LAST_INTERVAL,
 ) -> T:
     """Call ``probe`` until its value is truthy (or ``done(value)``); return that value.
 
@@ -79,11 +82,13 @@ def wait_until(
     :param within: seconds before :class:`WaitTimeout`, stretched by :func:`scaled`.
     :param ignoring: exceptions a probe may raise while the thing is not there yet (a file not yet written); the
         last one is reported as the last value seen.
+    :param max_interval: the longest pause between probes; lower it only where a late look changes the test
+        (processes that must start together).
     :raises WaitTimeout: the condition did not hold in time.
     """
     limit = scaled(within)
     deadline = time.monotonic() + limit
-    interval = FIRST_INTERVAL
+    interval = min(FIRST_INTERVAL, max_interval)
     while True:
         try:
             value: object = probe()
@@ -96,7 +101,7 @@ def wait_until(
         if now >= deadline:
             raise WaitTimeout(what, limit, value)
         time.sleep(min(interval, deadline - now))
-        interval = min(interval * 2, LAST_INTERVAL)
+        interval = min(interval * 2, max_interval)
 
 
 @overload
@@ -107,6 +112,7 @@ async def await_until(
     done: Callable[[T], bool] | None = None,
     within: float = 30.0,
     ignoring: tuple[type[BaseException], ...] = (),
+    max_interval: float = LAST_INTERVAL,
 ) -> T: ...
 
 
@@ -118,6 +124,7 @@ async def await_until(
     done: Callable[[T], bool] | None = None,
     within: float = 30.0,
     ignoring: tuple[type[BaseException], ...] = (),
+    max_interval: float = LAST_INTERVAL,
 ) -> T: ...
 
 
@@ -128,11 +135,12 @@ async def await_until(
     done: Callable[[T], bool] | None = None,
     within: float = 30.0,
     ignoring: tuple[type[BaseException], ...] = (),
+    max_interval: float = LAST_INTERVAL,
 ) -> T:
     """The async form of :func:`wait_until`: ``probe`` may be a plain or an async function."""
     limit = scaled(within)
     deadline = time.monotonic() + limit
-    interval = FIRST_INTERVAL
+    interval = min(FIRST_INTERVAL, max_interval)
     while True:
         try:
             got = probe()
@@ -146,7 +154,24 @@ async def await_until(
         if now >= deadline:
             raise WaitTimeout(what, limit, value)
         await anyio.sleep(min(interval, deadline - now))
-        interval = min(interval * 2, LAST_INTERVAL)
+        interval = min(interval * 2, max_interval)
+
+
+def wait_for_output(
+    path: Path, text: str, *, process: subprocess.Popen[Any] | None = None, within: float = 30.0
+) -> str:
+    """Wait until the file a process writes its output to contains ``text`` (its ready line); return the output.
+
+    With ``process``, fail at once, with the output, if it exits first: a dead process prints nothing more.
+    """
+
+    def probe() -> str:
+        out = path.read_text(errors="replace") if path.exists() else ""
+        if process is not None and text not in out and process.poll() is not None:
+            raise AssertionError(f"exited {process.returncode} before printing {text!r}: {out[-3000:]}")
+        return out
+
+    return wait_until(f"{text!r} in {path.name}", probe, done=lambda out: text in out, within=within)
 
 
 def let_time_pass(seconds: float, why: str) -> None:
