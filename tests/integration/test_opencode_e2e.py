@@ -255,13 +255,16 @@ async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_fo
     stack.fake.worker_script = [("text",), ("text",), ("text",)]
     stack.start_engine()
     create_with_fallback(stack, "early", "fake/ra30")
-    started = time.monotonic()
     envs = await stack.until(
         "a turn on the fallback",
         lambda e: any(r["model"] == "other" for r in stack.fake.requests),
         within=40,
     )
-    elapsed = time.monotonic() - started
+    # counted from the limited model's first request, not from start-up: OpenCode's first retry would come 30 s
+    # after it, so a fallback before that did not wait for OpenCode's retries
+    limited_at = min(r["at"] for r in stack.fake.requests if r["model"] == "ra30")
+    fallback_at = min(r["at"] for r in stack.fake.requests if r["model"] == "other")
+    elapsed = fallback_at - limited_at
     assert elapsed < 25, f"the fallback took {elapsed:.1f} s: it waited for OpenCode's own retries"
     observed = [data(e) for e in of_type(envs, "identity.provider_limit_observed")]
     assert observed and observed[0]["via"] == "retry-status" and observed[0]["kind"] == "rate-limit", observed
