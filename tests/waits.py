@@ -3,7 +3,7 @@
 A test waits on something the code exposes (a ready line, an event in the log, a socket that accepts, a status file),
 never on elapsed time: elapsed time is a guess about the machine's speed, and a loaded machine proves it wrong.
 :func:`wait_until` / :func:`await_until` poll with a growing interval (cheap when the answer is quick, light on a
-loaded machine when it is slow), and every deadline goes through :func:`scaled`, the one place that stretches
+loaded machine when it is slow), and every deadline goes through :func:`scaled_timeout`, the one place that stretches
 timeouts (``LOOPD_ES_TEST_TIMEOUT_SCALE``, doubled under CI). A deadline only bounds a failure, so a generous one
 costs nothing when the test passes.
 
@@ -53,7 +53,7 @@ def timeout_scale() -> float:
     return scale * (2.0 if under_ci() else 1.0)
 
 
-def scaled(seconds: float) -> float:
+def scaled_timeout(seconds: float) -> float:
     """``seconds`` as a deadline on this machine (see :func:`timeout_scale`); use it for every fixed timeout."""
     return seconds * timeout_scale()
 
@@ -79,14 +79,14 @@ def wait_until(
     """Call ``probe`` until its value is truthy (or ``done(value)``); return that value.
 
     :param what: what is awaited, in words; the failure message starts with it.
-    :param within: seconds before :class:`WaitTimeout`, stretched by :func:`scaled`.
+    :param within: seconds before :class:`WaitTimeout`, stretched by :func:`scaled_timeout`.
     :param ignoring: exceptions a probe may raise while the thing is not there yet (a file not yet written); the
         last one is reported as the last value seen.
     :param max_interval: the longest pause between probes; lower it only where a late look changes the test
         (processes that must start together).
     :raises WaitTimeout: the condition did not hold in time.
     """
-    limit = scaled(within)
+    limit = scaled_timeout(within)
     deadline = time.monotonic() + limit
     interval = min(FIRST_INTERVAL, max_interval)
     while True:
@@ -138,7 +138,7 @@ async def await_until(
     max_interval: float = LAST_INTERVAL,
 ) -> T:
     """The async form of :func:`wait_until`: ``probe`` may be a plain or an async function."""
-    limit = scaled(within)
+    limit = scaled_timeout(within)
     deadline = time.monotonic() + limit
     interval = min(FIRST_INTERVAL, max_interval)
     while True:

@@ -21,7 +21,7 @@ from loopd_es.events.envelope import NO_STREAM
 from loopd_es.log import open_store
 from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
 from loopd_es.testing import IntegrityContract, LogStoreContract, assert_log_invariants, everything, new
-from tests.waits import alet_time_pass, await_until
+from tests.waits import alet_time_pass, await_until, scaled_timeout
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -108,7 +108,7 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
                     outcomes[w] = "cancelled"
 
             scopes = [anyio.CancelScope() for _ in range(4)]
-            with anyio.fail_after(30):
+            with anyio.fail_after(scaled_timeout(30)):
                 async with anyio.create_task_group() as tg:
                     for w in range(4):
                         tg.start_soon(writer, w, scopes[w])

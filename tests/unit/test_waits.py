@@ -12,7 +12,7 @@ from tests.waits import (
     WaitTimeout,
     await_until,
     let_time_pass,
-    scaled,
+    scaled_timeout,
     timeout_scale,
     wait_for_output,
     wait_until,
@@ -66,7 +66,7 @@ async def test_the_async_form_takes_plain_and_async_probes() -> None:
 def test_timeouts_scale_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CI", raising=False)
     monkeypatch.setenv("LOOPD_ES_TEST_TIMEOUT_SCALE", "3")
-    assert timeout_scale() == 3 and scaled(10) == 30
+    assert timeout_scale() == 3 and scaled_timeout(10) == 30
     monkeypatch.setenv("CI", "true")
     assert timeout_scale() == 6  # doubled under CI: a CI machine is shared and slow
     monkeypatch.setenv("LOOPD_ES_TEST_TIMEOUT_SCALE", "fast")
