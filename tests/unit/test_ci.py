@@ -234,13 +234,11 @@ def wait_problems(source: str, path: str, *, waits_home: bool = False, ci_home: 
     problems = []
     for node in ast.walk(ast.parse(source)):
         where = f"{path}:{getattr(node, 'lineno', 0)}"
-        if waits_home:
-            pass
-        elif isinstance(node, ast.Call) and _name(node.func) in _SLEEPS:
+        if not waits_home and isinstance(node, ast.Call) and _name(node.func) in _SLEEPS:
             problems.append(
                 f"{where}: sleeps; wait on a signal with wait_until, or let_time_pass(seconds, why)"
             )
-        elif isinstance(node, ast.While) and _polls(node):
+        if not waits_home and isinstance(node, ast.While) and _polls(node):
             problems.append(f"{where}: a poll loop of its own; use tests.waits.wait_until / await_until")
         if not ci_home and _reads_ci(node):
             problems.append(f"{where}: decides CI by itself; use tests.components.under_ci()")
