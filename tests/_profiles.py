@@ -14,6 +14,8 @@ from typing import Final
 
 from hypothesis import HealthCheck, settings
 
+from tests.components import under_ci
+
 BASE_EXAMPLES: Final = 100
 """The ``dev``/``ci`` count that :func:`scaled` treats as 1x."""
 
@@ -36,7 +38,7 @@ def profile_name() -> str:
     chosen = os.environ.get("HYPOTHESIS_PROFILE")
     if chosen:
         return chosen
-    return "ci" if os.environ.get("CI", "").lower() == "true" else "dev"
+    return "ci" if under_ci() else "dev"
 
 
 def load() -> None:

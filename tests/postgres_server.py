@@ -12,6 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.components import skip_or_fail
+
 ENV: str = "LOOPD_ES_TEST_POSTGRES"
 
 
@@ -23,9 +25,7 @@ def server_url() -> str:
     reason = (
         f'no PostgreSQL server for the tests: run eval "$(bash tools/pg_test_server.sh start)" to set {ENV}'
     )
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    skip_or_fail(reason)
 
 
 @pytest.fixture

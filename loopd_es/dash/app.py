@@ -78,17 +78,22 @@ def _ms(value: Any) -> str:
     return from_ms(value).strftime("%m-%d %H:%M:%S")
 
 
+GOAL_COLUMNS: tuple[str, ...] = ("id", "name", "status", "turns", "cost", "phase", "model", "agent")
+"""The numbers before the identity: at 80 columns a long model name is cut at the right, never the cost (the
+goal pane shows the whole identity)."""
+
+
 def goal_cells(g: dict[str, Any]) -> tuple[Any, ...]:
     turns = f"{g['turns_used']}/{g['max_turns'] or '-'}"
     return (
         g["goal_id"][:8],
-        safe(g["name"], 24),
+        safe(g["name"], 20),
         g["status"],
+        turns,
+        f"${g['cost_used']:.4f}",
         g["phase"],
         safe(g["model"], 28),
         safe(g["agent"], 12),
-        turns,
-        f"${g['cost_used']:.4f}",
     )
 
 
@@ -156,6 +161,9 @@ class Dashboard(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "help"),
         Binding("q", "quit", "quit"),
+        # priority: otherwise the screen's own Tab (move the focus) runs first and the tabs never change
+        Binding("tab", "tab(1)", "next tab", show=False, priority=True),
+        Binding("shift+tab", "tab(-1)", "previous tab", show=False, priority=True),
         Binding("p", "goal('pause')", "pause"),
         Binding("r", "goal('resume')", "resume"),
         Binding("R", "goal('retry')", "retry"),
@@ -211,9 +219,7 @@ class Dashboard(App[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.w("#goal-table", DataTable).add_columns(
-            "id", "name", "status", "phase", "model", "agent", "turns", "cost"
-        )
+        self.w("#goal-table", DataTable).add_columns(*GOAL_COLUMNS)
         self.w("#command-table", DataTable).add_columns("id", "title", "status", "end", "goal", "started")
         self.w("#loop-table", DataTable).add_columns(
             "task", "session", "mode", "status", "next due", "last fire", "fires", "missed", "prompt"
@@ -228,6 +234,17 @@ class Dashboard(App[None]):
         with contextlib.suppress(NoMatches):
             if self.w("TabbedContent", TabbedContent).active == "commands" and self.command_id is not None:
                 await self.show_command()
+
+    def action_tab(self, step: int) -> None:
+        """Tab/Shift-Tab change tabs, as the help says; in a dialog they move between its fields as usual."""
+        if len(self.screen_stack) > 1:
+            (self.screen.focus_next if step > 0 else self.screen.focus_previous)()
+            return
+        tabs = self.w("TabbedContent", TabbedContent)
+        panes = [pane.id for pane in tabs.query(TabPane) if pane.id]
+        tabs.active = panes[(panes.index(tabs.active) + step) % len(panes)]
+        with contextlib.suppress(NoMatches):  # the arrows then move in the tab's table
+            tabs.get_pane(tabs.active).query_one(DataTable).focus()
 
     def w(self, selector: str, kind: type[W]) -> W:
         """A widget of the main screen, whichever screen (help, a dialog) is on top."""

@@ -480,6 +480,11 @@ class OpenCodeHost:
 
     # -- the event stream -----------------------------------------------------------------------------
 
+    @property
+    def streaming(self) -> bool:
+        """True while the event stream is connected: from then on no host event is missed (tests wait on it)."""
+        return self._streamed is not None
+
     async def events(self) -> AsyncGenerator[AnyHostEvent, None]:
         """Host events from now on, reconnecting (with backoff) when the stream drops, until closed."""
         delay = 0.1

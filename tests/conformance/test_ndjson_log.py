@@ -27,6 +27,7 @@ from loopd_es.testing import (
     new,
     stream_events,
 )
+from tests.waits import scaled_timeout
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -257,7 +258,7 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
         log = tmp_path / "log.ndjson"
         async with await NdjsonLog.open(log, durability=self.durability) as s:
             first = await s.append("s", [new(i=0)])
-        with anyio.fail_after(60):
+        with anyio.fail_after(scaled_timeout(60)):
             child = await anyio.run_process([sys.executable, "-c", _DIE_BEFORE_SYNC, str(log)], check=False)
         assert child.returncode == -9
         async with await NdjsonLog.open(log, durability=self.durability) as s:

@@ -12,9 +12,11 @@ import pytest
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log import open_store
 from loopd_es.log.postgres import PostgresLog
+from loopd_es.log.postgres_sql import CHANNEL
 from loopd_es.testing import LogStoreContract
+from tests.waits import await_until
 
-from ..postgres_server import pg_url
+from ..postgres_server import pg_url, server_url
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -115,20 +117,33 @@ class TestPostgresLog(LogStoreContract):
     async def test_wait_for_wakes_on_another_stores_commit(self, store: LogStore, store_url: str) -> None:
         assert isinstance(store, PostgresLog)
         assert await store.wait_for(1, timeout=0.2) is False
-        woke_after: list[float] = []
+        woke_at: list[float] = []
+
+        async def listening() -> int:
+            """Connections on the server whose last statement was our LISTEN (other tests may listen too)."""
+            import psycopg
+
+            async with await psycopg.AsyncConnection.connect(server_url(), autocommit=True) as conn:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = %s", (f'LISTEN "{CHANNEL}"',)
+                )
+                row = await cur.fetchone()
+                return int(row[0]) if row else 0
 
         async def waiter() -> None:
-            start = anyio.current_time()
-            assert await store.wait_for(1, timeout=10)
-            woke_after.append(anyio.current_time() - start)
+            assert await store.wait_for(1, timeout=30)
+            woke_at.append(anyio.current_time())
 
+        before = await listening()
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiter)
-            await anyio.sleep(0.2)  # let the waiter LISTEN first: the wake-up must come from NOTIFY
+            # the waiter LISTENs first: the wake-up must come from NOTIFY
+            await await_until("the waiter to LISTEN", listening, done=lambda n: n > before)
             async with await open_store(store_url) as other:
                 await other.append("s", [NewEvent(type="t.x")])
+            committed_at = anyio.current_time()
         # the safety-net poll runs once a second; a wake-up well inside it came from the notification
-        assert woke_after and woke_after[0] < 0.2 + 0.5
+        assert woke_at and woke_at[0] - committed_at < 0.5
 
     async def test_unreachable_server_is_a_storage_error(self) -> None:
         from loopd_es.errors import StoreUnavailableError

@@ -23,6 +23,7 @@ from loopd_es.log import open_store
 from loopd_es.log.coord import Claim, Fence, FenceLostError
 from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
 from loopd_es.testing import IntegrityContract, LogStoreContract, assert_log_invariants, everything, new
+from tests.waits import alet_time_pass, await_until, scaled_timeout
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -69,7 +70,7 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
             released = anyio.Event()
 
             async def release_later() -> None:
-                await anyio.sleep(0.5)
+                await alet_time_pass(0.5, "the other writer holds its transaction while the append tries")
                 con.execute("COMMIT")
                 released.set()
 
@@ -111,14 +112,18 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
                     outcomes[w] = "cancelled"
 
             scopes = [anyio.CancelScope() for _ in range(4)]
-            with anyio.fail_after(30):
+            with anyio.fail_after(scaled_timeout(30)):
                 async with anyio.create_task_group() as tg:
                     for w in range(4):
                         tg.start_soon(writer, w, scopes[w])
-                    await anyio.sleep(0.2)  # the group's commit now waits on the worker thread
+                    assert isinstance(store, SqliteLog)
+                    await await_until(
+                        "the group's commit to wait on the worker thread",
+                        lambda: store._in_flight > 0,  # a call on (or queued for) the worker thread
+                    )
                     for scope in scopes[:2]:
                         scope.cancel()
-                    await anyio.sleep(0.2)
+                    await alet_time_pass(0.2, "the cancellations land while the other process holds the lock")
                     con.execute("COMMIT")
         finally:
             con.close()

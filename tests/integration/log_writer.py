@@ -20,6 +20,7 @@ import anyio
 from loopd_es.errors import WrongExpectedVersionError
 from loopd_es.events.envelope import ANY, Envelope, NewEvent
 from loopd_es.log import open_store
+from tests.waits import await_until
 
 
 def ack(env: Envelope) -> None:
@@ -31,11 +32,7 @@ def ack(env: Envelope) -> None:
 async def run(mode: str, url: str, writer: int, count: int, go_file: str) -> int:
     async with await open_store(url) as store:
         print(json.dumps({"ready": writer}), flush=True)
-        go = anyio.Path(go_file)
-        for _ in range(30_000):
-            if await go.exists():
-                break
-            await anyio.sleep(0.001)
+        await await_until("the go file", anyio.Path(go_file).exists, max_interval=0.001)  # start together
         if mode == "mix":
             private, version = f"private-{writer}", 0
             for i in range(count):

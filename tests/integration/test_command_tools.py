@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 import pytest
 
 from loopd_es.clock import FakeClock
@@ -24,6 +22,7 @@ from loopd_es.engine.tool_api import ToolCall, ToolDispatcher, hidden_from_worke
 from loopd_es.host import SimulatedHost
 from loopd_es.host.sim_script import HostScript
 from loopd_es.procs import service
+from tests.waits import await_until
 
 from .test_procs_support import PY, Env, env, store
 
@@ -67,16 +66,14 @@ class Tools:
         return cid
 
     async def output_until(
-        self, cid: str, check: Callable[[str], bool], session: str = "ses_a", within: float = 15
+        self, cid: str, check: Callable[[str], bool], session: str = "ses_a", within: float = 30
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + within
-        while True:
-            answer = await self("loopd_command_get", session, command_id=cid)
-            assert answer["ok"], answer
-            if check(answer["output"]):
-                return answer
-            assert time.monotonic() < deadline, f"output never matched: {answer['output']!r}"
-            await anyio.sleep(0.05)
+        return await await_until(
+            f"command {cid}'s output to match",
+            lambda: self("loopd_command_get", session, command_id=cid),
+            done=lambda answer: bool(answer["ok"]) and check(answer["output"]),
+            within=within,
+        )
 
 
 @pytest.fixture

@@ -7,27 +7,29 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.components import require
+from tests.waits import wait_until
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def tmux_or_skip() -> str:
     found = shutil.which("tmux")
-    if found:
-        return found
-    if os.environ.get("CI") == "true":
-        pytest.fail("tmux is not installed: .ci/run installs it (apt-get install tmux)")
-    pytest.skip("tmux is not installed (apt-get install tmux)")
+    require(found, "tmux", ".ci/run installs it: apt-get install tmux")
+    assert found is not None
+    return found
 
 
-@pytest.fixture
-def terminal(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
+@pytest.fixture(params=[(100, 30)])
+def terminal(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path, dict[str, str]]]:
+    """``loopd-es dash`` in a tmux session of ``request.param`` (columns, rows), on a log with one goal."""
+    columns, rows = request.param
     tmux = tmux_or_skip()
     session = f"loopd-dash-{uuid.uuid4().hex[:8]}"
     store = f"sqlite:{tmp_path / '.loopd' / 'events.db'}"
@@ -52,7 +54,9 @@ def terminal(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, str]]]:
     )
     command = f"cd {tmp_path} && LOOPD_ES_STORE={store} PYTHONPATH={env['PYTHONPATH']} {sys.executable} -m loopd_es.cli dash"
     subprocess.run(
-        [tmux, "new-session", "-d", "-s", session, "-x", "100", "-y", "30", command], check=True, env=env
+        [tmux, "new-session", "-d", "-s", session, "-x", str(columns), "-y", str(rows), command],
+        check=True,
+        env=env,
     )
     try:
         yield session, tmp_path, env
@@ -66,18 +70,16 @@ def screen(session: str) -> str:
     ).stdout
 
 
-def until(check: Callable[[], bool], within: float = 30) -> None:
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, "the screen never showed it"
-        time.sleep(0.1)
+def until(session: str, check: Callable[[str], bool], what: str) -> str:
+    """The screen once ``check`` holds for it (the last screen in the failure otherwise)."""
+    return wait_until(f"the screen to show {what}", lambda: screen(session), done=check)
 
 
 def test_the_screen_follows_the_log_and_a_key_pauses_a_goal(
     terminal: tuple[str, Path, dict[str, str]],
 ) -> None:
     session, cwd, env = terminal
-    until(lambda: "first" in screen(session))
+    until(session, lambda s: "first" in s, "first")
     # another process adds a goal: it shows without a key press
     subprocess.run(
         [
@@ -96,11 +98,11 @@ def test_the_screen_follows_the_log_and_a_key_pauses_a_goal(
         check=True,
         capture_output=True,
     )
-    until(lambda: "second" in screen(session))
+    until(session, lambda s: "second" in s, "second")
     rows = [line for line in screen(session).splitlines() if " second " in line or " first " in line]
     assert rows and "paused" not in "".join(rows)
     subprocess.run(["tmux", "send-keys", "-t", session, "p"], check=True)
-    until(lambda: "paused" in screen(session))
+    until(session, lambda s: "paused" in s, "paused")
     log = subprocess.run(
         [sys.executable, "-m", "loopd_es.cli", "read", "--json"],
         cwd=cwd,
@@ -110,4 +112,17 @@ def test_the_screen_follows_the_log_and_a_key_pauses_a_goal(
         check=True,
     ).stdout
     assert '"type":"goal.paused"' in log.replace(" ", "")
+    subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+
+
+@pytest.mark.parametrize("terminal", [(80, 24)], indirect=True)
+def test_at_80x24_the_cost_shows_and_tab_changes_tabs(terminal: tuple[str, Path, dict[str, str]]) -> None:
+    session, _, _ = terminal
+    shown = until(session, lambda s: "first" in s and "$0.0000" in s, "the goal with its cost")
+    header = next(line for line in shown.splitlines() if " name " in line)
+    assert "cost" in header and len(header.rstrip()) <= 80, shown
+    subprocess.run(["tmux", "send-keys", "-t", session, "Tab"], check=True)
+    until(session, lambda s: " title " in s and "$0.0000" not in s, "the commands tab")
+    subprocess.run(["tmux", "send-keys", "-t", session, "BTab"], check=True)  # Shift-Tab
+    until(session, lambda s: "$0.0000" in s, "the goals tab again")
     subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)

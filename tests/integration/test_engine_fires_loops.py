@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -15,6 +14,7 @@ import pytest
 from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.log import open_store
 from loopd_es.sched import service
+from tests.waits import wait_until
 
 from .test_loop_leases import _env
 
@@ -49,10 +49,13 @@ def test_the_engine_fires_due_loop_slots(tmp_path: Path) -> None:
         [*base, "run", *host], env=_env(), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
-        deadline = time.monotonic() + 60
-        while anyio.run(_fires, tmp_path) < 3:  # no `loop run` anywhere: only the engine fires them
-            assert time.monotonic() < deadline, "the engine did not fire the loop's slots"
-            time.sleep(0.3)
+        # no `loop run` anywhere: only the engine fires them
+        wait_until(
+            "the engine to fire three of the loop's slots",
+            lambda: anyio.run(_fires, tmp_path),
+            done=lambda n: n >= 3,
+            within=60,
+        )
     finally:
         engine.send_signal(signal.SIGTERM)
         assert engine.wait(timeout=30) == 0

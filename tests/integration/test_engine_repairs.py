@@ -23,9 +23,9 @@ from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
+from tests.waits import wait_until
 
 from ..postgres_server import pg_url
-from .test_engine_run import wait_for
 
 pytestmark = pytest.mark.slow
 __all__ = ["pg_url"]
@@ -74,14 +74,14 @@ def test_the_engine_marks_a_command_whose_owner_died_missing_when_it_starts(tmp_
     started = _cli(tmp_path, url, "cmd", "start", "--", "sleep", "300")
     assert started.returncode == 0, started.stderr
     command_id = started.stdout.strip()
-    wait_for("the spawn", lambda: _command(tmp_path, url, command_id).get("supervisor_pid"))
+    wait_until("the spawn", lambda: _command(tmp_path, url, command_id).get("supervisor_pid"))
     record = _command(tmp_path, url, command_id)
     os.kill(int(str(record["supervisor_pid"])), signal.SIGKILL)  # the owner dies; nobody types reconcile
     os.kill(int(str(record["pid"])), signal.SIGKILL)
     assert _command(tmp_path, url, command_id)["status"] == "running"
     engine = _engine(tmp_path, url)
     try:
-        wait_for(
+        wait_until(
             "the engine to reconcile", lambda: _command(tmp_path, url, command_id)["status"] == "missing"
         )
     finally:
@@ -111,7 +111,7 @@ def test_maintenance_settles_a_switch_whose_process_was_killed_mid_host_call(tmp
     assert anyio.run(_state, url, goal_id).switch_in_flight is not None
     engine = _engine(tmp_path, url)
     try:
-        wait_for("maintenance to settle the switch",
+        wait_until("maintenance to settle the switch",
                  lambda: anyio.run(_state, url, goal_id).switch_in_flight is None)  # fmt: skip
     finally:
         _stop(engine, tmp_path)
@@ -135,7 +135,7 @@ def test_a_command_belongs_to_the_machine_that_runs_it(tmp_path: Path, pg_url: s
     assert started.returncode == 0, started.stderr
     command_id = started.stdout.strip()
     try:
-        wait_for("the spawn", lambda: _command(tmp_path, pg_url, command_id, **machine_a).get("pid"))
+        wait_until("the spawn", lambda: _command(tmp_path, pg_url, command_id, **machine_a).get("pid"))
         reconciled = _cli(tmp_path, pg_url, "cmd", "reconcile", **machine_b)
         assert reconciled.returncode == 0, reconciled.stderr
         on_b = _command(tmp_path, pg_url, command_id, **machine_b)

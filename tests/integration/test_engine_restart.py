@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import anyio
@@ -16,8 +15,9 @@ import pytest
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.log import open_store
+from tests.waits import let_time_pass, wait_until
 
-from .test_engine_run import cli, host_state, start_engine, wait_for
+from .test_engine_run import cli, host_state, start_engine
 
 pytestmark = pytest.mark.slow
 
@@ -71,19 +71,19 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
             assert out.returncode == 0, out.stderr
             goal_ids.append(out.stdout.splitlines()[0])
         for trial in range(KILLS):
-            time.sleep(rand.uniform(0.05, 0.5))
+            let_time_pass(rand.uniform(0.05, 0.5), "the engine works a random span before it is killed")
             engine.kill()
             engine.wait(timeout=10)
             engine = start_engine(tmp_path, f"e{trial + 1}", *lease)
-        wait_for("every goal to reach its end", lambda: _finished(tmp_path, goal_ids), timeout=120)
-        time.sleep(0.5)  # let the last notices be delivered
+        wait_until("every goal to reach its end", lambda: _finished(tmp_path, goal_ids), within=120)
+        wait_until("the last notices to be delivered", lambda: _notices_delivered(tmp_path))
     finally:
         engine.kill()
         engine.wait(timeout=10)
     # a final engine delivers whatever a kill left pending, then stops cleanly
     final = start_engine(tmp_path, "final", *lease)
-    wait_for("the final engine", lambda: _lease_holder(tmp_path).startswith("final/"), timeout=20)
-    time.sleep(0.5)
+    wait_until("the final engine", lambda: _lease_holder(tmp_path).startswith("final/"), within=20)
+    wait_until("the final engine to deliver every notice", lambda: _notices_delivered(tmp_path))
     final.terminate()
     final.wait(timeout=15)
 
@@ -112,6 +112,14 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
     assert sorted(delivered) == sorted(requested), f"a notice was lost or delivered twice (seed {seed})"
     shown = [str(n["notification_id"]) for n in host["notifications"]]
     assert sorted(shown) == sorted(requested), seed
+
+
+def _notices_delivered(workdir: Path) -> bool:
+    """Every goal's notice is requested and each one requested is delivered."""
+    notices = _log(workdir).get("notifications", [])
+    requested = {e["notification_id"] for e in notices if e["type"] == "notification.requested"}
+    delivered = {e["notification_id"] for e in notices if e["type"] == "notification.delivered"}
+    return len(requested) == GOALS and requested <= delivered
 
 
 def _lease_holder(workdir: Path) -> str:

@@ -8,8 +8,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ import pytest
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.log import open_store
+from tests.waits import wait_until
 
 if TYPE_CHECKING:
     from loopd_es.domain.state import GoalState
@@ -72,16 +72,6 @@ def start_engine(workdir: Path, name: str, *extra: str) -> subprocess.Popen[str]
 
 def engine_err(workdir: Path, name: str) -> str:
     return (workdir / f"{name}.err").read_text()
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def host_state(workdir: Path) -> dict[str, Any]:
@@ -174,18 +164,18 @@ def test_end_to_end_goals_advance_fail_retry_complete_and_survive_a_kill(workdir
         assert len(prompts(workdir, session)) == 1
         # the worker answers with usage and goes idle: the engine confirms and sends the next turn
         assert cli(workdir, "sim", "reply", session, "--input", "100", "--output", "20").returncode == 0
-        wait_for("a continuation turn", lambda: len(prompts(workdir, session)) == 2)
+        wait_until("a continuation turn", lambda: len(prompts(workdir, session)) == 2)
         assert prompts(workdir, session)[1].startswith("This is continuation run 2")
         assert goal(workdir, goal_id).tokens_used == 120
         # a 429: the run fails, waits 2 s, and the engine retries by itself
         fail = cli(workdir, "sim", "fail", session, "--error", '{"statusCode": 429}')
         assert fail.returncode == 0, fail.stderr
-        wait_for("the failure", lambda: goal(workdir, goal_id).consecutive_failures == 1)
+        wait_until("the failure", lambda: goal(workdir, goal_id).consecutive_failures == 1)
         # kill -9 in the middle of the backoff; a new engine resumes the timer from the log
         engine.kill()
         engine.wait(timeout=10)
         engine = start_engine(workdir, "e2", "--lease-ms", "1000")
-        wait_for("the retry turn", lambda: len(prompts(workdir, session)) == 3)
+        wait_until("the retry turn", lambda: len(prompts(workdir, session)) == 3)
         assert "run.failed" in _types(workdir, goal_id)
         # a check that fails, then passes
         out = cli(workdir, "worker", "complete", "--session", session, "done", "see done.txt")
@@ -217,12 +207,12 @@ def test_a_standby_takes_over_when_the_lease_runs_out_and_ctrl_c_releases_it(wor
     first = start_engine(workdir, "first", "--lease-ms", "1500")
     second: subprocess.Popen[str] | None = None
     try:
-        wait_for("the first engine's lease", lambda: lease_record(workdir)[0].startswith("first/"))
+        wait_until("the first engine's lease", lambda: lease_record(workdir)[0].startswith("first/"))
         second = start_engine(workdir, "second", "--lease-ms", "1500")
-        wait_for("the standby", lambda: "standing by" in (workdir / "second.err").read_text())
+        wait_until("the standby", lambda: "standing by" in (workdir / "second.err").read_text())
         assert second.poll() is None
         first.send_signal(signal.SIGSTOP)  # a paused holder stops renewing; the standby waits for expiry
-        wait_for("the takeover", lambda: lease_record(workdir)[0].startswith("second/"))
+        wait_until("the takeover", lambda: lease_record(workdir)[0].startswith("second/"))
         assert lease_record(workdir)[1] == 2
         first.send_signal(signal.SIGCONT)
         err = _stop(first, workdir, "first")

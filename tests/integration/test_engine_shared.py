@@ -34,9 +34,9 @@ from loopd_es.events.catalogue import decode_payload
 from loopd_es.host import open_host
 from loopd_es.log import open_store
 from loopd_es.sched import service as loops
+from tests.waits import let_time_pass, wait_until
 
 from ..postgres_server import pg_url
-from .test_engine_run import wait_for
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -137,7 +137,7 @@ def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(
     goal_ids = anyio.run(_create_goals, tmp_path, store_url, GOALS)
     try:
         for _ in range(KILLS):
-            time.sleep(rand.uniform(1.0, 4.0))
+            let_time_pass(rand.uniform(1.0, 4.0), "the engines work a random span before one is killed")
             victim = rand.choice(sorted(engines))
             engines[victim].kill()
             engines[victim].wait(timeout=10)
@@ -146,12 +146,12 @@ def test_three_shared_engines_with_kill_9_turn_each_goal_alone_and_strand_none(
             name = f"e{started}"
             started += 1
             engines[name] = _engine(tmp_path, store_url, name)
-        wait_for(
+        wait_until(
             "every goal to reach its end",
             lambda: _finished(store_url, goal_ids) == len(goal_ids),
-            timeout=600,
+            within=600,
         )
-        time.sleep(2.0)  # the last notices
+        wait_until("the last notices to be delivered", lambda: _notices_delivered(store_url, goal_ids))
     finally:
         for p in engines.values():
             p.send_signal(signal.SIGTERM)
@@ -223,6 +223,14 @@ def _coord(url: str, prefix: str) -> list[Claim]:
     return anyio.run(read)
 
 
+def _notices_delivered(url: str, goal_ids: list[str]) -> bool:
+    """Each goal's notice is requested and each one requested is delivered."""
+    notices = [e for e in _read(url) if e.stream == "notifications"]
+    requested = {e.data_dict()["notification_id"] for e in notices if e.type == "notification.requested"}
+    delivered = {e.data_dict()["notification_id"] for e in notices if e.type == "notification.delivered"}
+    return len(requested) == len(goal_ids) and requested <= delivered
+
+
 def _check_notices(events: list[Envelope], host: dict[str, Any], goal_ids: list[str], seed: int) -> None:
     notices = [e for e in events if e.stream == "notifications"]
     requested = [e.data_dict()["notification_id"] for e in notices if e.type == "notification.requested"]
@@ -265,8 +273,8 @@ def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_
     b = _engine(tmp_path, url, "b", lease_ms=30_000)
     exclusive = None
     try:
-        wait_for(
-            "both members to hold goals", lambda: len(set(_claims(url).values()) - {None}) == 2, timeout=30
+        wait_until(
+            "both members to hold goals", lambda: len(set(_claims(url).values()) - {None}) == 2, within=30
         )
         with (tmp_path / "solo.err").open("w") as solo_err:
             exclusive = subprocess.Popen(
@@ -276,13 +284,13 @@ def test_a_clean_stop_hands_goals_over_at_once_and_exclusive_and_shared_engines_
         a.send_signal(signal.SIGTERM)
         assert a.wait(timeout=30) == 0
         # a left cleanly: b claims its goals at once, long before a's 30 s membership would have run out
-        wait_for(
+        wait_until(
             "b to hold every goal",
             lambda: {h for g, h in _claims(url).items() if g in goal_ids} == {_member(url, "b")},
-            timeout=15,
+            within=15,
         )
         shared_note = "standing by: the goals are shared by engines started with --shared"
-        wait_for(
+        wait_until(
             "the exclusive engine to stand by", lambda: shared_note in (tmp_path / "solo.err").read_text()
         )
         assert exclusive.poll() is None

@@ -27,9 +27,9 @@ import pytest
 
 from loopd_es.log import open_store
 from loopd_es.log.coord import Claim
+from tests.waits import let_time_pass, wait_until
 
 from ..components import require
-from .test_engine_run import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def test_an_idle_engine_renews_many_times_and_appends_nothing(tmp_path: Path) ->
                 seen.add(lease.expires_us)
             return len(seen) >= 10
 
-        wait_for("ten lease renewals", renewed, timeout=60)
+        wait_until("ten lease renewals", renewed, within=60)
     finally:
         _stop(engine, tmp_path, "idle")
     assert _head(url) == 0, "an idle engine wrote to the goals' log"
@@ -120,15 +120,24 @@ def test_bad_durations_are_refused_with_exit_2(tmp_path: Path) -> None:
 def test_two_engines_of_one_name_do_not_take_the_lease_from_each_other(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 'events.db'}"
     first = _engine(tmp_path, url, "same", "--lease-ms", "1000")
-    wait_for("the first engine", lambda: "engine running" in _err(tmp_path, "same"))
+    wait_until("the first engine", lambda: "engine running" in _err(tmp_path, "same"))
     (tmp_path / "same.err").rename(tmp_path / "same-1.err")
     second = _engine(tmp_path, url, "same", "--lease-ms", "1000")
     try:
-        wait_for("the second to stand by", lambda: "standing by" in _err(tmp_path, "same"))
-        token = _lease(url)
-        time.sleep(3.0)  # three lease lengths: a flapping pair would move the token ~30 times a second
-        assert _lease(url) is not None and token is not None
-        assert _lease(url).token == token.token, "the lease changed hands between live engines"  # type: ignore[union-attr]
+        wait_until("the second to stand by", lambda: "standing by" in _err(tmp_path, "same"))
+        tokens: set[int] = set()
+        renewals: set[int] = set()
+
+        def three_renewals() -> int:
+            lease = _lease(url)
+            if lease is not None:
+                tokens.add(lease.token)
+                renewals.add(lease.expires_us)
+            return len(renewals)
+
+        # three renewals, counted rather than timed: a flapping pair would move the token ~30 times a second
+        wait_until("three lease renewals with both engines up", three_renewals, done=lambda n: n >= 4)
+        assert len(tokens) == 1, f"the lease changed hands between live engines: tokens {tokens}"
         assert "engine running" not in _err(tmp_path, "same")
     finally:
         _stop(second, tmp_path, "same")
@@ -140,13 +149,13 @@ def test_a_sqlite_log_locked_by_another_process_is_waited_out(tmp_path: Path) ->
     url = f"sqlite:{tmp_path / 'events.db'}"
     engine = _engine(tmp_path, url, "e", "--lease-ms", "1000")
     try:
-        wait_for("the engine", lambda: "engine running" in _err(tmp_path, "e"))
+        wait_until("the engine", lambda: "engine running" in _err(tmp_path, "e"))
         locker = sqlite3.connect(tmp_path / "events.db", isolation_level=None)
         locker.execute("BEGIN EXCLUSIVE")  # every other writer and reader of the file now waits
-        time.sleep(3.0)  # three lease lengths
+        let_time_pass(3.0, "the log stays locked for three lease lengths")
         locker.execute("ROLLBACK")
         locker.close()
-        wait_for("the engine to hold the lease again", lambda: (_lease(url) or Claim(key="", holder="", token=0,
+        wait_until("the engine to hold the lease again", lambda: (_lease(url) or Claim(key="", holder="", token=0,
                  expires_us=0)).holder.startswith("e/"))  # fmt: skip
         assert engine.poll() is None, _err(tmp_path, "e")
     finally:
@@ -157,17 +166,24 @@ def test_a_shared_member_stalled_past_its_membership_rejoins(tmp_path: Path) -> 
     url = f"sqlite:{tmp_path / 'events.db'}"
     member = _engine(tmp_path, url, "m", "--shared", "--lease-ms", "600")
     try:
-        wait_for("the member", lambda: "engine running" in _err(tmp_path, "m"))
+        wait_until("the member", lambda: "engine running" in _err(tmp_path, "m"))
         member.send_signal(signal.SIGSTOP)  # a laptop suspend
-        time.sleep(2.0)
+        let_time_pass(2.0, "the member stays stopped past its 600 ms membership")
         member.send_signal(signal.SIGCONT)
         now_us = time.time_ns() // 1000
 
         def live_again() -> bool:
             return any(r.expires_us > now_us for r in _coord(url, "engine/member/"))
 
-        wait_for("the member to renew again", live_again)
-        time.sleep(1.0)
+        wait_until("the member to renew again", live_again)
+        renewed = max(r.expires_us for r in _coord(url, "engine/member/"))
+        wait_until(
+            "the member to renew once more after rejoining",
+            lambda: (
+                any(r.expires_us > renewed for r in _coord(url, "engine/member/"))
+                or member.poll() is not None
+            ),
+        )
         assert member.poll() is None, _err(tmp_path, "m")
     finally:
         _stop(member, tmp_path, "m")
@@ -230,22 +246,22 @@ def test_a_postgresql_outage_longer_than_the_lease_is_waited_out_by_holder_and_s
     url = server.url
     _head(url)  # create the log
     holder = _engine(tmp_path, url, "holder", "--lease-ms", "2000")
-    wait_for("the holder", lambda: "engine running" in _err(tmp_path, "holder"))
+    wait_until("the holder", lambda: "engine running" in _err(tmp_path, "holder"))
     standby = _engine(tmp_path, url, "standby", "--lease-ms", "2000")
     try:
-        wait_for("the standby", lambda: "standing by" in _err(tmp_path, "standby"))
+        wait_until("the standby", lambda: "standing by" in _err(tmp_path, "standby"))
         server.stop()
-        wait_for(
-            "the holder to notice", lambda: "waiting for the store" in _err(tmp_path, "holder"), timeout=30
+        wait_until(
+            "the holder to notice", lambda: "waiting for the store" in _err(tmp_path, "holder"), within=30
         )
-        time.sleep(10.0)  # the outage: five lease lengths
+        let_time_pass(10.0, "the outage lasts five lease lengths")
         assert holder.poll() is None and standby.poll() is None
         server.start()
-        wait_for("an engine to run again", lambda: (_lease(url) or Claim(key="", holder="", token=0,
-                 expires_us=0)).expires_us > time.time_ns() // 1000, timeout=60)  # fmt: skip
+        wait_until("an engine to run again", lambda: (_lease(url) or Claim(key="", holder="", token=0,
+                 expires_us=0)).expires_us > time.time_ns() // 1000, within=60)  # fmt: skip
         for name in ("holder", "standby"):
             assert _err(tmp_path, name).count("waiting for the store") <= 1, _err(tmp_path, name)
-        wait_for(
+        wait_until(
             "the status to say so",
             lambda: (
                 sorted(d["state"] for d in json.loads(_engines(tmp_path, url).stdout)["here"])
@@ -262,7 +278,7 @@ def test_a_postgresql_outage_longer_than_the_lease_is_waited_out_by_holder_and_s
         def blocked() -> bool:
             return any("goal.blocked" in line for line in _types(url))
 
-        wait_for("the goal created after the outage to reach its end", blocked, timeout=60)
+        wait_until("the goal created after the outage to reach its end", blocked, within=60)
         assert holder.poll() is None and standby.poll() is None
     finally:
         for name, process in (("standby", standby), ("holder", holder)):

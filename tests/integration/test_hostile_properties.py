@@ -9,7 +9,6 @@ documented exit code. Derandomized under CI (``CI=true``); the reported attacks 
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from loopd_es.cli.main import main
+from tests.components import under_ci
 
 PROJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "loopd_projects"
 CID = "c1222222-aaaa-4bbb-8ccc-000000000001"
@@ -129,7 +129,7 @@ def _unchanged(world: World) -> None:
 @settings(
     max_examples=40,
     deadline=None,
-    derandomize=os.environ.get("CI") == "true",
+    derandomize=under_ci(),
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(ident=IDS, name=NAMES, pattern=PATTERNS)

@@ -49,13 +49,18 @@ def _timed_cli(url: str, *argv: str, timeout: float = 60) -> tuple[float, subpro
 
 
 def test_hostile_patterns_match_in_linear_time() -> None:
+    plain = compile_user_pattern("a!")
+    t0 = time.perf_counter()
+    plain.search("a" * 5000 + "!")
+    baseline = time.perf_counter() - t0  # a harmless search of the same text, on this machine, now
     for source in HOSTILE:
         pattern = compile_user_pattern(source)
         short = "a" * 12 + "!"  # short enough for Python's re: both engines agree
         assert bool(pattern.search(short)) == bool(re.search(source, short)), source
         t0 = time.perf_counter()
         pattern.search("a" * 5000 + "!")  # Python's re: longer than the age of the universe
-        assert time.perf_counter() - t0 < 0.5, source
+        took = time.perf_counter() - t0
+        assert took < 0.5 + 100 * baseline, (source, took, baseline)
 
 
 @pytest.mark.anyio
@@ -79,10 +84,9 @@ async def test_read_pattern_returns_within_a_bound(env: Env, store: LogStore) ->
 async def test_watch_filter_does_not_wedge_the_owner(env: Env, store: LogStore, source: str) -> None:
     cid = await env.start(store, "-c", ADVERSARIAL, title="adv", watch=WatchSpec(filter=source))
     await env.until(store, cid, lambda s: b"ready" in env.output(cid))
-    t0 = time.monotonic()
+    # a wedged owner would not answer at all: within the request's own limit is the bound, not a guess at speed
     live = await owner_link.owner_request(env.paths, cid, owner_link.Status(), within=10)
     assert live is not None and live.ok, "the owner did not answer"
-    assert time.monotonic() - t0 < 5
     msg = await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert msg == 'Command "adv" terminated.'
     s = await env.state(store, cid)

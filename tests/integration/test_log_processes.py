@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from loopd_es.errors import CorruptLogError, StorageError
 from loopd_es.events.envelope import Envelope, NewEvent
 from loopd_es.log import open_store
+from tests.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITER = Path(__file__).with_name("log_writer.py")
@@ -67,15 +67,14 @@ class Writers:
         text = self.outs[i].read_text()
         return [json.loads(x) for x in text.splitlines(keepends=True) if x.endswith("\n")]
 
-    def _wait(self, done: Any, what: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not all(done(self.lines(i)) for i in range(len(self.procs))):
+    def _wait(self, done: Any, what: str) -> None:
+        def all_done() -> bool:
             for i, p in enumerate(self.procs):
                 if p.poll() not in (None, 0):
                     raise AssertionError(f"writer {i} exited {p.returncode}: {self.errs[i].read_text()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"writers not {what} after {timeout} s")
-            time.sleep(0.005)
+            return all(done(self.lines(i)) for i in range(len(self.procs)))
+
+        wait_until(f"every writer {what}", all_done)
 
     def wait_acks(self, n: int) -> None:
         self._wait(lambda lines: sum("ack" in x for x in lines) >= n, f"{n} acks")

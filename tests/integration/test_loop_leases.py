@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
 from loopd_es.log import open_store
 from loopd_es.sched import service
+from tests.waits import wait_until
 
 if TYPE_CHECKING:
     from loopd_es.domain.loop.model import Task
@@ -56,14 +56,8 @@ async def _tasks(tmp: Path) -> State:
         return State(s.tasks, [e for e in found if isinstance(e, ev.TaskAdopted)])
 
 
-def _wait(tmp: Path, check: Callable[[State], bool], timeout: float = 30) -> State:
-    end = time.monotonic() + timeout
-    while True:
-        state = anyio.run(_tasks, tmp)
-        if check(state):
-            return state
-        assert time.monotonic() < end, f"condition not reached: {state}"
-        time.sleep(0.2)
+def _wait(tmp: Path, what: str, check: Callable[[State], bool]) -> State:
+    return wait_until(what, lambda: anyio.run(_tasks, tmp), done=check)
 
 
 @pytest.mark.timeout(120)
@@ -79,8 +73,13 @@ def test_a_dead_runners_lease_ends_its_ephemeral_tasks_and_hands_over_its_durabl
                         "add", "1s", "--jitter=false", name)  # fmt: skip
             subprocess.run(cmd, env=_env(), cwd=tmp_path, check=True, capture_output=True)
         eph, dur = task_id_for("eph"), task_id_for("dur")
-        _wait(tmp_path, lambda s: s.tasks[dur].fires >= 2 and s.tasks[eph].fires >= 2)
-        time.sleep(3)  # longer than the lease: A keeps renewing it, so nothing dies while A lives
+        fired = _wait(
+            tmp_path, "two fires of each task", lambda s: s.tasks[dur].fires >= 2 and s.tasks[eph].fires >= 2
+        )
+        # three more 1 s fires outlast the 2 s lease, counted rather than timed: A keeps renewing it, so nothing
+        # dies while A lives
+        later = fired.tasks[dur].fires + 3
+        _wait(tmp_path, "three more fires of the durable task", lambda s: s.tasks[dur].fires >= later)
         assert anyio.run(_tasks, tmp_path).tasks[eph].live
     finally:
         a.send_signal(signal.SIGKILL)
@@ -88,11 +87,15 @@ def test_a_dead_runners_lease_ends_its_ephemeral_tasks_and_hands_over_its_durabl
     b = subprocess.Popen(_loop(tmp_path, "run", "--owner", "B", "--period-ms", "100"),
                          env=_env(), cwd=tmp_path, stdout=subprocess.DEVNULL)  # fmt: skip
     try:
-        state = _wait(tmp_path, lambda s: s.tasks[eph].cancelled == "owner-dead" and bool(s.adopted))
+        state = _wait(
+            tmp_path,
+            "B to end the ephemeral task and adopt the durable one",
+            lambda s: s.tasks[eph].cancelled == "owner-dead" and bool(s.adopted),
+        )
         fires = state.tasks[dur].fires
         assert state.tasks[dur].owner == "B"
         assert [(x.previous_owner, x.owner) for x in state.adopted] == [("A", "B")]
-        _wait(tmp_path, lambda s: s.tasks[dur].fires >= fires + 2)
+        _wait(tmp_path, "two fires under B", lambda s: s.tasks[dur].fires >= fires + 2)
     finally:
         b.send_signal(signal.SIGTERM)
         assert b.wait(timeout=30) in (0, -signal.SIGTERM)

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +31,7 @@ from loopd_es.importer.check import expected, folded
 from loopd_es.importer.source import load_state
 from loopd_es.log import open_store
 from loopd_es.testing.loopd_project import empty_project, start_mirror
+from tests.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 LINES = 33  # 3 goals x 11 steps
@@ -62,12 +62,15 @@ class Lines:
         self.thread.join(10)
 
     def until(self, test: Any, timeout: float = 20.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while True:
-            doc = self.queue.get(timeout=max(0.01, deadline - time.monotonic()))
+
+        def next_line() -> dict[str, Any]:
+            doc = self.queue.get(timeout=0.1)
             assert doc is not None, "the child ended before the condition held"
-            if test(doc):
-                return doc
+            return doc
+
+        return wait_until(
+            "a status line passing the test", next_line, done=test, within=timeout, ignoring=(queue.Empty,)
+        )
 
 
 def _until_mirrored(out: Lines, line: int) -> None:
@@ -152,10 +155,11 @@ def test_a_killed_mirror_resumes_without_duplicates_or_gaps(
         assert said.until(lambda d: "done" in d, timeout=60) == {"done": LINES}
         assert writer.wait(10) == 0
         assert (project / ".opencode" / "loopd" / "events.ndjson.1").exists()  # it did rotate
-        deadline = time.monotonic() + 20
-        while anyio.run(_differences, url, project) and time.monotonic() < deadline:
-            out.until(lambda d: d["appended"] > 0, timeout=max(0.1, deadline - time.monotonic()))
-        assert anyio.run(_differences, url, project) == []
+        wait_until(
+            "the mirror to hold what the project holds",
+            lambda: anyio.run(_differences, url, project),
+            done=lambda differences: differences == [],
+        )
     finally:
         writer.kill()
         writer.wait(10)

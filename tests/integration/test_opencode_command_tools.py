@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import httpx
 import pytest
 
 from loopd_es.host.opencode import OpenCodeHost
+from tests.waits import alet_time_pass, await_until
 
 from .test_opencode_e2e import Stack, data, of_type
 
@@ -55,17 +55,19 @@ async def tool_output(
 ) -> dict[str, Any]:
     """The engine's answer to the session's next call of ``tool`` (after ``seen`` earlier ones), as OpenCode
     handed it to the model."""
-    deadline = time.monotonic() + within
-    while True:
+
+    async def state() -> dict[str, Any]:
         parts = (await tool_parts(client, session, tool))[seen:]
-        state = parts[0].get("state", {}) if parts else {}
-        if state.get("status") == "completed":
-            answer: dict[str, Any] = json.loads(state["output"])
-            return answer
-        if state.get("status") == "error":
-            raise AssertionError(f"{tool} failed inside OpenCode: {state.get('error')}")
-        assert time.monotonic() < deadline, f"{tool} never completed: {parts[:1]}"
-        await anyio.sleep(0.2)
+        found: dict[str, Any] = parts[0].get("state", {}) if parts else {}
+        if found.get("status") == "error":
+            raise AssertionError(f"{tool} failed inside OpenCode: {found.get('error')}")
+        return found
+
+    done = await await_until(
+        f"{tool} to complete", state, done=lambda s: s.get("status") == "completed", within=within
+    )
+    answer: dict[str, Any] = json.loads(done["output"])
+    return answer
 
 
 async def test_an_owner_session_starts_reads_and_terminates_a_command(stack: Stack) -> None:
@@ -102,14 +104,11 @@ async def test_an_owner_session_starts_reads_and_terminates_a_command(stack: Sta
         spawned = data(of_type(envs, "command.spawned")[0])
         pids += [spawned["pid"], spawned["supervisor_pid"]]
 
-        deadline = time.monotonic() + 30
-        while True:
-            got = await call(owner.session_id, "loopd_command_get", {"command_id": cid})
-            assert got["ok"] is True, got
-            if "server ready on 8080" in got["output"]:
-                break
-            assert time.monotonic() < deadline, got
-            await anyio.sleep(0.5)
+        got = await await_until(
+            "the command's ready line",
+            lambda: call(owner.session_id, "loopd_command_get", {"command_id": cid}),
+            done=lambda got: got["ok"] is True and "server ready on 8080" in got["output"],
+        )
         assert got["live"] is True and got["command"]["status"] == "running"
 
         stranger = await call(other.session_id, "loopd_command_get", {"command_id": cid})
@@ -153,14 +152,15 @@ async def test_the_owner_session_is_told_of_a_watch_push_and_of_the_exit(stack: 
         started = await tool_output(client, owner.session_id, "loopd_command_start", 0)
         assert started["ok"] is True, started
         cid = started["command_id"]
-        deadline = time.monotonic() + 60
-        while not (exits := await texts_in(client, owner.session_id, '[command "build"')):
-            assert time.monotonic() < deadline, "the exit notice never reached the owner session"
-            await anyio.sleep(0.3)
+        exits = await await_until(
+            "the exit notice in the owner session",
+            lambda: texts_in(client, owner.session_id, '[command "build"'),
+            within=60,
+        )
         assert f"exited {cid[:8]}... exitCode=3 signal=none]" in exits[0] and "missing semicolon" in exits[0]
         [push] = await texts_in(client, owner.session_id, '[watch "build"]')
         assert "ERROR: missing semicolon" in push and "compiling" not in push
-        await anyio.sleep(1)  # nothing is told twice
+        await alet_time_pass(1.0, "a second exit notice, were one told, reaches the session")
         assert len(await texts_in(client, owner.session_id, '[command "build"')) == 1
     finally:
         await client.aclose()

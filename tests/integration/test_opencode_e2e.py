@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
 
+from loopd_es.errors import LogNotFoundError
 from loopd_es.host.opencode import OpenCodeHost
 from loopd_es.log import open_store
+from tests.waits import WaitTimeout, alet_time_pass, await_until, wait_for_output
 
 from ..opencode.fake_llm import FakeLLM
 from ..opencode.server import OpenCodeServer
@@ -87,12 +88,8 @@ class Stack:
                 text=True,
             )
         self.engine_log = log
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if "serving the OpenCode tools" in log.read_text():  # said once the socket is listening
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the engine did not start serving tools: {log.read_text()[-2000:]}")
+        # said once the socket is listening
+        wait_for_output(log, "serving the OpenCode tools", process=self.engine)
 
     def stop(self) -> None:
         if self.engine is not None:
@@ -113,21 +110,17 @@ class Stack:
     async def until(
         self, what: str, check: Callable[[list[Envelope]], bool], within: float = 60
     ) -> list[Envelope]:
-        deadline = time.monotonic() + within
-        while True:
-            try:
-                envs = await self.events()
-            except Exception:  # the log may not exist yet
-                envs = []
-            if check(envs):
-                return envs
-            if time.monotonic() > deadline:
-                kinds = [(e.stream[:14], e.type) for e in envs][-25:]
-                engine = self.engine_log.read_text()[-3000:] if hasattr(self, "engine_log") else ""
-                raise AssertionError(
-                    f"timed out waiting for {what}; last events: {kinds}; engine said: {engine}"
-                )
-            await anyio.sleep(0.2)
+        try:
+            return await await_until(
+                what, self.events, done=check, within=within, ignoring=(LogNotFoundError,)
+            )
+        except WaitTimeout as e:
+            envs = e.last if isinstance(e.last, list) else []
+            kinds = [(x.stream[:14], x.type) for x in envs][-25:]
+            engine = self.engine_log.read_text()[-3000:] if hasattr(self, "engine_log") else ""
+            raise AssertionError(
+                f"timed out waiting for {what}; last events: {kinds}; engine said: {engine}"
+            ) from e
 
 
 @pytest.fixture
@@ -203,10 +196,10 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
         assert progress.stream == goal_stream and data(progress)["summary"] == "read the goal"
 
         # the second turn is slow: switch the model while the worker is busy
-        deadline = time.monotonic() + 30
-        while not any(r["session"] == worker and r["turn"] == 2 for r in fake.requests):
-            assert time.monotonic() < deadline, "the second turn never reached the model"
-            await anyio.sleep(0.1)
+        await await_until(
+            "the second turn to reach the model",
+            lambda: any(r["session"] == worker and r["turn"] == 2 for r in fake.requests),
+        )
         switch = {"goal_id": goal_id, "model": "fake/limited"}  # the owner asks from its OpenCode session
         await host.prompt(
             owner.session_id,
@@ -233,11 +226,18 @@ async def test_an_owner_tool_starts_a_goal_that_switches_falls_back_and_complete
         await stack.until(
             "the notice to be delivered", lambda e: any("delivered" in x.type for x in e), within=30
         )
-        await anyio.sleep(1.0)
-        notices = [
-            m for m in await host.messages(owner.session_id) if m.role == "user" and "completed" in m.text
-        ]
-        assert len(notices) == 1, [m.text for m in notices]
+
+        async def shown() -> list[str]:
+            return [
+                m.text
+                for m in await host.messages(owner.session_id)
+                if m.role == "user" and "completed" in m.text
+            ]
+
+        await await_until("the notice in the owner's session", shown)
+        await alet_time_pass(1.0, "a second delivery, were there one, lands in the owner's session")
+        notices = await shown()
+        assert len(notices) == 1, notices
 
         history = cli(stack.project, stack.env, "history", goal_id)
         assert history.returncode == 0, history.stderr
@@ -255,13 +255,16 @@ async def test_a_limit_seen_while_opencode_retries_falls_back_without_waiting_fo
     stack.fake.worker_script = [("text",), ("text",), ("text",)]
     stack.start_engine()
     create_with_fallback(stack, "early", "fake/ra30")
-    started = time.monotonic()
     envs = await stack.until(
         "a turn on the fallback",
         lambda e: any(r["model"] == "other" for r in stack.fake.requests),
         within=40,
     )
-    elapsed = time.monotonic() - started
+    # counted from the limited model's first request, not from start-up: OpenCode's first retry would come 30 s
+    # after it, so a fallback before that did not wait for OpenCode's retries
+    limited_at = min(r["at"] for r in stack.fake.requests if r["model"] == "ra30")
+    fallback_at = min(r["at"] for r in stack.fake.requests if r["model"] == "other")
+    elapsed = fallback_at - limited_at
     assert elapsed < 25, f"the fallback took {elapsed:.1f} s: it waited for OpenCode's own retries"
     observed = [data(e) for e in of_type(envs, "identity.provider_limit_observed")]
     assert observed and observed[0]["via"] == "retry-status" and observed[0]["kind"] == "rate-limit", observed
@@ -323,10 +326,9 @@ async def test_killing_the_engine_mid_turn_sends_no_prompt_twice(stack: Stack) -
         "true",
     )
     assert created.returncode == 0, created.stderr
-    deadline = time.monotonic() + 30
-    while not any(r["turn"] == 1 for r in stack.fake.requests):  # the first (slow) turn is running
-        assert time.monotonic() < deadline
-        await anyio.sleep(0.1)
+    await await_until(
+        "the first (slow) turn to run", lambda: any(r["turn"] == 1 for r in stack.fake.requests)
+    )
     assert stack.engine is not None
     stack.engine.send_signal(signal.SIGKILL)
     stack.engine.wait(timeout=10)
@@ -391,10 +393,7 @@ async def test_an_opencode_restart_is_noticed_once_and_the_goal_goes_on(stack: S
         "true",
     )
     assert created.returncode == 0, created.stderr
-    deadline = time.monotonic() + 30
-    while not stack.fake.requests:
-        assert time.monotonic() < deadline, "the first turn never reached the model"
-        await anyio.sleep(0.1)
+    await await_until("the first turn to reach the model", lambda: bool(stack.fake.requests))
     stack.opencode.stop()  # SIGTERM to the whole process group, mid-turn
     await stack.until(
         "the unreachable notice",

@@ -29,6 +29,7 @@ from loopd_es.host.events import (
     ToolCallStarted,
 )
 from loopd_es.host.opencode import OpenCodeHost
+from tests.waits import alet_time_pass, await_until
 
 from ..opencode.fake_llm import FakeLLM
 from ..opencode.server import OpenCodeServer
@@ -57,23 +58,21 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[AnyHostEvent] = []
-        self._changed = anyio.Event()
 
     async def run(self, host: OpenCodeHost, ready: anyio.Event) -> None:
         stream = host.events()
         ready.set()
         async for event in stream:
             self.events.append(event)
-            self._changed.set()
-            self._changed = anyio.Event()
 
     async def wait(self, match: Callable[[AnyHostEvent], bool], within: float = 30) -> AnyHostEvent:
-        with anyio.fail_after(within):
-            while True:
-                found = next((e for e in self.events if match(e)), None)
-                if found is not None:
-                    return found
-                await self._changed.wait()
+        found = await await_until(
+            f"a host event passing {getattr(match, '__name__', 'the match')}",
+            lambda: next((e for e in self.events if match(e)), None),
+            within=within,
+        )
+        assert found is not None
+        return found
 
 
 @pytest.fixture
@@ -92,7 +91,7 @@ async def recorder(host: OpenCodeHost) -> AsyncIterator[Recorder]:
     async with anyio.create_task_group() as tg:
         tg.start_soon(rec.run, host, ready)
         await ready.wait()
-        await anyio.sleep(0.3)  # the SSE connection is up before the test acts
+        await await_until("the event stream to connect", lambda: host.streaming)
         yield rec
         tg.cancel_scope.cancel()
 
@@ -145,7 +144,7 @@ async def test_a_prompt_id_already_in_the_transcript_is_not_sent_again(
     await host.prompt(worker.session_id, "once", model="fake/good", prompt_id=pid)
     await recorder.wait(lambda e: isinstance(e, SessionIdle) and e.session_id == worker.session_id)
     await host.prompt(worker.session_id, "once", model="fake/good", prompt_id=pid)  # a resend after a crash
-    await anyio.sleep(0.5)
+    await alet_time_pass(0.5, "a second request to the model, were one sent, reaches it")
     assert len(fake.models_used(worker.session_id)) == 1
     assert [m.message_id for m in await host.messages(worker.session_id) if m.role == "user"] == [pid]
 
@@ -180,7 +179,7 @@ async def test_abort_mid_stream_reports_the_abort_and_goes_idle(
     await host.prompt(worker.session_id, "take your time", model="fake/slow", prompt_id=pid)
     # mid-stream: the answer is being written (an abort before the model answers reports no error)
     await recorder.wait(lambda e: isinstance(e, MessageUpdated) and e.message.parent_id == pid)
-    await anyio.sleep(1.0)
+    await await_until("the slow model to be asked", lambda: fake.models_used(worker.session_id))
     assert fake.models_used(worker.session_id) == ["slow"]
     assert await host.session_status(worker.session_id) == "busy"
     await host.abort(worker.session_id)

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waits import wait_for_output, wait_until
+
 from ..postgres_server import pg_url
 
 __all__ = ["pg_url"]
@@ -72,26 +74,29 @@ def test_commands_and_the_engine_work_on_a_server_log(pg_url: str, tmp_path: Pat
     """A command's files live on this machine (``$XDG_STATE_HOME``), whatever directory runs it; the engine,
     which reads them for owner notices, starts on a server log as on a file."""
     import signal
-    import time
 
     env = {"LOOPD_ES_STORE": pg_url, "XDG_STATE_HOME": str(tmp_path / "state")}
     started = run("cmd", "start", "--title", "hello", "--", "sh", "-c", "echo hello-from-pg", env=env)
     assert started.returncode == 0, started.stderr
     command_id = started.stdout.split()[0]
-    deadline = time.monotonic() + 20
-    while "exited" not in run("cmd", "list", env=env).stdout:
-        assert time.monotonic() < deadline, "the command did not finish"
-        time.sleep(0.2)
+    wait_until(
+        "the command to finish", lambda: run("cmd", "list", env=env).stdout, done=lambda out: "exited" in out
+    )
     read = run("cmd", "read", command_id, env=env)
     assert read.returncode == 0 and "hello-from-pg" in read.stdout, read
     assert list((tmp_path / "state" / "loopd-es").glob("commands-*/*.log"))
     (tmp_path / "host.json").write_text("{}")
     for shared in ([], ["--shared"]):
-        engine = subprocess.Popen(
-            [sys.executable, "-m", "loopd_es.cli", "run", *shared, "--host", f"sim:{tmp_path / 'host.json'}"],
-            env={**os.environ, **env}, cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        time.sleep(3)
-        engine.send_signal(signal.SIGTERM)
-        _, err = engine.communicate(timeout=30)
-        assert engine.returncode == 0 and "engine running" in err and "internal error" not in err, err
+        err_file = tmp_path / f"engine{len(shared)}.err"
+        with err_file.open("w") as err_out:
+            engine = subprocess.Popen(
+                [sys.executable, "-m", "loopd_es.cli", "run", *shared, "--host", f"sim:{tmp_path / 'host.json'}"],
+                env={**os.environ, **env}, cwd=tmp_path, stderr=err_out, text=True,
+            )  # fmt: skip
+        try:
+            wait_for_output(err_file, "engine running", process=engine)
+        finally:
+            engine.send_signal(signal.SIGTERM)
+            engine.wait(timeout=30)
+        err = err_file.read_text()
+        assert engine.returncode == 0 and "internal error" not in err, err

@@ -19,6 +19,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from loopd_es.domain.command import CommandStateError
 from loopd_es.errors import UsageError
 from loopd_es.procs import owner_link, service
+from tests.waits import scaled_timeout, wait_until
 
 from .test_procs_support import PY, Env, env, run_cli, store
 
@@ -158,7 +159,7 @@ async def test_write_resize_and_attach(env: Env, store: LogStore) -> None:
     async with stream:
         await stream.send(b'{"op": "attach"}\n')
         seen = b""
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled_timeout(5)):
             while b"attached" not in seen:
                 seen += await stream.receive()
             await stream.send(b"xyz\n")
@@ -186,10 +187,7 @@ def test_cli_remove_rules_and_pattern_read(env: Env, capsys: pytest.CaptureFixtu
         == 0
     )
     cid = capsys.readouterr().out.strip()
-    deadline = time.monotonic() + 10
-    while b"info fine" not in env.output(cid):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until("the command's output to show 'info fine'", lambda: b"info fine" in env.output(cid))
     assert run_cli(env.url, "remove", cid[:8]) == 3
     assert "is still running — terminate it first (terminate ≠ remove)." in capsys.readouterr().err
     assert run_cli(env.url, "read", cid, "--pattern", "ERROR", "--json") == 0
@@ -236,7 +234,7 @@ async def test_the_owner_refuses_a_malformed_request_naming_the_field(
     before = await env.state(store, cid)
     async with await owner_link.connect_owner(env.paths.socket(cid)) as stream:
         await stream.send(raw + b"\n")
-        with anyio.fail_after(10):
+        with anyio.fail_after(scaled_timeout(10)):
             line = await BufferedByteReceiveStream(stream).receive_until(b"\n", 1 << 16)
     answer = msgspec.json.decode(line, type=owner_link.OwnerAnswer)
     assert (answer.ok, answer.code) == (False, 2) and field in answer.message, answer

@@ -19,6 +19,7 @@ from loopd_es.events.command import WatchSpec
 from loopd_es.procs import owner_link, service
 from loopd_es.procs.paths import owner_alive
 from loopd_es.procs.pty import PtyChild
+from tests.waits import alet_time_pass, await_until
 
 from .test_procs_support import Env, env, store
 
@@ -39,11 +40,9 @@ async def _lose_owner(env: Env, store: LogStore, cid: str) -> None:
         ProcessLookupError
     ):  # the child may go first: its terminal hung up with its owner
         os.killpg(s.pid, signal.SIGKILL)
-    with anyio.fail_after(5):
-        while True:
-            if not owner_alive(env.paths.lock(cid)):
-                break
-            await anyio.sleep(0.02)
+    await await_until(
+        f"command {cid}'s owner to let go of its lock", lambda: not owner_alive(env.paths.lock(cid))
+    )
 
 
 async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogStore) -> None:
@@ -57,8 +56,10 @@ async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogS
     late = await env.start(store, "-c", SLEEPER, timeout_seconds=math.ceil(3 * lose_s))
     await _lose_owner(env, store, late)
     deadline = datetime.fromisoformat((await env.state(store, late)).deadline_at or "")
-    # the deadline passes while nobody owns the command (a known time: sleep until just past it)
-    await anyio.sleep(max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.05)
+    await alet_time_pass(
+        max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.05,
+        "the command's deadline passes while nobody owns it",
+    )
     results = []
 
     async def reconciler() -> None:
@@ -88,22 +89,32 @@ async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogS
 
 async def test_owner_loop_stays_responsive_while_a_child_floods(env: Env, store: LogStore) -> None:
     flood = "import sys\nwhile True: sys.stdout.write('flood line with some text ERROR\\n')\n"
+    quiet = await env.start(store, "-c", SLEEPER)
+    await env.until(store, quiet, lambda s: s.supervisor_pid is not None and b"ready" in env.output(quiet))
     cid = await env.start(store, "-c", flood, watch=WatchSpec(filter="ERROR"))
     await env.until(store, cid, lambda s: s.watch_state == "flood-suspended")
-    worst = 0.0
-    for _ in range(10):
-        t0 = time.monotonic()
+
+    async def worst_status(of: str) -> float:
+        worst = 0.0
+        for _ in range(10):
+            t0 = time.monotonic()
+            live = await owner_link.owner_request(env.paths, of, owner_link.Status())
+            worst = max(worst, time.monotonic() - t0)
+            assert live is not None and live.ok
+        return worst
+
+    # A pump that never yields while data is always ready answers only when the flood pauses, and this one never
+    # pauses. The bound is what a quiet owner takes on this machine now (a loaded machine slows both alike).
+    quiet_worst = await worst_status(quiet)
+    flooded_worst = await worst_status(cid)
+    assert flooded_worst < max(1.0, 10 * quiet_worst), (flooded_worst, quiet_worst)
+
+    async def streamed() -> int:
         live = await owner_link.owner_request(env.paths, cid, owner_link.Status())
-        worst = max(worst, time.monotonic() - t0)
-        assert live is not None and live.ok
-    # A pump that never yields while data is always ready answers only when the flood pauses (seconds).
-    assert worst < 1.0, worst
-    streamed = 0
-    with anyio.fail_after(20):  # the flood goes on under the suspension: more than 1 MB passes the owner
-        while streamed <= 1_000_000:
-            live = await owner_link.owner_request(env.paths, cid, owner_link.Status())
-            streamed = (live.stream_bytes or 0) if live is not None else 0
-            await anyio.sleep(0.05)
+        return (live.stream_bytes or 0) if live is not None else 0
+
+    # the flood goes on under the suspension: more than 1 MB passes the owner
+    await await_until("more than 1 MB to pass the flooded owner", streamed, done=lambda n: n > 1_000_000)
     # the owner cuts the file back to 512 KiB once it passes 640 KiB; read from another process, it can be
     # caught between a chunk's write (at most one 64 KiB PTY read) and the cut
     assert env.paths.log(cid).stat().st_size <= (512 + 128 + 64) * 1024
@@ -122,24 +133,30 @@ async def test_pty_reads_never_block_the_event_loop() -> None:
     )
     total = 0
     lags: list[float] = []
+    started = time.monotonic()
     try:
         async with anyio.create_task_group() as tg:
 
+            async def tick() -> float:
+                """How late the event loop wakes a 5 ms sleeper."""
+                t0 = time.monotonic()
+                await alet_time_pass(0.005, "a ticker measures how late the event loop wakes it")
+                return time.monotonic() - t0 - 0.005
+
             async def ticker() -> None:
                 while True:
-                    t0 = time.monotonic()
-                    await anyio.sleep(0.005)
-                    lags.append(time.monotonic() - t0 - 0.005)
+                    lags.append(await tick())
 
             tg.start_soon(ticker)
             while data := await child.read():
                 total += len(data)
             tg.cancel_scope.cancel()
+        flood_s = time.monotonic() - started
         assert await child.wait() == (0, None)
     finally:
         child.send_signal(signal.SIGKILL)
         child.close()
-    # A blocking read would starve the ticker for the whole flood (seconds); scheduling noise on a loaded
-    # 2-core machine can delay one tick by ~0.1 s, so judge the median and a generous maximum.
+    # A blocking read would starve the ticker for the whole flood: one lag as long as the flood, and few ticks.
+    # Judged against the flood's own length on this machine, not a fixed figure that a loaded machine breaks.
     assert total >= 300000 * 61 and len(lags) > 5
-    assert sorted(lags)[len(lags) // 2] < 0.02 and max(lags) < 0.5, lags
+    assert max(lags) < flood_s / 2, (flood_s, max(lags), len(lags))

@@ -7,7 +7,6 @@ import contextlib
 import os
 import signal
 import sys
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,6 +19,7 @@ from loopd_es.errors import LoopdError
 from loopd_es.log import open_store
 from loopd_es.procs import service
 from loopd_es.procs.paths import CommandPaths
+from tests.waits import await_until
 
 if TYPE_CHECKING:
     from loopd_es.domain.command import CommandState
@@ -62,16 +62,15 @@ class Env:
         return s
 
     async def until(
-        self, store: LogStore, cid: str, check: Callable[[CommandState], bool], within: float = 15
+        self, store: LogStore, cid: str, check: Callable[[CommandState], bool], within: float = 30
     ) -> CommandState:
-        deadline = time.monotonic() + within
-        while True:
-            s = await self.state(store, cid)
-            if check(s):
-                return s
-            if time.monotonic() > deadline:
-                raise AssertionError(f"condition not reached in {within}s: {s}")
-            await anyio.sleep(0.05)
+        """The command's state once ``check`` holds for it (its last state in the failure otherwise)."""
+        return await await_until(
+            f"command {cid}'s state to pass {getattr(check, '__name__', 'the check')}",
+            lambda: self.state(store, cid),
+            done=check,
+            within=within,
+        )
 
     async def types(self, store: LogStore, cid: str) -> list[str]:
         return [e.type async for e in store.read_stream(f"command-{cid}")]

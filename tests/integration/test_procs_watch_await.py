@@ -12,6 +12,7 @@ import pytest
 from loopd_es.errors import UsageError
 from loopd_es.events.command import WatchSpec
 from loopd_es.procs import owner_link, service
+from tests.waits import alet_time_pass
 
 from .test_procs_support import Env, env, store
 
@@ -112,7 +113,7 @@ async def test_exactly_once_with_concurrent_registrations_and_reconcilers(env: E
     async def reconciler() -> None:
         for _ in range(10):
             await service.reconcile(store, env.paths)
-            await anyio.sleep(0.05)
+            await alet_time_pass(0.05, "the reconcile rounds spread over the command's short life")
 
     async with anyio.create_task_group() as tg:
         for g in goals:

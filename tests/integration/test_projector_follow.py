@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -24,12 +23,14 @@ from loopd_es.log import open_store
 from loopd_es.projector import BatchResult, Projector
 from projections import StreamStats
 from tests.unit.test_projector_base import BACKENDS, Recorder, checkpoints, dump, fill, url_for
-from tests.unit.test_projector_wakeups import until
+from tests.waits import await_until, wait_until
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
 APPENDS = 40
+POLL = 30.0
+"""The follower's safety-net poll (seconds): every bound on a lag is a fraction of it."""
 APPENDER = textwrap.dedent(
     """
     import json, sys, time, anyio
@@ -68,12 +69,18 @@ async def test_follow_sees_another_process_append_within_a_bounded_lag(backend: 
         async with await Projector.open(store, [Recorder(), StreamStats()], read_db) as projector:
             projector.on_commit = committed
             async with anyio.create_task_group() as tg:
-                tg.start_soon(lambda: projector.follow(poll_interval=30))
-                await until(lambda: checkpoints(read_db)["recorder"] >= 500, 10)
+                tg.start_soon(lambda: projector.follow(poll_interval=POLL))
+                await await_until(
+                    "the history to be projected", lambda: checkpoints(read_db)["recorder"] >= 500
+                )
                 appender = await anyio.run_process(
                     [sys.executable, "-c", APPENDER, url, str(APPENDS), "0.02"], env=_env(), cwd=tmp_path
                 )
-                await until(lambda: checkpoints(read_db)["recorder"] >= 500 + APPENDS, 5)
+                await await_until(
+                    "the appends to be projected before the poll",
+                    lambda: checkpoints(read_db)["recorder"] >= 500 + APPENDS,
+                    within=POLL / 3,
+                )
                 cancelled_at = time.monotonic()
                 tg.cancel_scope.cancel()
             stopped_in = time.monotonic() - cancelled_at
@@ -84,9 +91,10 @@ async def test_follow_sees_another_process_append_within_a_bounded_lag(backend: 
     for ack in acks:
         seen = min(at for low, at in visible.items() if low >= ack["position"])
         lags.append(max(seen - ack["ack"], 0.0))
-    assert max(lags) < 0.5, f"lags {sorted(lags)[-5:]}"  # the poll is 30 s away: this was a file event
-    assert statistics.median(lags) < 0.05
-    assert stopped_in < 0.5
+    # The poll is 30 s away: a lag well under it came from the file event. Bounds relative to the poll, not
+    # figures a loaded machine breaks (the lags are ~10 ms on an idle one).
+    assert max(lags) < POLL / 3, f"lags {sorted(lags)[-5:]}"
+    assert stopped_in < POLL / 3
     rows = dump(read_db)
     assert rows["parked"] == [] and [r[0] for r in rows["recorder"]] == list(range(1, 501 + APPENDS))
 
@@ -102,7 +110,7 @@ def test_the_cli_follows_and_stops_cleanly_on_sigterm(backend: str, tmp_path: Pa
 
     anyio.run(seed)
     with subprocess.Popen(
-        [sys.executable, "-c", runner, "--store", url, "project", "--follow", "--poll", "30"],
+        [sys.executable, "-c", runner, "--store", url, "project", "--follow", "--poll", str(int(POLL))],
         env=_env(),
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
@@ -119,14 +127,15 @@ def test_the_cli_follows_and_stops_cleanly_on_sigterm(backend: str, tmp_path: Pa
                 check=True,
                 stdout=subprocess.DEVNULL,
             )
-            deadline = time.monotonic() + 5
-            while checkpoints(tmp_path / "read.db").get("stream_stats", 0) < 13:
-                assert time.monotonic() < deadline, "the follower did not pick up the appends"
-                time.sleep(0.01)
+            wait_until(
+                "the follower to pick up the appends before its poll",
+                lambda: checkpoints(tmp_path / "read.db").get("stream_stats", 0) >= 13,
+                within=POLL / 3,
+            )
             started = time.monotonic()
             follower.send_signal(signal.SIGTERM)
-            assert follower.wait(timeout=5) == 0
-            assert time.monotonic() - started < 2
+            assert follower.wait(timeout=POLL) == 0
+            assert time.monotonic() - started < POLL / 3  # it did not wait for its next poll to stop
         finally:
             if follower.poll() is None:
                 follower.kill()

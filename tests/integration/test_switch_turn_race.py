@@ -20,6 +20,7 @@ from loopd_es.app.goals import Goals
 from loopd_es.app.service import Ctx, GoalService
 from loopd_es.host.simulated import SimulatedHost
 from loopd_es.log import open_store
+from tests.waits import scaled_timeout
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
@@ -42,7 +43,7 @@ async def held(workdir: Path, goal_id: str) -> tuple[LogStore, SimulatedHost, Go
 async def _cli(workdir: Path, *args: str) -> tuple[int, str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LOOPD_ES_CRASH")}
     env.update(LOOPD_ES_STORE=f"sqlite:{workdir / 'events.db'}", LOOPD_ES_HOST=f"sim:{workdir / 'host.json'}")
-    with anyio.fail_after(60):
+    with anyio.fail_after(scaled_timeout(60)):
         done = await anyio.run_process(
             [sys.executable, "-m", "loopd_es", *args], cwd=workdir, env=env, check=False
         )
@@ -92,7 +93,7 @@ async def test_a_held_switch_keeps_the_deferred_one_and_no_turn_prompts_the_old_
                 reports.append(await goals.switch_identity(goal_id, Ctx.new(), model=NEW))
 
             tg.start_soon(switch)
-            with anyio.fail_after(30):
+            with anyio.fail_after(scaled_timeout(30)):
                 await host.wait_held("switch_model")
             # the host call is in flight: another process asks for a second switch, then for a turn
             code, out, err = await _cli(tmp_path, "goal", "switch-identity", goal_id, "--model", LATER)

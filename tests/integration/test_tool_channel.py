@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from loopd_es.engine.lease import Lease
 from loopd_es.engine.tool_api import TOOLS
 from loopd_es.log import open_store
 from loopd_es.procs.paths import UnsafeDirectoryError
+from tests.waits import wait_for_output
 
 from ..opencode.server import opencode_dir
 from .test_opencode_e2e import cli
@@ -111,11 +111,7 @@ class Project:
                 stderr=out,
                 text=True,
             )
-        deadline = time.monotonic() + 30
-        while "serving the OpenCode tools" not in self.engine_log.read_text():
-            assert self.engine.poll() is None, self.engine_log.read_text()
-            assert time.monotonic() < deadline, self.engine_log.read_text()
-            time.sleep(0.05)
+        wait_for_output(self.engine_log, "serving the OpenCode tools", process=self.engine)
 
     def stop_engine(self) -> None:
         if self.engine is not None and self.engine.poll() is None:

@@ -16,6 +16,7 @@ import pytest
 
 from loopd_es.app.service import Ctx
 from loopd_es.log import open_store
+from tests.waits import scaled_timeout
 
 from .test_switch_turn_race import NEW, OLD, _cli, _prompts, held
 
@@ -59,7 +60,7 @@ async def test_an_owner_turn_during_a_switch_is_queued_and_runs_once_with_the_ne
                 await goals.switch_identity(goal_id, Ctx.new(), model=NEW)
 
             tg.start_soon(switch)
-            with anyio.fail_after(30):
+            with anyio.fail_after(scaled_timeout(30)):
                 await host.wait_held("switch_model")
             code, out, err = await _cli(tmp_path, "owner", *verb[:1], goal_id, *verb[1:])
             assert code == 0 and said in out, (out, err)

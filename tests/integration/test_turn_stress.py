@@ -27,6 +27,7 @@ import pytest
 from loopd_es.engine.operations import Operations
 from loopd_es.host.opencode import OpenCodeHost
 from loopd_es.log import open_store
+from tests.waits import alet_time_pass
 
 from .test_opencode_e2e import Stack
 
@@ -62,16 +63,25 @@ def stack(tmp_path: Path) -> Any:
 async def _abort_long_answers(stack: Stack, host: OpenCodeHost, done: anyio.Event) -> None:
     """Abort each worker turn on the :data:`ABORTED` step half a second after its model request."""
     aborted: set[tuple[str, int]] = set()
-    while not done.is_set():
+
+    def due() -> list[tuple[str, int]]:
+        """The turns on the aborted step whose model request is more than half a second old, not yet aborted."""
         now = time.time()
-        for request in list(stack.fake.requests):
-            key = (request["session"], request["turn"])
-            step = SCRIPT[(request["turn"] - 1) % len(SCRIPT)]
-            if request["session"] in stack.fake.workers and request["tools"] and step == ABORTED:
-                if key not in aborted and now - request["at"] > 0.5:
-                    aborted.add(key)
-                    await host.abort(request["session"])
-        await anyio.sleep(0.05)
+        return [
+            (request["session"], request["turn"])
+            for request in list(stack.fake.requests)
+            if request["session"] in stack.fake.workers
+            and request["tools"]
+            and SCRIPT[(request["turn"] - 1) % len(SCRIPT)] == ABORTED
+            and (request["session"], request["turn"]) not in aborted
+            and now - request["at"] > 0.5
+        ]
+
+    while not done.is_set():  # a user at the keyboard, not a wait: it acts on each turn as it comes due
+        for key in due():
+            aborted.add(key)
+            await host.abort(key[0])
+        await alet_time_pass(0.05, "the next look for a turn to abort")
 
 
 def _producing_overlaps(rows: list[dict[str, Any]]) -> list[str]:

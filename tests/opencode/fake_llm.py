@@ -30,6 +30,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.waits import let_time_pass
+
 ANTHROPIC_429 = (
     "This request would exceed the rate limit for your organization (4f1a) of 50,000 input tokens per minute. "
     "For details, refer to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for "
@@ -216,7 +218,7 @@ def _handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     for word in words:
                         chunk({"content": word + " "})
                         if slow:
-                            time.sleep(0.5)
+                            let_time_pass(0.5, "a slow model: each word takes half a second")
                     chunk({}, "stop")
                     completion = len(words)
                 prompt_tokens = 10 + len(prompt.split())

@@ -12,12 +12,12 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pytest
+from tests.components import skip_or_fail
+from tests.waits import wait_until
 
 if TYPE_CHECKING:
     from .fake_llm import FakeLLM
@@ -32,9 +32,7 @@ def opencode_dir() -> Path:
     if value and (Path(value) / "bin" / "opencode").exists():
         return Path(value)
     reason = f'no OpenCode for the tests: run eval "$(bash tools/opencode_setup.sh)" to set {ENV}'
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
+    skip_or_fail(reason)
 
 
 def free_port() -> int:
@@ -125,18 +123,19 @@ class OpenCodeServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+
+        def healthy() -> bool:
+            if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"opencode serve exited with {self.process.returncode}: {self.tail()}")
-            try:
-                with urllib.request.urlopen(self._request("/global/health"), timeout=1) as reply:
-                    if json.load(reply).get("healthy"):
-                        return self
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"opencode serve did not become healthy in {timeout} s: {self.tail()}")
+            with urllib.request.urlopen(self._request("/global/health"), timeout=1) as reply:
+                return bool(json.load(reply).get("healthy"))
+
+        try:
+            wait_until("opencode serve to answer healthy", healthy, within=timeout, ignoring=(OSError,))
+        except AssertionError as e:
+            self.stop()
+            raise RuntimeError(f"{e}: {self.tail()}") from None
+        return self
 
     def _request(self, path: str) -> urllib.request.Request:
         request = urllib.request.Request(self.url + path)

@@ -26,6 +26,7 @@ from loopd_es.log import open_store
 from loopd_es.log.bundle import BundleLog
 from loopd_es.log.memory import MemoryLog
 from loopd_es.postmortem.redact import Redactor
+from tests.waits import await_until
 
 GOAL = "0b0e5c2a-1111-4222-8333-444455556666"
 OTHER = "7a1e0b0e-9999-4222-8333-444455556666"
@@ -373,9 +374,7 @@ async def test_the_dashboard_shows_a_bundled_goal(log: str, tmp_path: Path) -> N
     app = Dashboard(main_config(f"bundle:{out_file}", tmp_path / "scratch" / "read.db"))
     (tmp_path / "scratch").mkdir()
     async with app.run_test(size=(100, 30)):
-        with anyio.fail_after(15):
-            while not app.snap.goals:  # noqa: ASYNC110 - the app refreshes on its own tasks
-                await anyio.sleep(0.05)
+        await await_until("the dashboard to load the bundled goal", lambda: app.snap.goals)
     assert app.snap.goals[0]["goal_id"] == GOAL and app.snap.goals[0]["status"] == "blocked"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -187,3 +188,109 @@ def test_pg_script_fails_when_its_port_is_taken() -> None:
             shutil.rmtree(pg_dir.parent, ignore_errors=True)
     assert result.returncode != 0 and result.stdout == ""
     assert f"did not start on port {port}" in result.stderr
+
+
+# Waiting and CI detection in test code (tests/waits.py, tests/components.py) -----------------------------------
+
+_SLEEPS = frozenset({"sleep"})
+_CLOCKS = frozenset({"monotonic", "perf_counter", "current_time", "time"})
+_WAIT_HOME = ROOT / "tests" / "waits.py"
+_CI_HOME = ROOT / "tests" / "components.py"
+
+
+def _name(node: ast.expr) -> str:
+    """The last name of a called thing: ``time.sleep`` -> ``sleep``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def _is_ci(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "CI"
+
+
+def _reads_ci(node: ast.AST) -> bool:
+    """``os.environ.get("CI")``, ``os.getenv("CI")``, ``os.environ["CI"]`` or ``"CI" in os.environ``."""
+    if isinstance(node, ast.Call) and _name(node.func) in ("get", "getenv"):
+        return bool(node.args) and _is_ci(node.args[0])
+    if isinstance(node, ast.Subscript):
+        return _is_ci(node.slice)
+    if isinstance(node, ast.Compare):
+        return _is_ci(node.left) and any(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+    return False
+
+
+def _polls(loop: ast.While) -> bool:
+    """A ``while`` loop that reads a clock: a deadline checked by hand around some waiting."""
+    return any(isinstance(n, ast.Call) and _name(n.func) in _CLOCKS for n in ast.walk(loop))
+
+
+def wait_problems(source: str, path: str, *, waits_home: bool = False, ci_home: bool = False) -> list[str]:
+    """What ``source`` does that only tests/waits.py (waiting) or tests/components.py (deciding CI) may do.
+
+    ``waits_home`` exempts from the sleep and poll-loop rules (tests/waits.py itself, and tools/, whose benchmarks
+    measure elapsed time on purpose); ``ci_home`` from the CI rule.
+    """
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"{path}:{getattr(node, 'lineno', 0)}"
+        if not waits_home and isinstance(node, ast.Call) and _name(node.func) in _SLEEPS:
+            problems.append(
+                f"{where}: sleeps; wait on a signal with wait_until, or let_time_pass(seconds, why)"
+            )
+        if not waits_home and isinstance(node, ast.While) and _polls(node):
+            problems.append(f"{where}: a poll loop of its own; use tests.waits.wait_until / await_until")
+        if not ci_home and _reads_ci(node):
+            problems.append(f"{where}: decides CI by itself; use tests.components.under_ci()")
+    return sorted(problems, key=lambda p: int(p.split(":")[1]))
+
+
+def _checked_files() -> list[Path]:
+    return sorted([*(ROOT / "tests").rglob("*.py"), *(ROOT / "tools").rglob("*.py")])
+
+
+def test_no_test_sleeps_polls_or_decides_ci_by_itself() -> None:
+    problems = []
+    for path in _checked_files():
+        problems += wait_problems(
+            path.read_text(),
+            str(path.relative_to(ROOT)),
+            waits_home=path == _WAIT_HOME or path.is_relative_to(ROOT / "tools"),
+            ci_home=path == _CI_HOME,
+        )
+    assert not problems, "\n".join(problems)
+
+
+_FIXTURE = """
+import os, time, anyio
+from tests.waits import let_time_pass, wait_until
+
+async def bad(ready):
+    time.sleep(0.1)
+    await anyio.sleep(0.1)
+    deadline = time.monotonic() + 5
+    while not ready() and time.monotonic() < deadline:
+        pass
+    return os.environ.get("CI") == "true" or "CI" in os.environ or os.getenv("CI")
+
+def good(ready):
+    let_time_pass(3.0, "the lease must expire")
+    wait_until("ready", ready)
+    script = "import time; time.sleep(60)"  # a child's body is text, not a call
+    while ready():
+        break
+"""
+
+
+def test_the_wait_check_finds_sleeps_poll_loops_and_ci_reads_in_a_fixture() -> None:
+    found = wait_problems(_FIXTURE, "fixture.py")
+    assert [p.split(": ", 1)[0] for p in found] == [
+        "fixture.py:6",
+        "fixture.py:7",
+        "fixture.py:9",
+        "fixture.py:11",
+        "fixture.py:11",
+        "fixture.py:11",
+    ], found
+    assert "sleeps" in found[0] and "poll loop" in found[2] and "decides CI" in found[3]
+    assert wait_problems(_FIXTURE, "tests/waits.py", waits_home=True, ci_home=True) == []

@@ -20,6 +20,7 @@ from loopd_es.host.events import (
     ToolCallStarted,
 )
 from loopd_es.host.sim_script import HostScript, ScriptUsage
+from tests.waits import scaled_timeout
 
 pytestmark = pytest.mark.anyio
 
@@ -36,7 +37,7 @@ async def _collect(host: SimulatedHost, count: int, act: object) -> list[AnyHost
             if len(got) == count:
                 return
 
-    with anyio.fail_after(5):
+    with anyio.fail_after(scaled_timeout(5)):
         async with anyio.create_task_group() as tg:
             tg.start_soon(listen)
             await ready.wait()

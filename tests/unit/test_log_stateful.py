@@ -30,6 +30,7 @@ from loopd_es.errors import ConflictError, UsageError
 from loopd_es.events.envelope import ANY, Envelope, NewEvent
 from loopd_es.log import LogStore, open_store
 from tests._profiles import scaled
+from tests.waits import scaled_timeout
 
 STREAMS = ("a", "b", "c")
 RAW_FORMS = (b'{"k":%d}', b' {"k" :\n%d}\r\n', b'\r{"k":%d,"s":"x\\ny"}', b'{\t"k":%d}\n')
@@ -193,7 +194,7 @@ async def _run_wave(
         if scope.cancelled_caught:
             outcomes[i] = "cancelled"
 
-    with anyio.fail_after(20):
+    with anyio.fail_after(scaled_timeout(20)):
         async with anyio.create_task_group() as tg:
             for i, (writes, cancel_after) in enumerate(plans):
                 tg.start_soon(one, i, writes, cancel_after)

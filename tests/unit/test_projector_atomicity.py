@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from loopd_es.projector import ProjectionError, Projector
+from tests.waits import scaled_timeout
 
 from .test_projector_base import Recorder, checkpoints, dump, fill, store, url_for
 
@@ -125,7 +126,7 @@ async def test_a_killed_projector_resumes_exactly_where_its_last_commit_ended(
         """
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with anyio.fail_after(30):
+    with anyio.fail_after(scaled_timeout(30)):
         done = await anyio.run_process([sys.executable, "-c", child], env=env, cwd=tmp_path, check=False)
     assert done.returncode == 9
     committed = checkpoints(read_db)["recorder"]

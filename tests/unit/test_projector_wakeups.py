@@ -5,15 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 import pytest
 
 from loopd_es.events.envelope import NewEvent
 from loopd_es.projector import Projector
+from tests.waits import alet_time_pass, await_until
 
-from .test_projector_base import Recorder, checkpoints, fill, store
+from .test_projector_base import Recorder, checkpoints, dump, fill, store
 
 if TYPE_CHECKING:
     from loopd_es.log import LogStore
@@ -55,13 +56,10 @@ class FakeWatcher:
         self._receive.close()
 
 
-async def until(predicate: Callable[[], bool], seconds: float) -> float:
-    """Wait until ``predicate()``; returns how long that took. Fails the test after ``seconds``."""
-    start = time.monotonic()
-    with anyio.fail_after(seconds):
-        while not predicate():  # noqa: ASYNC110 - another thread or process changes the read db
-            await anyio.sleep(0.002)
-    return time.monotonic() - start
+POLL: Final = 60.0
+"""The follower's safety-net poll: a change seen well before it (a sixth) came from a wake-up."""
+SETTLED: Final = 0.5
+"""Far longer than the settle looks after a wake-up (SETTLE_DELAYS, ~30 ms in all)."""
 
 
 def _log_file(store: LogStore) -> str:
@@ -78,20 +76,24 @@ async def test_a_file_event_wakes_the_projector_and_others_are_ignored(
         await Projector.open(store, [Recorder()], read_db) as projector,
         anyio.create_task_group() as tg,
     ):
-        tg.start_soon(lambda: projector.follow(poll_interval=60, awatch=watcher))
-        await until(lambda: checkpoints(read_db)["recorder"] == 20, 5)  # history first
+        tg.start_soon(lambda: projector.follow(poll_interval=POLL, awatch=watcher))
+        await await_until("the history to be projected", lambda: checkpoints(read_db)["recorder"] == 20)
         assert watcher.kwargs["debounce"] == 0 and watcher.kwargs["step"] == 1
         assert watcher.kwargs["recursive"] is False and watcher.paths == (
             str(tmp_path),
         )  # tmp_path is absolute
-        await anyio.sleep(0.1)  # the settle looks after start-up are over: only a wake-up can help now
+        await alet_time_pass(SETTLED, "the settle looks after start-up are over: only a wake-up can help now")
 
         await store.append("s-new", [NewEvent(type="test.live")])
         watcher.touch(str(read_db))  # the read db sits in the same directory: not a reason to look
-        await anyio.sleep(0.2)
+        await alet_time_pass(SETTLED, "a look, were the read db's change taken for a wake-up, is over")
         assert checkpoints(read_db)["recorder"] == 20
         watcher.touch(_log_file(store))
-        await until(lambda: checkpoints(read_db)["recorder"] == 21, 1)
+        await await_until(
+            "the wake-up to project the event",
+            lambda: checkpoints(read_db)["recorder"] == 21,
+            within=POLL / 6,
+        )
         tg.cancel_scope.cancel()
     assert not watcher.running
 
@@ -106,12 +108,15 @@ async def test_a_wake_up_before_the_event_is_readable_is_followed_by_a_second_lo
         await Projector.open(store, [Recorder()], read_db) as projector,
         anyio.create_task_group() as tg,
     ):
-        tg.start_soon(lambda: projector.follow(poll_interval=60, awatch=watcher))
-        await anyio.sleep(0.1)
+        tg.start_soon(lambda: projector.follow(poll_interval=POLL, awatch=watcher))
+        await await_until("the projector to watch", lambda: watcher.running)
+        await alet_time_pass(SETTLED, "the settle looks after start-up are over: only a wake-up can help now")
         watcher.touch(_log_file(store))  # the wake-up arrives first ...
-        await anyio.sleep(0.002)
+        await alet_time_pass(0.002, "the projector takes its first look before the event is there")
         await store.append("s", [NewEvent(type="test.late")])  # ... the event becomes readable just after
-        await until(lambda: checkpoints(read_db)["recorder"] == 1, 0.5)
+        await await_until(
+            "a second look to find the event", lambda: checkpoints(read_db)["recorder"] == 1, within=POLL / 6
+        )
         tg.cancel_scope.cancel()
 
 
@@ -124,9 +129,9 @@ async def test_the_slow_poll_covers_a_failed_watcher(
         anyio.create_task_group() as tg,
     ):
         tg.start_soon(lambda: projector.follow(poll_interval=0.05, awatch=FakeWatcher(fail=True)))
-        await anyio.sleep(0.1)
+        await await_until("the fallback to polling", lambda: "falling back to polling" in caplog.text)
         await store.append("s", [NewEvent(type="test.polled")])
-        await until(lambda: checkpoints(read_db)["recorder"] == 1, 1)
+        await await_until("the poll to project the event", lambda: checkpoints(read_db)["recorder"] == 1)
         tg.cancel_scope.cancel()
     assert "falling back to polling" in caplog.text
 
@@ -136,9 +141,15 @@ async def test_cancelling_stops_follow_promptly_between_transactions(store: LogS
     read_db = tmp_path / "read.db"
     watcher = FakeWatcher()
     async with await Projector.open(store, [Recorder()], read_db) as projector:
-        deadline = time.monotonic() + 0.5
-        with anyio.move_on_after(0.5):
-            await projector.follow(poll_interval=60, awatch=watcher)
-        assert time.monotonic() - deadline < 0.1
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: projector.follow(poll_interval=POLL, awatch=watcher))
+            await await_until(
+                "the catch-up to be under way", lambda: checkpoints(read_db).get("recorder", 0) > 0
+            )
+            cancelled_at = time.monotonic()
+            tg.cancel_scope.cancel()
+        stopped_in = time.monotonic() - cancelled_at
     assert not watcher.running
-    assert checkpoints(read_db)["recorder"] == 5_000
+    assert stopped_in < POLL / 6, stopped_in  # it stopped between transactions, not at its next poll
+    projected = checkpoints(read_db)["recorder"]  # whole transactions only: the rows match the checkpoint
+    assert [row[0] for row in dump(read_db)["recorder"]] == list(range(1, projected + 1))

@@ -23,6 +23,7 @@ from loopd_es.engine import tool_server
 from loopd_es.engine.tool_api import ToolCall, tool_handler
 from loopd_es.engine.tool_server import MAX_BODY, Handler, private_socket_dir, serve
 from loopd_es.procs.paths import UnsafeDirectoryError
+from tests.waits import scaled_timeout
 
 from .._profiles import scaled
 
@@ -67,7 +68,7 @@ async def exchange(path: Path, raw: bytes, *, eof: bool = False) -> list[Reply]:
         if eof:
             await stream.send_eof()
         data = b""
-        with anyio.fail_after(5):
+        with anyio.fail_after(scaled_timeout(5)):
             while True:
                 try:
                     data += await stream.receive()
