@@ -22,6 +22,7 @@ from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.events import loop as ev
 from loopd_es.log import open_store
 from loopd_es.sched import service
+from tests.waits import wait_for_output, wait_until
 
 from .test_loop_leases import _env
 from .test_loop_race import _events
@@ -41,14 +42,6 @@ def _cli(tmp: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProc
     return subprocess.run(
         [*base, *args], env=_env(), cwd=tmp, capture_output=True, text=True, timeout=timeout, check=False
     )
-
-
-def _wait_for_line(path: Path, text: str, within: float = 30) -> None:
-    """Return once the file ``path`` (an engine's stderr) contains ``text``."""
-    deadline = time.monotonic() + within
-    while text not in path.read_text():
-        assert time.monotonic() < deadline, f"{text!r} not said: {path.read_text()}"
-        time.sleep(0.05)
 
 
 async def _task(tmp: Path, message_id: str) -> Task | None:
@@ -77,7 +70,7 @@ def test_sigterm_during_a_held_loop_prompt_finishes_the_fire_and_exits_0(tmp_pat
         waiting = json.loads(held.stdout)["held"]
         assert [(h["op"], h["session_id"], h["pid"]) for h in waiting] == [("prompt", "s1", engine.pid)]
         engine.send_signal(signal.SIGTERM)
-        _wait_for_line(err, "SIGTERM: stopping")
+        wait_for_output(err, "SIGTERM: stopping", process=engine)
         assert engine.poll() is None  # the fire in progress holds the stop until it is recorded
         released = _cli(tmp_path, "host", "release", "prompt", *host)
         assert released.returncode == 0 and "1 call(s) go on" in released.stdout, released
@@ -124,12 +117,14 @@ def test_a_standby_answers_complete_goal_during_a_takeover(project: Project) -> 
             cwd=project.dir, env=project.env, stdout=subprocess.DEVNULL, stderr=log, text=True,
         )  # fmt: skip
     try:
-        _wait_for_line(standby_log, "serving the OpenCode tools")
-        _wait_for_line(standby_log, "standing by")
+        wait_for_output(standby_log, "serving the OpenCode tools", process=standby)
+        wait_for_output(standby_log, "standing by", process=standby)
         assert project.cli("host", "hold", "session_status", "messages").returncode == 0
         holder.kill()  # kill -9
         holder.wait()
-        _wait_for_line(standby_log, "engine running", within=60)  # the standby took the lease
+        wait_for_output(
+            standby_log, "engine running", process=standby, within=60
+        )  # the standby took the lease
         _wait_until_held_by(project, standby.pid)  # ... and its takeover is stopped at a host call
         context = {"sessionID": worker, "messageID": "msg_done", "callID": "call_done", "agent": "build"}
         args = {"summary": "the guide is written", "evidence": "docs/guide.md"}
@@ -156,24 +151,29 @@ def test_a_standby_answers_complete_goal_during_a_takeover(project: Project) -> 
 
 def _worker(proj: Project, goal_id: str) -> str:
     """The goal's worker session, once the engine has made it."""
-    deadline = time.monotonic() + 30
-    while True:
-        shown = proj.cli("goal", "show", goal_id, "--json")
-        assert shown.returncode == 0, shown.stderr
-        worker = json.loads(shown.stdout)["goal"].get("worker_session_id")
-        if worker:
-            return str(worker)
-        assert time.monotonic() < deadline, shown.stdout
-        time.sleep(0.1)
+
+    def shown() -> dict[str, object]:
+        out = proj.cli("goal", "show", goal_id, "--json")
+        assert out.returncode == 0, out.stderr
+        goal: dict[str, object] = json.loads(out.stdout)["goal"]
+        return goal
+
+    goal = wait_until("the goal's worker session", shown, done=lambda g: bool(g.get("worker_session_id")))
+    return str(goal["worker_session_id"])
 
 
 def _wait_until_held_by(proj: Project, pid: int, within: float = 60) -> None:
     """Return once a host call of process ``pid`` waits at a hold (a killed process's calls stay listed)."""
-    deadline = time.monotonic() + within
-    while True:
-        held = proj.cli("host", "held", "--json")
-        assert held.returncode == 0, held.stderr
-        if any(h["pid"] == pid for h in json.loads(held.stdout)["held"]):
-            return
-        assert time.monotonic() < deadline, held.stdout
-        time.sleep(0.1)
+
+    def held() -> list[dict[str, object]]:
+        out = proj.cli("host", "held", "--json")
+        assert out.returncode == 0, out.stderr
+        calls: list[dict[str, object]] = json.loads(out.stdout)["held"]
+        return calls
+
+    wait_until(
+        f"a host call of process {pid} at a hold",
+        held,
+        done=lambda calls: any(h["pid"] == pid for h in calls),
+        within=within,
+    )

@@ -33,8 +33,8 @@ import pytest
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.log import open_store
+from tests.waits import let_time_pass, wait_for_output, wait_until
 
-from .test_engine_run import wait_for
 from .test_engine_unattended import _Server, server
 
 if TYPE_CHECKING:
@@ -78,11 +78,12 @@ class _Site:
                 preexec_fn=preexec,
             )  # fmt: skip
 
+    def ready(self, name: str, line: str) -> None:
+        """Wait for engine ``name`` to print ``line`` (failing at once, with its output, if it exits first)."""
+        wait_for_output(self.dir / f"{name}.err", line, process=self.engines[name], within=60)
+
     def err(self, name: str) -> str:
         return (self.dir / f"{name}.err").read_text()
-
-    def said(self, name: str, text: str) -> bool:
-        return text in self.err(name)
 
     def prompted(self, session: str, count: int) -> bool:
         return len(self.prompts(session)) == count
@@ -142,7 +143,7 @@ class _Site:
                 answered += 1
             return self.goal(goal_id).status == "blocked"
 
-        wait_for("the goal to reach its end", ended, timeout=90)
+        wait_until("the goal to reach its end", ended, within=90)
         sent = self.prompts(session)
         assert len(sent) == answered and len(set(sent)) == len(sent), sent  # no prompt went out twice
         return sent
@@ -159,9 +160,9 @@ def test_two_minute_outages_of_postgresql_and_sqlite_are_waited_out_and_the_goal
     try:
         for site in sites:
             site.start("holder")
-            wait_for("the holder", partial(site.said, "holder", "engine running"), timeout=60)
+            site.ready("holder", "engine running")
             site.start("standby")
-            wait_for("the standby", partial(site.said, "standby", "standing by"), timeout=60)
+            site.ready("standby", "standing by")
         goals = {site.url: site.create("--max-turns", "2") for site in sites}
         for site in sites:
             assert len(site.prompts(goals[site.url][1])) == 1  # turn 1 is with the worker
@@ -172,18 +173,18 @@ def test_two_minute_outages_of_postgresql_and_sqlite_are_waited_out_and_the_goal
         outage_ends = time.monotonic() + OUTAGE_S
         for site in sites:  # the worker finishes its turn while the log cannot record it
             site.reply(goals[site.url][1])
-        wait_for("the PostgreSQL holder to say it waits", lambda: WAITING in pg.err("holder"), timeout=30)
-        wait_for(
+        wait_until("the PostgreSQL holder to say it waits", lambda: WAITING in pg.err("holder"), within=30)
+        wait_until(
             "the statuses of the PostgreSQL engines to say so",
             lambda: pg.states() == [WAITING, WAITING],
-            timeout=30,
+            within=30,
         )
         # an engine waits for SQLite's write lock at most its lease (2 s), not SQLite's own 60 s
-        wait_for("the SQLite holder to say it waits", lambda: WAITING in lite.err("holder"), timeout=30)
+        wait_until("the SQLite holder to say it waits", lambda: WAITING in lite.err("holder"), within=30)
         assert WAITING in lite.states(), lite.states()
         for site in sites:
             site.alive()
-        time.sleep(max(0.0, outage_ends - time.monotonic()))  # the outage itself, not a synchronisation
+        let_time_pass(max(0.0, outage_ends - time.monotonic()), "the outage lasts its two minutes")
         for site in sites:
             site.alive()
         server.start()
@@ -193,12 +194,12 @@ def test_two_minute_outages_of_postgresql_and_sqlite_are_waited_out_and_the_goal
 
         for site in sites:
             goal_id, session = goals[site.url]
-            wait_for("turn 2 after the outage", partial(site.prompted, session, 2), timeout=60)
+            wait_until("turn 2 after the outage", partial(site.prompted, session, 2), within=60)
             site.finish(goal_id, session, answered=1)
-            wait_for(
+            wait_until(
                 "the statuses to say the engines carry on",
                 partial(site.in_states, ["running", "standing by"]),
-                timeout=30,
+                within=30,
             )
             for name in ("holder", "standby"):
                 assert site.err(name).count(WAITING) <= 1, site.err(name)
@@ -218,7 +219,7 @@ def test_a_full_disk_is_reported_once_waited_out_and_leaves_a_verifiable_log(tmp
     site = _Site(tmp_path / "site", f"sqlite:{tmp_path / 'site' / 'events.db'}")
     site.start("e")
     try:
-        wait_for("the engine", lambda: "engine running" in site.err("e"), timeout=60)
+        site.ready("e", "engine running")
         pid = site.engines["e"].pid
         hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)[1]
         # no file of the engine may grow past 4 KiB: every SQLite write (a WAL frame is 4 KiB + 24 bytes) fails
@@ -226,14 +227,14 @@ def test_a_full_disk_is_reported_once_waited_out_and_leaves_a_verifiable_log(tmp
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (4096, hard))
         goal_id, session = site.create("--max-turns", "2")  # from another process: its disk is not full
         site.reply(session)  # turn 1 ends while the engine cannot record it
-        wait_for("the engine to say it waits", lambda: WAITING in site.err("e"), timeout=30)
-        wait_for("its status to say so", lambda: site.states() == [WAITING], timeout=30)
-        time.sleep(3.0)  # the disk stays full for a while: every retry in it fails again
+        wait_until("the engine to say it waits", lambda: WAITING in site.err("e"), within=30)
+        wait_until("its status to say so", lambda: site.states() == [WAITING], within=30)
+        let_time_pass(3.0, "the disk stays full for a while: every retry in it fails again")
         site.alive()
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (hard, hard))  # space returns
-        wait_for("turn 2 after the space returned", lambda: len(site.prompts(session)) == 2, timeout=60)
+        wait_until("turn 2 after the space returned", lambda: len(site.prompts(session)) == 2, within=60)
         site.finish(goal_id, session, answered=1)
-        wait_for("the status to say it runs", lambda: site.states() == ["running"], timeout=30)
+        wait_until("the status to say it runs", lambda: site.states() == ["running"], within=30)
         err = site.err("e")
         assert err.count(WAITING) == 1, err
         assert "answer again" in err, err

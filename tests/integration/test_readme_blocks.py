@@ -25,11 +25,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -39,10 +40,13 @@ from ..opencode.server import ENV as OPENCODE_ENV
 from ..opencode.server import OpenCodeServer, free_port
 from ..postgres_server import ENV as POSTGRES_ENV
 from ..postgres_server import pg_url
+from ..waits import LAST_INTERVAL, WaitTimeout, let_time_pass, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 __all__ = ["pg_url"]
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -120,18 +124,33 @@ class Shell:
         with open(self.log, "a") as out:
             out.write(f"$ {command}\n")
         os.write(self._command_w, command.encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._pending:
-            left = deadline - time.monotonic()
-            ready, _, _ = select.select([self._status_r], [], [], max(left, 0))
-            if not ready:
-                raise AssertionError(f"no answer within {timeout} s from: {command}\n{self.tail()}")
-            chunk = os.read(self._status_r, 64)
-            if not chunk:
-                raise AssertionError(f"the shell died running: {command}\n{self.tail()}")
-            self._pending += chunk
+        # the probe itself waits on the pipe, so the pause between probes stays short: an exit code is read as soon
+        # as it comes (this runs for every README line)
+        self._wait(
+            f"the exit code of {command!r}", partial(self._answered, command), timeout, max_interval=0.01
+        )
         status, self._pending = self._pending.split(b"\n", 1)
         return int(status)
+
+    def _wait(
+        self, what: str, probe: Callable[[], T], within: float, max_interval: float = LAST_INTERVAL
+    ) -> T:
+        """:func:`wait_until`, failing with the end of the shell's log (what the commands printed)."""
+        try:
+            return wait_until(what, probe, within=within, max_interval=max_interval)
+        except WaitTimeout as e:
+            raise AssertionError(f"{e}\n{self.tail()}") from None
+
+    def _answered(self, command: str, wait: float = 0.1) -> bool:
+        """Whether the shell has reported a command's exit code; waits up to ``wait`` seconds for the pipe."""
+        if b"\n" not in self._pending:
+            ready, _, _ = select.select([self._status_r], [], [], wait)
+            if ready:
+                chunk = os.read(self._status_r, 64)
+                if not chunk:
+                    raise AssertionError(f"the shell died running: {command}\n{self.tail()}")
+                self._pending += chunk
+        return b"\n" in self._pending
 
     def run_until_ctrl_c(
         self, command: str, cwd: Path, started_within: float = 60.0, silent_setup: float = 3.0
@@ -140,7 +159,8 @@ class Shell:
 
         It has started when it printed its first line; ``loop run`` prints nothing until it stops, so for a
         command that holds a file of the working directory open (the log) and stays silent, ``silent_setup``
-        seconds after that count as started. Returns its exit code after the interrupt.
+        seconds after that count as started. One that does neither within ``started_within`` fails the test.
+        Returns its exit code after the interrupt.
         """
         out = self.log.with_name(self.log.name + ".job")
         out.unlink(missing_ok=True)
@@ -151,17 +171,19 @@ class Shell:
         pid_file = self.log.with_name(self.log.name + ".pid")
         assert self.run(f"echo $__job > {shlex.quote(str(pid_file))}") == 0
         pid = int(pid_file.read_text())
-        deadline = time.monotonic() + started_within
-        while not (out.exists() and out.stat().st_size > 0):
+
+        def begun() -> str:
+            if out.exists() and out.stat().st_size > 0:
+                return "printed"
             if not Path(f"/proc/{pid}").exists():
-                break  # stopped by itself: the assertion below says so
-            if _holds_a_file_under(pid, cwd):
-                # a command that prints nothing until it stops: its log is open, give it a moment to set up
-                # its own Ctrl-C handling (a command that prints says so by printing, and is waited for)
-                deadline = min(deadline, time.monotonic() + silent_setup)
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)  # polling for a readiness signal
+                return "stopped"  # by itself: the assertion below says so
+            return "holds a file" if _holds_a_file_under(pid, cwd) else ""
+
+        how = self._wait(f"{command!r} to print or open a file under {cwd}", begun, started_within)
+        if how == "holds a file":
+            # a command that prints nothing until it stops: its log is open; it sets up its own Ctrl-C handling
+            # next (a command that prints says so by printing, and is waited for)
+            let_time_pass(silent_setup, "a command silent until Ctrl-C sets up its own Ctrl-C handling")
         alive = Path(f"/proc/{pid}").exists()
         if alive:
             os.killpg(pid, signal.SIGINT)  # as Ctrl-C does: to the whole job
@@ -221,15 +243,11 @@ def _base_env(bin_dir: Path) -> dict[str, str]:
 
 
 def _wait_healthy(url: str, within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/global/health", timeout=1) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)  # polling until the server answers
-    raise AssertionError(f"OpenCode at {url} did not become healthy in {within} s")
+    def healthy() -> bool:
+        with urllib.request.urlopen(f"{url}/global/health", timeout=1) as reply:
+            return bool(reply.status == 200)
+
+    wait_until(f"OpenCode at {url} to answer healthy", healthy, within=within, ignoring=(OSError,))
 
 
 def _missing(what: str, env: str) -> bool:
