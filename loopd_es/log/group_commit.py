@@ -23,6 +23,7 @@ Promises, whatever happens to the tasks:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple
@@ -226,6 +227,20 @@ class GroupCommitter:
         successor.lead = True
         assert successor.event is not None  # every request still pending after a leader's checkpoint waits
         successor.event.set()
+
+
+def others_ready() -> bool:
+    """Whether other tasks of this event loop are ready to run now (False when it cannot tell).
+
+    A backend that could commit on the event-loop thread asks this first: a sync there would hold up every
+    ready task (they are the appenders of the next group), where on a worker thread they run meanwhile.
+    """
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    ready = getattr(loop, "_ready", None)  # asyncio's run queue (not public; other loops: cannot tell)
+    return bool(ready)
 
 
 def encode_payloads(events: Sequence[NewEvent], offset: int = 0) -> list[bytes]:

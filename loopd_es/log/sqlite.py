@@ -44,7 +44,7 @@ from .base import (
     VerifyReport,
 )
 from .coord import Claim, check_swap
-from .group_commit import GroupCommitter, Request, prepare_path
+from .group_commit import GroupCommitter, Request, others_ready, prepare_path
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
@@ -185,7 +185,7 @@ class SqliteLog(LogStore):
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
         conn = self._db
-        if self._in_flight or len(group) > 1:
+        if self._in_flight or len(group) > 1 or others_ready():
             return False
         if self._waits:  # lowered once for a run of inline commits; every thread call restores it first
             conn.execute("PRAGMA busy_timeout = 0")
