@@ -11,7 +11,7 @@ The store owns one plain :mod:`sqlite3` connection and runs blocking work on one
 - A group of several requests always commits on the worker thread: while one group syncs, the loop runs the
   callers that will form the next group (committed inline, one group's sync would hold up all of them).
 - Short reads (the head, a stream's version, a coordination record, the first :data:`INLINE_ROWS` rows of a
-  read) run on the event-loop thread on a second, read-only connection, which sees only committed rows and
+  stream or filtered read) run on the event-loop thread on a second, read-only connection, which sees only committed rows and
   never waits (busy timeout 0: a WAL reader is refused only while a connection recovers the WAL; the read then
   goes to the worker thread). Queued behind the worker thread, 200 tool calls at once waited for ~600
   hand-offs of ~0.5 ms each to run look-ups of ~40 us (docs/performance.md).
@@ -54,8 +54,8 @@ T = TypeVar("T")
 SYNCHRONOUS: Final = ("FULL", "NORMAL", "OFF", "EXTRA")
 BUSY_TIMEOUT_MS: Final = ops.BUSY_TIMEOUT_MS
 INLINE_ROWS: Final = 128
-"""Rows a read fetches on the event-loop thread (a goal's stream, a catch-up); the rest go to the worker thread,
-so one read never holds the loop for long."""
+"""Rows a stream or filtered read fetches first on the event-loop thread (a goal's stream, a catch-up); the rest
+go to the worker thread, so one read never holds the loop for long."""
 
 
 class SqliteLog(LogStore):
@@ -239,7 +239,9 @@ class SqliteLog(LogStore):
         after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
         kinds = None if types is None else list(types)
         first: list[Envelope] | None = None
-        if remaining != 0:  # most reads (a goal's stream, a catch-up) fit in the first rows: no hand-off
+        if remaining != 0 and (stream is not None or prefix is not None or types is not None):
+            # most such reads (a goal's stream, an index's catch-up) fit in the first rows: no hand-off; a
+            # whole-log read (a projector, a replay) reads in full batches on the worker thread
             await anyio.lowlevel.checkpoint()
             size = INLINE_ROWS if remaining < 0 else min(INLINE_ROWS, remaining)
             first = self._read_now(ops.read_rows, stream, after, size, kinds, prefix)
