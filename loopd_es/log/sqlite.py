@@ -44,7 +44,7 @@ from .base import (
     VerifyReport,
 )
 from .coord import Claim, check_swap
-from .group_commit import GroupCommitter, Request, others_ready, prepare_path
+from .group_commit import GroupCommitter, RecentUsers, Request, prepare_path
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
@@ -71,6 +71,7 @@ class SqliteLog(LogStore):
         """The read-only connection the event-loop thread reads on (None: every read goes to the worker thread)."""
         self._limiter = anyio.CapacityLimiter(1)
         self._group = GroupCommitter(self._commit, self._commit_now)
+        self._users = RecentUsers()  # other tasks on the store now: commits go to the worker thread
         self._closed = False
         self._in_flight = 0  # calls on (or queued for) the worker thread; inline commits need it idle
         self._waits = (
@@ -171,6 +172,7 @@ class SqliteLog(LogStore):
 
     async def _read(self, fn: Callable[..., T], *args: Any) -> T:
         """A short read: on the event-loop thread (:meth:`_read_now`) when it can, else on the worker thread."""
+        self._users.note()
         await anyio.lowlevel.checkpoint()
         found = self._read_now(fn, *args)
         return found if found is not None else await self._run(fn, *args)
@@ -185,7 +187,7 @@ class SqliteLog(LogStore):
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
         conn = self._db
-        if self._in_flight or len(group) > 1 or others_ready():
+        if self._in_flight or len(group) > 1 or self._users.others():
             return False
         if self._waits:  # lowered once for a run of inline commits; every thread call restores it first
             conn.execute("PRAGMA busy_timeout = 0")
@@ -199,6 +201,7 @@ class SqliteLog(LogStore):
     # -- writing ------------------------------------------------------------------------------------
 
     async def _submit(self, request: Request) -> list[Envelope]:
+        self._users.note()
         return await self._group.submit(request)
 
     # -- reading ------------------------------------------------------------------------------------
@@ -242,6 +245,7 @@ class SqliteLog(LogStore):
         if remaining != 0 and (stream is not None or prefix is not None or types is not None):
             # most such reads (a goal's stream, an index's catch-up) fit in the first rows: no hand-off; a
             # whole-log read (a projector, a replay) reads in full batches on the worker thread
+            self._users.note()
             await anyio.lowlevel.checkpoint()
             size = INLINE_ROWS if remaining < 0 else min(INLINE_ROWS, remaining)
             first = self._read_now(ops.read_rows, stream, after, size, kinds, prefix)
