@@ -3,7 +3,8 @@
     python tools/bench_tools.py [--goals 3000] [--calls 200] [--rounds 3]
 
 A fresh SQLite log gets ``--goals`` goals (straight to the log, as ``tools/bench_engine.py`` sets them up), each
-owned by one of 100 owner sessions and worked by a session of its own. Then ``--calls`` tool calls are made at
+owned by one of 100 owner sessions and worked by a session of its own that exists on the simulated host (so a
+nudge's prompt is delivered, as in use; without the session every nudge recorded a failed run instead). Then ``--calls`` tool calls are made at
 once through the engine's tool dispatcher (what the tool channel runs for each request): rounds of reads
 (``list_background_goals`` by an owner, ``get_goal`` by a worker), then mixed rounds where a third are
 ``nudge_goal`` by an owner (which appends durably and prompts the worker). Each call's latency is measured from
@@ -38,8 +39,10 @@ from loopd_es.log import open_store
 OWNERS = 100
 
 
-async def _setup(store: Any, goals: int) -> None:
+async def _setup(store: Any, host: SimulatedHost, goals: int) -> list[str]:
+    """The goals, and their worker sessions (created on ``host``) in goal order."""
     facts = c.Facts(defaults=c.CreationDefaults(directory="/tmp"))
+    workers = []
     for i in range(goals):
         goal_id = f"bench-{i:05d}"
         created = decide(
@@ -50,16 +53,22 @@ async def _setup(store: Any, goals: int) -> None:
             initial(goal_id),
             facts,
         )  # fmt: skip
-        events = [*created, GoalWorkerAssigned(goal_id=goal_id, worker_session_id=f"worker-{i}")]
+        worker = (
+            await host.create_worker(title=f"loopd: g{i}", model="openai/gpt-5", agent="build")
+        ).session_id
+        workers.append(worker)
+        events = [*created, GoalWorkerAssigned(goal_id=goal_id, worker_session_id=worker)]
         await store.append(goal_stream(goal_id), [new_event(e) for e in events], "no_stream")
+    return workers
 
 
-def _call(i: int, goals: int, *, writes: bool = True) -> ToolCall:
+def _call(i: int, workers: list[str], *, writes: bool = True) -> ToolCall:
     kind = i % 3 if writes else i % 2
+    goals = len(workers)
     if kind == 0:
         return ToolCall(tool="list_background_goals", context={"sessionID": f"owner-{i % OWNERS}"})
     if kind == 1:
-        return ToolCall(tool="get_goal", context={"sessionID": f"worker-{(i * 7) % goals}"})
+        return ToolCall(tool="get_goal", context={"sessionID": workers[(i * 7) % goals]})
     goal = (i * 13) % goals
     return ToolCall(
         tool="nudge_goal",
@@ -68,13 +77,16 @@ def _call(i: int, goals: int, *, writes: bool = True) -> ToolCall:
     )
 
 
-async def _round(dispatcher: ToolDispatcher, calls: int, goals: int, *, writes: bool = True) -> list[float]:
+async def _round(
+    dispatcher: ToolDispatcher, calls: int, workers: list[str], *, writes: bool = True
+) -> list[float]:
     latencies: list[float] = []
     start = time.perf_counter()
 
     async def one(i: int) -> None:
-        reply = await dispatcher.call(_call(i, goals, writes=writes))
-        assert reply.get("ok") is not None, reply
+        call = _call(i, workers, writes=writes)
+        reply = await dispatcher.call(call)
+        assert reply.get("ok") is True, (call, reply)  # a refused or failed call would measure the wrong path
         latencies.append(time.perf_counter() - start)
 
     async with anyio.create_task_group() as tg:
@@ -90,20 +102,20 @@ def _p(values: list[float], q: float) -> float:
 async def main_async(goals: int, calls: int, rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-tools-") as tmp:
         async with await open_store(f"sqlite:{Path(tmp) / 'events.db'}") as store:
-            await _setup(store, goals)
             clock = FakeClock()
             host = SimulatedHost(clock=clock)
+            workers = await _setup(store, host, goals)
             dispatcher = ToolDispatcher(store, host, clock, tmp)
             assert dispatcher.index is not None
             await dispatcher.index.catch_up()  # the engine's dispatcher lives as long as the engine
-            reads = [await _round(dispatcher, calls, goals, writes=False) for _ in range(rounds)]
-            runs = [await _round(dispatcher, calls, goals) for _ in range(rounds)]
+            reads = [await _round(dispatcher, calls, workers, writes=False) for _ in range(rounds)]
+            runs = [await _round(dispatcher, calls, workers) for _ in range(rounds)]
             old = ToolDispatcher(store, host, clock, tmp)
             old.index = None
             t0 = time.perf_counter()
             sample = 6
             for i in range(sample):
-                await old.call(_call(i, goals))
+                await old.call(_call(i, workers))
             old_per_call = (time.perf_counter() - t0) / sample
     p99s = [_p(r, 0.99) for r in runs]
     read_p99s = [_p(r, 0.99) for r in reads]

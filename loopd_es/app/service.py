@@ -97,14 +97,22 @@ class GoalService:
     # -- reading --------------------------------------------------------------------------------------
 
     async def load(self, goal_id: str) -> GoalState:
-        """The goal folded from its stream (caught up from the cache); a missing goal has ``exists=False``."""
-        state = self._cache.get(goal_id) or initial(goal_id)
+        """The goal folded from its stream (caught up from the cache); a missing goal has ``exists=False``.
+
+        A goal not cached yet starts from the index's state when there is an index (the same fold, up to the
+        index's last catch-up), so a tool call's first look at its goal reads only what came after.
+        """
+        state = self._cache.get(goal_id) or self._indexed(goal_id)
         stream = goal_stream(goal_id)
         if await self.store.stream_version(stream) > state.version:
             batch = [e async for e in self.store.read_stream(stream, from_version=state.version + 1)]
             state = fold(batch, state)
         self._cache[goal_id] = state
         return state
+
+    def _indexed(self, goal_id: str) -> GoalState:
+        found = self.index.states.get(goal_id) if self.index is not None else None
+        return found if found is not None else initial(goal_id)
 
     async def goal_ids(self) -> list[str]:
         """Every goal id in the log, in stream-name order."""

@@ -9,6 +9,7 @@ messages leave the inbox (``goal.input_delivered``) only after the host accepted
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
@@ -113,11 +114,17 @@ class TurnStarter:
         self.switches = switches
         self.guard = guard or no_guard
 
+    @functools.cached_property
+    def transcripts(self) -> EngineHost | None:
+        """The host when it reports transcripts, asked once (when first needed): a protocol ``isinstance``
+        costs ~50 us, and a tool call builds a starter it rarely uses."""
+        return self.host if isinstance(self.host, EngineHost) else None
+
     async def _messages(self, session_id: str, limit: int) -> list[TranscriptMessage]:
-        if not isinstance(self.host, EngineHost):
+        if self.transcripts is None:
             return []
         try:
-            return await self.host.messages(session_id, limit=limit)
+            return await self.transcripts.messages(session_id, limit=limit)
         except HostError:
             return []
 

@@ -29,6 +29,7 @@ import msgspec
 from msgspec import UnsetType
 
 from ..app.goal_index import GoalIndex
+from ..app.service import GoalService
 from ..domain.rules import RuleError
 from ..errors import LoopdError, UsageError
 from . import tool_args as a
@@ -177,7 +178,13 @@ class ToolDispatcher:
         self.directory = directory
         self.index: GoalIndex | None = GoalIndex(store)
         """Every goal folded once and caught up per call: a call costs what it touches, not the log's size."""
-        self.commands = CommandTools(store, store_url, directory, self._ops("").service.load)
+        self.commands = CommandTools(store, store_url, directory, self._service("").load)
+
+    def _service(self, owner: str) -> GoalService:
+        """The goal service alone, for calls that only look goals up (cheaper than :meth:`_ops`)."""
+        return GoalService(
+            self.store, self.host, clock=self.clock, directory=self.directory, owner=owner, index=self.index
+        )
 
     def _ops(self, owner: str) -> Operations:
         return Operations(
@@ -275,7 +282,7 @@ class ToolDispatcher:
         want: Callable[[GoalState], bool] | None = None,
         missing: str = "No matching active goal for this session.",
     ) -> GoalState:
-        goals = await self._ops(session).service.goals_of_owner(session)
+        goals = await self._service(session).goals_of_owner(session)
         goal_id = args.goal_id or None
         if goal_id:
             found = next((g for g in goals if g.goal_id == goal_id and g.owner_session_id == session), None)
@@ -320,7 +327,7 @@ class ToolDispatcher:
         return {"ok": True, **msgspec.to_builtins(models), "agents": list(agents.names())}
 
     async def _list_background_goals(self, session: str, args: ToolArgs) -> GoalList:
-        goals = await self._ops(session).service.goals_of_owner(session)
+        goals = await self._service(session).goals_of_owner(session)
         return GoalList(ok=True, goals=[goal_row(g) for g in goals])
 
     async def _abort_goal_worker(self, session: str, args: a.GoalTarget) -> Result:

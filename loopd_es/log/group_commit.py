@@ -23,6 +23,7 @@ Promises, whatever happens to the tasks:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple
@@ -226,6 +227,43 @@ class GroupCommitter:
         successor.lead = True
         assert successor.event is not None  # every request still pending after a leader's checkpoint waits
         successor.event.set()
+
+
+class RecentUsers:
+    """Which tasks used a store in the last few milliseconds (anyio's public task ids).
+
+    A backend that could commit on the event-loop thread asks :meth:`others` first: while other tasks are
+    using the store, a sync on the event-loop thread would hold them all up (they are the appenders of the
+    next group), where on a worker thread they run meanwhile and join the next group. A lone appender (a
+    script, the CLI, a sequential benchmark) sees only itself and keeps the cheaper inline commit.
+    """
+
+    WINDOW_S: Final = 0.01
+
+    def __init__(self) -> None:
+        self._seen: dict[int, float] = {}
+
+    def note(self) -> None:
+        """Record that the current task is using the store now."""
+        now = time.monotonic()
+        self._seen[anyio.get_current_task().id] = now
+        if len(self._seen) > 256:  # a read-only crowd never commits: keep the record to the window anyway
+            self._forget(now)
+
+    def others(self) -> bool:
+        """Whether a task other than the current one used the store within :attr:`WINDOW_S`."""
+        self._forget(time.monotonic())
+        me = anyio.get_current_task().id
+        return any(task != me for task in self._seen)
+
+    def __len__(self) -> int:
+        """How many tasks the record holds (at most those of the window, once it has grown past 256)."""
+        return len(self._seen)
+
+    def _forget(self, now: float) -> None:
+        seen = self._seen
+        for task in [t for t, at in seen.items() if now - at > self.WINDOW_S]:
+            del seen[task]
 
 
 def encode_payloads(events: Sequence[NewEvent], offset: int = 0) -> list[bytes]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from loopd_es.errors import (
@@ -27,6 +28,7 @@ from tests.waits import alet_time_pass, await_until, scaled_timeout
 
 if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
+    from loopd_es.log.group_commit import Request
 
 pytestmark = pytest.mark.anyio
 
@@ -136,6 +138,63 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
                 assert outcomes[w] == landed, f"writer {w}: acknowledged but not as recorded"
         assert all(outcomes[w] != "cancelled" for w in (2, 3))
         assert_log_invariants(envs)
+
+    async def test_reads_answer_at_once_while_an_append_waits_for_another_writer(
+        self, store: LogStore, tmp_path: Path
+    ) -> None:
+        """Short reads run on their own read-only connection: they neither wait behind a commit queued on the
+        worker thread nor see what is not committed yet."""
+        assert isinstance(store, SqliteLog)
+        await store.append("s", [new()])
+        con = sqlite3.connect(tmp_path / "log.db", isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(store.append, "s", [new(n=2)])
+                await await_until("the append to wait on the worker thread", lambda: store._in_flight > 0)
+                with anyio.fail_after(scaled_timeout(5)):  # before: queued behind the append (60 s)
+                    assert await store.head() == 1
+                    assert await store.stream_version("s") == 1
+                    assert [e.version async for e in store.read_stream("s")] == [1]
+                    assert await store.coord_read() == []
+                assert store._in_flight > 0, "the append was still waiting while the reads answered"
+                con.execute("COMMIT")
+        finally:
+            con.close()
+        assert await store.stream_version("s") == 2
+
+    async def test_concurrent_appenders_at_different_paces_share_commits(self, store: LogStore) -> None:
+        """Appenders doing other work between appends (as tool calls do) still commit in groups: a commit
+        on the event-loop thread would hold up every ready appender for its sync, so each would commit alone."""
+        assert isinstance(store, SqliteLog)
+        groups: list[int] = []
+        inline, threaded = store._group._commit_now, store._group._commit
+        assert inline is not None
+
+        def counted_inline(group: list[Request]) -> bool:
+            done = inline(group)
+            if done:
+                groups.append(len(group))
+            return done
+
+        async def counted(group: list[Request]) -> None:
+            groups.append(len(group))
+            await threaded(group)
+
+        store._group._commit_now, store._group._commit = counted_inline, counted
+        tasks, appends = 30, 4
+
+        async def appender(i: int) -> None:
+            for n in range(appends):
+                for _ in range(i + 1):  # other work, a different amount for each appender
+                    await anyio.lowlevel.checkpoint()
+                await store.append(f"a{i}", [new(n=n)])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(tasks):
+                tg.start_soon(appender, i)
+        assert sum(groups) == tasks * appends
+        assert len(groups) <= tasks * appends / 4, f"{len(groups)} commits for {tasks * appends} appends"
 
     async def test_busy_timeout_is_restored_after_an_inline_commit(self, store: LogStore) -> None:
         """An uncontended commit runs with a zero busy timeout; whatever runs next must wait again."""

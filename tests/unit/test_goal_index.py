@@ -103,3 +103,33 @@ async def test_concurrent_callers_share_one_read_and_each_sees_what_was_there_wh
                 tg.start_soon(ask)
         assert seen == [1] * 50, "every caller saw the goal created before it asked"
         assert heads <= 2, f"{heads} reads for 50 concurrent callers"
+
+
+async def test_a_goal_first_loaded_through_the_index_reads_only_what_came_after_it(tmp_path: Path) -> None:
+    """A tool call's service starts a goal from the index's state and reads only the events appended since,
+    and the state it gets is the whole stream's fold."""
+    async with rig(tmp_path) as r:
+        created = await Operations(r.store, r.host, clock=r.clock, owner="me").create(
+            "g", "o", workspace_write=False
+        )
+        goal_id = created.goal_id
+        assert goal_id is not None
+        index = GoalIndex(r.store)
+        await index.catch_up()
+        indexed = index.states[goal_id].version
+        await Operations(r.store, r.host, clock=r.clock, owner="me").pause(goal_id)  # after the catch-up
+        froms: list[int] = []
+        inner = r.store.read_batches
+
+        def counting(**kw):  # type: ignore[no-untyped-def]
+            froms.append(kw.get("from_version", 1))
+            return inner(**kw)
+
+        r.store.read_batches = counting  # type: ignore[method-assign]
+        state = await Operations(r.store, r.host, clock=r.clock, owner="me", index=index).service.load(
+            goal_id
+        )
+        r.store.read_batches = inner  # type: ignore[method-assign]
+        folded = fold([e async for e in r.store.read_stream(goal_stream(goal_id))], initial(goal_id))
+        assert state == folded and state.status == "paused"
+        assert froms == [indexed + 1], f"read from versions {froms}, the index had {indexed}"
