@@ -152,7 +152,9 @@ class GoalService:
         if len(matches) == 1:
             return matches[0]
         if not matches:
-            raise UsageError(f"no goal matches {text!r}; `loopd-es goals --all` lists the goals and their ids")
+            raise UsageError(
+                f"no goal matches {text!r}; `loopd-es goals --all` lists the goals and their ids"
+            )
         raise UsageError(f"goal id prefix {text!r} is ambiguous ({len(matches)} goals); give more characters")
 
     async def facts(self, state: GoalState, command: Any = None, *, catalogs: bool | None = None) -> c.Facts:

@@ -18,7 +18,8 @@ from ..events.imported import SkippedLine
 if TYPE_CHECKING:
     from ..domain.state import GoalState
     from ..events.base import Event
-    from .source import LedgerLine, RefRuntime
+    from .ledger import LedgerLine
+    from .source import RefRuntime
 
 
 class Emitted(msgspec.Struct, frozen=True):

@@ -19,13 +19,14 @@ from ..clock import parse_rfc3339
 from ..domain import command as dc
 from ..events import command as c
 from .builder import Emitted, Report, Sourced, exact, from_line
-from .source import LAwaitCancelled, LCommand, typed
+from .ledger import LAwaitCancelled, LCommand, typed
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from ..events.base import Event
-    from .source import LedgerLine, RefAwait, RefCommand
+    from .ledger import LedgerLine
+    from .source import RefAwait, RefCommand
 
 _WATCH_REASONS: Final[dict[str, Literal["budget", "flood", "cleared"]]] = {
     "budget": "budget",

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 from ..clock import parse_rfc3339
 from ..events.imported import ControlCompleted, ControlRequested
 from .builder import Emitted, Report, from_line
-from .source import LControl, typed
+from .ledger import LControl, typed
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from .source import LedgerLine, RefControl
+    from .ledger import LedgerLine
+    from .source import RefControl
 
 
 def build_controls(

@@ -31,7 +31,7 @@ from ..events import run as r
 from ..events.imported import CheckResult, GoalRuntimeImported, VerificationAttempt
 from .builder import Emitted, GoalBuilder, Report, Sourced, exact, from_line, start_run
 from .corrections import budget_event, correct
-from .source import (
+from .ledger import (
     LBlocked,
     LCompleted,
     LConfirmFailed,
@@ -48,7 +48,8 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..events.base import Event
-    from .source import LedgerLine, RefGoal, RefRuntime
+    from .ledger import LedgerLine
+    from .source import RefGoal, RefRuntime
 
 DEFAULT_MAX_FAILURES: Final = 5
 DEFAULT_MAX_REJECTIONS: Final = 3

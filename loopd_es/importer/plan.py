@@ -39,12 +39,14 @@ from .commands import build_commands, needs_reconcile
 from .controls import build_controls, command_starters
 from .fields import dropped_fields
 from .goals import Control, GoalInput, build_goal
-from .source import LOOPD_DIR, ImportSourceError, LedgerLine, load_ledger, load_state
+from .ledger import LedgerLine, load_ledger
+from .source import LOOPD_DIR, ImportSourceError, load_state
 
 if TYPE_CHECKING:
     from ..events.envelope import NewEvent
     from ..log.base import LogStore
-    from .source import LoadedLedger, LoadedState
+    from .ledger import LoadedLedger
+    from .source import LoadedState
 
 NAMESPACE: Final = uuid.UUID("5b0f3c52-8a51-4d3e-9a40-6c1f2f0e1a77")
 """The UUIDv5 namespace of imported event ids (fixed forever: changing it would re-import everything)."""

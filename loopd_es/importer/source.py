@@ -1,8 +1,7 @@
-"""Read an ``opencode-loopd`` project: ``state.json`` (versions 1-9, upgraded in memory) and ``events.ndjson``.
+"""Read an ``opencode-loopd`` project's ``state.json`` (versions 1-9, upgraded in memory); its ledger is :mod:`.ledger`.
 
 The reference (docs/reference/loopd.md#s1, #s4-1) is loosely typed JSON written by TypeScript; here every
-field
-the import uses is a typed Struct, so a wrong shape is refused with msgspec's path (``at `$.goals[0].name```)
+field the import uses is a typed Struct, so a wrong shape is refused with msgspec's path (``at `$.goals[0].name```)
 instead of surfacing later as a half-built event. Keys keep the reference's spelling (``goalID``). Fields the
 import does not use are ignored, never rejected: loopd adds fields without bumping the version.
 """
@@ -21,7 +20,6 @@ from ..clock import utc_text
 from ..errors import UsageError
 from ..events.command import EndReason, Status, UntilAction
 from ..events.goal import GoalStatus, WorkerTopology
-from .segments import read_ledger_bytes
 
 STATE_VERSION: Final = 9
 LOOPD_DIR: Final = Path(".opencode") / "loopd"
@@ -36,7 +34,7 @@ class ImportSourceError(UsageError):
 
 
 Stamp = Annotated[str, msgspec.Meta(extra={"time": True})]
-"""A time as loopd wrote it, normalized to UTC on the way in (:func:`loopd_es.clock.utc_text`) by :func:`_utc`.
+"""A time as loopd wrote it, normalized to UTC on the way in (:func:`loopd_es.clock.utc_text`) by :func:`utc_times`.
 
 loopd writes ``...Z``, kept byte for byte; a hand-edited ``+02:00`` would otherwise reach the log as is, and
 a deadline already past would read as not due. Normalizing here, at the edge, keeps every later reader's text
@@ -58,10 +56,10 @@ def _time_fields(cls: type[msgspec.Struct]) -> tuple[str, ...]:
     return tuple(name for name in cls.__struct_fields__ if _is_time(hints[name]))
 
 
-def _utc(value: _V) -> _V:
+def utc_times(value: _V) -> _V:
     """``value`` with every :data:`Stamp` field, at any depth, normalized to UTC."""
     if isinstance(value, list):
-        return cast("_V", [_utc(v) for v in value])
+        return cast("_V", [utc_times(v) for v in value])
     if not isinstance(value, msgspec.Struct):
         return value
     changes: dict[str, Any] = {}
@@ -70,12 +68,12 @@ def _utc(value: _V) -> _V:
         if name in _time_fields(type(value)):
             if isinstance(field, str) and (text := utc_text(field)) != field:
                 changes[name] = text
-        elif isinstance(field, msgspec.Struct | list) and (inner := _utc(field)) is not field:
+        elif isinstance(field, msgspec.Struct | list) and (inner := utc_times(field)) is not field:
             changes[name] = inner
     return msgspec.structs.replace(value, **changes) if changes else value
 
 
-def _f(name: str, default: Any = msgspec.NODEFAULT) -> Any:
+def ref_field(name: str, default: Any = msgspec.NODEFAULT) -> Any:
     """A field spelled ``name`` in the reference (``goalID``, ``from``), optional when ``default`` is given."""
     if isinstance(default, list):
         return msgspec.field(name=name, default_factory=list)
@@ -144,7 +142,7 @@ class RefLastSwitch(_R, frozen=True):
     to: str
     at: Stamp = ""
     outcome: Literal["applied", "next-prompt"] = "applied"
-    from_: str | None = _f("from", None)
+    from_: str | None = ref_field("from", None)
     reason: Literal["owner", "quota"] = "owner"
 
 
@@ -183,10 +181,10 @@ class RefGoal(_R, frozen=True):
     name: str
     objective: str
     status: GoalStatus
-    owner_session_id: str = _f("ownerSessionID", "")
-    worker_session_id: str | None = _f("workerSessionID", None)
+    owner_session_id: str = ref_field("ownerSessionID", "")
+    worker_session_id: str | None = ref_field("workerSessionID", None)
     worker_topology: WorkerTopology | None = None
-    native_parent_id: str | None = _f("nativeParentID", None)
+    native_parent_id: str | None = ref_field("nativeParentID", None)
     token_budget: int | None = None
     cost_budget: float | None = None
     parent_model: str | None = None
@@ -229,9 +227,9 @@ class RefAttempt(_R, frozen=True):
 
 
 class RefRuntime(_R, frozen=True):
-    goal_id: str = _f("goalID")
+    goal_id: str = ref_field("goalID")
     phase: Literal["idle", "queued", "running", "compacting", "waiting_retry", "stopping"] = "idle"
-    active_run_id: str | None = _f("activeRunID", None)
+    active_run_id: str | None = ref_field("activeRunID", None)
     lease_expires_at: Stamp | None = None
     consecutive_failures: int = 0
     last_error: str | None = None
@@ -243,8 +241,8 @@ class RefRuntime(_R, frozen=True):
     last_verification_attempt: RefAttempt | None = None
     free_retry_pending: bool | None = None
     run_generation: int = 0
-    active_prompt_message_id: str | None = _f("activePromptMessageID", None)
-    accounted_message_ids: list[str] = _f("accountedMessageIDs", [])
+    active_prompt_message_id: str | None = ref_field("activePromptMessageID", None)
+    accounted_message_ids: list[str] = ref_field("accountedMessageIDs", [])
     schedule_run_count: int | None = None
     next_run_at: Stamp | None = None
     no_progress_count: int = 0
@@ -253,14 +251,14 @@ class RefRuntime(_R, frozen=True):
     last_run_at: Stamp | None = None
     last_schedule_at: Stamp | None = None
     last_compact_at: Stamp | None = None
-    active_tool_call_ids: list[str] = _f("activeToolCallIDs", [])
+    active_tool_call_ids: list[str] = ref_field("activeToolCallIDs", [])
     last_parent_notified_at: Stamp | None = None
     last_parent_notified_for: str | None = None
     last_worker_status: str | None = None
     progress_during_turn: bool | None = None
     turn_tokens_used: int | None = None
     force_finish_requested: bool | None = None
-    stuck_notified_run_id: str | None = _f("stuckNotifiedRunID", None)
+    stuck_notified_run_id: str | None = ref_field("stuckNotifiedRunID", None)
     worker_aborted_at: Stamp | None = None
     updated_at: Stamp = ""
 
@@ -288,8 +286,8 @@ class RefCommand(_R, frozen=True):
     watch_until_action: UntilAction | None = None
     watch_state: RefWatchState | None = None
     cwd: str = ""
-    owner_session_id: str = _f("ownerSessionID", "")
-    goal_id: str | None = _f("goalID", None)
+    owner_session_id: str = ref_field("ownerSessionID", "")
+    goal_id: str | None = ref_field("goalID", None)
     notify_on_exit: bool | None = None
     notify_successful_exit: bool | None = None
     pid: int | None = None
@@ -309,20 +307,20 @@ class RefCommand(_R, frozen=True):
 
 
 class RefAwait(_R, frozen=True):
-    goal_id: str = _f("goalID")
-    command_id: str = _f("commandID")
+    goal_id: str = ref_field("goalID")
+    command_id: str = ref_field("commandID")
     created_at: Stamp = ""
     until: str | None = None
     ignore_case: bool | None = None
-    owner_session_id: str | None = _f("ownerSessionID", None)
+    owner_session_id: str | None = ref_field("ownerSessionID", None)
 
 
 class RefControl(_R, frozen=True):
     """One handled control request of ``state.commandLedger`` (docs/reference/loopd.md#s1-9)."""
 
     command: str
-    request_id: str = _f("requestID")
-    goal_id: str | None = _f("goalID", None)
+    request_id: str = ref_field("requestID")
+    goal_id: str | None = ref_field("goalID", None)
     accepted_at: Stamp = ""
     completed_at: Stamp = ""
 
@@ -382,7 +380,7 @@ def load_state(path: Path) -> LoadedState:
         raise ImportSourceError(path, "no `goals` array: this is not an opencode-loopd state file")
     upgraded = upgrade(doc)
     try:
-        state = _utc(msgspec.convert(upgraded, RefState))
+        state = utc_times(msgspec.convert(upgraded, RefState))
     except msgspec.ValidationError as e:
         raise ImportSourceError(path, f"wrong shape: {e}") from None
     return LoadedState(
@@ -450,189 +448,3 @@ def valid_schedule(value: Any) -> bool:
         return False
     every = value.get("everyMs")
     return isinstance(every, int | float) and not isinstance(every, bool) and every >= 1000
-
-
-class _L(msgspec.Struct, frozen=True, kw_only=True):
-    pass
-
-
-L = TypeVar("L", bound=_L)
-
-
-# -- events.ndjson --------------------------------------------------------------------------------
-
-
-class LedgerLine(msgspec.Struct, frozen=True, kw_only=True):
-    """One ledger line: its 1-based line number, type, timestamp and the whole object for the mapper."""
-
-    line: int
-    type: str
-    timestamp: Stamp
-    goal_id: str | None
-    command_id: str | None
-    event_id: str | None
-    fields: dict[str, Any]
-
-
-class LoadedLedger(msgspec.Struct, frozen=True, kw_only=True):
-    """The ledger's complete lines, the number of lines read, and a torn last line if there was one."""
-
-    path: Path
-    lines: tuple[LedgerLine, ...]
-    count: int
-    sha256: str
-    torn_line: int | None = None
-    torn_offset: int | None = None
-    """Byte offset of the torn line: the ledger's complete part is the bytes before it."""
-
-
-def load_ledger(path: Path) -> LoadedLedger:
-    """Read ``events.ndjson`` after its rotated segments (:mod:`.segments`); a missing file is an empty
-    ledger, a torn last line is left out (and reported).
-
-    A complete line that is not a JSON object with string ``type`` and ``timestamp`` is an error: the
-    ledger is appended without a lock, so a bad line in the middle means the file was damaged, and
-    guessing past it could misattribute history.
-
-    :raises ImportSourceError: naming the line and what is wrong with it.
-    """
-    try:
-        raw = read_ledger_bytes(path)  # with its rotated segments, oldest first
-    except FileNotFoundError:
-        return LoadedLedger(path=path, lines=(), count=0, sha256="")
-    except OSError as e:
-        raise ImportSourceError(path, f"cannot read it ({e.strerror or e})") from None
-    chunks = raw.split(b"\n")
-    torn: int | None = None
-    torn_offset: int | None = None
-    result: list[LedgerLine] = []
-    offset = 0
-    for number, chunk in enumerate(chunks, start=1):
-        start, offset = offset, offset + len(chunk) + 1
-        if not chunk.strip():
-            continue
-        last = number == len(chunks)  # no newline after it: the writer may have died mid-line
-        try:
-            obj = msgspec.json.decode(chunk)
-        except msgspec.DecodeError as e:
-            if last:
-                torn, torn_offset = number, start
-                continue
-            raise ImportSourceError(path, f"line {number} is not valid JSON ({e})") from None
-        if not isinstance(obj, dict):
-            raise ImportSourceError(path, f"line {number}: expected a JSON object, got {type(obj).__name__}")
-        type_, ts = obj.get("type"), obj.get("timestamp")
-        if not isinstance(type_, str) or not isinstance(ts, str):
-            raise ImportSourceError(path, f"line {number}: expected string `type` and `timestamp`")
-        goal_id, command_id, event_id = obj.get("goalID"), obj.get("commandID"), obj.get("eventID")
-        result.append(
-            LedgerLine(
-                line=number,
-                type=type_,
-                timestamp=utc_text(ts),
-                goal_id=goal_id if isinstance(goal_id, str) else None,
-                command_id=command_id if isinstance(command_id, str) else None,
-                event_id=event_id if isinstance(event_id, str) else None,
-                fields=obj,
-            )
-        )
-    count = len(chunks) - (1 if chunks and not chunks[-1] else 0)
-    return LoadedLedger(
-        path=path,
-        lines=tuple(result),
-        count=count,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        torn_line=torn,
-        torn_offset=torn_offset,
-    )
-
-
-def typed(line: LedgerLine, cls: type[L], where: Path) -> L:
-    """The line as its typed Struct.
-
-    :raises ImportSourceError: when a field the import needs is missing or of the wrong type.
-    """
-    try:
-        return _utc(msgspec.convert(line.fields, cls))
-    except msgspec.ValidationError as e:
-        raise ImportSourceError(where, f"line {line.line} ({line.type}): {e}") from None
-
-
-class LGoalCreated(_L, frozen=True):
-    name: str
-    objective: str
-    owner_session_id: str = _f("ownerSessionID")
-
-
-class LStatusChanged(_L, frozen=True):
-    to: GoalStatus
-    from_: GoalStatus = _f("from")
-
-
-class LProgress(_L, frozen=True):
-    summary: str
-    next: str | None = None
-
-
-class LCompleted(_L, frozen=True):
-    summary: str
-    evidence: str
-
-
-class LBlocked(_L, frozen=True):
-    reason: str
-    needed: str
-
-
-class LRejected(_L, frozen=True):
-    attempt_id: str = _f("attemptID")
-    rejection_count: int = _f("rejectionCount")
-    failed_check_count: int = _f("failedCheckCount")
-    failure_summary: str = _f("failureSummary")
-
-
-class LInteractive(_L, frozen=True):
-    interactive: bool
-
-
-class LRun(_L, frozen=True):
-    run_id: str = _f("runID")
-    turn_count: int | None = _f("turnCount", None)
-    error: str | None = None
-    consecutive_failures: int | None = _f("consecutiveFailures", None)
-    quiet_seconds: float | None = _f("quietSeconds", None)
-    cleared_tool_calls: int | None = _f("clearedToolCalls", None)
-    stuck_seconds: float | None = _f("stuckSeconds", None)
-
-
-class LConfirmFailed(_L, frozen=True):
-    reason: Literal["prompt-outside-window", "assistant-incomplete", "worker-active"]
-
-
-class LCommand(_L, frozen=True):
-    command_id: str = _f("commandID")
-    title: str | None = None
-    goal_id: str | None = _f("goalID", None)
-    exit_code: int | None = _f("exitCode", None)
-    lines: int = 0
-    matches: int | None = None
-    pushes: int = 0
-    until: str | None = None
-    at_exit: bool = _f("atExit", False)
-    reason: str | None = None
-    dropped: int = 0
-    status: Status | None = None
-    signal: str | None = None
-    matched_lines: list[str] | int | None = _f("matchedLines", None)
-
-
-class LControl(_L, frozen=True):
-    request_id: str = _f("requestID")
-    command: str = ""
-    reason: str | None = None
-
-
-class LAwaitCancelled(_L, frozen=True):
-    goal_id: str = _f("goalID")
-    reason: str = ""
-    command_id: str | None = _f("commandID", None)
