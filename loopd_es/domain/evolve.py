@@ -24,7 +24,6 @@ from msgspec.structs import astuple, replace
 
 from ..clock import later
 from ..errors import InvalidEventError
-from ..events import engine as en
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
@@ -567,32 +566,11 @@ def _fallback_status(status: Any) -> _Handler:
     return apply
 
 
-@_on(en.CompactionStarted)
-def _compaction_started(d: GoalDraft, e: en.CompactionStarted, m: _Memo) -> None:
-    d.phase = "compacting"
-
-
-@_on(en.CompactionCompleted)
-def _compaction_completed(d: GoalDraft, e: en.CompactionCompleted, m: _Memo) -> None:
-    if d.phase == "compacting":
-        d.phase = "idle"
-
-
 _HANDLERS[i.FallbackExhausted] = _fallback_status("exhausted")
 _HANDLERS[i.FallbackUnsupported] = _fallback_status("unsupported")
 _HANDLERS[i.FallbackUnavailable] = _fallback_status("unavailable")
 
-# -- recorded facts with no field of their own, and imported runtime counters ---------------------------
-
-
-def _noted(d: GoalDraft, e: Any, m: _Memo) -> None:
-    """Nothing to fold: compaction is kept in the log for the post-mortem, not in the goal's state."""
-
-
-_HANDLERS[g.GoalCompactionStarted] = _noted
-_HANDLERS[g.GoalCompactionCompleted] = _noted
-
-
+from . import evolve_compaction as _evolve_compaction  # noqa: E402, F401  (registers its handlers first)
 from . import evolve_fork as _evolve_fork  # noqa: E402  (registers its handlers first)
 from . import evolve_imported as _evolve_imported  # noqa: E402, F401  (registers its handlers first)
 
