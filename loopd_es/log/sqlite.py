@@ -35,7 +35,7 @@ import anyio.to_thread
 
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
 from ..private_files import create_private
-from . import sqlite_coord, sqlite_fast
+from . import sqlite_coord, sqlite_fast, sqlite_import
 from . import sqlite_ops as ops
 from .base import (
     READ_BATCH,
@@ -292,14 +292,14 @@ class SqliteLog(LogStore):
 
     async def import_envelopes(self, batches: AsyncIterator[list[Envelope]]) -> int:
         self._heads.forget()
-        await self._run(ops.begin_import, self.url)
+        await self._run(sqlite_import.begin_import, self.url)
         checker = SequenceChecker(self.url)
         try:
             async for batch in batches:
                 for env in batch:
                     checker.check(env)
-                await self._run(ops.insert_verbatim, batch)
-            await self._run(ops.finish_import)
+                await self._run(sqlite_import.insert_verbatim, batch)
+            await self._run(sqlite_import.finish_import)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._run(ops.rollback)

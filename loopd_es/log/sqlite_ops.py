@@ -23,7 +23,6 @@ from ..errors import (
     LoopdError,
     NotALogError,
     StoreUnavailableError,
-    UsageError,
     WrongExpectedVersionError,
 )
 from ..events.envelope import Envelope
@@ -487,45 +486,6 @@ SELECT stream FROM s WHERE stream IS NOT NULL
 def streams(conn: sqlite3.Connection) -> list[str]:
     # a skip-scan of the (stream, version) index: one seek per stream, not one step per event
     return [row[0] for row in conn.execute(_DISTINCT_STREAMS)]
-
-
-# -- import -------------------------------------------------------------------------------------------
-
-
-def begin_import(conn: sqlite3.Connection, url: str) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
-    if count:
-        conn.execute("ROLLBACK")
-        raise UsageError(f"{url} is not empty ({count} events); import only into a new log")
-
-
-def insert_verbatim(conn: sqlite3.Connection, batch: list[Envelope]) -> None:
-    conn.executemany(
-        INSERT,
-        [
-            (*row, row_crc(*row))
-            for row in (
-                (
-                    e.position,
-                    e.stream,
-                    e.version,
-                    e.event_id,
-                    e.type,
-                    e.schema_version,
-                    e.recorded_at,
-                    e.causation_id,
-                    e.correlation_id,
-                    bytes(e.data),
-                )
-                for e in batch
-            )
-        ],
-    )
-
-
-def finish_import(conn: sqlite3.Connection) -> None:
-    conn.execute("COMMIT")
 
 
 def rollback(conn: sqlite3.Connection) -> None:
