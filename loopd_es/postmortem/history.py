@@ -33,6 +33,7 @@ from ..domain.state import GoalState
 from ..domain.streams import goal_stream, short_id
 from ..events.base import Caller
 from ..events.imported import Provenance, stamped
+from .branches import branch_lines, branches
 
 if TYPE_CHECKING:
     from ..domain.reducers import Cut
@@ -567,35 +568,3 @@ def to_json(history: History) -> dict[str, Any]:
         "branches": branches(history),
         "events": events,
     }
-
-
-def branches(history: History) -> list[dict[str, Any]]:
-    """``{"kind": "forked_from" | "fork", "goal_id", "position", "changed"}`` for each fork fact of the goal."""
-    out: list[dict[str, Any]] = []
-    for e in history.entries:
-        kind = {"goal.forked_from": "forked_from", "goal.forked": "fork"}.get(e.envelope.type)
-        if not e.own or kind is None:
-            continue
-        data = e.data()
-        other = data.get("source_goal_id") if kind == "forked_from" else data.get("fork_goal_id")
-        out.append(
-            {
-                "kind": kind,
-                "goal_id": other,
-                "position": data.get("at_position"),
-                "changed": list(data.get("changed") or ()),
-            }
-        )
-    return out
-
-
-def branch_lines(history: History) -> list[str]:
-    """One line per branch, for the head of ``history``'s text."""
-    lines = []
-    for b in branches(history):
-        changed = f" (changed: {', '.join(b['changed'])})" if b["changed"] else ""
-        if b["kind"] == "forked_from":
-            lines.append(f"  ⑂ forked from goal {b['goal_id']} at #{b['position']}{changed}")
-        else:
-            lines.append(f"  ⑂ fork {b['goal_id']} made at #{b['position']}{changed}")
-    return lines

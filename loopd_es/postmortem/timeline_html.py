@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..clock import EPOCH, ms_between, parse_rfc3339
-from .history import History, branches, called_by, short_stream, show, show_change
+from .branches import branches
+from .history import History, called_by, short_stream, show, show_change
 
 if TYPE_CHECKING:
     from .explain import Explanation
