@@ -32,6 +32,8 @@ from .options import add_host_option
 from .words import cli_words
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskStatus
+
     from ..engine.operations import Operations, Result
     from ..host.simulated import SimulatedHost
 
@@ -224,14 +226,16 @@ async def _run(args: argparse.Namespace) -> int:
 
     async with anyio.create_task_group() as tg:
 
-        async def on_signal() -> None:
+        async def on_signal(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                task_status.started()
                 async for signum in signals:
                     say(f"{signal.Signals(signum).name}: stopping")
                     stop.set()
                     return
 
-        tg.start_soon(on_signal)
+        # installed before anything is said: a SIGTERM right after "engine running" stops cleanly
+        await tg.start(on_signal)
         await run_daemon(options, stop, say)
         tg.cancel_scope.cancel()
     say("stopped")

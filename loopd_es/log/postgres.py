@@ -69,6 +69,11 @@ from .postgres_sql import (
 POOL_WAIT_S: Final = 5.0
 """How long a call waits for a connection before it fails with :class:`StoreUnavailableError` (psycopg's pool
 waits 30 s by default: a server that went away must be said, and waited out, sooner than a lease runs out)."""
+POOL_RECONNECT_S: Final = 10.0
+"""How long one of the pool's reconnection attempts keeps retrying before it gives up (psycopg's default: 5 min).
+Its retries back off exponentially (1, 2, 4 ... 64 s), so after a two-minute outage the next try could be a minute
+away while the server is back. Given up sooner, the next call that wants a connection starts a fresh attempt at
+once: the engine's own backoff (at most 5 s) then decides how soon a returning server is seen."""
 _SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _Raw: Final = msgspec.Raw
 _log = logging.getLogger("loopd_es.log")
@@ -142,6 +147,7 @@ class PostgresLog(LogStore):
             kwargs={"autocommit": True},
             configure=_configure,
             timeout=POOL_WAIT_S,
+            reconnect_timeout=POOL_RECONNECT_S,
         )
         try:
             await pool.open(wait=True, timeout=10)

@@ -88,9 +88,6 @@ class _Site:
     def prompted(self, session: str, count: int) -> bool:
         return len(self.prompts(session)) == count
 
-    def in_states(self, states: list[str]) -> bool:
-        return self.states() == states
-
     def alive(self) -> None:
         for name, process in self.engines.items():
             assert process.poll() is None, f"{name} exited {process.returncode}: {self.err(name)}"
@@ -197,8 +194,9 @@ def test_two_minute_outages_of_postgresql_and_sqlite_are_waited_out_and_the_goal
             wait_until("turn 2 after the outage", partial(site.prompted, session, 2), within=60)
             site.finish(goal_id, session, answered=1)
             wait_until(
-                "the statuses to say the engines carry on",
-                partial(site.in_states, ["running", "standing by"]),
+                f"the statuses on {site.url} to say the engines carry on",
+                site.states,
+                done=lambda states: states == ["running", "standing by"],
                 within=30,
             )
             for name in ("holder", "standby"):
