@@ -240,19 +240,21 @@ class RecentUsers:
 
     WINDOW_S: Final = 0.01
 
-    def __init__(self) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        """:param monotonic: the seconds source (tests pass their own: a 10 ms window is no margin on a busy CI)."""
         self._seen: dict[int, float] = {}
+        self._monotonic = monotonic
 
     def note(self) -> None:
         """Record that the current task is using the store now."""
-        now = time.monotonic()
+        now = self._monotonic()
         self._seen[anyio.get_current_task().id] = now
         if len(self._seen) > 256:  # a read-only crowd never commits: keep the record to the window anyway
             self._forget(now)
 
     def others(self) -> bool:
         """Whether a task other than the current one used the store within :attr:`WINDOW_S`."""
-        self._forget(time.monotonic())
+        self._forget(self._monotonic())
         me = anyio.get_current_task().id
         return any(task != me for task in self._seen)
 
