@@ -190,3 +190,24 @@ def whole_ms(moment: datetime) -> datetime:
     again and cost a second quiet period.
     """
     return moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+
+
+_FIRST_MS: Final = -62_135_596_800_000
+_LAST_MS: Final = 253_402_300_799_999
+
+
+def from_ms_held(ms: float) -> datetime:
+    """Epoch milliseconds as a UTC datetime held within the years a datetime holds (1 to 9999).
+
+    ``/loop`` times are sums of a time and an interval the user or a model chose (``/loop 100000000d``, a
+    ``nextDueAtMs`` of 2**53): one past 9999-12-31 means "never, in practice" and is kept as the last
+    millisecond a datetime holds rather than refused, like one before year 1 as the first.
+    """
+    if ms != ms:  # NaN
+        raise ValueError("a time in epoch milliseconds must be a number, not NaN")
+    return from_ms(max(_FIRST_MS, min(_LAST_MS, ms)))
+
+
+def iso_held(ms: float) -> str:
+    """:func:`iso_us` text of :func:`from_ms_held`: how an old epoch-ms event time is read (upcasting)."""
+    return iso_us(from_ms_held(ms))

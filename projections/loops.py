@@ -3,7 +3,9 @@ attempt with the next due time it chose (and why: jitter offset, random fallback
 
 Rows are folded with the scheduler's own fold (:func:`loopd_es.domain.loop.model.evolve`), so the read model never
 disagrees with what a scheduler decides on: the task's whole folded state is kept (msgpack) next to the
-columns queries filter on, loaded and saved once per session stream per batch.
+columns queries filter on, loaded and saved once per session stream per batch. Times in the columns are epoch
+milliseconds (what ``loops --json`` has always shown, and what SQLite orders and indexes as numbers); the
+events and the folded state hold them as UTC datetimes.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from loopd_es.clock import to_ms
 from loopd_es.events import loop as ev
 
 if TYPE_CHECKING:
+    from datetime import datetime
     from types import ModuleType
 
     from loopd_es.domain.loop.model import Task
@@ -56,6 +60,10 @@ def _fold() -> tuple[ModuleType, msgspec.msgpack.Decoder[Task], Callable[[Envelo
     return model, msgspec.msgpack.Decoder(model.Task), decode_payload
 
 
+def _ms(at: datetime | None) -> int | None:
+    return None if at is None else to_ms(at)
+
+
 def _status(t: Task) -> str:
     return f"cancelled:{t.cancelled}" if t.cancelled else ("paused" if t.paused else "active")
 
@@ -64,7 +72,8 @@ class Loops:
     """Rows of ``loops`` (one per task), ``loop_fires`` (one per claimed slot attempt) and ``loop_missed``."""
 
     name = "loops"
-    version = 1
+    version = 2
+    """2: the folded state keeps its times as datetimes (a rebuild re-folds the msgpack state of version 1)."""
 
     def schema(self, conn: sqlite3.Connection) -> None:
         for ddl in _DDL:
@@ -92,7 +101,7 @@ class Loops:
             return
         conn.execute(
             "INSERT OR REPLACE INTO loops VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (t.task_id, t.session_id, t.mode, _status(t), t.due_at(), t.last_fired_at or None, t.fires, t.failures,
+            (t.task_id, t.session_id, t.mode, _status(t), _ms(t.due_at()), _ms(t.last_fired_at), t.fires, t.failures,
              t.missed, t.owner, int(t.durable), t.claim.slot if t.claim else None, t.prompt, _ENC.encode(t),
              envelope.position),
         )  # fmt: skip
@@ -103,10 +112,10 @@ class Loops:
                     tid,
                     e.slot,
                     e.attempt,
-                    e.due_at,
-                    e.claimed_at,
+                    to_ms(e.due_at),
+                    to_ms(e.claimed_at),
                     e.claimer,
-                    e.next_due_at,
+                    _ms(e.next_due_at),
                     e.jitter_offset_ms,
                     e.fallback_u,
                 ),
@@ -116,13 +125,13 @@ class Loops:
             conn.execute(
                 "UPDATE loop_fires SET outcome = ?, reason = ?, ended_at = ? WHERE task_id = ? AND slot = ? "
                 "AND attempt = ?",
-                ("succeeded" if ok else "failed", None if ok else getattr(e, "reason", None), e.at, tid, e.slot,
+                ("succeeded" if ok else "failed", None if ok else getattr(e, "reason", None), to_ms(e.at), tid, e.slot,
                  e.attempt),
             )  # fmt: skip
         elif isinstance(e, ev.SlotsMissed):
             conn.execute(
                 "INSERT OR REPLACE INTO loop_missed VALUES (?, ?, ?, ?, ?)",
-                (tid, e.first_slot, e.last_slot, e.n, e.at),
+                (tid, e.first_slot, e.last_slot, e.n, to_ms(e.at)),
             )
 
     def reset(self, conn: sqlite3.Connection) -> None:

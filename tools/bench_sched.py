@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loopd_es.clock import SystemClock, to_ms
+from loopd_es.clock import SystemClock, from_ms, ms_between, parse_rfc3339, to_ms
 from loopd_es.domain.loop import decide
 from loopd_es.domain.loop.due import DueIndex
 from loopd_es.domain.loop.model import SessionLoops, evolve
@@ -47,31 +48,31 @@ from loopd_es.sched.runner import Scheduler
 
 def detection(n: int, ticks: int, seed: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
-    t0 = 1_800_000_000_000
+    t0 = from_ms(1_800_000_000_000)
     sessions: dict[str, SessionLoops] = {}
     for i in range(n):
         sid = f"s{i // 10}"
         s = sessions.setdefault(sid, SessionLoops(session_id=sid))
         iv = rng.randrange(60_000, 3_600_000, 1000)
         evolve(s, ev.TaskCreated(task_id=f"t{i}", origin_id=f"m{i}", session_id=sid, prompt="p", mode="fixed",
-                                 interval_ms=iv, jitter=False, created_at=t0, next_due_at=t0 + rng.randrange(iv)))  # fmt: skip
+                                 interval_ms=iv, jitter=False, created_at=t0, next_due_at=t0 + timedelta(milliseconds=rng.randrange(iv))))  # fmt: skip
     tasks = [(sid, t) for sid, s in sessions.items() for t in s.tasks.values()]
     index = DueIndex()
     for sid, t in tasks:
         index.push(t.due_at(), sid, t.task_id)
 
-    def current(sid: str, tid: str) -> int | None:
+    def current(sid: str, tid: str) -> datetime | None:
         return sessions[sid].tasks[tid].due_at()
 
-    def rearm(sid: str, tid: str, now: int) -> None:
+    def rearm(sid: str, tid: str, now: datetime) -> None:
         t = sessions[sid].tasks[tid]
-        t.next_due_at = now + (t.interval_ms or 0)
+        t.next_due_at = now + timedelta(milliseconds=t.interval_ms or 0)
         index.push(t.next_due_at, sid, tid)
 
     due_index = due_scan = 0
     start = time.perf_counter()
     for k in range(ticks):
-        now = t0 + k * 1000
+        now = t0 + timedelta(seconds=k)
         for _, sid, tid in index.pop_due(now, current):
             due_index += 1
             rearm(sid, tid, now)
@@ -81,15 +82,15 @@ def detection(n: int, ticks: int, seed: int = 1) -> dict[str, Any]:
     rng = random.Random(seed)
     for _sid, t in tasks:
         iv = rng.randrange(60_000, 3_600_000, 1000)
-        t.next_due_at = t0 + rng.randrange(iv)
+        t.next_due_at = t0 + timedelta(milliseconds=rng.randrange(iv))
     start = time.perf_counter()
     for k in range(ticks):
-        now = t0 + k * 1000
+        now = t0 + timedelta(seconds=k)
         for _sid, t in tasks:
             d = t.due_at()
             if d is not None and d <= now:
                 due_scan += 1
-                t.next_due_at = now + (t.interval_ms or 0)
+                t.next_due_at = now + timedelta(milliseconds=t.interval_ms or 0)
     scan_s = time.perf_counter() - start
     return {
         "tasks": n, "ticks": ticks, "due_found_index": due_index, "due_found_scan": due_scan,
@@ -115,9 +116,11 @@ async def latency(n: int, seconds: float) -> dict[str, Any]:
             floor = []
             for i in range(50):
                 t = time.perf_counter()
-                await store.append("bench-floor", [new_event(ev.SessionActivated(session_id="x", at=i))])
+                await store.append(
+                    "bench-floor", [new_event(ev.SessionActivated(session_id="x", at=from_ms(i)))]
+                )
                 floor.append((time.perf_counter() - t) * 1000)
-            now = time.time_ns() // 1_000_000 + 500
+            now = from_ms(time.time_ns() // 1_000_000 + 500)
             for i in range(n):
                 await service.handle(store, "1s --jitter=false ping", session_id=f"s{i}", now=now,
                                      cfg=decide.Config(), origin_id=f"m{i}", directory=Path(tmp), home=Path(tmp))  # fmt: skip
@@ -127,14 +130,14 @@ async def latency(n: int, seconds: float) -> dict[str, Any]:
             while time.perf_counter() < end:
                 await sched.fire_due()
                 wake = sched.next_wake()
-                await anyio.sleep(max(0.0, ((wake or to_ms(clock.now()) + 100) - to_ms(clock.now())) / 1000))
+                await anyio.sleep(max(0.0, ms_between(wake, clock.now()) / 1000 if wake else 0.1))
             lat = []
             async for env in store.read_all():
                 if env.type == "loop.slot_claimed":
                     e = msgjson(env)
                     seen = host.seen.get(f"loop-{e['task_id']}-{e['slot']}")
                     if seen is not None:
-                        lat.append(seen - e["due_at"])
+                        lat.append(seen - to_ms(parse_rfc3339(e["due_at"])))
     lat.sort()
     return {
         "tasks": n, "seconds": seconds, "fires": len(lat),

@@ -17,13 +17,14 @@ import sqlite3
 import sys
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
 import anyio
 import anyio.to_thread
 
-from ..clock import Clock, FakeClock, SystemClock, display, from_ms, to_ms
+from ..clock import Clock, FakeClock, SystemClock, display, from_ms
 from ..domain.loop import decide
 from ..errors import StorageError, UsageError
 from ..host import host_url, open_host
@@ -132,7 +133,7 @@ async def _loop(args: argparse.Namespace) -> int:
     if verb == "tool" and len(words) == 2:
         return await _tool(args, words[1])
     async with await open_store(store_url(args)) as store:
-        now = to_ms(_clock(args).now())
+        now = _clock(args).now()
         if verb == "activate" and len(words) == 2:
             await service.activate(store, words[1], now)
         elif verb == "session-deleted" and len(words) == 2:
@@ -147,7 +148,7 @@ async def _loop(args: argparse.Namespace) -> int:
 
 async def _command(args: argparse.Namespace, text: str) -> int:
     session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
-    now = to_ms(_clock(args).now())
+    now = _clock(args).now()
     if args.ephemeral and not args.owner:
         raise UsageError(
             "loop: --ephemeral needs --owner NAME, the lease the task lives on (see `loop lease`)"
@@ -201,7 +202,7 @@ class _Ticker(Protocol):
 
     async def fire_due(self) -> FireReport: ...
 
-    def next_wake(self) -> int | None: ...
+    def next_wake(self) -> datetime | None: ...
 
 
 def _add(totals: dict[str, int], r: FireReport) -> None:
@@ -231,7 +232,7 @@ async def _forever(sched: _Ticker, clock: Clock, args: argparse.Namespace, total
                 wake = sched.next_wake()
                 pause = args.period_ms / 1000
                 if wake is not None:
-                    pause = min(pause, max(0.0, (wake - to_ms(clock.now())) / 1000))
+                    pause = min(pause, max(0.0, (wake - clock.now()).total_seconds()))
                 with anyio.move_on_after(pause):
                     await stop.wait()
             tg.cancel_scope.cancel()
@@ -248,7 +249,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
         raise UsageError('loop tool: give a JSON object, e.g. \'{"action": "list"}\'')
     call = tools.decode_call(call)
     session = args.session if args.session is not None else os.environ.get(SESSION_ENV)
-    now = to_ms(_clock(args).now())
+    now = _clock(args).now()
     async with await open_store(store_url(args)) as store:
         if call.get("tool") == "loop_status":
             result = await tools.loop_status(store, session_id=session)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import anyio.abc
 
-from ..clock import Clock, SystemClock, from_us, iso, to_ms, to_us
+from ..clock import Clock, SystemClock, from_us, iso, to_us
 from ..domain.loop import decide
 from ..errors import StorageError, UsageError
 from ..host import open_host
@@ -459,7 +459,7 @@ async def _loops(run: Running) -> None:
                         log.warning("loop tick failed, retrying: %s", e)
                     failing = True
             wake = sched.next_wake()
-            pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - to_ms(clock.now())) / 1000))
+            pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - clock.now()).total_seconds()))
             await anyio.sleep(pause)
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):

@@ -12,8 +12,11 @@ Streams (one aggregate each, so every check that must be atomic is one version-c
 - ``loop-cap``: one ``loop.task_counted`` per creation, appended together with it at the version read when the
   live tasks were counted, so concurrent creations in different sessions cannot pass the 50-task cap.
 
-Times are epoch milliseconds (the reference's unit). Every decision a replay would otherwise recompute - the
-chosen next due time, the jitter offset, the random fallback draw, the clamp inputs - is in the event.
+Instants are :data:`~.times.UtcTime` (RFC 3339 UTC text in the log); durations stay milliseconds
+(``interval_ms``, ``jitter_offset_ms``, ``min_ms``, ...), the reference's unit. Before version 2 the instants
+were epoch milliseconds too: :data:`EPOCH_MS_FIELDS` names them, and an upcaster reads such an event as the same
+instants. Every decision a replay would otherwise recompute - the chosen next due time, the jitter offset, the
+random fallback draw, the clamp inputs - is in the event.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from .base import Event, event
+from .times import UtcTime
+from .upcasting import epoch_ms_to_text, register_upcaster
 
 Mode = Literal["fixed", "adaptive", "maintenance"]
 CancelReason = Literal["user", "once-complete", "session-deleted", "expired", "owner-dead"]
@@ -49,7 +54,7 @@ def goal_slot_stream(goal_id: str) -> str:
     return f"{GOAL_PREFIX}{goal_id}"
 
 
-@event("loop.task_created")
+@event("loop.task_created", version=2)
 class TaskCreated(Event, frozen=True, kw_only=True):
     """A ``/loop`` task was scheduled; ``origin_id`` (the message it came from) makes creation idempotent."""
 
@@ -70,9 +75,9 @@ class TaskCreated(Event, frozen=True, kw_only=True):
     content_hash: str | None = None
     owner: str | None = None
     durable: bool = False
-    created_at: int
+    created_at: UtcTime
     ran_on_creation: bool = False
-    next_due_at: int
+    next_due_at: UtcTime
     jitter_offset_ms: int = 0
     fallback_u: float | None = None
 
@@ -85,76 +90,77 @@ class TaskCounted(Event, frozen=True, kw_only=True):
     session_id: str
 
 
-@event("loop.task_paused")
+@event("loop.task_paused", version=2)
 class TaskPaused(Event, frozen=True, kw_only=True):
     """The task stops being due until resumed."""
 
     task_id: str
-    at: int
+    at: UtcTime
     by: str = "user"
 
 
-@event("loop.task_resumed")
+@event("loop.task_resumed", version=2)
 class TaskResumed(Event, frozen=True, kw_only=True):
     """The task was re-armed from ``at`` (no catch-up fire after a pause)."""
 
     task_id: str
-    at: int
+    at: UtcTime
     by: str = "user"
-    next_due_at: int
+    next_due_at: UtcTime
     jitter_offset_ms: int = 0
     fallback_u: float | None = None
 
 
-@event("loop.task_rescheduled")
+@event("loop.task_rescheduled", version=2)
 class TaskRescheduled(Event, frozen=True, kw_only=True):
     """The next due time was moved; ``requested_*`` and the bounds are the clamp's inputs."""
 
     task_id: str
-    at: int
+    at: UtcTime
     by: str = "model"
     requested_delay_ms: float | None = None
-    requested_next_due_at: float | None = None
+    requested_next_due_at: UtcTime | None = None
+    """The time the model asked for, held within years 1-9999 (see :func:`loopd_es.clock.from_ms_held`)."""
     min_ms: int | None = None
     max_ms: int | None = None
     fallback_u: float | None = None
-    next_due_at: int
+    next_due_at: UtcTime
 
 
-@event("loop.task_converted_to_fixed")
+@event("loop.task_converted_to_fixed", version=2)
 class TaskConvertedToFixed(Event, frozen=True, kw_only=True):
     """An adaptive task became fixed (``set_fixed``); its grid is anchored at ``at``."""
 
     task_id: str
-    at: int
+    at: UtcTime
     by: str = "model"
     interval_ms: int
     jitter: bool
     jitter_offset_ms: int = 0
-    next_due_at: int
+    next_due_at: UtcTime
 
 
-@event("loop.task_cancelled")
+@event("loop.task_cancelled", version=2)
 class TaskCancelled(Event, frozen=True, kw_only=True):
     """The task ended for good; nothing after this can bring it back."""
 
     task_id: str
     reason: CancelReason
-    at: int
+    at: UtcTime
     by: str = "user"
 
 
-@event("loop.task_adopted")
+@event("loop.task_adopted", version=2)
 class TaskAdopted(Event, frozen=True, kw_only=True):
     """A durable task whose owner's lease expired now belongs to ``owner``."""
 
     task_id: str
     owner: str
     previous_owner: str | None = None
-    at: int
+    at: UtcTime
 
 
-@event("loop.slot_claimed")
+@event("loop.slot_claimed", version=2)
 class SlotClaimed(Event, frozen=True, kw_only=True):
     """``claimer`` alone fires ``slot`` of the task; the next slot's due time is decided here, before the fire.
 
@@ -166,11 +172,11 @@ class SlotClaimed(Event, frozen=True, kw_only=True):
     task_id: str
     slot: int
     attempt: int = 1
-    due_at: int
-    claimed_at: int
+    due_at: UtcTime
+    claimed_at: UtcTime
     claimer: str
-    claim_expires_at: int
-    next_due_at: int | None = None
+    claim_expires_at: UtcTime
+    next_due_at: UtcTime | None = None
     jitter_offset_ms: int = 0
     fallback_u: float | None = None
     content_hash: str | None = None
@@ -179,7 +185,7 @@ class SlotClaimed(Event, frozen=True, kw_only=True):
     """Set on a goal-schedule slot: it links the slot stream to the goal's history."""
 
 
-@event("loop.slots_missed")
+@event("loop.slots_missed", version=2)
 class SlotsMissed(Event, frozen=True, kw_only=True):
     """Slots ``first_slot..last_slot`` passed while nothing ran; they are recorded, never fired late."""
 
@@ -187,38 +193,38 @@ class SlotsMissed(Event, frozen=True, kw_only=True):
     n: int
     first_slot: int
     last_slot: int
-    at: int
+    at: UtcTime
 
 
-@event("loop.fire_succeeded")
+@event("loop.fire_succeeded", version=2)
 class FireSucceeded(Event, frozen=True, kw_only=True):
     """The host accepted the slot's prompt."""
 
     task_id: str
     slot: int
     attempt: int = 1
-    at: int
+    at: UtcTime
     prompt_id: str = ""
 
 
-@event("loop.fire_failed")
+@event("loop.fire_failed", version=2)
 class FireFailed(Event, frozen=True, kw_only=True):
     """The slot's fire failed; a one-shot retries the same slot at ``retry_at``, a recurring task moves on."""
 
     task_id: str
     slot: int
     attempt: int = 1
-    at: int
+    at: UtcTime
     reason: str
-    retry_at: int | None = None
+    retry_at: UtcTime | None = None
 
 
-@event("loop.session_activated")
+@event("loop.session_activated", version=2)
 class SessionActivated(Event, frozen=True, kw_only=True):
     """The user typed into ``session_id`` (a child session activates its root)."""
 
     session_id: str
-    at: int
+    at: UtcTime
 
 
 @event("loop.session_linked")
@@ -229,26 +235,49 @@ class SessionLinked(Event, frozen=True, kw_only=True):
     parent_id: str
 
 
-@event("loop.session_deleted")
+@event("loop.session_deleted", version=2)
 class SessionDeleted(Event, frozen=True, kw_only=True):
     """The session is gone; its tasks are cancelled in its own stream (``session-deleted``)."""
 
     session_id: str
-    at: int
+    at: UtcTime
 
 
-@event("loop.owner_lease_renewed")
+@event("loop.owner_lease_renewed", version=2)
 class OwnerLeaseRenewed(Event, frozen=True, kw_only=True):
     """``owner`` is alive until ``expires_at``; an ephemeral task dies with an expired lease."""
 
     owner: str
-    at: int
-    expires_at: int
+    at: UtcTime
+    expires_at: UtcTime
 
 
-@event("loop.owner_lease_released")
+@event("loop.owner_lease_released", version=2)
 class OwnerLeaseReleased(Event, frozen=True, kw_only=True):
     """``owner`` stopped cleanly; its lease is over now."""
 
     owner: str
-    at: int
+    at: UtcTime
+
+
+EPOCH_MS_FIELDS: Final[dict[str, tuple[str, ...]]] = {
+    "loop.task_created": ("created_at", "next_due_at"),
+    "loop.task_paused": ("at",),
+    "loop.task_resumed": ("at", "next_due_at"),
+    "loop.task_rescheduled": ("at", "requested_next_due_at", "next_due_at"),
+    "loop.task_converted_to_fixed": ("at", "next_due_at"),
+    "loop.task_cancelled": ("at",),
+    "loop.task_adopted": ("at",),
+    "loop.slot_claimed": ("due_at", "claimed_at", "claim_expires_at", "next_due_at"),
+    "loop.slots_missed": ("at",),
+    "loop.fire_succeeded": ("at",),
+    "loop.fire_failed": ("at", "retry_at"),
+    "loop.session_activated": ("at",),
+    "loop.session_deleted": ("at",),
+    "loop.owner_lease_renewed": ("at", "expires_at"),
+    "loop.owner_lease_released": ("at",),
+}
+"""The instants each version-1 ``/loop`` event wrote as epoch milliseconds (version 2 writes RFC 3339 text)."""
+
+for _type, _fields in EPOCH_MS_FIELDS.items():
+    register_upcaster(_type, 1, epoch_ms_to_text(*_fields))

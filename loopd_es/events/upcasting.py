@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from ..clock import iso_held
 from ..errors import InvalidEventError
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -49,3 +50,21 @@ def upcast(type_: str, from_version: int, to_version: int, data: dict[str, Any])
 def registered() -> list[tuple[str, int]]:
     """Every ``(type, from_version)`` with an upcaster, sorted; used by docs and tests."""
     return sorted(_UPCASTERS)
+
+
+def epoch_ms_to_text(*fields: str) -> Upcaster:
+    """An upcaster turning each of ``fields`` from epoch milliseconds (an int or a float) into RFC 3339 UTC text.
+
+    The ``/loop`` events kept their times as epoch ms until they became :data:`~loopd_es.events.times.UtcTime`;
+    this reads such an old payload as the same instants. A field absent or ``null`` is left as it is, and so is
+    one that is already text.
+    """
+
+    def step(data: dict[str, Any]) -> dict[str, Any]:
+        for name in fields:
+            value = data.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                data[name] = iso_held(value)
+        return data
+
+    return step

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..clock import iso_ms, parse_or_none, to_ms
+from ..clock import EPOCH, iso, parse_or_none
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
 from ..domain.loop import texts
@@ -37,11 +38,11 @@ log = logging.getLogger(__name__)
 class _Slots:
     version: int = 0
     last_slot: int = 0
-    open_until: int = 0
+    open_until: datetime = EPOCH
     closed: bool = True
 
 
-def goal_due(state: GoalState, now: int) -> int | None:
+def goal_due(state: GoalState) -> datetime | None:
     """When the goal's next tick is due, ``None`` when it has no tick coming (conditions of
     docs/reference/loopd.md#s3-15)."""
     sched = state.config.schedule if state.exists else None
@@ -49,12 +50,11 @@ def goal_due(state: GoalState, now: int) -> int | None:
         return None
     if sched.max_runs is not None and state.schedule_run_count >= sched.max_runs:
         return None
-    return _next_run_ms(state)
+    return _next_run(state)
 
 
-def _next_run_ms(state: GoalState) -> int | None:
-    at = parse_or_none(state.next_run_at)
-    return None if at is None else to_ms(at)
+def _next_run(state: GoalState) -> datetime | None:
+    return parse_or_none(state.next_run_at)
 
 
 class GoalSlots:
@@ -70,7 +70,7 @@ class GoalSlots:
             gid = env.stream[len(GOAL_PREFIX) :]
             state = self.goals.get(gid) or initial(gid)
             self.goals[gid] = new = goal_evolve(state, env)
-            self.index.push(goal_due(new, 0), gid, gid)
+            self.index.push(goal_due(new), gid, gid)
         elif env.stream.startswith(ev.GOAL_PREFIX):
             gid = env.stream[len(ev.GOAL_PREFIX) :]
             st = self.slots.setdefault(gid, _Slots())
@@ -83,17 +83,17 @@ class GoalSlots:
                 if isinstance(e, ev.FireFailed):
                     st.last_slot = e.slot - 1  # the same slot may be claimed again
             if gid in self.goals:
-                self.index.push(goal_due(self.goals[gid], 0), gid, gid)
+                self.index.push(goal_due(self.goals[gid]), gid, gid)
 
     def _writer_active(self, gid: str) -> bool:
         return any(
             o != gid and s.exists and s.is_writer and s.status == "active" for o, s in self.goals.items()
         )
 
-    async def fire_due(self, store: LogStore, now: int, *, claimer: str, claim_ttl_ms: int) -> int:
+    async def fire_due(self, store: LogStore, now: datetime, *, claimer: str, claim_ttl_ms: int) -> int:
         """Tick every due goal; returns how many were resumed."""
         fired = 0
-        for due, gid, _ in self.index.pop_due(now, lambda _s, k: goal_due(self.goals[k], 0)):
+        for due, gid, _ in self.index.pop_due(now, lambda _s, k: goal_due(self.goals[k])):
             state = self.goals[gid]
             slots = self.slots.get(gid, _Slots())
             slot = state.schedule_run_count + 1
@@ -108,18 +108,25 @@ class GoalSlots:
         return fired
 
     async def _tick(
-        self, store: LogStore, state: GoalState, slots: _Slots, slot: int, now: int, claimer: str, ttl: int
+        self,
+        store: LogStore,
+        state: GoalState,
+        slots: _Slots,
+        slot: int,
+        now: datetime,
+        claimer: str,
+        ttl: int,
     ) -> int:
         gid = state.goal_id
         key = f"goal:{gid}"
-        due = _next_run_ms(state) or now
+        due = _next_run(state) or now
         claim = ev.SlotClaimed(
             task_id=key,
             slot=slot,
             due_at=due,
             claimed_at=now,
             claimer=claimer,
-            claim_expires_at=now + ttl,
+            claim_expires_at=now + timedelta(milliseconds=ttl),
             goal_id=gid,
         )
         try:
@@ -132,7 +139,7 @@ class GoalSlots:
         text = texts.goal_tick(state.schedule_run_count, sched.max_runs if sched else None)
         resume = [
             g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"),
-            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=iso_ms(now)),
+            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=iso(now)),
         ]
         outcome: Event
         try:

@@ -9,9 +9,9 @@ For the engine::
 
     sched = Scheduler(store, host, clock, claimer=engine_id, owner=engine_id, all_sessions=True)
     report = await sched.fire_due()   # on every tick: sweeps, goal ticks, due slots
-    wake_at = sched.next_wake()       # epoch ms worth waking for (None: nothing scheduled)
+    wake_at = sched.next_wake()       # the time worth waking for (None: nothing scheduled)
 
-``clock`` is the one :class:`loopd_es.clock.Clock`; slots are epoch ms, so "now" is ``to_ms(clock.now())``.
+``clock`` is the one :class:`loopd_es.clock.Clock`; every time here is its aware UTC datetime.
 :func:`loopd_es.domain.loop.decide.due_now` is the pure "what is due at T".
 """
 
@@ -21,12 +21,13 @@ import logging
 import random
 import uuid
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
 import anyio
 import msgspec
 
-from ..clock import to_ms
+from ..clock import EPOCH
 from ..domain.loop import decide
 from ..domain.loop.due import DueIndex
 from ..domain.loop.model import SessionLoops, evolve
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from ..log.base import LogStore
 
 _RETRIES: Final = 20
+_LEASE_SWEEP_EVERY: Final = timedelta(minutes=1)
 log = logging.getLogger(__name__)
 _NS: Final = uuid.UUID("0b7d6a52-8c1e-4f0e-a7c4-3c1d2f9e5a10")
 
@@ -94,14 +96,14 @@ class Scheduler:
         self.sessions: dict[str, SessionLoops] = {}
         self.active: str | None = None
         self.parents: dict[str, str] = {}
-        self.leases: dict[str, int] = {}
+        self.leases: dict[str, datetime] = {}
         self.position = 0
         self.due = DueIndex()
         self.sweeps = DueIndex()
         self.goals = GoalSlots()
         self._owned: dict[str, set[tuple[str, str]]] = {}
-        self._lease_until = 0
-        self._next_lease_sweep = 0
+        self._lease_until = EPOCH
+        self._next_lease_sweep = EPOCH
 
     # -- folding ----------------------------------------------------------------------------------------
 
@@ -114,17 +116,17 @@ class Scheduler:
                 self._apply(env)
         leases = await service.owner_leases(self.store)
         for owner in set(self.leases) | set(leases):
-            expires = leases.get(owner, 0)
-            if self.leases.get(owner, 0) != expires:
+            expires = leases.get(owner, EPOCH)
+            if self.leases.get(owner, EPOCH) != expires:
                 self._lease_changed(owner, expires)
 
     async def release(self) -> None:
         """Drop this scheduler's owner lease (a clean stop): its ephemeral tasks end at the next sweep."""
         if self.owner is not None:
             await service.release_lease(self.store, self.owner)
-            self._lease_until = 0
+            self._lease_until = EPOCH
 
-    def _lease_changed(self, owner: str, expires: int) -> None:
+    def _lease_changed(self, owner: str, expires: datetime) -> None:
         self.leases[owner] = expires
         for sid, tid in self._owned.get(owner, ()):
             self.sweeps.push(self._sweep_at(sid, tid), sid, tid)
@@ -178,11 +180,11 @@ class Scheduler:
             seen.add(session_id)
         return session_id
 
-    def _due_of(self, sid: str, tid: str) -> int | None:
+    def _due_of(self, sid: str, tid: str) -> datetime | None:
         t = self.sessions[sid].tasks.get(tid)
         return t.due_at() if t is not None else None
 
-    def _sweep_at(self, sid: str, tid: str) -> int | None:
+    def _sweep_at(self, sid: str, tid: str) -> datetime | None:
         t = self.sessions[sid].tasks.get(tid)
         if t is None or not t.live:
             return None
@@ -190,32 +192,34 @@ class Scheduler:
         if t.claim is not None:
             times.append(t.claim.expires_at)
         if t.owner is not None:
-            times.append(self.leases.get(t.owner, 0))
+            times.append(self.leases.get(t.owner, EPOCH))
         return min(times)
 
-    def next_wake(self) -> int | None:
+    def next_wake(self) -> datetime | None:
         """The earliest time a ``fire_due`` could do something (for a sleeping engine)."""
-        times = [x for x in (self.due.next_at(), self.sweeps.next_at(), self.goals.index.next_at()) if x]
+        found = (self.due.next_at(), self.sweeps.next_at(), self.goals.index.next_at())
+        times = [x for x in found if x is not None]
         return min(times) if times else None
 
     # -- firing -----------------------------------------------------------------------------------------
 
-    async def fire_due(self, now: int | None = None) -> FireReport:
+    async def fire_due(self, now: datetime | None = None) -> FireReport:
         """Renew this scheduler's lease, sweep, tick due goals, then claim and fire every due slot."""
-        now = to_ms(self.clock.now()) if now is None else now
+        now = self.clock.now() if now is None else now
         report = FireReport()
-        if self.owner is not None and self._lease_until - now < self.lease_ttl_ms // 2:
+        ttl = timedelta(milliseconds=self.lease_ttl_ms)
+        if self.owner is not None and self._lease_until - now < ttl / 2:
             await service.renew_lease(self.store, self.owner, now, self.lease_ttl_ms)
-            self._lease_until = now + self.lease_ttl_ms
+            self._lease_until = now + ttl
         if now >= self._next_lease_sweep:
             await service.sweep_owner_leases(self.store, now)
-            self._next_lease_sweep = now + 60_000
+            self._next_lease_sweep = now + _LEASE_SWEEP_EVERY
         await self.refresh()
         await self._sweep(now, report)
         report.goal_ticks = await self.goals.fire_due(
             self.store, now, claimer=self.claimer, claim_ttl_ms=self.cfg.claim_ttl_ms
         )
-        by_session: dict[str, list[tuple[int, str]]] = {}
+        by_session: dict[str, list[tuple[datetime, str]]] = {}
         for due, sid, tid in self.due.pop_due(now, self._due_of):
             by_session.setdefault(sid, []).append((due, tid))
         for sid, items in by_session.items():
@@ -234,7 +238,7 @@ class Scheduler:
                     break
         return report
 
-    async def _sweep(self, now: int, report: FireReport) -> None:
+    async def _sweep(self, now: datetime, report: FireReport) -> None:
         sids = {sid for _, sid, _ in self.sweeps.pop_due(now, self._sweep_at)}
         for sid in sids:
             for _ in range(_RETRIES):
@@ -266,7 +270,7 @@ class Scheduler:
             expected_version=version,
         )
 
-    async def _fire(self, sid: str, tid: str, now: int, report: FireReport, *, idle: bool) -> str:
+    async def _fire(self, sid: str, tid: str, now: datetime, report: FireReport, *, idle: bool) -> str:
         for _ in range(_RETRIES):
             s = self.sessions[sid]
             t = s.tasks[tid]
@@ -316,7 +320,7 @@ class Scheduler:
                 report.lost += 1  # our claim expired and was recorded as lost by another scheduler
                 log.warning("claim of %s slot %d expired before its outcome was recorded", tid, c.slot)
                 return "fired"
-            events = decide.close(t, slot=c.slot, attempt=c.attempt, now=to_ms(self.clock.now()), error=err,
+            events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now(), error=err,
                                   prompt_id=prompt_id)  # fmt: skip
             try:
                 envs = await self._append(sid, events, s.version, causation=cause, corr=corr)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import random
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from ..clock import from_us, to_us
 from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 from ..domain.loop.model import SessionLoops, evolve
@@ -106,14 +108,14 @@ async def active_session(store: LogStore) -> str | None:
     return None
 
 
-async def activate(store: LogStore, session_id: str, now: int, *, if_changed: bool = False) -> None:
+async def activate(store: LogStore, session_id: str, now: datetime, *, if_changed: bool = False) -> None:
     """Record that the user is in ``session_id`` (it becomes the session whose tasks fire)."""
     if if_changed and await active_session(store) == session_id:
         return
     await store.append(ev.ACTIVE_STREAM, [new_event(ev.SessionActivated(session_id=session_id, at=now))])
 
 
-async def delete_session(store: LogStore, session_id: str, now: int) -> int:
+async def delete_session(store: LogStore, session_id: str, now: datetime) -> int:
     """Cancel every task of a deleted session (``session-deleted``) and record the deletion, in one append."""
     deleted = new_event(ev.SessionDeleted(session_id=session_id, at=now))
     for _ in range(_RETRIES):
@@ -135,13 +137,13 @@ OWNER_PREFIX: Final = "loop/owner/"
 """Coordination keys of /loop owners' leases (beside the log, never events: renewals are no history)."""
 
 
-async def renew_lease(store: LogStore, owner: str, now: int, ttl_ms: int) -> None:
-    """Extend ``owner``'s lease to ``now + ttl_ms`` (epoch ms); an ephemeral task lives while it holds."""
+async def renew_lease(store: LogStore, owner: str, now: datetime, ttl_ms: int) -> None:
+    """Extend ``owner``'s lease to ``now + ttl_ms``; an ephemeral task lives while it holds."""
     key = OWNER_PREFIX + owner
     for _ in range(20):
         found = [c for c in await store.coord_read(key) if c.key == key]
         token = found[0].token if found else 0
-        record = Claim(key=key, holder=owner, token=max(token, 1), expires_us=(now + ttl_ms) * 1000)
+        record = Claim(key=key, holder=owner, token=max(token, 1), expires_us=to_us(now) + ttl_ms * 1000)
         if await store.coord_swap(key, token, record) is None:
             return
     raise StorageError(f"the lease of /loop owner {owner!r} kept changing under this renewal; try again")
@@ -155,19 +157,19 @@ async def release_lease(store: LogStore, owner: str) -> None:
             await store.coord_swap(key, record.token, None)
 
 
-async def sweep_owner_leases(store: LogStore, now: int, *, older_than_ms: int = 3_600_000) -> int:
+async def sweep_owner_leases(store: LogStore, now: datetime, *, older_than_ms: int = 3_600_000) -> int:
     """Delete owners' leases that ran out over ``older_than_ms`` ago (an absent lease reads as run out, so
     nothing changes but the record count); returns how many went."""
-    gone = 0
+    gone, before = 0, now - timedelta(milliseconds=older_than_ms)
     for record in await store.coord_read(OWNER_PREFIX):
-        if record.expires_us // 1000 < now - older_than_ms:
+        if from_us(record.expires_us) < before:
             gone += await store.coord_swap(record.key, record.token, None) is None
     return gone
 
 
-async def owner_leases(store: LogStore) -> dict[str, int]:
-    """Every /loop owner's lease expiry (epoch ms), as the coordination records hold them now."""
-    return {c.key[len(OWNER_PREFIX) :]: c.expires_us // 1000 for c in await store.coord_read(OWNER_PREFIX)}
+async def owner_leases(store: LogStore) -> dict[str, datetime]:
+    """Every /loop owner's lease expiry, as the coordination records hold them now."""
+    return {c.key[len(OWNER_PREFIX) :]: from_us(c.expires_us) for c in await store.coord_read(OWNER_PREFIX)}
 
 
 async def handle(
@@ -175,7 +177,7 @@ async def handle(
     args: str,
     *,
     session_id: str | None,
-    now: int,
+    now: datetime,
     cfg: decide.Config,
     origin_id: str | None = None,
     u: float | None = None,
@@ -200,7 +202,7 @@ async def _handle(
     args: str,
     *,
     session_id: str | None,
-    now: int,
+    now: datetime,
     cfg: decide.Config,
     origin_id: str | None,
     u: float | None,
@@ -242,7 +244,7 @@ async def create_task(
     spec: Fixed | Adaptive | Maintenance,
     *,
     origin_id: str,
-    now: int,
+    now: datetime,
     u: float,
     cfg: decide.Config,
     owner: str | None = None,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from ..clock import iso_ms
+from ..clock import from_ms_held, iso, to_ms
 from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fixed, Maintenance
 from ..domain.loop.jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, normalise_bounds
@@ -23,6 +23,8 @@ from ..events import loop as ev
 from .service import append_decided, create_task, read_session
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ..domain.loop.model import SessionLoops, Task
     from ..log.base import LogStore
 
@@ -63,9 +65,9 @@ def decode_call(call: object) -> dict[str, Any]:
     return {k: v for k, v in msgspec.structs.asdict(args).items() if v is not UNSET}
 
 
-def _due(ms: int | None) -> str | None:
+def _due(at: datetime | None) -> str | None:
     """A task's next due time as the tools answer it: ``null`` for a task with none."""
-    return None if ms is None else iso_ms(ms)
+    return None if at is None else iso(at)
 
 
 def _num(v: Any) -> float | None:
@@ -90,13 +92,13 @@ def _record(t: Task, prompt_cut: int | None = 200) -> dict[str, Any]:
         ("adaptiveMaxMs", t.adaptive_max_ms),
     )
     out.update({k: v for k, v in pairs if v is not None})
-    out.update(paused=t.paused, createdAt=iso_ms(t.created_at), lastFiredAt=iso_ms(t.last_fired_at) if t.last_fired_at else None,
+    out.update(paused=t.paused, createdAt=iso(t.created_at), lastFiredAt=_due(t.last_fired_at),
                nextDueAt=_due(t.next_due_at))  # fmt: skip
     return out
 
 
 def reschedule(
-    s: SessionLoops, task_id: str, *, now: int, delay_ms: float | None, next_due_at_ms: float | None, u: float,
+    s: SessionLoops, task_id: str, *, now: datetime, delay_ms: float | None, next_due_at_ms: float | None, u: float,
     cfg: decide.Config,
 ) -> tuple[decide.Outcome, dict[str, Any]]:  # fmt: skip
     """``reschedule`` (docs/reference/loop-plugin.md#s5-1): adaptive requests are clamped into the task's
@@ -107,36 +109,34 @@ def reschedule(
     if delay_ms is not None and t.mode != "adaptive":
         return decide.Outcome(), {"ok": False, "error": "delayMs is supported only for Adaptive tasks"}
     fu: float | None = None
+    n = to_ms(now)
     if t.mode == "adaptive":
         lo, hi = normalise_bounds(t.adaptive_min_ms, t.adaptive_max_ms)
         if delay_ms is not None:
-            due = clamp_due(now, now + delay_ms, lo, hi)
+            due = clamp_due(n, n + delay_ms, lo, hi)
         elif next_due_at_ms is not None:
-            due = clamp_due(now, next_due_at_ms, lo, hi)
+            due = clamp_due(n, next_due_at_ms, lo, hi)
         else:
-            due, fu = fallback_due(now, lo, hi, u), u
+            due, fu = fallback_due(n, lo, hi, u), u
     else:
         lo, hi = normalise_bounds(cfg.adaptive_min_ms, cfg.adaptive_max_ms)
-        due = (
-            math.floor(next_due_at_ms)
-            if next_due_at_ms is not None
-            else clamp_due(now, now + 300_000, lo, hi)
-        )
+        due = math.floor(next_due_at_ms) if next_due_at_ms is not None else clamp_due(n, n + 300_000, lo, hi)
+    requested = None if next_due_at_ms is None else from_ms_held(next_due_at_ms)
     e = ev.TaskRescheduled(
-        task_id=t.task_id, at=now, requested_delay_ms=delay_ms, requested_next_due_at=next_due_at_ms,
-        min_ms=lo, max_ms=hi, fallback_u=fu, next_due_at=due,
+        task_id=t.task_id, at=now, requested_delay_ms=delay_ms, requested_next_due_at=requested,
+        min_ms=lo, max_ms=hi, fallback_u=fu, next_due_at=from_ms_held(due),
     )  # fmt: skip
     result: dict[str, Any] = {"ok": True}
     if delay_ms is not None:
-        result.update(requestedDelayMs=delay_ms, effectiveDelayMs=due - now)
-    if next_due_at_ms is not None:
-        result["requestedNextDueAt"] = iso_ms(next_due_at_ms)
-    result["task"] = {"id": t.task_id, "nextDueAt": iso_ms(due)}
+        result.update(requestedDelayMs=delay_ms, effectiveDelayMs=due - n)
+    if requested is not None:
+        result["requestedNextDueAt"] = iso(requested)
+    result["task"] = {"id": t.task_id, "nextDueAt": iso(e.next_due_at)}
     return decide.Outcome(events=[e], task_id=t.task_id), result
 
 
 def set_fixed(
-    s: SessionLoops, task_id: str, *, now: int, interval_ms: float, jitter: bool | None
+    s: SessionLoops, task_id: str, *, now: datetime, interval_ms: float, jitter: bool | None
 ) -> tuple[decide.Outcome, dict[str, Any]]:
     """``set_fixed`` (docs/reference/loop-plugin.md#s5-1): an adaptive task becomes fixed, jitter off unless
     asked, grid anchored now."""
@@ -155,14 +155,14 @@ def set_fixed(
         "mode": "fixed",
         "intervalMs": iv,
         "jitterEnabled": on,
-        "lastFiredAt": now,
-        "nextDueAt": iso_ms(due),
+        "lastFiredAt": to_ms(now),
+        "nextDueAt": iso(due),
     }
     return decide.Outcome(events=[e], task_id=t.task_id), {"ok": True, "task": task}
 
 
 async def loop_schedule(
-    store: LogStore, args: dict[str, Any], *, session_id: str | None, now: int, cfg: decide.Config,
+    store: LogStore, args: dict[str, Any], *, session_id: str | None, now: datetime, cfg: decide.Config,
     origin_id: str, u: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """The ``loop_schedule`` tool: create, list, cancel, pause, resume, reschedule, set_fixed."""
@@ -220,7 +220,13 @@ async def loop_schedule(
 
 
 async def _create(
-    store: LogStore, args: dict[str, Any], sid: str, now: int, cfg: decide.Config, origin_id: str, u: float
+    store: LogStore,
+    args: dict[str, Any],
+    sid: str,
+    now: datetime,
+    cfg: decide.Config,
+    origin_id: str,
+    u: float,
 ) -> dict[str, Any]:
     prompt = args.get("prompt")
     if not prompt:
@@ -279,7 +285,7 @@ async def loop_status(store: LogStore, *, session_id: str | None) -> dict[str, A
         if t.interval_ms is not None:
             row["intervalMs"] = t.interval_ms
         row["recentFires"] = [
-            {"slot": slot, "outcome": outcome, "at": iso_ms(at)} for slot, outcome, at in t.recent
+            {"slot": slot, "outcome": outcome, "at": iso(at)} for slot, outcome, at in t.recent
         ]
         tasks.append(row)
     return {

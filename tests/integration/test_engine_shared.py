@@ -25,6 +25,7 @@ import pytest
 
 from loopd_es.app.goals import Goals
 from loopd_es.app.service import Ctx, GoalService
+from loopd_es.clock import from_ms
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.loop import decide
 from loopd_es.domain.streams import aggregate_of
@@ -102,7 +103,7 @@ async def _create_goals(workdir: Path, url: str, count: int) -> list[str]:
             base = time.time_ns() // 1_000_000 + 1_000
             for i in range(LOOP_SESSIONS):
                 out = await loops.handle(
-                    store, f"1s --jitter=false tick {i}", session_id=f"loop{i}", now=base, cfg=decide.Config(),
+                    store, f"1s --jitter=false tick {i}", session_id=f"loop{i}", now=from_ms(base), cfg=decide.Config(),
                     origin_id=f"m{i}", directory=workdir, home=workdir,
                 )  # fmt: skip
                 assert out.error is None, out.message

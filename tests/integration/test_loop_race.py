@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
+from loopd_es.clock import from_ms, to_ms
 from loopd_es.domain.loop import decide
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload
@@ -64,7 +65,7 @@ async def _create(tmp: Path, base: int) -> None:
         for s in range(SESSIONS):
             for i in range(PER_SESSION):
                 out = await service.handle(
-                    store, f"1s --jitter=false task {s}.{i}", session_id=f"s{s}", now=base, cfg=decide.Config(),
+                    store, f"1s --jitter=false task {s}.{i}", session_id=f"s{s}", now=from_ms(base), cfg=decide.Config(),
                     origin_id=f"m{s}.{i}", directory=tmp, home=tmp,
                 )  # fmt: skip
                 assert out.error is None, out.message
@@ -146,10 +147,10 @@ def test_eight_racers_with_kill_9_fire_every_slot_exactly_once_or_record_it_miss
     # How many slots fire depends on how fast this machine runs the racers; what must hold at any speed is that
     # none was recorded missed while it could still fire: slot k is missed only once slot k + 1 is due too.
     claimed = [e for e in events if isinstance(e, ev.SlotClaimed)]
-    assert all(e.due_at == base + e.slot * INTERVAL for e in claimed), "slot k is due at base + k s"
+    assert all(to_ms(e.due_at) == base + e.slot * INTERVAL for e in claimed), "slot k is due at base + k s"
     for e in events:
         if isinstance(e, ev.SlotsMissed):
-            assert base + (e.last_slot + 1) * INTERVAL <= e.at, (
+            assert base + (e.last_slot + 1) * INTERVAL <= to_ms(e.at), (
                 f"{e} gave up a slot that was still the latest"
             )
     # and the racers fire (they do not only record slots missed). Which sessions got a fire in the window depends

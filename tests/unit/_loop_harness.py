@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,12 @@ if TYPE_CHECKING:
     from loopd_es.log.base import LogStore
 
 T0 = 1_800_000_000_000
+
+
+def ms(at: datetime | None) -> int:
+    """An instant of the folded state as epoch ms, to compare with the scenarios' numbers (``None`` fails)."""
+    assert at is not None
+    return to_ms(at)
 
 
 class World:
@@ -43,6 +50,11 @@ class World:
     def now(self, ms: int) -> None:
         self.clock.set(from_ms(ms))
 
+    @property
+    def at(self) -> datetime:
+        """The fake clock's time, what the deciders and services take."""
+        return self.clock.now()
+
     def scheduler(self, name: str, **kw: Any) -> Scheduler:
         return Scheduler(
             self.store, self.host, self.clock, claimer=name, cfg=self.cfg, rng=lambda: self.u, **kw
@@ -51,7 +63,7 @@ class World:
     async def loop(self, args: str, session: str | None = "s1", **kw: Any) -> decide.Outcome:
         kw.setdefault("u", self.u)
         return await service.handle(
-            self.store, args, session_id=session, now=self.now, cfg=self.cfg,
+            self.store, args, session_id=session, now=self.at, cfg=self.cfg,
             directory=self.project, home=self.home, **kw,
         )  # fmt: skip
 
@@ -74,7 +86,7 @@ class World:
         ]
 
     async def activate(self, sid: str) -> None:
-        await service.activate(self.store, sid, self.now)
+        await service.activate(self.store, sid, self.at)
 
 
 @asynccontextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import datetime
 from pathlib import Path
 
 import anyio
@@ -232,7 +233,7 @@ def test_run_keeps_ticking_after_a_transient_storage_failure() -> None:
                 raise StorageError("database is busy")
             return FireReport(fired=[("t", self.calls)])
 
-        def next_wake(self) -> int | None:
+        def next_wake(self) -> datetime | None:
             return None
 
     sched = Flaky()

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from loopd_es.clock import from_ms
 from loopd_es.domain.loop import decide
 from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.domain.loop.model import TTL_MS
@@ -21,7 +22,7 @@ from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import new_event
 from loopd_es.sched import service
 
-from ._loop_harness import T0, world
+from ._loop_harness import T0, ms, world
 
 pytestmark = pytest.mark.anyio
 
@@ -53,7 +54,7 @@ async def test_scenario_31_cancelled_is_never_resurrected(tmp_path: Path) -> Non
         stale = await w.session()
         await w.loop(f"cancel {tid}")
         # a stale peer tries to write on its old view: the append is refused, and a re-decision sees no task
-        paused = decide.manage(stale, "pause", tid, now=w.now, u=0.5, cfg=w.cfg)
+        paused = decide.manage(stale, "pause", tid, now=w.at, u=0.5, cfg=w.cfg)
         with pytest.raises(WrongExpectedVersionError):
             await w.store.append(
                 ev.session_stream("s1"), [new_event(e) for e in paused.events], stale.version
@@ -88,7 +89,7 @@ async def test_scenario_34_a_fire_never_erases_a_pause(tmp_path: Path) -> None:
         w.now += 1_000
         stale = await w.session()
         await w.loop(f"pause {tid}")
-        c = decide.claim(stale, tid, w.now, claimer="A", cfg=w.cfg, u=0.5)
+        c = decide.claim(stale, tid, w.at, claimer="A", cfg=w.cfg, u=0.5)
         assert c is not None
         with pytest.raises(WrongExpectedVersionError):
             await w.store.append(ev.session_stream("s1"), [new_event(e) for e in c.events], stale.version)
@@ -117,13 +118,13 @@ async def test_scenario_34_pause_during_the_fire_survives_its_record(tmp_path: P
 
 async def test_scenario_35_ephemeral_tasks_die_with_their_owners_lease(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
-        await service.renew_lease(w.store, "proc-a", w.now, 15_000)
-        await service.renew_lease(w.store, "proc-b", w.now, 15_000)
+        await service.renew_lease(w.store, "proc-a", w.at, 15_000)
+        await service.renew_lease(w.store, "proc-b", w.at, 15_000)
         await w.loop("5m a", origin_id="a", owner="proc-a", durable=False)
         await w.loop("5m b", origin_id="b", owner="proc-b", durable=False)
         await w.loop("5m c", origin_id="c")  # ownerless: lives until idle for 7 days
         w.now += 10_000
-        await service.renew_lease(w.store, "proc-a", w.now, 15_000)
+        await service.renew_lease(w.store, "proc-a", w.at, 15_000)
         w.now += 10_000  # b's lease expired 5 s ago, a's has 5 s left
         r = await w.tick()
         assert r.swept == 1
@@ -141,12 +142,12 @@ async def test_scenario_35_idle_expiry_after_seven_days(tmp_path: Path) -> None:
             await w.tick()
         assert (await w.task(task_id_for("idle"))).cancelled == "expired"
         busy = await w.task(task_id_for("busy"))
-        assert busy.live and busy.fires == 8 and busy.created_at + TTL_MS < w.now
+        assert busy.live and busy.fires == 8 and ms(busy.created_at) + TTL_MS < w.now
 
 
 async def test_scenario_36_37_durable_tasks_are_adopted_and_fire_after_restart(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
-        await service.renew_lease(w.store, "old", w.now, 15_000)
+        await service.renew_lease(w.store, "old", w.at, 15_000)
         await w.loop("1s --jitter=false d", origin_id="d", owner="old", durable=True)
         tid = task_id_for("d")
         await w.activate("s1")
@@ -194,7 +195,7 @@ async def test_the_task_cap_holds_under_concurrent_creations_in_different_sessio
         async def tool(i: int) -> None:
             try:
                 await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 60_000},
-                                    session_id=f"s{i}", now=T0, cfg=w.cfg, origin_id=f"d{i}")  # fmt: skip
+                                    session_id=f"s{i}", now=from_ms(T0), cfg=w.cfg, origin_id=f"d{i}")  # fmt: skip
                 results.append(None)
             except Exception:  # the reference's tool throws "Max tasks"
                 results.append("conflict")
@@ -213,11 +214,11 @@ async def test_multi_stream_appends_of_loops_land_whole_on_ndjson(tmp_path: Path
     from loopd_es.log import open_store
 
     async with await open_store(f"ndjson:{tmp_path / 'ev.ndjson'}") as store:
-        out = await service.handle(store, "5m ping", session_id="s1", now=0, cfg=d.Config(), origin_id="m",
+        out = await service.handle(store, "5m ping", session_id="s1", now=from_ms(0), cfg=d.Config(), origin_id="m",
                                    directory=tmp_path, home=tmp_path)  # fmt: skip
         assert out.error is None
         assert await store.stream_version(ev.CAP_STREAM) == 1
-        assert await service.delete_session(store, "s1", 1) == 1
+        assert await service.delete_session(store, "s1", from_ms(1)) == 1
         types = [env.type async for env in store.read_stream(ev.ACTIVE_STREAM)]
         assert types == ["loop.session_activated", "loop.session_deleted"]
 

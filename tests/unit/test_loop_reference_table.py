@@ -9,7 +9,8 @@ section lists each one. Each row runs through :func:`loopd_es.sched.service.hand
 
 Row: ``(input, message, task)``; ``{id}`` in the message is the task id. ``task`` is ``None`` (nothing stored),
 ``F(prompt, interval_ms, jitter, once, due)``, ``A(prompt, due)`` (adaptive, bounds 60 s-1 h) or
-``MAINTENANCE``; ``due`` is the first due time minus ``T0``.
+``MAINTENANCE``; ``due`` is the first due time minus ``T0`` (a due time past year 9999 is held at its last
+millisecond, :func:`loopd_es.clock.from_ms_held`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import NamedTuple
 
 import pytest
 
+from loopd_es.clock import from_ms, from_ms_held
 from loopd_es.domain.loop import texts
 from loopd_es.domain.loop.decide import Config, task_id_for
 from loopd_es.log import open_store
@@ -134,7 +136,7 @@ TABLE: list[tuple[str, str, F | A | _Maintenance | None]] = [
     ('0.3m x', '🔁 Loop started: every 18s (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 18000, True, False, 26308)),
     ('0.1h x', '🔁 Loop started: every 6m (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 360000, True, False, 355659)),
     ('365d x', '🔁 Loop started: every 365d (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 31536000000, True, False, 31536589392)),
-    ('100000000d x', '🔁 Loop started: every 100000000d (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 8640000000000000, True, False, 8639999998500596)),
+    ('100000000d x', '🔁 Loop started: every 100000000d (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 8640000000000000, True, False, 8639999998500596)),  # departure: due past year 9999, stored as 9999-12-31T23:59:59.999Z
     ('59.5s x', '🔁 Loop started: every 60s (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 59500, True, False, 68197)),
     ('59.4s x', '🔁 Loop started: every 59s (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 59400, True, False, 66373)),
     ('89s x', '🔁 Loop started: every 1m (running now), prompt "x" [id={id}] [s=ses_tabl]. Cancel: `/loop cancel {id}`', F('x', 89000, True, False, 85407)),
@@ -450,7 +452,7 @@ async def test_reference_row(
     tid = task_id_for(f"row:{args}")
     async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:
         out = await service.handle(
-            store, args, session_id=SESSION, now=T0, cfg=Config(), origin_id=f"row:{args}", u=U,
+            store, args, session_id=SESSION, now=from_ms(T0), cfg=Config(), origin_id=f"row:{args}", u=U,
             directory=tmp_path, home=home,
         )  # fmt: skip
         assert out.message == message.replace("{id}", tid)
@@ -460,7 +462,7 @@ async def test_reference_row(
         return
     [t] = live
     assert (t.task_id, out.task_id, t.paused, t.session_id) == (tid, tid, False, SESSION)
-    assert t.due_at() == T0 + task.due
+    assert t.due_at() == from_ms_held(T0 + task.due)  # the same instant, held within years 1-9999
     if isinstance(task, F):
         assert (t.mode, t.prompt, t.interval_ms, t.jitter, t.once) == ("fixed", *task[:4])
     elif isinstance(task, A):
@@ -556,7 +558,7 @@ FIRE_TEXTS = {  # task "abcd1234", prompt "check the deploy\nthen report"; loop.
 async def test_reference_model_prompt(tmp_path: Path, args: str, expected: str) -> None:
     async with await open_store(f"sqlite:{tmp_path / 'events.db'}") as store:
         out = await service.handle(
-            store, args, session_id=SESSION, now=T0, cfg=Config(), origin_id=f"row:{args}", u=U,
+            store, args, session_id=SESSION, now=from_ms(T0), cfg=Config(), origin_id=f"row:{args}", u=U,
             directory=tmp_path, home=tmp_path,
         )  # fmt: skip
     assert out.model_prompt == expected.replace("{id}", task_id_for(f"row:{args}"))

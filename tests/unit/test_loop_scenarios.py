@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.clock import from_ms
 from loopd_es.domain.loop import texts
 from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.domain.loop.jitter import jitter_offset
 from loopd_es.events import loop as ev
 
-from ._loop_harness import T0, world
+from ._loop_harness import T0, ms, world
 
 pytestmark = pytest.mark.anyio
 
@@ -34,8 +35,8 @@ async def test_scenario_1_fixed_creation_runs_now(tmp_path: Path) -> None:
             True,
             "s1",
         )
-        assert t.last_fired_at == T0
-        assert t.next_due_at is not None and T0 + 285_000 <= t.next_due_at <= T0 + 315_000
+        assert ms(t.last_fired_at) == T0
+        assert T0 + 285_000 <= ms(t.next_due_at) <= T0 + 315_000
         assert out.message == (
             f'🔁 Loop started: every 5m (running now), prompt "check deploy" [id={tid}] [s=s1]. '
             f"Cancel: `/loop cancel {tid}`"
@@ -59,14 +60,14 @@ async def test_scenario_13_nominal_grid_keeps_the_reference_offsets(tmp_path: Pa
         await w.loop("5m --jitter=true check", origin_id="x")
         tid = task_id_for("x")
         t = await w.task(tid)
-        assert t.next_due_at == T0 + 300_000 + jitter_offset(tid, 300_000, T0)
-        w.now = t.next_due_at + 4_000  # the runner is 4 s late
+        assert ms(t.next_due_at) == T0 + 300_000 + jitter_offset(tid, 300_000, T0)
+        w.now = ms(t.next_due_at) + 4_000  # the runner is 4 s late
         await w.activate("s1")
         r = await w.tick()
         assert r.fired == [(tid, 1)]
         t = await w.task(tid)
         base = T0 + 300_000
-        assert t.next_due_at == base + 300_000 + jitter_offset(tid, 300_000, base)
+        assert ms(t.next_due_at) == base + 300_000 + jitter_offset(tid, 300_000, base)
 
 
 async def test_scenario_13_jitter_off_is_exact(tmp_path: Path) -> None:
@@ -77,7 +78,7 @@ async def test_scenario_13_jitter_off_is_exact(tmp_path: Path) -> None:
         for k in (1, 2, 3):
             w.now = T0 + k * 300_000 + 2_500
             assert (await w.tick()).fired == [(tid, k)]
-            assert (await w.task(tid)).next_due_at == T0 + (k + 1) * 300_000
+            assert ms((await w.task(tid)).next_due_at) == T0 + (k + 1) * 300_000
 
 
 async def test_scenario_14_last_fired_is_completion_and_anchor_is_nominal(tmp_path: Path) -> None:
@@ -88,8 +89,8 @@ async def test_scenario_14_last_fired_is_completion_and_anchor_is_nominal(tmp_pa
         w.now = T0 + 60_000
         await w.tick()
         t = await w.task(tid)
-        assert t.next_due_at == T0 + 120_000
-        assert t.last_fired_at == T0 + 60_000
+        assert ms(t.next_due_at) == T0 + 120_000
+        assert ms(t.last_fired_at) == T0 + 60_000
         prompts = await w.prompts("s1")
         assert prompts[-1] == texts.fire_text(tid, "say hi")
 
@@ -100,7 +101,7 @@ async def test_scenario_15_once(tmp_path: Path) -> None:
         tid = task_id_for("x")
         t = await w.task(tid)
         assert t.once and t.prompt == "say hi" and "(runs once)" in out.message
-        assert t.next_due_at is not None and t.next_due_at <= T0 and t.last_fired_at == 0
+        assert ms(t.next_due_at) <= T0 and t.last_fired_at is None
         assert out.model_prompt is not None and "successfully created" in out.model_prompt
         assert "once" in (await w.loop("list")).message
         await w.activate("s1")
@@ -120,7 +121,7 @@ async def test_scenario_15_failed_once_is_retried_with_the_same_slot(tmp_path: P
         r = await w.tick()
         assert r.failed and r.failed[0][:2] == (tid, 1)
         t = await w.task(tid)
-        assert t.live and t.next_slot == 1 and t.next_attempt == 2 and t.next_due_at == T0 + 30_000
+        assert t.live and t.next_slot == 1 and t.next_attempt == 2 and ms(t.next_due_at) == T0 + 30_000
         w.now = T0 + 30_000
         assert (await w.tick()).fired == [(tid, 1)]
         claims = [e for e in await w.events() if isinstance(e, ev.SlotClaimed)]
@@ -133,8 +134,8 @@ async def test_scenario_16_adaptive_creation(tmp_path: Path) -> None:
         tid = task_id_for("x")
         t = await w.task(tid)
         assert (t.mode, t.adaptive_min_ms, t.adaptive_max_ms) == ("adaptive", 60_000, 3_600_000)
-        assert t.next_due_at is not None and 1_830_000 <= t.next_due_at - t.created_at < 1_830_100
-        assert t.last_fired_at > 0
+        assert 1_830_000 <= ms(t.next_due_at) - ms(t.created_at) < 1_830_100
+        assert t.last_fired_at is not None
         assert out.model_prompt is not None
         for word in ("check the deploy", tid, "set_fixed", "delayMs"):
             assert word in out.model_prompt
@@ -149,16 +150,15 @@ async def test_scenario_17_adaptive_fallback_written_before_the_fire(tmp_path: P
         await w.loop("watch it", origin_id="x")
         tid = task_id_for("x")
         await w.activate("s1")
-        due = (await w.task(tid)).next_due_at
-        assert due is not None
+        due = ms((await w.task(tid)).next_due_at)
         w.now = due
         await w.tick()
         t = await w.task(tid)
-        assert t.next_due_at == due + 2_000 and t.last_fired_at == due
+        assert ms(t.next_due_at) == due + 2_000 and ms(t.last_fired_at) == due
         assert str(due + 2_000) in (await w.prompts("s1"))[-1]
         r = await loop_schedule(w.store, {"action": "reschedule", "taskId": tid, "nextDueAtMs": due + 2_500},
-                                session_id="s1", now=due, cfg=w.cfg, origin_id="o")  # fmt: skip
-        assert r["ok"] and (await w.task(tid)).next_due_at == due + 2_500
+                                session_id="s1", now=from_ms(due), cfg=w.cfg, origin_id="o")  # fmt: skip
+        assert r["ok"] and ms((await w.task(tid)).next_due_at) == due + 2_500
 
 
 async def test_scenario_18_reschedule_clamps(tmp_path: Path) -> None:
@@ -171,22 +171,22 @@ async def test_scenario_18_reschedule_clamps(tmp_path: Path) -> None:
 
         async def call(**a: object) -> dict[str, object]:
             return await loop_schedule(w.store, {"action": "reschedule", "taskId": tid, **a}, session_id="s1",
-                                       now=now, cfg=w.cfg, origin_id="o", u=0.5)  # fmt: skip
+                                       now=from_ms(now), cfg=w.cfg, origin_id="o", u=0.5)  # fmt: skip
 
         for delay, eff in ((2_000, 2_000), (100, 1_000), (10_000, 3_000)):
             r = await call(delayMs=delay)
             assert (r["requestedDelayMs"], r["effectiveDelayMs"]) == (delay, eff)
         for at, due in ((now + 500, now + 1_000), (now + 2_000, now + 2_000), (now + 9_000, now + 3_000)):
             await call(nextDueAtMs=at)
-            assert (await w.task(tid)).next_due_at == due
+            assert ms((await w.task(tid)).next_due_at) == due
         await call()
-        assert (await w.task(tid)).next_due_at == now + 2_000
+        assert ms((await w.task(tid)).next_due_at) == now + 2_000
         before = (await w.task(tid)).next_due_at
         r = await call(delayMs=1, nextDueAtMs=1)
         assert r == {"ok": False, "error": "delayMs and nextDueAtMs are mutually exclusive"}
         assert (await w.task(tid)).next_due_at == before
         resched = [e for e in await w.events() if isinstance(e, ev.TaskRescheduled)]
-        assert (resched[1].requested_delay_ms, resched[1].min_ms, resched[1].max_ms, resched[1].next_due_at) == (
+        assert (resched[1].requested_delay_ms, resched[1].min_ms, resched[1].max_ms, ms(resched[1].next_due_at)) == (
             100, 1_000, 3_000, now + 1_000,
         )  # fmt: skip
 
@@ -200,7 +200,7 @@ async def test_scenario_19_set_fixed(tmp_path: Path) -> None:
         tid, fixed_id = task_id_for("x"), task_id_for("y")
 
         async def call(**a: object) -> dict[str, object]:
-            return await loop_schedule(w.store, {"action": "set_fixed", **a}, session_id="s1", now=w.now,
+            return await loop_schedule(w.store, {"action": "set_fixed", **a}, session_id="s1", now=w.at,
                                        cfg=w.cfg, origin_id="o")  # fmt: skip
 
         for bad in (None, 999, float("nan")):
@@ -215,7 +215,7 @@ async def test_scenario_19_set_fixed(tmp_path: Path) -> None:
         assert r["ok"]
         t = await w.task(tid)
         assert (t.mode, t.jitter, t.adaptive_min_ms) == ("fixed", False, None)
-        assert t.next_due_at is not None and t.next_due_at - t.last_fired_at == 120_000
+        assert ms(t.next_due_at) - ms(t.last_fired_at) == 120_000
         await w.loop("watch 2", origin_id="z")
         await call(taskId=task_id_for("z"), intervalMs=120_000, jitterEnabled=True)
         assert (await w.task(task_id_for("z"))).jitter is True
@@ -232,8 +232,8 @@ async def test_scenario_20_resume_does_not_catch_up(tmp_path: Path) -> None:
         assert (await w.tick()).fired == []
         for tid in (task_id_for("a"), task_id_for("m")):
             assert (await w.loop(f"resume {tid}")).message == f"▶ Resumed {tid}"
-        assert (await w.task(task_id_for("a"))).next_due_at > w.now  # type: ignore[operator]
-        assert (await w.task(task_id_for("m"))).next_due_at > w.now + 3_500_000  # type: ignore[operator]
+        assert ms((await w.task(task_id_for("a"))).next_due_at) > w.now
+        assert ms((await w.task(task_id_for("m"))).next_due_at) > w.now + 3_500_000
         assert (await w.tick()).fired == []
 
 
@@ -253,7 +253,7 @@ async def test_scenario_21_inactive_session_waits_then_fires_once_and_records_mi
         for tid in (task_id_for("a"), task_id_for("b")):
             t = await w.task(tid)
             assert t.fires == 1 and t.missed == 60  # better than a silent collapse: the 60 are recorded
-            assert t.next_due_at == T0 + 62_000  # still on the grid
+            assert ms(t.next_due_at) == T0 + 62_000  # still on the grid
 
 
 async def test_scenario_22_loop_md_reread_on_every_fire(tmp_path: Path) -> None:
@@ -288,8 +288,8 @@ async def test_scenario_23_default_and_user_level_maintenance(tmp_path: Path) ->
         out = await w.loop("", origin_id="m")
         t = await w.task(task_id_for("m"))
         assert t.prompt.startswith("Continue any unfinished work") and t.adaptive_max_ms == 3_600_000
-        assert "Running now" in out.message and t.last_fired_at >= T0
-        assert t.next_due_at is not None and t.next_due_at >= T0 + 3_500_000
+        assert "Running now" in out.message and ms(t.last_fired_at) >= T0
+        assert ms(t.next_due_at) >= T0 + 3_500_000
         (w.home / ".opencode").mkdir()
         (w.home / ".opencode" / "loop.md").write_text("user-level maintenance")
         await w.loop("", origin_id="m2")
@@ -304,21 +304,21 @@ async def test_scenario_24_tool_creation_due_times(tmp_path: Path) -> None:
 
     async with world(tmp_path) as w:
         r = await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 1_800_000, "once": True},
-                                session_id="s1", now=T0, cfg=w.cfg, origin_id="t1")  # fmt: skip
+                                session_id="s1", now=from_ms(T0), cfg=w.cfg, origin_id="t1")  # fmt: skip
         t = await w.task(r["task"]["id"])
-        assert t.next_due_at == T0 + 1_800_000 and t.last_fired_at == 0
+        assert ms(t.next_due_at) == T0 + 1_800_000 and t.last_fired_at is None
         # The reference gives tool-made maintenance tasks a 60 s cadence (docs/reference/loop-plugin.md#s7-2
         # bug 9); here they get the period.
         r = await loop_schedule(w.store, {"action": "create", "prompt": "tidy up", "mode": "maintenance"},
-                                session_id="s1", now=T0, cfg=w.cfg, origin_id="t2")  # fmt: skip
+                                session_id="s1", now=from_ms(T0), cfg=w.cfg, origin_id="t2")  # fmt: skip
         t = await w.task(r["task"]["id"])
-        assert t.next_due_at == T0 + 3_600_000
+        assert ms(t.next_due_at) == T0 + 3_600_000
         r = await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 300_000},
-                                session_id="s1", now=T0, cfg=w.cfg, origin_id="t3")  # fmt: skip
+                                session_id="s1", now=from_ms(T0), cfg=w.cfg, origin_id="t3")  # fmt: skip
         tid = r["task"]["id"]
         await loop_schedule(w.store, {"action": "reschedule", "taskId": tid, "nextDueAtMs": 5}, session_id="s1",
-                            now=T0, cfg=w.cfg, origin_id="o")  # fmt: skip
-        assert (await w.task(tid)).next_due_at == 5
+                            now=from_ms(T0), cfg=w.cfg, origin_id="o")  # fmt: skip
+        assert ms((await w.task(tid)).next_due_at) == 5
 
 
 async def test_scenario_25_scoping(tmp_path: Path) -> None:
@@ -349,7 +349,9 @@ async def test_scenario_26_tools_are_scoped(tmp_path: Path) -> None:
         tid = task_id_for("b")
 
         async def call(sid: str, **a: object) -> dict[str, object]:
-            return await loop_schedule(w.store, dict(a), session_id=sid, now=T0, cfg=w.cfg, origin_id="o")
+            return await loop_schedule(
+                w.store, dict(a), session_id=sid, now=from_ms(T0), cfg=w.cfg, origin_id="o"
+            )
 
         assert (await call("s1", action="list"))["count"] == 0
         assert (await call("s1", action="list", all=True))["count"] == 0
@@ -370,7 +372,7 @@ async def test_scenario_27_session_deleted(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         await w.loop("5m a", origin_id="a")
         await w.loop("5m b", session="s2", origin_id="b")
-        assert await service.delete_session(w.store, "s1", w.now) == 1
+        assert await service.delete_session(w.store, "s1", w.at) == 1
         assert (await w.task(task_id_for("a"))).cancelled == "session-deleted"
         assert (await w.task(task_id_for("b"), "s2")).live
 
@@ -401,7 +403,7 @@ async def test_scenario_29_max_tasks(tmp_path: Path) -> None:
 
         with pytest.raises(DomainError, match=r"^Max tasks \(3\) reached. Cancel some before adding more.$"):
             await loop_schedule(w.store, {"action": "create", "prompt": "p", "intervalMs": 60_000}, session_id="s1",
-                                now=T0, cfg=w.cfg, origin_id="t")  # fmt: skip
+                                now=from_ms(T0), cfg=w.cfg, origin_id="t")  # fmt: skip
 
 
 async def test_busy_session_waits_and_one_injection_per_session_at_a_time(tmp_path: Path) -> None:

@@ -1,7 +1,10 @@
 """Pure deciders for ``/loop`` tasks: each takes the session state and outside facts, returns events.
 
 Nothing here reads a clock, a file or a random source: ``now``, the uniform draw ``u`` and ``loop.md``'s
-content are arguments, and the chosen times are written into the events (see :mod:`.model`).
+content are arguments, and the chosen times are written into the events (see :mod:`.model`). Times are aware
+UTC datetimes; the slot arithmetic (grid, jitter, fallback, clamp) runs on integer epoch milliseconds, the unit
+the reference defines it in, converted at this module's edge with :func:`loopd_es.clock.to_ms` and
+:func:`loopd_es.clock.from_ms_held`.
 """
 
 from __future__ import annotations
@@ -9,10 +12,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from ...clock import EPOCH, from_ms_held, to_ms
 from ...events import loop as ev
 from ...events.base import Event
 from . import jsclass, texts
@@ -21,6 +26,7 @@ from .jitter import fallback_due, jitter_offset, normalise_bounds
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from datetime import datetime
 
     from .model import SessionLoops, Task
 
@@ -74,20 +80,30 @@ def content_hash(content: str) -> str:
     return hashlib.sha256(jsclass.trim(content).encode()).hexdigest()[:16]
 
 
-def fixed_next(task_id: str, interval_ms: int, at: int, jitter: bool | None) -> tuple[int, int]:
+def _fixed_next_ms(task_id: str, interval_ms: int, at_ms: int, jitter: bool | None) -> tuple[int, int]:
+    offset = jitter_offset(task_id, interval_ms, at_ms) if jitter is not False else 0
+    return at_ms + interval_ms + offset, offset
+
+
+def fixed_next(task_id: str, interval_ms: int, at: datetime, jitter: bool | None) -> tuple[datetime, int]:
     """``(due, offset)`` one interval after ``at``, jittered unless jitter is off (absent means on)."""
-    offset = jitter_offset(task_id, interval_ms, at) if jitter is not False else 0
-    return at + interval_ms + offset, offset
+    due, offset = _fixed_next_ms(task_id, interval_ms, to_ms(at), jitter)
+    return from_ms_held(due), offset
 
 
-def grid_due(task: Task, cycle: int) -> tuple[int, int]:
-    """``(due, offset)`` of grid step ``cycle`` of a fixed or maintenance task: no drift, jitter per slot."""
+def _grid_ms(task: Task, cycle: int) -> tuple[int, int]:
     period = task.period_ms
     assert period is not None
-    base = task.anchor + cycle * period
+    base = to_ms(task.anchor) + cycle * period
     if task.mode == "maintenance":
         return base + period, 0
-    return fixed_next(task.task_id, period, base, task.jitter)
+    return _fixed_next_ms(task.task_id, period, base, task.jitter)
+
+
+def grid_due(task: Task, cycle: int) -> tuple[datetime, int]:
+    """``(due, offset)`` of grid step ``cycle`` of a fixed or maintenance task: no drift, jitter per slot."""
+    due, offset = _grid_ms(task, cycle)
+    return from_ms_held(due), offset
 
 
 # -- creation -------------------------------------------------------------------------------------------
@@ -98,7 +114,7 @@ def create(
     parsed: Fixed | Adaptive | Maintenance,
     *,
     origin_id: str,
-    now: int,
+    now: datetime,
     u: float,
     total_live: int,
     cfg: Config,
@@ -120,13 +136,14 @@ def create(
         ev.TaskCreated, task_id=tid, origin_id=origin_id, session_id=s.session_id, via=via, directory=directory,
         owner=owner, durable=durable, created_at=now,
     )  # fmt: skip
+    at = to_ms(now)
     if isinstance(parsed, Fixed):
         jitter = parsed.jitter if parsed.jitter is not None else cfg.default_jitter
         iv = parsed.interval_ms
         if parsed.once:
-            due, off, ran = (now if via == "slash" else now + iv), 0, False
+            due, off, ran = (now if via == "slash" else from_ms_held(at + iv)), 0, False
         elif via == "tool":
-            due, off, ran = now + iv, 0, False
+            due, off, ran = from_ms_held(at + iv), 0, False
         else:
             (due, off), ran = fixed_next(tid, iv, now, jitter), True
         created = new(
@@ -139,7 +156,7 @@ def create(
             prompt = texts.first_run_prompt(tid, iv, parsed.prompt)
     elif isinstance(parsed, Adaptive):
         lo, hi = normalise_bounds(cfg.adaptive_min_ms, cfg.adaptive_max_ms)
-        due = fallback_due(now, lo, hi, u)
+        due = from_ms_held(fallback_due(at, lo, hi, u))
         created = new(
             prompt=parsed.prompt, mode="adaptive", adaptive_min_ms=lo, adaptive_max_ms=hi,
             ran_on_creation=via == "slash", next_due_at=due, fallback_u=u,
@@ -153,7 +170,7 @@ def create(
             prompt=text, mode="maintenance", adaptive_max_ms=hi, source="default",
             loop_file_path=loop_file.path if loop_file is not None and content else None,
             content_hash=content_hash(content) if content else None,
-            ran_on_creation=via == "slash", next_due_at=now + hi,
+            ran_on_creation=via == "slash", next_due_at=from_ms_held(at + hi),
         )  # fmt: skip
         prompt = text
     task_msg = _started_from(created)
@@ -189,7 +206,7 @@ def _find(s: SessionLoops, task_id: str) -> Task | None:
     return t if t is not None and t.live else None
 
 
-def rearm(t: Task, now: int, u: float, cfg: Config) -> tuple[int, int, float | None]:
+def rearm(t: Task, now: datetime, u: float, cfg: Config) -> tuple[datetime, int, float | None]:
     """``(next_due, jitter_offset, fallback_u)`` re-armed from ``now`` per mode (resume,
     docs/reference/loop-plugin.md#s3-2)."""
     if t.mode == "fixed":
@@ -197,12 +214,19 @@ def rearm(t: Task, now: int, u: float, cfg: Config) -> tuple[int, int, float | N
         return due, off, None
     if t.mode == "adaptive":
         lo, hi = normalise_bounds(t.adaptive_min_ms, t.adaptive_max_ms)
-        return fallback_due(now, lo, hi, u), 0, u
-    return now + (t.adaptive_max_ms or cfg.adaptive_max_ms), 0, None
+        return from_ms_held(fallback_due(to_ms(now), lo, hi, u)), 0, u
+    return from_ms_held(to_ms(now) + (t.adaptive_max_ms or cfg.adaptive_max_ms)), 0, None
 
 
 def manage(
-    s: SessionLoops, action: str, task_id: str | None, *, now: int, u: float, cfg: Config, by: str = "user"
+    s: SessionLoops,
+    action: str,
+    task_id: str | None,
+    *,
+    now: datetime,
+    u: float,
+    cfg: Config,
+    by: str = "user",
 ) -> Outcome:
     """``cancel``, ``pause``, ``resume``, ``stop-all`` or ``list`` on the caller's own session only."""
     if action == "list":
@@ -250,7 +274,7 @@ def list_text(s: SessionLoops) -> str:
 # -- firing ---------------------------------------------------------------------------------------------
 
 
-def due_now(sessions: Iterable[SessionLoops], now: int) -> list[tuple[int, str, str]]:
+def due_now(sessions: Iterable[SessionLoops], now: datetime) -> list[tuple[datetime, str, str]]:
     """``(due, session, task)`` of every task due at ``now``, soonest first: the plain definition of "due".
 
     :class:`~loopd_es.sched.due.DueIndex` answers the same question without looking at every task; this is
@@ -275,19 +299,20 @@ class Claim(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _catch_up(t: Task, now: int) -> int:
-    """The last grid step at or before ``now``, from the pending one (``t.cycle``) on; no scan of long gaps."""
+    """The last grid step at or before ``now`` (epoch ms), from the pending one (``t.cycle``) on; no scan of long
+    gaps."""
     period = t.period_ms
     assert period is not None
-    c = max(t.cycle, math.floor((now - t.anchor) / period) - 2)
-    if c > t.cycle and grid_due(t, c)[0] > now:
+    c = max(t.cycle, math.floor((now - to_ms(t.anchor)) / period) - 2)
+    if c > t.cycle and _grid_ms(t, c)[0] > now:
         c = t.cycle
-    while grid_due(t, c + 1)[0] <= now:
+    while _grid_ms(t, c + 1)[0] <= now:
         c += 1
     return c
 
 
 def claim(
-    s: SessionLoops, task_id: str, now: int, *, claimer: str, cfg: Config, u: float,
+    s: SessionLoops, task_id: str, now: datetime, *, claimer: str, cfg: Config, u: float,
     loop_file: LoopFile | None = None, session_idle: bool = True,
 ) -> Claim | None:  # fmt: skip
     """Claim the due slot of ``task_id``, or ``None`` when it is not due or must wait.
@@ -301,15 +326,15 @@ def claim(
         return None
     events: list[Event] = []
     slot, attempt = t.next_slot, t.next_attempt
-    next_due: int | None
+    next_due: datetime | None
     off, fu = 0, None
     if t.once:
         next_due = None
     elif t.mode == "adaptive":
         lo, hi = normalise_bounds(t.adaptive_min_ms, t.adaptive_max_ms)
-        next_due, fu = fallback_due(now, lo, hi, u), u
+        next_due, fu = from_ms_held(fallback_due(to_ms(now), lo, hi, u)), u
     else:
-        last = _catch_up(t, now)
+        last = _catch_up(t, to_ms(now))
         n = last - t.cycle
         if n:
             events.append(
@@ -338,7 +363,7 @@ def claim(
     events.append(
         ev.SlotClaimed(
             task_id=t.task_id, slot=slot, attempt=attempt, due_at=due, claimed_at=now,
-            claimer=claimer, claim_expires_at=now + cfg.claim_ttl_ms, next_due_at=next_due,
+            claimer=claimer, claim_expires_at=now + timedelta(milliseconds=cfg.claim_ttl_ms), next_due_at=next_due,
             jitter_offset_ms=off, fallback_u=fu, content_hash=new_hash, prompt=new_prompt,
         )
     )  # fmt: skip
@@ -352,7 +377,7 @@ def claim(
 
 
 def close(
-    t: Task, *, slot: int, attempt: int, now: int, error: str | None, prompt_id: str = ""
+    t: Task, *, slot: int, attempt: int, now: datetime, error: str | None, prompt_id: str = ""
 ) -> list[Event]:
     """Record the outcome of a claimed slot; a one-shot ends on success and retries the slot on failure."""
     if error is None:
@@ -362,16 +387,16 @@ def close(
         if t.once and t.live:
             done.append(ev.TaskCancelled(task_id=t.task_id, reason="once-complete", at=now, by="scheduler"))
         return done
-    retry = now + (t.interval_ms or 0) if t.once else None
+    retry = from_ms_held(to_ms(now) + (t.interval_ms or 0)) if t.once else None
     return [
         ev.FireFailed(task_id=t.task_id, slot=slot, attempt=attempt, at=now, reason=error, retry_at=retry)
     ]
 
 
-def sweep(s: SessionLoops, now: int, *, leases: dict[str, int], runner: str | None) -> list[Event]:
+def sweep(s: SessionLoops, now: datetime, *, leases: dict[str, datetime], runner: str | None) -> list[Event]:
     """Housekeeping of one session: lost claims, idle expiry, dead owners (ephemeral) and adoption (durable).
 
-    ``leases`` maps an owner to its lease expiry (epoch ms); an owner without one is dead.
+    ``leases`` maps an owner to its lease expiry; an owner without one is dead.
     """
     out: list[Event] = []
     for t in s.live():
@@ -383,7 +408,7 @@ def sweep(s: SessionLoops, now: int, *, leases: dict[str, int], runner: str | No
         if t.expires_at() <= now:
             out.append(ev.TaskCancelled(task_id=t.task_id, reason="expired", at=now, by="scheduler"))
             continue
-        if t.owner is None or leases.get(t.owner, 0) > now:
+        if t.owner is None or leases.get(t.owner, EPOCH) > now:
             continue
         if not t.durable:
             out.append(ev.TaskCancelled(task_id=t.task_id, reason="owner-dead", at=now, by="scheduler"))
@@ -392,13 +417,13 @@ def sweep(s: SessionLoops, now: int, *, leases: dict[str, int], runner: str | No
     return out
 
 
-def next_sweep_at(s: SessionLoops, leases: dict[str, int]) -> int | None:
+def next_sweep_at(s: SessionLoops, leases: dict[str, datetime]) -> datetime | None:
     """The earliest time :func:`sweep` would do something for this session (for the due-time index)."""
-    times: list[int] = []
+    times: list[datetime] = []
     for t in s.live():
         if t.claim is not None:
             times.append(t.claim.expires_at)
         times.append(t.expires_at())
         if t.owner is not None:
-            times.append(leases.get(t.owner, 0))
+            times.append(leases.get(t.owner, EPOCH))
     return min(times) if times else None

@@ -3,19 +3,23 @@
 :class:`SessionLoops` is one ``loop-session-<id>`` stream: its tasks in creation order and the stream
 version a decision was made at (the expected version of the append that records it). :func:`evolve` only
 copies decisions out of events - it never recomputes a due time - so a replay gives the same schedule.
+Instants are aware UTC datetimes; durations (intervals, bounds, the TTL) are milliseconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
+from ...clock import EPOCH, from_ms_held, to_ms
 from ...events import loop as ev
 
 if TYPE_CHECKING:
     from ...events.base import Event
 
 TTL_MS: Final = 7 * 86_400_000
+_TTL: Final = timedelta(milliseconds=TTL_MS)
 RECENT: Final = 5
 
 
@@ -26,9 +30,9 @@ class Claim:
     slot: int
     attempt: int
     claimer: str
-    due_at: int
-    claimed_at: int
-    expires_at: int
+    due_at: datetime
+    claimed_at: datetime
+    expires_at: datetime
 
 
 @dataclass(slots=True)
@@ -52,12 +56,14 @@ class Task:
     content_hash: str | None
     owner: str | None
     durable: bool
-    created_at: int
-    last_fired_at: int
-    next_due_at: int | None
+    created_at: datetime
+    last_fired_at: datetime | None
+    """``None`` until a fire (or a creation that ran at once)."""
+    next_due_at: datetime | None
     next_slot: int = 1
     next_attempt: int = 1
-    anchor: int = 0
+    anchor: datetime = EPOCH
+    """Where the grid of a fixed or maintenance task starts: step ``n`` is due ``anchor + (n + 1) * period``."""
     cycle: int = 0
     paused: bool = False
     cancelled: ev.CancelReason | None = None
@@ -66,7 +72,7 @@ class Task:
     failures: int = 0
     missed: int = 0
     last_outcome: str | None = None
-    recent: list[tuple[int, str, int]] = field(default_factory=list)
+    recent: list[tuple[int, str, datetime]] = field(default_factory=list)
     """The last few fires as ``(slot, outcome, at)``, for ``loop_status`` (the reference returned none)."""
 
     @property
@@ -82,11 +88,12 @@ class Task:
             return self.adaptive_max_ms
         return None
 
-    def expires_at(self) -> int:
+    def expires_at(self) -> datetime:
         """When the task is idle too long (7 days after its last activity)."""
-        return max(self.created_at, self.last_fired_at) + TTL_MS
+        last = self.created_at if self.last_fired_at is None else max(self.created_at, self.last_fired_at)
+        return last + _TTL
 
-    def due_at(self) -> int | None:
+    def due_at(self) -> datetime | None:
         """When the task next wants to fire, ``None`` when it never will (paused, cancelled, claimed)."""
         if not self.live or self.paused or self.claim is not None:
             return None
@@ -107,7 +114,7 @@ class SessionLoops:
     def by_origin(self, origin_id: str) -> Task | None:
         return next((t for t in self.tasks.values() if t.origin_id == origin_id), None)
 
-    def open_claim(self, now: int) -> Task | None:
+    def open_claim(self, now: datetime) -> Task | None:
         """The task whose fire is in flight in this session (a claim not yet closed nor expired)."""
         return next(
             (t for t in self.tasks.values() if t.live and t.claim is not None and t.claim.expires_at > now),
@@ -123,7 +130,7 @@ def evolve(s: SessionLoops, e: Event) -> None:
             interval_ms=e.interval_ms, jitter=e.jitter, once=e.once, adaptive_min_ms=e.adaptive_min_ms,
             adaptive_max_ms=e.adaptive_max_ms, source=e.source, via=e.via, directory=e.directory,
             loop_file_path=e.loop_file_path, content_hash=e.content_hash, owner=e.owner, durable=e.durable,
-            created_at=e.created_at, last_fired_at=e.created_at if e.ran_on_creation else 0,
+            created_at=e.created_at, last_fired_at=e.created_at if e.ran_on_creation else None,
             next_due_at=e.next_due_at, anchor=e.created_at,
         )  # fmt: skip
         return
@@ -138,7 +145,7 @@ def evolve(s: SessionLoops, e: Event) -> None:
     elif isinstance(e, ev.TaskRescheduled):
         task.next_due_at = e.next_due_at
         if task.period_ms is not None:
-            task.anchor, task.cycle = e.next_due_at - task.period_ms, 0
+            task.anchor, task.cycle = from_ms_held(to_ms(e.next_due_at) - task.period_ms), 0
     elif isinstance(e, ev.TaskConvertedToFixed):
         task.mode, task.interval_ms, task.jitter = "fixed", e.interval_ms, e.jitter
         task.adaptive_min_ms = task.adaptive_max_ms = None

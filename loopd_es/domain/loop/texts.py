@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ...clock import iso_ms
+from ...clock import iso, to_ms
 from .jitter import js_round
 from .jsclass import trim_start, utf16_head, utf16_len
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 NO_SESSION: Final = "❌ /loop requires an active session context"
 EMPTY: Final = "❌ Empty loop command — see `/loop help`."
@@ -214,12 +217,12 @@ def creation_confirmation(task_id: str, interval_ms: int, prompt: str, once: boo
     )
 
 
-def adaptive_prompt(task_id: str, prompt: str, next_due_at: int, min_ms: int, max_ms: int) -> str:
+def adaptive_prompt(task_id: str, prompt: str, next_due_at: datetime, min_ms: int, max_ms: int) -> str:
     return (
         f"{prompt}\n\n<adaptive_loop_schedule>\n"
         f"This is Adaptive loop task {task_id}. Complete the user request above first. After observing the current "
         "session state and this execution's result, decide whether the next run needs a different time.\n\n"
-        f"A fallback run is already scheduled at {next_due_at} ({iso_ms(next_due_at)}), using the allowed delay range "
+        f"A fallback run is already scheduled at {to_ms(next_due_at)} ({iso(next_due_at)}), using the allowed delay range "
         f"{min_ms}ms to {max_ms}ms. Keep that fallback by making no scheduling tool call when it is appropriate.\n\n"
         'If the user\'s request contains a clear, stable recurring cadence (for example, "every two minutes"), '
         "convert this Adaptive task to a permanent Fixed task after completing the request. Call loop_schedule "
