@@ -325,9 +325,18 @@ class PostgresLog(LogStore):
     # -- coordination -------------------------------------------------------------------------------
 
     async def _ensure_coord(self, conn: Any) -> None:
-        if not self._coord_ready:
-            await conn.execute(postgres_coord.TABLE.format(c=sql.Identifier(self.schema, "coord")))
-            self._coord_ready = True
+        """Create the coordination table on first use. ``CREATE TABLE IF NOT EXISTS`` is not safe against itself:
+        two sessions creating it at once can both pass the check and one fails on PostgreSQL's catalog index
+        (``pg_type_typname_nsp_index``), so creation is serialized by the log's advisory lock, as the events
+        table's is."""
+        if self._coord_ready:
+            return
+        found = await (await conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".coord',))).fetchone()
+        if found is None or found[0] is None:
+            async with conn.transaction():
+                await conn.execute(LOCK, (LOCK_KEY,))
+                await conn.execute(postgres_coord.TABLE.format(c=sql.Identifier(self.schema, "coord")))
+        self._coord_ready = True
 
     async def coord_read(self, prefix: str = "") -> list[Claim]:
         async with self._connection() as conn:

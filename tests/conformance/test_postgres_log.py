@@ -178,3 +178,36 @@ async def test_raw_line_breaks_never_reach_the_postgres_log(pg_url: str) -> None
         recorded = await s.append("s", [NewEvent(type="t.x", data=msgspec.Raw(b'{"a":\n1}\r\n'))])
         assert bytes(recorded[0].data) == b'{"a": 1}'
         assert [bytes(e.data) async for e in s.read_all()] == [b'{"a": 1}']
+
+
+async def test_many_engines_coordinating_first_on_a_new_log_all_get_an_answer(pg_url: str) -> None:
+    """The first coordination calls on a log create its ``coord`` table; made at once from many stores (engines
+    starting together) each gets an answer, none a catalog error. ``CREATE TABLE IF NOT EXISTS`` racing itself
+    failed one of them with ``pg_type_typname_nsp_index`` on a busy CI machine before creation took the lock."""
+    from loopd_es.log.coord import Claim
+
+    for round_ in range(4):  # a fresh schema a round: the table is created by the race each time
+        url = f"{pg_url}_{round_}"
+        stores = [await open_store(url) for _ in range(6)]
+        try:
+            answers: list[Claim | None] = []
+
+            async def contend(i: int, store: LogStore, answers: list[Claim | None]) -> None:
+                claim = Claim(key="engine-lease", holder=f"e{i}", token=1, expires_us=2**62)
+                answers.append(await store.coord_swap("engine-lease", 0, claim))
+
+            async with anyio.create_task_group() as tg:
+                for i, store in enumerate(stores):
+                    tg.start_soon(contend, i, store, answers)
+            assert len(answers) == 6 and answers.count(None) == 1, answers  # exactly one took it
+        finally:
+            for store in stores:
+                await store.aclose()
+            await _drop_schema(url.rsplit("schema=", 1)[1])
+
+
+async def _drop_schema(schema: str) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(server_url(), autocommit=True) as conn:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
