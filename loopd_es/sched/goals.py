@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..clock import iso_ms, parse_or_none, to_ms
+from ..clock import from_ms, parse_or_none, to_ms
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
 from ..domain.loop import texts
@@ -132,7 +132,7 @@ class GoalSlots:
         text = texts.goal_tick(state.schedule_run_count, sched.max_runs if sched else None)
         resume = [
             g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"),
-            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=iso_ms(now)),
+            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=from_ms(now)),
         ]
         outcome: Event
         try:
