@@ -207,7 +207,7 @@ class AwaitRequested(Event, frozen=True, kw_only=True):
     owner_session_id: str | None = None
     """The session that asked to wait (the reference's ``commandAwaits[].ownerSessionID``), if known."""
     at: UtcTime | None = None
-    """When the await was asked for (an import's ``commandAwaits[].createdAt``); empty: the envelope's time."""
+    """When the await was asked for (an import's ``commandAwaits[].createdAt``); ``None``: the envelope's time."""
     called_by: Caller | None = None
     """The OpenCode tool call that asked for the await (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
     owner process itself, or a log written before 0.5."""

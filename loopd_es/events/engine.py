@@ -50,7 +50,7 @@ ENGINE_STREAM = "engine"
 @event("engine.took_over")
 class EngineTookOver(Event, frozen=True):
     """``holder`` took the engine lease from ``previous_holder``, which had stopped renewing it (crashed,
-    killed or stalled) and whose lease ran out at ``previous_expired_at`` (ISO, UTC)."""
+    killed or stalled) and whose lease ran out at ``previous_expired_at``."""
 
     holder: str
     previous_holder: str

@@ -114,7 +114,8 @@ def _old(type_: str, times: dict[str, str]) -> Any:
 
 def test_every_bumped_type_is_listed_here() -> None:
     """A type that moved to UtcTime has its old payloads tested below (``goal.created`` v1's nesting elsewhere)."""
-    timed = {t for t, v in registered() if not (t, v) == ("goal.created", 1)}
+    timed = {t for t, v in registered() if t in CATALOGUE and (t, v) != ("goal.created", 1)}
+    timed -= {t for t in timed if CATALOGUE[t].__module__.endswith(".loop")}  # /loop's own, tested with it
     assert timed == set(BUMPED)
     assert all(CATALOGUE[t].schema_version == v + 1 for t, (v, _, _) in BUMPED.items())
 
