@@ -7,16 +7,19 @@ Every type whose time fields were ISO text bumped its version; an event stored a
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
+from loopd_es.domain.evolve import fold, initial
 from loopd_es.errors import InvalidEventError
 from loopd_es.events.base import CATALOGUE
-from loopd_es.events.catalogue import decode_data, validate
-from loopd_es.events.envelope import NewEvent
+from loopd_es.events.catalogue import decode_data, decode_payload, validate
+from loopd_es.events.envelope import ENVELOPE_DECODER, NewEvent
 from loopd_es.events.upcasting import registered
+from loopd_es.replay.redecide import replay_goal_events
 
 _CALLER = {"role": "owner", "session_id": "s", "tool": "t"}
 
@@ -180,3 +183,22 @@ def test_the_wire_form_is_rfc3339_utc() -> None:
     e = RunIdleCandidate(goal_id="g", run_id="r", generation=1, at=NOON.replace(microsecond=456000))
     assert b'"at":"2026-12-02T12:00:00.456000Z"' in NewEvent(type=e.event_type, data=e).data_bytes()
     assert decode_data(e.event_type, NewEvent(type=e.event_type, data=e).data_bytes()) == e
+
+
+def test_a_log_written_when_times_were_text_folds_as_before() -> None:
+    """A goal stream as loopd-es wrote it before #25: ``""`` for unrecorded times, an offset, ms and us text."""
+    lines = (Path(__file__).parents[1] / "fixtures" / "goal_times_v1.ndjson").read_bytes().splitlines()
+    envelopes = [ENVELOPE_DECODER.decode(line) for line in lines]
+    assert {e.schema_version for e in envelopes if e.type != "goal.created"} == {1}
+    events = [decode_payload(e) for e in envelopes]
+    assert events[2].at == datetime(2026, 11, 30, 9, 0, 2, tzinfo=UTC)  # type: ignore[attr-defined]  # +02:00
+    state = fold(envelopes, initial("old"))
+    assert state.anomaly_count == 0 and state.status == "blocked"
+    assert state.created_at == "2026-11-30T09:00:00.000Z"
+    assert state.turn_started_at == "2026-11-30T09:00:02.000Z"  # written at +02:00, kept in UTC
+    assert state.last_progress is not None and state.last_progress.at == "2026-11-30T09:00:03.123456Z"
+    assert state.blocker is not None and state.blocker.at == ""  # not recorded, as the state said before
+    assert state.last_provider_limit is not None and state.last_provider_limit.observed_at == ""
+    # replay --check re-makes its decisions (the turn, its failure and backoff) with times as instants: equal
+    report = replay_goal_events(envelopes)
+    assert report.decisions == 3 and report.divergence is None
