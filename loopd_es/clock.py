@@ -211,3 +211,26 @@ def from_ms_held(ms: float) -> datetime:
 def iso_held(ms: float) -> str:
     """:func:`iso_us` text of :func:`from_ms_held`: how an old epoch-ms event time is read (upcasting)."""
     return iso_us(from_ms_held(ms))
+
+
+def stamp(moment: datetime | None) -> str:
+    """``moment`` as UTC text where state and read models keep text (``""`` for none).
+
+    :func:`iso` when it falls on a whole millisecond (the reference's form, so a time imported from a loopd
+    project reads back as it was written there), :func:`iso_us` otherwise (nothing finer is lost).
+    """
+    if moment is None:
+        return ""
+    return iso(moment) if moment.microsecond % 1000 == 0 else iso_us(moment)
+
+
+def stamp_or_none(moment: datetime | None) -> str | None:
+    """:func:`stamp` of ``moment``, ``None`` for none."""
+    return None if moment is None else stamp(moment)
+
+
+def stamp_text(text: str) -> str:
+    """A payload's time text as :func:`stamp` writes it (views that read raw payloads show every time alike);
+    text naming no time is kept as it is."""
+    moment = parse_or_none(text)
+    return text if moment is None else stamp(moment)

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 
+from loopd_es.clock import stamp
 from loopd_es.domain.streams import GOAL_PREFIX
 from loopd_es.events.base import CATALOGUE, payload_decoder
 from loopd_es.events.imported import happened_at
@@ -81,8 +83,12 @@ def goal_groups(envelopes: Sequence[Envelope]) -> dict[str, list[Envelope]]:
     return groups
 
 
-def when(at: str, env: Envelope) -> str:
-    """The time a payload says it happened, else its source's time (imported), else when the log recorded it."""
+def when(at: datetime | str | None, env: Envelope) -> str:
+    """The time a payload says it happened, else its source's time (imported), else when the log recorded it.
+
+    Read models keep times as RFC 3339 UTC text: a payload's instant is written with :func:`stamp`."""
+    if isinstance(at, datetime):
+        return stamp(at)
     return at or happened_at(env)
 
 

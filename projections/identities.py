@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from loopd_es.domain.streams import GOAL_PREFIX
@@ -333,7 +334,7 @@ class _Apply:
 
     def _insert(
         self, goal_id: str, switch_id: str, model: str | None, agent: str | None, reason: str, by: str, *,
-        resume: bool, pending: bool, pending_of: str | None, status: str, at: str,
+        resume: bool, pending: bool, pending_of: str | None, status: str, at: datetime | str | None,
     ) -> None:  # fmt: skip
         env = self.env
         self.t.put([

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Final
 
 from loopd_es.events import notification as n
 
-from ._fold import payload
+from ._fold import payload, when
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -59,14 +59,14 @@ class Notifications:
                     e.kind,
                     e.text,
                     e.cause_event_id,
-                    e.at or envelope.recorded_at,
+                    when(e.at, envelope),
                 ),
             )
         elif isinstance(e, n.NotificationDelivered):
             conn.execute(
                 "UPDATE notifications SET delivered_at = ?, delivered_position = ? "
                 "WHERE notification_id = ? AND delivered_at IS NULL",
-                (e.at or envelope.recorded_at, envelope.position, e.notification_id),
+                (when(e.at, envelope), envelope.position, e.notification_id),
             )
 
     def reset(self, conn: sqlite3.Connection) -> None:

@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from loopd_es.clock import stamp_or_none
 from loopd_es.domain.streams import GOAL_PREFIX
 from loopd_es.events import goal as g
 from loopd_es.events import identity as i
@@ -113,11 +114,11 @@ class ProviderLimits(BatchModel):
                 if e.to_model is not None:
                     row[_COL["current_model"]] = e.to_model
             elif isinstance(e, i.ProviderLimitObserved):
-                observations.append((env.position, goal_id, e.kind, e.source, e.model, e.status_code, e.retry_at,
-                                     e.observed_at, int(e.marks_blocker), env.correlation_id))  # fmt: skip
+                observations.append((env.position, goal_id, e.kind, e.source, e.model, e.status_code, stamp_or_none(e.retry_at),
+                                     stamp_or_none(e.observed_at), int(e.marks_blocker), env.correlation_id))  # fmt: skip
                 row[_COL["observations"]] += 1
                 _set(row, last_kind=e.kind, last_model=e.model, last_status_code=e.status_code,
-                     last_observed_at=e.observed_at, retry_at=e.retry_at)  # fmt: skip
+                     last_observed_at=stamp_or_none(e.observed_at), retry_at=stamp_or_none(e.retry_at))  # fmt: skip
             elif isinstance(e, i.FallbackPrepared):
                 _set(row, status="prepared", prepared_model=e.model, attempted=json_list(e.attempted),
                      reused=int(e.reused))  # fmt: skip

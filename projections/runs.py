@@ -17,6 +17,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from loopd_es.clock import stamp_or_none
 from loopd_es.events import goal as g
 from loopd_es.events import run as r
 
@@ -165,7 +166,7 @@ def _effect(rows: _Rows, goal_id: str, env: Envelope, before: str | None, after:
     elif isinstance(e, r.RunFailed):
         if (row := rows.touch(goal_id, e.run_id)) is not None:
             row[_ERROR], row[_SOURCE], row[_FAILURES] = e.error, e.source, e.consecutive_failures
-            row[_RETRY] = e.retry_after
+            row[_RETRY] = stamp_or_none(e.retry_after)
     elif isinstance(e, r.RunIdleCandidate):
         if (row := rows.touch(goal_id, e.run_id)) is not None:
             row[_IDLE] = when(e.at, env)

@@ -40,6 +40,7 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `projections` is not installed with loopd_es
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.events import command as c
 from loopd_es.events import goal as g
 from loopd_es.events import identity as i
@@ -120,7 +121,7 @@ def _episode(w: LogWriter, rng: random.Random, goal: _Goal, commands: list[int])
         goal.messages += 1
         events: list[Event] = [
             r.RunStarted(goal_id=gid, run_id=run_id, generation=gen, prompt_message_id=f"p{gen}",
-                         turn_count=gen, at=at),
+                         turn_count=gen, at=parse_rfc3339(at)),
             g.GoalUsageAccounted(goal_id=gid, message_ids=(f"m{goal.messages}",),
                                  token_delta=rng.randint(100, 5000), cost_delta=0.001 * rng.randint(1, 50),
                                  time_delta_seconds=rng.random() * 30),
@@ -128,12 +129,12 @@ def _episode(w: LogWriter, rng: random.Random, goal: _Goal, commands: list[int])
         if rng.random() < 0.85:
             goal.failures = 0
             events += [
-                r.RunIdleCandidate(goal_id=gid, run_id=run_id, generation=gen, at=at),
+                r.RunIdleCandidate(goal_id=gid, run_id=run_id, generation=gen, at=parse_rfc3339(at)),
                 r.RunCompleted(goal_id=gid, run_id=run_id, generation=gen),
             ]
             if rng.random() < 0.3:
                 events.append(g.GoalProgressReported(goal_id=gid, summary=f"step {gen} done",
-                                                     next=f"step {gen + 1}", at=at))  # fmt: skip
+                                                     next=f"step {gen + 1}", at=parse_rfc3339(at)))  # fmt: skip
         else:
             goal.failures += 1
             events.append(r.RunFailed(goal_id=gid, run_id=run_id, error="500 Internal Server Error",
@@ -147,9 +148,9 @@ def _episode(w: LogWriter, rng: random.Random, goal: _Goal, commands: list[int])
         w.add(stream, [
             r.RunStarted(goal_id=gid, run_id=run_id, generation=gen, prompt_message_id=f"p{gen}", turn_count=gen),
             r.RunFailed(goal_id=gid, run_id=run_id, error="429 Too Many Requests",
-                        consecutive_failures=goal.failures, retry_after=at),
-            i.ProviderLimitObserved(goal_id=gid, kind="rate-limit", source="session-error", observed_at=at,
-                                    model=goal.model, status_code=429, retry_at=at),
+                        consecutive_failures=goal.failures, retry_after=parse_rfc3339(at)),
+            i.ProviderLimitObserved(goal_id=gid, kind="rate-limit", source="session-error", observed_at=parse_rfc3339(at),
+                                    model=goal.model, status_code=429, retry_at=parse_rfc3339(at)),
             i.FallbackPrepared(goal_id=gid, model=fallback, attempted=(goal.model, fallback)),
         ], correlation=f"limit-{gid}-{gen}")  # fmt: skip
         _switch(w, rng, goal, fallback, None, reason="quota")
@@ -166,7 +167,7 @@ def _episode(w: LogWriter, rng: random.Random, goal: _Goal, commands: list[int])
     elif roll < 0.97:  # the worker's own bookkeeping
         w.add(stream, [
             g.GoalInputQueued(goal_id=gid, input_id=f"in-{goal.messages}", text="also cover the CLI"),
-            g.GoalProgressReported(goal_id=gid, summary="checkpoint", next="continue", at=at),
+            g.GoalProgressReported(goal_id=gid, summary="checkpoint", next="continue", at=parse_rfc3339(at)),
         ])  # fmt: skip
     else:  # a command session the goal waits on
         n = len(commands)
@@ -175,12 +176,12 @@ def _episode(w: LogWriter, rng: random.Random, goal: _Goal, commands: list[int])
         ok = rng.random() < 0.8
         w.add(cstream, [
             c.CommandStarted(command_id=cid, title="build", command="make", args=["all"], cwd="/w",
-                             watch=c.WatchSpec(filter="ERROR", until="done"), goal_id=gid, started_at=at),
+                             watch=c.WatchSpec(filter="ERROR", until="done"), goal_id=gid, started_at=parse_rfc3339(at)),
             c.CommandSpawned(command_id=cid, pid=1000 + n, supervisor_pid=999),
             c.AwaitRequested(goal_id=gid, command_id=cid, until="done"),
             c.WatchMatched(command_id=cid, lines=3, matches=1, pushes=1),
             c.CommandExited(command_id=cid, status="exited", end_reason="exit", exit_code=0 if ok else 2,
-                            ended_at=at),
+                            ended_at=parse_rfc3339(at)),
             c.AwaitFired(goal_id=gid, command_id=cid, status="exited", exit_code=0 if ok else 2,
                          until="done", matched_lines=["done"], evidence="done"),
         ], correlation=f"cmd-{cid}")  # fmt: skip
@@ -256,7 +257,7 @@ def generate(events: int, active: int, seed: int, batch: int = 50_000) -> Iterat
             goal = _Goal(gid, model)
             w.add(goal.stream, [
                 g.GoalCreated(goal_id=gid, name=f"goal {made}", objective="keep the docs in shape",
-                              owner_session_id="owner-1", config=config, at=w._now()),
+                              owner_session_id="owner-1", config=config, at=parse_rfc3339(w._now())),
                 g.GoalWorkerAssigned(goal_id=gid, worker_session_id=f"ses-{made}"),
             ])  # fmt: skip
             live.append((goal, [rng.randint(50, 600)]))
@@ -267,7 +268,7 @@ def generate(events: int, active: int, seed: int, batch: int = 50_000) -> Iterat
             left[0] -= 1
             if left[0] <= 0:
                 done: list[Event] = [g.GoalCompleted(goal_id=goal.goal_id, summary="done", evidence="checks pass",
-                                                     at=w._now())]  # fmt: skip
+                                                     at=parse_rfc3339(w._now()))]  # fmt: skip
                 if rng.random() < 0.3:
                     done.append(g.GoalCleared(goal_id=goal.goal_id))
                 w.add(goal.stream, done)

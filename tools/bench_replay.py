@@ -31,6 +31,7 @@ import anyio
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain.reducers import LogFold, StreamFold, reducer_versions, start
 from loopd_es.events import goal as g
 from loopd_es.events import run as r
@@ -65,8 +66,8 @@ def goal_traffic(goal_id: str, count: int) -> list[Event]:
                 generation=n,
                 prompt_message_id=f"msg_{n:08d}",
                 turn_count=n,
-                lease_expires_at="2026-12-02T12:05:00.000Z",
-                at="2026-12-02T12:00:00.000Z",
+                lease_expires_at=parse_rfc3339("2026-12-02T12:05:00.000Z"),
+                at=parse_rfc3339("2026-12-02T12:00:00.000Z"),
             )
         )
         events.append(
@@ -74,7 +75,7 @@ def goal_traffic(goal_id: str, count: int) -> list[Event]:
                 goal_id=goal_id,
                 summary=f"step {n} done: refactored the parser",
                 next="wire the CLI",
-                at="2026-12-02T12:01:00.000Z",
+                at=parse_rfc3339("2026-12-02T12:01:00.000Z"),
             )
         )
         events.append(
@@ -93,7 +94,7 @@ def goal_traffic(goal_id: str, count: int) -> list[Event]:
                     run_id=f"run-{n}",
                     error="overloaded",
                     consecutive_failures=1,
-                    retry_after="2026-12-02T12:00:02.000Z",
+                    retry_after=parse_rfc3339("2026-12-02T12:00:02.000Z"),
                 )
             )
         else:

@@ -11,6 +11,7 @@ sys.path.insert(0, str(ROOT))
 
 from loopd_es.events.catalogue import describe  # noqa: E402
 from loopd_es.events.upcasting import registered  # noqa: E402
+from loopd_es.events.upcasting import summary as upcaster_summary  # noqa: E402
 
 
 def render() -> str:
@@ -27,10 +28,15 @@ def render() -> str:
         "Schema evolution: a new field has a default; a field never changes type; type strings are stable;",
         "a change old events cannot satisfy bumps the type's version and registers an upcaster.",
         "",
+        "Times (`datetime` below) are RFC 3339 text in UTC, as msgspec writes them: `2026-12-02T12:00:00.123456Z`",
+        "(no fraction on a whole second). A time without an offset is refused as a malformed event.",
+        "",
     ]
     upcasters = registered()
     if upcasters:
-        lines += ["Upcasters: " + ", ".join(f"`{t}` v{v}→v{v + 1}" for t, v in upcasters) + ".", ""]
+        lines += ["Upcasters (how an event stored at an older version reads):", ""]
+        lines += [f"- `{t}` v{v}→v{v + 1}: {upcaster_summary(t, v)}" for t, v in upcasters]
+        lines.append("")
     for type_, version, summary, fields in describe():
         lines += [
             f"## `{type_}` (v{version})",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..clock import iso_us, parse_rfc3339
+from ..clock import parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.evolve import fold, initial
 from ..domain.streams import goal_stream
@@ -189,7 +189,7 @@ async def fork_goal(
         config=config,
         state=msgspec.to_builtins(state),
         changed=changed,
-        at=iso_us(service.clock.now()),
+        at=service.clock.now(),
     )
     forked = g.GoalForked(
         goal_id=source_id,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..clock import iso_us, parse_rfc3339
+from ..clock import parse_rfc3339
 from ..errors import UsageError
 from ..events.command import (
     AwaitCancelled,
@@ -119,8 +119,8 @@ class OutputFacts(msgspec.Struct, frozen=True, kw_only=True):
     tail: str = ""
 
 
-def deadline_for(started: datetime, timeout_seconds: int | None) -> str | None:
-    return None if timeout_seconds is None else iso_us(started + timedelta(seconds=timeout_seconds))
+def deadline_for(started: datetime, timeout_seconds: int | None) -> datetime | None:
+    return None if timeout_seconds is None else started + timedelta(seconds=timeout_seconds)
 
 
 def exit_evidence(s: CommandState, status: str, exit_code: int | None, signal: str | None, tail: str) -> str:
@@ -215,7 +215,7 @@ def decide_exit(
         output_bytes=output.output_bytes,
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
-        ended_at=iso_us(now),
+        ended_at=now,
     )
     return [exited, *_fire_exit(s, status, code, sig, output.tail, goal_gone)]
 
@@ -249,7 +249,7 @@ def decide_missing(s: CommandState, *, now: datetime, output: OutputFacts) -> li
         output_bytes=output.output_bytes,
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
-        ended_at=iso_us(now),
+        ended_at=now,
     )
     return [exited, *_fire_exit(s, "missing", None, None, output.tail, frozenset())]
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
+from ..clock import stamp, stamp_or_none
 from ..errors import DomainError, UsageError
 from ..events.base import Caller
 from ..events.command import (
@@ -153,13 +154,13 @@ def evolve(state: CommandState | None, e: Event, version: int = 0) -> CommandSta
             shell=e.shell,
             env_keys=tuple(e.env_keys),
             timeout_seconds=e.timeout_seconds,
-            deadline_at=e.deadline_at,
+            deadline_at=stamp_or_none(e.deadline_at),
             cols=e.cols,
             rows=e.rows,
             watch=None if e.watch is None or e.watch.empty else e.watch,
             goal_id=e.goal_id,
             notify_on_exit=e.notify_on_exit,
-            created_at=e.started_at,
+            created_at=stamp(e.started_at),
             owner_session_id=e.owner_session_id,
             machine=e.machine,
             version=version or 1,
@@ -219,11 +220,11 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             exit_code=e.exit_code,
             signal=e.signal,
             last_error=e.last_error,
-            ended_at=e.ended_at,
+            ended_at=stamp_or_none(e.ended_at),
             output_bytes=e.output_bytes,
             stream_bytes=e.stream_bytes,
             truncated=e.truncated,
-            owner_notified_at=e.owner_notified_at,
+            owner_notified_at=stamp_or_none(e.owner_notified_at),
         )
     if isinstance(e, CommandRemoved):
         # awaits a removal left (one written without its cancellations, e.g. imported) stay visible until
@@ -237,7 +238,7 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             until=e.until,
             ignore_case=e.ignore_case,
             owner_session_id=e.owner_session_id,
-            requested_at=e.at,
+            requested_at=stamp(e.at),
             requested_by=e.called_by,
         )
         return _replace(s, awaits=(*s.awaits, new))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Final
 
-from ..clock import iso
+from ..clock import iso, whole_ms
 from ..events import goal as g
 from ..events import run as r
 from ..events.base import Event
@@ -138,7 +139,7 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
             objective=cmd.objective,
             owner_session_id=owner,
             config=config,
-            at=iso(facts.now),
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -209,7 +210,7 @@ def _send(cmd: c.SendInput, state: GoalState, facts: c.Facts) -> list[Event]:
         raise RuleError("Nothing to send.", "bad_request")
     require_goal(state, cmd.caller)
     events: list[Event] = [
-        g.GoalInputQueued(goal_id=state.goal_id, input_id=cmd.input_id, text=cmd.text, at=iso(facts.now))
+        g.GoalInputQueued(goal_id=state.goal_id, input_id=cmd.input_id, text=cmd.text, at=whole_ms(facts.now))
     ]
     if state.status == "active" and state.worker_session_id is not None:
         events.append(g.GoalNudged(goal_id=state.goal_id, bare=True))
@@ -227,7 +228,7 @@ def _abort(cmd: c.AbortWorker, state: GoalState, facts: c.Facts) -> list[Event]:
     require_goal(state, cmd.caller)
     if state.worker_session_id is None:
         raise RuleError(f'Goal "{state.name}" has no worker session to abort.')
-    return [g.GoalWorkerAborted(goal_id=state.goal_id, at=iso(facts.now))]
+    return [g.GoalWorkerAborted(goal_id=state.goal_id, at=whole_ms(facts.now))]
 
 
 @_on(c.RecordWorkerFailure)
@@ -244,7 +245,7 @@ def _worker_failure(cmd: c.RecordWorkerFailure, state: GoalState, facts: c.Facts
             last_error=detail,
             source="worker_create",
             needed="Start the goal again from a valid OpenCode session after correcting the worker creation error.",
-            at=iso(facts.now),
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -256,7 +257,11 @@ def _force_complete(cmd: c.ForceComplete, state: GoalState, facts: c.Facts) -> l
         raise RuleError(f'Goal "{state.name}" already complete.')
     return [
         g.GoalCompleted(
-            goal_id=state.goal_id, summary=cmd.summary, evidence=cmd.evidence, forced=True, at=iso(facts.now)
+            goal_id=state.goal_id,
+            summary=cmd.summary,
+            evidence=cmd.evidence,
+            forced=True,
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -268,7 +273,11 @@ def _force_block(cmd: c.ForceBlock, state: GoalState, facts: c.Facts) -> list[Ev
         raise RuleError(f'Goal "{state.name}" already blocked.')
     return [
         g.GoalBlocked(
-            goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="owner", at=iso(facts.now)
+            goal_id=state.goal_id,
+            reason=cmd.reason,
+            needed=cmd.needed,
+            source="owner",
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -288,7 +297,7 @@ def _progress(cmd: c.ReportProgress, state: GoalState, facts: c.Facts) -> list[E
             summary=cmd.summary,
             next=cmd.next,
             evidence=cmd.evidence,
-            at=iso(facts.now),
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -299,7 +308,11 @@ def _block(cmd: c.BlockGoal, state: GoalState, facts: c.Facts) -> list[Event]:
         raise RuleError(f"Cannot block goal in {state.status if state.exists else 'missing'} state.")
     return [
         g.GoalBlocked(
-            goal_id=state.goal_id, reason=cmd.reason, needed=cmd.needed, source="worker", at=iso(facts.now)
+            goal_id=state.goal_id,
+            reason=cmd.reason,
+            needed=cmd.needed,
+            source="worker",
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -315,7 +328,7 @@ def _complete(cmd: c.CompleteGoal, state: GoalState, facts: c.Facts) -> list[Eve
         for x in cmd.check_results
         if x.exit_code != 0
     )
-    now = iso(facts.now)
+    now = whole_ms(facts.now)
     if not failures:
         return [
             g.GoalCompleted(
@@ -337,7 +350,7 @@ def _complete(cmd: c.CompleteGoal, state: GoalState, facts: c.Facts) -> list[Eve
             rejection_count=count,
             failed_check_count=len(failures),
             failure_summary=text[:500],
-            details=f"Rejection #{count} at {now}\n\nWorking directory: {cwd}\n\n{text}",
+            details=f"Rejection #{count} at {iso(now)}\n\nWorking directory: {cwd}\n\n{text}",
             failures=failures,
             cwd=cwd,
             free_retry=count < limit,
@@ -365,14 +378,14 @@ def _failure_text(f: g.CheckFailure) -> str:
     return "\n".join(parts)
 
 
-def _next_run_at(state: GoalState, facts: c.Facts) -> str | None:
+def _next_run_at(state: GoalState, facts: c.Facts) -> datetime | None:
     schedule = state.config.schedule
     if schedule is None or schedule.every_ms < 1000:
         return None
     count = state.schedule_run_count + 1
     if schedule.max_runs is not None and count >= schedule.max_runs:
         return None
-    return iso(after_ms(facts.now, schedule.every_ms))
+    return whole_ms(after_ms(facts.now, schedule.every_ms))
 
 
 # -- usage, runs, limits ------------------------------------------------------------------------------
@@ -427,8 +440,8 @@ def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]
             turn_count=state.run_count + 1,
             charged=not state.free_retry_pending,
             kind=kind,
-            lease_expires_at=iso(after_ms(facts.now, timeout)),
-            at=iso(facts.now),
+            lease_expires_at=whole_ms(after_ms(facts.now, timeout)),
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -443,7 +456,7 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
     failures = state.consecutive_failures + 1
     blocked = cmd.block_immediately or failures >= (state.config.max_failures or DEFAULT_MAX_FAILURES)
     wait = backoff_ms(failures, facts.backoff.base_ms, facts.backoff.cap_ms)
-    retry_after = None if blocked else iso(after_ms(facts.now, wait))
+    retry_after = None if blocked else whole_ms(after_ms(facts.now, wait))
     events: list[Event] = [
         r.RunFailed(
             goal_id=state.goal_id,
@@ -453,7 +466,7 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
             retry_after=retry_after,
             source=cmd.source,
             generation=state.run_generation,
-            at=iso(facts.now),
+            at=whole_ms(facts.now),
         )
     ]
     if blocked:
@@ -474,7 +487,7 @@ def _run_failure(cmd: c.RecordRunFailure, state: GoalState, facts: c.Facts) -> l
                 needed=needed,
                 source=cmd.source,
                 last_error=cmd.error_text,
-                at=iso(facts.now),
+                at=whole_ms(facts.now),
                 failures=failures,
             )
         )
@@ -515,7 +528,7 @@ def limit_events(state: GoalState, facts: c.Facts) -> list[Event]:
                     goal_id=state.goal_id,
                     reason=f"{force_reason} (force-finish ignored)",
                     needed="User intervention required. Use retry to attempt again.",
-                    at=iso(facts.now),
+                    at=whole_ms(facts.now),
                 )
             ]
         return [g.GoalForceFinishRequested(goal_id=state.goal_id, reason=force_reason)]

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..clock import iso
+from ..clock import whole_ms
 from ..events import engine as en
 from ..events import goal as g
 from ..events import run as r
@@ -66,7 +66,11 @@ def _request_turn(cmd: c.RequestTurn, state: GoalState, facts: c.Facts) -> list[
         return []  # one request waits already (a bare one replaces a steering one: it carries the inbox)
     return [
         g.GoalTurnRequested(
-            goal_id=state.goal_id, kind=cmd.kind, force=cmd.force, switch_id=cmd.switch_id, at=iso(facts.now)
+            goal_id=state.goal_id,
+            kind=cmd.kind,
+            force=cmd.force,
+            switch_id=cmd.switch_id,
+            at=whole_ms(facts.now),
         )
     ]
 
@@ -104,14 +108,14 @@ def _wake(cmd: c.WakeForEvidence, state: GoalState, facts: c.Facts) -> list[Even
 def _stage(cmd: c.StageIdleCandidate, state: GoalState, facts: c.Facts) -> list[Event]:
     if not _on_run(state, cmd.run_id, cmd.generation):
         return []
-    return _record(r.RunIdleCandidate, cmd, state, at=iso(facts.now))
+    return _record(r.RunIdleCandidate, cmd, state, at=whole_ms(facts.now))
 
 
 @_on(c.RecordConfirmFailure)
 def _confirm_failed(cmd: c.RecordConfirmFailure, state: GoalState, facts: c.Facts) -> list[Event]:
     if not _on_run(state, cmd.run_id, cmd.generation) or state.confirm_failed_generation == cmd.generation:
         return []
-    return _record(r.RunConfirmFailed, cmd, state, at=iso(facts.now))
+    return _record(r.RunConfirmFailed, cmd, state, at=whole_ms(facts.now))
 
 
 @_on(c.RecoverRun)
@@ -130,7 +134,7 @@ def _stuck(cmd: c.RecordStuck, state: GoalState, facts: c.Facts) -> list[Event]:
 def _compaction_started(cmd: c.StartCompaction, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists:
         return []
-    return [en.CompactionStarted(goal_id=state.goal_id, run_count=state.run_count, at=iso(facts.now))]
+    return [en.CompactionStarted(goal_id=state.goal_id, run_count=state.run_count, at=whole_ms(facts.now))]
 
 
 @_on(c.CompleteCompaction)

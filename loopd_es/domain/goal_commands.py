@@ -327,7 +327,7 @@ class QueueEvidence(_GoalCommand, frozen=True, kw_only=True):
 
     input_id: str
     text: str
-    at: str
+    at: datetime
 
 
 class WakeForEvidence(_GoalCommand, frozen=True, kw_only=True):

@@ -24,8 +24,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from ..clock import iso, parse_rfc3339
-from .state import ProviderLimit
+from ..clock import parse_rfc3339, whole_ms
+from ..events.identity import ProviderLimitFacts
 
 RETRY_AFTER_CAP_SECONDS: Final = 31_536_000
 
@@ -110,7 +110,7 @@ def classify(
     model: str | None = None,
     *,
     retrying: bool = False,
-) -> ProviderLimit | None:
+) -> ProviderLimitFacts | None:
     """The observation for ``error``, or ``None`` when it is not a provider limit.
 
     ``retrying``: ``error`` is a retry status (the host retries by itself), a rate limit unless it says quota.
@@ -147,10 +147,10 @@ def classify(
         data.get("retryAfter"),
         headers.get("retry-after") if isinstance(headers, dict) else None,
     )
-    return ProviderLimit(
+    return ProviderLimitFacts(
         kind=kind,
         source=source,
-        observed_at=iso(now),
+        observed_at=whole_ms(now),
         model=model,
         status_code=int(status_code) if status_code is not None else None,
         retry_at=_retry_at(retry_after, now),
@@ -173,15 +173,15 @@ def _first_present(*values: Any) -> Any:
     return None
 
 
-def _retry_at(value: Any, now: datetime) -> str | None:
+def _retry_at(value: Any, now: datetime) -> datetime | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         if math.isfinite(value) and value >= 0:
-            return iso(now + timedelta(seconds=min(value, RETRY_AFTER_CAP_SECONDS)))
+            return whole_ms(now + timedelta(seconds=min(value, RETRY_AFTER_CAP_SECONDS)))
         return None
     if not isinstance(value, str):
         return None
     if _NUMERIC.match(value):
-        return iso(now + timedelta(seconds=min(float(value), RETRY_AFTER_CAP_SECONDS)))
+        return whole_ms(now + timedelta(seconds=min(float(value), RETRY_AFTER_CAP_SECONDS)))
     try:
         moment = parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -191,4 +191,4 @@ def _retry_at(value: Any, now: datetime) -> str | None:
             return None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return iso(moment)
+    return whole_ms(moment.astimezone(UTC))

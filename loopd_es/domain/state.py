@@ -8,16 +8,19 @@ works on, so that an event costs a few attribute stores instead of a copy of som
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
+from ..clock import stamp, stamp_or_none
 from ..events.base import Caller
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
-from ..events.identity import ProviderLimitFacts
 from ..events.imported import VerificationAttempt
 
-REDUCER_VERSION: Final = 4
+if TYPE_CHECKING:
+    from ..events.identity import ProviderLimitFacts
+
+REDUCER_VERSION: Final = 5
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
 
 MAX_ANOMALIES: Final = 50
@@ -111,13 +114,23 @@ class TurnRequest(_S, frozen=True):
     at: str
 
 
-class ProviderLimit(_S, ProviderLimitFacts, frozen=True):
-    """The goal's last provider-limit observation (the fields of ``identity.provider_limit_observed``)."""
+class ProviderLimit(_S, frozen=True):
+    """The goal's last provider-limit observation: the fields of ``identity.provider_limit_observed``, its
+    times as text like every time in the state (the reference's ``lastProviderLimit``)."""
+
+    kind: Literal["quota", "rate-limit"]
+    source: Literal["prompt-delivery", "session-error"]
+    observed_at: str
+    model: str | None = None
+    status_code: int | None = None
+    retry_at: str | None = None
 
     @classmethod
     def of(cls, facts: ProviderLimitFacts) -> ProviderLimit:
         """The observation fields of ``facts`` (an observed event, say) as state."""
-        return cls(**{name: getattr(facts, name) for name in ProviderLimitFacts.__struct_fields__})
+        values = {name: getattr(facts, name) for name in cls.__struct_fields__}
+        values.update(observed_at=stamp(facts.observed_at), retry_at=stamp_or_none(facts.retry_at))
+        return cls(**values)
 
 
 class ModelFallback(_S, frozen=True):

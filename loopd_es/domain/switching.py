@@ -8,9 +8,9 @@ with :class:`~loopd_es.domain.goal_commands.RecordSwitchOutcome`, which is decid
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from ..clock import iso
+from ..clock import whole_ms
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
@@ -27,7 +27,10 @@ from .rules import (
     stale_run,
     unusable_model,
 )
-from .state import GoalState, ProviderLimit
+from .state import GoalState
+
+if TYPE_CHECKING:
+    from ..events.identity import ProviderLimitFacts
 
 _Decider = Callable[[Any, GoalState, c.Facts], list[Event]]
 DECIDERS: Final[dict[type, _Decider]] = {}
@@ -92,7 +95,7 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
                 goal_id=state.goal_id, switch_id=cmd.switch_id, model=model, agent=agent
             )
         ]
-    now = iso(facts.now)
+    now = whole_ms(facts.now)
     busy = state.switch_in_flight is not None or (state.phase == "running" and lease_valid(state, facts.now))
     if facts.worker_status != "idle" or busy:
         return [
@@ -201,7 +204,7 @@ def _apply_pending(cmd: c.ApplyPendingSwitch, state: GoalState, facts: c.Facts) 
             reason=reason,  # type: ignore[arg-type]
             pending=True,
             requested_by="pending",
-            at=iso(facts.now),
+            at=whole_ms(facts.now),
             worker_status=facts.worker_status,
         )
     ]
@@ -216,7 +219,7 @@ def _target(model: str | None, agent: str | None) -> i.SwitchTarget:
 def _failed(
     state: GoalState, facts: c.Facts, switch_id: str, target: Any, stage: Any, reason: Any, *, pending: bool
 ) -> list[Event]:
-    now = iso(facts.now)
+    now = whole_ms(facts.now)
     events: list[Event] = [
         i.IdentitySwitchFailed(
             goal_id=state.goal_id,
@@ -288,7 +291,7 @@ def _outcome(cmd: c.RecordSwitchOutcome, state: GoalState, facts: c.Facts) -> li
             from_agent=state.config.agent,
             outcome=outcome,
             reason=flight.reason,
-            at=iso(facts.now),
+            at=whole_ms(facts.now),
         )
     ]
     if flight.resume and _still_resumable(state, target):
@@ -318,7 +321,7 @@ def _observe(cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts) -> l
 
 
 def observe_limit(
-    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, observation: ProviderLimit
+    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, observation: ProviderLimitFacts
 ) -> list[Event]:
     """:func:`decide` for a provider error already classified (a replay has the observation, not the error)."""
     if not state.exists:
@@ -349,13 +352,13 @@ def _fallback_turn(
             to_model=prepared.model,
             from_model=state.config.model,
             generation=state.run_generation,
-            at=iso(facts.now),
+            at=whole_ms(facts.now),
         ),
     ]
 
 
 def _observed(
-    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, observation: ProviderLimit
+    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, observation: ProviderLimitFacts
 ) -> list[Event]:
     model = state.config.model
     previous = state.model_fallback.attempted if state.model_fallback else ()
@@ -390,7 +393,7 @@ def _observed(
                 goal_id=state.goal_id,
                 model=pending.model,
                 attempted=attempted,
-                at=iso(facts.now),
+                at=whole_ms(facts.now),
                 reused=True,
                 limit=observation.kind,
             )
@@ -421,7 +424,7 @@ def _observed(
                     goal_id=state.goal_id,
                     model=candidate,
                     attempted=tuple(tried),
-                    at=iso(facts.now),
+                    at=whole_ms(facts.now),
                     limit=observation.kind,
                 )
             )

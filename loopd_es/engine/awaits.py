@@ -14,6 +14,7 @@ import uuid
 from typing import TYPE_CHECKING, Final
 
 from ..app.service import Ctx
+from ..clock import parse_rfc3339
 from ..domain import goal_commands as c
 from ..errors import DuplicateEventIdError
 
@@ -83,7 +84,9 @@ class AwaitWaker:
         input_id = wake_input_id(env.event_id)
         ctx = Ctx(env.correlation_id or env.event_id, env.event_id)
         if input_id not in self.queued:
-            queue = c.QueueEvidence(goal_id=goal_id, input_id=input_id, text=str(text), at=env.recorded_at)
+            queue = c.QueueEvidence(
+                goal_id=goal_id, input_id=input_id, text=str(text), at=parse_rfc3339(env.recorded_at)
+            )
             try:  # its id is derived from the fire: a replayed reaction records nothing again
                 await self.goals.execute(queue, ctx, event_id=str(uuid.uuid5(_NAMESPACE, env.event_id)))
             except DuplicateEventIdError:

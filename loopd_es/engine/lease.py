@@ -17,7 +17,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
-from ..clock import from_us, iso, to_us
+from ..clock import from_us, iso, to_us, whole_ms
 from ..errors import LoopdError, StorageError
 from ..events import engine as en
 from ..events.catalogue import new_event
@@ -73,8 +73,8 @@ class Lease:
         fact = en.EngineTookOver(
             holder=self.holder,
             previous_holder=previous.holder,
-            previous_expired_at=iso(from_us(previous.expires_us)),
-            at=iso(now),
+            previous_expired_at=whole_ms(from_us(previous.expires_us)),
+            at=whole_ms(now),
         )
         assert self.token is not None
         await self.store.append(en.ENGINE_STREAM, [new_event(fact)], fences=[Fence(KEY, self.token)])

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from ..app.turns import Guard, no_guard
-from ..clock import iso
+from ..clock import whole_ms
 from ..errors import DuplicateEventIdError
 from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
@@ -132,7 +132,7 @@ class Outbox:
             kind=kind,
             text=text,
             cause_event_id=cause_event_id,
-            at=iso(self.clock.now()),
+            at=whole_ms(self.clock.now()),
             command_id=command_id,
         )
         event = new_event(
@@ -184,7 +184,7 @@ class Outbox:
         done = n.NotificationDelivered(
             notification_id=notification_id,
             goal_id=payload.goal_id,
-            at=iso(self.clock.now()),
+            at=whole_ms(self.clock.now()),
             command_id=payload.command_id,
         )
         try:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from ..clock import from_us, iso, to_us
+from ..clock import from_us, to_us, whole_ms
 from ..errors import LoopdError
 from ..events import engine as en
 from ..events.catalogue import new_event
@@ -296,7 +296,7 @@ class Shares:
         if not before or before == self.member:
             return
         fact = en.EngineGoalMoved(
-            goal_id=goal_id, member=self.member, previous_member=before, reason=why, at=iso(now)
+            goal_id=goal_id, member=self.member, previous_member=before, reason=why, at=whole_ms(now)
         )
         await self.store.append(
             en.ENGINE_STREAM, [new_event(fact)], fences=[Fence(claim_key(goal_id), token)]

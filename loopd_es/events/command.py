@@ -17,6 +17,8 @@ from typing import Final, Literal
 import msgspec
 
 from .base import Caller, Event, event
+from .times import UtcTime
+from .upcasting import register_upcaster, times_to_utc
 
 Status = Literal["running", "exited", "terminated", "missing"]
 EndReason = Literal["exit", "terminate", "timeout", "until", "missing"]
@@ -45,7 +47,7 @@ class WatchSpec(msgspec.Struct, frozen=True, kw_only=True):
         return not self.filter and not self.until
 
 
-@event("command.started")
+@event("command.started", version=2)
 class CommandStarted(Event, frozen=True, kw_only=True):
     """A command was accepted and its owner (supervisor) launched; the process is ``running`` from here."""
 
@@ -57,13 +59,13 @@ class CommandStarted(Event, frozen=True, kw_only=True):
     shell: bool = False
     env_keys: list[str] = msgspec.field(default_factory=list)
     timeout_seconds: int | None = None
-    deadline_at: str | None = None
+    deadline_at: UtcTime | None = None
     cols: int = 80
     rows: int = 24
     watch: WatchSpec | None = None
     goal_id: str | None = None
     notify_on_exit: bool | None = None
-    started_at: str
+    started_at: UtcTime | None
     owner_session_id: str | None = None
     """The OpenCode session that started it with ``loopd_command_start`` (the reference's ``ownerSessionID``):
     the only session its command tools may touch. ``None`` for a command started from the CLI."""
@@ -166,7 +168,7 @@ class CommandResized(Event, frozen=True, kw_only=True):
     owner process itself, or a log written before 0.5."""
 
 
-@event("command.exited")
+@event("command.exited", version=2)
 class CommandExited(Event, frozen=True, kw_only=True):
     """The command reached its one terminal status (``missing`` included); never followed by another."""
 
@@ -179,8 +181,8 @@ class CommandExited(Event, frozen=True, kw_only=True):
     output_bytes: int = 0
     stream_bytes: int = 0
     truncated: bool = False
-    ended_at: str
-    owner_notified_at: str | None = None
+    ended_at: UtcTime | None
+    owner_notified_at: UtcTime | None = None
     """When the owner was told of the exit (the reference's exactly-once ``ownerNotifiedAt``), if known."""
 
 
@@ -194,7 +196,7 @@ class CommandRemoved(Event, frozen=True, kw_only=True):
     owner process itself, or a log written before 0.5."""
 
 
-@event("command.await-requested")
+@event("command.await-requested", version=2)
 class AwaitRequested(Event, frozen=True, kw_only=True):
     """A goal now waits for this command's exit, or for its first line matching ``until``."""
 
@@ -204,8 +206,8 @@ class AwaitRequested(Event, frozen=True, kw_only=True):
     ignore_case: bool = False
     owner_session_id: str | None = None
     """The session that asked to wait (the reference's ``commandAwaits[].ownerSessionID``), if known."""
-    at: str = ""
-    """When the await was asked for (an import's ``commandAwaits[].createdAt``); empty: the envelope's time."""
+    at: UtcTime | None = None
+    """When the await was asked for (an import's ``commandAwaits[].createdAt``); ``None``: the envelope's time."""
     called_by: Caller | None = None
     """The OpenCode tool call that asked for the await (``loopd_command_*``); ``None`` from the CLI, the dashboard, the
     owner process itself, or a log written before 0.5."""
@@ -283,3 +285,7 @@ COMMAND_EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     AwaitDiscarded,
     AwaitCancelled,
 )
+
+register_upcaster("command.started", 1, times_to_utc("deadline_at", "started_at"))
+register_upcaster("command.exited", 1, times_to_utc("ended_at", "owner_notified_at"))
+register_upcaster("command.await-requested", 1, times_to_utc("at"))

@@ -16,9 +16,11 @@ acts on them any more.
 from __future__ import annotations
 
 from .base import Event, event
+from .times import UtcTime
+from .upcasting import register_upcaster, times_to_utc
 
 
-@event("compaction.started")
+@event("compaction.started", version=2)
 class CompactionStarted(Event, frozen=True):
     """The engine started compacting the worker's session after run ``run_count``.
 
@@ -27,7 +29,7 @@ class CompactionStarted(Event, frozen=True):
 
     goal_id: str
     run_count: int
-    at: str = ""
+    at: UtcTime | None = None
 
 
 @event("compaction.completed")
@@ -48,12 +50,12 @@ ENGINE_STREAM = "engine"
 @event("engine.took_over")
 class EngineTookOver(Event, frozen=True):
     """``holder`` took the engine lease from ``previous_holder``, which had stopped renewing it (crashed,
-    killed or stalled) and whose lease ran out at ``previous_expired_at`` (ISO, UTC)."""
+    killed or stalled) and whose lease ran out at ``previous_expired_at``."""
 
     holder: str
     previous_holder: str
-    previous_expired_at: str
-    at: str
+    previous_expired_at: UtcTime
+    at: UtcTime
 
 
 @event("engine.goal_moved")
@@ -66,4 +68,7 @@ class EngineGoalMoved(Event, frozen=True):
     member: str
     previous_member: str
     reason: str
-    at: str
+    at: UtcTime
+
+
+register_upcaster("compaction.started", 1, times_to_utc("at"))

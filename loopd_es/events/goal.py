@@ -18,7 +18,8 @@ from typing import Any, Literal
 import msgspec
 
 from .base import Caller, Event, event
-from .upcasting import register_upcaster
+from .times import UtcTime
+from .upcasting import register_upcaster, times_to_utc
 
 GoalStatus = Literal["active", "paused", "blocked", "budget_limited", "usage_limited", "complete"]
 """The reference's six statuses; ``usage_limited`` is declared but never produced.
@@ -63,7 +64,7 @@ class GoalConfig(msgspec.Struct, frozen=True, kw_only=True):
     (docs/reference/loopd.md#s1-2); kept as given."""
 
 
-@event("goal.created", version=2)
+@event("goal.created", version=3)
 class GoalCreated(Event, frozen=True):
     """A goal was accepted: name, objective, owner and its whole resolved configuration.
 
@@ -78,7 +79,7 @@ class GoalCreated(Event, frozen=True):
     config: GoalConfig = GoalConfig()
     parent_model: str | None = None
     parent_agent: str | None = None
-    at: str = ""
+    at: UtcTime | None = None
     called_by: Caller | None = None
 
 
@@ -144,7 +145,7 @@ class GoalCleared(Event, frozen=True):
     called_by: Caller | None = None
 
 
-@event("goal.progress")
+@event("goal.progress", version=2)
 class GoalProgressReported(Event, frozen=True):
     """The worker reported progress: failure and no-progress counters reset."""
 
@@ -152,7 +153,7 @@ class GoalProgressReported(Event, frozen=True):
     summary: str
     next: str | None = None
     evidence: str | None = None
-    at: str = ""
+    at: UtcTime | None = None
     called_by: Caller | None = None
 
 
@@ -181,7 +182,7 @@ class GoalCompletionRejected(Event, frozen=True):
     called_by: Caller | None = None
 
 
-@event("goal.completed")
+@event("goal.completed", version=2)
 class GoalCompleted(Event, frozen=True):
     """The goal is complete: verified by its checks, or forced by the owner (``forced``)."""
 
@@ -189,15 +190,15 @@ class GoalCompleted(Event, frozen=True):
     summary: str
     evidence: str
     forced: bool = False
-    next_run_at: str | None = None
-    at: str = ""
+    next_run_at: UtcTime | None = None
+    at: UtcTime | None = None
     called_by: Caller | None = None
 
 
 BlockerKind = Literal["provider-limit"]
 
 
-@event("goal.blocked")
+@event("goal.blocked", version=2)
 class GoalBlocked(Event, frozen=True):
     """The goal needs its owner: ``reason`` says why, ``needed`` what to do."""
 
@@ -207,7 +208,7 @@ class GoalBlocked(Event, frozen=True):
     kind: BlockerKind | None = None
     source: str | None = None
     last_error: str | None = None
-    at: str = ""
+    at: UtcTime | None = None
     failures: int | None = None
     """The consecutive failures that blocked it (session errors), as the owner is told them."""
     called_by: Caller | None = None
@@ -233,7 +234,7 @@ class GoalUsageAccounted(Event, frozen=True):
     time_delta_seconds: float = 0.0
 
 
-@event("goal.input_queued")
+@event("goal.input_queued", version=2)
 class GoalInputQueued(Event, frozen=True):
     """A message was put in the goal's inbox; it stays there until a ``goal.input_delivered`` names it."""
 
@@ -241,7 +242,7 @@ class GoalInputQueued(Event, frozen=True):
     input_id: str
     text: str
     sender: Literal["user", "worker"] = "user"
-    at: str = ""
+    at: UtcTime | None = None
     called_by: Caller | None = None
 
 
@@ -254,12 +255,12 @@ class GoalInputDelivered(Event, frozen=True):
     run_id: str | None = None
 
 
-@event("goal.worker_aborted")
+@event("goal.worker_aborted", version=2)
 class GoalWorkerAborted(Event, frozen=True):
     """The owner aborted the worker's run: lease released, status and worker session unchanged."""
 
     goal_id: str
-    at: str = ""
+    at: UtcTime | None = None
     called_by: Caller | None = None
 
 
@@ -272,7 +273,7 @@ class GoalNudged(Event, frozen=True):
     called_by: Caller | None = None
 
 
-@event("goal.turn_requested")
+@event("goal.turn_requested", version=2)
 class GoalTurnRequested(Event, frozen=True):
     """The owner asked for a turn while an identity switch was in flight: it runs once the switch has ended.
 
@@ -285,7 +286,7 @@ class GoalTurnRequested(Event, frozen=True):
     force: bool = False
     switch_id: str | None = None
     """The switch it waits for."""
-    at: str = ""
+    at: UtcTime | None = None
     called_by: Caller | None = None
 
 
@@ -312,7 +313,7 @@ class GoalBudgetExhausted(Event, frozen=True):
     """That budget's limit, so the reason reads ``cost $2.0731 >= $2.0000`` without the configuration."""
 
 
-@event("goal.compaction_started")
+@event("goal.compaction_started", version=2)
 class GoalCompactionStarted(Event, frozen=True):
     """The worker session's context was sent for compaction (the reference's ``compaction.started``).
 
@@ -320,18 +321,18 @@ class GoalCompactionStarted(Event, frozen=True):
     """
 
     goal_id: str
-    at: str = ""
+    at: UtcTime | None = None
 
 
-@event("goal.compaction_completed")
+@event("goal.compaction_completed", version=2)
 class GoalCompactionCompleted(Event, frozen=True):
     """The host reported the session compacted (``compaction.completed``); the time is ``lastCompactAt``."""
 
     goal_id: str
-    at: str = ""
+    at: UtcTime | None = None
 
 
-@event("goal.forked_from")
+@event("goal.forked_from", version=2)
 class GoalForkedFrom(Event, frozen=True):
     """This goal began as a copy of ``source_goal_id``'s state at one of its events (``loopd-es fork``).
 
@@ -352,7 +353,7 @@ class GoalForkedFrom(Event, frozen=True):
     state: dict[str, Any] = {}
     changed: tuple[str, ...] = ()
     """What the fork changed against the source, e.g. ``("model", "max_turns")``."""
-    at: str = ""
+    at: UtcTime | None = None
 
 
 @event("goal.forked")
@@ -377,3 +378,14 @@ def _goal_created_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
 
 
 register_upcaster("goal.created", 1, _goal_created_v1_to_v2)
+
+register_upcaster("goal.created", 2, times_to_utc("at"))
+register_upcaster("goal.progress", 1, times_to_utc("at"))
+register_upcaster("goal.completed", 1, times_to_utc("next_run_at", "at"))
+register_upcaster("goal.blocked", 1, times_to_utc("at"))
+register_upcaster("goal.input_queued", 1, times_to_utc("at"))
+register_upcaster("goal.worker_aborted", 1, times_to_utc("at"))
+register_upcaster("goal.turn_requested", 1, times_to_utc("at"))
+register_upcaster("goal.compaction_started", 1, times_to_utc("at"))
+register_upcaster("goal.compaction_completed", 1, times_to_utc("at"))
+register_upcaster("goal.forked_from", 1, times_to_utc("at"))

@@ -12,6 +12,8 @@ from typing import Literal
 import msgspec
 
 from .base import Caller, Event, event
+from .times import UtcTime
+from .upcasting import register_upcaster, times_to_utc
 
 SwitchReason = Literal["owner", "quota"]
 SwitchOutcome = Literal["applied", "next-prompt"]
@@ -21,7 +23,7 @@ WorkerStatus = Literal["idle", "busy", "retry", "unknown"]
 """The worker's status as the host reported it when a switch was decided (a switch in flight counts as busy)."""
 
 
-@event("identity.switch_requested")
+@event("identity.switch_requested", version=2)
 class IdentitySwitchRequested(Event, frozen=True):
     """The owner (or the fallback) asked for a new model and/or agent; the worker is idle, so apply now."""
 
@@ -33,13 +35,13 @@ class IdentitySwitchRequested(Event, frozen=True):
     requested_by: str = ""
     reason: SwitchReason = "owner"
     pending: bool = False
-    at: str = ""
+    at: UtcTime | None = None
     called_by: Caller | None = None
     worker_status: WorkerStatus | None = None
     """The worker status the decision read (``replay --check`` re-makes it); absent in logs written before it was recorded."""
 
 
-@event("identity.switch_deferred")
+@event("identity.switch_deferred", version=2)
 class IdentitySwitchDeferred(Event, frozen=True):
     """The worker was busy: the switch is pending until the next permitted idle turn (config unchanged).
 
@@ -51,7 +53,7 @@ class IdentitySwitchDeferred(Event, frozen=True):
     model: str | None = None
     agent: str | None = None
     reason: SwitchReason = "owner"
-    at: str = ""
+    at: UtcTime | None = None
     called_by: Caller | None = None
     worker_status: WorkerStatus | None = None
     """The worker status the decision read (``replay --check`` re-makes it); absent in logs written before it was recorded."""
@@ -68,7 +70,7 @@ class IdentitySwitchUnsupported(Event, frozen=True):
     called_by: Caller | None = None
 
 
-@event("identity.switch_applied")
+@event("identity.switch_applied", version=2)
 class IdentitySwitchApplied(Event, frozen=True):
     """The host accepted the switch; the only fact that changes ``config.model``/``config.agent``.
 
@@ -84,10 +86,10 @@ class IdentitySwitchApplied(Event, frozen=True):
     from_agent: str | None = None
     outcome: SwitchOutcome = "applied"
     reason: SwitchReason = "owner"
-    at: str = ""
+    at: UtcTime | None = None
 
 
-@event("identity.switch_failed")
+@event("identity.switch_failed", version=2)
 class IdentitySwitchFailed(Event, frozen=True):
     """The switch was not accepted; a failed *pending* switch also blocks an active goal (a separate event)."""
 
@@ -97,7 +99,7 @@ class IdentitySwitchFailed(Event, frozen=True):
     stage: Literal["validation", "catalog", "host", "persist"]
     reason: Literal["host-rejected", "catalog-unavailable"]
     pending: bool = False
-    at: str = ""
+    at: UtcTime | None = None
 
 
 @event("identity.switch_rolled_back")
@@ -126,13 +128,13 @@ class ProviderLimitFacts(msgspec.Struct, frozen=True, kw_only=True):
 
     kind: Literal["quota", "rate-limit"]
     source: Literal["prompt-delivery", "session-error"]
-    observed_at: str
+    observed_at: UtcTime | None
     model: str | None = None
     status_code: int | None = None
-    retry_at: str | None = None
+    retry_at: UtcTime | None = None
 
 
-@event("identity.provider_limit_observed")
+@event("identity.provider_limit_observed", version=2)
 class ProviderLimitObserved(Event, ProviderLimitFacts, frozen=True):
     """A provider error classified as a quota or rate limit; never a balance claim, never the raw error.
 
@@ -146,7 +148,7 @@ class ProviderLimitObserved(Event, ProviderLimitFacts, frozen=True):
     still retrying the provider (early fallback, before its own retries ran out)."""
 
 
-@event("identity.fallback_prepared")
+@event("identity.fallback_prepared", version=2)
 class FallbackPrepared(Event, frozen=True):
     """A fallback model is pending (reason ``quota``) for the next idle turn; ``attempted`` only grows.
 
@@ -156,7 +158,7 @@ class FallbackPrepared(Event, frozen=True):
     goal_id: str
     model: str
     attempted: tuple[str, ...]
-    at: str = ""
+    at: UtcTime | None = None
     reused: bool = False
     limit: Literal["quota", "rate-limit"] | None = None
 
@@ -183,3 +185,11 @@ class FallbackUnavailable(Event, frozen=True):
 
     goal_id: str
     attempted: tuple[str, ...]
+
+
+register_upcaster("identity.switch_requested", 1, times_to_utc("at"))
+register_upcaster("identity.switch_deferred", 1, times_to_utc("at"))
+register_upcaster("identity.switch_applied", 1, times_to_utc("at"))
+register_upcaster("identity.switch_failed", 1, times_to_utc("at"))
+register_upcaster("identity.provider_limit_observed", 1, times_to_utc("observed_at", "retry_at"))
+register_upcaster("identity.fallback_prepared", 1, times_to_utc("at"))

@@ -24,6 +24,12 @@ more keys, beside its catalogued fields (typed readers ignore them; they survive
 ``occurred_at`` when present, else ``recorded_at``; an event whose source is ``state:`` is shown as
 synthesised from state.json.
 
+**Times stay the reference's text here.** The catalogued events an import writes (``goal.*``, ``run.*``,
+``command.*`` ...) carry aware UTC datetimes like any other (:data:`~loopd_es.events.times.UtcTime`), but
+this module's ``goal.runtime_imported`` snapshot (its runtime times and verification attempts), the control
+requests and ``occurred_at`` keep the reference's own time text verbatim: ``import-loopd`` and ``export`` must round-trip
+a project's state to the character, and the reference writes its own forms (milliseconds, ``Z``).
+
 **Causes.** An imported event's ``causation_id`` is the event the source shows caused it (a run's end ->
 its ``run.started``, a pause -> the owner's control request, a command's exit -> its start), else
 ``import.started``: a stream's previous event is not its cause.

@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Literal
 
 from .base import Event, event
+from .times import UtcTime
+from .upcasting import register_upcaster, times_to_utc
 
 NotificationKind = Literal[
     "complete", "blocked", "failed", "stopped", "unreachable", "stuck", "await", "command", "watch"
@@ -18,7 +20,7 @@ NotificationKind = Literal[
 """``command``: a command's exit told to the session that started it; ``watch``: a watch push or notice."""
 
 
-@event("notification.requested")
+@event("notification.requested", version=2)
 class NotificationRequested(Event, frozen=True):
     """The owner of ``goal_id`` (or of command ``command_id``) must be told ``text``, because of ``cause_event_id``.
 
@@ -31,15 +33,19 @@ class NotificationRequested(Event, frozen=True):
     kind: NotificationKind
     text: str
     cause_event_id: str
-    at: str = ""
+    at: UtcTime | None = None
     command_id: str = ""
 
 
-@event("notification.delivered")
+@event("notification.delivered", version=2)
 class NotificationDelivered(Event, frozen=True):
     """The host showed the notice ``notification_id`` to its owner."""
 
     notification_id: str
     goal_id: str
-    at: str = ""
+    at: UtcTime | None = None
     command_id: str = ""
+
+
+register_upcaster("notification.requested", 1, times_to_utc("at"))
+register_upcaster("notification.delivered", 1, times_to_utc("at"))

@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Literal
 
 from .base import Event, event
+from .times import UtcTime
+from .upcasting import register_upcaster, times_to_utc
 
 RunKind = Literal["steer", "bare", "force_finish"]
 
 
-@event("run.started")
+@event("run.started", version=2)
 class RunStarted(Event, frozen=True):
     """A turn was acquired and its prompt is being sent; ``charged`` is false for a free retry turn."""
 
@@ -24,18 +26,18 @@ class RunStarted(Event, frozen=True):
     turn_count: int
     charged: bool = True
     kind: RunKind = "steer"
-    lease_expires_at: str | None = None
-    at: str = ""
+    lease_expires_at: UtcTime | None = None
+    at: UtcTime | None = None
 
 
-@event("run.idle_candidate")
+@event("run.idle_candidate", version=2)
 class RunIdleCandidate(Event, frozen=True):
     """The first of the two idle signals that confirm a run's end was seen."""
 
     goal_id: str
     run_id: str
     generation: int
-    at: str = ""
+    at: UtcTime | None = None
 
 
 @event("run.completed")
@@ -47,7 +49,7 @@ class RunCompleted(Event, frozen=True):
     generation: int | None = None
 
 
-@event("run.failed")
+@event("run.failed", version=2)
 class RunFailed(Event, frozen=True):
     """A session error or a failed prompt delivery; below the failure limit the goal waits until ``retry_after``.
 
@@ -59,14 +61,14 @@ class RunFailed(Event, frozen=True):
     run_id: str
     error: str
     consecutive_failures: int
-    retry_after: str | None = None
+    retry_after: UtcTime | None = None
     source: Literal["session-error", "prompt-delivery"] = "session-error"
     generation: int | None = None
-    at: str = ""
+    at: UtcTime | None = None
     """When it was decided: the time ``retry_after`` counts from (absent in logs written before it existed)."""
 
 
-@event("run.fell_back")
+@event("run.fell_back", version=2)
 class RunFellBack(Event, frozen=True):
     """The turn ended on a provider limit while a fallback model was ready for the next one: not a failure.
 
@@ -80,7 +82,7 @@ class RunFellBack(Event, frozen=True):
     to_model: str
     from_model: str | None = None
     generation: int | None = None
-    at: str = ""
+    at: UtcTime | None = None
 
 
 @event("run.recovered")
@@ -107,7 +109,7 @@ class RunStuck(Event, frozen=True):
     """What the worker reported when the busy watchdog fired (``busy`` or ``retry``)."""
 
 
-@event("run.confirm_failed")
+@event("run.confirm_failed", version=2)
 class RunConfirmFailed(Event, frozen=True):
     """The idle could not be confirmed against the transcript (recorded once per generation)."""
 
@@ -115,4 +117,11 @@ class RunConfirmFailed(Event, frozen=True):
     generation: int
     reason: Literal["prompt-outside-window", "assistant-incomplete", "worker-active"]
     run_id: str | None = None
-    at: str = ""
+    at: UtcTime | None = None
+
+
+register_upcaster("run.started", 1, times_to_utc("lease_expires_at", "at"))
+register_upcaster("run.idle_candidate", 1, times_to_utc("at"))
+register_upcaster("run.failed", 1, times_to_utc("retry_after", "at"))
+register_upcaster("run.fell_back", 1, times_to_utc("at"))
+register_upcaster("run.confirm_failed", 1, times_to_utc("at"))

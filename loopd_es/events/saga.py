@@ -16,6 +16,8 @@ from typing import Literal
 import msgspec
 
 from .base import Event, event
+from .times import UtcTime
+from .upcasting import register_upcaster, times_to_utc
 
 HostCall = Literal["switch_model", "switch_agent"]
 Purpose = Literal["forward", "compensate"]
@@ -24,7 +26,7 @@ SagaOutcome = Literal[
 ]
 
 
-@event("saga.switch_started")
+@event("saga.switch_started", version=2)
 class SwitchSagaStarted(Event, frozen=True):
     """A switch saga took charge of ``identity.switch_requested``; ``from_*`` is the identity to roll back to."""
 
@@ -37,10 +39,10 @@ class SwitchSagaStarted(Event, frozen=True):
     from_agent: str | None = None
     pending: bool = False
     owner_pid: int = 0
-    at: str = ""
+    at: UtcTime | None = None
 
 
-@event("saga.host_call_intended")
+@event("saga.host_call_intended", version=2)
 class HostCallIntended(Event, frozen=True):
     """The saga is about to call the host; ``key`` is the call's idempotency key (unique per saga step)."""
 
@@ -49,7 +51,7 @@ class HostCallIntended(Event, frozen=True):
     op: HostCall
     arg: str
     purpose: Purpose = "forward"
-    at: str = ""
+    at: UtcTime | None = None
 
 
 @event("saga.host_call_succeeded")
@@ -104,3 +106,7 @@ class SagaCheckpoint(Event, frozen=True):
 
     position: int
     open: tuple[OpenSwitch, ...] = ()
+
+
+register_upcaster("saga.switch_started", 1, times_to_utc("at"))
+register_upcaster("saga.host_call_intended", 1, times_to_utc("at"))

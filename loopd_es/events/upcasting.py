@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from ..clock import iso_held
+from ..clock import iso_held, utc_text
 from ..errors import InvalidEventError
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
@@ -25,6 +25,29 @@ def register_upcaster(type_: str, from_version: int, fn: Upcaster) -> Upcaster:
         raise ValueError(f"an upcaster for {type_} v{from_version} is already registered")
     _UPCASTERS[key] = fn
     return fn
+
+
+def times_to_utc(*fields: str) -> Upcaster:
+    """The step to the version where ``fields`` became :data:`~loopd_es.events.times.UtcTime` (#25 item 2).
+
+    Those versions stored the times as text: ``""`` for "not recorded" (now ``null``), and an offset other
+    than ``Z`` or none at all (now the same instant written in UTC, so a decoded time is always UTC). Text
+    naming no time is kept, for the decoder to refuse.
+    """
+
+    def step(data: dict[str, Any]) -> dict[str, Any]:
+        for name in fields:
+            value = data.get(name)
+            if value == "":
+                data[name] = None
+            elif isinstance(value, str):
+                data[name] = utc_text(value)
+        return data
+
+    named = ", ".join(f"``{name}``" for name in fields)
+    became = "became a UTC time" if len(fields) == 1 else "became UTC times"
+    step.__doc__ = f'{named} {became}: ``""`` reads as null, a time with an offset is rewritten in UTC.'
+    return step
 
 
 def upcast(type_: str, from_version: int, to_version: int, data: dict[str, Any]) -> dict[str, Any]:
@@ -45,6 +68,12 @@ def upcast(type_: str, from_version: int, to_version: int, data: dict[str, Any])
         data = step(dict(data))
         version += 1
     return data
+
+
+def summary(type_: str, from_version: int) -> str:
+    """What the upcaster from ``type_`` v``from_version`` does: its docstring's first line (docs list it)."""
+    doc = _UPCASTERS[(type_, from_version)].__doc__ or ""
+    return doc.strip().partition("\n")[0]
 
 
 def registered() -> list[tuple[str, int]]:

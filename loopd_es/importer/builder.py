@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 import msgspec
 
+from ..clock import parse_or_none
 from ..domain.evolve import evolve, initial
 from ..events import run as r
 from ..events.imported import SkippedLine
@@ -163,8 +164,8 @@ def start_run(
             turn_count=turn,
             charged=charged,
             prompt_message_id=(rt.active_prompt_message_id or "") if active and rt else "",
-            lease_expires_at=rt.lease_expires_at if active and rt else None,
-            at=at,
+            lease_expires_at=parse_or_none(rt.lease_expires_at if active and rt else None),
+            at=parse_or_none(at),
         ),
         source,
         at=at,

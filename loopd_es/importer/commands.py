@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final, Literal
 
-from ..clock import parse_rfc3339
+from ..clock import parse_or_none, parse_rfc3339
 from ..domain import command as dc
 from ..events import command as c
 from .builder import Emitted, Report, Sourced, exact, from_line
@@ -170,7 +170,7 @@ def _deadline(b: _Cmd, as_of: str) -> None:
             output_bytes=snap.output_bytes,
             stream_bytes=snap.stream_bytes,
             truncated=snap.truncated,
-            ended_at=snap.deadline_at or "",
+            ended_at=parse_or_none(snap.deadline_at),
         ),
         "state:command.deadlineAt",
         at=snap.deadline_at or "",
@@ -207,7 +207,7 @@ def _start(b: _Cmd, line: LedgerLine | None, where: Path, starter: str | None) -
                 command="",
                 cwd="",
                 goal_id=fields.goal_id,
-                started_at=at,
+                started_at=parse_or_none(at),
             ),
             cause=starter,
             **kw,
@@ -231,13 +231,13 @@ def _start(b: _Cmd, line: LedgerLine | None, where: Path, starter: str | None) -
             shell=bool(snap.shell),
             env_keys=list(snap.env_keys),
             timeout_seconds=snap.timeout_seconds,
-            deadline_at=snap.deadline_at,
+            deadline_at=parse_or_none(snap.deadline_at),
             cols=snap.cols or 80,
             rows=snap.rows or 24,
             watch=watch,
             goal_id=snap.goal_id,
             notify_on_exit=snap.notify_on_exit,
-            started_at=at,
+            started_at=parse_or_none(at),
             owner_session_id=snap.owner_session_id or None,
         ),
         cause=starter,
@@ -299,7 +299,7 @@ def _ledger(b: _Cmd, line: LedgerLine, where: Path) -> None:
                 until=f.until,
                 ignore_case=bool(snap_await.ignore_case) if snap_await else False,
                 owner_session_id=snap_await.owner_session_id if snap_await else None,
-                at=_await_time(snap_await, line.timestamp),
+                at=parse_or_none(_await_time(snap_await, line.timestamp)),
             ),
             cause=0,
             **kw,
@@ -355,7 +355,7 @@ def _exited(command_id: str, snap: RefCommand | None, exit_code: int | None, at:
             status="exited",
             end_reason="exit",
             exit_code=exit_code,
-            ended_at=at,
+            ended_at=parse_or_none(at),
         )
     return c.CommandExited(
         command_id=snap.id,
@@ -367,8 +367,8 @@ def _exited(command_id: str, snap: RefCommand | None, exit_code: int | None, at:
         output_bytes=snap.output_bytes,
         stream_bytes=snap.stream_bytes,
         truncated=snap.truncated,
-        ended_at=snap.ended_at or at,  # the state's value: the ledger line is written after it
-        owner_notified_at=snap.owner_notified_at,
+        ended_at=parse_or_none(snap.ended_at or at),  # the state's value: the ledger line is written after it
+        owner_notified_at=parse_or_none(snap.owner_notified_at),
     )
 
 
@@ -390,7 +390,7 @@ def _reconcile(b: _Cmd, awaits: list[RefAwait]) -> None:
                         until=a.until,
                         ignore_case=bool(a.ignore_case),
                         owner_session_id=a.owner_session_id,
-                        at=a.created_at,
+                        at=parse_or_none(a.created_at),
                     ),
                     "state:commandAwaits",
                     at=a.created_at,

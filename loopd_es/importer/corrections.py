@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from ..clock import parse_or_none
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
@@ -49,7 +50,12 @@ def _status(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
         ):
             b.emit(
                 g.GoalBlocked(
-                    goal_id=gid, reason=reason, needed=needed, kind=kind, at=at, last_error=rt.last_error
+                    goal_id=gid,
+                    reason=reason,
+                    needed=needed,
+                    kind=kind,
+                    at=parse_or_none(at),
+                    last_error=rt.last_error,
                 ),
                 "state:goal.blocker",
                 **_when(at, "state:goal.blocker.at", snap),
@@ -72,8 +78,8 @@ def _status(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                     summary=summary,
                     evidence=evidence,
                     forced=forced,
-                    next_run_at=rt.next_run_at,
-                    at=at,
+                    next_run_at=parse_or_none(rt.next_run_at),
+                    at=parse_or_none(at),
                 ),
                 "state:goal.completionEvidence",
                 **_when(at, "state:goal.completionEvidence.at", snap),
@@ -161,7 +167,7 @@ def _progress(b: GoalBuilder, snap: RefGoal) -> None:
     if p is None or (have is not None and (have.summary, have.next) == (p.summary, p.next)):
         return
     b.emit(
-        g.GoalProgressReported(goal_id=b.goal_id, summary=p.summary, next=p.next, at=p.at),
+        g.GoalProgressReported(goal_id=b.goal_id, summary=p.summary, next=p.next, at=parse_or_none(p.at)),
         "state:goal.lastProgress",
         **_when(p.at, "state:goal.lastProgress.at", snap),
     )
@@ -210,7 +216,7 @@ def _phase(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
                 run_id=run_id,
                 error=rt.last_error or "",
                 consecutive_failures=rt.consecutive_failures,
-                retry_after=rt.retry_after,
+                retry_after=parse_or_none(rt.retry_after),
             ),
             "state:runtime.retryAfter",
             cause=b.run_starts.get(run_id),
@@ -275,7 +281,9 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
     if last is not None and last.to == cfg.model:
         if fb is not None and fb.status == "prepared" and last.reason == "quota" and not fallback_pending:
             b.emit(
-                i.FallbackPrepared(goal_id=gid, model=last.to, attempted=attempted, at=last.at),
+                i.FallbackPrepared(
+                    goal_id=gid, model=last.to, attempted=attempted, at=parse_or_none(last.at)
+                ),
                 "state:goal.modelFallback",
                 **_when(last.at, "state:goal.modelSwitch.last.at", snap),
             )
@@ -288,7 +296,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 from_model=last.from_,
                 outcome=last.outcome,
                 reason=last.reason,
-                at=last.at,
+                at=parse_or_none(last.at),
             ),
             "state:goal.modelSwitch.last",
             **_when(last.at, "state:goal.modelSwitch.last.at", snap),
@@ -303,7 +311,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 to_agent=alast.to,
                 from_agent=alast.from_,
                 outcome=alast.outcome,
-                at=alast.at,
+                at=parse_or_none(alast.at),
             ),
             "state:goal.agentSwitch.last",
             **_when(alast.at, "state:goal.agentSwitch.last.at", snap),
@@ -319,7 +327,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     target=target,
                     stage="host" if failure.reason == "host-rejected" else "catalog",
                     reason=failure.reason,
-                    at=failure.at,
+                    at=parse_or_none(failure.at),
                 ),
                 f"state:goal.{target}Switch.lastFailure",
                 **_when(failure.at, f"state:goal.{target}Switch.lastFailure.at", snap),
@@ -337,7 +345,10 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
         if fallback_pending:
             b.emit(
                 i.FallbackPrepared(
-                    goal_id=gid, model=pending_model.model, attempted=attempted, at=pending_model.requested_at
+                    goal_id=gid,
+                    model=pending_model.model,
+                    attempted=attempted,
+                    at=parse_or_none(pending_model.requested_at),
                 ),
                 "state:goal.modelFallback",
                 **_when(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
@@ -349,7 +360,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                     switch_id=_switch_id(gid, "model-pending"),
                     model=pending_model.model,
                     reason=pending_model.reason,
-                    at=pending_model.requested_at,
+                    at=parse_or_none(pending_model.requested_at),
                 ),
                 "state:goal.modelSwitch.pending",
                 **_when(pending_model.requested_at, "state:goal.modelSwitch.pending.requestedAt", snap),
@@ -361,7 +372,7 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 goal_id=gid,
                 switch_id=_switch_id(gid, "agent-pending"),
                 agent=pending_agent.agent,
-                at=pending_agent.requested_at,
+                at=parse_or_none(pending_agent.requested_at),
             ),
             "state:goal.agentSwitch.pending",
             **_when(pending_agent.requested_at, "state:goal.agentSwitch.pending.requestedAt", snap),
@@ -383,10 +394,10 @@ def _identity(b: GoalBuilder, snap: RefGoal) -> None:
                 goal_id=gid,
                 kind=limit.kind,
                 source=limit.source,
-                observed_at=limit.observed_at,
+                observed_at=parse_or_none(limit.observed_at),
                 model=limit.model,
                 status_code=limit.status_code,
-                retry_at=limit.retry_at,
+                retry_at=parse_or_none(limit.retry_at),
                 marks_blocker=marks,
             ),
             "state:goal.lastProviderLimit",

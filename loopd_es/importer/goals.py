@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..clock import iso, later, parse_rfc3339
+from ..clock import iso, later, parse_or_none, parse_rfc3339
 from ..events import goal as g
 from ..events import run as r
 from ..events.imported import CheckResult, GoalRuntimeImported, VerificationAttempt
@@ -268,7 +268,7 @@ def _create(b: GoalBuilder, data: GoalInput, line: LedgerLine | None) -> bool:
             config=config,
             parent_model=parent_model,
             parent_agent=parent_agent,
-            at=where.get("at", ""),
+            at=parse_or_none(where.get("at", "")),
         ),
         **where,
     )
@@ -384,7 +384,9 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         if lp is not None and line is _last(data, t) and (lp.summary, lp.next) == (p.summary, p.next):
             kw = exact(line, lp.at, "state:goal.lastProgress.at")
         b.emit(
-            g.GoalProgressReported(goal_id=gid, summary=p.summary, next=p.next, at=kw.get("at") or ts),
+            g.GoalProgressReported(
+                goal_id=gid, summary=p.summary, next=p.next, at=parse_or_none(kw.get("at") or ts)
+            ),
             cause=run,
             line=line,
             **kw,
@@ -399,7 +401,9 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
         ):
             kw = exact(line, ev_.at, "state:goal.completionEvidence.at")
         b.emit(
-            g.GoalCompleted(goal_id=gid, summary=c.summary, evidence=c.evidence, at=kw.get("at") or ts),
+            g.GoalCompleted(
+                goal_id=gid, summary=c.summary, evidence=c.evidence, at=parse_or_none(kw.get("at") or ts)
+            ),
             cause=run,
             line=line,
             **kw,
@@ -420,7 +424,9 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
             kw = exact(line, snap.blocker.at, "state:goal.blocker.at")
         cause = b.last_failure if s.consecutive_failures else run
         b.emit(
-            g.GoalBlocked(goal_id=gid, reason=reason, needed=needed, kind=kind, at=kw.get("at") or ts),
+            g.GoalBlocked(
+                goal_id=gid, reason=reason, needed=needed, kind=kind, at=parse_or_none(kw.get("at") or ts)
+            ),
             cause=cause,
             line=line,
             **kw,
@@ -503,7 +509,7 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
                 run_id=lr.run_id,
                 error=lr.error or "",
                 consecutive_failures=failures,
-                retry_after=retry_after,
+                retry_after=parse_or_none(retry_after),
                 generation=s.run_generation if lr.run_id == s.active_run_id else None,
             ),
             cause=b.run_starts.get(lr.run_id),
@@ -521,9 +527,9 @@ def _ledger(b: GoalBuilder, data: GoalInput, line: LedgerLine, free_next: bool) 
             **kw,
         )
     elif t == "compaction.started":
-        b.emit(g.GoalCompactionStarted(goal_id=gid, at=ts), line=line, **kw)
+        b.emit(g.GoalCompactionStarted(goal_id=gid, at=parse_or_none(ts)), line=line, **kw)
     elif t == "compaction.completed":
-        b.emit(g.GoalCompactionCompleted(goal_id=gid, at=ts), line=line, **kw)
+        b.emit(g.GoalCompactionCompleted(goal_id=gid, at=parse_or_none(ts)), line=line, **kw)
     elif t == "schedule.tick":
         if s.status == "complete":
             b.emit(g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"), line=line, **kw)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..clock import stamp_text
 from ..domain.streams import short_id
 from ..events.imported import STREAM_PREFIX
 from .history import Entry, History, called_by, short_stream, show, summarize
@@ -312,7 +313,7 @@ def phrase(type_: str, d: dict[str, Any], by_id: dict[str, Entry] | None = None)
         return f"the turn ended on a {limit} and the next goes to {get('to_model')} at once (not a failure)"
     if type_ == "identity.provider_limit_observed":
         code = f" (HTTP {get('status_code')})" if get("status_code") else ""
-        return f"a {get('kind')}{code} was observed on model {get('model') or '-'} at {get('observed_at')}"
+        return f"a {get('kind')}{code} was observed on model {get('model') or '-'} at {stamp_text(str(get('observed_at')))}"
     if type_ == "identity.switch_deferred":
         to = " and ".join(f"{k} {get(k)}" for k in ("model", "agent") if get(k))
         return f"a switch to {to} was deferred until the worker is idle ({get('reason')})"

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
-from ..clock import EPOCH, WALL, iso_us, parse_or_none
+from ..clock import EPOCH, WALL, parse_or_none
 from ..domain.command import (
     TERMINATE_GRACE_S,
     CommandNotFoundError,
@@ -244,7 +244,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
             watch=spec.watch,
             goal_id=spec.goal_id,
             notify_on_exit=spec.notify_on_exit,
-            started_at=iso_us(now),
+            started_at=now,
             owner_session_id=spec.owner_session_id,
             machine=paths.machine_id(),
             called_by=spec.called_by,

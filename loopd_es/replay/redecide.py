@@ -14,16 +14,16 @@ taken another path, and the log holds no observations of that path. Pure: envelo
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..clock import iso, ms_between, parse_rfc3339
+from ..clock import iso, ms_between, parse_rfc3339, stamp, whole_ms
 from ..domain import goal_commands as c
 from ..domain.evolve import evolve, initial
 from ..domain.rules import DEFAULT_MAX_FAILURES, after_ms, backoff_ms
-from ..domain.state import GoalState, ProviderLimit
+from ..domain.state import GoalState
 from ..domain.switching import observe_limit
 from ..errors import InvalidEventError
 from ..events import goal as g
@@ -104,7 +104,9 @@ def replay_goal_events(envs: Sequence[Envelope], policy: Policy | None = None) -
     ctx = _Ctx(policy=policy, report=report)
     for n, step in enumerate(steps):
         if isinstance(step.event, r.RunIdleCandidate):
-            ctx.candidates.append((step.event.generation, step.event.at or step.env.recorded_at))
+            ctx.candidates.append(
+                (step.event.generation, step.event.at or parse_rfc3339(step.env.recorded_at))
+            )
         if state.exists and state.name:
             report.name = state.name
         checker = _CHECKERS.get(step.env.type)
@@ -227,7 +229,7 @@ def _count(report: GoalReplay, steps: list[Step], cut: int, d: Divergence | None
 class _Ctx(msgspec.Struct, kw_only=True):
     policy: Policy
     report: GoalReplay
-    candidates: list[tuple[int, str]] = msgspec.field(default_factory=list)
+    candidates: list[tuple[int, datetime]] = msgspec.field(default_factory=list)
     """The idle candidates seen so far (generation, time), for the idle-window what-if."""
 
 
@@ -246,7 +248,7 @@ def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
     if not e.lease_expires_at:  # a log from before leases were recorded
         decided[0] = mine = msgspec.structs.replace(mine, lease_expires_at=None)
     if not e.at:
-        decided[0] = mine = msgspec.structs.replace(mine, at="")
+        decided[0] = mine = msgspec.structs.replace(mine, at=None)
     if step.occurred_at is not None:
         lost = e.turn_count - mine.turn_count
         if lost > 0:  # the loopd ledger lost runs (docs/reference/loopd.md#s4-1): its own count says how many
@@ -283,19 +285,19 @@ def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
         return None
     done = parse_rfc3339(step.env.recorded_at)
     for first, then in zip(mine, mine[1:], strict=False):
-        quiet = ms_between(parse_rfc3339(then), parse_rfc3339(first))
+        quiet = ms_between(then, first)
         if quiet >= window_ms:
             return divergence(
                 step,
                 "confirm_idle_ms",
-                f"idle again at {then}",
-                f"may confirm at {iso(after_ms(parse_rfc3339(first), window_ms))}",
+                f"idle again at {stamp(then)}",
+                f"may confirm at {iso(after_ms(first, window_ms))}",
                 "differs",
-                f"may confirm the turn idle {window_ms} ms after the idle candidate at {first} where the log "
-                f"recorded: the worker became active again before the next idle candidate at {then}; when it "
+                f"may confirm the turn idle {window_ms} ms after the idle candidate at {stamp(first)} where the log "
+                f"recorded: the worker became active again before the next idle candidate at {stamp(then)}; when it "
                 "did is not recorded, so whether the turn would have been cut short is not known",
             )
-    gap = ms_between(done, parse_rfc3339(mine[-1]))
+    gap = ms_between(done, mine[-1])
     if gap < window_ms:
         return divergence(
             step,
@@ -303,7 +305,7 @@ def _idle_window(step: Step, state: GoalState, ctx: _Ctx) -> Divergence | None:
             round(gap),
             window_ms,
             "differs",
-            f"would wait {window_ms} ms of quiet after the idle candidate at {mine[-1]} before confirming "
+            f"would wait {window_ms} ms of quiet after the idle candidate at {stamp(mine[-1])} before confirming "
             f"where the log recorded: confirmed after {round(gap)} ms; whether the worker stayed quiet longer "
             "is not recorded",
         )
@@ -316,9 +318,9 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
     blocked = next((t for _, t in step.tail if isinstance(t, g.GoalBlocked)), None)
     limit = recorded.config.max_failures or DEFAULT_MAX_FAILURES
     immediately = blocked is not None and e.consecutive_failures < limit
-    at = e.at or step.occurred_at or (blocked.at if blocked else None)
+    at: datetime | str | None = e.at or step.occurred_at or (blocked.at if blocked else None)
     if not at and e.retry_after:  # a log from before run.failed carried its time: count back the backoff
-        at = iso(parse_rfc3339(e.retry_after) - timedelta(milliseconds=backoff_ms(e.consecutive_failures)))
+        at = whole_ms(e.retry_after - timedelta(milliseconds=backoff_ms(e.consecutive_failures)))
     cmd = c.RecordRunFailure(
         goal_id=state.goal_id,
         error_text=e.error,
@@ -329,7 +331,7 @@ def _failure(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Di
     )
     decided = remake(cmd, state, facts_for(ctx.policy, now_of(step, at)))
     if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
-        decided[0] = msgspec.structs.replace(decided[0], at="")
+        decided[0] = msgspec.structs.replace(decided[0], at=None)
     return compare(step, decided)
 
 
@@ -372,7 +374,7 @@ def _completed(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> 
         cmd = c.CompleteGoal(goal_id=state.goal_id, summary=e.summary, evidence=e.evidence, attempt_id="")
     decided = remake(cmd, state, facts_for(ctx.policy, now_of(step, e.at, step.occurred_at)))
     if decided and not e.at and isinstance(decided[0], r.RunFailed | g.GoalCompleted):
-        decided[0] = msgspec.structs.replace(decided[0], at="")
+        decided[0] = msgspec.structs.replace(decided[0], at=None)
     return compare(step, decided)
 
 
@@ -424,7 +426,6 @@ def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
         run_id=fell.run_id if fell else None,
         generation=fell.generation if fell else None,
     )
-    observation = ProviderLimit.of(e)
     prepared_at = next(
         (t.at for t in tail if isinstance(t, i.FallbackPrepared | r.RunFellBack) and t.at), None
     )
@@ -434,7 +435,7 @@ def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
         model_catalog=catalog,
         can_switch_model=catalog is not None and catalog.switching != "unsupported",
     )
-    decided = observe_limit(cmd, state, facts, observation)
+    decided = observe_limit(cmd, state, facts, e)
     chosen = next((d.model for d in decided if isinstance(d, i.FallbackPrepared)), None)
     if chosen in unseen:
         ctx.report.assumptions.append(
@@ -442,7 +443,7 @@ def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
         )
     if not prepared_at:
         decided = [
-            msgspec.structs.replace(d, at="") if isinstance(d, i.FallbackPrepared | r.RunFellBack) else d
+            msgspec.structs.replace(d, at=None) if isinstance(d, i.FallbackPrepared | r.RunFellBack) else d
             for d in decided
         ]
     return compare(step, decided)

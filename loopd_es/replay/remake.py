@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ..clock import parse_rfc3339
+from ..clock import parse_rfc3339, utc
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..errors import DomainError
@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     from .verdict import Step
 
 
-def now_of(step: Step, *candidates: str | None) -> datetime:
-    """The decision's time: the first recorded time given, else when its event was appended."""
-    for text in candidates:
-        if text:
-            return parse_rfc3339(text)
+def now_of(step: Step, *candidates: datetime | str | None) -> datetime:
+    """The decision's time: the first recorded time given (a payload's time, or text such as an import's
+    ``occurred_at``), else when its event was appended."""
+    for when in candidates:
+        if isinstance(when, datetime):
+            return utc(when)
+        if when:
+            return parse_rfc3339(when)
     return parse_rfc3339(step.env.recorded_at)
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from datetime import datetime
 from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
+from ..clock import stamp
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
@@ -164,7 +166,18 @@ def divergence(step: Step, field: str, was: Any, now: Any, outcome: Outcome, ins
 
 
 def _plain(value: Any) -> Any:
-    return msgspec.to_builtins(value)
+    """``value`` as JSON builtins, its times as the text the state and the views show (:func:`stamp`)."""
+    return _stamped(msgspec.to_builtins(value, builtin_types=(datetime,)))
+
+
+def _stamped(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return stamp(value)
+    if isinstance(value, dict):
+        return {k: _stamped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_stamped(v) for v in value]
+    return value
 
 
 def describe(events: list[Event]) -> str:
@@ -184,7 +197,7 @@ def _word(e: Event) -> str:
         case g.GoalBudgetExhausted():
             return f"stop the goal ({e.reason})"
         case r.RunFailed():
-            wait = f", retry at {e.retry_after}" if e.retry_after else ""
+            wait = f", retry at {stamp(e.retry_after)}" if e.retry_after else ""
             return f"count failure {e.consecutive_failures}{wait}"
         case r.RunStarted():
             return f"start turn {e.turn_count} ({e.kind}{'' if e.charged else ', free'})"

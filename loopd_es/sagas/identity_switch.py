@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
-from ..clock import iso
+from ..clock import whole_ms
 from ..domain import goal_commands as c
 from ..domain.streams import goal_stream
 from ..errors import ConflictError, WrongExpectedVersionError
@@ -174,7 +174,7 @@ class SwitchSaga:
             from_agent=from_agent,
             pending=event.pending,
             owner_pid=os.getpid(),
-            at=iso(self.service.clock.now()),
+            at=whole_ms(self.service.clock.now()),
         )
         try:
             recorded = await self.service.append(
@@ -257,7 +257,12 @@ class SwitchSaga:
         st = saga.started
         assert st is not None
         intent = s.HostCallIntended(
-            switch_id=st.switch_id, key=key, op=op, arg=arg, purpose=purpose, at=iso(self.service.clock.now())
+            switch_id=st.switch_id,
+            key=key,
+            op=op,
+            arg=arg,
+            purpose=purpose,
+            at=whole_ms(self.service.clock.now()),
         )
         await self._record(saga, intent, ctx)
         crashpoint(f"before host {purpose} {op}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..clock import EPOCH, iso, parse_or_none
+from ..clock import EPOCH, parse_or_none
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
 from ..domain.loop import texts
@@ -139,7 +139,7 @@ class GoalSlots:
         text = texts.goal_tick(state.schedule_run_count, sched.max_runs if sched else None)
         resume = [
             g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"),
-            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=iso(now)),
+            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=now),
         ]
         outcome: Event
         try:

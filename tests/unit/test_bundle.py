@@ -17,6 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from loopd_es.cli.main import main
+from loopd_es.clock import parse_rfc3339
 from loopd_es.events import command as cm
 from loopd_es.events import goal as g
 from loopd_es.events import notification as nt
@@ -86,7 +87,7 @@ def planted(url: str) -> None:
             cwd=f"/home/{s['home_user']}/src/billing",
             env_keys=["GITHUB_TOKEN"],
             goal_id=GOAL,
-            started_at="2026-12-01T10:00:00Z",
+            started_at=parse_rfc3339("2026-12-01T10:00:00Z"),
         ),
     ]
     notes = [

@@ -33,6 +33,8 @@ from loopd_es.clock import (
     ms_between,
     parse_or_none,
     parse_rfc3339,
+    stamp,
+    stamp_or_none,
     to_ms,
     to_us,
     utc,
@@ -170,3 +172,12 @@ def test_tables_show_the_instant_in_utc() -> None:
         _time("2026-11-20T12:26:04.000+02:00") == _time("2026-11-20T10:26:04.000Z") == "2026-11-20 10:26:04"
     )
     assert _time(None) == "-" and _time("later") == "later"
+
+
+def test_stamp_writes_state_text_at_the_precision_the_time_has() -> None:
+    """State and read models keep text: a whole millisecond reads as the reference wrote it, finer as the log."""
+    moment = datetime(2026, 10, 7, 12, 0, 0, 123000, tzinfo=UTC)
+    assert stamp(moment) == "2026-10-07T12:00:00.123Z"
+    assert stamp(moment.replace(microsecond=123456)) == "2026-10-07T12:00:00.123456Z"
+    assert stamp(moment.astimezone(timezone(timedelta(hours=2)))) == "2026-10-07T12:00:00.123Z"
+    assert (stamp(None), stamp_or_none(None), stamp_or_none(moment)) == ("", None, "2026-10-07T12:00:00.123Z")

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain.command import (
     CommandNotFoundError,
     CommandState,
@@ -62,7 +63,7 @@ def started(**kw: object) -> CommandState:
         "command": "npm",
         "args": ["run"],
         "cwd": "/tmp",
-        "started_at": "2026-12-02T12:00:00.000000Z",
+        "started_at": NOW,
     }
     fields.update(kw)
     s = evolve(None, CommandStarted(**fields))  # type: ignore[arg-type]
@@ -116,7 +117,7 @@ def test_timeout_and_until_are_never_overwritten(first: str) -> None:
 def test_second_exit_decides_nothing_and_a_stray_one_changes_nothing() -> None:
     s = apply(started(), decide_exit(started(), exit_code=0, signal=None, now=NOW, output=FACTS))
     assert decide_exit(s, exit_code=1, signal=None, now=NOW, output=FACTS) == []
-    stray = CommandExited(command_id=s.id, status="terminated", end_reason="terminate", ended_at="x")
+    stray = CommandExited(command_id=s.id, status="terminated", end_reason="terminate", ended_at=NOW)
     assert apply(s, [stray]).status == "exited"
 
 
@@ -142,7 +143,7 @@ def test_missing_and_missing_past_deadline() -> None:
     ev = decide_missing(s, now=NOW, output=FACTS)[0]
     assert isinstance(ev, CommandExited) and (ev.status, ev.end_reason) == ("missing", "missing")
     assert ev.last_error is not None and "no live execution" in ev.last_error
-    s = started(timeout_seconds=1, deadline_at="2026-12-02T11:00:00.000000Z")
+    s = started(timeout_seconds=1, deadline_at=NOW - timedelta(hours=1))
     ev = decide_missing(s, now=NOW, output=FACTS)[0]
     assert isinstance(ev, CommandExited) and (ev.status, ev.end_reason) == ("missing", "timeout")
     assert ev.last_error is not None and "timeout elapsed" in ev.last_error
@@ -245,7 +246,7 @@ def test_a_shell_command_gets_its_words_back_exactly() -> None:
 
 
 def test_deadline_and_signal_events() -> None:
-    s = started(timeout_seconds=2, deadline_at=(NOW + timedelta(seconds=2)).isoformat())
+    s = started(timeout_seconds=2, deadline_at=NOW + timedelta(seconds=2))
     assert decide_signal(s, "SIGINT", "interrupt") == [
         SignalSent(command_id=s.id, signal="SIGINT", reason="interrupt")
     ]
@@ -293,7 +294,7 @@ def test_every_event_round_trips() -> None:
         cwd="/",
         env_keys=["SECRET_TOKEN"],
         watch=WatchSpec(filter="E"),
-        started_at="now",
+        started_at=NOW,
     )
     assert decode_data(ev.event_type, msgspec.json.encode(ev), 1) == ev
 
@@ -311,7 +312,7 @@ def test_the_fold_keeps_a_timeout_or_until_claim_as_the_end_reason(claim: Signal
         end_reason="terminate",
         exit_code=143,
         signal="SIGTERM",
-        ended_at="2026-12-02T12:00:03.000000Z",
+        ended_at=parse_rfc3339("2026-12-02T12:00:03.000000Z"),
     )
     done = apply(s, [plain])
     assert done.status == "terminated" and done.end_reason == claim

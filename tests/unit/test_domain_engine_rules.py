@@ -8,6 +8,7 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain import goal_commands as c
 from loopd_es.domain.decide import decide
 from loopd_es.events import engine as en
@@ -32,7 +33,9 @@ def test_every_engine_command_decides_nothing_on_a_missing_goal() -> None:
         c.AssignWorker(goal_id="g1", worker_session_id="W"),
         c.RequestTurn(goal_id="g1", switch_id="s"),
         c.RecordInputDelivered(goal_id="g1", input_ids=("a",)),
-        c.QueueEvidence(goal_id="g1", input_id="await:x", text="t", at="2026-12-02T12:00:00.000Z"),
+        c.QueueEvidence(
+            goal_id="g1", input_id="await:x", text="t", at=parse_rfc3339("2026-12-02T12:00:00.000Z")
+        ),
         c.WakeForEvidence(goal_id="g1", input_id="await:x"),
         c.StageIdleCandidate(goal_id="g1", run_id="r", generation=1),
         c.RecordConfirmFailure(goal_id="g1", run_id="r", generation=1, reason="worker-active"),
@@ -111,7 +114,7 @@ def test_a_confirm_failure_is_recorded_once_per_generation_and_a_stuck_run_once(
 def test_the_idle_candidate_carries_the_deciders_time() -> None:
     goal, run_id, gen = _running()
     (event,) = goal.do(c.StageIdleCandidate(goal_id="g1", run_id=run_id, generation=gen))
-    assert isinstance(event, r.RunIdleCandidate) and event.at == "2026-12-02T12:00:00.000Z"
+    assert isinstance(event, r.RunIdleCandidate) and event.at == parse_rfc3339("2026-12-02T12:00:00.000Z")
 
 
 def test_only_inbox_items_still_waiting_are_delivered() -> None:
@@ -125,10 +128,21 @@ def test_only_inbox_items_still_waiting_are_delivered() -> None:
 
 def test_await_evidence_is_queued_and_wakes_an_active_goal_while_it_waits() -> None:
     goal, run_id, gen = _running()
-    queued = goal.do(c.QueueEvidence(goal_id="g1", input_id="await:f1", text="[command c1 exited]", at="T"))
+    queued = goal.do(
+        c.QueueEvidence(
+            goal_id="g1",
+            input_id="await:f1",
+            text="[command c1 exited]",
+            at=parse_rfc3339("2026-12-02T12:00:00.000Z"),
+        )
+    )
     assert queued == [
         g.GoalInputQueued(
-            goal_id="g1", input_id="await:f1", text="[command c1 exited]", sender="worker", at="T"
+            goal_id="g1",
+            input_id="await:f1",
+            text="[command c1 exited]",
+            sender="worker",
+            at=parse_rfc3339("2026-12-02T12:00:00.000Z"),
         )
     ]
     wake = c.WakeForEvidence(goal_id="g1", input_id="await:f1")
@@ -158,7 +172,9 @@ def test_compaction_is_started_after_the_run_count_and_completed_with_its_error(
     goal, _, _ = _running()
     goal.idle()
     (started,) = goal.do(c.StartCompaction(goal_id="g1"))
-    assert started == en.CompactionStarted(goal_id="g1", run_count=1, at="2026-12-02T12:00:00.000Z")
+    assert started == en.CompactionStarted(
+        goal_id="g1", run_count=1, at=parse_rfc3339("2026-12-02T12:00:00.000Z")
+    )
     assert goal.state.phase == "compacting"
     (done,) = goal.do(c.CompleteCompaction(goal_id="g1", error="interrupted (the engine stopped)"))
     assert done == en.CompactionCompleted(goal_id="g1", error="interrupted (the engine stopped)")

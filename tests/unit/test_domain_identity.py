@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain import goal_commands as c
 from loopd_es.domain.provider_limit import classify
 from loopd_es.errors import DomainError
@@ -221,7 +222,7 @@ def test_s59_classification_table() -> None:
         "p/m",
     )
     assert limit is not None and (limit.kind, limit.status_code, limit.model) == ("rate-limit", 429, "p/m")
-    assert limit.retry_at == "2026-12-02T12:01:00.000Z"
+    assert limit.retry_at == parse_rfc3339("2026-12-02T12:01:00.000Z")
     import msgspec
 
     text = msgspec.json.encode(limit).decode()
@@ -250,7 +251,7 @@ def test_s59_classification_table() -> None:
     )
     assert garbage is not None and garbage.retry_at is None
     dated = classify({"statusCode": 429, "retryAfter": "Wed, 07 Oct 2026 12:00:00 GMT"}, "session-error", NOW)
-    assert dated is not None and dated.retry_at == "2026-10-07T12:00:00.000Z"
+    assert dated is not None and dated.retry_at == parse_rfc3339("2026-10-07T12:00:00.000Z")
     wrapped = classify(
         {"message": "wrapper says rate limited", "cause": {"statusCode": 500}}, "session-error", NOW
     )

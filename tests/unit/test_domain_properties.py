@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import types
 import typing
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
@@ -32,6 +33,7 @@ from loopd_es.events.envelope import Envelope
 from .._profiles import scaled
 from ._domain_harness import OWNER, Goal
 
+_NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 GOAL_TYPES = [cls for t, cls in sorted(CATALOGUE.items()) if t.split(".")[0] in ("goal", "run", "identity")]
 
 
@@ -55,6 +57,10 @@ def _for_type(tp: Any, name: str) -> st.SearchStrategy[Any]:
         return st.floats(0, 10, allow_nan=False)
     if tp is str:
         return st.sampled_from(["a", "b", "r1", "p/old", "p/new", "2026-12-02T12:00:00.000Z"])
+    if tp is datetime:  # a payload time: UTC, finer than a millisecond, or another offset of the same instant
+        return st.sampled_from(
+            [_NOON, _NOON.replace(microsecond=123456), _NOON.astimezone(timezone(timedelta(hours=2)))]
+        )
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         return _struct(tp)
     if origin is dict:  # goal.forked_from's state: a source's snapshot, or one that does not read

@@ -129,7 +129,7 @@ def test_cli_replay_and_events(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main("--store", url, "replay", "--at", "yesterday") == 2
     assert "invalid --at" in capsys.readouterr().err
     assert main("events") == 0
-    assert "goal.created (v2)" in capsys.readouterr().out
+    assert "goal.created (v3)" in capsys.readouterr().out
     assert main("events", "--schema") == 0
     assert '"goal.created"' in capsys.readouterr().out
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.engine.awaits import AwaitWaker
 from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.events import command as cmd
@@ -30,7 +31,7 @@ async def _fire(
                     title="t",
                     command="sleep",
                     cwd="/",
-                    started_at="2026-12-02T00:00:00.000000Z",
+                    started_at=parse_rfc3339("2026-12-02T00:00:00.000000Z"),
                 )
             ),
             new_event(cmd.AwaitRequested(command_id="c1", goal_id=goal_id)),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.engine.outbox import STREAM
 from loopd_es.events import command as cmd
@@ -31,7 +32,7 @@ def started(cid: str, owner: str | None = OWNER, **kw: Any) -> cmd.CommandStarte
         command="python3",
         args=["app.py"],
         cwd="/",
-        started_at="2026-12-02T00:00:00.000000Z",
+        started_at=parse_rfc3339("2026-12-02T00:00:00.000000Z"),
         owner_session_id=owner,
         **kw,
     )
@@ -39,7 +40,9 @@ def started(cid: str, owner: str | None = OWNER, **kw: Any) -> cmd.CommandStarte
 
 def exited(cid: str, **kw: Any) -> cmd.CommandExited:
     fields: dict[str, Any] = {"status": "exited", "end_reason": "exit", "exit_code": 0}
-    return cmd.CommandExited(command_id=cid, ended_at="2026-12-02T00:00:01.000000Z", **{**fields, **kw})
+    return cmd.CommandExited(
+        command_id=cid, ended_at=parse_rfc3339("2026-12-02T00:00:01.000000Z"), **{**fields, **kw}
+    )
 
 
 async def record(r: Rig, cid: str, *events: Event, correlation_id: str | None = None) -> None:

@@ -140,7 +140,7 @@ async def test_a_goal_write_carries_its_fence_explicitly_and_an_unfenced_one_is_
         assert unfenced_goals([StreamWrite(goal_stream(gid), nudge)], member.fence_for(gid)) == []
         (landed,) = await view.append(goal_stream(gid), nudge, fences=member.fence_for(gid))
         assert landed.type == "goal.nudged"
-        notice = new_event(n.NotificationDelivered(notification_id="x:k", goal_id="", at=""))
+        notice = new_event(n.NotificationDelivered(notification_id="x:k", goal_id="", at=None))
         await view.append("notifications", [notice])  # about no goal: nothing to fence
         with pytest.raises(GoalLostError, match="does not hold it"):
             member.fence_for("never-claimed")

@@ -92,12 +92,12 @@ def test_round_trip_and_reference_keys() -> None:
 
 def test_new_event_carries_type_and_schema_version() -> None:
     created = new_event(_examples()[0], correlation_id="c")
-    assert (created.type, created.schema_version, created.correlation_id) == ("goal.created", 2, "c")
+    assert (created.type, created.schema_version, created.correlation_id) == ("goal.created", 3, "c")
 
 
 def test_v1_fixture_log_still_reads_after_goal_created_moved_to_v2() -> None:
     envelopes = [ENVELOPE_DECODER.decode(line) for line in FIXTURE.read_bytes().splitlines()]
-    assert envelopes[0].schema_version == 1 and CATALOGUE["goal.created"].schema_version == 2
+    assert envelopes[0].schema_version == 1 and CATALOGUE["goal.created"].schema_version == 3
     created = decode_payload(envelopes[0])
     assert created.config.model == "p/old" and created.config.max_turns == 7  # type: ignore[attr-defined]
     assert created.config.checks == ("make test",) and not created.config.workspace_write  # type: ignore[attr-defined]
@@ -123,7 +123,7 @@ def test_upcast_chain_and_errors() -> None:
     with pytest.raises(InvalidEventError, match="no upcaster from test.thing v3"):
         upcast("test.thing", 3, 4, {})
     with pytest.raises(InvalidEventError, match="newer than this loopd-es knows"):
-        upcast("goal.created", 3, 2, {})
+        upcast("goal.created", 4, 3, {})
     assert ("goal.created", 1) in registered()
 
 
@@ -152,12 +152,18 @@ def test_every_new_field_has_a_default(type_: str) -> None:
 
 
 def test_field_types_never_change() -> None:
-    """Rule 2: the JSON Schema of every known type is frozen in a fixture; a change of type fails here."""
+    """Rule 2: the JSON Schema of every known type is frozen in a fixture with its version (``$version``,
+    1 when absent); a change of type fails here. A type changes only with a version bump and its upcaster
+    (rule 4), and the fixture is frozen again at the new version."""
     fixture = ROOT / "tests" / "fixtures" / "event_schema_types.json"
     current = msgspec.json.decode(msgspec.json.encode(_field_types()))
     frozen = msgspec.json.decode(fixture.read_bytes())
     for type_, fields in frozen.items():
         assert type_ in current, f"event type {type_} disappeared (tags are stable)"
+        version = fields.pop("$version", 1)
+        assert version == CATALOGUE[type_].schema_version, (
+            f"{type_} is v{CATALOGUE[type_].schema_version}, frozen at v{version}: freeze its fields again"
+        )
         for name, schema in fields.items():
             assert current[type_].get(name) == schema, f"{type_}.{name} changed type"
 
@@ -175,7 +181,7 @@ def _field_types() -> dict[str, dict[str, Any]]:
 def test_json_schema_covers_every_type() -> None:
     schema = json_schema()
     assert set(schema["events"]) == set(CATALOGUE)
-    assert schema["events"]["goal.created"]["schema_version"] == 2
+    assert schema["events"]["goal.created"]["schema_version"] == 3
 
 
 def test_docs_events_md_is_current(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from loopd_es.cli.main import main
+from loopd_es.clock import parse_rfc3339
 from loopd_es.events import command as cmd
 from loopd_es.events.catalogue import new_event
 from loopd_es.log import open_store
@@ -38,7 +39,7 @@ def _waiting_command(url: str, goal_id: str) -> None:
                             title="t",
                             command="sleep",
                             cwd="/",
-                            started_at="2026-12-02T00:00:00.000000Z",
+                            started_at=parse_rfc3339("2026-12-02T00:00:00.000000Z"),
                         )
                     ),
                     new_event(cmd.AwaitRequested(command_id="c1", goal_id=goal_id)),

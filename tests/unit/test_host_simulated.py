@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopd_es.cli import host_cmds
-from loopd_es.clock import FakeClock
+from loopd_es.clock import FakeClock, parse_rfc3339
 from loopd_es.domain.provider_limit import classify
 from loopd_es.errors import EXIT_STORAGE, EXIT_USAGE
 from loopd_es.host import SimulatedHost, WorkerHost, host_url, open_host
@@ -356,7 +356,7 @@ async def test_a_429_with_retry_after_is_raised_on_the_scripted_prompt_only() ->
     assert "SECRET" not in str(error) and "diagnostic" not in str(error)
     observation = classify(error.info.as_reported(), "prompt-delivery", NOW, "p/old")
     assert observation is not None and observation.kind == "rate-limit" and observation.status_code == 429
-    assert observation.retry_at == "2026-12-02T12:01:00.000Z"
+    assert observation.retry_at == parse_rfc3339("2026-12-02T12:01:00.000Z")
     assert (await host.session_identity("ses_1")).model == "p/old"
     assert (await host.snapshot()).prompts == []
     await host.prompt("ses_1", "go again")
@@ -372,7 +372,7 @@ async def test_quota_errors_classify_as_quota_and_http_dates_parse() -> None:
             await host.prompt("ses_1", "go")
         observation = classify(info.value.info.as_reported(), "prompt-delivery", NOW)
         assert observation is not None and observation.kind == "quota"
-        assert observation.retry_at == "2026-10-07T12:00:00.000Z"
+        assert observation.retry_at == parse_rfc3339("2026-10-07T12:00:00.000Z")
 
 
 def test_provider_error_info_reports_only_what_was_given() -> None:
@@ -473,5 +473,5 @@ def test_retry_after_cap_is_applied_by_the_classifier() -> None:
     info = ProviderErrorInfo(status_code=429, retry_after=10**9)
     observation = classify(info.as_reported(), "session-error", NOW)
     assert observation is not None and observation.retry_at is not None
-    capped = datetime.fromisoformat(observation.retry_at.replace("Z", "+00:00"))
+    capped = observation.retry_at
     assert capped - NOW == timedelta(seconds=31_536_000)

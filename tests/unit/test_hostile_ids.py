@@ -141,7 +141,15 @@ def test_api_refuses_bad_ids_and_skips_hand_appended_streams(tmp_path: Path) -> 
         "--type",
         "command.started",
         "--data",
-        json.dumps({"command_id": bad, "title": "t", "command": "c", "cwd": "/", "started_at": "x"}),
+        json.dumps(
+            {
+                "command_id": bad,
+                "title": "t",
+                "command": "c",
+                "cwd": "/",
+                "started_at": "2026-12-02T12:00:00Z",
+            }
+        ),
     )
     assert code == 0
     (tmp_path / "commands").mkdir()

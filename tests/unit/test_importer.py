@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain import command as dc
 from loopd_es.domain.evolve import evolve, fold, initial
 from loopd_es.errors import StorageError
@@ -191,9 +192,14 @@ def test_ledger_facts_and_timestamps_reach_the_payloads(plan: ImportPlan) -> Non
     batch = next(b for b in plan.batches if b.stream == f"goal-{LIMIT}")
     by_source = {src: e for e, src in zip(batch.events, batch.sources, strict=True)}
     created = json.loads(by_source["ledger:19"].data_bytes())
-    assert created["at"] == "2026-11-20T10:00:00.000Z"  # state.json's createdAt: loopd writes the line later
+    assert parse_rfc3339(created["at"]) == parse_rfc3339(
+        "2026-11-20T10:00:00.000Z"
+    )  # state.json's createdAt: loopd writes the line later
     blocked = json.loads(by_source["ledger:23"].data_bytes())
-    assert (blocked["at"], blocked["kind"]) == ("2026-11-20T10:14:00.000Z", "provider-limit")  # blocker.at
+    assert (parse_rfc3339(blocked["at"]), blocked["kind"]) == (
+        parse_rfc3339("2026-11-20T10:14:00.000Z"),
+        "provider-limit",
+    )  # blocker.at
     assert (created["occurred_at"], created["imported"]) == (
         "2026-11-20T10:00:00.000Z",
         {"source": "ledger:19", "time_from": "state:goal.createdAt"},
@@ -561,7 +567,9 @@ def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> No
     assert [p["type"] for p in dev] == ["command.started", "command.exited", "command.removed"]
     assert all(p["command_id"] == DEV for p in dev)
     unit = {p["type"]: p for p in _payloads(day, f"command-{UNIT}")}
-    assert unit["command.exited"]["owner_notified_at"] == "2026-11-24T09:33:12.300Z"
+    assert parse_rfc3339(unit["command.exited"]["owner_notified_at"]) == parse_rfc3339(
+        "2026-11-24T09:33:12.300Z"
+    )
     assert unit["command.started"]["owner_session_id"] == "ses_owner_day"  # its command tools still reach it
     ci = {p["type"]: p for p in _payloads(day, f"command-{CI_WATCH}")}
     assert ci["command.await-requested"]["owner_session_id"] == "ses_w_flaky"
@@ -573,7 +581,9 @@ def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> No
         "2026-11-24T15:02:00.000Z",
     )
     assert ci_state.awaits == () and ci["command.await-fired"]["status"] == "missing"
-    assert ci["command.await-requested"]["at"] == "2026-11-24T14:03:00.000Z"  # commandAwaits[].createdAt
+    assert parse_rfc3339(ci["command.await-requested"]["at"]) == parse_rfc3339(
+        "2026-11-24T14:03:00.000Z"
+    )  # commandAwaits[].createdAt
 
 
 def test_control_lines_of_the_ledger_are_requests_and_outcomes_too(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from loopd_es.clock import from_ms
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.events import goal as g
@@ -34,7 +35,10 @@ async def _goal(
 
 async def _complete(w: World, gid: str, next_run_at: int | None) -> None:
     done = g.GoalCompleted(
-        goal_id=gid, summary="ok", evidence="e", next_run_at=iso(next_run_at) if next_run_at else None
+        goal_id=gid,
+        summary="ok",
+        evidence="e",
+        next_run_at=from_ms(next_run_at) if next_run_at else None,
     )
     await w.store.append(goal_stream(gid), [new_event(done)])
 

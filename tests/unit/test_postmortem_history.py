@@ -18,6 +18,7 @@ import msgspec
 import pytest
 
 from loopd_es.cli.main import main
+from loopd_es.clock import parse_rfc3339
 from loopd_es.events import goal as g
 from loopd_es.events import identity as i
 from loopd_es.events import run as r
@@ -57,9 +58,9 @@ def chain_steps() -> list[Step]:
         (other, g.GoalCreated(goal_id=OTHER, name="noise", objective="x", owner_session_id="o"), "req-other"),  # 3
         (goal, r.RunStarted(goal_id=GOAL, run_id="run-1", generation=1, prompt_message_id="m1", turn_count=1), 2),  # 4
         (goal, r.RunFailed(goal_id=GOAL, run_id="run-1", error="provider error (status 429)", consecutive_failures=1), "req-error"),  # 5
-        (goal, i.ProviderLimitObserved(goal_id=GOAL, kind="rate-limit", source="session-error", observed_at=T0 + "05.000Z", model="p/old", status_code=429), 5),  # 6
-        (goal, i.FallbackPrepared(goal_id=GOAL, model="p/new", attempted=("p/old", "p/new"), at=T0 + "05.000Z"), 5),  # 7
-        (command, CommandStarted(command_id=COMMAND, title="tests", command="pytest", cwd="/w", goal_id=GOAL, started_at=T0 + "07Z"), "req-cmd"),  # 8
+        (goal, i.ProviderLimitObserved(goal_id=GOAL, kind="rate-limit", source="session-error", observed_at=parse_rfc3339(T0 + "05.000Z"), model="p/old", status_code=429), 5),  # 6
+        (goal, i.FallbackPrepared(goal_id=GOAL, model="p/new", attempted=("p/old", "p/new"), at=parse_rfc3339(T0 + "05.000Z")), 5),  # 7
+        (command, CommandStarted(command_id=COMMAND, title="tests", command="pytest", cwd="/w", goal_id=GOAL, started_at=parse_rfc3339(T0 + "07Z")), "req-cmd"),  # 8
         (other, g.GoalPaused(goal_id=OTHER), "req-pause"),  # 9
         (goal, i.IdentitySwitchRequested(goal_id=GOAL, switch_id=SWITCH, model="p/new", reason="quota", pending=True), "req-idle"),  # 10
         (switch, s.SwitchSagaStarted(switch_id=SWITCH, goal_id=GOAL, session_id="ses_1", model="p/new", from_model="p/old", pending=True), 10),  # 11

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.events import command as c
 from loopd_es.events import goal as g
 from loopd_es.events import identity as i
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.anyio
 
 A, B = "a1b2c3d4-goal-a", "a1b2ffff-goal-b"
 M1, M2, M3, M4 = "prov/m1", "prov/m2", "prov/m3", "prov/m4"
-T = "2026-12-02T10:00:00.000000Z"
+T = "2026-12-02T10:00:00.000Z"
 TABLES = (
     "goals", "goals_fold", "runs", "runs_fold", "identity_switches", "identity_history", "identity_owners",
     "provider_limit_observations", "provider_fallbacks", "commands", "commands_fold", "awaits",
@@ -70,10 +71,10 @@ def story() -> list[Step]:
     watch = c.WatchSpec(filter="ERROR", until="done")
     return [
         (ga, [g.GoalCreated(goal_id=A, name="docs", objective="write the docs", owner_session_id="owner-1",
-                            config=config, at=T),
+                            config=config, at=parse_rfc3339(T)),
               g.GoalWorkerAssigned(goal_id=A, worker_session_id="ses-1")]),
         (gb, [g.GoalCreated(goal_id=B, name="scratch", objective="try", owner_session_id="owner-2")]),
-        (ga, [r.RunStarted(goal_id=A, run_id="r1", generation=1, prompt_message_id="p1", turn_count=1, at=T),
+        (ga, [r.RunStarted(goal_id=A, run_id="r1", generation=1, prompt_message_id="p1", turn_count=1, at=parse_rfc3339(T)),
               g.GoalUsageAccounted(goal_id=A, message_ids=("m-1",), token_delta=100, cost_delta=0.01,
                                    time_delta_seconds=2.5),
               r.RunIdleCandidate(goal_id=A, run_id="r1", generation=1),
@@ -91,9 +92,9 @@ def story() -> list[Step]:
         (gb, [g.GoalCleared(goal_id=B)]),
         (ga, [r.RunStarted(goal_id=A, run_id="r2", generation=2, prompt_message_id="p2", turn_count=2),
               r.RunFailed(goal_id=A, run_id="r2", error="429 Too Many Requests", consecutive_failures=1,
-                          retry_after="2026-12-02T10:05:00Z"),
-              i.ProviderLimitObserved(goal_id=A, kind="rate-limit", source="session-error", observed_at=T,
-                                      model=M4, status_code=429, retry_at="2026-12-02T10:05:00Z"),
+                          retry_after=parse_rfc3339("2026-12-02T10:05:00Z")),
+              i.ProviderLimitObserved(goal_id=A, kind="rate-limit", source="session-error", observed_at=parse_rfc3339(T),
+                                      model=M4, status_code=429, retry_at=parse_rfc3339("2026-12-02T10:05:00Z")),
               i.FallbackPrepared(goal_id=A, model=M2, attempted=(M4, M2))]),
         (ga, [i.IdentitySwitchRequested(goal_id=A, switch_id="sw-q", model=M2, pending=True, reason="quota",
                                         requested_by="pending")]),
@@ -125,7 +126,7 @@ def story() -> list[Step]:
               r.RunRecovered(goal_id=A, run_id="r3", quiet_seconds=120.0, generation=3),
               r.RunStarted(goal_id=A, run_id="r4", generation=4, prompt_message_id="p4", turn_count=4),
               r.RunStarted(goal_id=A, run_id="r5", generation=5, prompt_message_id="p5", turn_count=5),
-              g.GoalProgressReported(goal_id=A, summary="outline written", next="write chapter 1", at=T),
+              g.GoalProgressReported(goal_id=A, summary="outline written", next="write chapter 1", at=parse_rfc3339(T)),
               g.GoalInputQueued(goal_id=A, input_id="in-1", text="also cover the CLI"),
               g.GoalInputDelivered(goal_id=A, input_ids=("in-1",), run_id="r5"),
               g.GoalForceFinishRequested(goal_id=A, reason="turn limit"),
@@ -143,7 +144,7 @@ def story() -> list[Step]:
               g.GoalBlocked(goal_id=A, reason="needs an API key", needed="set KEY", kind="provider-limit",
                             last_error="401")]),
         ("command-c1", [c.CommandStarted(command_id="c1", title="build", command="make", args=["all"], cwd="/w",
-                                         watch=watch, goal_id=A, started_at=T),
+                                         watch=watch, goal_id=A, started_at=parse_rfc3339(T)),
                         c.CommandSpawned(command_id="c1", pid=42, supervisor_pid=41),
                         c.AwaitRequested(goal_id=A, command_id="c1", until="done"),
                         c.AwaitRequested(goal_id=A, command_id="c1"),  # already waiting: no second row
@@ -153,11 +154,11 @@ def story() -> list[Step]:
                         c.UntilStopped(command_id="c1", until="done"),
                         c.SignalSent(command_id="c1", signal="SIGTERM", reason="until"),
                         c.CommandExited(command_id="c1", status="terminated", end_reason="until", exit_code=143,
-                                        signal="SIGTERM", ended_at=T),
+                                        signal="SIGTERM", ended_at=parse_rfc3339(T)),
                         c.AwaitFired(goal_id=A, command_id="c1", status="terminated", exit_code=143,
                                      until="done", matched_lines=["done"], evidence="done")]),
         ("command-c2", [c.CommandStarted(command_id="c2", title="serve", command="serve", cwd="/w",
-                                         started_at=T),
+                                         started_at=parse_rfc3339(T)),
                         c.WatchSet(command_id="c2", watch=c.WatchSpec(filter="GET")),
                         c.WatchSuspended(command_id="c2", reason="flood", pushes=3),
                         c.AwaitRequested(goal_id=A, command_id="c2"),
@@ -166,7 +167,7 @@ def story() -> list[Step]:
                         c.AwaitDiscarded(goal_id=B, command_id="c2", reason="goal gone"),
                         c.AwaitRequested(goal_id=A, command_id="c2"),
                         c.CommandExited(command_id="c2", status="exited", end_reason="exit", exit_code=0,
-                                        ended_at=T),
+                                        ended_at=parse_rfc3339(T)),
                         c.AwaitFired(goal_id=B, command_id="c2", status="exited", exit_code=0, immediate=True),
                         c.CommandRemoved(command_id="c2")]),
     ]  # fmt: skip

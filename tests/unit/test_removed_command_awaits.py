@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain import command as dc
 from loopd_es.events import command as c
 from loopd_es.events.catalogue import decode_data, new_event
@@ -36,10 +37,23 @@ async def test_reconcile_discards_an_await_left_on_a_removed_command(tmp_path: P
             stream,
             [
                 new_event(
-                    c.CommandStarted(command_id="c1", title="t", command="true", cwd="/", started_at="x")
+                    c.CommandStarted(
+                        command_id="c1",
+                        title="t",
+                        command="true",
+                        cwd="/",
+                        started_at=parse_rfc3339("2026-12-02T12:00:00.000Z"),
+                    )
                 ),
                 new_event(c.AwaitRequested(goal_id="g1", command_id="c1")),
-                new_event(c.CommandExited(command_id="c1", status="exited", end_reason="exit", ended_at="y")),
+                new_event(
+                    c.CommandExited(
+                        command_id="c1",
+                        status="exited",
+                        end_reason="exit",
+                        ended_at=parse_rfc3339("2026-12-02T12:00:01.000Z"),
+                    )
+                ),
                 new_event(
                     c.CommandRemoved(command_id="c1")
                 ),  # removed without cancelling: an old or imported log

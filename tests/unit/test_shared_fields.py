@@ -1,7 +1,12 @@
-"""Field lists declared once: the provider-limit facts of the event, the goal state and the importer agree."""
+"""Field lists that must agree: the provider-limit facts of the event, the goal state and the importer.
+
+The event's times are instants (``UtcTime``); the state and the importer's reading keep them as text (the state
+mirrors the reference's ``lastProviderLimit``), so a time field compares as ``str`` here.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -13,9 +18,12 @@ from loopd_es.importer.source import RefProviderLimit
 
 
 def _plain(tp: Any) -> Any:
-    """``tp`` without ``Annotated`` markers (the importer marks its time fields for UTC normalization)."""
+    """``tp`` without ``Annotated`` markers (the importer marks its time fields for UTC normalization), a time
+    as the text the state keeps."""
     if get_origin(tp) is Annotated:
-        return get_args(tp)[0]
+        return _plain(get_args(tp)[0])
+    if tp is datetime:
+        return str
     if get_origin(tp) in (Union, UnionType):
         return Union[tuple(_plain(arg) for arg in get_args(tp))]  # noqa: UP007
     return tp
@@ -25,9 +33,15 @@ def _fields(cls: type[msgspec.Struct]) -> list[tuple[str, object, object]]:
     return [(f.name, _plain(f.type), f.default) for f in msgspec.structs.fields(cls)]
 
 
-def test_state_and_event_take_the_provider_limit_fields_from_one_declaration() -> None:
+def _as_text(fields: list[tuple[str, object, object]]) -> list[tuple[str, object, object]]:
+    """The event's fields as the state declares them: ``observed_at`` may be null in the event only (an old
+    event stored ``""`` for it), the state keeps ``""`` there."""
+    return [(n, str if n == "observed_at" else t, d) for n, t, d in fields]
+
+
+def test_state_and_event_have_the_same_provider_limit_fields() -> None:
     facts = _fields(ProviderLimitFacts)
-    assert issubclass(ProviderLimit, ProviderLimitFacts) and _fields(ProviderLimit) == facts
+    assert _fields(ProviderLimit) == _as_text(facts)
     assert issubclass(ProviderLimitObserved, ProviderLimitFacts)
     event_only = ("goal_id", "marks_blocker", "via")  # what the event says beyond the observation itself
     assert [f for f in _fields(ProviderLimitObserved) if f[0] not in event_only] == facts
@@ -36,6 +50,6 @@ def test_state_and_event_take_the_provider_limit_fields_from_one_declaration() -
 def test_the_importer_reads_the_same_fields_in_camel_case() -> None:
     """msgspec renames only a class's own fields, so the importer's camelCase reading declares them again:
     this keeps the two the same list."""
-    assert _fields(RefProviderLimit) == _fields(ProviderLimitFacts)
+    assert _fields(RefProviderLimit) == _as_text(_fields(ProviderLimitFacts))
     encoded = {f.encode_name for f in msgspec.structs.fields(RefProviderLimit)}
     assert encoded == {"kind", "source", "observedAt", "model", "statusCode", "retryAt"}

@@ -19,6 +19,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from loopd_es.cli.main import main
+from loopd_es.clock import parse_rfc3339
 from loopd_es.errors import UsageError
 from loopd_es.log import open_store
 from loopd_es.replay.policy import parse_policy
@@ -482,7 +483,7 @@ def test_idle_windows_say_what_the_log_cannot_tell() -> None:
 
     def candidate() -> None:
         at = g.facts.now.isoformat().replace("+00:00", "Z")
-        event = RunIdleCandidate(goal_id="g1", run_id="run-1", generation=1, at=at)
+        event = RunIdleCandidate(goal_id="g1", run_id="run-1", generation=1, at=parse_rfc3339(at))
         g.apply(event)
         rec.record([event])
 
