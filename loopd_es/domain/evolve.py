@@ -385,8 +385,8 @@ def _run_started(d: GoalDraft, e: r.RunStarted, m: _Memo) -> None:
     d.turn_tokens_used = 0
     d.idle_candidate_generation = None
     d.retry_after = None
-    d.turn_started_at = stamp_or_none(e.at)
-    d.last_run_at = stamp_or_none(e.at) or d.last_run_at
+    d.turn_started_at = started = stamp_or_none(e.at)
+    d.last_run_at = started or d.last_run_at
     d.active_tool_call_ids = ()
 
 
