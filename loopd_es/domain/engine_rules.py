@@ -20,6 +20,7 @@ from ..events import goal as g
 from ..events import run as r
 from ..events.base import Event
 from . import goal_commands as c
+from .loop import texts
 from .state import GoalState
 
 _Decider = Callable[[Any, GoalState, c.Facts], list[Event]]
@@ -140,3 +141,19 @@ def _compaction_started(cmd: c.StartCompaction, state: GoalState, facts: c.Facts
 @_on(c.CompleteCompaction)
 def _compaction_completed(cmd: c.CompleteCompaction, state: GoalState, facts: c.Facts) -> list[Event]:
     return _record(en.CompactionCompleted, cmd, state) if state.exists else []
+
+
+@_on(c.RunOnSchedule)
+def _run_on_schedule(cmd: c.RunOnSchedule, state: GoalState, facts: c.Facts) -> list[Event]:
+    """The tick resumes a completed goal with the reference's tick message in its inbox; a goal that is no
+    longer completed, or has used its runs, is left alone (the tick raced a change)."""
+    sched = state.config.schedule if state.exists else None
+    if sched is None or state.status != "complete":
+        return []
+    if sched.max_runs is not None and state.schedule_run_count >= sched.max_runs:
+        return []
+    text = texts.goal_tick(state.schedule_run_count, sched.max_runs)
+    return [
+        g.GoalResumed(goal_id=state.goal_id, from_status="complete", by="schedule"),
+        g.GoalInputQueued(goal_id=state.goal_id, input_id=f"schedule-tick-{cmd.slot}", text=text, at=cmd.at),
+    ]

@@ -380,6 +380,13 @@ class CompleteCompaction(_GoalCommand, frozen=True, kw_only=True):
     error: str | None = None
 
 
+class RunOnSchedule(_GoalCommand, frozen=True, kw_only=True):
+    """A scheduled goal's tick ``slot`` is due (docs/reference/loopd.md#s3-15): its slot is already claimed."""
+
+    slot: int
+    at: datetime
+
+
 GoalCommand = (
     CreateGoal
     | PauseGoal
@@ -416,4 +423,5 @@ GoalCommand = (
     | RecordStuck
     | StartCompaction
     | CompleteCompaction
+    | RunOnSchedule
 )

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from ..clock import EPOCH, parse_or_none
+from ..domain.decide import decide
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
-from ..domain.loop import texts
+from ..domain.goal_commands import Facts, RunOnSchedule
 from ..domain.loop.due import DueIndex
 from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import WrongExpectedVersionError
-from ..events import goal as g
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 
@@ -135,21 +135,17 @@ class GoalSlots:
             )
         except WrongExpectedVersionError:
             return 0
-        sched = state.config.schedule
-        text = texts.goal_tick(state.schedule_run_count, sched.max_runs if sched else None)
-        resume = [
-            g.GoalResumed(goal_id=gid, from_status="complete", by="schedule"),
-            g.GoalInputQueued(goal_id=gid, input_id=f"schedule-tick-{slot}", text=text, at=now),
-        ]
-        outcome: Event
-        try:
-            await store.append(
-                goal_stream(gid),
-                [new_event(e, causation_id=claimed.event_id) for e in resume],
-                expected_version=state.version,
-            )
-            outcome = ev.FireSucceeded(task_id=key, slot=slot, at=now)
-        except WrongExpectedVersionError:
-            outcome = ev.FireFailed(task_id=key, slot=slot, at=now, reason="goal changed")
+        resume = decide(RunOnSchedule(goal_id=gid, slot=slot, at=now), state, Facts(now=now))
+        outcome: Event = ev.FireFailed(task_id=key, slot=slot, at=now, reason="goal changed")
+        if resume:  # the goal's rules decide the tick; nothing decided: the goal moved on since it was due
+            try:
+                await store.append(
+                    goal_stream(gid),
+                    [new_event(e, causation_id=claimed.event_id) for e in resume],
+                    expected_version=state.version,
+                )
+                outcome = ev.FireSucceeded(task_id=key, slot=slot, at=now)
+            except WrongExpectedVersionError:
+                pass
         await store.append(ev.goal_slot_stream(gid), [new_event(outcome, causation_id=claimed.event_id)])
         return 1 if isinstance(outcome, ev.FireSucceeded) else 0

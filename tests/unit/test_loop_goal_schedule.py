@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from loopd_es.clock import from_ms
@@ -15,6 +16,7 @@ from loopd_es.domain.streams import goal_stream
 from loopd_es.events import goal as g
 from loopd_es.events import loop as ev
 from loopd_es.events.catalogue import decode_payload, new_event
+from loopd_es.events.envelope import Envelope, NewEvent
 
 from ._loop_harness import T0, World, world
 
@@ -98,3 +100,38 @@ async def test_racing_schedulers_tick_a_goal_once(tmp_path: Path) -> None:
                 tg.start_soon(s.fire_due)
         events = [decode_payload(e) async for e in w.store.read_stream(goal_stream("g1"))]
         assert sum(isinstance(e, g.GoalResumed) and e.by == "schedule" for e in events) == 1
+
+
+def test_a_tick_is_decided_by_the_goal_rules_and_a_moved_on_goal_decides_nothing() -> None:
+    """The scheduler appends what ``decide(RunOnSchedule)`` returns: a completed goal with runs left resumes with
+    the tick message; an active goal, one without a schedule and one that used its runs decide nothing."""
+    from loopd_es.domain.decide import decide
+    from loopd_es.domain.goal_commands import Facts, RunOnSchedule
+
+    at = from_ms(T0)
+    config = g.GoalConfig(schedule=g.Schedule(every_ms=10_000, max_runs=2))
+    created = g.GoalCreated(goal_id="g", name="g", objective="tick", owner_session_id="s1", config=config)
+    done = g.GoalCompleted(goal_id="g", summary="ok", evidence="e", next_run_at=at)
+    envs = [new_event(created), new_event(done)]
+    state = fold(_enveloped(envs), initial("g"))
+    tick = RunOnSchedule(goal_id="g", slot=2, at=at)
+    resumed, queued = decide(tick, state, Facts(now=at))
+    assert isinstance(resumed, g.GoalResumed) and resumed.by == "schedule"
+    assert isinstance(queued, g.GoalInputQueued) and queued.input_id == "schedule-tick-2" and queued.at == at
+    assert queued.text.startswith("Scheduled tick 2/2")
+    active = fold(_enveloped([*envs, new_event(resumed)]), initial("g"))
+    assert decide(tick, active, Facts(now=at)) == []
+    unscheduled = g.GoalCreated(goal_id="g", name="g", objective="tick", owner_session_id="s1")
+    assert (
+        decide(tick, fold(_enveloped([new_event(unscheduled), new_event(done)]), initial("g")), Facts()) == []
+    )
+
+
+def _enveloped(events: list[NewEvent]) -> list[Envelope]:
+    from loopd_es.clock import iso_us
+
+    return [
+        Envelope(i + 1, goal_stream("g"), i + 1, e.event_id, e.type, e.schema_version, iso_us(from_ms(T0)), None,
+                 None, msgspec.Raw(e.data_bytes()))
+        for i, e in enumerate(events)
+    ]  # fmt: skip
