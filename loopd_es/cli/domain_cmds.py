@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from ..clock import stamped_builtins
 from ..errors import UsageError
 from ..text_safe import term_line
 from .options import parse_time, store_url
@@ -92,7 +93,9 @@ async def _replay(args: argparse.Namespace) -> int:
             snapshots.discard_stale()
         folded = await replay_stream(store, args.stream, until=args.until, at=at, snapshots=snapshots)
     if args.json:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(folded.state)).decode() + "\n")
+        sys.stdout.write(
+            msgspec.json.format(msgspec.json.encode(stamped_builtins(folded.state))).decode() + "\n"
+        )
     else:
         origin = f"snapshot v{folded.snapshot_version} + " if folded.snapshot_version else ""
         print(
