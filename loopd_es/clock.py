@@ -251,6 +251,6 @@ def _stamp_all(value: Any) -> Any:
         return stamp(value)
     if isinstance(value, dict):
         return {k: _stamp_all(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # to_builtins keeps tuples; JSON has lists
         return [_stamp_all(v) for v in value]
     return value

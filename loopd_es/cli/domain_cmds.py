@@ -83,7 +83,7 @@ async def _replay(args: argparse.Namespace) -> int:
             states = await replay_all(store, until=args.until, at=at)
             if args.json:
                 body = {name: f.state for name, f in sorted(states.items())}
-                sys.stdout.write(msgspec.json.encode(body).decode() + "\n")
+                sys.stdout.write(msgspec.json.encode(stamped_builtins(body)).decode() + "\n")
             for name in sorted(states) if not args.json else ():
                 print(term_line(states[name].summary()))
             return 0

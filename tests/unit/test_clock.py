@@ -34,6 +34,7 @@ from loopd_es.clock import (
     parse_rfc3339,
     stamp,
     stamp_or_none,
+    stamped_builtins,
     to_ms,
     to_us,
     utc,
@@ -180,3 +181,18 @@ def test_stamp_writes_state_text_at_the_precision_the_time_has() -> None:
     assert stamp(moment.replace(microsecond=123456)) == "2026-10-07T12:00:00.123456Z"
     assert stamp(moment.astimezone(timezone(timedelta(hours=2)))) == "2026-10-07T12:00:00.123Z"
     assert (stamp(None), stamp_or_none(None), stamp_or_none(moment)) == ("", None, "2026-10-07T12:00:00.123Z")
+
+
+def test_stamped_builtins_writes_nested_times_as_state_text_in_json_shapes() -> None:
+    """Outputs of a state (``replay --json``, ``cmd show``, tool answers) show times as :func:`stamp` does,
+    however deep, and sequences as lists."""
+    from loopd_es.domain.command_state import AwaitState
+
+    at = datetime(2026, 11, 26, 11, 2, 10, tzinfo=UTC)
+    waiting = AwaitState(goal_id="g", requested_at=at)
+    out = stamped_builtins({"awaits": (waiting,), "ended": at.replace(microsecond=5), "none": None})
+    assert out == {
+        "awaits": [{**msgspec.to_builtins(waiting), "requested_at": "2026-11-26T11:02:10.000Z"}],
+        "ended": "2026-11-26T11:02:10.000005Z",
+        "none": None,
+    }
