@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
+
+import msgspec
 
 EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _MS: Final = timedelta(milliseconds=1)
@@ -95,13 +97,6 @@ def parse_or_none(text: str | None) -> datetime | None:
         return None
 
 
-def is_before(moment: datetime, text: str | None) -> bool:
-    """``moment`` comes before the time ``text`` names (a deadline not reached yet); ``False`` when ``text``
-    is absent or names no time, so an unreadable deadline counts as passed rather than waiting forever."""
-    until = parse_or_none(text)
-    return until is not None and moment < until
-
-
 def later(text: str | None, than: str | None) -> bool:
     """The time ``text`` names is after the one ``than`` names; ``False`` unless both are readable times."""
     a, b = parse_or_none(text), parse_or_none(than)
@@ -139,8 +134,8 @@ def iso_us(moment: datetime) -> str:
 
 
 def _utc_text(moment: datetime, timespec: str) -> str:
-    """RFC 3339 UTC text with a ``Z``. A fold writes a time this way once an event (state keeps text), so it
-    avoids ``strftime`` (twice as slow) and a conversion when the time is UTC already, as decoded ones are."""
+    """RFC 3339 UTC text with a ``Z``. Read models write a time this way once an event, so it avoids
+    ``strftime`` (twice as slow) and a conversion when the time is UTC already, as decoded ones are."""
     if moment.tzinfo is not UTC:
         moment = utc(moment)
     return moment.isoformat(timespec=timespec)[:-6] + "Z"  # "+00:00"
@@ -221,7 +216,8 @@ def iso_held(ms: float) -> str:
 
 
 def stamp(moment: datetime | None) -> str:
-    """``moment`` as UTC text where state and read models keep text (``""`` for none).
+    """``moment`` as UTC text where read models and outputs keep text (``""`` for none); states keep the
+    datetime itself.
 
     :func:`iso` when it falls on a whole millisecond (the reference's form, so a time imported from a loopd
     project reads back as it was written there), :func:`iso_us` otherwise (nothing finer is lost).
@@ -241,3 +237,20 @@ def stamp_text(text: str) -> str:
     text naming no time is kept as it is."""
     moment = parse_or_none(text)
     return text if moment is None else stamp(moment)
+
+
+def stamped_builtins(obj: object) -> Any:
+    """``msgspec.to_builtins(obj)`` with every datetime written by :func:`stamp`: the JSON a command prints
+    or a tool returns shows a state's times as the read models and the reference do (``...00.000Z``), not in
+    msgspec's own form (``...00Z``, ``.123000Z``)."""
+    return _stamp_all(msgspec.to_builtins(obj, builtin_types=(datetime,)))
+
+
+def _stamp_all(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return stamp(value)
+    if isinstance(value, dict):
+        return {k: _stamp_all(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):  # to_builtins keeps tuples; JSON has lists
+        return [_stamp_all(v) for v in value]
+    return value

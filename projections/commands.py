@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from loopd_es.clock import stamp, stamp_or_none
 from loopd_es.domain.streams import COMMAND_PREFIX
 
 from ._base import BatchModel
@@ -67,7 +68,7 @@ def command_row(s: CommandState, updated_at: str, position: int) -> tuple[Any, .
         s.last_error, s.claim, s.timeout_seconds, watch.filter or None if watch else None,
         watch.until or None if watch else None, s.watch_state if watch is not None else "none",
         s.watch_pushes, s.watch_matches, len(s.awaits), s.pid, s.output_bytes, int(s.truncated),
-        int(s.removed), s.created_at, s.ended_at, updated_at, s.version, position,
+        int(s.removed), stamp(s.created_at), stamp_or_none(s.ended_at), updated_at, s.version, position,
         caller_json(s.started_by), caller_json(s.controlled_by),
     )  # fmt: skip
 

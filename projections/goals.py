@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from loopd_es.clock import stamp
 from loopd_es.domain.options import config_options
 
 from ._fold import GoalFolds, goal_groups, when
@@ -82,7 +83,7 @@ def goal_row(state: GoalState, created_at: str, updated_at: str) -> tuple[Any, .
         blocker.reason if blocker else None, blocker.needed if blocker else None,
         blocker.kind if blocker else None, state.last_error,
         progress.summary if progress else None, progress.next if progress else None,
-        progress.at if progress else None,
+        stamp(progress.at) if progress else None,
         state.model_fallback.status if state.model_fallback else None,
         created_at, updated_at, state.version, state.position, state.anomaly_count,
         json.dumps(config_options(cfg)),
@@ -121,8 +122,10 @@ class Goals:
             state, group = folded.state, folded.group
             if not (state.exists or state.cleared):
                 continue  # only anomalies so far (events before goal.created): no goal to show
-            created = state.created_at or next(
-                (when("", e) for e in group if e.type == "goal.created"), when("", group[0])
+            created = (
+                stamp(state.created_at)
+                if state.created_at
+                else next((when("", e) for e in group if e.type == "goal.created"), when("", group[0]))
             )
             rows.append(goal_row(state, created, when("", group[-1])))
         conn.executemany(_UPSERT, rows)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..clock import parse_rfc3339
+from ..clock import parse_rfc3339, stamped_builtins
 from ..domain import goal_commands as c
 from ..domain.evolve import fold, initial
 from ..domain.streams import goal_stream
@@ -187,7 +187,7 @@ async def fork_goal(
         name=name or f"{state.name} (fork)",
         objective=objective if objective is not None else state.objective,
         config=config,
-        state=msgspec.to_builtins(state),
+        state=stamped_builtins(state),
         changed=changed,
         at=service.clock.now(),
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..clock import is_before
+from ..clock import stamp
 from ..domain import goal_commands as c
 from ..errors import ConflictError
 from ..events.envelope import Envelope, new_event_id
@@ -285,8 +285,8 @@ class Goals:
             state = await self.service.load(goal_id)
         now = self.service.clock.now()
         if state.exists and state.phase == "waiting_retry" and state.retry_after is not None:
-            if is_before(now, state.retry_after) and not state.interactive:
-                return TurnReport(goal_id=goal_id, result="waiting", detail=state.retry_after)
+            if now < state.retry_after and not state.interactive:
+                return TurnReport(goal_id=goal_id, result="waiting", detail=stamp(state.retry_after))
         return await self.continue_turn(goal_id, ctx, explicit=False)
 
     async def compact(self, goal_id: str, ctx: Ctx) -> list[SwitchReport]:

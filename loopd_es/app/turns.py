@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 import msgspec
 
+from ..clock import stamp
 from ..domain import goal_commands as c
 from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
 from ..domain.rules import lease_valid
@@ -336,7 +337,7 @@ class TurnStarter:
                 ProgressLine(
                     summary=state.last_progress.summary,
                     next=state.last_progress.next,
-                    at=state.last_progress.at,
+                    at=stamp(state.last_progress.at),
                 )
             ]
             if state.last_progress is not None

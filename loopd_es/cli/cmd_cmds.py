@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
+from ..clock import stamped_builtins
 from ..domain.command import CommandNotFoundError, CommandStateError, compile_read_pattern
 from ..errors import UsageError
 from ..events.command import WatchSpec
@@ -208,8 +209,8 @@ async def _list(args: argparse.Namespace) -> int:
 
 
 def _record(s: Any, paths: CommandPaths) -> dict[str, Any]:
-    out: dict[str, Any] = msgspec.to_builtins(s)
-    out["awaits"] = [msgspec.to_builtins(a) for a in s.awaits]
+    out: dict[str, Any] = stamped_builtins(s)
+    out["awaits"] = [stamped_builtins(a) for a in s.awaits]
     out["runs_here"] = paths.runs_here(s.machine)  # another machine's command: only it can judge the owner
     return out
 

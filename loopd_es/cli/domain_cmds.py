@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from ..clock import stamped_builtins
 from ..errors import UsageError
 from ..text_safe import term_line
 from .options import parse_time, store_url
@@ -82,7 +83,7 @@ async def _replay(args: argparse.Namespace) -> int:
             states = await replay_all(store, until=args.until, at=at)
             if args.json:
                 body = {name: f.state for name, f in sorted(states.items())}
-                sys.stdout.write(msgspec.json.encode(body).decode() + "\n")
+                sys.stdout.write(msgspec.json.encode(stamped_builtins(body)).decode() + "\n")
             for name in sorted(states) if not args.json else ():
                 print(term_line(states[name].summary()))
             return 0
@@ -92,7 +93,9 @@ async def _replay(args: argparse.Namespace) -> int:
             snapshots.discard_stale()
         folded = await replay_stream(store, args.stream, until=args.until, at=at, snapshots=snapshots)
     if args.json:
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(folded.state)).decode() + "\n")
+        sys.stdout.write(
+            msgspec.json.format(msgspec.json.encode(stamped_builtins(folded.state))).decode() + "\n"
+        )
     else:
         origin = f"snapshot v{folded.snapshot_version} + " if folded.snapshot_version else ""
         print(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from ..clock import stamped_builtins
 from ..errors import EXIT_OK, LoopdError
 from ..host import host_url, open_host
 from ..text_safe import term_line
@@ -257,24 +258,24 @@ def goal_row(state: GoalState) -> dict[str, Any]:
         "agent": state.config.agent,
         "worker_session_id": state.worker_session_id,
         "interactive": state.interactive,
-        "pending_identity": msgspec.to_builtins(state.pending_identity),
-        "model_switch": msgspec.to_builtins(
+        "pending_identity": stamped_builtins(state.pending_identity),
+        "model_switch": stamped_builtins(
             {
                 "pending": state.model_pending,
                 "last": state.model_last,
                 "last_failure": state.model_last_failure,
             }
         ),
-        "agent_switch": msgspec.to_builtins(
+        "agent_switch": stamped_builtins(
             {
                 "pending": state.agent_pending,
                 "last": state.agent_last,
                 "last_failure": state.agent_last_failure,
             }
         ),
-        "model_fallback": msgspec.to_builtins(state.model_fallback),
+        "model_fallback": stamped_builtins(state.model_fallback),
         "fallback_models": list(state.config.fallback_models),
-        "last_provider_limit": msgspec.to_builtins(state.last_provider_limit),
+        "last_provider_limit": stamped_builtins(state.last_provider_limit),
     }
 
 

@@ -75,8 +75,7 @@ async def _import(args: argparse.Namespace) -> int:
     async with await open_store(url) as store:
         result = await apply_plan(store, plan)
         if plan.needs_reconcile:
-            from ..clock import now_rfc3339
-            from ..importer.commands import past
+            from ..clock import WALL
             from ..procs.paths import CommandPaths
             from ..procs.service import load_state, reconcile
 
@@ -84,7 +83,9 @@ async def _import(args: argparse.Namespace) -> int:
             for command_id in plan.needs_reconcile:
                 held = await load_state(store, command_id)
                 # past its deadline, loopd's timer would have ended it: settled (timeout) even unasked
-                if held is None or not (args.reconcile or past(held.deadline_at, now_rfc3339())):
+                if held is None or not (
+                    args.reconcile or (held.deadline_at is not None and held.deadline_at <= WALL.now())
+                ):
                     continue
                 await reconcile(store, paths, only=command_id)
                 now = await load_state(store, command_id)

@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 import anyio.to_thread
 import msgspec
 
-from ..clock import display, parse_or_none
+from ..clock import display, parse_or_none, stamped_builtins
 from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
 from ..errors import EXIT_OK, UsageError
@@ -262,7 +262,7 @@ def _kept(conn: sqlite3.Connection, goal_id: str) -> Row:
         return {}
 
     state = msgspec.msgpack.decode(found[0], type=GoalState)
-    return {k: msgspec.to_builtins(getattr(state, k)) for k in KEPT_FIELDS}
+    return {k: stamped_builtins(getattr(state, k)) for k in KEPT_FIELDS}
 
 
 def _goal_identities(conn: sqlite3.Connection, text: str) -> Row:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from ..clock import parse_rfc3339
+from ..clock import stamp
 from ..errors import UsageError
 from ..events.command import (
     AwaitCancelled,
@@ -233,10 +233,10 @@ def decide_missing(s: CommandState, *, now: datetime, output: OutputFacts) -> li
         return []
     base = "Host restarted or handle lost — no live execution found"
     reason: EndReason = "missing"
-    if s.deadline_at is not None and parse_rfc3339(s.deadline_at) <= now:
+    if s.deadline_at is not None and s.deadline_at <= now:
         reason = "timeout"
         msg = (
-            f"{base} (timeoutSeconds={s.timeout_seconds}s deadline {s.deadline_at} already passed; treated as "
+            f"{base} (timeoutSeconds={s.timeout_seconds}s deadline {stamp(s.deadline_at)} already passed; treated as "
             "missing, timeout elapsed). Output log retained; remove to clean up."
         )
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ..clock import ms_between, parse_rfc3339
+from ..clock import ms_between
 from .command import exit_evidence
 
 if TYPE_CHECKING:
@@ -67,9 +67,6 @@ def owner_exit_notice(s: CommandState, tail: str) -> str | None:
 
 
 def _ran_ms(s: CommandState) -> float:
-    if s.ended_at is None:
+    if s.ended_at is None or s.created_at is None:
         return 0.0
-    try:
-        return ms_between(parse_rfc3339(s.ended_at), parse_rfc3339(s.created_at))
-    except ValueError:
-        return 0.0
+    return ms_between(s.ended_at, s.created_at)

@@ -8,11 +8,11 @@ never overwritten, neither by a later claim nor by the end reason of the exit th
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..clock import stamp, stamp_or_none
 from ..errors import DomainError, UsageError
 from ..events.base import Caller
 from ..events.command import (
@@ -73,7 +73,7 @@ class AwaitState(msgspec.Struct, frozen=True, kw_only=True):
     ignore_case: bool = False
     owner_session_id: str | None = None
     """The session that asked (its evidence and wake-up go to that session's goal)."""
-    requested_at: str = ""
+    requested_at: datetime | None = None
     requested_by: Caller | None = None
     """The ``loopd_command_await`` call that asked for it, when a tool did."""
     outcome: str = "waiting"
@@ -92,13 +92,13 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     shell: bool
     env_keys: tuple[str, ...]
     timeout_seconds: int | None
-    deadline_at: str | None
+    deadline_at: datetime | None
     cols: int
     rows: int
     watch: WatchSpec | None
     goal_id: str | None
     notify_on_exit: bool | None
-    created_at: str
+    created_at: datetime | None
     owner_session_id: str | None = None
     machine: str = ""
     status: Status = "running"
@@ -109,7 +109,7 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     pid: int | None = None
     supervisor_pid: int | None = None
     last_error: str | None = None
-    ended_at: str | None = None
+    ended_at: datetime | None = None
     output_bytes: int = 0
     stream_bytes: int = 0
     truncated: bool = False
@@ -124,7 +124,7 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     past_awaits: tuple[AwaitState, ...] = ()
     """The last :data:`MAX_PAST_AWAITS` awaits that ended, with who asked and how they ended."""
     version: int = 0
-    owner_notified_at: str | None = None
+    owner_notified_at: datetime | None = None
     """Recorded on the exit when the owner was told already (imported history: the reference told it)."""
     started_by: Caller | None = None
     """The ``loopd_command_start`` call that started it (``None``: the CLI, or a log from before 0.5)."""
@@ -154,13 +154,13 @@ def evolve(state: CommandState | None, e: Event, version: int = 0) -> CommandSta
             shell=e.shell,
             env_keys=tuple(e.env_keys),
             timeout_seconds=e.timeout_seconds,
-            deadline_at=stamp_or_none(e.deadline_at),
+            deadline_at=e.deadline_at,
             cols=e.cols,
             rows=e.rows,
             watch=None if e.watch is None or e.watch.empty else e.watch,
             goal_id=e.goal_id,
             notify_on_exit=e.notify_on_exit,
-            created_at=stamp(e.started_at),
+            created_at=e.started_at,
             owner_session_id=e.owner_session_id,
             machine=e.machine,
             version=version or 1,
@@ -220,11 +220,11 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             exit_code=e.exit_code,
             signal=e.signal,
             last_error=e.last_error,
-            ended_at=stamp_or_none(e.ended_at),
+            ended_at=e.ended_at,
             output_bytes=e.output_bytes,
             stream_bytes=e.stream_bytes,
             truncated=e.truncated,
-            owner_notified_at=stamp_or_none(e.owner_notified_at),
+            owner_notified_at=e.owner_notified_at,
         )
     if isinstance(e, CommandRemoved):
         # awaits a removal left (one written without its cancellations, e.g. imported) stay visible until
@@ -238,7 +238,7 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             until=e.until,
             ignore_case=e.ignore_case,
             owner_session_id=e.owner_session_id,
-            requested_at=stamp(e.at),
+            requested_at=e.at,
             requested_by=e.called_by,
         )
         return _replace(s, awaits=(*s.awaits, new))

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec.structs import astuple, replace
 
-from ..clock import parse_or_none, stamp, stamp_or_none
 from ..errors import InvalidEventError
 from ..events import goal as g
 from ..events import identity as i
@@ -186,7 +185,7 @@ def _created(d: GoalDraft, e: g.GoalCreated, m: _Memo) -> None:
     d.parent_agent = e.parent_agent
     d.status = "active"
     d.phase = "queued"
-    d.created_at = stamp(e.at)
+    d.created_at = e.at
     d.created_by = e.called_by
 
 
@@ -242,7 +241,7 @@ def _progress(d: GoalDraft, e: g.GoalProgressReported, m: _Memo) -> None:
     d.progress_during_turn = True
     d.no_progress_count = 0
     d.consecutive_failures = 0
-    d.last_progress = Progress(summary=e.summary, next=e.next, at=stamp(e.at))
+    d.last_progress = Progress(summary=e.summary, next=e.next, at=e.at)
 
 
 @_on(g.GoalCompletionRejected)
@@ -262,18 +261,18 @@ def _rejected(d: GoalDraft, e: g.GoalCompletionRejected, m: _Memo) -> None:
 def _completed(d: GoalDraft, e: g.GoalCompleted, m: _Memo) -> None:
     _release(d)
     d.status = "complete"
-    d.completion_evidence = Evidence(summary=e.summary, evidence=e.evidence, at=stamp(e.at))
+    d.completion_evidence = Evidence(summary=e.summary, evidence=e.evidence, at=e.at)
     d.last_error = None
     if d.config.schedule is not None and not e.forced:
         d.schedule_run_count += 1
-        d.next_run_at = stamp_or_none(e.next_run_at)
+        d.next_run_at = e.next_run_at
 
 
 @_on(g.GoalBlocked)
 def _blocked(d: GoalDraft, e: g.GoalBlocked, m: _Memo) -> None:
     _release(d)
     d.status = "blocked"
-    d.blocker = Blocker(reason=e.reason, needed=e.needed, kind=e.kind, at=stamp(e.at))
+    d.blocker = Blocker(reason=e.reason, needed=e.needed, kind=e.kind, at=e.at)
     d.force_finish_requested = None
     d.retry_after = None
     if e.last_error is not None:
@@ -283,7 +282,7 @@ def _blocked(d: GoalDraft, e: g.GoalBlocked, m: _Memo) -> None:
 @_on(g.GoalWorkerAborted)
 def _aborted(d: GoalDraft, e: g.GoalWorkerAborted, m: _Memo) -> None:
     _release(d)
-    d.worker_aborted_at = stamp(e.at)
+    d.worker_aborted_at = e.at
 
 
 @_on(g.GoalInteractiveChanged)
@@ -330,7 +329,7 @@ def _usage(d: GoalDraft, e: g.GoalUsageAccounted, m: _Memo) -> None:
 def _queued(d: GoalDraft, e: g.GoalInputQueued, m: _Memo) -> None:
     if any(item.input_id == e.input_id for item in d.inbox):
         raise _Refused(e.event_type, f"input {e.input_id} is already queued")
-    d.inbox = (*d.inbox, InboxItem(input_id=e.input_id, text=e.text, sender=e.sender, at=stamp(e.at)))
+    d.inbox = (*d.inbox, InboxItem(input_id=e.input_id, text=e.text, sender=e.sender, at=e.at))
 
 
 @_on(g.GoalInputDelivered)
@@ -349,7 +348,7 @@ def _nudged(d: GoalDraft, e: g.GoalNudged, m: _Memo) -> None:
 
 @_on(g.GoalTurnRequested)
 def _turn_requested(d: GoalDraft, e: g.GoalTurnRequested, m: _Memo) -> None:
-    d.turn_requested = TurnRequest(kind=e.kind, force=e.force, switch_id=e.switch_id, at=stamp(e.at))
+    d.turn_requested = TurnRequest(kind=e.kind, force=e.force, switch_id=e.switch_id, at=e.at)
 
 
 @_on(g.GoalForceFinishRequested)
@@ -375,7 +374,7 @@ def _run_started(d: GoalDraft, e: r.RunStarted, m: _Memo) -> None:
     d.active_run_id = e.run_id
     d.active_prompt_message_id = e.prompt_message_id
     d.run_generation = e.generation
-    d.lease_expires_at = stamp_or_none(e.lease_expires_at)
+    d.lease_expires_at = e.lease_expires_at
     d.run_count = e.turn_count
     if e.charged:
         d.budget_turn_count += 1
@@ -385,7 +384,7 @@ def _run_started(d: GoalDraft, e: r.RunStarted, m: _Memo) -> None:
     d.turn_tokens_used = 0
     d.idle_candidate_generation = None
     d.retry_after = None
-    d.turn_started_at = started = stamp_or_none(e.at)
+    d.turn_started_at = started = e.at
     d.last_run_at = started or d.last_run_at
     d.active_tool_call_ids = ()
 
@@ -420,7 +419,7 @@ def _run_failed(d: GoalDraft, e: r.RunFailed, m: _Memo) -> None:
     d.last_error = e.error
     if e.retry_after is not None:
         d.phase = "waiting_retry"
-        d.retry_after = stamp_or_none(e.retry_after)
+        d.retry_after = e.retry_after
 
 
 @_on(r.RunFellBack)
@@ -429,7 +428,7 @@ def _run_fell_back(d: GoalDraft, e: r.RunFellBack, m: _Memo) -> None:
         raise _Refused(e.event_type, "stale run")
     _release(d)  # failures, last error and backoff untouched: the next turn, on the fallback, is due now
     d.phase = "waiting_retry"
-    d.retry_after = stamp(e.at)
+    d.retry_after = e.at
 
 
 @_on(r.RunRecovered)
@@ -478,11 +477,9 @@ def _switch_deferred(d: GoalDraft, e: i.IdentitySwitchDeferred, m: _Memo) -> Non
         d.model_pending = None
         d.agent_pending = None
     elif e.model is not None:
-        d.model_pending = PendingModel(
-            model=e.model, requested_at=stamp(e.at), reason=e.reason, after_switch=after
-        )
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason=e.reason, after_switch=after)
     elif e.agent is not None:
-        d.agent_pending = PendingAgent(agent=e.agent, requested_at=stamp(e.at), after_switch=after)
+        d.agent_pending = PendingAgent(agent=e.agent, requested_at=e.at, after_switch=after)
     else:
         raise _Refused(e.event_type, "neither model nor agent")
 
@@ -500,14 +497,14 @@ def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
     if e.to_model is not None:
         d.config = replace(d.config, model=e.to_model)
         d.model_last = SwitchRecord(
-            to=e.to_model, at=stamp(e.at), outcome=e.outcome, from_=e.from_model, reason=e.reason
+            to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model, reason=e.reason
         )
         if d.model_pending is not None and d.model_pending.after_switch != switch_id:
             d.model_pending = None
         d.model_last_failure = None
     if e.to_agent is not None:
         d.config = replace(d.config, agent=e.to_agent)
-        d.agent_last = SwitchRecord(to=e.to_agent, at=stamp(e.at), outcome=e.outcome, from_=e.from_agent)
+        d.agent_last = SwitchRecord(to=e.to_agent, at=e.at, outcome=e.outcome, from_=e.from_agent)
         if d.agent_pending is not None and d.agent_pending.after_switch != switch_id:
             d.agent_pending = None
         d.agent_last_failure = None
@@ -521,7 +518,7 @@ def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
 
 @_on(i.IdentitySwitchFailed)
 def _switch_failed(d: GoalDraft, e: i.IdentitySwitchFailed, m: _Memo) -> None:
-    failure = SwitchFailure(at=stamp(e.at), reason=e.reason)
+    failure = SwitchFailure(at=e.at, reason=e.reason)
     d.switch_in_flight = None
     if e.target == "model":
         d.model_last_failure = failure
@@ -550,16 +547,16 @@ def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
     d.last_provider_limit = ProviderLimit.of(e)
     if e.marks_blocker and d.blocker is not None:
         d.blocker = replace(d.blocker, kind="provider-limit")
-    current = parse_or_none(d.retry_after)
+    current = d.retry_after
     if d.phase == "waiting_retry" and e.retry_at is not None and current is not None and e.retry_at > current:
-        d.retry_after = stamp(e.retry_at)
+        d.retry_after = e.retry_at
 
 
 @_on(i.FallbackPrepared)
 def _fallback_prepared(d: GoalDraft, e: i.FallbackPrepared, m: _Memo) -> None:
     d.model_fallback = ModelFallback(attempted=e.attempted, status="prepared")
     if not (e.reused and d.model_pending is not None):
-        d.model_pending = PendingModel(model=e.model, requested_at=stamp(e.at), reason="quota", limit=e.limit)
+        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason="quota", limit=e.limit)
 
 
 def _fallback_status(status: Any) -> _Handler:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from ..clock import stamp
 from ..events import goal as g
 from .evolve_base import _Memo, _on, _Refused
 from .state import GoalState
@@ -58,7 +57,7 @@ def _forked_from(d: GoalDraft, e: g.GoalForkedFrom, m: _Memo) -> None:
     d.objective = e.objective
     d.config = e.config
     d.interactive = e.config.interactive
-    d.created_at = stamp(e.at)
+    d.created_at = e.at
     if d.phase in ("running", "compacting", "stopping"):
         d.phase = "queued"
 

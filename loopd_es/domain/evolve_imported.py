@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from ..clock import parse_or_none
 from ..events import imported as im
 from .evolve_base import _Memo, _on
 
@@ -24,20 +25,20 @@ def _runtime_imported(d: GoalDraft, e: im.GoalRuntimeImported, m: _Memo) -> None
     if e.schedule_run_count is not None:
         d.schedule_run_count = e.schedule_run_count
     if e.next_run_at is not None:
-        d.next_run_at = e.next_run_at
-    d.turn_started_at = e.turn_started_at
-    d.last_run_at = e.last_run_at or d.last_run_at
+        d.next_run_at = parse_or_none(e.next_run_at)
+    d.turn_started_at = parse_or_none(e.turn_started_at)
+    d.last_run_at = parse_or_none(e.last_run_at) or d.last_run_at
     d.last_worker_status = e.last_worker_status
     d.active_tool_call_ids = e.active_tool_call_ids
-    d.last_compact_at = e.last_compact_at
-    d.last_schedule_at = e.last_schedule_at
-    d.last_parent_notified_at = e.last_parent_notified_at
+    d.last_compact_at = parse_or_none(e.last_compact_at)
+    d.last_schedule_at = parse_or_none(e.last_schedule_at)
+    d.last_parent_notified_at = parse_or_none(e.last_parent_notified_at)
     d.last_parent_notified_for = e.last_parent_notified_for
     d.verification_attempts = e.verification_attempts
     for name in _SNAPSHOT_WINS:  # absent (None) in imports written before these were carried over
         value = getattr(e, name)
         if value is not None:
-            setattr(d, name, value)
+            setattr(d, name, parse_or_none(value) if name in _TIMES else value)
 
 
 _SNAPSHOT_WINS: Final = (
@@ -49,3 +50,6 @@ _SNAPSHOT_WINS: Final = (
     "worker_aborted_at",
 )
 """Fields of ``goal.runtime_imported`` whose snapshot value replaces the folded one when it has one."""
+
+_TIMES: Final = frozenset({"worker_aborted_at"})
+"""Those of :data:`_SNAPSHOT_WINS` that are loopd's time text, read as instants here (the import's edge)."""

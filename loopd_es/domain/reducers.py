@@ -127,7 +127,7 @@ def _register_command_reducer() -> None:
 
     REDUCERS["command"] = Reducer(
         kind="command",
-        version=2,  # 2: awaits keep their owner session and request time
+        version=3,  # 2: awaits keep their owner session and request time; 3: times are datetimes
         state_type=module.CommandState | None,
         initial=lambda _id: None,
         start=lambda state: _EachFold(step, state),

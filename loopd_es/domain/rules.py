@@ -10,7 +10,6 @@ import math
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
-from ..clock import is_before
 from ..errors import DomainError
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ def js_number(value: float) -> str:
 
 
 def lease_valid(state: GoalState, now: datetime) -> bool:
-    return is_before(now, state.lease_expires_at)
+    return state.lease_expires_at is not None and now < state.lease_expires_at
 
 
 def stale_run(run_id: str | None, generation: int | None, state: GoalState) -> bool:

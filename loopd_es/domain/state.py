@@ -8,11 +8,11 @@ works on, so that an event costs a few attribute stores instead of a copy of som
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Final, Literal
 
 import msgspec
 
-from ..clock import stamp, stamp_or_none
 from ..events.base import Caller
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
 from ..events.imported import VerificationAttempt
@@ -20,7 +20,7 @@ from ..events.imported import VerificationAttempt
 if TYPE_CHECKING:
     from ..events.identity import ProviderLimitFacts
 
-REDUCER_VERSION: Final = 5
+REDUCER_VERSION: Final = 6
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
 
 MAX_ANOMALIES: Final = 50
@@ -41,26 +41,26 @@ class Blocker(_S, frozen=True):
     reason: str
     needed: str
     kind: Literal["provider-limit"] | None = None
-    at: str = ""
+    at: datetime | None = None
 
 
 class Progress(_S, frozen=True):
     summary: str
     next: str | None = None
-    at: str = ""
+    at: datetime | None = None
 
 
 class Evidence(_S, frozen=True):
     summary: str
     evidence: str
-    at: str = ""
+    at: datetime | None = None
 
 
 class PendingModel(_S, frozen=True):
     """A deferred model switch; ``after_switch`` names the switch that was in flight when it was deferred."""
 
     model: str
-    requested_at: str
+    requested_at: datetime | None
     reason: Literal["owner", "quota"] = "owner"
     after_switch: str | None = None
     limit: Literal["quota", "rate-limit"] | None = None
@@ -69,7 +69,7 @@ class PendingModel(_S, frozen=True):
 
 class PendingAgent(_S, frozen=True):
     agent: str
-    requested_at: str
+    requested_at: datetime | None
     after_switch: str | None = None
 
 
@@ -83,14 +83,14 @@ class PendingIdentity(_S, frozen=True):
 
 class SwitchRecord(_S, frozen=True):
     to: str
-    at: str
+    at: datetime | None
     outcome: Literal["applied", "next-prompt"]
     from_: str | None = msgspec.field(default=None, name="from")
     reason: Literal["owner", "quota"] | None = None
 
 
 class SwitchFailure(_S, frozen=True):
-    at: str
+    at: datetime | None
     reason: Literal["host-rejected", "catalog-unavailable"]
 
 
@@ -111,26 +111,24 @@ class TurnRequest(_S, frozen=True):
     kind: Literal["steer", "bare"]
     force: bool
     switch_id: str | None
-    at: str
+    at: datetime | None
 
 
 class ProviderLimit(_S, frozen=True):
-    """The goal's last provider-limit observation: the fields of ``identity.provider_limit_observed``, its
-    times as text like every time in the state (the reference's ``lastProviderLimit``)."""
+    """The goal's last provider-limit observation: the fields of ``identity.provider_limit_observed``, the
+    reference's ``lastProviderLimit``)."""
 
     kind: Literal["quota", "rate-limit"]
     source: Literal["prompt-delivery", "session-error"]
-    observed_at: str
+    observed_at: datetime | None
     model: str | None = None
     status_code: int | None = None
-    retry_at: str | None = None
+    retry_at: datetime | None = None
 
     @classmethod
     def of(cls, facts: ProviderLimitFacts) -> ProviderLimit:
         """The observation fields of ``facts`` (an observed event, say) as state."""
-        values = {name: getattr(facts, name) for name in cls.__struct_fields__}
-        values.update(observed_at=stamp(facts.observed_at), retry_at=stamp_or_none(facts.retry_at))
-        return cls(**values)
+        return cls(**{name: getattr(facts, name) for name in cls.__struct_fields__})
 
 
 class ModelFallback(_S, frozen=True):
@@ -142,7 +140,7 @@ class InboxItem(_S, frozen=True):
     input_id: str
     text: str
     sender: Literal["user", "worker"] = "user"
-    at: str = ""
+    at: datetime | None = None
 
 
 class Anomaly(_S, frozen=True):
@@ -182,7 +180,7 @@ class _GoalFields(msgspec.Struct):
     tokens_used: int = 0
     cost_used: float = 0.0
     time_used_seconds: float = 0.0
-    created_at: str = ""
+    created_at: datetime | None = None
     # identity
     pending_identity: PendingIdentity | None = None
     model_pending: PendingModel | None = None
@@ -201,12 +199,12 @@ class _GoalFields(msgspec.Struct):
     active_run_id: str | None = None
     active_prompt_message_id: str | None = None
     run_generation: int = 0
-    lease_expires_at: str | None = None
+    lease_expires_at: datetime | None = None
     run_count: int = 0
     budget_turn_count: int = 0
     consecutive_failures: int = 0
     last_error: str | None = None
-    retry_after: str | None = None
+    retry_after: datetime | None = None
     no_progress_count: int = 0
     progress_during_turn: bool = False
     turn_tokens_used: int = 0
@@ -218,17 +216,17 @@ class _GoalFields(msgspec.Struct):
     idle_candidate_generation: int | None = None
     confirm_failed_generation: int | None = None
     stuck_notified_run_id: str | None = None
-    worker_aborted_at: str | None = None
+    worker_aborted_at: datetime | None = None
     schedule_run_count: int = 0
-    next_run_at: str | None = None
+    next_run_at: datetime | None = None
     # bookkeeping loopd kept and an import carries over (goal.runtime_imported), for the post-mortem
-    turn_started_at: str | None = None
-    last_run_at: str | None = None
+    turn_started_at: datetime | None = None
+    last_run_at: datetime | None = None
     last_worker_status: str | None = None
     active_tool_call_ids: tuple[str, ...] = ()
-    last_compact_at: str | None = None
-    last_schedule_at: str | None = None
-    last_parent_notified_at: str | None = None
+    last_compact_at: datetime | None = None
+    last_schedule_at: datetime | None = None
+    last_parent_notified_at: datetime | None = None
     last_parent_notified_for: str | None = None
     verification_attempts: tuple[VerificationAttempt, ...] = ()
     anomaly_count: int = 0

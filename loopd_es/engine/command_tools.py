@@ -20,6 +20,7 @@ import anyio.to_thread
 import msgspec
 from msgspec import UnsetType
 
+from ..clock import stamped_builtins
 from ..domain.command import (
     CommandNotFoundError,
     CommandState,
@@ -395,7 +396,7 @@ def _count(value: float | UnsetType, name: str) -> int | None:
 
 def _record(state: CommandState) -> dict[str, Any]:
     """What the model sees of a command: its record, without the awaits' internals and the fold's version."""
-    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(state))  # JSON shapes: lists, not tuples
+    out: dict[str, Any] = stamped_builtins(state)  # JSON shapes: lists, not tuples
     for key in ("awaits", "version", "claim", "supervisor_pid", "removed"):
         out.pop(key, None)
     return {k: v for k, v in out.items() if v not in (None, "", [])}

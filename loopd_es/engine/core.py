@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Final
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
 from ..app.turns import Guard, Kind, Transcript, no_guard
-from ..clock import Clock, from_ms, is_before, ms_between, parse_rfc3339
+from ..clock import Clock, from_ms, ms_between, parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.streams import aggregate_of, goal_stream
 from ..errors import StreamNotFoundError
@@ -487,7 +487,7 @@ class Engine:
                     await self.turns.resend(goal_id, ctx)
                 self.tracker.schedule(goal_id, "confirm", self.clock.now())
             elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
-                self.tracker.schedule(goal_id, "retry", parse_rfc3339(state.retry_after))
+                self.tracker.schedule(goal_id, "retry", state.retry_after)
         except GoalLostError as e:
             log.info("lost a goal while adopting it: %s", e)
         await self.catch_up()
@@ -542,8 +542,8 @@ class Engine:
             or state.interactive
         ):
             return
-        if state.retry_after is not None and is_before(self.clock.now(), state.retry_after):
+        if state.retry_after is not None and self.clock.now() < state.retry_after:
             # an older failure's timer (e.g. replayed at start-up): wait for the current deadline
-            self.tracker.schedule(goal_id, "retry", parse_rfc3339(state.retry_after))
+            self.tracker.schedule(goal_id, "retry", state.retry_after)
             return
         await self.continue_goal(goal_id, Ctx.new())

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 from ..app.service import Ctx
-from ..clock import is_before, ms_between
+from ..clock import ms_between
 from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.rules import lease_valid
@@ -88,7 +88,7 @@ class Maintenance:
         goal_id, worker = state.goal_id, state.worker_session_id
         assert worker is not None
         if state.phase == "waiting_retry":
-            if not is_before(now, state.retry_after):
+            if state.retry_after is None or now >= state.retry_after:
                 await self.turns.continue_goal(goal_id, ctx)
             return
         if state.phase == "compacting":

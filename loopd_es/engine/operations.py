@@ -17,7 +17,7 @@ import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
-from ..clock import Clock, SystemClock
+from ..clock import Clock, SystemClock, stamped_builtins
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
 from ..events.envelope import new_event_id
@@ -299,7 +299,7 @@ class Operations:
         state = await self.worker_goal(session_id)
         if state is None or state.status not in ("active", "blocked"):
             return Result(ok=False, message="No active goal found for this worker session.", status="none")
-        return Result(goal_id=state.goal_id, status=state.status, data=msgspec.to_builtins(state))
+        return Result(goal_id=state.goal_id, status=state.status, data=stamped_builtins(state))
 
     async def report_progress(self, session_id: str, summary: str, next: str | None = None) -> Result:
         state = await self._worker_state(session_id)

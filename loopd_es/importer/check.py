@@ -6,8 +6,10 @@ error: the ledger may hold history that contradicts the snapshot); the tests hol
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..clock import parse_or_none, stamp
 from ..domain.evolve import evolve, initial
 from .source import RefRuntime
 
@@ -44,14 +46,18 @@ def expected(snap: RefGoal, rt: RefRuntime | None) -> dict[str, Any]:
         "no_progress_count": rt.no_progress_count,
         "free_retry_pending": bool(rt.free_retry_pending),
         "schedule_run_count": rt.schedule_run_count or 0,
-        "next_run_at": rt.next_run_at,
-        "last_progress": (snap.last_progress.summary, snap.last_progress.next, snap.last_progress.at)
+        "next_run_at": parse_or_none(rt.next_run_at),
+        "last_progress": (
+            snap.last_progress.summary,
+            snap.last_progress.next,
+            parse_or_none(snap.last_progress.at),
+        )
         if snap.last_progress
         else None,
-        "created_at": snap.created_at,
-        "last_parent_notified": (rt.last_parent_notified_at, rt.last_parent_notified_for),
-        "last_compact_at": rt.last_compact_at,
-        "last_schedule_at": rt.last_schedule_at,
+        "created_at": parse_or_none(snap.created_at),
+        "last_parent_notified": (parse_or_none(rt.last_parent_notified_at), rt.last_parent_notified_for),
+        "last_compact_at": parse_or_none(rt.last_compact_at),
+        "last_schedule_at": parse_or_none(rt.last_schedule_at),
         "active_tool_call_ids": tuple(rt.active_tool_call_ids),
         "pending_model": ms.pending.model if ms and ms.pending else None,
         "pending_agent": ags.pending.agent if ags and ags.pending else None,
@@ -63,11 +69,13 @@ def expected(snap: RefGoal, rt: RefRuntime | None) -> dict[str, Any]:
     }
     if snap.status == "blocked":
         result["blocker"] = (
-            (blocker.reason, blocker.needed, blocker.kind, blocker.at) if blocker else ("", "", None, "")
+            (blocker.reason, blocker.needed, blocker.kind, parse_or_none(blocker.at))
+            if blocker
+            else ("", "", None, None)
         )
     if snap.status == "complete" and snap.completion_evidence:
         ev = snap.completion_evidence
-        result["evidence"] = (ev.summary, ev.evidence, ev.at)
+        result["evidence"] = (ev.summary, ev.evidence, parse_or_none(ev.at))
     if snap.status == "active":
         result["phase"] = rt.phase
         if rt.phase == "running":
@@ -133,4 +141,15 @@ def differences(snap: RefGoal, rt: RefRuntime | None, items: Iterable[Emitted]) 
         state = evolve(state, item.payload)
     want = expected(snap, rt)
     have = folded(state, want)
-    return [f"{k}: folded {have[k]!r}, state.json {want[k]!r}" for k in want if have[k] != want[k]]
+    return [
+        f"{k}: folded {_shown(have[k])!r}, state.json {_shown(want[k])!r}" for k in want if have[k] != want[k]
+    ]
+
+
+def _shown(value: Any) -> Any:
+    """``value`` with its times as text, for a readable difference."""
+    if isinstance(value, datetime):
+        return stamp(value)
+    if isinstance(value, tuple):
+        return tuple(_shown(v) for v in value)
+    return value

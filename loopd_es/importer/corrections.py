@@ -205,7 +205,7 @@ def _phase(b: GoalBuilder, snap: RefGoal, rt: RefRuntime) -> None:
     if snap.status == "active" and rt.phase == "waiting_retry":
         if (s.phase, s.retry_after, s.consecutive_failures) == (
             "waiting_retry",
-            rt.retry_after,
+            parse_or_none(rt.retry_after),
             rt.consecutive_failures,
         ):
             return  # the ledger's last failure already says so (its backoff is computed the same way)

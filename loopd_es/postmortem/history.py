@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 from msgspec.structs import astuple
 
-from ..clock import parse_rfc3339
+from ..clock import parse_rfc3339, stamp, stamped_builtins
 from ..domain.evolve import GoalFold, initial
 from ..domain.state import GoalState
 from ..domain.streams import goal_stream, short_id
@@ -50,7 +50,7 @@ _ANOMALIES: Final = _FIELDS.index("anomaly_count")
 _DICT: Final = msgspec.json.Decoder(dict[str, Any])
 _ENCODER: Final = msgspec.json.Encoder()
 _UNSET: Final = msgspec.UNSET
-_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+_SCALARS: Final = frozenset({str, int, float, bool, type(None), datetime})
 """Types :func:`_diff` shows as ``before → after`` without looking inside (when either side is one)."""
 
 
@@ -413,6 +413,8 @@ def show(value: Any, width: int = 80) -> str:
         return str(value)
     if kind is bool:
         return "true" if value else "false"
+    if kind is datetime:
+        return stamp(value)
     if isinstance(value, msgspec.Struct):
         fields = [
             f"{name}: {show(getattr(value, name), width)}"
@@ -546,7 +548,7 @@ def to_json(history: History) -> dict[str, Any]:
             "data": e.data(),
         }
         if e.own:
-            item["changes"] = [msgspec.to_builtins(c) for c in e.changes]
+            item["changes"] = [stamped_builtins(c) for c in e.changes]
         else:
             item["summary"] = e.summary()
         if e.refused is not None:
@@ -564,7 +566,7 @@ def to_json(history: History) -> dict[str, Any]:
         "until": history.until,
         "at": history.at,
         "status": history.state.status,
-        "state": msgspec.to_builtins(history.state),
+        "state": stamped_builtins(history.state),
         "branches": branches(history),
         "events": events,
     }

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
-from ..clock import EPOCH, WALL, parse_or_none
+from ..clock import EPOCH, WALL
 from ..domain.command import (
     TERMINATE_GRACE_S,
     CommandNotFoundError,
@@ -100,7 +100,7 @@ async def list_states(store: LogStore) -> list[CommandState]:
             s = await load_state(store, stream[len(STREAM_PREFIX) :])
             if s is not None:
                 out.append(s)
-    return sorted(out, key=lambda s: parse_or_none(s.created_at) or EPOCH)
+    return sorted(out, key=lambda s: s.created_at or EPOCH)
 
 
 async def append_decided(

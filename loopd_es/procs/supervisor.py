@@ -29,7 +29,7 @@ from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectSendStream
 
-from ..clock import WALL, parse_rfc3339
+from ..clock import WALL
 from ..domain.command import (
     MAX_OUTPUT_BYTES,
     TERMINATE_GRACE_S,
@@ -249,7 +249,7 @@ class Supervisor:
     async def _deadline(self) -> None:
         if self.state.deadline_at is None:
             return
-        end = parse_rfc3339(self.state.deadline_at)
+        end = self.state.deadline_at
         await anyio.sleep(max(0.0, (end - WALL.now()).total_seconds()))
         if not self.finished.is_set():
             await self._terminate("timeout")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime
 from typing import Any, ClassVar, Final, Literal
 
 import msgspec
 
-from ..clock import stamp
+from ..clock import stamp, stamped_builtins
 from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
@@ -158,26 +157,11 @@ def divergence(step: Step, field: str, was: Any, now: Any, outcome: Outcome, ins
         version=step.env.version,
         event_type=step.env.type,
         field=field,
-        recorded=_plain(was),
-        replayed=_plain(now),
+        recorded=stamped_builtins(was),
+        replayed=stamped_builtins(now),
         outcome=outcome,
         instead=instead,
     )
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as JSON builtins, its times as the text the state and the views show (:func:`stamp`)."""
-    return _stamped(msgspec.to_builtins(value, builtin_types=(datetime,)))
-
-
-def _stamped(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return stamp(value)
-    if isinstance(value, dict):
-        return {k: _stamped(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_stamped(v) for v in value]
-    return value
 
 
 def describe(events: list[Event]) -> str:

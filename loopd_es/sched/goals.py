@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ..clock import EPOCH, parse_or_none
+from ..clock import EPOCH
 from ..domain.decide import decide
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
@@ -54,7 +54,7 @@ def goal_due(state: GoalState) -> datetime | None:
 
 
 def _next_run(state: GoalState) -> datetime | None:
-    return parse_or_none(state.next_run_at)
+    return state.next_run_at
 
 
 class GoalSlots:

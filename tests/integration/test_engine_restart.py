@@ -9,9 +9,9 @@ import random
 from pathlib import Path
 
 import anyio
-import msgspec
 import pytest
 
+from loopd_es.clock import stamped_builtins
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.streams import goal_stream
 from loopd_es.log import open_store
@@ -104,7 +104,7 @@ def test_kill_9_at_random_points_loses_nothing_and_repeats_nothing(tmp_path: Pat
         assert state.blocker.reason == f"Reached max turns ({MAX_TURNS}) (force-finish ignored)"
         replayed = cli(tmp_path, "replay", "--stream", goal_stream(goal_id), "--json")  # snapshots on the way
         assert replayed.returncode == 0, replayed.stderr
-        assert json.loads(replayed.stdout) == json.loads(msgspec.json.encode(state)), seed
+        assert json.loads(replayed.stdout) == stamped_builtins(state), seed
     notices = streams.get("notifications", [])
     requested = [str(e["notification_id"]) for e in notices if e["type"] == "notification.requested"]
     delivered = [str(e["notification_id"]) for e in notices if e["type"] == "notification.delivered"]

@@ -55,7 +55,8 @@ async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogS
     lose_s = time.monotonic() - t0
     late = await env.start(store, "-c", SLEEPER, timeout_seconds=math.ceil(3 * lose_s))
     await _lose_owner(env, store, late)
-    deadline = datetime.fromisoformat((await env.state(store, late)).deadline_at or "")
+    deadline = (await env.state(store, late)).deadline_at
+    assert deadline is not None
     await alet_time_pass(
         max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + 0.05,
         "the command's deadline passes while nobody owns it",

@@ -25,7 +25,6 @@ from loopd_es.clock import (
     FakeClock,
     from_ms,
     from_us,
-    is_before,
     iso,
     iso_ms,
     iso_us,
@@ -35,6 +34,7 @@ from loopd_es.clock import (
     parse_rfc3339,
     stamp,
     stamp_or_none,
+    stamped_builtins,
     to_ms,
     to_us,
     utc,
@@ -69,15 +69,16 @@ def test_the_offset_bug_a_past_deadline_with_an_offset_is_past() -> None:
     now = datetime(2026, 11, 20, 10, 30, tzinfo=UTC)
     deadline = "2026-11-20T12:26:04.000+02:00"  # 10:26:04Z: four minutes ago
     assert iso(now) < deadline  # what comparing the texts said: still ahead, keep waiting
-    assert not is_before(now, deadline)
-    assert is_before(now - timedelta(minutes=5), deadline)
-    assert not is_before(now, None) and not is_before(now, "not a time")  # no readable deadline: not waiting
+    until = parse_rfc3339(deadline)
+    assert not now < until and now - timedelta(minutes=5) < until  # as instants: four minutes past
     assert later("2026-11-20T10:27:00.000Z", deadline) and not later(deadline, "2026-11-20T10:27:00.000Z")
     assert not later("garbage", deadline) and not later(deadline, None)
 
 
 def test_a_lease_with_an_offset_runs_out_at_its_instant() -> None:
-    lease_state = msgspec.structs.replace(initial("g"), lease_expires_at="2026-11-20T12:26:04.000+02:00")
+    lease_state = msgspec.structs.replace(
+        initial("g"), lease_expires_at=datetime.fromisoformat("2026-11-20T12:26:04.000+02:00")
+    )
     assert lease_valid(lease_state, datetime(2026, 11, 20, 10, 26, 3, tzinfo=UTC))
     assert not lease_valid(lease_state, datetime(2026, 11, 20, 10, 26, 5, tzinfo=UTC))
 
@@ -122,7 +123,6 @@ def test_conversions_round_trip(moment: datetime) -> None:
 @given(moments, moments)
 def test_order_is_the_instants_order_whatever_the_offset(a: datetime, b: datetime) -> None:
     shown_a, shown_b = a.astimezone(PLUS_TWO).isoformat(), iso(b)
-    assert is_before(whole_ms(a), shown_b) == (whole_ms(a) < whole_ms(b))
     assert later(shown_a, shown_b) == (a > whole_ms(b))
     assert utc(a.astimezone(PLUS_TWO)) == a
 
@@ -147,7 +147,7 @@ def test_the_import_normalizes_an_offset_to_utc(tmp_path: Path) -> None:
     for event in batch.events:
         state = evolve(state, decode_data(event.type, event.data_bytes()))
     assert state.phase == "waiting_retry"
-    assert state.retry_after == "2026-11-20T10:26:04.000Z"
+    assert state.retry_after == parse_rfc3339("2026-11-20T10:26:04.000Z")
     assert "+02:00" not in b"".join(e.data_bytes() for b in plan.batches for e in b.events).decode()
 
 
@@ -181,3 +181,18 @@ def test_stamp_writes_state_text_at_the_precision_the_time_has() -> None:
     assert stamp(moment.replace(microsecond=123456)) == "2026-10-07T12:00:00.123456Z"
     assert stamp(moment.astimezone(timezone(timedelta(hours=2)))) == "2026-10-07T12:00:00.123Z"
     assert (stamp(None), stamp_or_none(None), stamp_or_none(moment)) == ("", None, "2026-10-07T12:00:00.123Z")
+
+
+def test_stamped_builtins_writes_nested_times_as_state_text_in_json_shapes() -> None:
+    """Outputs of a state (``replay --json``, ``cmd show``, tool answers) show times as :func:`stamp` does,
+    however deep, and sequences as lists."""
+    from loopd_es.domain.command_state import AwaitState
+
+    at = datetime(2026, 11, 26, 11, 2, 10, tzinfo=UTC)
+    waiting = AwaitState(goal_id="g", requested_at=at)
+    out = stamped_builtins({"awaits": (waiting,), "ended": at.replace(microsecond=5), "none": None})
+    assert out == {
+        "awaits": [{**msgspec.to_builtins(waiting), "requested_at": "2026-11-26T11:02:10.000Z"}],
+        "ended": "2026-11-26T11:02:10.000005Z",
+        "none": None,
+    }

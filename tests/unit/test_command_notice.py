@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain.command import CommandState
 from loopd_es.domain.command_notice import (
     exit_notice_text,
@@ -36,12 +37,12 @@ def ended(**kw: Any) -> CommandState:
         watch=None,
         goal_id=None,
         notify_on_exit=None,
-        created_at="2026-12-02T00:00:00.000000Z",
+        created_at=parse_rfc3339("2026-12-02T00:00:00.000000Z"),
         owner_session_id="ses_owner",
         status="exited",
         end_reason="exit",
         exit_code=0,
-        ended_at="2026-12-02T00:00:05.000000Z",
+        ended_at=parse_rfc3339("2026-12-02T00:00:05.000000Z"),
     )
     return msgspec.structs.replace(base, **kw)
 
@@ -70,7 +71,7 @@ def test_should_notify_owner_on_exit_table(fields: dict[str, Any], notify: bool)
 
 def test_without_successful_exit_notices_only_a_long_run_is_told() -> None:
     quick = ended()
-    long = ended(ended_at="2026-12-02T00:02:00.000000Z")  # exactly 120 s
+    long = ended(ended_at=parse_rfc3339("2026-12-02T00:02:00.000000Z"))  # exactly 120 s
     assert not should_notify_owner_on_exit(quick, notify_successful_exit=False)
     assert should_notify_owner_on_exit(long, notify_successful_exit=False)
     assert should_notify_owner_on_exit(ended(exit_code=2), notify_successful_exit=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from loopd_es.clock import parse_rfc3339
 from loopd_es.domain import goal_commands as c
 from loopd_es.domain.rules import RuleError
 from loopd_es.errors import DomainError
@@ -233,7 +234,7 @@ def test_s31_successful_completion_with_schedule() -> None:
     st = goal.state
     assert st.status == "complete" and st.completion_evidence is not None
     assert st.lease_expires_at is None and st.active_run_id is None
-    assert st.schedule_run_count == 1 and st.next_run_at == "2026-12-02T12:00:10.000Z"
+    assert st.schedule_run_count == 1 and st.next_run_at == parse_rfc3339("2026-12-02T12:00:10.000Z")
     assert goal.types()[-1] == "goal.completed"
 
 

@@ -365,7 +365,7 @@ def test_s16_session_error_below_the_limit_backs_off() -> None:
     goal.do(c.RecordRunFailure(goal_id="g1", error_text="test error"))
     st = goal.state
     assert (st.consecutive_failures, st.last_error, st.phase) == (1, "test error", "waiting_retry")
-    assert st.retry_after == "2026-12-02T12:00:02.000Z"
+    assert st.retry_after == parse_rfc3339("2026-12-02T12:00:02.000Z")
 
 
 def test_session_error_at_the_limit_blocks() -> None:

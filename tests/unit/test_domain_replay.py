@@ -66,6 +66,56 @@ async def test_snapshot_plus_tail_equals_full_replay(store: LogStore, tmp_path: 
     assert again.state.status == "paused"
 
 
+async def test_a_snapshot_keeps_the_state_times_aware_and_equal(store: LogStore, tmp_path: Path) -> None:
+    """State times are datetimes: a snapshot (msgpack) gives them back as the same aware UTC instants."""
+    at = parse_rfc3339("2026-12-02T12:00:00.123456Z")
+    await store.append(
+        "goal-t",
+        [
+            new_event(g.GoalCreated(goal_id="t", name="T", objective="o", owner_session_id="o", at=at)),
+            new_event(
+                r.RunStarted(
+                    goal_id="t",
+                    run_id="r1",
+                    generation=1,
+                    prompt_message_id="m1",
+                    turn_count=1,
+                    lease_expires_at=at + timedelta(minutes=5),
+                    at=at,
+                )
+            ),
+            new_event(g.GoalProgressReported(goal_id="t", summary="s", at=at + timedelta(seconds=1))),
+            new_event(
+                r.RunFailed(
+                    goal_id="t",
+                    run_id="r1",
+                    error="e",
+                    consecutive_failures=1,
+                    retry_after=at + timedelta(seconds=2),
+                    generation=1,
+                    at=at,
+                )
+            ),
+        ],
+        "no_stream",
+    )
+    full = await replay_stream(store, "goal-t")
+    snaps = SnapshotStore(tmp_path / "snaps", reducer_versions(), every=1)
+    await replay_stream(store, "goal-t", snapshots=snaps)
+    again = await replay_stream(store, "goal-t", snapshots=snaps)
+    assert again.snapshot_version == 4 and again.folded == 0 and again.state == full.state
+    s = again.state
+    times = (
+        s.created_at,
+        s.turn_started_at,
+        s.last_run_at,
+        s.retry_after,
+        s.last_progress and s.last_progress.at,
+    )
+    assert times == (at, at, at, at + timedelta(seconds=2), at + timedelta(seconds=1))
+    assert all(t is not None and t.tzinfo is not None and t.utcoffset() == timedelta(0) for t in times)
+
+
 async def test_cut_by_position_and_time(store: LogStore, tmp_path: Path) -> None:
     await _fill(store, runs=3)
     cut = await replay_stream(store, "goal-a", until=3)

@@ -111,9 +111,8 @@ def test_v9_goals_fold_to_the_snapshot(plan: ImportPlan) -> None:
     )
     assert limit.model_fallback is not None and limit.model_fallback.status == "prepared"
     assert limit.model_fallback.attempted == ("anthropic/claude-sonnet-4",)
-    assert (
-        limit.last_provider_limit is not None
-        and limit.last_provider_limit.retry_at == "2026-11-20T10:59:00.000Z"
+    assert limit.last_provider_limit is not None and limit.last_provider_limit.retry_at == parse_rfc3339(
+        "2026-11-20T10:59:00.000Z"
     )
     assert limit.config.fallback_models == ("anthropic/claude-sonnet-4", "google/gemini-2.5-pro")
 
@@ -141,7 +140,7 @@ def test_v9_goals_fold_to_the_snapshot(plan: ImportPlan) -> None:
     assert (retry.phase, retry.consecutive_failures, retry.retry_after) == (
         "waiting_retry",
         2,
-        "2026-11-20T10:26:04.000Z",
+        parse_rfc3339("2026-11-20T10:26:04.000Z"),
     )
 
 
@@ -175,7 +174,7 @@ def test_commands_and_awaits_fold_to_the_snapshot(plan: ImportPlan) -> None:
     assert (build.watch_matches, build.watch_pushes) == (
         2,
         1,
-    ) and build.ended_at == "2026-11-20T10:23:00.000Z"
+    ) and build.ended_at == parse_rfc3339("2026-11-20T10:23:00.000Z")
     server = _fold_command(plan, SERVER)
     assert server.running and server.args == ("run", "dev") and server.env_keys == ("PORT",)
     assert [(a.goal_id, a.until) for a in server.awaits] == [(RUNNING, "listening on")]
@@ -536,7 +535,7 @@ def test_counters_stay_what_the_source_says(day: ImportPlan) -> None:
     assert kept[STORAGE]["last_compact_at"] == "2026-11-24T09:56:02.000Z"
     assert kept[STORAGE]["verification_attempts"][0]["failed_checks"] == ["bun test"]
     triage = _fold_goal(day, TRIAGE)
-    assert (triage.schedule_run_count, triage.next_run_at) == (2, "2026-11-24T11:00:01.000Z")
+    assert (triage.schedule_run_count, triage.next_run_at) == (2, parse_rfc3339("2026-11-24T11:00:01.000Z"))
 
 
 def test_an_old_v1_project_keeps_its_counters() -> None:
@@ -578,7 +577,7 @@ def test_commands_keep_their_ids_owners_and_notifications(day: ImportPlan) -> No
     assert (ci_state.status, ci_state.end_reason, ci_state.ended_at) == (
         "missing",
         "timeout",
-        "2026-11-24T15:02:00.000Z",
+        parse_rfc3339("2026-11-24T15:02:00.000Z"),
     )
     assert ci_state.awaits == () and ci["command.await-fired"]["status"] == "missing"
     assert parse_rfc3339(ci["command.await-requested"]["at"]) == parse_rfc3339(

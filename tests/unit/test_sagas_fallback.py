@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from loopd_es.app.service import Ctx
-from loopd_es.clock import iso
+from loopd_es.clock import parse_rfc3339
 from loopd_es.host.errors import ProviderErrorInfo
 from loopd_es.host.sim_script import FailureRule
 from projections.goals import pending_text
@@ -66,7 +66,7 @@ async def test_s59_rate_limit_observed_without_secrets(tmp_path: Path) -> None:
             429,
             "p/old",
         )
-        assert limit.retry_at == "2026-12-02T12:01:00.000Z"
+        assert limit.retry_at == parse_rfc3339("2026-12-02T12:01:00.000Z")
         events = await w.events()
         raw = b"".join(bytes(e.data) for e in events)
         assert b"SECRET" not in raw  # headers are never stored
@@ -77,7 +77,7 @@ async def test_s59_rate_limit_observed_without_secrets(tmp_path: Path) -> None:
         assert (await w.state(gid)).last_error == "secret diagnostic"
         await _observe(w, gid, {"statusCode": 429, "retryAfter": "Wed, 07 Oct 2026 12:00:00 GMT"})
         limit = (await w.state(gid)).last_provider_limit
-        assert limit is not None and limit.retry_at == "2026-10-07T12:00:00.000Z"
+        assert limit is not None and limit.retry_at == parse_rfc3339("2026-10-07T12:00:00.000Z")
         await _observe(w, gid, {"code": "insufficient_quota"})
         limit = (await w.state(gid)).last_provider_limit
         assert limit is not None and limit.kind == "quota"
@@ -99,9 +99,7 @@ async def test_s62_prompt_delivery_quota_is_a_fallback_turn_and_the_next_turn_ap
             state.model_pending.model,
             state.model_pending.reason,
         ) == ("p/new", "quota")
-        assert state.phase == "waiting_retry" and state.retry_after == iso(
-            w.clock.now()
-        )  # due now: no backoff
+        assert state.phase == "waiting_retry" and state.retry_after == w.clock.now()  # due now: no backoff
         assert state.consecutive_failures == 0 and state.last_error is None  # not a failure (#22)
         types = [e.type for e in await w.events()]
         assert "run.failed" not in types and "run.fell_back" in types

@@ -1,7 +1,7 @@
 """Field lists that must agree: the provider-limit facts of the event, the goal state and the importer.
 
-The event's times are instants (``UtcTime``); the state and the importer's reading keep them as text (the state
-mirrors the reference's ``lastProviderLimit``), so a time field compares as ``str`` here.
+The event's and the state's times are instants (``UtcTime``, ``datetime``); the importer's reading keeps the
+reference's ``lastProviderLimit`` text, so there a time field compares as ``str``.
 """
 
 from __future__ import annotations
@@ -17,31 +17,31 @@ from loopd_es.events.identity import ProviderLimitFacts, ProviderLimitObserved
 from loopd_es.importer.source import RefProviderLimit
 
 
-def _plain(tp: Any) -> Any:
-    """``tp`` without ``Annotated`` markers (the importer marks its time fields for UTC normalization), a time
-    as the text the state keeps."""
+def _plain(tp: Any, time: Any) -> Any:
+    """``tp`` without ``Annotated`` markers (``UtcTime``; the importer marks its time fields for UTC
+    normalization), a time as ``time``."""
     if get_origin(tp) is Annotated:
-        return _plain(get_args(tp)[0])
+        return _plain(get_args(tp)[0], time)
     if tp is datetime:
-        return str
+        return time
     if get_origin(tp) in (Union, UnionType):
-        return Union[tuple(_plain(arg) for arg in get_args(tp))]  # noqa: UP007
+        return Union[tuple(_plain(arg, time) for arg in get_args(tp))]  # noqa: UP007
     return tp
 
 
-def _fields(cls: type[msgspec.Struct]) -> list[tuple[str, object, object]]:
-    return [(f.name, _plain(f.type), f.default) for f in msgspec.structs.fields(cls)]
+def _fields(cls: type[msgspec.Struct], time: Any = str) -> list[tuple[str, object, object]]:
+    return [(f.name, _plain(f.type, time), f.default) for f in msgspec.structs.fields(cls)]
 
 
 def _as_text(fields: list[tuple[str, object, object]]) -> list[tuple[str, object, object]]:
-    """The event's fields as the state declares them: ``observed_at`` may be null in the event only (an old
-    event stored ``""`` for it), the state keeps ``""`` there."""
+    """The event's fields as the importer declares them: ``observed_at`` may be null in the event only (an old
+    event stored ``""`` for it), the reference's text is ``""`` there."""
     return [(n, str if n == "observed_at" else t, d) for n, t, d in fields]
 
 
 def test_state_and_event_have_the_same_provider_limit_fields() -> None:
+    assert _fields(ProviderLimit, datetime) == _fields(ProviderLimitFacts, datetime)
     facts = _fields(ProviderLimitFacts)
-    assert _fields(ProviderLimit) == _as_text(facts)
     assert issubclass(ProviderLimitObserved, ProviderLimitFacts)
     event_only = ("goal_id", "marks_blocker", "via")  # what the event says beyond the observation itself
     assert [f for f in _fields(ProviderLimitObserved) if f[0] not in event_only] == facts
