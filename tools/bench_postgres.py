@@ -37,7 +37,7 @@ import psycopg
 from loopd_es.clock import now_rfc3339
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log import open_store
-from loopd_es.log.postgres import split_postgres_url
+from loopd_es.log.postgres_url import split_postgres_url
 
 PAYLOAD = {"goal_id": "g-000123", "summary": "s" * 120, "turn": 7}
 DATA = json.dumps(PAYLOAD, separators=(",", ":")).encode()

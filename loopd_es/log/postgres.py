@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.lowlevel
@@ -65,6 +63,7 @@ from .postgres_sql import (
     STATEMENTS,
     TABLE,
 )
+from .postgres_url import public_url, split_postgres_url
 
 POOL_WAIT_S: Final = 5.0
 """How long a call waits for a connection before it fails with :class:`StoreUnavailableError` (psycopg's pool
@@ -74,42 +73,15 @@ POOL_RECONNECT_S: Final = 10.0
 Its retries back off exponentially (1, 2, 4 ... 64 s), so after a two-minute outage the next try could be a minute
 away while the server is back. Given up sooner, the next call that wants a connection starts a fresh attempt at
 once: the engine's own backoff (at most 5 s) then decides how soon a returning server is seen."""
-_SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _Raw: Final = msgspec.Raw
 _log = logging.getLogger("loopd_es.log")
-
-
-def split_postgres_url(url: str) -> tuple[str, str]:
-    """Split a store URL into (libpq conninfo URL, schema name).
-
-    :raises UsageError: for an invalid schema name.
-    """
-    parts = urlsplit(url.strip())
-    options = dict(parse_qsl(parts.query))
-    schema = options.pop("schema", "public")
-    if not _SCHEMA_NAME.fullmatch(schema):
-        raise UsageError(
-            f"invalid schema {schema!r} in the store URL: use letters, digits and _ (e.g. loopd)"
-        )
-    conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(options), ""))
-    return conninfo, schema
-
-
-def _public_url(url: str) -> str:
-    """The URL without a password, for messages."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        netloc = f"{user.split(':', 1)[0]}@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
 
 
 class PostgresLog(LogStore):
     """An append-only log in one PostgreSQL table, shared by any number of processes and machines."""
 
     def __init__(self, url: str, pool: psycopg_pool.AsyncConnectionPool[Any], schema: str) -> None:
-        self.url = _public_url(url)
+        self.url = public_url(url)
         self.schema = schema
         self._pool = pool
         self._conninfo = split_postgres_url(url)[0]
@@ -136,7 +108,7 @@ class PostgresLog(LogStore):
         except psycopg.Error as e:
             reason = str(e).strip().splitlines()[-1 if "failed:" not in str(e) else 0].strip()
             raise StoreUnavailableError(
-                f"cannot connect to {_public_url(url)}: {reason}; check that the server runs and the URL"
+                f"cannot connect to {public_url(url)}: {reason}; check that the server runs and the URL"
             ) from e
         await probe.close()
         pool: psycopg_pool.AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
@@ -154,7 +126,7 @@ class PostgresLog(LogStore):
         except psycopg_pool.PoolTimeout as e:
             await pool.close()
             raise StoreUnavailableError(
-                f"cannot connect to {_public_url(url)}: {e}; check that the server runs and the URL"
+                f"cannot connect to {public_url(url)}: {e}; check that the server runs and the URL"
             ) from e
         store = cls(url, pool, schema)
         try:
@@ -325,18 +297,9 @@ class PostgresLog(LogStore):
     # -- coordination -------------------------------------------------------------------------------
 
     async def _ensure_coord(self, conn: Any) -> None:
-        """Create the coordination table on first use. ``CREATE TABLE IF NOT EXISTS`` is not safe against itself:
-        two sessions creating it at once can both pass the check and one fails on PostgreSQL's catalog index
-        (``pg_type_typname_nsp_index``), so creation is serialized by the log's advisory lock, as the events
-        table's is."""
-        if self._coord_ready:
-            return
-        found = await (await conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".coord',))).fetchone()
-        if found is None or found[0] is None:
-            async with conn.transaction():
-                await conn.execute(LOCK, (LOCK_KEY,))
-                await conn.execute(postgres_coord.TABLE.format(c=sql.Identifier(self.schema, "coord")))
-        self._coord_ready = True
+        if not self._coord_ready:
+            await postgres_coord.ensure_table(conn, self.schema)
+            self._coord_ready = True
 
     async def coord_read(self, prefix: str = "") -> list[Claim]:
         async with self._connection() as conn:

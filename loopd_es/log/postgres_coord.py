@@ -13,11 +13,26 @@ from typing import Any, Final
 from psycopg import sql
 
 from .coord import Claim, Fence, FenceLostError, failed_fence, fence_keys
+from .postgres_sql import LOCK, LOCK_KEY
 
 TABLE: Final = sql.SQL(
     "CREATE TABLE IF NOT EXISTS {c} (key text PRIMARY KEY, holder text NOT NULL, token bigint NOT NULL,"
     " expires_us bigint NOT NULL, info text NOT NULL)"
 )
+
+
+async def ensure_table(conn: Any, schema: str) -> None:
+    """Create ``<schema>.coord`` unless it exists. ``CREATE TABLE IF NOT EXISTS`` is not safe against itself: two
+    sessions creating it at once can both pass the check and one fails on PostgreSQL's catalog index
+    (``pg_type_typname_nsp_index``), so creation is serialized by the log's advisory lock, as the events table's
+    is."""
+    found = await (await conn.execute("SELECT to_regclass(%s)", (f'"{schema}".coord',))).fetchone()
+    if found is None or found[0] is None:
+        async with conn.transaction():
+            await conn.execute(LOCK, (LOCK_KEY,))
+            await conn.execute(TABLE.format(c=sql.Identifier(schema, "coord")))
+
+
 _COLUMNS: Final = "key, holder, token, expires_us, info"
 STATEMENTS: Final = {
     "read": sql.SQL(

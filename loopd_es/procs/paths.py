@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import StorageError
 from ..ids import path_under
 from ..log import POSTGRES_SCHEMES, parse_store_url
+from ..log.postgres_url import split_postgres_url
 
 _MAX_SOCKET_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 
@@ -41,8 +42,6 @@ def server_log_commands_dir(store_url: str) -> Path:
     owner runs in: ``$XDG_STATE_HOME/loopd-es/commands-<schema>-<hash of the server URL>`` (default
     ``~/.local/state``).
     """
-    from ..log.postgres import split_postgres_url  # here: psycopg is loaded only for a server log
-
     conninfo, schema = split_postgres_url(store_url)
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
     digest = hashlib.sha256(conninfo.encode()).hexdigest()[:12]

@@ -27,6 +27,7 @@ from typing import Any, Final
 import anyio
 
 from ..log import POSTGRES_SCHEMES, parse_store_url
+from ..log.postgres_url import split_postgres_url
 
 log = logging.getLogger("loopd_es.projector")
 
@@ -57,8 +58,6 @@ def default_read_db(store_url: str) -> Path:
     A log on a database server keeps its read models on this machine: ``.loopd/read-<schema>.db``.
     """
     if store_url.startswith(POSTGRES_SCHEMES):
-        from ..log.postgres import split_postgres_url
-
         return Path(".loopd") / f"read-{split_postgres_url(store_url)[1]}.db"
     _, path, _ = parse_store_url(store_url)
     return Path(path).parent / "read.db"

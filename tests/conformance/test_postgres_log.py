@@ -57,7 +57,7 @@ class TestPostgresLog(LogStoreContract):
         import psycopg
 
         from loopd_es.errors import StoreUnavailableError
-        from loopd_es.log.postgres import split_postgres_url
+        from loopd_es.log.postgres_url import split_postgres_url
 
         async with await open_store(store_url) as setup:
             await setup.append("warm-up", [NewEvent(type="t.seed")])
@@ -155,7 +155,7 @@ class TestPostgresLog(LogStoreContract):
         import psycopg
 
         from loopd_es.errors import StoreUnavailableError
-        from loopd_es.log.postgres import split_postgres_url
+        from loopd_es.log.postgres_url import split_postgres_url
 
         conninfo, schema = split_postgres_url(store_url)
         with psycopg.connect(conninfo, autocommit=True) as conn:
