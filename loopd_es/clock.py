@@ -11,8 +11,10 @@ instead. Times cross an edge only through this module:
 * epoch numbers (the reference's ``/loop`` fields and tool arguments, OpenCode's ``time.created``):
   :func:`from_ms` / :func:`to_ms`, and :func:`from_us` / :func:`to_us` for coordination records.
 
-The ``/loop`` deciders keep their slot arithmetic on integer epoch milliseconds (slots, jitter and the
-state files they mirror are defined in them); they read "now" as ``to_ms(clock.now())``.
+Events (:data:`loopd_es.events.times.UtcTime`) and states hold datetimes; text is written only at the edges
+that show or store text (:func:`stamp` for read models and ``--json``). The ``/loop`` deciders take a datetime
+"now" and do their slot arithmetic (grid, jitter) in integer epoch milliseconds, the reference's unit, converting
+back with :func:`from_ms_held`.
 
 Nothing compares two time strings: text is parsed first (a ``+02:00`` string and a ``Z`` string of the same
 instant sort apart as text).
