@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 import msgspec
 
 from ..errors import InvalidEventError
-from . import command, engine, engine_legacy, goal, identity, imported, loop, notification, run, saga
+from . import command, engine, goal, identity, imported, loop, notification, run, saga
 from .base import CATALOGUE, Event, payload_decoder
 from .envelope import NewEvent
 from .upcasting import upcast
@@ -30,7 +30,6 @@ PAYLOAD_MODULES: Final = (
     command,
     imported,
     engine,
-    engine_legacy,
     notification,
     loop,
 )
