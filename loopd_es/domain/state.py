@@ -9,16 +9,14 @@ works on, so that an event costs a few attribute stores instead of a copy of som
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 import msgspec
 
 from ..events.base import Caller
 from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
+from ..events.identity import ProviderLimitFacts
 from ..events.imported import VerificationAttempt
-
-if TYPE_CHECKING:
-    from ..events.identity import ProviderLimitFacts
 
 REDUCER_VERSION: Final = 6
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
@@ -114,21 +112,14 @@ class TurnRequest(_S, frozen=True):
     at: datetime | None
 
 
-class ProviderLimit(_S, frozen=True):
+class ProviderLimit(_S, ProviderLimitFacts, frozen=True):
     """The goal's last provider-limit observation: the fields of ``identity.provider_limit_observed``, the
-    reference's ``lastProviderLimit``)."""
-
-    kind: Literal["quota", "rate-limit"]
-    source: Literal["prompt-delivery", "session-error"]
-    observed_at: datetime | None
-    model: str | None = None
-    status_code: int | None = None
-    retry_at: datetime | None = None
+    reference's ``lastProviderLimit``."""
 
     @classmethod
     def of(cls, facts: ProviderLimitFacts) -> ProviderLimit:
         """The observation fields of ``facts`` (an observed event, say) as state."""
-        return cls(**{name: getattr(facts, name) for name in cls.__struct_fields__})
+        return cls(**{name: getattr(facts, name) for name in ProviderLimitFacts.__struct_fields__})
 
 
 class ModelFallback(_S, frozen=True):

@@ -43,11 +43,7 @@ async def test_others_are_forgotten_after_the_window_and_not_before() -> None:
     seconds = _Seconds()
     users = RecentUsers(seconds)
 
-    async def other() -> None:
-        users.note()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(other)
+    await _used_by_other_tasks(users)
     seconds.now += RecentUsers.WINDOW_S  # the window's last instant: still seen
     assert users.others()
     seconds.now += RecentUsers.WINDOW_S / 10
@@ -57,11 +53,7 @@ async def test_others_are_forgotten_after_the_window_and_not_before() -> None:
 async def test_the_real_clock_forgets_too() -> None:
     users = RecentUsers()
 
-    async def other() -> None:
-        users.note()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(other)
+    await _used_by_other_tasks(users)
     assert await await_until("the real clock to move past the 10 ms window", lambda: not users.others())
 
 
@@ -69,14 +61,19 @@ async def test_a_crowd_that_never_commits_keeps_the_record_to_the_window() -> No
     seconds = _Seconds()
     users = RecentUsers(seconds)
 
-    async def reader() -> None:
+    await _used_by_other_tasks(users, 300)
+    assert len(users) > 256  # none has fallen out yet
+    seconds.now += RecentUsers.WINDOW_S * 2
+    await _used_by_other_tasks(users)  # the 301st note prunes what the window no longer holds
+    assert len(users) == 1
+
+
+async def _used_by_other_tasks(users: RecentUsers, count: int = 1) -> None:
+    """``count`` other tasks each use the store once (and end)."""
+
+    async def use() -> None:
         users.note()
 
     async with anyio.create_task_group() as tg:
-        for _ in range(300):
-            tg.start_soon(reader)
-    assert len(users) > 256  # none has fallen out yet
-    seconds.now += RecentUsers.WINDOW_S * 2
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(reader)  # the 301st note prunes what the window no longer holds
-    assert len(users) == 1
+        for _ in range(count):
+            tg.start_soon(use)

@@ -40,6 +40,7 @@ def _as_text(fields: list[tuple[str, object, object]]) -> list[tuple[str, object
 
 
 def test_state_and_event_have_the_same_provider_limit_fields() -> None:
+    assert issubclass(ProviderLimit, ProviderLimitFacts)  # one definition of the observation's fields
     assert _fields(ProviderLimit, datetime) == _fields(ProviderLimitFacts, datetime)
     facts = _fields(ProviderLimitFacts)
     assert issubclass(ProviderLimitObserved, ProviderLimitFacts)
