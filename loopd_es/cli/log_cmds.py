@@ -16,6 +16,7 @@ from ..log import LogStore, open_store
 from ..log.base import parse_expected_version
 from ..text_safe import term_line
 from .main import store_url
+from .options import open_reader
 
 _JSON = msgspec.json.Decoder()
 
@@ -65,14 +66,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--backwards", action="store_true", help="newest first")
     p.add_argument("--last", type=_non_negative, default=None, metavar="N", help="only the last N events")
     p.add_argument("--json", action="store_true", help="print envelopes as NDJSON")
-    p.set_defaults(handler=_read)
+    p.set_defaults(handler=_read, loopless=True)
 
     p = sub.add_parser(
         "streams",
         help="list the streams with their versions",
         description="List every stream in the log with its current version (its number of events).",
     )
-    p.set_defaults(handler=_streams)
+    p.set_defaults(handler=_streams, loopless=True)
 
     p = sub.add_parser(
         "verify",
@@ -258,7 +259,7 @@ def _optional_str(item: dict[str, Any], key: str, where: str) -> str | None:
 async def _read(args: argparse.Namespace) -> int:
     if args.last is not None and args.start is not None:
         raise UsageError("--last and --from do not mix: --last N shows the N newest events")
-    store = await _open(args, create=False)
+    store = await open_reader(args)
     try:
         if args.stream is not None and await store.stream_version(args.stream) == 0:
             raise StreamNotFoundError(args.stream)
@@ -340,7 +341,7 @@ def _row(env: Envelope) -> str:
 
 
 async def _streams(args: argparse.Namespace) -> int:
-    store = await _open(args, create=False)
+    store = await open_reader(args)
     try:
         for name in await store.streams():
             print(f"{term_line(name)}\t{await store.stream_version(name)}")

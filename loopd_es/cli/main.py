@@ -224,6 +224,14 @@ def main(*argv: str) -> int:
         return await handler(args)
 
     try:
+        if getattr(
+            args, "loopless", False
+        ):  # a read-only query: without the loop when it can (cli/loopless.py)
+            from .loopless import run_without_loop
+
+            done = run_without_loop(handler, args)
+            if done is not None:
+                return done
         import anyio  # only a command that runs needs the event loop; --help and usage errors do not
 
         return anyio.run(run)

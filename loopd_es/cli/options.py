@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
     import anyio
 
+    from ..log.base import LogStore
+
 DEFAULT_STORE = "sqlite:.loopd/events.db"
 STORE_ENV = "LOOPD_ES_STORE"
 
@@ -26,6 +29,34 @@ STORE_ENV = "LOOPD_ES_STORE"
 def store_url(args: argparse.Namespace) -> str:
     """The store URL the user asked for: ``--store``, then ``$LOOPD_ES_STORE``, then the default."""
     return getattr(args, "store", None) or os.environ.get(STORE_ENV) or DEFAULT_STORE
+
+
+LOOPLESS_FLAG = "loopless_now"
+"""The attribute :mod:`.loopless` sets on a command's arguments while it runs the command without a loop."""
+
+
+async def open_reader(args: argparse.Namespace) -> LogStore:
+    """The log a read-only command reads: a snapshot that never suspends while the command runs without an
+    event loop (:mod:`.loopless`), else the store itself, opened without creating it.
+
+    :raises NeedsEventLoop: (without a loop) when the snapshot cannot answer as the store would.
+    :raises LogNotFoundError: when there is no log.
+    """
+    url = store_url(args)
+    if getattr(args, LOOPLESS_FLAG, False):
+        from ..log import POSTGRES_SCHEMES, parse_store_url
+        from ..log.base import NeedsEventLoop
+        from ..log.sqlite_snapshot import SqliteSnapshot
+
+        if url.strip().startswith(POSTGRES_SCHEMES):
+            raise NeedsEventLoop(f"{url} is not an SQLite log")
+        scheme, path, options = parse_store_url(url)
+        if scheme != "sqlite" or options:
+            raise NeedsEventLoop(f"{url} is not a plain SQLite log")
+        return SqliteSnapshot.open(Path(path))
+    from ..log import open_store
+
+    return await open_store(url, create=False)
 
 
 def add_host_option(parser: argparse.ArgumentParser) -> None:

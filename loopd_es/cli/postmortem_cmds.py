@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..text_safe import term_line
-from .options import parse_time, store_url
+from .options import open_reader, parse_time, store_url
 
 if TYPE_CHECKING:
     from ..log.base import LogStore
@@ -88,7 +88,7 @@ def register(subparsers: Any) -> None:
         "source's, not the import's)",
     )
     p.add_argument("--html", type=Path, metavar="FILE", help="write the timeline as one HTML file instead")
-    p.set_defaults(handler=_history)
+    p.set_defaults(handler=_history, loopless=True)
 
     p = subparsers.add_parser(
         "explain",
@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:
         "ids (and from an applied pending switch to the event that set it up), naming the events of the same "
         "reaction and flow; where a link is missing, say so.",
     )
-    p.set_defaults(handler=_explain)
+    p.set_defaults(handler=_explain, loopless=True)
 
 
 async def find_goal_streams(store: LogStore, args: argparse.Namespace, url: str) -> GoalStreams:
@@ -145,14 +145,13 @@ def _links_projection(registry: str) -> Projection | None:
 async def _history(args: argparse.Namespace) -> int:
     import msgspec
 
-    from ..log import open_store
     from ..postmortem.history import build_history, render_text, to_json
 
     if args.until is not None and args.until < 0:
         raise UsageError(f"--until must be a position >= 0, got {args.until}")
     at = parse_time(args.at)
     url = store_url(args)
-    async with await open_store(url, create=False) as store:
+    async with await open_reader(args) as store:
         goal = await find_goal_streams(store, args, url)
         history = await build_history(store, goal, until=args.until, at=at, provenance=args.html is not None)
         if args.html is not None:
@@ -180,12 +179,11 @@ async def _history(args: argparse.Namespace) -> int:
 async def _explain(args: argparse.Namespace) -> int:
     import msgspec
 
-    from ..log import open_store
     from ..postmortem.explain import explain, render_text, to_json
     from ..postmortem.history import build_history
 
     url = store_url(args)
-    async with await open_store(url, create=False) as store:
+    async with await open_reader(args) as store:
         goal = await find_goal_streams(store, args, url)
         history = await build_history(store, goal, provenance=True)
         result = await explain(store, history)

@@ -15,20 +15,25 @@ import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-import anyio.to_thread
 import msgspec
 
 from ..clock import display, parse_or_none, stamped_builtins
 from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
 from ..errors import EXIT_OK, UsageError
-from ..log import open_store
+from ..log.base import NeedsEventLoop
 from ..postmortem.who import CALLER_COLUMNS, who_lines
-from ..projector import Projector, default_read_db, load_registry
+from ..projector import default_read_db, load_registry
+from ..projector.readdb import settled_status
 from ..text_safe import term_line
 from .main import store_url
+from .options import open_reader
+
+if TYPE_CHECKING:
+    from ..log.base import LogStore
+    from ..projector.readdb import ProjectionStatus
 
 T = TypeVar("T")
 Row = dict[str, Any]
@@ -66,7 +71,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--status", choices=STATUSES, metavar="S", help=f"only this status: {', '.join(STATUSES)}")
     p.add_argument("--owner", metavar="O", help="only goals of this owner session")
     p.add_argument("--all", action="store_true", help="include cleared goals")
-    p.set_defaults(handler=_goals)
+    p.set_defaults(handler=_goals, loopless=True)
 
     p = sub.add_parser(
         "commands", parents=[common], help="list command sessions: status, end reason, exit code, watch",
@@ -74,7 +79,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "goal, from the read models. Removed commands are left out unless --all.",
     )  # fmt: skip
     p.add_argument("--all", action="store_true", help="include removed commands")
-    p.set_defaults(handler=_commands)
+    p.set_defaults(handler=_commands, loopless=True)
 
     p = sub.add_parser(
         "identities", parents=[common], help="a goal's identity switches: who asked, why, how they ended",
@@ -82,7 +87,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "with who requested it and why, and the switch sagas' host calls, in log order.",
     )  # fmt: skip
     p.add_argument("goal", metavar="GOAL", help="the goal id, or a unique prefix of it")
-    p.set_defaults(handler=_identities)
+    p.set_defaults(handler=_identities, loopless=True)
 
     goal = sub.choices.get("goal")
     if goal is None:
@@ -107,7 +112,7 @@ def add_goal_show(
         "used and limits, last progress, its runs, identity switches, fallback state, commands and awaits.",
     )  # fmt: skip
     p.add_argument("goal", metavar="GOAL", help="the goal id, or a unique prefix of it")
-    p.set_defaults(handler=_goal_show)
+    p.set_defaults(handler=_goal_show, loopless=True)
     return p
 
 
@@ -119,15 +124,21 @@ async def read_models(args: argparse.Namespace, query: Callable[[sqlite3.Connect
 
     :raises LogNotFoundError: when there is no log.
     :raises ProjectionError: when the read database cannot be used.
+    :raises NeedsEventLoop: (run without a loop) when the read models need a catch-up or setting up.
     """
     url = store_url(args)
-    store = await open_store(url, create=False)
+    store = await open_reader(args)
     try:
-        read_db = args.read_db if args.read_db is not None else default_read_db(url)
-        async with await Projector.open(store, load_registry(), read_db) as projector:
-            if not args.no_catch_up:
-                await projector.run_once()
-            head, rows = await projector.status()
+        read_db = Path(args.read_db if args.read_db is not None else default_read_db(url))
+        if store.loopless:
+            head, rows = await _settled(store, read_db, catch_up=not args.no_catch_up)
+        else:
+            from ..projector import Projector
+
+            async with await Projector.open(store, load_registry(), read_db) as projector:
+                if not args.no_catch_up:
+                    await projector.run_once()
+                head, rows = await projector.status()
     finally:
         await store.aclose()
     used = [r for r in rows if r.name in QUERY_PROJECTIONS]
@@ -145,7 +156,33 @@ async def read_models(args: argparse.Namespace, query: Callable[[sqlite3.Connect
             "see `loopd-es projections status`",
             file=sys.stderr,
         )
-    return await anyio.to_thread.run_sync(_run_query, Path(read_db), query)
+    if store.loopless:
+        return _run_query(read_db, query)
+    import anyio.to_thread  # the event loop's thread stays free while SQLite reads
+
+    return await anyio.to_thread.run_sync(_run_query, read_db, query)
+
+
+async def _settled(store: LogStore, read_db: Path, *, catch_up: bool) -> tuple[int, list[ProjectionStatus]]:
+    """Without an event loop: the log's head and the read models' status, when the projector would find
+    nothing to do (nothing to set up; with ``catch_up``, the same log and every queried model at its head).
+
+    :raises NeedsEventLoop: otherwise.
+    """
+    found = settled_status(read_db, load_registry())
+    if found is None:
+        raise NeedsEventLoop(f"the read database {read_db} needs setting up")
+    log_id, rows = found
+    head = await store.head()
+    if catch_up:
+        first = None
+        async for batch in store.read_batches(limit=1):
+            first = batch[0].event_id
+        at = [r.position for r in rows if r.name in QUERY_PROJECTIONS]
+        ahead = any(r.position > head for r in rows)  # the projector refuses that: let it say so
+        if log_id != first or ahead or any(position != head for position in at):
+            raise NeedsEventLoop(f"the read models in {read_db} are not at the log's head {head}")
+    return head, rows
 
 
 def _run_query(path: Path, query: Callable[[sqlite3.Connection], T]) -> T:

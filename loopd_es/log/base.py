@@ -26,6 +26,11 @@ READ_BATCH = 4096
 """Events read per storage round trip: large enough to amortise a thread hop, small enough for bounded memory."""
 
 
+class NeedsEventLoop(Exception):
+    """A one-shot query run without an event loop met work that needs one (a read model behind the log, a
+    log to create): nothing was printed or written yet, and the command runs again with the loop."""
+
+
 class StreamWrite(NamedTuple):
     """One stream's share of an :meth:`LogStore.append_many`: its events and the version it must be at."""
 
@@ -44,6 +49,10 @@ class LogStore(abc.ABC):
     url: str
     read_only: ClassVar[bool] = False
     """True for a log that refuses every write (a bundle): readers that would keep files beside it don't."""
+    loopless: ClassVar[bool] = False
+    """True for a store whose calls never suspend (:mod:`.sqlite_snapshot`, for a one-shot query run without an
+    event loop): a reader with work that needs the loop (catching a read model up) raises
+    :class:`NeedsEventLoop` instead of starting it."""
 
     async def append(
         self,

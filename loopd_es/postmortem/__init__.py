@@ -6,12 +6,37 @@ model when it is registered (one indexed query), else by one scan of the log.
 
 from __future__ import annotations
 
-from .history import Change as Change
-from .history import Entry as Entry
-from .history import History as History
-from .history import build_history as build_history
-from .links import GoalStreams as GoalStreams
-from .links import UnknownGoalError as UnknownGoalError
-from .links import find_goal as find_goal
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from .history import Change as Change
+    from .history import Entry as Entry
+    from .history import History as History
+    from .history import build_history as build_history
+    from .links import GoalStreams as GoalStreams
+    from .links import UnknownGoalError as UnknownGoalError
+    from .links import find_goal as find_goal
+
+_LAZY: Final = {
+    "Change": "history",
+    "Entry": "history",
+    "History": "history",
+    "build_history": "history",
+    "GoalStreams": "links",
+    "UnknownGoalError": "links",
+    "find_goal": "links",
+}
+"""Re-exports imported on first use: ``goals`` shows who asked (:mod:`.who`) without loading the timeline."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ("Change", "Entry", "GoalStreams", "History", "UnknownGoalError", "build_history", "find_goal")

@@ -17,6 +17,7 @@ import msgspec
 
 from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import UsageError
+from ..log.base import NeedsEventLoop
 
 if TYPE_CHECKING:
     from ..log.base import LogStore
@@ -138,6 +139,8 @@ async def _catch_up(store: LogStore, links: Projection, read_db: Path) -> None:
     position, log_id = _checkpoint(read_db, links)
     if position == head and log_id is not None and await _first_id(store) == log_id:
         return
+    if store.loopless:  # a one-shot query run without the event loop: it runs again with one
+        raise NeedsEventLoop(f"the {links.name} read model in {read_db} is behind the log")
     from ..projector import Projector  # imported only when work is due: it brings watchfiles in
 
     log.info("catching up the %s read model in %s", links.name, read_db)

@@ -16,7 +16,7 @@ from .base import BatchProjection as BatchProjection
 from .base import Projection as Projection
 from .base import ProjectionError as ProjectionError
 from .base import UnknownProjectionError as UnknownProjectionError
-from .watch import default_read_db as default_read_db
+from .paths import default_read_db as default_read_db
 
 if TYPE_CHECKING:
     from .readdb import BatchResult as BatchResult

@@ -320,26 +320,7 @@ class ReadDb:
     def status(self) -> list[ProjectionStatus]:
         """Checkpoint and parked events of every registered projection, in registry order."""
         with self._translated("read the status"):
-            checkpoints = dict(
-                self.conn.execute("SELECT name, position FROM projector_checkpoints").fetchall()
-            )
-            parked = {
-                name: (count, error)
-                for name, count, error in self.conn.execute(
-                    "SELECT name, count(*), (SELECT error FROM projector_parked q WHERE q.name = p.name "
-                    "ORDER BY position DESC LIMIT 1) FROM projector_parked p GROUP BY name"
-                )
-            }
-        return [
-            ProjectionStatus(
-                p.name,
-                p.version,
-                checkpoints.get(p.name, 0),
-                parked.get(p.name, (0, None))[0],
-                parked.get(p.name, (0, None))[1],
-            )
-            for p in self.projections
-        ]
+            return _status(self.conn, self.projections)
 
     # -- transactions ---------------------------------------------------------------------------------
 
@@ -392,6 +373,53 @@ class _Transaction(_Translated):
         if self.conn.in_transaction:
             self.conn.execute("ROLLBACK")
         super().__exit__(type(error), error, tb)
+
+
+def _status(conn: sqlite3.Connection, projections: Sequence[Projection]) -> list[ProjectionStatus]:
+    checkpoints = dict(conn.execute("SELECT name, position FROM projector_checkpoints").fetchall())
+    parked = {
+        name: (count, error)
+        for name, count, error in conn.execute(
+            "SELECT name, count(*), (SELECT error FROM projector_parked q WHERE q.name = p.name "
+            "ORDER BY position DESC LIMIT 1) FROM projector_parked p GROUP BY name"
+        )
+    }
+    return [
+        ProjectionStatus(
+            p.name,
+            p.version,
+            checkpoints.get(p.name, 0),
+            parked.get(p.name, (0, None))[0],
+            parked.get(p.name, (0, None))[1],
+        )
+        for p in projections
+    ]
+
+
+def settled_status(
+    path: Path, projections: Sequence[Projection]
+) -> tuple[str | None, list[ProjectionStatus]] | None:
+    """The log id the read database follows and its projections' status, read without writing anything.
+
+    None when opening it for the projector would change it first (no database yet, a projection that is new
+    or of another version) or SQLite will not open it read-only: only the projector can answer then.
+    """
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error:
+        return None
+    try:
+        versions = dict(conn.execute("SELECT name, version FROM projector_checkpoints").fetchall())
+        if any(versions.get(p.name) != p.version for p in projections):
+            return None
+        row = conn.execute("SELECT value FROM projector_meta WHERE key = 'log_id'").fetchone()
+        return (None if row is None else str(row[0])), _status(conn, projections)
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
 
 
 def _raise_if_environmental(error: Exception, path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Final
 import anyio
 
 from ..log import POSTGRES_SCHEMES, parse_store_url
-from ..log.postgres_url import split_postgres_url
+from .paths import default_read_db as default_read_db  # re-exported: the runner takes it from here
 
 log = logging.getLogger("loopd_es.projector")
 
@@ -50,17 +50,6 @@ def log_files(store_url: str) -> list[Path]:
     if scheme == "ndjson":
         return [main, main.with_name(main.name + ".lock"), main.with_name(main.name + ".idx")]
     return [main, main.with_name(main.name + "-wal")]
-
-
-def default_read_db(store_url: str) -> Path:
-    """``read.db`` in the log's directory: ``sqlite:.loopd/events.db`` -> ``.loopd/read.db``.
-
-    A log on a database server keeps its read models on this machine: ``.loopd/read-<schema>.db``.
-    """
-    if store_url.startswith(POSTGRES_SCHEMES):
-        return Path(".loopd") / f"read-{split_postgres_url(store_url)[1]}.db"
-    _, path, _ = parse_store_url(store_url)
-    return Path(path).parent / "read.db"
 
 
 class Waker:
