@@ -9,10 +9,10 @@ loop, neither asyncio nor anyio is ever imported.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Generator
 from pathlib import Path
 
 import anyio
@@ -216,9 +216,14 @@ def test_the_driver_answers_none_when_the_command_needs_the_loop() -> None:
     assert run_without_loop(handler, _args()) is None
 
 
+class _Suspension:
+    def __await__(self) -> Generator[str, None, None]:
+        yield "a future of some event loop"
+
+
 def test_a_command_that_suspends_without_a_loop_is_a_bug_said_by_name() -> None:
     async def handler(_: argparse.Namespace) -> int:
-        await asyncio.sleep(0)  # a real suspension: the loopless driver has no loop to give it
+        await _Suspension()  # what awaiting real I/O does: hand control to a loop, which is not there
         return 0
 
     with pytest.raises(RuntimeError, match="`goals` suspended without an event loop"):
