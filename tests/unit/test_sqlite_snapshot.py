@@ -125,7 +125,8 @@ def test_every_write_is_refused_and_the_log_is_unchanged(log: Path) -> None:
 
 
 async def _no_batches() -> AsyncIterator[list[Envelope]]:
-    for batch in ():
+    empty: tuple[list[Envelope], ...] = ()
+    for batch in empty:
         yield batch
 
 
