@@ -47,7 +47,9 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
             for n in range(READ_BATCH // 100 + 2):
                 stream = ("goal-a", "goal-b", "notifications")[n % 3]
                 kind = "goal.retried" if n % 2 else "goal.paused"
-                await store.append(stream, [NewEvent(type=kind, data={"goal_id": f"{n}.{i}"}) for i in range(100)])
+                await store.append(
+                    stream, [NewEvent(type=kind, data={"goal_id": f"{n}.{i}"}) for i in range(100)]
+                )
             claim = Claim(key="lease/x", holder="me", token=1, expires_us=4_000_000_000_000_000)
             assert await store.coord_swap("lease/x", 0, claim) is None
 
