@@ -35,6 +35,7 @@ Via = Literal["slash", "tool"]
 SESSION_PREFIX: Final = "loop-session-"
 ACTIVE_STREAM: Final = "loop-active"
 LEASE_PREFIX: Final = "loop-lease-"
+"""Streams where /loop owners' leases were events before 0.4 (coordination records now): read, never decoded."""
 GOAL_PREFIX: Final = "loop-goal-"
 CAP_STREAM: Final = "loop-cap"
 
@@ -42,11 +43,6 @@ CAP_STREAM: Final = "loop-cap"
 def session_stream(session_id: str) -> str:
     """The stream holding every task and fire of one session."""
     return f"{SESSION_PREFIX}{session_id}"
-
-
-def lease_stream(owner: str) -> str:
-    """The stream holding one owner's lease renewals."""
-    return f"{LEASE_PREFIX}{owner}"
 
 
 def goal_slot_stream(goal_id: str) -> str:
@@ -243,23 +239,6 @@ class SessionDeleted(Event, frozen=True, kw_only=True):
     at: UtcTime
 
 
-@event("loop.owner_lease_renewed", version=2)
-class OwnerLeaseRenewed(Event, frozen=True, kw_only=True):
-    """``owner`` is alive until ``expires_at``; an ephemeral task dies with an expired lease."""
-
-    owner: str
-    at: UtcTime
-    expires_at: UtcTime
-
-
-@event("loop.owner_lease_released", version=2)
-class OwnerLeaseReleased(Event, frozen=True, kw_only=True):
-    """``owner`` stopped cleanly; its lease is over now."""
-
-    owner: str
-    at: UtcTime
-
-
 EPOCH_MS_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "loop.task_created": ("created_at", "next_due_at"),
     "loop.task_paused": ("at",),
@@ -274,8 +253,6 @@ EPOCH_MS_FIELDS: Final[dict[str, tuple[str, ...]]] = {
     "loop.fire_failed": ("at", "retry_at"),
     "loop.session_activated": ("at",),
     "loop.session_deleted": ("at",),
-    "loop.owner_lease_renewed": ("at", "expires_at"),
-    "loop.owner_lease_released": ("at",),
 }
 """The instants each version-1 ``/loop`` event wrote as epoch milliseconds (version 2 writes RFC 3339 text)."""
 

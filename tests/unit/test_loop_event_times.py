@@ -46,8 +46,6 @@ V1: dict[str, dict[str, Any]] = {  # the smallest payload each type's v1 writer 
     "loop.fire_failed": {"task_id": "t", "slot": 1, "at": T0 + 9, "reason": "boom", "retry_at": T0 + 30_009},
     "loop.session_activated": {"session_id": "s1", "at": T0 + 10},
     "loop.session_deleted": {"session_id": "s1", "at": T0 + 11},
-    "loop.owner_lease_renewed": {"owner": "o", "at": T0 + 12, "expires_at": T0 + 15_012},
-    "loop.owner_lease_released": {"owner": "o", "at": T0 + 13},
 }  # fmt: skip
 
 
