@@ -6,7 +6,7 @@ current state is folded from events by pure reducers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (5 ms of `--help`); mypy knows the name
 
 if TYPE_CHECKING:
     from .errors import ConflictError as ConflictError

@@ -16,7 +16,9 @@ code  meaning
 
 from __future__ import annotations
 
-from typing import ClassVar
+TYPE_CHECKING = False  # not typing's: `loopd-es --help` loads this module and does without typing
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -9,22 +9,27 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
 from .options import DEFAULT_STORE as DEFAULT_STORE
 from .options import STORE_ENV as STORE_ENV
 from .options import store_url as store_url
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
+TYPE_CHECKING = False  # typing's costs `--help` 5 ms: mypy knows the name, and only annotations need it
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from typing import Any, NoReturn
+
+    Handler = Callable[[argparse.Namespace], Awaitable[int]]
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so usage errors get our one-line format and exit code 2."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["formatter_class"] = _sized(kwargs.get("formatter_class", argparse.HelpFormatter))
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _SubParsers)
 
@@ -34,6 +39,30 @@ class _Parser(argparse.ArgumentParser):
 
 class _UsageExit(Exception):
     pass
+
+
+def _sized(formatter: type[argparse.HelpFormatter]) -> Callable[[str], argparse.HelpFormatter]:
+    """``formatter`` as wide as the terminal, found the way ``shutil.get_terminal_size`` finds it (``COLUMNS``,
+    then standard output's terminal, else 80) but without importing shutil, which argparse would do for every
+    help text it formats (and with it bz2 and lzma: a tenth of ``loopd-es --help``)."""
+
+    def make(prog: str) -> argparse.HelpFormatter:
+        return formatter(prog, width=_columns() - 2)  # argparse's own margin
+
+    return make
+
+
+def _columns() -> int:
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
 
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]

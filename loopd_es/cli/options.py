@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 
+TYPE_CHECKING = False  # not typing's: `--help` loads this module and does without typing (mypy knows it)
 if TYPE_CHECKING:  # pathlib and datetime cost --help a seventh of its start-up: imported where used
     from collections.abc import AsyncIterator
     from datetime import datetime

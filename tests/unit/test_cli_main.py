@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -111,3 +113,20 @@ def test_every_list_answers_one_object_with_a_named_list(
     doc = json.loads(capsys.readouterr().out)
     assert list(doc) == [key] and isinstance(doc[key], list)
     assert len(doc[key]) == (1 if key == "goals" else 0)
+
+
+def test_help_imports_neither_typing_nor_shutil() -> None:
+    """A third of ``--help``'s start-up was typing (annotations only) and shutil (argparse's terminal width, with
+    bz2 and lzma): neither is loaded. ``-S`` keeps site's own imports (``.pth`` files) out of the count."""
+    script = (
+        "import sys\n"
+        "from loopd_es.cli.main import main\n"
+        "try:\n    main('--help')\nexcept SystemExit as e:\n    code = e.code\n"
+        "print('LOADED', [m for m in ('typing', 'shutil', 'asyncio') if m in sys.modules], code, file=sys.stderr)\n"
+    )
+    root = str(Path(loopd_es.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": root, "COLUMNS": "77"}, check=True)  # fmt: skip
+    assert done.stderr.strip().splitlines()[-1] == "LOADED [] 0", done.stderr
+    assert "usage: loopd-es" in done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) <= 75  # COLUMNS, less argparse's margin
