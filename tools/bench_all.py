@@ -189,6 +189,12 @@ def _log_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     ):
         f = r[key]
         rows.append(_row(work, f["ratio"], target, f"{f['loopd_es']:.0f}/s", f"{f['peer']:.0f}/s"))
+        if "raw_own_row" in f:  # the limit: plain sqlite3 inserting the very same rows
+            work = f"{work}: plain sqlite3 writing loopd-es's rows (the limit)"
+            raw = _row(
+                work, f["raw_own_row_over_peer"], target, f"{f['raw_own_row']:.0f}/s", f"{f['peer']:.0f}/s"
+            )
+            rows.append({**raw, "target": "- (the ceiling of the row above)", "pass": None})
     return rows
 
 
@@ -232,6 +238,11 @@ def _cli_rows(r: dict[str, Any], label: str) -> list[dict[str, Any]]:
         f = r[key]
         work = f"CLI {key.replace('_limit_1', ' --limit 1').replace('help', '--help')} ({label})"
         rows.append(_row(work, f["ratio"], -limit, f"{f['ms']} ms", f"python -c pass {bare}"))
+    floor = r.get("query_floor")
+    if floor is not None:  # what a query must import before any loopd-es code: no query goes below it
+        work = f"floor of a query: {floor['command']} ({label})"
+        rows.append({**_row(work, floor["ratio"], -3.0, f"{floor['ms']} ms", f"python -c pass {bare}"),
+                     "target": "- (the floor under the 3x)", "pass": None})  # fmt: skip
     return rows
 
 

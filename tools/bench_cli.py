@@ -7,7 +7,9 @@ Prints one JSON document. Setup (not timed): ``loopd-es demo`` writes a small lo
 models. Then, in rounds whose order rotates, each command runs as a child process of ``--python`` (its
 ``loopd-es`` console script when it has one beside it, else ``-m loopd_es``), beside ``python -c pass`` of
 the same interpreter; the figure is the median of the per-round ratios (target from issue 26: ``--help``
-<= 2x, a query <= 3x). Children may write bytecode caches (an installed package has them), and each
+<= 2x, a query <= 3x). ``query_floor`` times ``python -c "import msgspec, sqlite3"`` in the same rounds: what
+every query must load before any loopd-es code runs (envelopes are msgspec structs), so no query can be
+faster than that ratio. Children may write bytecode caches (an installed package has them), and each
 command runs once before the rounds so that they exist.
 """
 
@@ -31,6 +33,8 @@ COMMANDS = {
     "goals": (["goals"], 3.0),
     "history": (["history", "{goal}"], 3.0),
 }
+
+FLOOR = "query_floor"
 
 
 def _wall(cmd: list[str], env: dict[str, str]) -> float:
@@ -92,6 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for name, (argv, _) in COMMANDS.items()
         }
         bare = [python, "-c", "pass"]
+        cmds[FLOOR] = [python, "-c", "import msgspec, sqlite3"]
         for cmd in [bare, *cmds.values()]:  # bytecode caches and the read models' catch-up
             _wall(cmd, env)
         times: dict[str, list[float]] = {"bare": [], **{name: [] for name in cmds}}
@@ -114,6 +119,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "python_c_pass": import_profile(bare, env),
             "help": import_profile(cmds["help"], env),
             "read_limit_1": import_profile(cmds["read_limit_1"], env),
+        }
+        floor = statistics.median(m / b for m, b in zip(times[FLOOR], times["bare"], strict=True))
+        out[FLOOR] = {
+            "command": 'python -c "import msgspec, sqlite3"',
+            "ms": round(statistics.median(times[FLOOR]), 1),
+            "ratio": round(floor, 2),
         }
         for name, (_, limit) in COMMANDS.items():
             ratio = statistics.median(m / b for m, b in zip(times[name], times["bare"], strict=True))

@@ -113,6 +113,43 @@ async def _mine_scaling(path: Path, total: int, streams: int) -> tuple[float, fl
         return one_stream, bounded
 
 
+# -- the raw limit: loopd-es's own row, inserted by plain sqlite3 -------------------------------------------
+
+
+def _raw_own_row(path: Path, n: int, size: int) -> float:
+    """Plain sqlite3 inserting exactly the rows an append writes (the log's schema, WAL, ``synchronous=FULL``,
+    time-ordered ids, checksums computed beforehand): one autocommit INSERT per single event, one
+    transaction per batch. No store can append faster than this; when it is no faster than the peer, the
+    row itself (three b-trees: positions, the unique event ids the peer does not keep, stream versions) is
+    what stands between the store and a ratio above 1."""
+    import sqlite3
+
+    from loopd_es.events.envelope import new_event_id
+    from loopd_es.log.sqlite_ops import _SCHEMA, INSERT, row_crc
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(_SCHEMA)
+    data = msgspec.json.encode(PAYLOAD)
+    rows: list[tuple[Any, ...]] = []
+    for i in range(1, n + 1):
+        fields = (i, "stream-1", i, new_event_id(), TYPE, 1, "2026-12-04T05:00:00.123456Z", None, None, data)
+        rows.append((*fields, row_crc(*fields)))
+    t = time.perf_counter()
+    if size == 1:
+        for row in rows:
+            conn.execute(INSERT, row)
+    else:
+        for start in range(0, n, size):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(INSERT, rows[start : start + size])
+            conn.execute("COMMIT")
+    result = n / (time.perf_counter() - t)
+    conn.close()
+    return result
+
+
 # -- the eventsourcing peer ------------------------------------------------------------------------------
 
 
@@ -262,16 +299,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     for name, n, size in (("single_append", args.single, 1), ("batch_100", args.batch_events, 100)):
         say(f"{name}...\n")
-        mine, peer = [], []
+        mine, peer, raw = [], [], []
         for _ in range(args.runs):
             mine.append(anyio.run(_mine_appends, fresh("mine"), n, size))
             peer.append(_peer_appends(fresh("peer"), n, size))
+            raw.append(_raw_own_row(fresh("raw"), n, size))
         target, ok = (
             ("faster than the peer", (lambda r: r > 1.0))
             if size == 1
             else (">= the peer", lambda r: r >= 1.0)
         )
         out[name] = _figure("events/s", mine, peer, target, ok)
+        out[name]["raw_own_row"] = round(_median(raw), 1)
+        out[name]["raw_own_row_runs"] = [round(x, 1) for x in raw]
+        out[name]["raw_own_row_over_peer"] = round(
+            _median([w / p for w, p in zip(raw, peer, strict=True)]), 3
+        )
+        out[name]["loopd_es_over_raw_own_row"] = round(
+            _median([m / w for m, w in zip(mine, raw, strict=True)]), 3
+        )
     out["single_append_profile"] = single_append_profile(fresh, 200)
 
     say("read_all...\n")
