@@ -12,7 +12,7 @@ reads each event once; the cache is dropped on a version conflict.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from ..clock import WALL, Clock
@@ -20,9 +20,9 @@ from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, fold, initial
 from ..domain.streams import GOAL_PREFIX, goal_stream
-from ..errors import ConflictError, UsageError, WrongExpectedVersionError
+from ..errors import ConflictError, DomainError, UsageError, WrongExpectedVersionError
 from ..events.catalogue import new_event
-from ..events.envelope import ANY, Envelope, ExpectedVersion
+from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
 from ..log.coord import Fence
 from ..sagas.crashpoints import crashpoint
 from ..sagas.ports import Companion, Ctx
@@ -46,6 +46,10 @@ _STATUS_COMMANDS: Final = (c.SwitchIdentity, c.ApplyPendingSwitch)
 """The commands whose deciders read ``worker_status``; any other decision would pay a host round trip for a
 fact it never looks at (usage accounting, the idle confirmation and the run start sit on every turn's path)."""
 
+
+FollowUp = Callable[["GoalState", "Sequence[Event]"], Awaitable["c.GoalCommand | None"]]
+"""Given the state a chain's commands leave and the events they decided, the command to decide after them in
+the same commit, or ``None`` (:meth:`GoalService.execute_chain`)."""
 
 FenceFor = Callable[[str], Sequence[Fence]]
 """The fences a write about a goal carries: a shared engine's claim of the goal (raising when it lost it)."""
@@ -261,19 +265,83 @@ class GoalService:
             "retry the command"
         )
 
+    async def execute_chain(
+        self, commands: Sequence[c.GoalCommand], then: FollowUp, ctx: Ctx
+    ) -> tuple[list[list[Envelope]], list[Envelope]]:
+        """Decide ``commands`` in turn, each on the state the previous ones' events leave, then the command
+        ``then`` makes of that state, and append all of it in one commit.
+
+        One commit where a flow would make several in a row (a confirmed turn, its usage and the next run's
+        start): one sync instead of three, and no moment where the log holds only the first half. The
+        follow-up's events are caused by the last event the commands decided. ``then`` is asked only when the
+        last command decided something; when it answers ``None`` or its command breaks a rule, the commands'
+        events are appended alone (the caller takes its ordinary path, which raises that rule's error there).
+        Returns each command's envelopes, and the follow-up's.
+
+        :raises DomainError: when one of ``commands`` breaks a rule (nothing is appended).
+        :raises ConflictError: when the goal kept changing for :data:`MAX_ATTEMPTS` attempts.
+        """
+        if not commands:
+            raise ValueError("a chain needs at least one command")
+        goal_id = commands[0].goal_id
+        if any(command.goal_id != goal_id for command in commands):
+            raise ValueError("a chain decides commands about one goal")
+        for _ in range(MAX_ATTEMPTS):
+            state = await self.load(goal_id)
+            after, decided = state, []
+            for command in commands:
+                events = decide(command, after, await self.facts(after, command))
+                after = fold(events, after)
+                decided.append(events)
+            if not any(decided):
+                return [[] for _ in commands], []
+            follow = await then(after, decided[-1]) if decided[-1] else None
+            more: list[Event] = []
+            if follow is not None:
+                try:
+                    more = decide(follow, after, await self.facts(after, follow))
+                except DomainError:
+                    more = []
+            events = [e for part in decided for e in part]
+            batch = self._batch(events, ctx, None)
+            if more:
+                batch += self._batch(more, ctx.caused_by(batch[-1].event_id), None)
+            try:
+                recorded = await self._store_goal(goal_id, [*events, *more], batch, state.version)
+            except WrongExpectedVersionError:
+                self._cache.pop(goal_id, None)
+                continue
+            parts, at = [], 0
+            for part in decided:
+                parts.append(recorded[at : at + len(part)])
+                at += len(part)
+            return parts, recorded[at:]
+        raise ConflictError(
+            f"goal {goal_id} changed {MAX_ATTEMPTS} times while {type(commands[-1]).__name__} was being "
+            "decided; retry the command"
+        )
+
+    @staticmethod
+    def _batch(events: Sequence[Event], ctx: Ctx, event_id: str | None) -> list[NewEvent]:
+        """Decided events as the log takes them, with the flow's causal links; each has its event id already,
+        so a follow-up can name its cause before anything is appended."""
+        if event_id is not None and len(events) != 1:
+            raise ValueError(f"an event id names one decided event, not {len(events)}")
+        link = {"causation_id": ctx.causation_id, "correlation_id": ctx.correlation_id}
+        if event_id is not None:
+            return [new_event(ctx.stamp(events[0]), event_id=event_id, **link)]
+        return [new_event(ctx.stamp(e), **link) for e in events]
+
     async def _append_goal(
         self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, event_id: str | None
     ) -> list[Envelope]:
         """Append decided events to the goal's stream and fold them into the cached state."""
-        if event_id is not None and len(events) != 1:
-            raise ValueError(f"an event id names one decided event, not {len(events)}")
-        ids = [event_id] if event_id is not None else [None] * len(events)
-        batch = [
-            new_event(
-                ctx.stamp(e), event_id=i, causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
-            )
-            for e, i in zip(events, ids, strict=True)
-        ]
+        return await self._store_goal(goal_id, events, self._batch(events, ctx, event_id), expected)
+
+    async def _store_goal(
+        self, goal_id: str, events: Sequence[Event], batch: list[NewEvent], expected: int
+    ) -> list[Envelope]:
+        """Append a built batch to the goal's stream (a crash point on either side) and fold it into the cache."""
         stream = goal_stream(goal_id)
         crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
         recorded = await self.store.append(stream, batch, expected, fences=self.fence_for(goal_id))

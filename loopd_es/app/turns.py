@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 import msgspec
@@ -26,7 +26,11 @@ from ..sagas.fallback import observe_provider_error
 from ..sagas.identity_switch import SwitchReport
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from ..domain.state import GoalState
+    from ..events.base import Event
+    from ..events.envelope import Envelope
     from ..host.base import WorkerHost
     from ..host.events import TranscriptMessage
     from .service import Ctx, GoalService
@@ -94,6 +98,45 @@ def assistant_messages(messages: list[TranscriptMessage]) -> tuple[c.AssistantMe
     )
 
 
+def usage_of(goal_id: str, messages: list[TranscriptMessage]) -> list[c.GoalCommand]:
+    """The usage command for the completed assistant messages of a transcript (none when there are none)."""
+    if any(m.role == "assistant" and m.completed for m in messages):
+        return [c.AccountUsage(goal_id=goal_id, messages=assistant_messages(messages))]
+    return []
+
+
+FollowUpStep = Literal["stop", "compact", "steer", "force_finish"]
+
+
+def follow_up(state: GoalState, decided: Collection[str]) -> FollowUpStep:
+    """What follows a confirmed run (docs/reference/loopd.md#s3-13), from the goal's state after it and the
+    event types its confirmation decided: nothing (the goal is no longer active), compaction on its cadence, the
+    force-finish turn, or the next steering turn."""
+    if state.status != "active":
+        return "stop"  # blocked (the owner is told from the log) or out of budget
+    if "goal.force_finish_requested" in decided:
+        return "force_finish"
+    every = state.config.compact_every
+    if every and state.run_count > 0 and state.run_count % every == 0:
+        return "compact"
+    return "steer"
+
+
+def starts_plainly(state: GoalState, now: datetime) -> bool:
+    """Whether an engine turn (not an owner's) on ``state`` goes straight to ``run.started`` once the worker is
+    idle: what :meth:`TurnStarter.continue_turn` checks before the status, with no switch to apply or wait for.
+    Anything else takes that method's way, which says why or acts first."""
+    return (
+        state.exists
+        and state.status == "active"
+        and not state.interactive
+        and not (state.phase == "running" and lease_valid(state, now))
+        and state.switch_in_flight is None
+        and state.worker_session_id is not None
+        and not (state.pending_identity or state.model_pending or state.agent_pending)
+    )
+
+
 class PendingSwitches(Protocol):
     """Who applies a goal's pending identity switches before its turn (:class:`~loopd_es.app.goals.Goals`)."""
 
@@ -132,10 +175,42 @@ class TurnStarter:
     async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
         """Usage of completed assistant messages not yet counted (idempotent by message id,
         docs/reference/loopd.md#s3-12)."""
-        if any(m.role == "assistant" and m.completed for m in messages):
-            await self.service.execute(
-                c.AccountUsage(goal_id=goal_id, messages=assistant_messages(messages)), ctx
-            )
+        for usage in usage_of(goal_id, messages):
+            await self.service.execute(usage, ctx)
+
+    async def confirm_and_start(
+        self, goal_id: str, confirm: Sequence[c.GoalCommand], ctx: Ctx, transcript: Transcript | None
+    ) -> tuple[list[Envelope], TurnReport | None]:
+        """Record a confirmed run (``confirm``: its usage, then the confirmation) and, when a plain next turn
+        follows it (:func:`follow_up`, :func:`starts_plainly`), that turn's ``run.started`` in the same commit,
+        then send its prompt.
+
+        Returns the envelopes of the last command (the confirmation) and the turn's report: ``None`` when no
+        turn was started here, so the caller goes its ordinary way after the confirmation (compaction,
+        switches, a busy worker, ...).
+        """
+        service = self.service
+        run_id, prompt_id = str(uuid.uuid4()), f"msg_{uuid.uuid4()}"
+        kinds: list[Kind] = []
+
+        async def then(after: GoalState, decided: Sequence[Event]) -> c.GoalCommand | None:
+            step = follow_up(after, {e.event_type for e in decided})
+            worker = after.worker_session_id
+            if step not in ("steer", "force_finish") or not starts_plainly(after, service.clock.now()):
+                return None  # decided before the status is asked, as continue_turn does
+            if worker is None or await self.host.session_status(worker) != "idle":
+                return None
+            kinds[:] = ["force_finish" if step == "force_finish" else "steer"]
+            return c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id, kind=kinds[0])
+
+        decided, started = await service.execute_chain(confirm, then, ctx)
+        confirmed = decided[-1]
+        if not started:
+            return confirmed, None
+        result = await self.send(
+            goal_id, ctx.caused_by(started[-1].event_id), kind=kinds[0], transcript=transcript, fresh=True
+        )
+        return confirmed, TurnReport(goal_id=goal_id, result=result)
 
     async def continue_turn(
         self,

@@ -21,13 +21,13 @@ through goal commands decided by :func:`~loopd_es.domain.decide.decide`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport
 from ..app.service import Ctx, GoalService
-from ..app.turns import Guard, Kind, Transcript, no_guard
+from ..app.turns import Guard, Kind, Transcript, follow_up, no_guard
 from ..clock import Clock, from_ms, ms_between, parse_rfc3339
 from ..domain import goal_commands as c
 from ..domain.streams import aggregate_of, goal_stream
@@ -407,18 +407,20 @@ class Engine:
     ) -> None:
         """docs/reference/loopd.md#s3-13 after ``run.completed``: the force-finish turn, compaction, or the
         next turn."""
-        state = await self.service.load(goal_id)
-        types = {e.type: e for e in recorded}
-        if state.status != "active":
-            return  # blocked (the owner is told from the log, see notice) or out of budget
-        if "goal.force_finish_requested" in types:
-            await self.continue_goal(goal_id, ctx, kind="force_finish", transcript=transcript)
-            return
-        every = state.config.compact_every
-        if every and state.run_count > 0 and state.run_count % every == 0:
+        step = follow_up(await self.service.load(goal_id), {e.type for e in recorded})
+        if step == "compact":
             await self.compact(goal_id, ctx)
-            return
-        await self.continue_goal(goal_id, ctx, transcript=transcript)
+        elif step != "stop":  # stopped: blocked (the owner is told from the log, see notice) or out of budget
+            await self.continue_goal(goal_id, ctx, kind=step, transcript=transcript)
+
+    async def confirm_turn(
+        self, goal_id: str, confirm: Sequence[c.GoalCommand], ctx: Ctx, transcript: Transcript | None
+    ) -> None:
+        """Record a confirmed run, with the next run's start in the same commit when a plain turn follows
+        (:meth:`.TurnStarter.confirm_and_start`); else what :meth:`after_confirm` does after the confirmation."""
+        confirmed, report = await self.turns.confirm_and_start(goal_id, confirm, ctx, transcript)
+        if confirmed and report is None:
+            await self.after_confirm(goal_id, confirmed, ctx.caused_by(confirmed[-1].event_id), transcript)
 
     async def continue_goal(
         self,

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..app.service import Ctx
-from ..app.turns import USAGE_WINDOW, Transcript
+from ..app.turns import USAGE_WINDOW, Transcript, usage_of
 from ..clock import ms_between, whole_ms
 from ..domain import goal_commands as c
 from ..host.errors import HostError
@@ -70,13 +70,11 @@ class IdleGate:
             confirmed, read = await self._quiet(state, live, ctx)
             if not confirmed:
                 return True
-        if read is not None:
-            await self.turns.account(goal_id, read.messages[-USAGE_WINDOW:], ctx)
-        recorded = await self.goals.execute(
-            c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation), ctx
-        )
-        if recorded:  # the next turn quotes the transcript just read: one read per turn
-            await self.turns.after_confirm(goal_id, recorded, ctx.caused_by(recorded[-1].event_id), read)
+        confirm = c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation)
+        usage = [] if read is None else usage_of(goal_id, read.messages[-USAGE_WINDOW:])
+        # the usage, the confirmation and a plain next turn's start are one commit; the next turn quotes the
+        # transcript just read: one read per turn
+        await self.turns.confirm_turn(goal_id, [*usage, confirm], ctx, read)
         return True
 
     async def _proven(self, state: GoalState) -> Transcript | None:

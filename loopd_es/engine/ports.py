@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..app.service import Ctx
     from ..app.turns import Kind, Transcript, TurnReport
     from ..domain import goal_commands as c
@@ -57,6 +59,13 @@ class TurnDriver(Protocol):
         self, goal_id: str, recorded: list[Envelope], ctx: Ctx, transcript: Transcript | None = None
     ) -> None:
         """After ``run.completed``: the force-finish turn, compaction, or the next turn."""
+        ...
+
+    async def confirm_turn(
+        self, goal_id: str, confirm: Sequence[c.GoalCommand], ctx: Ctx, transcript: Transcript | None
+    ) -> None:
+        """Record a confirmed run (its usage and confirmation), and the next run's start in the same commit when
+        a plain turn follows; else what :meth:`after_confirm` does."""
         ...
 
     async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:

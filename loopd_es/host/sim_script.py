@@ -422,7 +422,13 @@ def save_state(path: Path, state: SimState) -> None:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``<path>.lock`` so read-modify-write cycles of the state never interleave."""
+    """Hold an exclusive lock on ``<path>.lock`` so read-modify-write cycles of the state never interleave.
+
+    Every holder counts its turn in the lock file, so a waiter tells a busy lock (held by one process after
+    another: it waits on) from a stuck one (held by the same process for :data:`LOCK_TIMEOUT_S`: an error). A
+    process that calls the host back to back can take the lock again before a waiter's next try, so a waiter
+    may lose many rounds on a loaded machine without anything being wrong.
+    """
     lock_path = path.with_name(path.name + ".lock")
     try:
         make_private_dir(path.parent)
@@ -431,16 +437,27 @@ def locked(path: Path) -> Iterator[None]:
         raise HostStateError(str(lock_path), f"cannot open the lock: {e.strerror}") from e
     try:
         deadline = time.monotonic() + LOCK_TIMEOUT_S
+        seen = _turns(fd)
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise HostStateError(
-                        str(lock_path), f"lock held by another process for more than {LOCK_TIMEOUT_S:g} s"
-                    ) from None
+                    turns = _turns(fd)
+                    if turns == seen:
+                        raise HostStateError(
+                            str(lock_path),
+                            f"lock held by one process for more than {LOCK_TIMEOUT_S:g} s",
+                        ) from None
+                    seen, deadline = turns, time.monotonic() + LOCK_TIMEOUT_S  # others took turns: busy
                 time.sleep(0.002)
+        os.pwrite(fd, (_turns(fd) + 1).to_bytes(8, "little"), 0)
         yield
     finally:
         os.close(fd)
+
+
+def _turns(fd: int) -> int:
+    """How many times the lock was taken (0 for a lock file an earlier version left empty)."""
+    return int.from_bytes(os.pread(fd, 8, 0).ljust(8, b"\0"), "little")

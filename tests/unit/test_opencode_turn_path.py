@@ -23,6 +23,7 @@ from loopd_es.engine.core import Engine, EngineConfig
 from loopd_es.engine.operations import Operations
 from loopd_es.host.opencode import OpenCodeHost
 from loopd_es.log import open_store
+from loopd_es.sagas.crashpoints import CRASH_TRACE_ENV, Crash, arm
 
 if TYPE_CHECKING:
     from loopd_es.host.events import AnyHostEvent
@@ -149,8 +150,11 @@ async def _fence(goal_id: str | None = None) -> None:
 
 
 @asynccontextmanager
-async def turns(tmp_path: Path, *, fenced: bool = True, confirm_idle_ms: int = 0) -> AsyncIterator[Turns]:
-    fake = FakeOpenCode()
+async def turns(
+    tmp_path: Path, *, fenced: bool = True, confirm_idle_ms: int = 0, fake: FakeOpenCode | None = None
+) -> AsyncIterator[Turns]:
+    """An engine started on ``tmp_path``'s log (new or left by an earlier engine) and a scripted OpenCode."""
+    fake = fake or FakeOpenCode()
     host = OpenCodeHost("http://opencode.test", transport=httpx.MockTransport(fake.handle))
     host._streamed = {}  # as while events() reads the stream
     clock = FakeClock()
@@ -348,3 +352,88 @@ def test_decisions_read_the_worker_status_exactly_when_their_decider_looks_at_it
     deciders = {**decide._DECIDERS, **switching.DECIDERS}
     readers = {cls for cls, fn in deciders.items() if "worker_status" in inspect.getsource(fn)}
     assert readers == set(service._STATUS_COMMANDS)
+
+
+def _appends(trace: Path, goal_id: str) -> list[str]:
+    """The goal's appends a crash trace saw, as ``before append goal-ID TYPE,TYPE`` labels less the prefix."""
+    prefix = f"before append goal-{goal_id} "
+    labels = (line.split(" ", 1)[1] for line in trace.read_text().splitlines())
+    return [label[len(prefix) :] for label in labels if label.startswith(prefix)]
+
+
+async def test_a_proven_turn_and_the_next_runs_start_are_one_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The confirmation, the usage it counts and the next run's start: one append, the start caused by the
+    confirmation; the usage of an answer is counted when its completion is heard, before the idle."""
+    trace = tmp_path / "trace"
+    async with turns(tmp_path, confirm_idle_ms=2000) as t:
+        goal_id, sid = await t.started()
+        for _ in range(2):
+            bus = t.fake.answer(sid)
+            monkeypatch.setenv(CRASH_TRACE_ENV, str(trace))
+            await t.hear(bus)
+            monkeypatch.delenv(CRASH_TRACE_ENV)
+        events = [e async for e in t.engine.store.read_stream(f"goal-{goal_id}")]
+    assert _appends(trace, goal_id) == ["goal.usage_accounted", "run.completed,run.started"] * 2
+    completed = [e for e in events if e.type == "run.completed"]
+    for done in completed:
+        start = events[events.index(done) + 1]
+        assert start.type == "run.started" and start.causation_id == done.event_id
+        assert start.correlation_id == done.correlation_id
+
+
+async def test_a_turn_compaction_follows_keeps_its_own_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a plain turn's start cannot settle (compaction due, a pending switch) keeps the confirmation alone
+    in its commit, then takes the ordinary way."""
+    trace = tmp_path / "trace"
+    async with turns(tmp_path, confirm_idle_ms=2000) as t:
+        created = await t.ops.create("g", "objective", model="fake/good", agent="build", compact_every=1)
+        assert created.goal_id is not None
+        await t.engine.catch_up()
+        sid = next(iter(t.fake.sessions))
+        bus = t.fake.answer(sid)
+        monkeypatch.setenv(CRASH_TRACE_ENV, str(trace))
+        await t.hear(bus)
+        monkeypatch.delenv(CRASH_TRACE_ENV)
+    assert _appends(trace, created.goal_id)[1:3] == ["run.completed", "compaction.started"]
+
+
+async def test_a_crash_anywhere_in_a_proven_turn_sends_no_prompt_twice_and_loses_none(tmp_path: Path) -> None:
+    """A crash at each crash point of a proven turn's handling, then a restarted engine: the next prompt goes
+    out exactly once, whether the crash came before the one commit or after it (then it is resent)."""
+    points = 0
+    while True:
+        points += 1
+        workdir = tmp_path / f"crash-{points}"
+        workdir.mkdir()
+        fake = FakeOpenCode()
+        async with turns(workdir, confirm_idle_ms=0, fake=fake) as t:
+            goal_id, sid = await t.started()
+            bus = t.fake.answer(sid)
+            arm(points)
+            try:
+                await t.hear(bus)
+            except Crash:
+                crashed = True
+            else:
+                crashed = False
+            finally:
+                arm(None)
+        if not crashed:
+            break
+        async with turns(workdir, confirm_idle_ms=0, fake=fake) as t:  # the restart: resends what it must
+            idle = [{"type": "session.idle", "properties": {"sessionID": sid}}]
+            for _ in range(3):  # the idle a status poll finds: staged, then confirmed
+                if len([r for r in fake.sessions[sid] if r["info"]["role"] == "user"]) == 2:
+                    break
+                await t.hear(idle)
+            prompts = [r["info"]["id"] for r in fake.sessions[sid] if r["info"]["role"] == "user"]
+            assert len(prompts) == 2 and len(set(prompts)) == 2, f"crash point {points}: {prompts}"
+            state = await t.engine.service.load(goal_id)
+            assert (state.run_count, state.active_prompt_message_id) == (2, prompts[1]), (
+                f"crash point {points}"
+            )
+    assert points > 2  # the usage's commit and the turn's commit were both crashed at
