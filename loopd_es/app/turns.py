@@ -199,7 +199,7 @@ class TurnStarter:
             if step not in ("steer", "force_finish") or not starts_plainly(after, service.clock.now()):
                 return None  # decided before the status is asked, as continue_turn does
             if worker is None or await self.host.session_status(worker) != "idle":
-                return None
+                return None  # busy, or unknown (a host's answer when it cannot tell): the ordinary way asks again
             kinds[:] = ["force_finish" if step == "force_finish" else "steer"]
             return c.StartRun(goal_id=goal_id, run_id=run_id, prompt_message_id=prompt_id, kind=kinds[0])
 

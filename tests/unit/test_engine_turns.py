@@ -13,6 +13,7 @@ from loopd_es.clock import stamp
 from loopd_es.engine.core import EngineConfig
 from loopd_es.host.events import SessionIdle, SessionStatusChanged
 from loopd_es.host.sim_script import HostScript
+from loopd_es.sagas.crashpoints import CRASH_TRACE_ENV
 
 from ._engine_harness import rig
 
@@ -561,3 +562,34 @@ async def test_activity_a_millisecond_after_the_candidate_still_restarts_the_qui
         await r.engine.on_host_event(SessionIdle(session_id=sid))
         assert (await r.types(gid)).count("run.idle_candidate") == 2
         assert len(await r.prompts(sid)) == 1
+
+
+async def test_a_status_failure_at_the_confirmation_records_it_and_the_turn_goes_the_ordinary_way(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker status a plain next turn needs fails to come (a host answers ``unknown`` then: the port's
+    rule): the confirmation is recorded on its own and the next turn is started the ordinary way,
+    which asks again."""
+    from loopd_es.host.sim_script import FailureRule
+
+    async with rig(tmp_path) as r:
+        gid, sid = await r.started()
+        await r.host.reply(sid)
+        await r.pump()  # staged: the confirm timer polls the status, the chain asks it next
+        asked = (await r.host.snapshot()).counters.get(f"session_status@{sid}", 0)
+        await r.host.inject(
+            FailureRule(op="session_status", session=sid, on_call=asked + 2, error="unavailable")
+        )
+        monkeypatch.setenv(CRASH_TRACE_ENV, str(tmp_path / "trace"))
+        await r.advance(2.0)
+        monkeypatch.delenv(CRASH_TRACE_ENV)
+        appends = [
+            line.split(" ")[-1]
+            for line in (tmp_path / "trace").read_text().splitlines()
+            if " before " in line
+        ]
+        assert appends[:2] == ["run.completed", "run.started"]  # recorded at once, then the ordinary way
+        types = await r.types(gid)
+        assert types[-2:] == ["run.completed", "run.started"] and len(await r.prompts(sid)) == 2
+        statuses = [c.outcome for c in await r.host.journal("session_status")]
+        assert "error:unavailable" in statuses
