@@ -185,6 +185,7 @@ class Engine:
         for goal_id in list(self.tracker.goals):
             state = await self.service.load(goal_id)
             if state.exists and state.status == "active" and state.phase == "running":
+                self.tracker.live(goal_id).watched_since = self.clock.now()
                 await self.turns.resend(goal_id, ctx)
         await self.outbox.deliver()
         self.next_maintenance = self.clock.now()
@@ -485,6 +486,7 @@ class Engine:
             await self.awaits.adopt(goal_id, ctx)
             state = await self.service.load(goal_id)
             if state.status == "active" and state.phase == "running":
+                self.tracker.live(goal_id).watched_since = self.clock.now()
                 if resend:
                     await self.turns.resend(goal_id, ctx)
                 self.tracker.schedule(goal_id, "confirm", self.clock.now())

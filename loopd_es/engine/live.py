@@ -43,6 +43,9 @@ class Live:
     unreachable_notified: bool = False
     proven: bool = False
     """The last idle signal confirmed a turn its transcript proved over (kept across the next run's start)."""
+    watched_since: datetime | None = None
+    """When this engine took the goal's running turn over (a restart, an adoption): what happened before, an
+    idle included, it never heard, so the turn's quiet is counted from here."""
 
     def new_generation(self, generation: int, at: datetime | None) -> None:
         """A new run started: forget the previous run's markers."""

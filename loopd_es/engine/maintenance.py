@@ -148,8 +148,12 @@ class Maintenance:
             await self.notifier.request(state, "unreachable", text, cause, ctx)
 
     async def recover(self, state: GoalState, live: Live, now: datetime, ctx: Ctx) -> bool:
-        """Idle worker, running phase, quiet for ``idle_recover_ms``: release the run and continue."""
-        marks = [m for m in (live.last_activity, live.run_started_at) if m is not None]
+        """Idle worker, running phase, quiet for ``idle_recover_ms``: release the run and continue.
+
+        Quiet as this engine saw it: a turn taken over (a restart, an adoption) whose idle came before the
+        engine listened is first confirmed the ordinary way, not recovered into an extra turn because its run
+        started long ago."""
+        marks = [m for m in (live.last_activity, live.run_started_at, live.watched_since) if m is not None]
         if not marks or state.active_run_id is None:
             return False
         quiet = ms_between(now, max(marks))

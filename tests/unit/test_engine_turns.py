@@ -261,6 +261,34 @@ async def test_s27_a_wedged_running_phase_is_recovered_and_continued(tmp_path: P
         assert len(await r.prompts(sid)) == 2
 
 
+@pytest.mark.parametrize("how", ["restart", "adoption"])
+async def test_a_turn_that_ended_before_its_new_engine_listened_is_confirmed_not_recovered(
+    tmp_path: Path, how: str
+) -> None:
+    """The worker answered and went idle while no engine heard it (the holder was killed), and the run began
+    longer ago than S27's 3 minutes: the engine taking the turn over confirms it, with no extra turn. (A
+    stress run once saw an adopter record run.recovered and prompt a fourth time.)"""
+    from loopd_es.engine.core import Engine
+
+    async with rig(tmp_path) as r:
+        gid, sid = await r.started()
+        await r.host.reply(sid)  # answered and idle: events nobody hands to an engine
+        r.seen.clear()
+        r.clock.advance(181)
+        fresh = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
+        await fresh.start()
+        if how == "adoption":  # what a shared member does with a goal it claims from a dead holder
+            await fresh.adopt(gid, resend=True)
+        fresh.next_maintenance = r.clock.now()
+        await fresh.run_due()  # the idle worker is the first signal: staged
+        r.clock.advance(2.0)
+        await fresh.run_due()  # the candidate's timer: the second
+        types = await r.types(gid)
+        assert "run.recovered" not in types and types.count("run.completed") == 1, types
+        assert len(await r.prompts(sid)) == 2
+        r.engine = fresh  # the rig's own engine never ran; the checks at the end read the log
+
+
 async def test_s28_busy_stuck_is_reported_once_per_run_and_never_reprompts(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
         gid, sid = await r.started()
