@@ -23,6 +23,8 @@ Prints one JSON document:
 - ``sse``: host events per second, (a) translating recorded OpenCode events in isolation, (b) live, from a
   2,000-chunk answer streamed through OpenCode (target >= 5,000 events/s).
 - ``memory``: resident memory of ``loopd-es run`` and of OpenCode after ``--goals`` goals ran a turn each.
+- ``turn.breakdown`` (with ``--breakdown``): the engine's share split into its steps, timed inside the engine
+  (``tools/turn_trace.py``); the timers cost a few microseconds a call.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ from loopd_es.host.opencode import OpenCodeHost  # noqa: E402
 from loopd_es.log import open_store  # noqa: E402
 from tests.opencode.fake_llm import FakeLLM  # noqa: E402
 from tests.opencode.server import OpenCodeServer, free_port  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tools"))
+import turn_trace  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -105,12 +110,19 @@ class Bench:
         assert self.tap.stdout is not None and self.tap.stdout.readline().strip() == b"ready"
         self.env["LOOPD_ES_HOST"] = f"opencode:http://127.0.0.1:{tap_port}"
         self.engine: subprocess.Popen[bytes] | None = None
+        self.trace: Path | None = None
 
     def start_engine(self, confirm_idle_ms: int) -> None:
+        env = self.env
+        if self.trace is not None:
+            env = {
+                **env,
+                **turn_trace.engine_env(self.trace.parent / "trace-site", self.trace, env["PYTHONPATH"]),
+            }
         self.engine = subprocess.Popen(
             [sys.executable, "-m", "loopd_es.cli", "run", "--confirm-idle-ms", str(confirm_idle_ms)],
             cwd=self.project,
-            env=self.env,
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -388,9 +400,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--turn-only", action="store_true", help="only the turn figures (no host call costs, SSE or memory)"
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also time the engine's turn steps inside it (tools/turn_trace.py)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(Path(tmp))
+        if args.breakdown:
+            bench.trace = Path(tmp) / "turn-trace.txt"
         try:
             own, stamped = anyio.run(opencode_own_latency, bench, args.own_samples + 1)
             own, stamped = own[1:], stamped[1:]  # the first builds the instance
@@ -424,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
                     "engine_overhead_estimate": overhead,
                 },
             }
+            if bench.trace is not None:
+                report["turn"]["breakdown"] = turn_trace.breakdown(bench.trace)
             if not args.turn_only:
                 report["turn"]["host_call_costs"] = anyio.run(host_call_costs, bench, args.own_samples)
                 report["sse"] = anyio.run(sse_rates, bench)
