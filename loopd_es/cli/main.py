@@ -217,8 +217,16 @@ def _command_of(args: list[str]) -> str | None:
 
 
 def main(*argv: str) -> int:
-    """Run one command and return its exit code; tests call this in-process."""
-    args_list = list(argv) if argv else sys.argv[1:]
+    """Run one command and return its exit code; tests call this in-process.
+
+    Ctrl-C at any moment (building the parser, parsing, running) ends it with 130 and no traceback."""
+    try:
+        return _main(list(argv) if argv else sys.argv[1:])
+    except KeyboardInterrupt:
+        return 130
+
+
+def _main(args_list: list[str]) -> int:
     command = _command_of(args_list)
     parser = build_parser(command, overview=command not in COMMAND_MODULES)
     verbose = "--verbose" in args_list
@@ -272,8 +280,6 @@ def main(*argv: str) -> int:
         hint = f" ({e.hint})" if e.hint else ""
         _say(f"loopd-es: {cli_words(str(e))}{hint}")
         return e.exit_code
-    except KeyboardInterrupt:
-        return 130
     except BrokenPipeError:
         return 0
     except Exception as e:  # a bug: say so in one line, traceback only with --verbose

@@ -130,3 +130,17 @@ def test_help_imports_neither_typing_nor_shutil() -> None:
     assert done.stderr.strip().splitlines()[-1] == "LOADED [] 0", done.stderr
     assert "usage: loopd-es" in done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) <= 75  # COLUMNS, less argparse's margin
+
+
+@pytest.mark.parametrize("where", ["build_parser", "_not_utf8"])
+def test_ctrl_c_before_the_command_runs_ends_with_130_and_no_traceback(
+    where: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C while the parser is built or the arguments are checked (before the command's own handling)."""
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(f"loopd_es.cli.main.{where}", interrupted)
+    assert main("goals") == 130
+    assert capsys.readouterr().err == ""
