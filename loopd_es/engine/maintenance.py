@@ -186,8 +186,12 @@ class Maintenance:
         return True
 
     async def busy_stuck(self, state: GoalState, live: Live, now: datetime, status: str, ctx: Ctx) -> None:
-        """Busy worker, lease expired, no activity for ``stuck_running_ms``: one ``run.stuck``, one notice."""
-        last = live.last_activity or live.run_started_at
+        """Busy worker, lease expired, no activity for ``stuck_running_ms``: one ``run.stuck``, one notice.
+
+        As for :meth:`recover`, the quiet counts from the takeover at the earliest: the activity before it went
+        to another engine (or to none)."""
+        marks = [m for m in (live.last_activity, live.run_started_at, live.watched_since) if m is not None]
+        last = max(marks) if marks else None
         if (
             state.phase != "running"
             or state.active_run_id is None

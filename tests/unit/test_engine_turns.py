@@ -304,6 +304,28 @@ async def test_s28_busy_stuck_is_reported_once_per_run_and_never_reprompts(tmp_p
         assert len(await r.prompts(sid)) == 1
 
 
+async def test_a_busy_turn_taken_over_is_stuck_only_after_the_new_engine_saw_it_quiet(tmp_path: Path) -> None:
+    """S28's 10 minutes count from the takeover: the new engine heard none of the activity before it."""
+    from loopd_es.engine.core import Engine
+
+    async with rig(tmp_path) as r:
+        gid, sid = await r.started()
+        await r.host.go_busy(sid)
+        r.seen.clear()
+        r.clock.advance(601)  # the run started more than 10 minutes ago, under the engine that stopped
+        fresh = Engine(r.store, r.host, r.clock, EngineConfig(), directory=str(tmp_path))
+        await fresh.start()
+        fresh.next_maintenance = r.clock.now()
+        await fresh.run_due()
+        assert "run.stuck" not in await r.types(gid)
+        r.clock.advance(601)
+        fresh.next_maintenance = r.clock.now()
+        await fresh.run_due()
+        assert (await r.types(gid)).count("run.stuck") == 1
+        assert len(await r.prompts(sid)) == 1
+        r.engine = fresh
+
+
 async def test_s26_blocked_goals_are_not_restarted(tmp_path: Path) -> None:
     async with rig(tmp_path) as r:
         gid, sid = await r.started()
