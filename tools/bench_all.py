@@ -86,7 +86,7 @@ FULL: Plan = {
     "projector": (["--events", "100000", "--seconds", "2", "--backends", "sqlite"], 240),
     "rebuild": (["--events", "100000", "--runs", "1"], 300),
     "procs": (["--quick", "--lines", "100000"], 180),
-    "opencode": (["--turns", "10", "--goals", "10"], 300),
+    "opencode": (["--turns", "20", "--goals", "10", "--breakdown"], 300),
 }  # fmt: skip
 
 
@@ -246,12 +246,31 @@ def _cli_rows(r: dict[str, Any], label: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _turn_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 26 item 2 against a real ``opencode serve``: the turnaround and the engine's own share, each as
+    its figure over the target (a limit, not a peer: at most 1x)."""
+    got, own = r["turnaround"]["idle_to_prompt_received"], r["turn"]["engine_overhead"]
+    work = "OpenCode turn: idle to the next prompt received"
+    return [
+        _row(f"{work}, p50", round(got["p50_ms"] / 300, 3), -1.0, f"{got['p50_ms']} ms", "300 ms"),
+        _row(f"{work}, p99", round(got["p99_ms"] / 1000, 3), -1.0, f"{got['p99_ms']} ms", "1000 ms"),
+        _row(
+            "OpenCode turn: the engine's own share, p50",
+            own["ratio_p50"],
+            -1.0,
+            f"{own['p50_ms']} ms",
+            "10 ms",
+        ),
+    ]
+
+
 SUMMARY: dict[str, Callable[[dict[str, Any]], list[dict[str, Any]]]] = {
     "log_sqlite": _log_rows,
     "replay": _replay_rows,
     "postgres": _postgres_rows,
     "cli": lambda r: _cli_rows(r, "editable install"),
     "cli_venv": lambda r: _cli_rows(r, "non-editable install in a venv"),
+    "opencode": _turn_rows,
 }
 
 
