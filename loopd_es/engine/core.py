@@ -50,6 +50,7 @@ from .command_notices import COMMAND_NOTICE_TYPES, COMMAND_TYPES, CommandNotices
 from .config import EngineConfig as EngineConfig
 from .goal_fence import UnfencedWriteError
 from .idle import IdleGate
+from .idle_rules import may_end_turn
 from .live import Live, Tracker, after
 from .maintenance import Maintenance
 from .notices import NOTICE_TYPES, notice_for
@@ -341,7 +342,12 @@ class Engine:
         live.activity(now)
         if m.completed:
             live.assistant_completed_at = now
-            await self.turns.account(state.goal_id, [m], Ctx.new())
+            if not may_end_turn(m):
+                await self.turns.account(state.goal_id, [m], Ctx.new())
+            # else the answer that may end the turn: the idle right behind it (OpenCode sends it within a
+            # millisecond) confirms the turn, and the confirmation counts this usage in its own commit, so no
+            # commit of its own sits between the idle and the next prompt. A turn that does not confirm counts
+            # it from the transcript later (the quiet period's read, the next prompt's quotes).
         return True
 
     async def _retrying(self, state: GoalState, event: SessionStatusChanged) -> None:

@@ -24,6 +24,17 @@ def confirm_failure(
     return None
 
 
+def may_end_turn(message: TranscriptMessage) -> bool:
+    """Whether a completed answer can be the last of its turn: it stopped for a reason other than a tool call
+    and without an error (a tool step's answer is followed by the answer to the tool's result)."""
+    return (
+        message.role == "assistant"
+        and message.completed
+        and message.finish not in (None, "", "tool-calls", "unknown")
+        and message.error is None
+    )
+
+
 def turn_proven(transcript: list[TranscriptMessage], prompt: str) -> bool:
     """Whether the transcript alone proves that the turn answering ``prompt`` is over, so no quiet period is
     needed: its last message is an assistant answering ``prompt`` that is completed, stopped for a reason other
@@ -36,14 +47,7 @@ def turn_proven(transcript: list[TranscriptMessage], prompt: str) -> bool:
     if not transcript:
         return False
     last = transcript[-1]
-    if (
-        last.role != "assistant"
-        or last.parent_id != prompt
-        or not last.completed
-        or last.finish in (None, "", "tool-calls", "unknown")
-        or last.error is not None
-        or last.tools_running
-    ):
+    if not may_end_turn(last) or last.parent_id != prompt or last.tools_running:
         return False
     if any(m.tools_running for m in transcript if m.role == "assistant" and m.parent_id == prompt):
         return False

@@ -364,8 +364,8 @@ def _appends(trace: Path, goal_id: str) -> list[str]:
 async def test_a_proven_turn_and_the_next_runs_start_are_one_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The confirmation, the usage it counts and the next run's start: one append, the start caused by the
-    confirmation; the usage of an answer is counted when its completion is heard, before the idle."""
+    """The usage of the turn's last answer, the confirmation and the next run's start: one append, the start
+    caused by the confirmation (the answer's completion, heard just before the idle, commits nothing)."""
     trace = tmp_path / "trace"
     async with turns(tmp_path, confirm_idle_ms=2000) as t:
         goal_id, sid = await t.started()
@@ -375,12 +375,31 @@ async def test_a_proven_turn_and_the_next_runs_start_are_one_commit(
             await t.hear(bus)
             monkeypatch.delenv(CRASH_TRACE_ENV)
         events = [e async for e in t.engine.store.read_stream(f"goal-{goal_id}")]
-    assert _appends(trace, goal_id) == ["goal.usage_accounted", "run.completed,run.started"] * 2
+    assert _appends(trace, goal_id) == ["goal.usage_accounted,run.completed,run.started"] * 2
     completed = [e for e in events if e.type == "run.completed"]
     for done in completed:
         start = events[events.index(done) + 1]
         assert start.type == "run.started" and start.causation_id == done.event_id
         assert start.correlation_id == done.correlation_id
+
+
+async def test_a_tool_steps_usage_is_counted_when_heard_and_the_last_answers_with_the_confirmation(
+    tmp_path: Path,
+) -> None:
+    """A tool step's answer (``finish: tool-calls``) counts at once, so a budget can stop a long turn midway;
+    the answer that may end the turn waits for the idle's confirmation (docs/reference/loopd.md#s3-12: every
+    assistant message counts once)."""
+    async with turns(tmp_path, confirm_idle_ms=2000) as t:
+        goal_id, sid = await t.started()
+        step = t.fake.answer(sid, finish="tool-calls")[:1]  # the tool step's completed message, no idle
+        await t.hear(step)
+        assert (await t.engine.service.load(goal_id)).tokens_used == 15
+        last = t.fake.answer(sid)
+        await t.hear(last[:1])  # the last answer completed, its idle not yet heard
+        assert (await t.engine.service.load(goal_id)).tokens_used == 15
+        await t.hear(last[1:])
+        state = await t.engine.service.load(goal_id)
+        assert state.tokens_used == 30 and state.run_count == 2
 
 
 async def test_a_turn_compaction_follows_keeps_its_own_commit(
@@ -398,7 +417,10 @@ async def test_a_turn_compaction_follows_keeps_its_own_commit(
         monkeypatch.setenv(CRASH_TRACE_ENV, str(trace))
         await t.hear(bus)
         monkeypatch.delenv(CRASH_TRACE_ENV)
-    assert _appends(trace, created.goal_id)[1:3] == ["run.completed", "compaction.started"]
+    assert _appends(trace, created.goal_id)[:2] == [
+        "goal.usage_accounted,run.completed",
+        "compaction.started",
+    ]
 
 
 async def test_a_crash_anywhere_in_a_proven_turn_sends_no_prompt_twice_and_loses_none(tmp_path: Path) -> None:
