@@ -46,14 +46,13 @@ import anyio
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import turn_trace  # noqa: E402  (a sibling in tools/, on the path as this script's own folder)
+
 from loopd_es.host.events import AnyHostEvent, MessageUpdated, SessionIdle, SessionStatusChanged  # noqa: E402
 from loopd_es.host.opencode import OpenCodeHost  # noqa: E402
 from loopd_es.log import open_store  # noqa: E402
 from tests.opencode.fake_llm import FakeLLM  # noqa: E402
 from tests.opencode.server import OpenCodeServer, free_port  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "tools"))
-import turn_trace  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:

@@ -62,6 +62,12 @@ class Live:
     def activity(self, now: datetime) -> None:
         self.last_activity = now
 
+    def quiet_since(self) -> datetime | None:
+        """Since when the running turn has been quiet as this engine saw it: its last activity or its start,
+        and never before the engine took it over (``None`` when nothing is known)."""
+        marks = [m for m in (self.last_activity, self.run_started_at, self.watched_since) if m is not None]
+        return max(marks) if marks else None
+
 
 class Tracker:
     """The per-goal facts of every goal the engine has seen, and the timer heap."""

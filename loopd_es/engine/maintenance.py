@@ -153,10 +153,10 @@ class Maintenance:
         Quiet as this engine saw it: a turn taken over (a restart, an adoption) whose idle came before the
         engine listened is first confirmed the ordinary way, not recovered into an extra turn because its run
         started long ago."""
-        marks = [m for m in (live.last_activity, live.run_started_at, live.watched_since) if m is not None]
-        if not marks or state.active_run_id is None:
+        since = live.quiet_since()
+        if since is None or state.active_run_id is None:
             return False
-        quiet = ms_between(now, max(marks))
+        quiet = ms_between(now, since)
         if quiet <= self.config.idle_recover_ms:
             return False
         recover = c.RecoverRun(
@@ -190,8 +190,7 @@ class Maintenance:
 
         As for :meth:`recover`, the quiet counts from the takeover at the earliest: the activity before it went
         to another engine (or to none)."""
-        marks = [m for m in (live.last_activity, live.run_started_at, live.watched_since) if m is not None]
-        last = max(marks) if marks else None
+        last = live.quiet_since()
         if (
             state.phase != "running"
             or state.active_run_id is None
