@@ -4,7 +4,8 @@ at its first idle signal.
 
 The reference waits a fixed quiet period after the first idle because idles repeat, can come before an error
 and can come before trailing parts. The engine fences each turn by its own prompt id, so when the transcript
-read at an idle shows the answer to that id completed, stopped for a reason other than a tool call, without an
+at an idle (the host's stream mirror of it when the host has one, else a read) shows the answer to that id
+completed, stopped for a reason other than a tool call, without an
 error, with no tool running and nothing after it (:func:`.idle_rules.turn_proven`), the turn is over and the
 next one goes out at once. Everything else - no answer for the prompt yet, a tool still running, an error or a
 trailing part that may still come - keeps the quiet period: a candidate (``run.idle_candidate``, fenced by the
@@ -133,13 +134,19 @@ class IdleGate:
 
         The verdict depends only on the latest user message and what follows it, so a window that holds a
         user message (or the whole transcript) gives the same verdict as a longer one, at a fraction of the
-        bytes: OpenCode returns every message with all its parts, ~5 KB for a steering prompt.
+        bytes: OpenCode returns every message with all its parts, ~5 KB for a steering prompt. The messages
+        come from the host's stream mirror when it has one (:meth:`EngineHost.streamed_messages`).
         """
-        host = self.host
-        recent = await host.messages(worker, limit=USAGE_WINDOW)
+        recent = await self._messages(worker, USAGE_WINDOW)
         if len(recent) < USAGE_WINDOW or any(m.role == "user" for m in recent):
             return recent
-        return await host.messages(worker, limit=TRANSCRIPT_WINDOW)
+        return await self._messages(worker, TRANSCRIPT_WINDOW)
+
+    async def _messages(self, worker: str, limit: int) -> list[TranscriptMessage]:
+        """The messages as the host's event stream told them when it can vouch for them (no round trip on the
+        path from the idle to the next prompt), else read."""
+        streamed = self.host.streamed_messages(worker, limit=limit)
+        return streamed if streamed is not None else await self.host.messages(worker, limit=limit)
 
     async def _stage(self, state: GoalState, ctx: Ctx) -> None:
         assert state.active_run_id is not None

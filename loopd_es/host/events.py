@@ -149,6 +149,15 @@ class EngineHost(WorkerHost, Protocol):
         """
         ...
 
+    def streamed_messages(self, session_id: str, *, limit: int) -> list[TranscriptMessage] | None:
+        """The last ``limit`` messages of the session as the host's event stream told them, equal to what
+        :meth:`messages` would return now, without asking the host; ``None`` when the host cannot vouch for
+        them (no stream, a stream that reconnected, a session it has not read since), so the caller reads.
+
+        The engine proves a turn's end from them, so a host answers only what it knows to be complete.
+        """
+        ...
+
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
         """Show ``text`` to the owner session; a ``notification_id`` already shown is not shown again.
 

@@ -169,6 +169,9 @@ class HeldHost:
         await self.holds.enter("messages")
         return await self.inner.messages(session_id, limit=limit)
 
+    def streamed_messages(self, session_id: str, *, limit: int) -> list[TranscriptMessage] | None:
+        return self.inner.streamed_messages(session_id, limit=limit)
+
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
         await self.holds.enter("notify")
         return await self.inner.notify(session_id, text, notification_id=notification_id)

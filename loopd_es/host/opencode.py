@@ -64,6 +64,7 @@ from .errors import (
 )
 from .opencode_events import normalise_error as normalise_error
 from .opencode_events import transcript_message, translate_event
+from .opencode_mirror import StreamMirror
 from .opencode_wire import _AGENT_MODES, _message_id, _model_of, _split_model, _status_kind, fork_point
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ class OpenCodeHost:
         self._alive: dict[str, float] = {}
         self._streamed: dict[str, SessionStatus] | None = None
         self._forks: bool | None = None
+        self._mirror = StreamMirror(transcript_message)
         """Whether the server forks sessions (read from ``/doc`` once, when a fork is first asked for)."""
         """Each session's latest status as told on the ``/event`` stream being read (``None``: no stream)."""
 
@@ -301,16 +303,28 @@ class OpenCodeHost:
         )
 
     async def messages(self, session_id: str, *, limit: int = 200) -> list[TranscriptMessage]:
-        rows = await self._read(
-            list[j.MessageRow],
-            "messages",
-            "GET",
-            f"/session/{session_id}/message",
-            session_id=session_id,
-            params={"limit": limit},
-            empty=[],
-        )
+        """As the port says; read while the event stream is connected, it also seeds the session's mirror."""
+        token = self._mirror.begin_read(session_id)
+        try:
+            rows = await self._read(
+                list[j.MessageRow],
+                "messages",
+                "GET",
+                f"/session/{session_id}/message",
+                session_id=session_id,
+                params={"limit": limit},
+                empty=[],
+            )
+        except BaseException:
+            self._mirror.end_read(token)
+            raise
+        self._mirror.seed(token, rows, limit)
         return [transcript_message(row.info, row.parts) for row in rows]
+
+    def streamed_messages(self, session_id: str, *, limit: int) -> list[TranscriptMessage] | None:
+        """As the port says: the session's mirror (:mod:`.opencode_mirror`), seeded by a read of the session
+        made while the event stream was connected, and kept by every message and part event since."""
+        return self._mirror.messages(session_id, limit)
 
     async def fork_worker(self, session_id: str, *, through: str | None, title: str) -> ForkedWorker:
         """``POST /session/{id}/fork`` copies the messages *before* its ``messageID``: so the message after
@@ -494,12 +508,14 @@ class OpenCodeHost:
                     source.response.raise_for_status()
                     delay = 0.1
                     self._streamed = {}  # no resume: what happened before this connection is polled
+                    self._mirror.connect(True)  # nor mirrored: each session's mirror is seeded again
                     try:
                         async for sse in source.aiter_sse():
                             for event in await self._translate(sse.data):
                                 yield event
                     finally:
                         self._streamed = None
+                        self._mirror.connect(False)
             except (httpx.HTTPError, httpx_sse.SSEError) as e:
                 if self._closed:
                     return
@@ -531,11 +547,13 @@ class OpenCodeHost:
                 return []
             if self._streamed is not None:
                 self._told(kind, props, session_id, self._streamed)
+            self._mirror.feed(kind, props, session_id)
             translated = translate_event(
                 kind, props, self._open_tools, self._activity(kind, session_id), self._users
             )
         except msgspec.DecodeError as e:
             log.warning("OpenCode sent an event this engine cannot read, dropped: %s", e)
+            self._mirror.forget()  # it may have been about a mirrored message
             return []
         return [self._stamp(event) for event in translated]
 

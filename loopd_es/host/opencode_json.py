@@ -122,6 +122,7 @@ class PartState(_J, frozen=True):
 class Part(_J, frozen=True):
     type: str = ""
     id: str | None = None
+    messageID: str | None = None
     callID: str | None = None
     text: str | None = None
     state: PartState = PartState()

@@ -145,6 +145,11 @@ class SimEvents:
 
         return await self._port("messages", session_id, run)
 
+    def streamed_messages(self, session_id: str, *, limit: int) -> list[TranscriptMessage] | None:
+        """Never: the simulated host's stream is a file other processes append to, read by polling, so it
+        cannot vouch for a transcript without reading its state (which :meth:`messages` does)."""
+        return None
+
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
         def run(state: SimState) -> bool:
             if any(n.notification_id == notification_id for n in state.notifications):

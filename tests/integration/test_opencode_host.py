@@ -278,3 +278,50 @@ async def test_an_unreachable_server_is_a_host_error(tmp_path: Path) -> None:
         assert (await host.list_models()).capability == "unavailable"
     finally:
         await host.aclose()
+
+
+async def test_the_stream_mirror_equals_a_read_at_every_turns_end(
+    host: OpenCodeHost, recorder: Recorder, fake: FakeLLM
+) -> None:
+    """The engine proves a turn's end and quotes its last messages from the stream's mirror of the session,
+    with no read on the path: at each turn's end it must equal what a read returns, whatever the turn did
+    (text, a tool call, streamed chunks, a provider error, an abort)."""
+    worker = await host.create_worker(title="mirror")
+    sid = worker.session_id
+    assert host.streamed_messages(sid, limit=50) is None  # nothing read since the stream connected
+    assert await host.messages(sid, limit=50) == []  # the seed: an empty session, held whole
+    assert host.streamed_messages(sid, limit=50) == []
+    turns = [
+        ("fake/good", "write the guide", False),
+        ("fake/good", 'CALL bash {"command": "echo hi", "description": "say hi"}', False),
+        ("fake/burst", "stream a lot", False),
+        ("fake/badreq", "refused", True),
+        ("fake/slow", "take your time", True),  # aborted mid-stream
+        ("fake/other", "and once more", False),
+    ]
+    for model, text, fails in turns:
+        pid = prompt_id()
+        seen = len(recorder.events)
+        await host.prompt(sid, text, model=model, agent="build", prompt_id=pid)
+        if model == "fake/slow":
+            await recorder.wait(
+                lambda e, pid=pid: isinstance(e, MessageUpdated) and e.message.parent_id == pid
+            )
+            await await_until("the slow model to be asked", lambda: "slow" in fake.models_used(sid))
+            await host.abort(sid)
+
+        # the turn's end: its idle, after its error when it fails (a failing turn's first idle may come first)
+        def ended(e: AnyHostEvent, seen: int = seen, fails: bool = fails) -> bool:
+            later = recorder.events[seen:]
+            errors = [i for i, x in enumerate(later) if isinstance(x, SessionError) and x.session_id == sid]
+            idles = [i for i, x in enumerate(later) if isinstance(x, SessionIdle) and x.session_id == sid]
+            return bool(idles) and (not fails or (bool(errors) and idles[-1] > errors[0]))
+
+        await recorder.wait(ended)
+        mirrored = host.streamed_messages(sid, limit=50)
+        read = await host.messages(sid, limit=50)
+        assert mirrored is not None, model
+        assert [m.message_id for m in mirrored] == [m.message_id for m in read], model
+        assert mirrored == read, model
+    assert any(m.role == "assistant" and m.error for m in read)  # the failing turns were mirrored too
+    assert host.streamed_messages(sid, limit=2) == read[-2:]
