@@ -74,7 +74,7 @@ class IdleGate:
         confirm = c.ConfirmIdle(goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation)
         usage = [] if read is None else usage_of(goal_id, read.messages[-USAGE_WINDOW:])
         # the usage, the confirmation and a plain next turn's start are one commit; the next turn quotes the
-        # transcript just read: one read per turn
+        # transcript just read (or mirrored from the host's stream): at most one read per turn
         await self.turns.confirm_turn(goal_id, [*usage, confirm], ctx, read)
         return True
 
