@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
+from .entry import columns
 from .options import DEFAULT_STORE as DEFAULT_STORE
 from .options import STORE_ENV as STORE_ENV
 from .options import store_url as store_url
@@ -42,27 +42,13 @@ class _UsageExit(Exception):
 
 
 def _sized(formatter: type[argparse.HelpFormatter]) -> Callable[[str], argparse.HelpFormatter]:
-    """``formatter`` as wide as the terminal, found the way ``shutil.get_terminal_size`` finds it (``COLUMNS``,
-    then standard output's terminal, else 80) but without importing shutil, which argparse would do for every
-    help text it formats (and with it bz2 and lzma: a tenth of ``loopd-es --help``)."""
+    """``formatter`` as wide as the terminal (:func:`.entry.columns`, which argparse would find through
+    shutil, importing bz2 and lzma with it for every help text it formats: a tenth of ``loopd-es --help``)."""
 
     def make(prog: str) -> argparse.HelpFormatter:
-        return formatter(prog, width=_columns() - 2)  # argparse's own margin
+        return formatter(prog, width=columns() - 2)  # argparse's own margin
 
     return make
-
-
-def _columns() -> int:
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns if columns > 0 else 80
 
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
@@ -201,6 +187,14 @@ def build_parser(command: str | None = None, *, overview: bool = False) -> argpa
     return parser
 
 
+def overview_help() -> tuple[str, bool]:
+    """What ``loopd-es --help`` prints (argparse's help action prints this text), and whether it may be kept
+    for the next time (:mod:`.help_cache`): not when a gettext catalogue translated it, nor when the command
+    table is incomplete and the modules' own help was used."""
+    text = build_parser(None, overview=True).format_help()
+    return text, bool(_UNTRANSLATED) and COMMAND_HELP.keys() == COMMAND_MODULES.keys()
+
+
 def _command_of(args: list[str]) -> str | None:
     """The command word of a command line: the first argument that is not a global option or its value."""
     i = 0
@@ -310,5 +304,7 @@ def _not_utf8(args: argparse.Namespace) -> str | None:
 
 
 def entry() -> NoReturn:
-    """Console-script entry point."""
-    raise SystemExit(main())
+    """The console-script entry point of installs made before :mod:`.entry` took over (same behaviour)."""
+    from .entry import entry as console_entry
+
+    console_entry()
