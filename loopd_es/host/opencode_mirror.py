@@ -30,6 +30,9 @@ if TYPE_CHECKING:
 
 KEEP: Final = 200
 """Messages kept per session: the engine's widest window (its confirmation window)."""
+SESSIONS: Final = 512
+"""Sessions mirrored at once; the one seeded longest ago goes first (a finished goal's worker is not read
+again, and a session whose mirror went is simply read)."""
 
 _DROPS: Final = frozenset({"message.removed", "message.part.removed", "session.compacted", "session.deleted"})
 """Events after which a session's mirror no longer matches its transcript: it is dropped (the next read seeds
@@ -117,10 +120,20 @@ class StreamMirror:
         mirror = _Session(whole=len(rows) < limit)
         for row in rows:
             mirror.infos[row.info.id] = row.info
-            mirror.parts[row.info.id] = {part.id or str(i): part for i, part in enumerate(row.parts)}
+            mirror.parts[row.info.id] = {
+                part.id or str(i): part if part.type == "text" else msgspec.structs.replace(part, text=None)
+                for i, part in enumerate(row.parts)
+            }
+        self._sessions.pop(session_id, None)
         self._sessions[session_id] = mirror
-        for kind, props in arrived:
-            self._apply(session_id, kind, props)
+        while len(self._sessions) > SESSIONS:
+            del self._sessions[next(iter(self._sessions))]
+        try:
+            for kind, props in arrived:
+                self._apply(session_id, kind, props)
+        except msgspec.ValidationError:
+            self.forget(session_id)  # the stream's own handling of that event has already said so
+            return
         if session_id in self._sessions:
             self._sessions[session_id].trim()
 
@@ -160,8 +173,8 @@ class StreamMirror:
         elif kind == "message.part.updated":
             part = j.convert(props, j.PartProps).part
             parts = mirror.parts.get(part.messageID or "")
-            if parts is not None and part.id:
-                parts[part.id] = part  # OpenCode tells a message before its parts
+            if parts is not None and part.id:  # OpenCode tells a message before its parts
+                parts[part.id] = part if part.type == "text" else msgspec.structs.replace(part, text=None)
         elif kind == "message.part.delta":
             self._grow(mirror, props)
 

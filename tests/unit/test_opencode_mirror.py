@@ -20,7 +20,7 @@ import pytest
 
 from loopd_es.host import opencode_json as j
 from loopd_es.host.opencode_events import transcript_message
-from loopd_es.host.opencode_mirror import KEEP, StreamMirror
+from loopd_es.host.opencode_mirror import KEEP, SESSIONS, StreamMirror
 from tests.unit.test_opencode_turn_path import FakeOpenCode, Turns, turns
 
 pytestmark = pytest.mark.anyio
@@ -217,3 +217,21 @@ def test_an_update_of_a_message_older_than_the_window_is_not_taken_for_a_new_one
     assert [m for m, _ in _texts(mirror, 3) or []] == ["m2", "m3", "m4"]
     mirror.feed("message.updated", _updated("m1", "user", time={"created": 10}), "s")
     assert _texts(mirror, 3) is None  # dropped: read again rather than guess where it goes
+
+
+def test_an_unreadable_event_during_the_seed_read_leaves_no_mirror_and_no_error() -> None:
+    mirror = StreamMirror(transcript_message)
+    mirror.connect(True)
+    token = mirror.begin_read("s")
+    mirror.feed("message.updated", {"sessionID": "s", "info": {"id": 7}}, "s")  # no mirror yet to check it
+    mirror.seed(token, [_row("m1", text="a")], 10)  # the read itself succeeds
+    assert _texts(mirror) is None
+
+
+def test_only_the_latest_seeded_sessions_are_mirrored() -> None:
+    mirror = StreamMirror(transcript_message)
+    mirror.connect(True)
+    for n in range(SESSIONS + 1):
+        mirror.seed(mirror.begin_read(f"s{n}"), [], 10)
+    assert mirror.messages("s0", 1) is None and mirror.messages("s1", 1) == []
+    assert mirror.messages(f"s{SESSIONS}", 1) == []
