@@ -2,8 +2,8 @@
 ``loopd-es run``.
 
 ``tools/bench_opencode.py --breakdown`` starts the engine with :func:`engine_env`, which puts a
-``sitecustomize`` on its ``PYTHONPATH``. That module wraps a few engine methods (the transcript read, the
-decision and its commit, the prompt's building and its HTTP call) with timers that append one line per call
+``sitecustomize`` on its ``PYTHONPATH``. That module wraps a few engine methods (getting the transcript: the
+host's stream mirror of it, or a read when the mirror cannot vouch; the decision and its commit, the prompt's building and its HTTP call) with timers that append one line per call
 to a file: ``name start end`` in ``time.perf_counter`` seconds. :func:`breakdown` then reads the file back and
 summarises the idle signals that sent a prompt, step by step. Profiling only: nothing here is imported by
 loopd-es itself.
@@ -67,7 +67,7 @@ def _summary(values_s: list[float]) -> dict[str, float]:
 
 def breakdown(trace: Path) -> dict[str, dict[str, float]]:
     """Per idle signal that sent the next prompt: from the signal reaching the idle gate to the transcript
-    read's end, the decision and its commit, from there to the prompt's HTTP call starting (building the
+    (``transcript_read``: from the stream mirror, or read), the decision and its commit, from there to the prompt's HTTP call starting (building the
     prompt, the lease check), and the whole span to that call. The HTTP call itself is OpenCode's time."""
     rows: list[tuple[str, float, float]] = []
     for line in trace.read_text().splitlines():
