@@ -1,3 +1,3 @@
-from loopd_es.cli.main import entry
+from loopd_es.cli.entry import entry
 
 entry()

@@ -13,7 +13,7 @@ import os
 import sys
 import zlib
 
-from .entry import columns
+from .terminal import columns
 
 _SOURCES = ("main.py", "options.py")
 

@@ -12,10 +12,10 @@ import importlib
 import sys
 
 from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
-from .entry import columns
 from .options import DEFAULT_STORE as DEFAULT_STORE
 from .options import STORE_ENV as STORE_ENV
 from .options import store_url as store_url
+from .terminal import columns
 
 TYPE_CHECKING = False  # typing's costs `--help` 5 ms: mypy knows the name, and only annotations need it
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class _UsageExit(Exception):
 
 
 def _sized(formatter: type[argparse.HelpFormatter]) -> Callable[[str], argparse.HelpFormatter]:
-    """``formatter`` as wide as the terminal (:func:`.entry.columns`, which argparse would find through
+    """``formatter`` as wide as the terminal (:func:`.terminal.columns`, which argparse would find through
     shutil, importing bz2 and lzma with it for every help text it formats: a tenth of ``loopd-es --help``)."""
 
     def make(prog: str) -> argparse.HelpFormatter:
@@ -301,10 +301,3 @@ def _not_utf8(args: argparse.Namespace) -> str | None:
                 except UnicodeEncodeError:
                     return f"--{name.replace('_', '-')}"
     return None
-
-
-def entry() -> NoReturn:
-    """The console-script entry point of installs made before :mod:`.entry` took over (same behaviour)."""
-    from .entry import entry as console_entry
-
-    console_entry()
