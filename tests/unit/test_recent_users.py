@@ -39,6 +39,22 @@ async def test_a_lone_task_sees_no_others_and_a_second_task_is_seen() -> None:
     assert users.others()  # and the other task is seen from the first
 
 
+async def test_others_given_the_noted_id_answers_as_for_the_current_task() -> None:
+    """A store passes the id ``note`` returned (the task that submitted a lone group) instead of a look-up."""
+    seconds = _Seconds()
+    users = RecentUsers(seconds)
+    me = users.note()
+    assert me == anyio.get_current_task().id
+    assert not users.others(me)  # alone
+    await _used_by_other_tasks(users)
+    assert users.others(me)
+    seconds.now += RecentUsers.WINDOW_S * 2
+    assert not users.others(me)  # the other task is forgotten, and so is the stale note of ``me``
+    assert len(users) == 0
+    users.note()
+    assert users.others(me + 1)  # whoever asks, a task other than the asker used it
+
+
 async def test_others_are_forgotten_after_the_window_and_not_before() -> None:
     seconds = _Seconds()
     users = RecentUsers(seconds)
