@@ -6,7 +6,8 @@
 On a shared machine the wall-clock rate of one run moves by 2x with the neighbours' load. Here the two trees
 and the peer run one after another in each round, so a ratio of the same round compares like with like.
 Prints one JSON document: the median rates, and the medians of the per-round ratios after/before,
-after/peer and before/peer. Each measurement is ``tools/bench_log_sqlite.py``'s own append loop.
+after/peer, before/peer, and of each tree over ``raw``: plain sqlite3 writing the same rows (the limit of
+any Python path, ``tools/bench_log_sqlite.py``'s ``_raw_own_row``). Each measurement is that file's own loop.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ from pathlib import Path
 sys.path.insert(0, sys.argv[1] + "/tools")
 import bench_log_sqlite as b
 path, n, size, who = Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-print(b._peer_appends(path, n, size) if who == "peer" else anyio.run(b._mine_appends, path, n, size))
+if who == "peer":
+    print(b._peer_appends(path, n, size))
+elif who == "raw":
+    print(b._raw_own_row(path, n, size))
+else:
+    print(anyio.run(b._mine_appends, path, n, size))
 """
 
 
@@ -48,12 +54,12 @@ def measure(tree: Path, who: str, events: int, batch: int, directory: Path) -> f
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     trees = {"before": Path(args.before).resolve(), "after": Path(__file__).resolve().parents[1]}
-    kinds = ["before", "after", "peer"]
+    kinds = ["before", "after", "peer", "raw"]
     rates: dict[str, list[float]] = {k: [] for k in kinds}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for who in kinds if r % 2 == 0 else kinds[::-1]:
-                tree = trees["after"] if who == "peer" else trees[who]
+                tree = trees["after"] if who in ("peer", "raw") else trees[who]
                 rates[who].append(measure(tree, who, args.events, args.batch, Path(tmp)))
 
     def ratio(a: str, b: str) -> float:
@@ -67,6 +73,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "after_over_before": ratio("after", "before"),
         "after_over_peer": ratio("after", "peer"),
         "before_over_peer": ratio("before", "peer"),
+        "after_over_raw": ratio("after", "raw"),
+        "before_over_raw": ratio("before", "raw"),
     }
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Sequence
 from typing import Any, Final, Literal
 
 import msgspec
@@ -77,6 +78,13 @@ class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
         if isinstance(data, bytes | bytearray | memoryview):
             return bytes(data)
         return _ENCODER.encode(data)
+
+
+def data_bytes_of(events: Sequence[NewEvent]) -> list[bytes]:
+    """:meth:`NewEvent.data_bytes` of each event; a dict payload (the common one) is encoded without the
+    method call, which halves the cost of encoding a batch."""
+    encode = _ENCODER.encode
+    return [encode(data) if type(data := new.data) is dict else new.data_bytes() for new in events]
 
 
 def new_event_id() -> str:

@@ -187,12 +187,13 @@ class SqliteLog(LogStore):
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
         conn = self._db
-        if self._in_flight or len(group) > 1 or self._users.others():
+        # a lone group is its leader's own request, so its noted task is the current one (no look-up)
+        if self._in_flight or len(group) > 1 or self._users.others(group[0].task):
             return False
         if self._waits:  # lowered once for a run of inline commits; every thread call restores it first
             conn.execute("PRAGMA busy_timeout = 0")
             self._waits = False
-        return self._now(_commit_lone_or_group, conn, group, self._heads) is not None
+        return self._now(sqlite_fast.commit, conn, group, self._heads) is not None
 
     async def _commit(self, group: list[Request]) -> None:
         """Commit on the worker thread, waiting out another writer's lock (the busy timeout)."""
@@ -201,7 +202,7 @@ class SqliteLog(LogStore):
     # -- writing ------------------------------------------------------------------------------------
 
     async def _submit(self, request: Request) -> list[Envelope]:
-        self._users.note()
+        request.task = self._users.note()
         return await self._group.submit(request)
 
     # -- reading ------------------------------------------------------------------------------------
@@ -315,11 +316,6 @@ class SqliteLog(LogStore):
                 self._db.close()
                 if self._reader is not None:
                     self._reader.close()
-
-
-def _commit_lone_or_group(conn: sqlite3.Connection, group: list[Request], heads: sqlite_fast.Heads) -> bool:
-    sqlite_fast.commit(conn, group, heads)
-    return True  # not None: it committed
 
 
 def _open_reader(path: Path) -> sqlite3.Connection | None:

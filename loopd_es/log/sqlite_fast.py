@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Final
 
 from ..clock import now_rfc3339
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
     from .coord import Fence
     from .group_commit import Request
 
-_ONE_ROW: Final = "(" + ",".join("?" * (len(COLUMN_NAMES) + 1)) + ")"  # the columns and the checksum
+_ROW_VARIABLES: Final = len(COLUMN_NAMES) + 1  # the columns and the checksum
+_ONE_ROW: Final = "(" + ",".join("?" * _ROW_VARIABLES) + ")"
+_VARIABLE_LIMIT: Final = sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER
 _LEARN_AT_ONCE: Final = 256  # streams of one request the fast path takes (old builds bind <= 999)
 _MAX_STREAMS: Final = (
     4096  # remembered stream versions; past it they are forgotten (a look-up brings one back)
@@ -50,10 +53,14 @@ class Heads:
         self.versions.clear()
 
 
-def commit(conn: sqlite3.Connection, group: list[Request], heads: Heads) -> None:
-    """Commit ``group``: on the fast path when it can, else on the general one (:func:`.sqlite_ops.commit_group`)."""
+def commit(conn: sqlite3.Connection, group: list[Request], heads: Heads) -> bool:
+    """Commit ``group``: on the fast path when it can, else on the general one (:func:`.sqlite_ops.commit_group`).
+
+    Returns True (never None: the caller tells a commit from a busy refusal by that).
+    """
     if not commit_lone(conn, group, heads):
         commit_group(conn, group)
+    return True
 
 
 def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) -> bool:
@@ -63,27 +70,34 @@ def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) ->
         heads.forget()
         return False
     (request,) = group
-    streams = [part.stream for part in request.parts]
-    if len(streams) > _LEARN_AT_ONCE:  # one look-up binds a variable per stream
+    parts = request.parts
+    if len(parts) > _LEARN_AT_ONCE:  # one look-up binds a variable per stream
         heads.forget()
         return False
-    if heads.head is None or any(stream not in heads.versions for stream in streams):
-        _learn(conn, heads, streams)
+    versions = heads.versions
+    known = heads.head is not None
+    for part in parts:  # a loop, not any(): this runs once per append
+        known = known and part.stream in versions
+    if not known:
+        _learn(conn, heads, [part.stream for part in parts])
     head = heads.head
     assert head is not None
-    staged = {stream: heads.versions[stream] for stream in streams}
+    staged: dict[str, int] = {}
     try:
-        for part in request.parts:
-            check_expected_version(part.stream, part.expected, staged[part.stream])
+        for part in parts:
+            staged[part.stream] = version = versions[part.stream]
+            check_expected_version(part.stream, part.expected, version)
     except WrongExpectedVersionError:
         heads.forget()  # maybe stale, or a retry of recorded events: the general path tells which
         return False
     rows: list[tuple[Any, ...]] = []
     envelopes = place_envelopes(request, head, staged, now_rfc3339(), rows)
     fences = request.fences
-    most = _rows_per_statement(conn, fences)  # may be < 1 with very many fences: then in chunks
     try:
-        landed = _insert(conn, rows, fences) if len(rows) <= most else _insert_chunks(conn, rows, fences)
+        if len(rows) * _ROW_VARIABLES + 2 * len(fences) <= conn.getlimit(_VARIABLE_LIMIT):
+            landed = _insert(conn, rows, fences)
+        else:
+            landed = _insert_chunks(conn, rows, fences)
     except sqlite3.IntegrityError:  # a position someone else took, or a recorded event id
         landed = False
     except sqlite3.OperationalError as e:
@@ -98,7 +112,7 @@ def commit_lone(conn: sqlite3.Connection, group: list[Request], heads: Heads) ->
         heads.forget()
         return False
     heads.head = envelopes[-1].position
-    heads.versions.update(staged)
+    versions.update(staged)
     request.error = None
     request.result = envelopes
     return True
@@ -114,9 +128,9 @@ def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]], fences: tuple
         if len(rows) == 1:
             conn.execute(INSERT, rows[0])
         else:
-            conn.execute(_insert_many(len(rows)), [value for row in rows for value in row])
+            conn.execute(_insert_many(len(rows)), list(chain.from_iterable(rows)))
         return True
-    args = [value for row in rows for value in row]
+    args = list(chain.from_iterable(rows))
     for fence in fences:
         args.extend(fence)
     return conn.execute(_insert_fenced(len(rows), len(fences)), args).rowcount == len(rows)
@@ -154,7 +168,7 @@ def _insert_fenced(count: int, fences: int) -> str:
 
 def _rows_per_statement(conn: sqlite3.Connection, fences: tuple[Fence, ...]) -> int:
     """How many rows one INSERT may carry within this SQLite's bound-variable limit (999 on old builds)."""
-    return (conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 2 * len(fences)) // _ONE_ROW.count("?")
+    return (conn.getlimit(_VARIABLE_LIMIT) - 2 * len(fences)) // _ROW_VARIABLES
 
 
 def _learn(conn: sqlite3.Connection, heads: Heads, streams: list[str]) -> None:

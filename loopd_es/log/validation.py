@@ -68,6 +68,9 @@ def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
 def _ids_ok(events: Sequence[NewEvent]) -> bool:
     """Whether every event id is a distinct UUID, checked for the whole batch at once (C speed); when not,
     the caller checks id by id to name the first bad one."""
+    if len(events) == 1:  # most appends: one event, one match
+        event_id = events[0].event_id
+        return isinstance(event_id, str) and len(event_id) == 36 and _UUID.fullmatch(event_id) is not None
     ids = [new.event_id for new in events]
     try:
         joined = "".join(ids)

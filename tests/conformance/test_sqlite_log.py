@@ -19,7 +19,7 @@ from loopd_es.errors import (
     UsageError,
     WrongExpectedVersionError,
 )
-from loopd_es.events.envelope import NO_STREAM
+from loopd_es.events.envelope import NO_STREAM, NewEvent
 from loopd_es.log import open_store
 from loopd_es.log.coord import Claim, Fence, FenceLostError
 from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
@@ -289,6 +289,18 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         con = sqlite3.connect(path)
         assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
         con.close()
+
+    async def test_every_write_path_stores_the_checksum_verify_computes(self, store: LogStore) -> None:
+        """The append paths compute each row's checksum inline (not through ``row_crc``): verify recomputes it."""
+        linked = NewEvent(type="test.linked", data=b'{"raw": 1}', causation_id="c-1", correlation_id="r-1")
+        await store.append("lone", [new(n=1)])  # one INSERT from the remembered head
+        await store.append("lone", [new(n=2), linked], 1)  # a multi-row INSERT
+        await store.append_many([("a", [new()]), ("b", [new(), new()])])
+        async with anyio.create_task_group() as tg:  # a group of requests on the worker thread
+            for i in range(5):
+                tg.start_soon(store.append, f"g{i}", [new(i=i)])
+        report = await store.verify()
+        assert report.ok and report.events == 11, report.problems
 
     async def test_verify_detects_an_edit_that_stays_valid_json(
         self, store: LogStore, tmp_path: Path

@@ -7,9 +7,10 @@ could move past it between two lines of a test.
 from __future__ import annotations
 
 import anyio
+import anyio.lowlevel
 import pytest
 
-from loopd_es.log.group_commit import RecentUsers
+from loopd_es.log.group_commit import RecentUsers, current_task_id
 from tests.waits import await_until
 
 pytestmark = pytest.mark.anyio
@@ -37,6 +38,38 @@ async def test_a_lone_task_sees_no_others_and_a_second_task_is_seen() -> None:
         tg.start_soon(other)
     assert seen == [True]
     assert users.others()  # and the other task is seen from the first
+
+
+async def test_others_given_the_noted_id_answers_as_for_the_current_task() -> None:
+    """A store passes the id ``note`` returned (the task that submitted a lone group) instead of a look-up."""
+    seconds = _Seconds()
+    users = RecentUsers(seconds)
+    me = users.note()
+    assert me == current_task_id()
+    assert not users.others(me)  # alone
+    await _used_by_other_tasks(users)
+    assert users.others(me)
+    seconds.now += RecentUsers.WINDOW_S * 2
+    assert not users.others(me)  # the other task is forgotten, and so is the stale note of ``me``
+    assert len(users) == 0
+    users.note()
+    assert users.others(me + 1)  # whoever asks, a task other than the asker used it
+
+
+async def test_current_task_id_tells_tasks_apart_and_is_stable_within_one() -> None:
+    ids: dict[str, list[int]] = {"a": [], "b": []}
+
+    async def record(name: str) -> None:
+        ids[name].append(current_task_id())
+        await anyio.lowlevel.checkpoint()  # the other task runs meanwhile
+        ids[name].append(current_task_id())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(record, "a")
+        tg.start_soon(record, "b")
+    (a, a_again), (b, b_again) = ids["a"], ids["b"]
+    assert a == a_again and b == b_again
+    assert len({a, b, current_task_id()}) == 3
 
 
 async def test_others_are_forgotten_after_the_window_and_not_before() -> None:
