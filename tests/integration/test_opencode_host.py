@@ -304,9 +304,11 @@ async def test_the_stream_mirror_equals_a_read_at_every_turns_end(
         seen = len(recorder.events)
         await host.prompt(sid, text, model=model, agent="build", prompt_id=pid)
         if model == "fake/slow":
-            await recorder.wait(
-                lambda e, pid=pid: isinstance(e, MessageUpdated) and e.message.parent_id == pid
-            )
+
+            def answers_prompt(e: AnyHostEvent, pid: str = pid) -> bool:
+                return isinstance(e, MessageUpdated) and e.message.parent_id == pid
+
+            await recorder.wait(answers_prompt)
             await await_until("the slow model to be asked", lambda: "slow" in fake.models_used(sid))
             await host.abort(sid)
 
