@@ -27,7 +27,7 @@ from ..events import goal as g
 from ..events import identity as i
 from ..events import run as r
 from ..events.catalogue import decode_payload
-from ..events.envelope import Envelope
+from ..events.envelope import Envelope, Foldable, Recorded
 from .evolve_base import _HANDLERS, _ROUTES, _Handler, _Memo, _on, _Refused, lazy_route
 from .evolve_who import noting_caller
 from .state import (
@@ -60,14 +60,14 @@ def initial(goal_id: str) -> GoalState:
     return GoalState(goal_id=goal_id)
 
 
-def evolve(state: GoalState, item: Event | Envelope) -> GoalState:
+def evolve(state: GoalState, item: Event | Foldable) -> GoalState:
     """Fold one event (or a stored envelope, which also sets the version and position); never raises."""
     folding = GoalFold(state)
     folding.apply((item,))
     return folding.result()
 
 
-def fold(events: Iterable[Event | Envelope], state: GoalState) -> GoalState:
+def fold(events: Iterable[Event | Foldable], state: GoalState) -> GoalState:
     """Fold events or envelopes left to right: the same result as :func:`evolve` on each in turn."""
     folding = GoalFold(state)
     folding.apply(events)
@@ -86,16 +86,16 @@ class GoalFold:
         self._draft = GoalDraft(*astuple(state))
         self._memo = _Memo()
 
-    def apply(self, items: Iterable[Event | Envelope]) -> None:
+    def apply(self, items: Iterable[Event | Foldable]) -> None:
         """Fold ``items`` in order; an envelope also moves the version and position. Never raises."""
         d, memo, routes, handlers = self._draft, self._memo, _ROUTES, _HANDLERS
-        envelope, created = Envelope, _created  # locals: this loop runs once per event of a replay
+        envelope, recorded, created = Envelope, Recorded, _created  # locals: this loop runs once per event
         creators = _evolve_fork.WITHOUT_GOAL
         version, position = d.version, d.position
         event: Any
         for item in items:
             try:
-                if type(item) is envelope:
+                if type(item) is recorded or type(item) is envelope:
                     version, position = item.version, item.position
                     route = routes.get(item.type)
                     if route is not None and item.schema_version == route[0]:
@@ -142,7 +142,7 @@ class GoalFold:
         return GoalState(*astuple(self._draft))
 
 
-def _decode(env: Envelope) -> Any:
+def _decode(env: Foldable) -> Any:
     """The slow path: the catalogue's full decode with upcasting; a payload it cannot read is refused."""
     try:
         return decode_payload(env)
@@ -577,7 +577,7 @@ from . import evolve_imported as _evolve_imported  # noqa: E402, F401  (register
 # only the types that record a caller pay for it; the creators stay themselves (``apply`` knows them by identity)
 for _cls, _fn in list(_HANDLERS.items()):
     if "called_by" in _cls.__struct_fields__ and _fn is not _created and _fn not in _evolve_fork.WITHOUT_GOAL:
-        _HANDLERS[_cls] = noting_caller(_fn)
+        _HANDLERS[_cls] = noting_caller(_cls, _fn)
 
 
 _ROUTES.update((cls.event_type, lazy_route(cls, fn)) for cls, fn in _HANDLERS.items())

@@ -15,24 +15,27 @@ _ENDS: Final = (g.GoalCompleted, g.GoalBlocked)
 _REOPENS: Final = (g.GoalRetried, g.GoalResumed)
 
 
-def _who(d: GoalDraft, e: Any) -> None:
-    """``ended_by`` follows the goal's end (``None`` when the engine or the CLI ended it, and once it runs
-    again); ``controlled_by`` is the last tool call that changed the goal in any other way."""
-    caller = e.called_by
-    if isinstance(e, _ENDS):
-        d.ended_by = caller
-        return
-    if isinstance(e, _REOPENS):
-        d.ended_by = None
-    if caller is not None:
-        d.controlled_by = caller
+def noting_caller(cls: type, fn: _Handler) -> _Handler:
+    """``fn`` followed by noting who acted, for ``cls``, a type that records a caller (``called_by``).
 
+    ``ended_by`` follows the goal's end (``None`` when the engine or the CLI ended it, and once it runs
+    again); ``controlled_by`` is the last tool call that changed the goal in any other way. The handler is
+    chosen once per type, so a replay's progress events pay no type test.
+    """
+    if issubclass(cls, _ENDS):
 
-def noting_caller(fn: _Handler) -> _Handler:
-    """``fn`` followed by noting who acted (for the types that record a caller)."""
+        def ends(d: GoalDraft, e: Any, m: _Memo) -> None:
+            fn(d, e, m)
+            d.ended_by = e.called_by
+
+        return ends
+    reopens = issubclass(cls, _REOPENS)
 
     def run(d: GoalDraft, e: Any, m: _Memo) -> None:
         fn(d, e, m)
-        _who(d, e)
+        if reopens:
+            d.ended_by = None
+        if (caller := e.called_by) is not None:
+            d.controlled_by = caller
 
     return run

@@ -24,7 +24,7 @@ from ..events.imported import (
 
 if TYPE_CHECKING:
     from ..events.base import Event
-    from ..events.envelope import Envelope
+    from ..events.envelope import Foldable
 
 
 class ImportState(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,14 +61,14 @@ class ControlState(msgspec.Struct, frozen=True, kw_only=True):
     version: int = 0
 
 
-def _payload(env: Envelope) -> Event | None:
+def _payload(env: Foldable) -> Event | None:
     try:
         return decode_payload(env)
     except InvalidEventError:
         return None  # a payload this version cannot read only moves the version
 
 
-def import_step(state: ImportState, env: Envelope) -> ImportState:
+def import_step(state: ImportState, env: Foldable) -> ImportState:
     """Fold one event of an ``import-<id>`` stream (other payloads only count)."""
     e = _payload(env)
     if isinstance(e, ImportStarted):
@@ -96,7 +96,7 @@ def import_step(state: ImportState, env: Envelope) -> ImportState:
     return msgspec.structs.replace(state, version=env.version)
 
 
-def control_step(state: ControlState, env: Envelope) -> ControlState:
+def control_step(state: ControlState, env: Foldable) -> ControlState:
     """Fold one event of a ``control-<requestID>`` stream."""
     e = _payload(env)
     if isinstance(e, ControlRequested):

@@ -26,13 +26,13 @@ from .state import REDUCER_VERSION, GoalState
 from .streams import aggregate_of
 
 if TYPE_CHECKING:
-    from ..events.envelope import Envelope
+    from ..events.envelope import Foldable
 
 
 class Folder(Protocol):
     """A fold in progress: ``apply`` envelopes in order, then take the ``result`` (and maybe go on)."""
 
-    def apply(self, items: Iterable[Envelope]) -> None: ...
+    def apply(self, items: Iterable[Foldable]) -> None: ...
 
     def result(self) -> Any: ...
 
@@ -62,11 +62,11 @@ class _EachFold:
 
     __slots__ = ("state", "step")
 
-    def __init__(self, step: Callable[[Any, Envelope], Any], state: Any) -> None:
+    def __init__(self, step: Callable[[Any, Foldable], Any], state: Any) -> None:
         self.step = step
         self.state = state
 
-    def apply(self, items: Iterable[Envelope]) -> None:
+    def apply(self, items: Iterable[Foldable]) -> None:
         state, step = self.state, self.step
         for env in items:
             state = step(state, env)
@@ -76,7 +76,7 @@ class _EachFold:
         return self.state
 
 
-def _other_step(state: OtherState, env: Envelope) -> OtherState:
+def _other_step(state: OtherState, env: Foldable) -> OtherState:
     return OtherState(stream=state.stream, version=env.version, events=state.events + 1, last_type=env.type)
 
 
@@ -112,7 +112,7 @@ def _register_command_reducer() -> None:
         return
     evolve_cmd = module.evolve
 
-    def step(state: Any, env: Envelope) -> Any:
+    def step(state: Any, env: Foldable) -> Any:
         try:
             event = decode_payload(env)
         except InvalidEventError:
@@ -138,7 +138,7 @@ def _register_command_reducer() -> None:
 _register_command_reducer()
 
 
-def _each(kind: str, state_type: Any, step: Callable[[Any, Envelope], Any], **kw: Any) -> Reducer:
+def _each(kind: str, state_type: Any, step: Callable[[Any, Foldable], Any], **kw: Any) -> Reducer:
     """A version-1 reducer that folds one envelope at a time with ``step``."""
     return Reducer(
         kind=kind, version=1, state_type=state_type, start=lambda state: _EachFold(step, state), **kw
@@ -225,7 +225,7 @@ class Cut:
             return True
         return self.at is not None and parse_rfc3339(recorded_at) > self.at
 
-    def keep(self, batch: Sequence[Envelope]) -> int:
+    def keep(self, batch: Sequence[Foldable]) -> int:
         """How many envelopes at the head of ``batch`` (in log order) come before the cut."""
         if self.open:
             return len(batch)
@@ -243,10 +243,10 @@ class StreamFold:
     def __init__(self, folded: Folded) -> None:
         self.folded = folded
         self._folder = reducer_for(folded.stream)[0].start(folded.state)
-        self._last: Envelope | None = None
+        self._last: Foldable | None = None
         self._count = 0
 
-    def feed(self, envelopes: Sequence[Envelope]) -> None:
+    def feed(self, envelopes: Sequence[Foldable]) -> None:
         if envelopes:
             self._folder.apply(envelopes)
             self._last = envelopes[-1]
@@ -275,8 +275,8 @@ class LogFold:
     def __init__(self) -> None:
         self._streams: dict[str, StreamFold] = {}
 
-    def feed(self, envelopes: Sequence[Envelope]) -> None:
-        groups: dict[str, list[Envelope]] = {}
+    def feed(self, envelopes: Sequence[Foldable]) -> None:
+        groups: dict[str, list[Foldable]] = {}
         for env in envelopes:  # streams are independent, so each stream's part is folded in one call
             group = groups.get(env.stream)
             if group is None:

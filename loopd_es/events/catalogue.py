@@ -20,7 +20,7 @@ from .envelope import NewEvent
 from .upcasting import upcast
 
 if TYPE_CHECKING:
-    from .envelope import Envelope
+    from .envelope import Foldable
 
 PAYLOAD_MODULES: Final = (
     goal,
@@ -78,7 +78,7 @@ def decode_data(type_: str, data: bytes, schema_version: int | None = None) -> E
         raise InvalidEventError(f"invalid payload for {type_}{shown}: {e}") from None
 
 
-def decode_payload(envelope: Envelope) -> Event:
+def decode_payload(envelope: Foldable) -> Event:
     """The envelope's payload as its typed, current-version event.
 
     :raises InvalidEventError: when the stored payload does not match the catalogue.

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Self
 
 from ..errors import StreamNotFoundError, UsageError
-from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, NewEvent
+from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, Foldable, NewEvent
 from .coord import Claim, Fence, check_key
 
 if TYPE_CHECKING:
@@ -179,6 +179,23 @@ class LogStore(abc.ABC):
 
         :raises CorruptLogError: when a complete record cannot be decoded or breaks the log's invariants.
         """
+
+    def read_recorded(
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
+        from_version: int = 1,
+    ) -> AsyncIterator[Sequence[Foldable]]:
+        """:meth:`read_batches` as a fold reads it: the same events, batches and errors.
+
+        A backend may yield :class:`~loopd_es.events.envelope.Recorded` rows (no ids, no causal links)
+        where they are cheaper to read; this default yields whole envelopes.
+        """
+        return self.read_batches(
+            from_position=from_position, limit=limit, stream=stream, from_version=from_version
+        )
 
     @abc.abstractmethod
     async def head(self) -> int:

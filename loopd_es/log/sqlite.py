@@ -47,15 +47,21 @@ from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, RecentUsers, Request, prepare_path
 
 if TYPE_CHECKING:
-    from ..events.envelope import Envelope
+    from ..events.envelope import Envelope, Recorded
 
 T = TypeVar("T")
+R = TypeVar("R", "Envelope", "Recorded")
 
 SYNCHRONOUS: Final = ("FULL", "NORMAL", "OFF", "EXTRA")
 BUSY_TIMEOUT_MS: Final = ops.BUSY_TIMEOUT_MS
 INLINE_ROWS: Final = 128
-"""Rows a stream or filtered read fetches first on the event-loop thread (a goal's stream, a catch-up); the rest
-go to the worker thread, so one read never holds the loop for long."""
+"""Rows a type- or prefix-filtered read fetches first on the event-loop thread (an index's catch-up); the rest go
+to the worker thread, so a filter that scans far never holds the loop for long."""
+INLINE_BATCH: Final = READ_BATCH
+"""Rows an indexed read (a stream, the whole log) fetches at a time on the event-loop thread, yielding to other
+tasks between batches (about 5 ms a batch on the 2-core benchmark machine). On the worker thread the same rows
+cost a hand-off each way and, since building their Python objects needs the GIL, the event loop waits for it
+anyway (docs/performance.md)."""
 
 
 class SqliteLog(LogStore):
@@ -215,7 +221,22 @@ class SqliteLog(LogStore):
         stream: str | None = None,
         from_version: int = 1,
     ) -> AsyncIterator[list[Envelope]]:
-        async for batch in self._select(from_position, limit, stream, from_version, None, None):
+        async for batch in self._select(
+            from_position, limit, stream, from_version, None, None, ops.read_rows
+        ):
+            yield batch
+
+    async def read_recorded(
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
+        from_version: int = 1,
+    ) -> AsyncIterator[list[Recorded]]:
+        async for batch in self._select(
+            from_position, limit, stream, from_version, None, None, ops.read_recorded
+        ):
             yield batch
 
     async def read_filtered(
@@ -226,7 +247,7 @@ class SqliteLog(LogStore):
         types: Sequence[str] | None = None,
         stream_prefix: str | None = None,
     ) -> AsyncIterator[list[Envelope]]:
-        async for batch in self._select(from_position, limit, None, 1, types, stream_prefix):
+        async for batch in self._select(from_position, limit, None, 1, types, stream_prefix, ops.read_rows):
             yield batch
 
     async def _select(
@@ -237,25 +258,32 @@ class SqliteLog(LogStore):
         from_version: int,
         types: Sequence[str] | None,
         prefix: str | None,
-    ) -> AsyncIterator[list[Envelope]]:
-        """Bounded batches of rows, filtered by SQLite: each costs one hand-off and what it returns."""
+        read: Callable[..., list[R]],
+    ) -> AsyncIterator[list[R]]:
+        """Bounded batches of rows (:func:`~.sqlite_ops.read_rows`, or ``read``'s), filtered by SQLite.
+
+        A read whose every row is found through an index (one stream by version, or the whole log by
+        position) runs on the event-loop thread in batches of :data:`INLINE_BATCH`, yielding to other tasks
+        between them. A type or prefix filter can scan many rows per row it keeps, so such a read fetches
+        its first :data:`INLINE_ROWS` here and the rest on the worker thread.
+        """
         remaining = limit if limit is not None else -1
         after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
         kinds = None if types is None else list(types)
-        first: list[Envelope] | None = None
-        if remaining != 0 and (stream is not None or prefix is not None or types is not None):
-            # most such reads (a goal's stream, an index's catch-up) fit in the first rows: no hand-off; a
-            # whole-log read (a projector, a replay) reads in full batches on the worker thread
-            self._users.note()
-            await anyio.lowlevel.checkpoint()
-            size = INLINE_ROWS if remaining < 0 else min(INLINE_ROWS, remaining)
-            first = self._read_now(ops.read_rows, stream, after, size, kinds, prefix)
+        scans = types is not None or prefix is not None
+        inline = INLINE_ROWS if scans else INLINE_BATCH
         while remaining != 0:
-            if first is None:
+            batch: list[R] | None = None
+            if inline:
+                size = inline if remaining < 0 else min(inline, remaining)
+                self._users.note()
+                await anyio.lowlevel.checkpoint()
+                batch = self._read_now(read, stream, after, size, kinds, prefix)
+                if scans:
+                    inline = 0
+            if batch is None:
                 size = READ_BATCH if remaining < 0 else min(READ_BATCH, remaining)
-                batch = await self._run(ops.read_rows, stream, after, size, kinds, prefix)
-            else:
-                batch, first = first, None
+                batch = await self._run(read, stream, after, size, kinds, prefix)
             if not batch:
                 return
             yield batch
@@ -264,7 +292,8 @@ class SqliteLog(LogStore):
             after = batch[-1].position if stream is None else batch[-1].version
             if remaining > 0:
                 remaining -= len(batch)
-            await anyio.lowlevel.checkpoint()
+            if not inline:
+                await anyio.lowlevel.checkpoint()
 
     async def coord_read(self, prefix: str = "") -> list[Claim]:
         """Read on the event-loop thread when the connection is idle (a key look-up costs less than the

@@ -25,7 +25,7 @@ from ..errors import (
     StoreUnavailableError,
     WrongExpectedVersionError,
 )
-from ..events.envelope import Envelope
+from ..events.envelope import Envelope, Recorded
 from . import sqlite_coord
 from .base import VerifyReport, check_expected_version
 
@@ -452,6 +452,32 @@ def read_rows(
     return [
         Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, s, v, i, t, sv, r, c, co, d in cursor.fetchall()
     ]
+
+
+def read_recorded(
+    conn: sqlite3.Connection,
+    stream: str | None,
+    after: int,
+    size: int,
+    types: None = None,
+    prefix: None = None,
+) -> list[Recorded]:
+    """:func:`read_rows` (unfiltered) as a fold reads it: no event ids, no causal links."""
+    raw, after = _Raw, min(after, _MAX_INT)
+    if stream is not None:
+        cursor = conn.execute(
+            "SELECT position, version, type, schema_version, recorded_at, data FROM events"
+            " WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
+            (stream, after, size),
+        )
+        s = stream
+        return [Recorded(p, s, v, t, sv, r, raw(d)) for p, v, t, sv, r, d in cursor.fetchall()]
+    cursor = conn.execute(
+        "SELECT position, stream, version, type, schema_version, recorded_at, data FROM events"
+        " WHERE position > ? ORDER BY position LIMIT ?",
+        (after, size),
+    )
+    return [Recorded(p, s, v, t, sv, r, raw(d)) for p, s, v, t, sv, r, d in cursor.fetchall()]
 
 
 def head(conn: sqlite3.Connection) -> int:

@@ -7,7 +7,8 @@ snapshot + tail is by construction the same fold as a full replay, and a test ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import msgspec
@@ -15,7 +16,9 @@ import msgspec
 from ..domain.reducers import Cut, Folded, LogFold, StreamFold, reducer_for, start
 from ..domain.streams import goal_stream
 from ..errors import StreamNotFoundError
-from ..events.envelope import Envelope
+from ..events.envelope import Foldable
+
+B = TypeVar("B", bound=Sequence[Foldable])
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -46,12 +49,12 @@ async def replay_stream(
         folded.snapshot_version = snap.version
     folding = StreamFold(folded)
 
-    def feed(batch: list[Envelope]) -> bool:
+    def feed(batch: Sequence[Foldable]) -> bool:
         keep = cut.keep(batch)
         folding.feed(batch if keep == len(batch) else batch[:keep])
         return keep == len(batch)
 
-    read = await feed_ahead(store.read_batches(stream=stream, from_version=folded.version + 1), feed)
+    read = await feed_ahead(store.read_recorded(stream=stream, from_version=folded.version + 1), feed)
     if not read and await store.stream_version(stream) == 0:  # asked only when the read says nothing
         raise StreamNotFoundError(stream)
     folded = folding.result()
@@ -68,23 +71,23 @@ async def replay_all(
     cut = Cut(until, at)
     folding = LogFold()
 
-    def feed(batch: list[Envelope]) -> bool:
+    def feed(batch: Sequence[Foldable]) -> bool:
         keep = cut.keep(batch)
         folding.feed(batch if keep == len(batch) else batch[:keep])
         return keep == len(batch)
 
-    await feed_ahead(store.read_batches(limit=until), feed)
+    await feed_ahead(store.read_recorded(limit=until), feed)
     return folding.result()
 
 
-async def feed_ahead(batches: AsyncIterator[list[Envelope]], feed: Callable[[list[Envelope]], bool]) -> bool:
+async def feed_ahead(batches: AsyncIterator[B], feed: Callable[[B], bool]) -> bool:
     """Give each batch to ``feed`` (which returns False to stop) while the store reads the next one.
 
     Reading and folding overlap: a backend reads on its worker thread (SQLite releases the GIL while it
     steps), so the fold of one batch no longer waits behind the read of the next. Returns whether any
     batch was read.
     """
-    send, receive = anyio.create_memory_object_stream[list[Envelope]](1)
+    send, receive = anyio.create_memory_object_stream[B](1)
     read = False
 
     async def produce() -> None:

@@ -17,6 +17,7 @@ from loopd_es.domain.reducers import reducer_versions
 from loopd_es.events import goal as g
 from loopd_es.events import run as r
 from loopd_es.events.catalogue import decode_payload, new_event
+from loopd_es.events.envelope import NewEvent, Recorded
 from loopd_es.log import open_store
 from loopd_es.log.base import READ_BATCH
 from loopd_es.replay import SnapshotStore, replay_all, replay_goal, replay_stream
@@ -196,3 +197,23 @@ async def test_a_cut_inside_a_later_batch_stops_the_read_ahead(store: LogStore) 
     events = [e async for e in store.read_stream("goal-a")][:until]
     assert cut.version == until and cut.state == fold(events, initial("a"))
     assert (await replay_all(store, until=until))["goal-a"].state == cut.state
+
+
+async def test_a_replay_folds_the_cheap_rows_exactly_as_the_envelopes(store: LogStore) -> None:
+    """SQLite hands a replay ``Recorded`` rows (no ids, no causal links); folding them gives the state the
+    whole envelopes give, anomalies included (a stale run, an event of another goal, an unreadable payload)."""
+    await _fill(store, runs=3)
+    odd = [
+        new_event(r.RunCompleted(goal_id="a", run_id="r1", generation=1)),  # stale: refused, an anomaly
+        new_event(g.GoalPaused(goal_id="b")),  # another goal's event on this stream
+        NewEvent(type="goal.progress", data={"goal_id": "a", "summary": 3}),  # does not decode
+    ]
+    await store.append("goal-a", odd, "exists")
+    recorded = [e for b in [b async for b in store.read_recorded(stream="goal-a")] for e in b]
+    envelopes = [e async for e in store.read_stream("goal-a")]
+    assert {type(e) for e in recorded} == {Recorded} and len(recorded) == len(envelopes) == 13
+    by_envelopes = fold(envelopes, initial("a"))
+    assert by_envelopes.anomaly_count == 3
+    assert fold(recorded, initial("a")) == by_envelopes
+    assert (await replay_stream(store, "goal-a")).state == by_envelopes
+    assert (await replay_all(store))["goal-a"].state == by_envelopes
