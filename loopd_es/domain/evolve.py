@@ -91,12 +91,12 @@ class GoalFold:
         d, memo, routes, handlers = self._draft, self._memo, _ROUTES, _HANDLERS
         envelope, recorded, created = Envelope, Recorded, _created  # locals: this loop runs once per event
         creators = _evolve_fork.WITHOUT_GOAL
-        version, position = d.version, d.position
+        last: Foldable | None = None  # the last recorded event: its version and position become the draft's
         event: Any
         for item in items:
             try:
                 if type(item) is recorded or type(item) is envelope:
-                    version, position = item.version, item.position
+                    last = item
                     route = routes.get(item.type)
                     if route is not None and item.schema_version == route[0]:
                         handler: _Handler | None = route[2]
@@ -122,10 +122,12 @@ class GoalFold:
                     )
                 handler(d, event, memo)
             except _Refused as refused:
+                version = d.version if last is None else last.version
                 anomaly = Anomaly(type=refused.type_, reason=refused.reason, version=version)
                 d.anomalies = (*d.anomalies, anomaly)[-MAX_ANOMALIES:]
                 d.anomaly_count += 1
-        d.version, d.position = version, position
+        if last is not None:
+            d.version, d.position = last.version, last.position
 
     def peek(self) -> tuple[str | None, int]:
         """The draft's active run id and anomaly count now, without the copy :meth:`result` makes.

@@ -64,8 +64,9 @@ class Recorded(msgspec.Struct, frozen=True):
     """The part of an envelope a fold reads: its place, type, schema version, time and payload.
 
     A replay folds thousands of events and never looks at their ids or causal links; reading rows without
-    those three strings makes a replay's read about a fifth cheaper on SQLite (docs/performance.md). Every
-    :class:`Envelope` has these attributes too, so a fold takes either.
+    those three strings makes a replay's read about a fifth cheaper on SQLite (docs/performance.md). ``data``
+    is the payload's JSON bytes as stored (no :class:`msgspec.Raw` around them: one object less a row). Every
+    :class:`Envelope` has these attributes too (its ``data`` a ``Raw``), so a fold takes either.
     """
 
     position: int
@@ -74,7 +75,7 @@ class Recorded(msgspec.Struct, frozen=True):
     type: str
     schema_version: int
     recorded_at: str
-    data: msgspec.Raw
+    data: bytes
 
 
 Foldable = Envelope | Recorded

@@ -463,7 +463,7 @@ def read_recorded(
     prefix: None = None,
 ) -> list[Recorded]:
     """:func:`read_rows` (unfiltered) as a fold reads it: no event ids, no causal links."""
-    raw, after = _Raw, min(after, _MAX_INT)
+    after = min(after, _MAX_INT)
     if stream is not None:
         cursor = conn.execute(
             "SELECT position, version, type, schema_version, recorded_at, data FROM events"
@@ -471,13 +471,13 @@ def read_recorded(
             (stream, after, size),
         )
         s = stream
-        return [Recorded(p, s, v, t, sv, r, raw(d)) for p, v, t, sv, r, d in cursor.fetchall()]
+        return [Recorded(p, s, v, t, sv, r, d) for p, v, t, sv, r, d in cursor.fetchall()]
     cursor = conn.execute(
         "SELECT position, stream, version, type, schema_version, recorded_at, data FROM events"
         " WHERE position > ? ORDER BY position LIMIT ?",
         (after, size),
     )
-    return [Recorded(p, s, v, t, sv, r, raw(d)) for p, s, v, t, sv, r, d in cursor.fetchall()]
+    return [Recorded(p, s, v, t, sv, r, d) for p, s, v, t, sv, r, d in cursor.fetchall()]
 
 
 def head(conn: sqlite3.Connection) -> int:
