@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Final
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, Final, TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -32,14 +32,13 @@ from psycopg import sql
 
 from ..clock import now_rfc3339
 from ..errors import (
-    CorruptLogError,
     LogNotFoundError,
     LoopdError,
     StorageError,
     StoreUnavailableError,
     UsageError,
 )
-from ..events.envelope import Envelope, ExpectedVersion
+from ..events.envelope import Envelope, ExpectedVersion, Recorded
 from . import postgres_coord
 from .base import (
     READ_BATCH,
@@ -50,6 +49,7 @@ from .base import (
 )
 from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, Part, Request
+from .postgres_errors import TranslatedConnection
 from .postgres_sql import (
     ANY_VERSION,
     APPEND_FUNCTION,
@@ -74,6 +74,7 @@ Its retries back off exponentially (1, 2, 4 ... 64 s), so after a two-minute out
 away while the server is back. Given up sooner, the next call that wants a connection starts a fresh attempt at
 once: the engine's own backoff (at most 5 s) then decides how soon a returning server is seen."""
 _Raw: Final = msgspec.Raw
+R = TypeVar("R", Envelope, Recorded)
 _log = logging.getLogger("loopd_es.log")
 
 
@@ -181,7 +182,7 @@ class PostgresLog(LogStore):
     def _connection(self) -> Any:
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
-        return _translated(self._pool.connection(), self.url)
+        return TranslatedConnection(self._pool.connection(), self.url)
 
     # -- writing ------------------------------------------------------------------------------------
 
@@ -326,13 +327,41 @@ class PostgresLog(LogStore):
         stream: str | None = None,
         from_version: int = 1,
     ) -> AsyncIterator[list[Envelope]]:
+        async for batch in self._select(
+            COLUMNS, _row_to_envelope, from_position, limit, stream, from_version
+        ):
+            yield batch
+
+    async def read_recorded(
+        self,
+        *,
+        from_position: int = 1,
+        limit: int | None = None,
+        stream: str | None = None,
+        from_version: int = 1,
+    ) -> AsyncIterator[list[Recorded]]:
+        async for batch in self._select(
+            RECORDED_COLUMNS, _row_to_recorded, from_position, limit, stream, from_version
+        ):
+            yield batch
+
+    async def _select(
+        self,
+        columns: str,
+        convert: Callable[[tuple[Any, ...]], R],
+        from_position: int,
+        limit: int | None,
+        stream: str | None,
+        from_version: int,
+    ) -> AsyncIterator[list[R]]:
+        """Bounded batches of ``columns``, each row turned into an ``R`` by ``convert``."""
         remaining = limit if limit is not None else -1
         after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
         if stream is None:
-            query = sql.SQL("SELECT " + COLUMNS + " FROM {} WHERE position > %s ORDER BY position LIMIT %s")
+            query = sql.SQL("SELECT " + columns + " FROM {} WHERE position > %s ORDER BY position LIMIT %s")
         else:
             query = sql.SQL(
-                "SELECT " + COLUMNS + " FROM {} WHERE stream = %s AND version > %s ORDER BY version LIMIT %s"
+                "SELECT " + columns + " FROM {} WHERE stream = %s AND version > %s ORDER BY version LIMIT %s"
             )
         statement = query.format(self._table)
         while remaining != 0:
@@ -340,7 +369,7 @@ class PostgresLog(LogStore):
             args: tuple[Any, ...] = (after, size) if stream is None else (stream, after, size)
             async with self._connection() as conn:
                 rows = await (await conn.execute(statement, args, binary=True)).fetchall()
-            batch = list(map(_row_to_envelope, rows))
+            batch = list(map(convert, rows))
             if not batch:
                 return
             yield batch
@@ -544,34 +573,8 @@ def _row_to_envelope(row: tuple[Any, ...]) -> Envelope:
     )
 
 
-class _translated:
-    """Wrap a pool connection context so driver errors become the log's errors (exit 4), once, here."""
-
-    def __init__(self, inner: Any, url: str) -> None:
-        self._inner = inner
-        self._url = url
-
-    async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
-        try:
-            return await self._inner.__aenter__()  # type: ignore[no-any-return]
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            raise _translate(e, self._url) from e
-
-    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: Any) -> bool:
-        try:
-            await self._inner.__aexit__(kind, error, tb)
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as e:
-            if error is None:
-                raise _translate(e, self._url) from e
-        if isinstance(error, psycopg.Error):
-            raise _translate(error, self._url) from error
-        return False
+RECORDED_COLUMNS: Final = "position, stream, version, type, schema_version, recorded_at, data"
 
 
-def _translate(error: Exception, url: str) -> LoopdError:
-    if isinstance(error, psycopg.errors.DataCorrupted | psycopg.errors.IndexCorrupted):
-        return CorruptLogError(url, None, f"PostgreSQL says: {error}")
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return StoreUnavailableError(
-        f"PostgreSQL error on {url}: {text}; check that the server runs, the URL and permissions"
-    )
+def _row_to_recorded(row: tuple[Any, ...]) -> Recorded:
+    return Recorded(row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]))

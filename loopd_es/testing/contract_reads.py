@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -21,7 +22,7 @@ from ..errors import (
     UsageError,
     WrongExpectedVersionError,
 )
-from ..events.envelope import ANY, NO_STREAM, Envelope, ExpectedVersion, NewEvent
+from ..events.envelope import ANY, NO_STREAM, Envelope, ExpectedVersion, Foldable, NewEvent
 from ..log import open_store
 from ..log.base import READ_BATCH, LogStore
 from .helpers import assert_log_invariants as assert_log_invariants
@@ -97,6 +98,25 @@ class ReadContract:
         # from_position is ignored when a stream is given
         assert flat(await batches(store, stream="a", from_position=9)) == a
         assert flat(await batches(store, stream="missing")) == []
+
+    async def test_read_recorded_is_read_batches_as_a_fold_reads_it(self, store: LogStore) -> None:
+        """Whatever shape a backend gives (whole envelopes or lean rows), the same events and fields."""
+        envs = await self._ten(store)
+
+        def view(e: Foldable) -> tuple[int, str, int, str, int, str, bytes]:
+            return (e.position, e.stream, e.version, e.type, e.schema_version, e.recorded_at, bytes(e.data))
+
+        async def recorded(**kwargs: Any) -> list[tuple[int, str, int, str, int, str, bytes]]:
+            return [view(e) async for batch in store.read_recorded(**kwargs) for e in batch]
+
+        assert await recorded() == [view(e) for e in envs]
+        assert await recorded(from_position=4, limit=3) == [view(e) for e in envs[3:6]]
+        assert await recorded(limit=0) == []
+        assert await recorded(stream="b", from_version=2, limit=2) == [
+            view(e) for e in envs if e.stream == "b" and 2 <= e.version <= 3
+        ]
+        assert await recorded(stream="a", from_position=9) == [view(e) for e in envs if e.stream == "a"]
+        assert await recorded(stream="missing") == []
 
     async def test_read_all_and_read_stream(self, store: LogStore) -> None:
         envs = await self._ten(store)
