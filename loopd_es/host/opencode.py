@@ -37,17 +37,12 @@ import httpx
 import httpx_sse
 import msgspec
 
-from ..clock import now_rfc3339
 from . import opencode_json as j
 from .base import (
     AgentCatalog,
-    AgentInfo,
     ForkedWorker,
     ModelCatalog,
-    ModelInfo,
     PromptReceipt,
-    ProviderInfo,
-    QuotaReport,
     SessionIdentity,
     SessionStatus,
     SwitchResult,
@@ -62,10 +57,11 @@ from .errors import (
     HostUnavailableError,
     SessionNotFoundError,
 )
+from .opencode_catalog import CatalogChecks, agent_catalog, model_catalog
 from .opencode_events import normalise_error as normalise_error
 from .opencode_events import transcript_message, translate_event
 from .opencode_mirror import StreamMirror
-from .opencode_wire import _AGENT_MODES, _message_id, _model_of, _split_model, _status_kind, fork_point
+from .opencode_wire import _message_id, _model_of, _split_model, _status_kind, fork_point
 
 if TYPE_CHECKING:
     from .events import AnyHostEvent, TranscriptMessage
@@ -77,9 +73,6 @@ PASSWORD_ENVS: Final = ("LOOPD_ES_OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD"
 PermissionPolicy = Literal["allow", "reject"]
 STATUS_TTL_S: Final = 0.05
 ALIVE_TTL_S: Final = 30.0
-CATALOG_TTL_S: Final = 30.0
-"""How long a model or agent catalog read for validating a prompt is reused (it rarely changes; every prompt
-would otherwise pay two more round trips, one of them the whole provider list)."""
 ACTIVITY_EVERY_S: Final = 1.0
 """Streamed text is reported as activity at most once a second per session (deltas come at ~2 Hz or more)."""
 
@@ -110,7 +103,7 @@ class OpenCodeHost:
         )
         self._seq = 0
         self._closed = False
-        self._catalogs: dict[str, tuple[float, Any]] = {}  # validation lookups, kept CATALOG_TTL_S
+        self._check = CatalogChecks(self.list_models, self.list_agents)
         self._last_activity: dict[str, float] = {}
         self._open_tools: dict[str, set[str]] = {}
         self._users: set[str] = set()
@@ -199,11 +192,11 @@ class OpenCodeHost:
     ) -> SessionIdentity:
         body: dict[str, Any] = {"title": title or "loopd-es worker"}  # no title costs OpenCode an LLM call
         if model is not None:
-            await self._check_model("create", None, model)
+            await self._check.model("create", None, model)
             provider, model_id = _split_model(model)
             body["model"] = {"providerID": provider, "id": model_id}
         if agent is not None:
-            await self._check_agent("create", None, agent)
+            await self._check.agent("create", None, agent)
             body["agent"] = agent
         info = await self._read(j.SessionInfo, "create", "POST", "/session", json=body)
         return SessionIdentity(session_id=info.id, model=model or _model_of(info), agent=agent or info.agent)
@@ -225,11 +218,11 @@ class OpenCodeHost:
             )
         body: dict[str, Any] = {"parts": [{"type": "text", "text": text}]}
         if model is not None:
-            await self._check_model("prompt", session_id, model)
+            await self._check.model("prompt", session_id, model)
             provider, model_id = _split_model(model)
             body["model"] = {"providerID": provider, "modelID": model_id}
         if agent is not None:
-            await self._check_agent("prompt", session_id, agent)
+            await self._check.agent("prompt", session_id, agent)
             body["agent"] = agent
         if message_id is not None:
             body["messageID"] = message_id
@@ -397,100 +390,28 @@ class OpenCodeHost:
     # -- catalogs and switches ------------------------------------------------------------------------
 
     async def list_models(self) -> ModelCatalog:
-        now = now_rfc3339()
         try:
             reply = await self._read(j.Providers, "list_models", "GET", "/provider")
         except HostError:
-            return ModelCatalog(
-                capability="unavailable",
-                source=self.url,
-                observed_at=now,
-                switching="next-prompt",
-                quota=QuotaReport(source=self.url, observed_at=now),
-            )
-        connected = set(reply.connected)
-        providers, models = [], []
-        for provider in reply.all:
-            pid = provider.id
-            providers.append(
-                ProviderInfo(provider_id=pid, name=provider.name or pid, connected=pid in connected)
-            )
-            for model_id, model in provider.models.items():
-                models.append(
-                    ModelInfo(
-                        provider_id=pid,
-                        model_id=model_id,
-                        name=model.name or model_id,
-                        usable=pid in connected,
-                        context_limit=model.limit.context,
-                        output_limit=model.limit.output,
-                    )
-                )
-        return ModelCatalog(
-            capability="supported",
-            source=self.url,
-            observed_at=now,
-            switching="next-prompt",
-            providers=tuple(providers),
-            models=tuple(models),
-            quota=QuotaReport(source=self.url, observed_at=now),
-        )
+            return model_catalog(None, self.url)
+        return model_catalog(reply, self.url)
 
     async def list_agents(self) -> AgentCatalog:
-        now = now_rfc3339()
         try:
             reply = await self._read(list[j.AgentEntry], "list_agents", "GET", "/agent", empty=[])
         except HostError:
-            return AgentCatalog(
-                capability="unavailable", source=self.url, observed_at=now, switching="next-prompt"
-            )
-        agents = tuple(
-            AgentInfo(name=a.name, mode=_AGENT_MODES[a.mode or "primary"], description=a.description)
-            for a in reply
-            if not a.hidden and (a.mode or "primary") in _AGENT_MODES
-        )
-        return AgentCatalog(
-            capability="supported", source=self.url, observed_at=now, switching="next-prompt", agents=agents
-        )
+            return agent_catalog(None, self.url)
+        return agent_catalog(reply, self.url)
 
     async def switch_model(self, session_id: str, model: str) -> SwitchResult:
         await self._call("switch_model", "GET", f"/session/{session_id}", session_id=session_id)
-        await self._check_model("switch_model", session_id, model)
+        await self._check.model("switch_model", session_id, model)
         return "next-prompt"
 
     async def switch_agent(self, session_id: str, agent: str) -> SwitchResult:
         await self._call("switch_agent", "GET", f"/session/{session_id}", session_id=session_id)
-        await self._check_agent("switch_agent", session_id, agent)
+        await self._check.agent("switch_agent", session_id, agent)
         return "next-prompt"
-
-    async def _check_model(self, operation: str, session_id: str | None, model: str) -> None:
-        """OpenCode takes any name and fails later: refuse a model it does not offer as usable, now."""
-        catalog: ModelCatalog = await self._cached("models", self.list_models)
-        if catalog.capability == "supported" and not catalog.usable(model):
-            catalog = await self._cached("models", self.list_models, fresh=True)  # a provider just connected?
-        if catalog.capability == "supported" and not catalog.usable(model):
-            raise HostRejectedError(
-                operation, session_id=session_id, detail=f"model {model!r} is not usable here"
-            )
-
-    async def _check_agent(self, operation: str, session_id: str | None, agent: str) -> None:
-        catalog: AgentCatalog = await self._cached("agents", self.list_agents)
-        if catalog.capability == "supported" and agent not in catalog.names():
-            catalog = await self._cached("agents", self.list_agents, fresh=True)
-        if catalog.capability == "supported" and agent not in catalog.names():
-            raise HostRejectedError(
-                operation, session_id=session_id, detail=f"agent {agent!r} is not offered here"
-            )
-
-    async def _cached(self, key: str, read: Any, *, fresh: bool = False) -> Any:
-        now = time.monotonic()
-        found = self._catalogs.get(key)
-        if fresh or found is None or now - found[0] > CATALOG_TTL_S:
-            value = await read()
-            if value.capability != "supported":
-                return value  # a failed read is not kept
-            found = self._catalogs[key] = (now, value)
-        return found[1]
 
     # -- the event stream -----------------------------------------------------------------------------
 
