@@ -57,11 +57,6 @@ BUSY_TIMEOUT_MS: Final = ops.BUSY_TIMEOUT_MS
 INLINE_ROWS: Final = 128
 """Rows a type- or prefix-filtered read fetches first on the event-loop thread (an index's catch-up); the rest go
 to the worker thread, so a filter that scans far never holds the loop for long."""
-INLINE_BATCH: Final = READ_BATCH
-"""Rows an indexed read (a stream, the whole log) fetches at a time on the event-loop thread, yielding to other
-tasks between batches (about 5 ms a batch on the 2-core benchmark machine). On the worker thread the same rows
-cost a hand-off each way and, since building their Python objects needs the GIL, the event loop waits for it
-anyway (docs/performance.md)."""
 
 
 class SqliteLog(LogStore):
@@ -263,15 +258,17 @@ class SqliteLog(LogStore):
         """Bounded batches of rows (:func:`~.sqlite_ops.read_rows`, or ``read``'s), filtered by SQLite.
 
         A read whose every row is found through an index (one stream by version, or the whole log by
-        position) runs on the event-loop thread in batches of :data:`INLINE_BATCH`, yielding to other tasks
-        between them. A type or prefix filter can scan many rows per row it keeps, so such a read fetches
-        its first :data:`INLINE_ROWS` here and the rest on the worker thread.
+        position) runs on the event-loop thread a :data:`READ_BATCH` at a time (about 5 ms on the 2-core
+        benchmark machine), yielding to other tasks between batches: on the worker thread the same rows cost a
+        hand-off each way, and building their Python objects needs the GIL, so the loop waited for it anyway
+        (docs/performance.md, run 8). A type or prefix filter can scan many rows per row it keeps, so such a
+        read fetches its first :data:`INLINE_ROWS` here and the rest on the worker thread.
         """
         remaining = limit if limit is not None else -1
         after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
         kinds = None if types is None else list(types)
         scans = types is not None or prefix is not None
-        inline = INLINE_ROWS if scans else INLINE_BATCH
+        inline = INLINE_ROWS if scans else READ_BATCH
         while remaining != 0:
             batch: list[R] | None = None
             if inline:

@@ -83,9 +83,10 @@ async def replay_all(
 async def feed_ahead(batches: AsyncIterator[B], feed: Callable[[B], bool]) -> bool:
     """Give each batch to ``feed`` (which returns False to stop) while the store reads the next one.
 
-    Reading and folding overlap: a backend reads on its worker thread (SQLite releases the GIL while it
-    steps), so the fold of one batch no longer waits behind the read of the next. Returns whether any
-    batch was read.
+    Reading and folding overlap where the read waits on something else: PostgreSQL's next batch is on its way
+    from the server while this one folds. SQLite reads its batches on the event-loop thread (building rows
+    needs the GIL, so a worker thread bought no overlap), and there the two simply alternate. Returns
+    whether any batch was read.
     """
     send, receive = anyio.create_memory_object_stream[B](1)
     read = False
