@@ -15,6 +15,7 @@ benchmark, the commit (and whether the tree had changes), and a summary of the r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -87,6 +88,8 @@ FULL: Plan = {
     "rebuild": (["--events", "100000", "--runs", "1"], 300),
     "procs": (["--quick", "--lines", "100000"], 180),
     "opencode": (["--turns", "20", "--goals", "10", "--breakdown"], 300),
+    "sqlite_driver": (["--rounds", "7"], 240),
+    "sqlite_rows": (["--single", "1000", "--batch-events", "20000", "--rounds", "7"], 300),
 }  # fmt: skip
 
 
@@ -96,6 +99,10 @@ def _needs(name: str) -> str | None:
         return f'no PostgreSQL: ${PG_ENV} is not set (eval "$(bash tools/pg_test_server.sh start)")'
     if name == "opencode" and not os.environ.get("LOOPD_ES_TEST_OPENCODE"):
         return 'no OpenCode: run eval "$(bash tools/opencode_setup.sh)" first'
+    if name == "sqlite_rows" and importlib.util.find_spec("eventsourcing") is None:
+        return "no eventsourcing, the peer of this one: pip install eventsourcing (not a loopd-es dependency)"
+    if name == "sqlite_driver" and importlib.util.find_spec("aiosqlite") is None:
+        return "no aiosqlite, the peer of this one: pip install aiosqlite (not a loopd-es dependency)"
     return None
 
 
