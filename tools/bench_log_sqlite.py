@@ -7,7 +7,8 @@ Prints one JSON document. Every figure is a median of ``--runs`` interleaved run
 measured in the same run, with the ratio and the target from issue 9:
 
 - ``single_append``: one event per durable append, one writer, vs the peer recorder's ``insert_events`` of one
-  event (target: faster), with ``single_append_profile``: CPU time and WAL pages per append of both;
+  event (target: faster), with ``single_append_profile``: CPU time and WAL pages per append of both, and
+  ``code_per_event``: the store's own code per event, beside plain sqlite3 writing the same rows without fsync;
 - ``batch_100``: 100-event batches vs the peer's 100-event ``insert_events`` (target: >= 1x);
 - ``read_all``: ``read_all`` to envelopes vs the peer's ``select_notifications`` to ``Notification`` objects,
   both in pages of 4096 (target: >= 3x);
@@ -68,8 +69,8 @@ def _figure(
 # -- loopd-es ---------------------------------------------------------------------------------------------
 
 
-async def _mine_appends(path: Path, n: int, size: int) -> float:
-    async with await open_store(f"sqlite:{path}") as store:
+async def _mine_appends(path: Path, n: int, size: int, synchronous: str = "FULL") -> float:
+    async with await open_store(f"sqlite:{path}?synchronous={synchronous}") as store:
         batches = [[NewEvent(type=TYPE, data=PAYLOAD) for _ in range(size)] for _ in range(n // size)]
         t = time.perf_counter()
         for version, batch in enumerate(batches):
@@ -116,7 +117,7 @@ async def _mine_scaling(path: Path, total: int, streams: int) -> tuple[float, fl
 # -- the raw limit: loopd-es's own row, inserted by plain sqlite3 -------------------------------------------
 
 
-def _raw_own_row(path: Path, n: int, size: int) -> float:
+def _raw_own_row(path: Path, n: int, size: int, synchronous: str = "FULL") -> float:
     """Plain sqlite3 inserting exactly the rows an append writes (the log's schema, WAL, ``synchronous=FULL``,
     time-ordered ids, checksums computed beforehand): one autocommit INSERT per single event, one
     multi-row INSERT per batch. No store can append faster than this; when it is no faster than the peer, the
@@ -129,21 +130,27 @@ def _raw_own_row(path: Path, n: int, size: int) -> float:
         fields = (i, "stream-1", i, new_event_id(), TYPE, 1, "2026-12-04T05:00:00.123456Z", None, None, data)
         return (*fields, row_crc(*fields))
 
-    return raw_rows(path, n, size, _SCHEMA, INSERT, row)
+    return raw_rows(path, n, size, _SCHEMA, INSERT, row, synchronous)
 
 
 def raw_rows(
-    path: Path, n: int, size: int, schema: str, insert: str, row: Callable[[int, bytes], tuple[Any, ...]]
+    path: Path,
+    n: int,
+    size: int,
+    schema: str,
+    insert: str,
+    row: Callable[[int, bytes], tuple[Any, ...]],
+    synchronous: str = "FULL",
 ) -> float:
     """Events/s of plain sqlite3 inserting ``n`` rows (``row(i, payload)``) into a new table (``schema``) at
     ``path``, ``size`` per commit: the statements the store's fast path runs, one autocommit INSERT per single
     event, one multi-row INSERT per batch (atomic on its own, and cheaper than a transaction around
-    executemany). WAL, ``synchronous=FULL``."""
+    executemany). WAL, ``synchronous=FULL`` unless told otherwise."""
     import sqlite3
 
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
-    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
     conn.execute(schema)
     data = msgspec.json.encode(PAYLOAD)
     n -= n % size  # whole batches only, as the store's side appends them
@@ -239,7 +246,7 @@ def _peer_profile(path: Path, n: int) -> tuple[float, float]:
 
 def single_append_profile(fresh: Callable[[str], Path], n: int) -> dict[str, Any]:
     """CPU time (this process, fsync waits excluded) and WAL bytes per durable single append, beside the
-    peer's: equal CPU and more WAL pages means the gap is in what each commit writes, not in Python.
+    peer's (what each commit writes; :func:`code_per_event` says what the store's own code costs).
     ``n`` stays under SQLite's 1,000-page auto-checkpoint, so the WAL holds every commit's frames."""
     mine_cpu, mine_wal = anyio.run(_mine_profile, fresh("profile-mine"), n)
     peer_cpu, peer_wal = _peer_profile(fresh("profile-peer"), n)
@@ -252,6 +259,23 @@ def single_append_profile(fresh: Callable[[str], Path], n: int) -> dict[str, Any
             "peer": round(peer_wal / n / page, 2),
         },
     }
+
+
+def code_per_event(fresh: Callable[[str], Path], single: int, batch_events: int, runs: int) -> dict[str, Any]:
+    """Where an append's time goes besides the disk: the store and plain sqlite3 writing the same rows with
+    ``synchronous=OFF`` (no fsync, so both are CPU alone), in µs per event, the minimum of ``runs`` (the least
+    disturbed run of CPU-bound work). What the store takes beyond plain sqlite3 is its own code: the checks,
+    the payloads' encoding, the envelopes and their checksums, the group commit."""
+    out: dict[str, Any] = {"synchronous": "OFF", "runs": runs}
+    for name, n, size in (("single_append", single, 1), ("batch_100", batch_events, 100)):
+        store = min(1e6 / anyio.run(_mine_appends, fresh("code-mine"), n, size, "OFF") for _ in range(runs))
+        plain = min(1e6 / _raw_own_row(fresh("code-raw"), n, size, "OFF") for _ in range(runs))
+        out[name] = {
+            "store_us_per_event": round(store, 2),
+            "plain_sqlite3_us_per_event": round(plain, 2),
+            "store_code_us_per_event": round(store - plain, 2),
+        }
+    return out
 
 
 # -- CLI start-up ---------------------------------------------------------------------------------------
@@ -328,6 +352,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _median([m / w for m, w in zip(mine, raw, strict=True)]), 3
         )
     out["single_append_profile"] = single_append_profile(fresh, 200)
+    out["code_per_event"] = code_per_event(fresh, args.single, args.batch_events, max(args.runs, 5))
 
     say("read_all...\n")
     mine_log, peer_log = fresh("mine-read"), fresh("peer-read")
