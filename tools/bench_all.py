@@ -88,8 +88,8 @@ FULL: Plan = {
     "rebuild": (["--events", "100000", "--runs", "1"], 300),
     "procs": (["--quick", "--lines", "100000"], 180),
     "opencode": (["--turns", "20", "--goals", "10", "--breakdown"], 300),
-    "sqlite_driver": (["--rounds", "7"], 240),
-    "sqlite_rows": (["--single", "1000", "--batch-events", "20000", "--rounds", "7"], 300),
+    "sqlite_driver": (["--rounds", "8"], 240),
+    "sqlite_rows": (["--single", "1000", "--batch-events", "20000", "--rounds", "12"], 300),
 }  # fmt: skip
 
 
