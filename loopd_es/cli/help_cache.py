@@ -1,7 +1,8 @@
 """The overview help (``loopd-es --help``) kept as text, so printing it needs no parser.
 
-argparse renders it from :mod:`.main`'s command table and :mod:`.options`, at the terminal's width, in the
-running Python's formatting; the file's name holds a checksum of all of that, so any change renders it again.
+argparse renders it from :mod:`.main`'s command table and :mod:`.options`, at the terminal's width
+(:mod:`.terminal`), in the running Python's formatting; the file's name holds a checksum of all of that, so any
+change renders it again.
 It is kept only where no gettext catalogue could translate argparse's words (the text would depend on the
 language), in ``$XDG_CACHE_HOME/loopd-es`` (``~/.cache/loopd-es``); a cache that cannot be written is no error,
 the help is then rendered each time.
@@ -15,7 +16,7 @@ import zlib
 
 from .terminal import columns
 
-_SOURCES = ("main.py", "options.py")
+_SOURCES = ("main.py", "options.py", "terminal.py")  # terminal.py: the width the help is rendered at
 
 
 def cache_dir() -> str:

@@ -15,7 +15,7 @@ from ..errors import EXIT_INTERNAL, EXIT_USAGE, LoopdError
 from .options import DEFAULT_STORE as DEFAULT_STORE
 from .options import STORE_ENV as STORE_ENV
 from .options import store_url as store_url
-from .terminal import columns
+from .terminal import sized
 
 TYPE_CHECKING = False  # typing's costs `--help` 5 ms: mypy knows the name, and only annotations need it
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so usage errors get our one-line format and exit code 2."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs["formatter_class"] = _sized(kwargs.get("formatter_class", argparse.HelpFormatter))
+        kwargs["formatter_class"] = sized(kwargs.get("formatter_class", argparse.HelpFormatter))
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _SubParsers)
 
@@ -39,16 +39,6 @@ class _Parser(argparse.ArgumentParser):
 
 class _UsageExit(Exception):
     pass
-
-
-def _sized(formatter: type[argparse.HelpFormatter]) -> Callable[[str], argparse.HelpFormatter]:
-    """``formatter`` as wide as the terminal (:func:`.terminal.columns`, which argparse would find through
-    shutil, importing bz2 and lzma with it for every help text it formats: a tenth of ``loopd-es --help``)."""
-
-    def make(prog: str) -> argparse.HelpFormatter:
-        return formatter(prog, width=columns() - 2)  # argparse's own margin
-
-    return make
 
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..text_safe import term_line
 from .options import open_reader, parse_time, store_url
+from .terminal import parent_parser
 
 if TYPE_CHECKING:
     from ..log.base import LogStore
@@ -53,7 +54,7 @@ def _gc_paused(
 
 def register(subparsers: Any) -> None:
     """Add ``history`` and ``explain`` to the command tree."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = parent_parser()
     common.add_argument("goal", metavar="GOAL", help="the goal id, or a prefix that matches exactly one goal")
     common.add_argument("--json", action="store_true", help="print one JSON document")
     common.add_argument(

@@ -16,11 +16,12 @@ from ..projector.progress import ProgressBar
 from ..text_safe import term_line
 from .main import store_url
 from .options import cancel_on_signal
+from .terminal import parent_parser
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the projector commands to the ``loopd-es`` parser."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = parent_parser()
     common.add_argument(
         "--read-db",
         type=Path,

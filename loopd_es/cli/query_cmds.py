@@ -30,6 +30,7 @@ from ..projector.readdb import settled_status
 from ..text_safe import term_line
 from .main import store_url
 from .options import open_reader
+from .terminal import parent_parser
 
 if TYPE_CHECKING:
     from ..log.base import LogStore
@@ -47,7 +48,7 @@ QUERY_PROJECTIONS: Final = ("goals", "runs", "identities", "provider_limits", "c
 
 
 def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+    common = parent_parser()
     common.add_argument("--json", action="store_true", help="print one JSON document")
     common.add_argument(
         "--read-db", type=Path, default=None, metavar="PATH",

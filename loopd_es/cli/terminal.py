@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False  # typing costs every start-up: mypy knows the name, and only annotations need it
+if TYPE_CHECKING:
+    import argparse  # not at run time: `--help` prints its kept text through columns() without argparse
+    from collections.abc import Callable
+
 
 def columns() -> int:
     """The terminal's width, found the way ``shutil.get_terminal_size`` finds it (``COLUMNS``, then standard
@@ -19,3 +24,20 @@ def columns() -> int:
         except (AttributeError, ValueError, OSError):
             found = 0
     return found if found > 0 else 80
+
+
+def sized(formatter: type[argparse.HelpFormatter]) -> Callable[..., argparse.HelpFormatter]:
+    """``formatter`` as wide as the terminal (:func:`columns`, which argparse would find through shutil,
+    importing bz2 and lzma with it for every parser that formats an argument: a tenth of ``loopd-es --help``)."""
+
+    def make(*, prog: str) -> argparse.HelpFormatter:  # argparse passes prog by keyword
+        return formatter(prog, width=columns() - 2)  # argparse's own margin
+
+    return make
+
+
+def parent_parser() -> argparse.ArgumentParser:
+    """A parser of options several commands share (``parents=[...]``), sized without shutil like the rest."""
+    import argparse
+
+    return argparse.ArgumentParser(add_help=False, formatter_class=sized(argparse.HelpFormatter))

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,40 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path, monkeypatch:
     out, err = _help(blocked)
     assert out == _rendered(80, monkeypatch) and err == ""
     assert _help(blocked)[0] == out
+
+
+def test_a_changed_width_rule_renders_the_overview_again(tmp_path: Path) -> None:
+    """The width the help is rendered at comes from cli/terminal.py, so its source is checksummed too."""
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "loopd_es", tree / "loopd_es", ignore=shutil.ignore_patterns("__pycache__"))
+    cache = tmp_path / "cache"
+    before, _ = _help(cache, root=tree)
+    terminal_py = tree / "loopd_es" / "cli" / "terminal.py"
+    terminal_py.write_text(terminal_py.read_text().replace("columns() - 2", "columns() - 22"))
+    after, _ = _help(cache, root=tree)
+    assert after != before and max(map(len, after.splitlines())) <= 80 - 22
+    assert len(list((cache / "loopd-es").iterdir())) == 1
+
+
+@pytest.mark.parametrize("command", [["goals"], ["history", "g-1"], ["project"], ["read", "--limit", "1"]])
+def test_a_command_builds_its_parser_without_shutil(tmp_path: Path, command: list[str]) -> None:
+    """argparse finds the terminal's width through shutil, which imports bz2 and lzma: every parser here,
+    shared option groups included, is sized by cli/terminal.py instead, so no command pays for them."""
+    # -S: no site hooks (a .pth file may import what it likes at start-up); the packages found by path instead
+    paths = [str(ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "XDG_CACHE_HOME": str(tmp_path)}
+    argv = [
+        sys.executable,
+        "-S",
+        "-X",
+        "importtime",
+        "-m",
+        "loopd_es",
+        "--store",
+        f"sqlite:{tmp_path / 'none.db'}",
+    ]
+    done = subprocess.run(
+        [*argv, *command], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert "no log at" in done.stderr and done.returncode == 2, done.stderr[-500:]  # parsed, then ran
+    assert _imports(done.stderr).isdisjoint({"shutil", "bz2", "lzma"}), command
