@@ -52,18 +52,28 @@ def test_the_overview_is_kept_and_printed_again_without_argparse(
     assert [p.name.endswith(f"-{columns}.txt") for p in (tmp_path / "loopd-es").iterdir()] == [True]
 
 
-def test_a_changed_command_table_renders_the_overview_again(tmp_path: Path) -> None:
-    """The file's name checksums the sources the text comes from: an upgrade or an edit is never shown stale,
-    and the old text is removed when the new one is kept."""
+def _help_before_and_after_an_edit(tmp_path: Path, source: str, old: str, new: str) -> tuple[str, str]:
+    """The overview from a copy of the sources, then again after replacing ``old`` with ``new`` in ``source``
+    (a path under loopd_es/cli); checks that one kept text is left, the new one."""
     tree = tmp_path / "tree"
     shutil.copytree(ROOT / "loopd_es", tree / "loopd_es", ignore=shutil.ignore_patterns("__pycache__"))
     cache = tmp_path / "cache"
     before, _ = _help(cache, root=tree)
-    main_py = tree / "loopd_es" / "cli" / "main.py"
-    main_py.write_text(main_py.read_text().replace('"append events to a stream"', '"append events, edited"'))
+    edited = tree / "loopd_es" / "cli" / source
+    text = edited.read_text()
+    assert old in text, f"{source} no longer says {old!r}: the test edits nothing"
+    edited.write_text(text.replace(old, new))
     after, _ = _help(cache, root=tree)
-    assert "append events, edited" in after and "append events, edited" not in before
     assert len(list((cache / "loopd-es").iterdir())) == 1
+    return before, after
+
+
+def test_a_changed_command_table_renders_the_overview_again(tmp_path: Path) -> None:
+    """The file's name checksums the sources the text comes from: an upgrade or an edit is never shown stale,
+    and the old text is removed when the new one is kept."""
+    edit = ("main.py", '"append events to a stream"', '"append events, edited"')
+    before, after = _help_before_and_after_an_edit(tmp_path, *edit)
+    assert "append events, edited" in after and "append events, edited" not in before
 
 
 def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,15 +86,8 @@ def test_a_cache_that_cannot_be_written_is_no_error(tmp_path: Path, monkeypatch:
 
 def test_a_changed_width_rule_renders_the_overview_again(tmp_path: Path) -> None:
     """The width the help is rendered at comes from cli/terminal.py, so its source is checksummed too."""
-    tree = tmp_path / "tree"
-    shutil.copytree(ROOT / "loopd_es", tree / "loopd_es", ignore=shutil.ignore_patterns("__pycache__"))
-    cache = tmp_path / "cache"
-    before, _ = _help(cache, root=tree)
-    terminal_py = tree / "loopd_es" / "cli" / "terminal.py"
-    terminal_py.write_text(terminal_py.read_text().replace("columns() - 2", "columns() - 22"))
-    after, _ = _help(cache, root=tree)
+    before, after = _help_before_and_after_an_edit(tmp_path, "terminal.py", "columns() - 2", "columns() - 22")
     assert after != before and max(map(len, after.splitlines())) <= 80 - 22
-    assert len(list((cache / "loopd-es").iterdir())) == 1
 
 
 @pytest.mark.parametrize("command", [["goals"], ["history", "g-1"], ["project"], ["read", "--limit", "1"]])
