@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from itertools import starmap
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -256,7 +257,7 @@ class PostgresLog(LogStore):
             by_id = await conn.execute(self._sql["by_id"], (ids,), binary=True)
             by_stream = await conn.execute(self._sql["versions"], (streams,))
             at_head = await conn.execute(self._sql["head"])
-            recorded = {env.event_id: env for env in map(_row_to_envelope, await by_id.fetchall())}
+            recorded = {env.event_id: env for env in starmap(_row_to_envelope, await by_id.fetchall())}
             versions: dict[str, int] = {row[0]: int(row[1]) for row in await by_stream.fetchall()}
             head = int((await at_head.fetchone() or (0,))[0])
             recorded_at = now_rfc3339()
@@ -341,20 +342,21 @@ class PostgresLog(LogStore):
         from_version: int = 1,
     ) -> AsyncIterator[list[Recorded]]:
         async for batch in self._select(
-            RECORDED_COLUMNS, _row_to_recorded, from_position, limit, stream, from_version
+            RECORDED_COLUMNS, Recorded, from_position, limit, stream, from_version
         ):
             yield batch
 
     async def _select(
         self,
         columns: str,
-        convert: Callable[[tuple[Any, ...]], R],
+        convert: Callable[..., R],
         from_position: int,
         limit: int | None,
         stream: str | None,
         from_version: int,
     ) -> AsyncIterator[list[R]]:
-        """Bounded batches of ``columns``, each row turned into an ``R`` by ``convert``."""
+        """Bounded batches of ``columns``, each row's values passed to ``convert`` (``Recorded`` itself: its
+        columns are in the order of its fields, and bytea arrives as bytes, so no call per row is needed)."""
         remaining = limit if limit is not None else -1
         after = max(from_position, 1) - 1 if stream is None else max(from_version, 1) - 1
         if stream is None:
@@ -369,7 +371,7 @@ class PostgresLog(LogStore):
             args: tuple[Any, ...] = (after, size) if stream is None else (stream, after, size)
             async with self._connection() as conn:
                 rows = await (await conn.execute(statement, args, binary=True)).fetchall()
-            batch = list(map(convert, rows))
+            batch = list(starmap(convert, rows))
             if not batch:
                 return
             yield batch
@@ -567,14 +569,11 @@ def _row(env: Envelope, data: bytes) -> tuple[Any, ...]:
     )
 
 
-def _row_to_envelope(row: tuple[Any, ...]) -> Envelope:
+def _row_to_envelope(*row: Any) -> Envelope:
+    """A row of :data:`COLUMNS` as an envelope (its values as arguments: the reads ``starmap`` it)."""
     return Envelope(
         row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], _Raw(bytes(row[9]))
     )
 
 
 RECORDED_COLUMNS: Final = "position, stream, version, type, schema_version, recorded_at, data"
-
-
-def _row_to_recorded(row: tuple[Any, ...]) -> Recorded:
-    return Recorded(row[0], row[1], row[2], row[3], row[4], row[5], bytes(row[6]))
