@@ -38,7 +38,7 @@ _DDL: Final = (
     "CREATE INDEX IF NOT EXISTS loops_by_due ON loops (next_due_at) WHERE status = 'active'",
     """CREATE TABLE IF NOT EXISTS loop_fires (
         task_id TEXT NOT NULL, slot INTEGER NOT NULL, attempt INTEGER NOT NULL, due_at INTEGER,
-        claimed_at INTEGER, claimer TEXT, outcome TEXT NOT NULL, reason TEXT, ended_at INTEGER,
+        claimed_at INTEGER, fired_by TEXT, outcome TEXT NOT NULL, reason TEXT, ended_at INTEGER,
         next_due_at INTEGER, jitter_offset_ms INTEGER, fallback_u REAL,
         PRIMARY KEY (task_id, slot, attempt)
     )""",
@@ -69,11 +69,13 @@ def _status(t: Task) -> str:
 
 
 class Loops:
-    """Rows of ``loops`` (one per task), ``loop_fires`` (one per claimed slot attempt) and ``loop_missed``."""
+    """Rows of ``loops`` (one per task), ``loop_fires`` (one per slot attempt) and ``loop_missed``."""
 
     name = "loops"
-    version = 2
-    """2: the folded state keeps its times as datetimes (a rebuild re-folds the msgpack state of version 1)."""
+    version = 3
+    """2: the folded state keeps its times as datetimes (a rebuild re-folds the msgpack state of version 1).
+    3: a started fire is ``firing`` (no claimer or expiry: those are coordination records now); ``loop_fires``
+    names the scheduler in ``fired_by``."""
 
     def schema(self, conn: sqlite3.Connection) -> None:
         for ddl in _DDL:
@@ -102,7 +104,7 @@ class Loops:
         conn.execute(
             "INSERT OR REPLACE INTO loops VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (t.task_id, t.session_id, t.mode, _status(t), _ms(t.due_at()), _ms(t.last_fired_at), t.fires, t.failures,
-             t.missed, t.owner, int(t.durable), t.claim.slot if t.claim else None, t.prompt, _ENC.encode(t),
+             t.missed, t.owner, int(t.durable), t.firing.slot if t.firing else None, t.prompt, _ENC.encode(t),
              envelope.position),
         )  # fmt: skip
         if isinstance(e, ev.SlotClaimed):
@@ -114,7 +116,7 @@ class Loops:
                     e.attempt,
                     to_ms(e.due_at),
                     to_ms(e.claimed_at),
-                    e.claimer,
+                    e.by,
                     _ms(e.next_due_at),
                     e.jitter_offset_ms,
                     e.fallback_u,

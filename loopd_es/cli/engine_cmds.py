@@ -78,8 +78,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--claim-ttl-ms",
         type=int,
         default=None,
-        help="how long a /loop slot claim holds before another runner may record it lost, >= 100 "
-        "(default 60000)",
+        help="how long a /loop fire record holds between renewals (renewed while the fire lasts); past it "
+        "another runner records the fire lost, >= 100 (default 60000)",
     )
     p.add_argument(
         "--idle-recover-ms",

@@ -84,7 +84,10 @@ def _options(p: argparse.ArgumentParser) -> None:
         "--all-sessions", action="store_true", help="tick/run: fire every session, not only the active one"
     )
     p.add_argument(
-        "--claim-ttl-ms", type=int, default=60_000, help="tick/run: a claim older than this is lost"
+        "--claim-ttl-ms",
+        type=int,
+        default=60_000,
+        help="tick/run: how long a fire record holds between renewals (past it, the fire is lost)",
     )
     p.add_argument("--duration", type=float, default=None, metavar="S", help="run: stop after S seconds")
     p.add_argument("--period-ms", type=int, default=500, help="run: the longest sleep between ticks")
@@ -343,7 +346,7 @@ def _fire_line(f: dict[str, Any]) -> str:
     line = f"slot {f['slot']} attempt {f['attempt']}: {f['outcome']}" + (
         f" ({f['reason']})" if f["reason"] else ""
     )
-    line += f" by {f['claimer']}"
+    line += f" by {f['fired_by']}"
     if f["next_due_at"]:
         why = (
             f"jitter {f['jitter_offset_ms']:+d} ms"
@@ -360,7 +363,7 @@ async def _history(args: argparse.Namespace, task_id: str) -> int:
         if not task:
             return {}
         fires = conn.execute(
-            "SELECT slot, attempt, due_at, claimed_at, claimer, outcome, reason, ended_at, next_due_at, "
+            "SELECT slot, attempt, due_at, claimed_at, fired_by, outcome, reason, ended_at, next_due_at, "
             "jitter_offset_ms, fallback_u FROM loop_fires "
             "WHERE task_id = ? ORDER BY slot, attempt", (task_id,),
         ).fetchall()  # fmt: skip
@@ -368,7 +371,7 @@ async def _history(args: argparse.Namespace, task_id: str) -> int:
             "SELECT first_slot, last_slot, n, at FROM loop_missed WHERE task_id = ? ORDER BY first_slot",
             (task_id,),
         ).fetchall()
-        keys = ("slot", "attempt", "due_at", "claimed_at", "claimer", "outcome", "reason", "ended_at", "next_due_at",
+        keys = ("slot", "attempt", "due_at", "claimed_at", "fired_by", "outcome", "reason", "ended_at", "next_due_at",
                 "jitter_offset_ms", "fallback_u")  # fmt: skip
         return {
             "task": task[0],

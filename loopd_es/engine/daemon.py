@@ -70,7 +70,8 @@ class RunOptions:
     loops: bool = True
     """Fire due /loop slots and goal schedules of every session (exactly once per slot, whoever else fires)."""
     claim_ttl_ms: int | None = None
-    """How long a /loop slot claim holds before another runner may record it lost (None: the default)."""
+    """How long a /loop fire record holds between renewals before another runner may record the fire lost
+    (None: the default)."""
     shared: bool = False
     """Run as one member of a group of engines sharing the log's goals (:mod:`.shares`) instead of standing by."""
 
@@ -428,10 +429,11 @@ async def _reconcile_commands(store: LogStore, store_url: str, say: Say) -> None
 async def _loops(run: Running) -> None:
     """The scheduled loops, fired by the engine as ``loopd-es loop run --all-sessions`` would fire them.
 
-    A slot is claimed by an append at the session stream's expected version, so the engine and any other
-    runner never fire one slot twice; the engine's own lease fences its goal decisions, not these claims. A
-    fire in progress when the engine stops (SIGTERM) is finished and recorded first (shielded, within
-    :data:`FIRE_GRACE_S`), so its claim is not left open.
+    A slot is taken by an append at the session stream's expected version, so the engine and any other
+    runner never fire one slot twice; the engine's own lease fences its goal decisions, a fire's events are
+    fenced on the session's fire record (:mod:`loopd_es.sched.fires`). A fire in progress when the engine stops
+    (SIGTERM) is finished and recorded first (shielded, within :data:`FIRE_GRACE_S`), so it is not left to be
+    recorded lost.
     """
     store, host, clock, options = run.store, run.host, run.clock, run.options
 

@@ -2,13 +2,14 @@
 
 Streams (one aggregate each, so every check that must be atomic is one version-checked append):
 
-- ``loop-session-<session id>``: every task of that session and every fire of those tasks. A claim
-  (``loop.slot_claimed``) is appended with the stream's expected version, so a concurrent pause, cancel or
-  a second claimer moves the version and loses; "one injection per session at a time" is a fact of the same
-  stream (an open claim), checked by the same append.
+- ``loop-session-<session id>``: every task of that session and every fire of those tasks. A slot is taken
+  (``loop.slot_claimed``) by an append at the stream's expected version, so a concurrent pause, cancel or a
+  second scheduler moves the version and loses: a slot fires once. Who is firing it *right now*, and until
+  when, is not history: it is a coordination record beside the log (:mod:`loopd_es.sched.fires`), which also
+  keeps one injection per session at a time; the fire's events are fenced on it.
 - ``loop-active``: which session the user is in (``loop.session_activated``) and child→parent links.
 - ``loop-lease-<owner>``: an owner's lease; an ephemeral task dies when its owner's lease expires.
-- ``loop-goal-<goal id>``: the slots of a goal schedule (docs/reference/loopd.md#s3-15), claimed the same way.
+- ``loop-goal-<goal id>``: the slots of a goal schedule (docs/reference/loopd.md#s3-15), taken the same way.
 - ``loop-cap``: one ``loop.task_counted`` per creation, appended together with it at the version read when the
   live tasks were counted, so concurrent creations in different sessions cannot pass the 50-task cap.
 
@@ -21,7 +22,7 @@ random fallback draw, the clamp inputs - is in the event.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from .base import Event, event
 from .times import UtcTime
@@ -156,13 +157,15 @@ class TaskAdopted(Event, frozen=True, kw_only=True):
     at: UtcTime
 
 
-@event("loop.slot_claimed", version=2)
+@event("loop.slot_claimed", version=3)
 class SlotClaimed(Event, frozen=True, kw_only=True):
-    """``claimer`` alone fires ``slot`` of the task; the next slot's due time is decided here, before the fire.
+    """``slot`` of the task was taken for firing; the next slot's due time is decided here, before the fire.
 
-    ``slot`` is the key of the occurrence: a retry (one-shot failure, a claimer lost mid-fire) claims the
-    same slot with ``attempt + 1``. ``prompt`` is set when a file-backed maintenance task's ``loop.md``
-    changed (the new text and ``content_hash`` become the task's).
+    The append that records it met the stream's expected version, so a slot is taken once. ``slot`` is the
+    key of the occurrence: a retry (one-shot failure, a scheduler lost mid-fire) takes the same slot with
+    ``attempt + 1``. ``prompt`` is set when a file-backed maintenance task's ``loop.md`` changed (the new text
+    and ``content_hash`` become the task's). ``by`` names the scheduler that fired it; how long it may take is
+    not recorded here (that is its coordination record's business, renewed while it fires).
     """
 
     task_id: str
@@ -170,8 +173,7 @@ class SlotClaimed(Event, frozen=True, kw_only=True):
     attempt: int = 1
     due_at: UtcTime
     claimed_at: UtcTime
-    claimer: str
-    claim_expires_at: UtcTime
+    by: str = "scheduler"
     next_due_at: UtcTime | None = None
     jitter_offset_ms: int = 0
     fallback_u: float | None = None
@@ -258,3 +260,15 @@ EPOCH_MS_FIELDS: Final[dict[str, tuple[str, ...]]] = {
 
 for _type, _fields in EPOCH_MS_FIELDS.items():
     register_upcaster(_type, 1, epoch_ms_to_text(*_fields))
+
+
+def _claim_without_lease(data: dict[str, Any]) -> dict[str, Any]:
+    """``claimer`` became ``by``; ``claim_expires_at`` (a lease, not history) is dropped: fire records hold it now."""
+    data.pop("claim_expires_at", None)
+    claimer = data.pop("claimer", None)
+    if claimer is not None:
+        data["by"] = claimer
+    return data
+
+
+register_upcaster("loop.slot_claimed", 2, _claim_without_lease)

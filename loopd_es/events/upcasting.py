@@ -96,4 +96,6 @@ def epoch_ms_to_text(*fields: str) -> Upcaster:
                 data[name] = iso_held(value)
         return data
 
+    named = ", ".join(f"``{name}``" for name in fields)
+    step.__doc__ = f"{named}: epoch milliseconds became RFC 3339 UTC text (the same instants)."
     return step

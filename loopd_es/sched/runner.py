@@ -3,7 +3,9 @@
 The engine calls :meth:`Scheduler.fire_due` from its tick (with its own clock); ``loopd-es loop tick`` and
 ``loop run`` call it too. Any number of schedulers may run against one log: a slot is fired only by the
 one whose ``loop.slot_claimed`` append met the session stream's expected version, and the injection uses
-the slot key as the host's prompt id, so a retry of the same slot is recognisable to the host.
+the slot key as the host's prompt id, so a retry of the same slot is recognisable to the host. Who is firing
+a session right now is its fire record beside the log (:mod:`.fires`), renewed during the host call; the
+fire's events are fenced on it, and nothing about it is written to the log.
 
 For the engine::
 
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
@@ -35,18 +37,25 @@ from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..host.errors import HostError
-from . import service
+from ..log.coord import Claim as Record
+from ..log.coord import FenceLostError
+from . import fires, service
 from .goals import GoalSlots
 from .service import read_loop_file
 
 if TYPE_CHECKING:
     from ..clock import Clock
+    from ..domain.loop.model import InFlight
     from ..events.base import Event
     from ..events.envelope import Envelope
     from ..host.base import WorkerHost
     from ..log.base import LogStore
+    from ..log.coord import Fence
 
 _RETRIES: Final = 20
+WAIT_RETRY: Final = timedelta(seconds=1)
+"""How soon a due slot that had to wait (its session busy or not the user's) is looked at again, unless the log
+changes first (the session activated, a fire recorded): the host's busy/idle is polled, not an event."""
 _LEASE_SWEEP_EVERY: Final = timedelta(minutes=1)
 log = logging.getLogger(__name__)
 _NS: Final = uuid.UUID("0b7d6a52-8c1e-4f0e-a7c4-3c1d2f9e5a10")
@@ -97,6 +106,8 @@ class Scheduler:
         self.active: str | None = None
         self.parents: dict[str, str] = {}
         self.leases: dict[str, datetime] = {}
+        self.fire_records: dict[str, Record] = {}
+        """Each session's fire record as last read or written (session id -> record)."""
         self.position = 0
         self.due = DueIndex()
         self.sweeps = DueIndex()
@@ -108,17 +119,41 @@ class Scheduler:
     # -- folding ----------------------------------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Fold everything appended since the last call (by this or any other process), and read the owners'
-        leases as the coordination records hold them now."""
+        """Fold everything appended since the last call (by this or any other process), then read the owners'
+        leases and the fire records as the coordination records hold them now (after the log, so a started
+        fire is never judged against a record older than it)."""
         async for batch in self.store.read_batches(from_position=self.position + 1):
             for env in batch:
                 self.position = env.position
                 self._apply(env)
-        leases = await service.owner_leases(self.store)
+        records = await self.store.coord_read(service.LOOP_PREFIX)
+        leases = service.lease_expiries(records)
         for owner in set(self.leases) | set(leases):
             expires = leases.get(owner, EPOCH)
             if self.leases.get(owner, EPOCH) != expires:
                 self._lease_changed(owner, expires)
+        sessions = {
+            r.key[len(fires.SESSION_PREFIX) :]: r for r in records if r.key.startswith(fires.SESSION_PREFIX)
+        }
+        for sid in set(self.fire_records) | set(sessions):
+            record = sessions.get(sid)
+            if self.fire_records.get(sid) != record:
+                self._fire_record_changed(sid, record)
+        self.goals.records = {
+            r.key[len(fires.GOAL_PREFIX) :]: r for r in records if r.key.startswith(fires.GOAL_PREFIX)
+        }
+
+    def _fire_record_changed(self, sid: str, record: Record | None) -> None:
+        if record is None:
+            self.fire_records.pop(sid, None)
+        else:
+            self.fire_records[sid] = record
+        s = self.sessions.get(sid)
+        for t in s.started() if s is not None else ():
+            self.sweeps.push(self._sweep_at(sid, t.task_id), sid, t.task_id)
+
+    def _in_flight(self, sid: str) -> InFlight | None:
+        return fires.in_flight(self.fire_records.get(sid))
 
     async def release(self) -> None:
         """Drop this scheduler's owner lease (a clean stop): its ephemeral tasks end at the next sweep."""
@@ -141,6 +176,8 @@ class Scheduler:
             await self.refresh()
 
     def _apply(self, env: Envelope) -> None:
+        self.due.undefer()
+        self.goals.index.undefer()
         stream = env.stream
         if stream.startswith(ev.SESSION_PREFIX):
             sid = stream[len(ev.SESSION_PREFIX) :]
@@ -186,14 +223,7 @@ class Scheduler:
 
     def _sweep_at(self, sid: str, tid: str) -> datetime | None:
         t = self.sessions[sid].tasks.get(tid)
-        if t is None or not t.live:
-            return None
-        times = [t.expires_at()]
-        if t.claim is not None:
-            times.append(t.claim.expires_at)
-        if t.owner is not None:
-            times.append(self.leases.get(t.owner, EPOCH))
-        return min(times)
+        return None if t is None else decide.sweep_at(t, self.leases, self._in_flight(sid))
 
     def next_wake(self) -> datetime | None:
         """The earliest time a ``fire_due`` could do something (for a sleeping engine)."""
@@ -217,7 +247,7 @@ class Scheduler:
         await self.refresh()
         await self._sweep(now, report)
         report.goal_ticks = await self.goals.fire_due(
-            self.store, now, claimer=self.claimer, claim_ttl_ms=self.cfg.claim_ttl_ms
+            self.store, now, by=self.claimer, ttl_ms=self.cfg.claim_ttl_ms, retry_at=now + WAIT_RETRY
         )
         by_session: dict[str, list[tuple[datetime, str]]] = {}
         for due, sid, tid in self.due.pop_due(now, self._due_of):
@@ -226,7 +256,7 @@ class Scheduler:
             if not self.all_sessions and sid != self.active:
                 report.waiting += len(items)
                 for due, tid in items:
-                    self.due.push(due, sid, tid)
+                    self.due.defer(due, sid, tid, now + WAIT_RETRY)
                 continue
             for i, (_, tid) in enumerate(sorted(items)):
                 idle = await self.host.session_status(sid) == "idle"  # "unknown" counts as not idle
@@ -234,7 +264,7 @@ class Scheduler:
                 if result == "waiting":  # one injection per session at a time: the rest wait for idle
                     report.waiting += len(items) - i
                     for d, t in sorted(items)[i:]:
-                        self.due.push(d, sid, t)
+                        self.due.defer(d, sid, t, now + WAIT_RETRY)
                     break
         return report
 
@@ -243,17 +273,47 @@ class Scheduler:
         for sid in sids:
             for _ in range(_RETRIES):
                 s = self.sessions[sid]
-                events = decide.sweep(s, now, leases=self.leases, runner=self.owner)
-                if not events:
-                    break
+                lost = decide.lost_fires(s, now, in_flight=self._in_flight(sid))
+                hold = None
+                if (
+                    lost
+                ):  # the lost schedulers' record is taken over first, so they can land nothing after this
+                    taken = await self._take(sid, now, None)
+                    if isinstance(taken, fires.Hold):
+                        hold = taken
+                    elif fires.busy(taken, now):
+                        lost = []  # someone fires in this session now: looked at again when its record runs out
+                    else:
+                        await self.refresh()
+                        continue
+                events = lost + decide.sweep(s, now, leases=self.leases, runner=self.owner)
                 try:
-                    envs = await self._append(sid, events, s.version, corr=str(uuid.uuid4()))
-                except WrongExpectedVersionError:
+                    if not events:
+                        break
+                    envs = await self._append(
+                        sid, events, s.version, corr=str(uuid.uuid4()), fences=[hold.fence] if hold else ()
+                    )
+                except (WrongExpectedVersionError, FenceLostError):
                     await self.refresh()
                     continue
+                finally:
+                    if hold is not None:
+                        await self._release(sid, hold)
                 report.swept += len(events)
                 await self._absorb(envs)
                 break
+
+    async def _take(self, sid: str, now: datetime, names: tuple[str, int, int] | None) -> fires.Hold | Record:
+        taken = await fires.take(
+            self.store, fires.session_key(sid), self.fire_records.get(sid), holder=self.claimer, now=now,
+            ttl_ms=self.cfg.claim_ttl_ms, names=names,
+        )  # fmt: skip
+        self._fire_record_changed(sid, taken.record(taken.until) if isinstance(taken, fires.Hold) else taken)
+        return taken
+
+    async def _release(self, sid: str, hold: fires.Hold) -> None:
+        if await fires.release(self.store, hold):
+            self._fire_record_changed(sid, Record(key=hold.key, holder="", token=hold.token, expires_us=0))
 
     async def _append(
         self,
@@ -263,11 +323,13 @@ class Scheduler:
         *,
         causation: str | None = None,
         corr: str | None = None,
+        fences: Sequence[Fence] = (),
     ) -> list[Envelope]:
         return await self.store.append(
             ev.session_stream(sid),
             [new_event(e, causation_id=causation, correlation_id=corr) for e in events],
             expected_version=version,
+            fences=fences,
         )
 
     async def _fire(self, sid: str, tid: str, now: datetime, report: FireReport, *, idle: bool) -> str:
@@ -277,62 +339,84 @@ class Scheduler:
             due = t.due_at()
             if due is None or due > now:
                 return "gone"  # fired, paused or cancelled meanwhile (maybe by another scheduler)
-            if s.open_claim(now) is not None:
-                return "waiting"
+            if fires.busy(self.fire_records.get(sid), now):
+                return "waiting"  # one injection per session at a time
             lf = None
             if t.loop_file_path is not None and idle:  # read loop.md only for a fire that can happen
                 path = t.loop_file_path
                 lf = decide.LoopFile(path=path, content=await anyio.to_thread.run_sync(read_loop_file, path))
-            c = decide.claim(
-                s, tid, now, claimer=self.claimer, cfg=self.cfg, u=self.rng(), loop_file=lf, session_idle=idle
-            )
+            c = decide.claim(s, tid, now, by=self.claimer, u=self.rng(), loop_file=lf, session_idle=idle)
             if c is None:
                 return "waiting"
+            taken = await self._take(sid, now, (tid, c.slot, c.attempt))
+            if not isinstance(taken, fires.Hold):
+                if fires.busy(taken, now):
+                    return "waiting"
+                await self.refresh()  # the record changed since it was read: look again
+                continue
             corr = str(uuid.uuid5(_NS, slot_key(tid, c.slot)))
             try:
-                envs = await self._append(sid, c.events, s.version, corr=corr)
-            except WrongExpectedVersionError:
+                envs = await self._append(sid, c.events, s.version, corr=corr, fences=[taken.fence])
+            except (WrongExpectedVersionError, FenceLostError):
+                await self._release(sid, taken)
                 await self.refresh()
                 continue
             await self._absorb(envs)
             report.missed += sum(e.n for e in c.events if isinstance(e, ev.SlotsMissed))
             if c.text is None:
+                await self._release(sid, taken)
                 report.failed.append((tid, c.slot, "loop.md missing or empty"))
                 return "fired"
             err, prompt_id = None, ""
-            try:
-                receipt = await self.host.prompt(sid, c.text, prompt_id=slot_key(tid, c.slot))
-                prompt_id = receipt.prompt_id
-            except HostError as e:
-                err = str(e)
-            return await self._close(sid, tid, c, err, prompt_id, envs[-1].event_id, corr, report)
+            async with fires.renewing(self.store, taken, self.clock, self.cfg.claim_ttl_ms) as keeper:
+                try:
+                    receipt = await self.host.prompt(sid, c.text, prompt_id=slot_key(tid, c.slot))
+                    prompt_id = receipt.prompt_id
+                except HostError as e:
+                    err = str(e)
+            return await self._close(
+                sid, tid, c, keeper.hold, err, prompt_id, envs[-1].event_id, corr, report
+            )
         return "waiting"
 
     async def _close(
-        self, sid: str, tid: str, c: decide.Claim, err: str | None, prompt_id: str, cause: str, corr: str,
-        report: FireReport,
+        self, sid: str, tid: str, c: decide.Claim, hold: fires.Hold, err: str | None, prompt_id: str, cause: str,
+        corr: str, report: FireReport,
     ) -> str:  # fmt: skip
-        for _ in range(_RETRIES):
-            s = self.sessions[sid]
-            t = s.tasks[tid]
-            mine = t.claim
-            if mine is None or (mine.slot, mine.attempt, mine.claimer) != (c.slot, c.attempt, self.claimer):
-                report.lost += 1  # our claim expired and was recorded as lost by another scheduler
-                log.warning("claim of %s slot %d expired before its outcome was recorded", tid, c.slot)
+        try:
+            for _ in range(_RETRIES):
+                s = self.sessions[sid]
+                t = s.tasks[tid]
+                mine = t.firing
+                if mine is None or (mine.slot, mine.attempt) != (c.slot, c.attempt):
+                    return self._lost(tid, c, report)
+                events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now(), error=err,
+                                      prompt_id=prompt_id)  # fmt: skip
+                try:
+                    envs = await self._append(
+                        sid, events, s.version, causation=cause, corr=corr, fences=[hold.fence]
+                    )
+                except (
+                    WrongExpectedVersionError
+                ):  # a pause, a cancel or a new task meanwhile: fold it, record again
+                    await self.refresh()
+                    continue
+                except FenceLostError:
+                    return self._lost(tid, c, report)
+                await self._absorb(envs)
+                if err is None:
+                    report.fired.append((tid, c.slot))
+                    log.info("fired %s slot %d (attempt %d) in %s", tid, c.slot, c.attempt, sid)
+                else:
+                    report.failed.append((tid, c.slot, err))
+                    log.info("fire of %s slot %d failed: %s", tid, c.slot, err)
                 return "fired"
-            events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now(), error=err,
-                                  prompt_id=prompt_id)  # fmt: skip
-            try:
-                envs = await self._append(sid, events, s.version, causation=cause, corr=corr)
-            except WrongExpectedVersionError:
-                await self.refresh()
-                continue
-            await self._absorb(envs)
-            if err is None:
-                report.fired.append((tid, c.slot))
-                log.info("fired %s slot %d (attempt %d) in %s", tid, c.slot, c.attempt, sid)
-            else:
-                report.failed.append((tid, c.slot, err))
-                log.info("fire of %s slot %d failed: %s", tid, c.slot, err)
             return "fired"
+        finally:
+            await self._release(sid, hold)
+
+    @staticmethod
+    def _lost(tid: str, c: decide.Claim, report: FireReport) -> str:
+        report.lost += 1  # another scheduler took our record over and recorded the fire as lost
+        log.warning("the fire of %s slot %d outlived its record; it was recorded as lost", tid, c.slot)
         return "fired"

@@ -133,7 +133,9 @@ async def delete_session(store: LogStore, session_id: str, now: datetime) -> int
     raise _gave_up(ev.session_stream(session_id))
 
 
-OWNER_PREFIX: Final = "loop/owner/"
+LOOP_PREFIX: Final = "loop/"
+"""Every /loop coordination record: owners' leases here, fire records in :mod:`.fires`."""
+OWNER_PREFIX: Final = LOOP_PREFIX + "owner/"
 """Coordination keys of /loop owners' leases (beside the log, never events: renewals are no history)."""
 
 
@@ -167,9 +169,11 @@ async def sweep_owner_leases(store: LogStore, now: datetime, *, older_than_ms: i
     return gone
 
 
-async def owner_leases(store: LogStore) -> dict[str, datetime]:
-    """Every /loop owner's lease expiry, as the coordination records hold them now."""
-    return {c.key[len(OWNER_PREFIX) :]: from_us(c.expires_us) for c in await store.coord_read(OWNER_PREFIX)}
+def lease_expiries(records: list[Claim]) -> dict[str, datetime]:
+    """Owner -> lease expiry, from coordination records (others than owners' leases are ignored)."""
+    return {
+        c.key[len(OWNER_PREFIX) :]: from_us(c.expires_us) for c in records if c.key.startswith(OWNER_PREFIX)
+    }
 
 
 async def handle(

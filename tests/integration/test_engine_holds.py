@@ -81,7 +81,7 @@ def test_sigterm_during_a_held_loop_prompt_finishes_the_fire_and_exits_0(tmp_pat
             engine.wait()
     assert "Traceback" not in err.read_text() and "internal error" not in err.read_text(), err.read_text()
     task = anyio.run(_task, tmp_path, "tick")
-    assert task is not None and task.claim is None  # the claim is closed
+    assert task is not None and task.firing is None  # the fire is closed
     assert (task.fires, task.last_outcome) == (1, "succeeded")
     state = json.loads((tmp_path / "host.state.json").read_text())
     prompts = [p["text"] for p in state["prompts"]]

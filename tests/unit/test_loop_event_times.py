@@ -53,12 +53,20 @@ def _time_fields(cls: type[Event]) -> set[str]:
     return {f.name for f in msgspec.structs.fields(cls) if "datetime" in repr(f.type)}
 
 
+LEASE_FIELDS: dict[str, dict[str, str | None]] = {
+    "loop.slot_claimed": {"claim_expires_at": None, "claimer": "by"}
+}
+"""What version 3 of a type took out of its payload (coordination, not history): dropped (None) or renamed."""
+
+
 def test_every_loop_instant_is_typed_and_every_bumped_type_is_upcast() -> None:
     loop_types = {t: c for t, c in CATALOGUE.items() if t.startswith("loop.")}
-    bumped = {t for t, c in loop_types.items() if c.schema_version == 2}
+    bumped = {t for t, c in loop_types.items() if c.schema_version >= 2}
     assert bumped == set(ev.EPOCH_MS_FIELDS) == set(V1)
+    assert {t for t, c in loop_types.items() if c.schema_version == 3} == set(LEASE_FIELDS)
     for type_, cls in loop_types.items():
-        assert _time_fields(cls) == set(ev.EPOCH_MS_FIELDS.get(type_, ())), type_
+        retired = set(LEASE_FIELDS.get(type_, ()))
+        assert _time_fields(cls) == set(ev.EPOCH_MS_FIELDS.get(type_, ())) - retired, type_
         assert not {f for f in _time_fields(cls) if f.endswith("_ms")}, "a duration is no instant"
 
 
@@ -67,13 +75,18 @@ def test_a_v1_payload_reads_as_the_same_instants(type_: str) -> None:
     old = V1[type_]
     e = decode_data(type_, msgspec.json.encode(old), 1)
     assert type(e) is CATALOGUE[type_]
+    retired = LEASE_FIELDS.get(type_, {})
     for name in ev.EPOCH_MS_FIELDS[type_]:
+        if name in retired:
+            continue
         got = getattr(e, name)
         assert got == from_ms(old[name]) and got.utcoffset() == timedelta(0), (name, got)
-    for name, value in old.items():  # every other field is kept as it was
-        if name not in ev.EPOCH_MS_FIELDS[type_]:
-            assert getattr(e, name) == value
-    assert decode_data(type_, msgspec.json.encode(e)) == e  # and it writes back as v2
+    for name, value in old.items():  # every other field is kept as it was, under its new name if it has one
+        if name not in ev.EPOCH_MS_FIELDS[type_] and retired.get(name, "") is not None:
+            assert getattr(e, retired.get(name) or name) == value
+    for name in retired:
+        assert not hasattr(e, name)
+    assert decode_data(type_, msgspec.json.encode(e)) == e  # and it writes back as the current version
 
 
 def test_v1_absent_and_null_times_stay_absent_and_a_huge_one_is_held() -> None:
@@ -114,7 +127,7 @@ def test_a_v2_offset_time_is_the_same_instant() -> None:
     assert iso(e.at) == "2027-01-15T08:00:00.000Z"  # shown in UTC
 
 
-async def test_a_v1_log_is_folded_fired_on_and_projected_with_v2_events(tmp_path: Path) -> None:
+async def test_a_v1_log_is_folded_fired_on_and_projected_with_current_events(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         tid = task_id_for("m-old")
         created = {**V1["loop.task_created"], "task_id": tid, "origin_id": "m-old", "created_at": T0,
@@ -129,11 +142,14 @@ async def test_a_v1_log_is_folded_fired_on_and_projected_with_v2_events(tmp_path
             from_ms(T0 + 1000),
         )
         w.now = T0 + 1000
-        assert (await w.tick()).fired == [(tid, 1)]  # the scheduler fires on the v1 task and writes v2 events
+        assert (await w.tick()).fired == [
+            (tid, 1)
+        ]  # the scheduler fires on the v1 task, writes today's events
         t = await w.task(tid)
         assert t.fires == 1 and t.next_due_at == from_ms(T0 + 2000) and t.last_fired_at == from_ms(T0 + 1000)
         envs = [env async for env in w.store.read_all()]
-        assert [env.schema_version for env in envs if env.stream == ev.session_stream("s1")] == [1, 2, 2]
+        written = [(env.type, env.schema_version) for env in envs if env.stream == ev.session_stream("s1")]
+        assert written == [("loop.task_created", 1), ("loop.slot_claimed", 3), ("loop.fire_succeeded", 2)]
         conn = sqlite3.connect(":memory:")
         loops = Loops()
         loops.schema(conn)
@@ -179,3 +195,19 @@ async def test_a_model_asking_for_a_time_past_year_9999_gets_the_last_millisecon
         w.now += 86_400_000
         await w.activate("s1")
         assert (await w.tick()).fired == []
+
+
+def test_a_v2_claim_reads_without_its_lease() -> None:
+    """A ``loop.slot_claimed`` written before 0.5 held its claimer's lease (``claim_expires_at``): read today, the
+    claimer is ``by`` and the lease is gone (fire records hold it beside the log), every decision kept."""
+    v2 = {"task_id": "t", "slot": 3, "attempt": 2, "due_at": "2027-01-15T08:00:00Z", "claimed_at": "2027-01-15T08:00:01Z",
+          "claimer": "engine-a", "claim_expires_at": "2027-01-15T08:01:01Z", "next_due_at": "2027-01-15T08:05:00Z",
+          "jitter_offset_ms": 12, "fallback_u": None}  # fmt: skip
+    e = decode_data("loop.slot_claimed", msgspec.json.encode(v2), 2)
+    assert isinstance(e, ev.SlotClaimed)
+    assert (e.slot, e.attempt, e.by, e.jitter_offset_ms) == (3, 2, "engine-a", 12)
+    assert (e.due_at, e.next_due_at) == (
+        datetime(2027, 1, 15, 8, 0, tzinfo=UTC),
+        datetime(2027, 1, 15, 8, 5, tzinfo=UTC),
+    )
+    assert "claim_expires_at" not in msgspec.json.decode(msgspec.json.encode(e))

@@ -84,7 +84,9 @@ async def test_writer_goal_waits_while_another_writer_is_active(tmp_path: Path) 
         await _complete(w, "g1", T0 + 10_000)
         w.now = T0 + 10_000
         assert (await w.tick()).goal_ticks == 0
-        await _complete(w, "g2", None)
+        wake = w.sched.next_wake()
+        assert wake is not None and wake > w.at  # it waits without spinning: looked at again later ...
+        await _complete(w, "g2", None)  # ... or as soon as the log changes
         assert (await w.tick()).goal_ticks == 1
         assert (await _state(w, "g1")).status == "active"
 

@@ -89,7 +89,7 @@ async def test_scenario_34_a_fire_never_erases_a_pause(tmp_path: Path) -> None:
         w.now += 1_000
         stale = await w.session()
         await w.loop(f"pause {tid}")
-        c = decide.claim(stale, tid, w.at, claimer="A", cfg=w.cfg, u=0.5)
+        c = decide.claim(stale, tid, w.at, by="A", u=0.5)
         assert c is not None
         with pytest.raises(WrongExpectedVersionError):
             await w.store.append(ev.session_stream("s1"), [new_event(e) for e in c.events], stale.version)

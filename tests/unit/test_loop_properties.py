@@ -41,7 +41,7 @@ def test_every_slot_is_claimed_or_missed_once_on_the_grid(
     seen: list[int] = []
     for gap, ok in gaps:
         now += gap
-        c = decide.claim(s, tid, from_ms(now), claimer="x", cfg=CFG, u=0.5)
+        c = decide.claim(s, tid, from_ms(now), by="x", u=0.5)
         t = s.tasks[tid]
         if c is None:
             assert t.next_due_at is not None and to_ms(t.next_due_at) > now

@@ -17,6 +17,7 @@ from loopd_es.domain.loop import texts
 from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.domain.loop.jitter import jitter_offset
 from loopd_es.events import loop as ev
+from loopd_es.sched.runner import WAIT_RETRY
 
 from ._loop_harness import T0, ms, world
 
@@ -414,18 +415,24 @@ async def test_busy_session_waits_and_one_injection_per_session_at_a_time(tmp_pa
         w.host.script = HostScript(sessions=(ScriptSession(id="s1"),), prompt_busy_polls=2).resolved(
             "sim:memory"
         )
-        await w.loop("1s --jitter=false a", origin_id="a")
-        await w.loop("1s --jitter=false b", origin_id="b")
+        await w.loop("5m --jitter=false a", origin_id="a")
+        await w.loop("5m --jitter=false b", origin_id="b")
         await w.activate("s1")
         await w.host.set_status("s1", "busy")  # the user's own turn is running
-        w.now += 1_000
+        w.now += 300_000
         r = await w.tick()
         assert r.fired == [] and r.waiting == 2
         await w.host.set_status("s1", "idle")
+        assert (
+            await w.tick()
+        ).waiting == 0  # nothing in the log changed: the host is polled again a second later
+        assert w.sched.next_wake() == w.at + WAIT_RETRY  # (so a sleeping scheduler does not spin meanwhile)
+        w.now += 1_000
         r = await w.tick()
         assert len(r.fired) == 1 and r.waiting == 1  # the second waits for the first turn to end
         r = await w.tick()
         assert r.fired == [] and r.waiting == 1
+        w.now += 1_000
         r = await w.tick()
         assert len(r.fired) == 1
         fired = [e for e in await w.events() if isinstance(e, ev.FireSucceeded)]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 import msgspec
@@ -28,14 +27,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime
 
-    from .model import SessionLoops, Task
+    from .model import InFlight, SessionLoops, Task
 
 _ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 
 class Config(msgspec.Struct, frozen=True, kw_only=True):
-    """The reference's defaults (docs/reference/loop-plugin.md#s0-2) plus how long a claim may stay open
-    before it counts as lost."""
+    """The reference's defaults (docs/reference/loop-plugin.md#s0-2) plus how long a scheduler's fire record
+    holds without a renewal (it renews it while its host call lasts); past that the fire counts as lost."""
 
     max_tasks: int = 50
     adaptive_min_ms: int = 60_000
@@ -312,17 +311,18 @@ def _catch_up(t: Task, now: int) -> int:
 
 
 def claim(
-    s: SessionLoops, task_id: str, now: datetime, *, claimer: str, cfg: Config, u: float,
-    loop_file: LoopFile | None = None, session_idle: bool = True,
+    s: SessionLoops, task_id: str, now: datetime, *, by: str, u: float, loop_file: LoopFile | None = None,
+    session_idle: bool = True, in_flight: InFlight | None = None,
 ) -> Claim | None:  # fmt: skip
-    """Claim the due slot of ``task_id``, or ``None`` when it is not due or must wait.
+    """Take the due slot of ``task_id``, or ``None`` when it is not due or must wait.
 
-    It waits while another fire of the session is in flight or the session is not idle (the user's turn).
-    After downtime a grid task fires its latest due slot once and records the earlier ones as missed.
+    It waits while another fire of the session is in flight (``in_flight``: the session's live fire record,
+    an outside fact) or the session is not idle (the user's turn). After downtime a grid task fires its latest
+    due slot once and records the earlier ones as missed.
     """
     t = _find(s, task_id)
     due = t.due_at() if t is not None else None
-    if t is None or due is None or due > now or not session_idle or s.open_claim(now) is not None:
+    if t is None or due is None or due > now or not session_idle or _live(in_flight, now):
         return None
     events: list[Event] = []
     slot, attempt = t.next_slot, t.next_attempt
@@ -362,9 +362,8 @@ def claim(
         text = texts.fire_text(t.task_id, t.prompt)
     events.append(
         ev.SlotClaimed(
-            task_id=t.task_id, slot=slot, attempt=attempt, due_at=due, claimed_at=now,
-            claimer=claimer, claim_expires_at=now + timedelta(milliseconds=cfg.claim_ttl_ms), next_due_at=next_due,
-            jitter_offset_ms=off, fallback_u=fu, content_hash=new_hash, prompt=new_prompt,
+            task_id=t.task_id, slot=slot, attempt=attempt, due_at=due, claimed_at=now, by=by,
+            next_due_at=next_due, jitter_offset_ms=off, fallback_u=fu, content_hash=new_hash, prompt=new_prompt,
         )
     )  # fmt: skip
     if text is None:
@@ -393,18 +392,36 @@ def close(
     ]
 
 
-def sweep(s: SessionLoops, now: datetime, *, leases: dict[str, datetime], runner: str | None) -> list[Event]:
-    """Housekeeping of one session: lost claims, idle expiry, dead owners (ephemeral) and adoption (durable).
+def _live(in_flight: InFlight | None, now: datetime) -> bool:
+    return in_flight is not None and in_flight.until > now
 
-    ``leases`` maps an owner to its lease expiry; an owner without one is dead.
+
+def lost_fires(s: SessionLoops, now: datetime, *, in_flight: InFlight | None) -> list[Event]:
+    """``loop.fire_failed(claimer-lost)`` for every started fire that no live fire record names.
+
+    Its scheduler stopped before recording an outcome (killed, or paused past its record). A one-shot retries
+    the slot at once; a recurring task already chose its next slot when the fire started. Whoever appends these
+    must hold the session's fire record first (taken over), so the lost scheduler can land nothing after them.
+    """
+    out: list[Event] = []
+    for t in s.started():
+        f = t.firing
+        assert f is not None
+        if _live(in_flight, now) and in_flight is not None and in_flight.names(t.task_id, f):
+            continue
+        out.append(ev.FireFailed(task_id=t.task_id, slot=f.slot, attempt=f.attempt, at=now, reason="claimer-lost",
+                                 retry_at=now if t.once else None))  # fmt: skip
+    return out
+
+
+def sweep(s: SessionLoops, now: datetime, *, leases: dict[str, datetime], runner: str | None) -> list[Event]:
+    """Housekeeping of one session: idle expiry, dead owners (ephemeral) and adoption (durable).
+
+    ``leases`` maps an owner to its lease expiry; an owner without one is dead. Lost fires are
+    :func:`lost_fires` (they need the session's fire record).
     """
     out: list[Event] = []
     for t in s.live():
-        c = t.claim
-        if c is not None and c.expires_at <= now:
-            retry = now if t.once else None
-            out.append(ev.FireFailed(task_id=t.task_id, slot=c.slot, attempt=c.attempt, at=now,
-                                     reason="claimer-lost", retry_at=retry))  # fmt: skip
         if t.expires_at() <= now:
             out.append(ev.TaskCancelled(task_id=t.task_id, reason="expired", at=now, by="scheduler"))
             continue
@@ -417,13 +434,13 @@ def sweep(s: SessionLoops, now: datetime, *, leases: dict[str, datetime], runner
     return out
 
 
-def next_sweep_at(s: SessionLoops, leases: dict[str, datetime]) -> datetime | None:
-    """The earliest time :func:`sweep` would do something for this session (for the due-time index)."""
-    times: list[datetime] = []
-    for t in s.live():
-        if t.claim is not None:
-            times.append(t.claim.expires_at)
-        times.append(t.expires_at())
-        if t.owner is not None:
-            times.append(leases.get(t.owner, EPOCH))
-    return min(times) if times else None
+def sweep_at(t: Task, leases: dict[str, datetime], in_flight: InFlight | None) -> datetime | None:
+    """The earliest time :func:`sweep` or :func:`lost_fires` would do something for task ``t``."""
+    if not t.live:
+        return None
+    times = [t.expires_at()]
+    if t.firing is not None:  # lost when no record names it; a record naming another fire must run out first
+        times.append(in_flight.until if in_flight is not None else EPOCH)
+    if t.owner is not None:
+        times.append(leases.get(t.owner, EPOCH))
+    return min(times)

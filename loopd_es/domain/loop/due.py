@@ -1,7 +1,11 @@
 """The due-time index: a heap of ``(due, session, task)`` so a tick costs O(due · log n), not O(tasks).
 
 Entries are never removed in place: a popped entry whose task is no longer due at that time (paused,
-rescheduled, fired, cancelled) is stale and dropped (:meth:`DueIndex.pop_due` takes a validator).
+rescheduled, fired, cancelled) is stale and dropped (:meth:`DueIndex.pop_due` takes a validator). An entry that
+must wait (its session is busy) is deferred: looked at again from a later time, or as soon as :meth:`undefer`
+says something changed (an event was folded), keeping the due time it is validated against. Pushed back at its
+own past due time, it would be due at every tick, and a scheduler that sleeps until :meth:`DueIndex.next_at`
+would spin.
 """
 
 from __future__ import annotations
@@ -15,28 +19,44 @@ class DueIndex:
     """Min-heap of due times; ``push`` on every change, ``pop_due`` at every tick."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[datetime, str, str]] = []
+        self._heap: list[tuple[datetime, str, str, datetime]] = []
+        self._deferred: list[tuple[datetime, str, str]] = []
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, due: datetime | None, session_id: str, key: str) -> None:
+    def push(
+        self, due: datetime | None, session_id: str, key: str, *, look_at: datetime | None = None
+    ) -> None:
+        """Index ``key`` as due at ``due`` (none: not due), looked at from ``look_at`` (default: ``due``) on."""
         if due is not None:
-            heapq.heappush(self._heap, (due, session_id, key))
+            heapq.heappush(self._heap, (due if look_at is None else max(due, look_at), session_id, key, due))
+
+    def defer(self, due: datetime, session_id: str, key: str, until: datetime) -> None:
+        """Look at ``key`` (still due at ``due``) again at ``until``, or at the next :meth:`undefer`."""
+        self.push(due, session_id, key, look_at=until)
+        self._deferred.append((due, session_id, key))
+
+    def undefer(self) -> None:
+        """Make every deferred entry due again now (what it waited on may have changed)."""
+        for due, session_id, key in self._deferred:
+            self.push(due, session_id, key)
+        self._deferred.clear()
 
     def next_at(self) -> datetime | None:
-        """The earliest due time in the heap (possibly stale, so possibly early: callers just look again)."""
+        """The earliest time an entry is to be looked at (possibly stale, so possibly early: callers look again)."""
         return self._heap[0][0] if self._heap else None
 
     def pop_due(
         self, now: datetime, current: Callable[[str, str], datetime | None]
     ) -> list[tuple[datetime, str, str]]:
-        """Every entry due at ``now`` whose ``current(session, key)`` still says that due time; unique."""
+        """Every entry to look at by ``now`` whose ``current(session, key)`` still says its due time, as ``(due,
+        session, key)``; unique."""
         out: list[tuple[datetime, str, str]] = []
         seen: set[tuple[str, str]] = set()
         heap = self._heap
         while heap and heap[0][0] <= now:
-            due, sid, key = heapq.heappop(heap)
+            _, sid, key, due = heapq.heappop(heap)
             if (sid, key) in seen or current(sid, key) != due:
                 continue
             seen.add((sid, key))

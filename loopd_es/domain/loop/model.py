@@ -24,15 +24,35 @@ RECENT: Final = 5
 
 
 @dataclass(slots=True)
-class Claim:
-    """An open claim: ``claimer`` is firing ``slot`` until it records the outcome or ``expires_at`` passes."""
+class Fire:
+    """A fire the log shows started (``loop.slot_claimed``) and not yet ended (no outcome recorded).
+
+    Whether its scheduler is still at it is not in the log: see :class:`InFlight`.
+    """
 
     slot: int
     attempt: int
-    claimer: str
+    by: str
     due_at: datetime
     claimed_at: datetime
-    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A session's live fire record, read from coordination beside the log (an outside fact for the deciders).
+
+    ``task_id`` is firing ``slot``/``attempt`` and its scheduler holds the record until ``until`` (renewing it
+    while the host call lasts). A started fire that no live record names has lost its scheduler.
+    """
+
+    task_id: str
+    slot: int
+    attempt: int
+    until: datetime
+
+    def names(self, task_id: str, fire: Fire) -> bool:
+        """Whether this record is the one of ``fire`` of ``task_id``."""
+        return (self.task_id, self.slot, self.attempt) == (task_id, fire.slot, fire.attempt)
 
 
 @dataclass(slots=True)
@@ -67,7 +87,8 @@ class Task:
     cycle: int = 0
     paused: bool = False
     cancelled: ev.CancelReason | None = None
-    claim: Claim | None = None
+    firing: Fire | None = None
+    """The fire started and not ended, if any (it blocks the task's next fire until its outcome)."""
     fires: int = 0
     failures: int = 0
     missed: int = 0
@@ -94,8 +115,8 @@ class Task:
         return last + _TTL
 
     def due_at(self) -> datetime | None:
-        """When the task next wants to fire, ``None`` when it never will (paused, cancelled, claimed)."""
-        if not self.live or self.paused or self.claim is not None:
+        """When the task next wants to fire, ``None`` when it never will (paused, cancelled, firing)."""
+        if not self.live or self.paused or self.firing is not None:
             return None
         return self.next_due_at
 
@@ -114,12 +135,9 @@ class SessionLoops:
     def by_origin(self, origin_id: str) -> Task | None:
         return next((t for t in self.tasks.values() if t.origin_id == origin_id), None)
 
-    def open_claim(self, now: datetime) -> Task | None:
-        """The task whose fire is in flight in this session (a claim not yet closed nor expired)."""
-        return next(
-            (t for t in self.tasks.values() if t.live and t.claim is not None and t.claim.expires_at > now),
-            None,
-        )
+    def started(self) -> list[Task]:
+        """The live tasks with a fire started and not ended."""
+        return [t for t in self.tasks.values() if t.live and t.firing is not None]
 
 
 def evolve(s: SessionLoops, e: Event) -> None:
@@ -151,7 +169,7 @@ def evolve(s: SessionLoops, e: Event) -> None:
         task.adaptive_min_ms = task.adaptive_max_ms = None
         task.anchor, task.cycle, task.next_due_at, task.last_fired_at = e.at, 0, e.next_due_at, e.at
     elif isinstance(e, ev.TaskCancelled):
-        task.cancelled = e.reason  # an open claim stays: its claimer still records the outcome
+        task.cancelled = e.reason  # a started fire stays: its scheduler still records the outcome
     elif isinstance(e, ev.TaskAdopted):
         task.owner = e.owner
     elif isinstance(e, ev.SlotsMissed):
@@ -160,13 +178,13 @@ def evolve(s: SessionLoops, e: Event) -> None:
     elif isinstance(e, ev.SlotClaimed):
         _claimed(task, e)
     elif isinstance(e, ev.FireSucceeded):
-        task.claim, task.last_outcome = None, "succeeded"
+        task.firing, task.last_outcome = None, "succeeded"
         task.fires += 1
         task.recent = [*task.recent[-(RECENT - 1) :], (e.slot, "succeeded", e.at)]
         if task.mode != "adaptive":  # the reference's lastFiredAt: completion time, adaptive: fire start
             task.last_fired_at = e.at
     elif isinstance(e, ev.FireFailed):
-        task.claim, task.last_outcome = None, f"failed: {e.reason}"
+        task.firing, task.last_outcome = None, f"failed: {e.reason}"
         task.failures += 1
         task.recent = [*task.recent[-(RECENT - 1) :], (e.slot, f"failed: {e.reason}", e.at)]
         if e.retry_at is not None:
@@ -174,10 +192,7 @@ def evolve(s: SessionLoops, e: Event) -> None:
 
 
 def _claimed(task: Task, e: ev.SlotClaimed) -> None:
-    task.claim = Claim(
-        slot=e.slot, attempt=e.attempt, claimer=e.claimer, due_at=e.due_at, claimed_at=e.claimed_at,
-        expires_at=e.claim_expires_at,
-    )  # fmt: skip
+    task.firing = Fire(slot=e.slot, attempt=e.attempt, by=e.by, due_at=e.due_at, claimed_at=e.claimed_at)
     task.next_slot, task.next_attempt, task.cycle = e.slot + 1, 1, task.cycle + 1
     task.next_due_at = e.next_due_at
     if task.mode == "adaptive":

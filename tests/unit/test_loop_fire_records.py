@@ -1,0 +1,201 @@
+"""Who is firing a /loop slot, and until when, is a coordination record beside the log, never an event (#21).
+
+The log keeps the decision (``loop.slot_claimed``: slot, attempt, due and next due times, who fired it) and the
+outcome; the scheduler holds the session's fire record while its host call lasts, renews it, fences every write
+of the fire on it and releases it. A scheduler that stalls past its record loses it: another one takes the record
+over, records the fire as lost, and the stalled one can land nothing after that.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import pytest
+
+from loopd_es.clock import from_ms, to_us
+from loopd_es.domain.evolve import fold, initial
+from loopd_es.domain.loop.decide import task_id_for
+from loopd_es.domain.streams import goal_stream
+from loopd_es.events import goal as g
+from loopd_es.events import loop as ev
+from loopd_es.events.base import CATALOGUE
+from loopd_es.events.catalogue import decode_payload, new_event
+from loopd_es.log.coord import Claim
+from loopd_es.sched import fires
+from tests.waits import await_until
+
+from ._loop_harness import T0, World, world
+
+if TYPE_CHECKING:
+    from loopd_es.sched.runner import Scheduler
+
+pytestmark = pytest.mark.anyio
+
+LEASE_FIELDS = {
+    "claimer",
+    "claim_expires_at",
+    "expires_at",
+    "expires_us",
+    "lease_expires_at",
+    "token",
+    "until",
+}
+
+
+def test_no_loop_event_carries_a_lease() -> None:
+    """No /loop event names a holder's expiry or fencing token: renewing them as events would be heartbeats."""
+    for type_, cls in CATALOGUE.items():
+        if type_.startswith("loop."):
+            assert not LEASE_FIELDS & set(cls.__struct_fields__), (
+                type_,
+                LEASE_FIELDS & set(cls.__struct_fields__),
+            )
+
+
+async def _record(w: World, key: str) -> Claim | None:
+    return next((r for r in await w.store.coord_read(key) if r.key == key), None)
+
+
+async def _one_task(w: World, args: str) -> tuple[str, Scheduler, Any]:
+    """A task of session ``s1`` (active), a second scheduler, and the host's own ``prompt`` (to wrap)."""
+    await w.loop(args, origin_id="t")
+    await w.activate("s1")
+    return task_id_for("t"), w.scheduler("engine-2"), w.host.prompt
+
+
+def _runs_to(expires_us: int, record: Claim | None) -> bool:
+    return record is not None and record.expires_us == expires_us
+
+
+async def _raw(w: World, stream: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(env.type, msgspec.json.decode(env.data)) async for env in w.store.read_stream(stream)]
+
+
+async def test_a_fire_holds_its_record_beside_the_log_and_releases_it(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.loop("5m --jitter=false t", origin_id="t")
+        tid = task_id_for("t")
+        await w.activate("s1")
+        key = fires.session_key("s1")
+        seen: list[Claim | None] = []
+        real_prompt = w.host.prompt
+
+        async def look_then_prompt(*a: Any, **kw: Any) -> Any:
+            seen.append(await _record(w, key))
+            return await real_prompt(*a, **kw)
+
+        w.host.prompt = look_then_prompt  # type: ignore[method-assign]
+        w.now += 300_000
+        assert (await w.tick()).fired == [(tid, 1)]
+        [during] = seen
+        assert during is not None and during.holder == "engine-1" and during.token == 1
+        assert fires.in_flight(during) == fires.in_flight(during) is not None
+        named = fires.in_flight(during)
+        assert named is not None and (named.task_id, named.slot, named.attempt) == (tid, 1, 1)
+        assert during.expires_us == to_us(w.at) + w.cfg.claim_ttl_ms * 1000
+        after = await _record(w, key)
+        assert after == Claim(key=key, holder="", token=1, expires_us=0)  # released, its token kept
+        fired = [(t, d) for t, d in await _raw(w, ev.session_stream("s1")) if t == "loop.slot_claimed"]
+        assert [d["by"] for _, d in fired] == ["engine-1"]
+        assert not LEASE_FIELDS & set(fired[0][1]), fired  # the stored payload holds no lease either
+        w.now += 300_000
+        assert (await w.tick()).fired == [(tid, 2)]
+        again = await _record(w, key)
+        assert again is not None and again.token == 2  # each fire takes the record over: a higher token
+
+
+async def test_a_long_host_call_renews_its_record_and_is_not_recorded_lost(tmp_path: Path) -> None:
+    ttl = 300  # real milliseconds between renewals' deadlines: the renewer runs every 100 ms
+    async with world(tmp_path, claim_ttl_ms=ttl) as w:
+        tid, other, real_prompt = await _one_task(w, "5m --jitter=false t")
+        key = fires.session_key("s1")
+        swept: list[int] = []
+
+        async def slow_prompt(*a: Any, **kw: Any) -> Any:
+            for _ in range(3):  # 600 ms pass on the scheduler's clock, twice the record's lifetime
+                w.now += ttl // 2
+                await await_until(
+                    "the fire record renewed past the clock",
+                    lambda: _record(w, key),
+                    done=functools.partial(_runs_to, to_us(w.at) + ttl * 1000),
+                )
+            report = await other.fire_due()  # another scheduler looks while the call still runs
+            swept.append(report.swept)
+            return await real_prompt(*a, **kw)
+
+        w.host.prompt = slow_prompt  # type: ignore[method-assign]
+        w.now += 300_000
+        assert (await w.tick()).fired == [(tid, 1)]
+        assert swept == [0]
+        events = await w.events()
+        assert not [e for e in events if isinstance(e, ev.FireFailed)], events
+        assert (await w.task(tid)).fires == 1
+
+
+async def test_a_stalled_scheduler_is_recorded_lost_and_lands_nothing_after(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:  # a 60 s record: no renewal happens while the test moves the clock
+        tid, other, real_prompt = await _one_task(w, "30s --jitter=false --once t")
+        key = fires.session_key("s1")
+        taken_over: list[Claim | None] = []
+        calls: list[str] = []
+
+        async def stalled_prompt(*a: Any, **kw: Any) -> Any:
+            calls.append(kw["prompt_id"])
+            if len(calls) == 1:  # the first fire stalls; the other scheduler's retry goes through
+                w.now += w.cfg.claim_ttl_ms + 1  # paused past its record (a suspended laptop, SIGSTOP)
+                report = await other.fire_due()
+                taken_over.append(await _record(w, key))
+                assert (report.swept, report.fired) == (1, [(tid, 1)])  # lost recorded, then the retry fired
+            return await real_prompt(*a, **kw)
+
+        w.host.prompt = stalled_prompt  # type: ignore[method-assign]
+        report = await w.tick()
+        assert (report.fired, report.lost) == ([], 1)
+        assert taken_over == [Claim(key=key, holder="", token=3, expires_us=0)]  # taken over twice, released
+        events = await w.events()
+        outcomes = [e for e in events if isinstance(e, ev.FireSucceeded | ev.FireFailed)]
+        assert [(type(e).__name__, e.slot, e.attempt) for e in outcomes] == [
+            ("FireFailed", 1, 1),
+            ("FireSucceeded", 1, 2),
+        ]  # and nothing from the stalled scheduler after them
+        assert isinstance(outcomes[0], ev.FireFailed) and outcomes[0].reason == "claimer-lost"
+        assert outcomes[0].retry_at == w.at  # a one-shot retries the same slot
+        claims = [(e.slot, e.attempt, e.by) for e in events if isinstance(e, ev.SlotClaimed)]
+        assert claims == [(1, 1, "engine-1"), (1, 2, "engine-2")]
+        assert calls == [f"loop-{tid}-1"] * 2  # the stalled call still reaches the host, as the same slot
+        assert not (await w.task(tid)).live  # the one-shot ended with its success
+
+
+async def test_a_goal_tick_whose_scheduler_died_is_recorded_lost_and_taken_again(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        config = g.GoalConfig(schedule=g.Schedule(every_ms=10_000, max_runs=None))
+        created = g.GoalCreated(
+            goal_id="g1", name="g1", objective="tick", owner_session_id="s1", config=config
+        )
+        done = g.GoalCompleted(goal_id="g1", summary="ok", evidence="e", next_run_at=from_ms(T0 + 10_000))
+        await w.store.append(goal_stream("g1"), [new_event(created), new_event(done)])
+        w.now = T0 + 10_000
+        # a scheduler took tick 2 and died before resuming the goal or recording anything else
+        dead = await fires.take(w.store, fires.goal_key("g1"), None, holder="dead", now=w.at,
+                                ttl_ms=w.cfg.claim_ttl_ms, names=("goal:g1", 2, 1))  # fmt: skip
+        assert isinstance(dead, fires.Hold)
+        started = ev.SlotClaimed(
+            task_id="goal:g1", slot=2, due_at=w.at, claimed_at=w.at, by="dead", goal_id="g1"
+        )
+        await w.store.append(ev.goal_slot_stream("g1"), [new_event(started)], fences=[dead.fence])
+        assert (await w.tick()).goal_ticks == 0  # its record still holds: nobody else ticks
+        w.now += w.cfg.claim_ttl_ms
+        assert (await w.tick()).goal_ticks == 1
+        slots = [decode_payload(e) async for e in w.store.read_stream(ev.goal_slot_stream("g1"))]
+        assert [(type(s).__name__, getattr(s, "slot", 0), getattr(s, "attempt", 0), getattr(s, "reason", None))
+                for s in slots] == [  # fmt: skip
+            ("SlotClaimed", 2, 1, None), ("FireFailed", 2, 1, "claimer-lost"),
+            ("SlotClaimed", 2, 2, None), ("FireSucceeded", 2, 2, None),
+        ]  # fmt: skip
+        goal = fold([env async for env in w.store.read_stream(goal_stream("g1"))], initial("g1"))
+        assert goal.status == "active"
+        with pytest.raises(Exception, match="fenced"):  # and the dead scheduler can land nothing
+            await w.store.append(goal_stream("g1"), [new_event(done)], fences=[dead.fence])
