@@ -14,12 +14,16 @@ That is coordination, not history (#21): it lives in a coordination record besid
 A scheduler that stops or stalls past its record loses it: another takes the record over, records the fire as
 lost (``loop.fire_failed`` ``claimer-lost``, fenced on the new token), and the stalled one can land nothing
 after that. What the record names goes in its ``info`` as JSON (task, slot, attempt).
+
+A scheduler reads a record only when it needs it (:class:`Records`): one it holds or released itself is known,
+one that stands in the way is read again, so a tick costs no read per session that ever fired. Records are
+never deleted (a deleted key's tokens would start again from 1, and a stalled holder's fence could pass).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -61,21 +65,25 @@ class _Names(msgspec.Struct, frozen=True):
     attempt: int
 
 
+_NOTHING: Final = _Names("", 0, 0)
 _DECODE: Final = msgspec.json.Decoder(_Names)
 _ENCODE: Final = msgspec.json.Encoder()
 
 
 def in_flight(record: Claim | None) -> InFlight | None:
-    """What a record says is being fired, for the deciders; ``None`` when nobody holds it or it names nothing."""
-    if record is None or not record.holder or not record.info:
+    """What a record says is being fired, for the deciders; ``None`` when nobody holds it.
+
+    A held record that names no fire (taken to record lost fires, or one this version cannot read) is an
+    :class:`InFlight` of task ``""``: it blocks the session and names no started fire, until it runs out.
+    """
+    if record is None or not record.holder:
         return None
     try:
-        names = _DECODE.decode(record.info)
+        names = _DECODE.decode(record.info) if record.info else _NOTHING
     except msgspec.DecodeError:
-        return None  # not a record this version wrote: treated as naming no fire (its expiry still counts)
-    return InFlight(
-        task_id=names.task_id, slot=names.slot, attempt=names.attempt, until=from_us(record.expires_us)
-    )
+        names = _NOTHING
+    until = from_us(record.expires_us)
+    return InFlight(task_id=names.task_id, slot=names.slot, attempt=names.attempt, until=until)
 
 
 def busy(record: Claim | None, now: datetime) -> bool:
@@ -103,86 +111,138 @@ class Hold:
         )
 
 
-async def take(
-    store: LogStore,
-    key: str,
-    seen: Claim | None,
-    *,
-    holder: str,
-    now: datetime,
-    ttl_ms: int,
-    names: tuple[str, int, int] | None = None,
-) -> Hold | Claim:
-    """Take record ``key`` over from ``seen`` (the record as last read; ``None``: none) unless it is held live.
+class Records:
+    """One scheduler's fire records under ``prefix`` (one per session, or per goal), by scope id.
 
-    ``names`` is the ``(task, slot, attempt)`` about to be fired (none: the record is taken to record lost
-    fires). Returns the :class:`Hold`, or the record that stands in the way (held live, or changed since it
-    was read: the caller reads again).
+    ``on_change(scope)`` is called whenever what is known of a scope's record changes (the scheduler re-indexes
+    when a started fire is to be looked at again).
     """
-    if seen is not None and busy(seen, now):
-        return seen
-    token = seen.token if seen is not None else 0
-    info = "" if names is None else _ENCODE.encode(_Names(*names)).decode()
-    hold = Hold(
-        key=key, holder=holder, token=token + 1, info=info, until=now + timedelta(milliseconds=ttl_ms)
-    )
-    found = await store.coord_swap(key, token, hold.record(hold.until))
-    return hold if found is None else found
 
+    def __init__(
+        self,
+        store: LogStore,
+        prefix: str,
+        *,
+        holder: str,
+        clock: Clock,
+        ttl_ms: int,
+        on_change: Callable[[str], None] = lambda _scope: None,
+    ) -> None:
+        self.store, self.prefix, self.holder, self.clock, self.ttl_ms = store, prefix, holder, clock, ttl_ms
+        self.on_change = on_change
+        self.known: dict[str, Claim] = {}
 
-async def renew(store: LogStore, hold: Hold, now: datetime, ttl_ms: int) -> Hold | None:
-    """Extend ``hold`` to ``now + ttl_ms``; ``None`` when it was taken over meanwhile (the fire is lost)."""
-    until = now + timedelta(milliseconds=ttl_ms)
-    found = await store.coord_swap(hold.key, hold.token, hold.record(until))
-    return replace(hold, until=until) if found is None else None
+    def in_flight(self, scope: str) -> InFlight | None:
+        """What the known record of ``scope`` says is being fired (see :func:`in_flight`)."""
+        return in_flight(self.known.get(scope))
 
+    def _learn(self, scope: str, record: Claim | None) -> None:
+        if self.known.get(scope) == record:
+            return
+        if record is None:
+            self.known.pop(scope, None)
+        else:
+            self.known[scope] = record
+        self.on_change(scope)
 
-async def release(store: LogStore, hold: Hold) -> bool:
-    """Let go of ``hold`` (keeping its token, so a later holder's is higher); ``False`` if it was taken over."""
-    free = Claim(key=hold.key, holder="", token=hold.token, expires_us=0)
-    return await store.coord_swap(hold.key, hold.token, free) is None
+    async def read(self, scope: str) -> Claim | None:
+        """Read ``scope``'s record as the store has it now."""
+        key = self.prefix + scope
+        record = next((r for r in await self.store.coord_read(key) if r.key == key), None)
+        self._learn(scope, record)
+        return record
+
+    async def free(self, scope: str, now: datetime) -> bool:
+        """Whether nobody holds ``scope``'s record live at ``now``; a known record that says otherwise is read
+        again (its holder may have released it since)."""
+        return not busy(self.known.get(scope), now) or not busy(await self.read(scope), now)
+
+    async def take(self, scope: str, names: tuple[str, int, int] | None = None) -> Hold | None:
+        """Take ``scope``'s record over unless it is held live; ``None`` when it is, or changed meanwhile.
+
+        ``names`` is the ``(task, slot, attempt)`` about to be fired (none: taken to record lost fires). The
+        record runs from now (the clock read here, not the tick's start: a tick fires sessions one after
+        another).
+        """
+        now = self.clock.now()
+        seen = self.known.get(scope)
+        if busy(seen, now):
+            return None
+        token = seen.token if seen is not None else 0
+        info = "" if names is None else _ENCODE.encode(_Names(*names)).decode()
+        until = now + timedelta(milliseconds=self.ttl_ms)
+        hold = Hold(key=self.prefix + scope, holder=self.holder, token=token + 1, info=info, until=until)
+        found = await self.store.coord_swap(hold.key, token, hold.record(until))
+        if found is not None:
+            self._learn(scope, found if found.token else None)
+            return None
+        self._learn(scope, hold.record(until))
+        return hold
+
+    async def release(self, scope: str, hold: Hold) -> None:
+        """Let go of ``hold`` (its token kept, so a later holder's is higher). Best effort: a record that was
+        taken over stays as it is, and one that cannot be written now runs out by itself."""
+        free = Claim(key=hold.key, holder="", token=hold.token, expires_us=0)
+        try:
+            found = await self.store.coord_swap(hold.key, hold.token, free)
+        except StorageError as e:
+            log.warning("could not release the fire record %s (it runs out by itself): %s", hold.key, e)
+            self.known.pop(scope, None)
+            return
+        self._learn(scope, free if found is None else (found if found.token else None))
+
+    async def renew(self, hold: Hold) -> Hold | None:
+        """Extend ``hold`` from now; ``None`` when it ran out already or was taken over (the fire is lost).
+
+        A record that ran out is not revived even when nobody took it yet: another scheduler may have judged
+        it run out and be taking it over right now.
+        """
+        now = self.clock.now()
+        if now >= hold.until:
+            return None
+        until = now + timedelta(milliseconds=self.ttl_ms)
+        found = await self.store.coord_swap(hold.key, hold.token, hold.record(until))
+        return replace(hold, until=until) if found is None else None
+
+    @asynccontextmanager
+    async def renewing(self, hold: Hold) -> AsyncIterator[Keeper]:
+        """Renew ``hold`` every third of its lifetime while the block runs (a long host call keeps its fire).
+
+        A renewal that finds the record run out or taken over stops renewing and sets ``lost``; the block runs
+        to its end (the host call's result is still the truth to report), and its fenced writes are refused.
+        An exception of the block is raised as itself, not inside a task group's ``ExceptionGroup``.
+        """
+        keeper = Keeper(hold)
+
+        async def keep() -> None:
+            while True:
+                await anyio.sleep(self.ttl_ms / 3000)
+                try:
+                    renewed = await self.renew(keeper.hold)
+                except Exception as e:  # an outage, or worse: the host call goes on; the record may run out
+                    log.warning("could not renew the fire record %s: %s", hold.key, e)
+                    continue
+                if renewed is None:
+                    keeper.lost = True
+                    return
+                keeper.hold = renewed
+
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keep)
+            try:
+                yield keeper
+            except Exception as e:
+                failure = e
+            finally:
+                tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
 
 
 @dataclass(slots=True)
 class Keeper:
-    """The state of a :func:`renewing` block: the latest hold, and whether it was lost."""
+    """The state of a :meth:`Records.renewing` block: the latest hold, and whether it was lost."""
 
     hold: Hold
     lost: bool = False
-
-
-@asynccontextmanager
-async def renewing(store: LogStore, hold: Hold, clock: Clock, ttl_ms: int) -> AsyncIterator[Keeper]:
-    """Renew ``hold`` every third of its lifetime while the block runs (a long host call keeps its fire).
-
-    A renewal that finds the record taken over stops renewing and sets ``lost``; the block itself runs to its
-    end (the host call's result is still the truth to report), and its fenced write will then be refused.
-    """
-    keeper = Keeper(hold)
-
-    async def keep() -> None:
-        while True:
-            await anyio.sleep(ttl_ms / 3000)
-            try:
-                renewed = await renew(store, keeper.hold, clock.now(), ttl_ms)
-            except (
-                StorageError
-            ) as e:  # an outage: try again; if the record runs out meanwhile, the fire is lost
-                log.warning("could not renew the fire record %s: %s", hold.key, e)
-                continue
-            if renewed is None:
-                keeper.lost = True
-                return
-            keeper.hold = renewed
-
-    failure: Exception | None = None
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(keep)
-        try:
-            yield keeper
-        except Exception as e:  # raised below as itself, not inside the task group's ExceptionGroup
-            failure = e
-        finally:
-            tg.cancel_scope.cancel()
-    if failure is not None:
-        raise failure

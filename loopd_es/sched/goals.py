@@ -26,11 +26,11 @@ from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
-from ..log.coord import Claim as Record
 from ..log.coord import FenceLostError
 from . import fires
 
 if TYPE_CHECKING:
+    from ..clock import Clock
     from ..domain.state import GoalState
     from ..events.base import Event
     from ..events.envelope import Envelope
@@ -68,11 +68,11 @@ def _next_run(state: GoalState) -> datetime | None:
 class GoalSlots:
     """Goal states folded from the log and the slot streams, with a due-time index of scheduled goals."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: LogStore, *, holder: str, clock: Clock, ttl_ms: int) -> None:
+        self.store, self.holder = store, holder
         self.goals: dict[str, GoalState] = {}
         self.slots: dict[str, _Slots] = {}
-        self.records: dict[str, Record] = {}
-        """Each goal's fire record as the scheduler last read it (goal id -> record)."""
+        self.fires = fires.Records(store, fires.GOAL_PREFIX, holder=holder, clock=clock, ttl_ms=ttl_ms)
         self.index = DueIndex()
 
     def apply(self, env: Envelope) -> None:
@@ -81,6 +81,7 @@ class GoalSlots:
             state = self.goals.get(gid) or initial(gid)
             self.goals[gid] = new = goal_evolve(state, env)
             self.index.push(goal_due(new), gid, gid)
+            self.index.undefer()  # a writer goal may have stopped: the goals waiting on it look again
         elif env.stream.startswith(ev.GOAL_PREFIX):
             gid = env.stream[len(ev.GOAL_PREFIX) :]
             st = self.slots.setdefault(gid, _Slots())
@@ -95,54 +96,65 @@ class GoalSlots:
             if gid in self.goals:
                 self.index.push(goal_due(self.goals[gid]), gid, gid)
 
+    def next_at(self) -> datetime | None:
+        """When a goal is next due (or next to be looked at again)."""
+        return self.index.next_at(self._due_of)
+
+    def _due_of(self, _scope: str, gid: str) -> datetime | None:
+        return goal_due(self.goals[gid])
+
     def _writer_active(self, gid: str) -> bool:
         return any(
             o != gid and s.exists and s.is_writer and s.status == "active" for o, s in self.goals.items()
         )
 
-    async def fire_due(
-        self, store: LogStore, now: datetime, *, by: str, ttl_ms: int, retry_at: datetime
-    ) -> int:
+    async def fire_due(self, now: datetime, *, retry_at: datetime) -> int:
         """Tick every due goal; returns how many were resumed. One that must wait is looked at from ``retry_at``."""
         fired = 0
-        for due, gid, _ in self.index.pop_due(now, lambda _s, k: goal_due(self.goals[k])):
-            state = self.goals[gid]
-            slots = self.slots.get(gid, _Slots())
-            slot = state.schedule_run_count + 1
-            record = self.records.get(gid)
-            writer_waits = state.is_writer and self._writer_active(gid)
-            done = slots.last_slot >= slot and slots.started is None
-            if writer_waits or fires.busy(record, now) or done:
-                if writer_waits:
-                    log.info("schedule.skipped-writer-active goal=%s", gid)
-                self.index.defer(due, gid, gid, retry_at)  # still due: look again soon
-                continue
-            attempt = _attempt(slots, slot)
-            taken = await fires.take(store, fires.goal_key(gid), record, holder=by, now=now, ttl_ms=ttl_ms,
-                                     names=(_task(gid), slot, attempt))  # fmt: skip
-            if not isinstance(taken, fires.Hold):
-                self.records[gid] = taken
-                self.index.defer(due, gid, gid, retry_at)
-                continue
-            try:
-                fired += await self._tick(store, state, slots, (slot, attempt), now, by, taken)
-            except (WrongExpectedVersionError, FenceLostError):
-                self.index.defer(due, gid, gid, retry_at)  # another engine moved first: look again
-            finally:
-                if await fires.release(store, taken):
-                    self.records[gid] = Record(key=taken.key, holder="", token=taken.token, expires_us=0)
+        left = self.index.pop_due(now, self._due_of)
+        try:  # whatever is left when this raises or is cancelled is indexed again (push is synchronous)
+            while left:
+                due, gid, _ = left[0]
+                fired += await self._due(gid, due, now, retry_at)
+                left.pop(0)
+        finally:
+            for due, gid, _ in left:
+                self.index.push(due, gid, gid)
         return fired
 
+    async def _due(self, gid: str, due: datetime, now: datetime, retry_at: datetime) -> int:
+        state = self.goals[gid]
+        slots = self.slots.get(gid, _Slots())
+        slot = state.schedule_run_count + 1
+        if slots.last_slot >= slot and slots.started is None:
+            return (
+                0  # this run's tick was taken and the goal has not completed it: indexed again when it does
+            )
+        if state.is_writer and self._writer_active(gid):
+            log.info("schedule.skipped-writer-active goal=%s", gid)
+            self.index.defer(due, gid, gid, retry_at)
+            return 0
+        attempt = _attempt(slots, slot)
+        hold = (
+            await self.fires.take(gid, (_task(gid), slot, attempt))
+            if await self.fires.free(gid, now)
+            else None
+        )
+        if hold is None:  # another engine ticks it now: look again soon
+            self.index.defer(due, gid, gid, retry_at)
+            return 0
+        try:
+            return await self._tick(state, slots, (slot, attempt), now, hold)
+        except (WrongExpectedVersionError, FenceLostError):
+            self.index.defer(due, gid, gid, retry_at)  # another engine moved first: look again
+            return 0
+        finally:
+            await self.fires.release(gid, hold)
+
     async def _tick(
-        self,
-        store: LogStore,
-        state: GoalState,
-        slots: _Slots,
-        taking: tuple[int, int],
-        now: datetime,
-        by: str,
-        hold: fires.Hold,
+        self, state: GoalState, slots: _Slots, taking: tuple[int, int], now: datetime, hold: fires.Hold
     ) -> int:
+        store, by = self.store, self.holder
         gid = state.goal_id
         slot, attempt = taking
         key = _task(gid)

@@ -37,7 +37,6 @@ from ..errors import WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..host.errors import HostError
-from ..log.coord import Claim as Record
 from ..log.coord import FenceLostError
 from . import fires, service
 from .goals import GoalSlots
@@ -45,7 +44,6 @@ from .service import read_loop_file
 
 if TYPE_CHECKING:
     from ..clock import Clock
-    from ..domain.loop.model import InFlight
     from ..events.base import Event
     from ..events.envelope import Envelope
     from ..host.base import WorkerHost
@@ -106,12 +104,12 @@ class Scheduler:
         self.active: str | None = None
         self.parents: dict[str, str] = {}
         self.leases: dict[str, datetime] = {}
-        self.fire_records: dict[str, Record] = {}
-        """Each session's fire record as last read or written (session id -> record)."""
+        self.fires = fires.Records(store, fires.SESSION_PREFIX, holder=claimer, clock=clock,
+                                   ttl_ms=self.cfg.claim_ttl_ms, on_change=self._fire_record_changed)  # fmt: skip
         self.position = 0
         self.due = DueIndex()
         self.sweeps = DueIndex()
-        self.goals = GoalSlots()
+        self.goals = GoalSlots(store, holder=claimer, clock=clock, ttl_ms=self.cfg.claim_ttl_ms)
         self._owned: dict[str, set[tuple[str, str]]] = {}
         self._lease_until = EPOCH
         self._next_lease_sweep = EPOCH
@@ -120,40 +118,21 @@ class Scheduler:
 
     async def refresh(self) -> None:
         """Fold everything appended since the last call (by this or any other process), then read the owners'
-        leases and the fire records as the coordination records hold them now (after the log, so a started
-        fire is never judged against a record older than it)."""
+        leases as the coordination records hold them now. Fire records are read when needed, after this."""
         async for batch in self.store.read_batches(from_position=self.position + 1):
             for env in batch:
                 self.position = env.position
                 self._apply(env)
-        records = await self.store.coord_read(service.LOOP_PREFIX)
-        leases = service.lease_expiries(records)
+        leases = service.lease_expiries(await self.store.coord_read(service.OWNER_PREFIX))
         for owner in set(self.leases) | set(leases):
             expires = leases.get(owner, EPOCH)
             if self.leases.get(owner, EPOCH) != expires:
                 self._lease_changed(owner, expires)
-        sessions = {
-            r.key[len(fires.SESSION_PREFIX) :]: r for r in records if r.key.startswith(fires.SESSION_PREFIX)
-        }
-        for sid in set(self.fire_records) | set(sessions):
-            record = sessions.get(sid)
-            if self.fire_records.get(sid) != record:
-                self._fire_record_changed(sid, record)
-        self.goals.records = {
-            r.key[len(fires.GOAL_PREFIX) :]: r for r in records if r.key.startswith(fires.GOAL_PREFIX)
-        }
 
-    def _fire_record_changed(self, sid: str, record: Record | None) -> None:
-        if record is None:
-            self.fire_records.pop(sid, None)
-        else:
-            self.fire_records[sid] = record
+    def _fire_record_changed(self, sid: str) -> None:
         s = self.sessions.get(sid)
         for t in s.started() if s is not None else ():
             self.sweeps.push(self._sweep_at(sid, t.task_id), sid, t.task_id)
-
-    def _in_flight(self, sid: str) -> InFlight | None:
-        return fires.in_flight(self.fire_records.get(sid))
 
     async def release(self) -> None:
         """Drop this scheduler's owner lease (a clean stop): its ephemeral tasks end at the next sweep."""
@@ -176,11 +155,12 @@ class Scheduler:
             await self.refresh()
 
     def _apply(self, env: Envelope) -> None:
-        self.due.undefer()
-        self.goals.index.undefer()
         stream = env.stream
         if stream.startswith(ev.SESSION_PREFIX):
             sid = stream[len(ev.SESSION_PREFIX) :]
+            self.due.undefer(
+                sid
+            )  # a fire recorded, a task paused: what its waiting slots wait on may be over
             s = self.sessions.get(sid) or self.sessions.setdefault(sid, SessionLoops(session_id=sid))
             e = decode_payload(env)
             evolve(s, e)
@@ -189,6 +169,7 @@ class Scheduler:
             if tid is not None and tid in s.tasks:
                 self._index(s, tid)
         elif stream == ev.ACTIVE_STREAM:
+            self.due.undefer()  # another session may be the active one now
             e = decode_payload(env)
             if isinstance(e, ev.SessionActivated):
                 self.active = self.root(e.session_id)
@@ -223,11 +204,11 @@ class Scheduler:
 
     def _sweep_at(self, sid: str, tid: str) -> datetime | None:
         t = self.sessions[sid].tasks.get(tid)
-        return None if t is None else decide.sweep_at(t, self.leases, self._in_flight(sid))
+        return None if t is None else decide.sweep_at(t, self.leases, self.fires.in_flight(sid))
 
     def next_wake(self) -> datetime | None:
         """The earliest time a ``fire_due`` could do something (for a sleeping engine)."""
-        found = (self.due.next_at(), self.sweeps.next_at(), self.goals.index.next_at())
+        found = (self.due.next_at(self._due_of), self.sweeps.next_at(self._sweep_at), self.goals.next_at())
         times = [x for x in found if x is not None]
         return min(times) if times else None
 
@@ -246,74 +227,78 @@ class Scheduler:
             self._next_lease_sweep = now + _LEASE_SWEEP_EVERY
         await self.refresh()
         await self._sweep(now, report)
-        report.goal_ticks = await self.goals.fire_due(
-            self.store, now, by=self.claimer, ttl_ms=self.cfg.claim_ttl_ms, retry_at=now + WAIT_RETRY
-        )
-        by_session: dict[str, list[tuple[datetime, str]]] = {}
-        for due, sid, tid in self.due.pop_due(now, self._due_of):
-            by_session.setdefault(sid, []).append((due, tid))
-        for sid, items in by_session.items():
-            if not self.all_sessions and sid != self.active:
-                report.waiting += len(items)
-                for due, tid in items:
-                    self.due.defer(due, sid, tid, now + WAIT_RETRY)
-                continue
-            for i, (_, tid) in enumerate(sorted(items)):
-                idle = await self.host.session_status(sid) == "idle"  # "unknown" counts as not idle
-                result = await self._fire(sid, tid, now, report, idle=idle)
-                if result == "waiting":  # one injection per session at a time: the rest wait for idle
-                    report.waiting += len(items) - i
-                    for d, t in sorted(items)[i:]:
-                        self.due.defer(d, sid, t, now + WAIT_RETRY)
-                    break
+        report.goal_ticks = await self.goals.fire_due(now, retry_at=now + WAIT_RETRY)
+        left = {(sid, tid): due for due, sid, tid in self.due.pop_due(now, self._due_of)}
+        try:  # whatever is left when this raises or is cancelled is indexed again (push is synchronous)
+            for sid in dict.fromkeys(sid for sid, _ in left):
+                items = sorted((due, tid) for (s, tid), due in left.items() if s == sid)
+                await self._fire_session(sid, items, now, report)
+                for _, tid in items:
+                    left.pop((sid, tid), None)
+        finally:
+            for (sid, tid), due in left.items():
+                self.due.push(due, sid, tid)
         return report
 
+    async def _fire_session(
+        self, sid: str, items: list[tuple[datetime, str]], now: datetime, report: FireReport
+    ) -> None:
+        """Fire the due slots of one session, one at a time; the rest wait (deferred) when one must."""
+        if not self.all_sessions and sid != self.active:
+            report.waiting += len(items)
+            for due, tid in items:
+                self.due.defer(due, sid, tid, now + WAIT_RETRY)
+            return
+        for i, (_, tid) in enumerate(items):
+            idle = await self.host.session_status(sid) == "idle"  # "unknown" counts as not idle
+            if await self._fire(sid, tid, now, report, idle=idle) == "waiting":  # one injection at a time
+                report.waiting += len(items) - i
+                for due, waiting in items[i:]:
+                    self.due.defer(due, sid, waiting, now + WAIT_RETRY)
+                return
+
     async def _sweep(self, now: datetime, report: FireReport) -> None:
-        sids = {sid for _, sid, _ in self.sweeps.pop_due(now, self._sweep_at)}
-        for sid in sids:
-            for _ in range(_RETRIES):
-                s = self.sessions[sid]
-                lost = decide.lost_fires(s, now, in_flight=self._in_flight(sid))
-                hold = None
-                if (
-                    lost
-                ):  # the lost schedulers' record is taken over first, so they can land nothing after this
-                    taken = await self._take(sid, now, None)
-                    if isinstance(taken, fires.Hold):
-                        hold = taken
-                    elif fires.busy(taken, now):
-                        lost = []  # someone fires in this session now: looked at again when its record runs out
-                    else:
-                        await self.refresh()
-                        continue
-                events = lost + decide.sweep(s, now, leases=self.leases, runner=self.owner)
-                try:
-                    if not events:
-                        break
-                    envs = await self._append(
-                        sid, events, s.version, corr=str(uuid.uuid4()), fences=[hold.fence] if hold else ()
-                    )
-                except (WrongExpectedVersionError, FenceLostError):
-                    await self.refresh()
-                    continue
-                finally:
-                    if hold is not None:
-                        await self._release(sid, hold)
-                report.swept += len(events)
-                await self._absorb(envs)
-                break
+        left = self.sweeps.pop_due(now, self._sweep_at)
+        try:  # as in fire_due: what is left when this raises or is cancelled is indexed again
+            while left:
+                sid = left[0][1]
+                await self._sweep_session(sid, now, report)
+                left = [entry for entry in left if entry[1] != sid]
+        finally:
+            for at, sid, tid in left:
+                self.sweeps.push(at, sid, tid)
 
-    async def _take(self, sid: str, now: datetime, names: tuple[str, int, int] | None) -> fires.Hold | Record:
-        taken = await fires.take(
-            self.store, fires.session_key(sid), self.fire_records.get(sid), holder=self.claimer, now=now,
-            ttl_ms=self.cfg.claim_ttl_ms, names=names,
-        )  # fmt: skip
-        self._fire_record_changed(sid, taken.record(taken.until) if isinstance(taken, fires.Hold) else taken)
-        return taken
-
-    async def _release(self, sid: str, hold: fires.Hold) -> None:
-        if await fires.release(self.store, hold):
-            self._fire_record_changed(sid, Record(key=hold.key, holder="", token=hold.token, expires_us=0))
+    async def _sweep_session(self, sid: str, now: datetime, report: FireReport) -> None:
+        for _ in range(_RETRIES):
+            s = self.sessions[sid]
+            hold = None
+            lost: list[Event] = []
+            if s.started():  # a started fire is judged by its record as the store has it now
+                record = await self.fires.read(sid)
+                if fires.busy(record, now):  # held: looked at again when it runs out (or changes)
+                    self._fire_record_changed(sid)
+                else:
+                    lost = decide.lost_fires(s, now, in_flight=None)
+            if lost:  # the lost runners' record is taken over first, so they can land nothing after this
+                hold = await self.fires.take(sid)
+                if hold is None:
+                    continue  # held live after all, or changed: read and judge again
+            events = lost + decide.sweep(s, now, leases=self.leases, runner=self.owner)
+            if not events:
+                return
+            try:
+                envs = await self._append(
+                    sid, events, s.version, corr=str(uuid.uuid4()), fences=[hold.fence] if hold else ()
+                )
+            except (WrongExpectedVersionError, FenceLostError):
+                await self.refresh()
+                continue
+            finally:
+                if hold is not None:
+                    await self.fires.release(sid, hold)
+            report.swept += len(events)
+            await self._absorb(envs)
+            return
 
     async def _append(
         self,
@@ -339,81 +324,76 @@ class Scheduler:
             due = t.due_at()
             if due is None or due > now:
                 return "gone"  # fired, paused or cancelled meanwhile (maybe by another scheduler)
-            if fires.busy(self.fire_records.get(sid), now):
-                return "waiting"  # one injection per session at a time
+            if not idle or not await self.fires.free(sid, now):
+                return "waiting"  # the user's turn, or another fire in this session
             lf = None
-            if t.loop_file_path is not None and idle:  # read loop.md only for a fire that can happen
+            if t.loop_file_path is not None:  # read loop.md only for a fire that can happen
                 path = t.loop_file_path
                 lf = decide.LoopFile(path=path, content=await anyio.to_thread.run_sync(read_loop_file, path))
-            c = decide.claim(s, tid, now, by=self.claimer, u=self.rng(), loop_file=lf, session_idle=idle)
+            c = decide.claim(s, tid, now, by=self.claimer, u=self.rng(), loop_file=lf,
+                             in_flight=self.fires.in_flight(sid))  # fmt: skip
             if c is None:
                 return "waiting"
-            taken = await self._take(sid, now, (tid, c.slot, c.attempt))
-            if not isinstance(taken, fires.Hold):
-                if fires.busy(taken, now):
-                    return "waiting"
-                await self.refresh()  # the record changed since it was read: look again
-                continue
+            hold = await self.fires.take(sid, (tid, c.slot, c.attempt))
+            if hold is None:
+                continue  # taken by another scheduler just now (or changed): look again
             corr = str(uuid.uuid5(_NS, slot_key(tid, c.slot)))
             try:
-                envs = await self._append(sid, c.events, s.version, corr=corr, fences=[taken.fence])
+                envs = await self._append(sid, c.events, s.version, corr=corr, fences=[hold.fence])
             except (WrongExpectedVersionError, FenceLostError):
-                await self._release(sid, taken)
+                await self.fires.release(sid, hold)
                 await self.refresh()
                 continue
             await self._absorb(envs)
             report.missed += sum(e.n for e in c.events if isinstance(e, ev.SlotsMissed))
             if c.text is None:
-                await self._release(sid, taken)
+                await self.fires.release(sid, hold)
                 report.failed.append((tid, c.slot, "loop.md missing or empty"))
                 return "fired"
-            err, prompt_id = None, ""
-            async with fires.renewing(self.store, taken, self.clock, self.cfg.claim_ttl_ms) as keeper:
+            async with self.fires.renewing(hold) as keeper:  # until the outcome is written
+                err, prompt_id = None, ""
                 try:
                     receipt = await self.host.prompt(sid, c.text, prompt_id=slot_key(tid, c.slot))
                     prompt_id = receipt.prompt_id
                 except HostError as e:
                     err = str(e)
-            return await self._close(
-                sid, tid, c, keeper.hold, err, prompt_id, envs[-1].event_id, corr, report
-            )
+                done = await self._close(sid, tid, c, keeper, err, prompt_id, envs[-1].event_id, corr, report)
+            await self.fires.release(sid, keeper.hold)
+            return done
         return "waiting"
 
     async def _close(
-        self, sid: str, tid: str, c: decide.Claim, hold: fires.Hold, err: str | None, prompt_id: str, cause: str,
-        corr: str, report: FireReport,
+        self, sid: str, tid: str, c: decide.Claim, keeper: fires.Keeper, err: str | None, prompt_id: str,
+        cause: str, corr: str, report: FireReport,
     ) -> str:  # fmt: skip
-        try:
-            for _ in range(_RETRIES):
-                s = self.sessions[sid]
-                t = s.tasks[tid]
-                mine = t.firing
-                if mine is None or (mine.slot, mine.attempt) != (c.slot, c.attempt):
-                    return self._lost(tid, c, report)
-                events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now(), error=err,
-                                      prompt_id=prompt_id)  # fmt: skip
-                try:
-                    envs = await self._append(
-                        sid, events, s.version, causation=cause, corr=corr, fences=[hold.fence]
-                    )
-                except (
-                    WrongExpectedVersionError
-                ):  # a pause, a cancel or a new task meanwhile: fold it, record again
-                    await self.refresh()
-                    continue
-                except FenceLostError:
-                    return self._lost(tid, c, report)
-                await self._absorb(envs)
-                if err is None:
-                    report.fired.append((tid, c.slot))
-                    log.info("fired %s slot %d (attempt %d) in %s", tid, c.slot, c.attempt, sid)
-                else:
-                    report.failed.append((tid, c.slot, err))
-                    log.info("fire of %s slot %d failed: %s", tid, c.slot, err)
-                return "fired"
+        for _ in range(_RETRIES):
+            s = self.sessions[sid]
+            t = s.tasks[tid]
+            mine = t.firing
+            if keeper.lost or mine is None or (mine.slot, mine.attempt) != (c.slot, c.attempt):
+                return self._lost(tid, c, report)
+            events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now(), error=err,
+                                  prompt_id=prompt_id)  # fmt: skip
+            try:
+                envs = await self._append(
+                    sid, events, s.version, causation=cause, corr=corr, fences=[keeper.hold.fence]
+                )
+            except (
+                WrongExpectedVersionError
+            ):  # a pause, a cancel or a new task meanwhile: fold it, record again
+                await self.refresh()
+                continue
+            except FenceLostError:
+                return self._lost(tid, c, report)
+            await self._absorb(envs)
+            if err is None:
+                report.fired.append((tid, c.slot))
+                log.info("fired %s slot %d (attempt %d) in %s", tid, c.slot, c.attempt, sid)
+            else:
+                report.failed.append((tid, c.slot, err))
+                log.info("fire of %s slot %d failed: %s", tid, c.slot, err)
             return "fired"
-        finally:
-            await self._release(sid, hold)
+        return "fired"
 
     @staticmethod
     def _lost(tid: str, c: decide.Claim, report: FireReport) -> str:

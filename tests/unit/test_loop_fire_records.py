@@ -17,8 +17,10 @@ import pytest
 
 from loopd_es.clock import from_ms, to_us
 from loopd_es.domain.evolve import fold, initial
+from loopd_es.domain.loop import decide
 from loopd_es.domain.loop.decide import task_id_for
 from loopd_es.domain.streams import goal_stream
+from loopd_es.errors import StorageError
 from loopd_es.events import goal as g
 from loopd_es.events import loop as ev
 from loopd_es.events.base import CATALOGUE
@@ -179,9 +181,9 @@ async def test_a_goal_tick_whose_scheduler_died_is_recorded_lost_and_taken_again
         await w.store.append(goal_stream("g1"), [new_event(created), new_event(done)])
         w.now = T0 + 10_000
         # a scheduler took tick 2 and died before resuming the goal or recording anything else
-        dead = await fires.take(w.store, fires.goal_key("g1"), None, holder="dead", now=w.at,
-                                ttl_ms=w.cfg.claim_ttl_ms, names=("goal:g1", 2, 1))  # fmt: skip
-        assert isinstance(dead, fires.Hold)
+        dead_records = fires.Records(w.store, fires.GOAL_PREFIX, holder="dead", clock=w.clock, ttl_ms=60_000)
+        dead = await dead_records.take("g1", ("goal:g1", 2, 1))
+        assert dead is not None
         started = ev.SlotClaimed(
             task_id="goal:g1", slot=2, due_at=w.at, claimed_at=w.at, by="dead", goal_id="g1"
         )
@@ -199,3 +201,112 @@ async def test_a_goal_tick_whose_scheduler_died_is_recorded_lost_and_taken_again
         assert goal.status == "active"
         with pytest.raises(Exception, match="fenced"):  # and the dead scheduler can land nothing
             await w.store.append(goal_stream("g1"), [new_event(done)], fences=[dead.fence])
+
+
+async def _dead_fire(w: World, tid: str) -> None:
+    """A runner took the due slot of ``tid`` (its record, then ``loop.slot_claimed``) and died."""
+    s = await w.session()
+    dead = fires.Records(w.store, fires.SESSION_PREFIX, holder="dead", clock=w.clock, ttl_ms=60_000)
+    c = decide.claim(s, tid, w.at, by="dead", u=0.5)
+    assert c is not None
+    hold = await dead.take("s1", (tid, c.slot, c.attempt))
+    assert hold is not None
+    await w.store.append(
+        ev.session_stream("s1"), [new_event(e) for e in c.events], s.version, fences=[hold.fence]
+    )
+
+
+async def test_a_record_held_without_naming_a_fire_is_waited_out_without_spinning(tmp_path: Path) -> None:
+    """A runner took a session's record to record a lost fire, then died: others wait for the record to run out
+    (sleeping until then, not waking at once), then record the lost fire themselves."""
+    async with world(tmp_path) as w:
+        tid, other, _ = await _one_task(w, "5m --jitter=false t")
+        w.now += 300_000
+        await _dead_fire(w, tid)
+        w.now += 60_001  # the firer's record ran out; a sweeper takes it (naming nothing) and dies as well
+        sweeper = fires.Records(w.store, fires.SESSION_PREFIX, holder="sweeper", clock=w.clock, ttl_ms=60_000)
+        await sweeper.read("s1")
+        assert await sweeper.take("s1") is not None
+        for _ in range(3):
+            assert (await other.fire_due()).swept == 0
+            wake = other.next_wake()
+            assert wake is not None and wake > w.at, (wake, w.at)  # asleep until something can change
+        w.now += 60_000
+        assert (await other.fire_due()).swept == 1
+        outcomes = [(e.slot, e.reason) for e in await w.events() if isinstance(e, ev.FireFailed)]
+        assert outcomes == [(1, "claimer-lost")]
+
+
+async def test_the_lost_fire_of_a_task_cancelled_meanwhile_is_recorded_too(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        tid, other, _ = await _one_task(w, "5m --jitter=false --once t")
+        await _dead_fire(w, tid)
+        await w.loop(f"cancel {tid}")
+        w.now += 60_001
+        assert (await other.fire_due()).swept == 1
+        t = await w.task(tid)
+        assert (t.live, t.firing, t.last_outcome) == (False, None, "failed: claimer-lost")
+        assert other.next_wake() is None  # nothing left to look at
+
+
+async def test_a_tick_that_fails_midway_loses_no_due_slot(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.loop("5m --jitter=false t1", session="s1", origin_id="t1")
+        await w.loop("5m --jitter=false t2", session="s2", origin_id="t2")
+        sched = w.scheduler("B", all_sessions=True)
+        w.now += 300_000
+        real_swap = w.store.coord_swap
+        failures = [StorageError("database is locked (a test's outage)")]
+
+        async def flaky_swap(*a: Any, **kw: Any) -> Any:
+            if failures:
+                raise failures.pop()
+            return await real_swap(*a, **kw)
+
+        w.store.coord_swap = flaky_swap  # type: ignore[method-assign]
+        with pytest.raises(StorageError):
+            await sched.fire_due()
+        assert (await sched.fire_due()).fired == [(task_id_for("t1"), 1), (task_id_for("t2"), 1)]
+
+
+async def test_a_record_runs_from_when_it_is_taken_not_from_the_tick_start(tmp_path: Path) -> None:
+    """A tick fires sessions one after another; a slow first delivery must not leave the second session's record
+    born run out (another runner would record a live fire lost and inject into the same session)."""
+    async with world(tmp_path, claim_ttl_ms=5_000) as w:
+        await w.loop("5m --jitter=false --once t1", session="s1", origin_id="t1")
+        await w.loop("5m --jitter=false --once t2", session="s2", origin_id="t2")
+        first, second = w.scheduler("A", all_sessions=True), w.scheduler("B", all_sessions=True)
+        w.now += 300_000
+        real_prompt = w.host.prompt
+        calls: list[str] = []
+        looked: list[int] = []
+
+        async def slow_prompt(sid: str, *a: Any, **kw: Any) -> Any:
+            calls.append(sid)
+            if len(calls) == 1:
+                w.now += 6_000  # a slow delivery, longer than the record's 5 s (renewed meanwhile)
+            elif len(calls) == 2:
+                w.now += 10
+                looked.append((await second.fire_due()).swept)
+            return await real_prompt(sid, *a, **kw)
+
+        w.host.prompt = slow_prompt  # type: ignore[method-assign,assignment]
+        report = await first.fire_due()
+        assert (sorted(report.fired), report.lost, looked, calls) == (
+            [(task_id_for("t1"), 1), (task_id_for("t2"), 1)], 0, [0], ["s1", "s2"]
+        )  # fmt: skip
+
+
+async def test_a_slot_waiting_for_its_session_keeps_one_entry_however_long_it_waits(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.loop("5m --jitter=false t", origin_id="t")
+        await w.activate(
+            "s2"
+        )  # the user is elsewhere: the task waits (it does not fire into another session)
+        w.now += 300_000
+        for _ in range(100):
+            assert (await w.tick()).waiting == 1
+            w.now += 1_000
+        assert len(w.sched.due) <= 2 and len(w.sched.due._deferred) == 1
+        await w.activate("s1")
+        assert (await w.tick()).fired == [(task_id_for("t"), 1)]

@@ -410,7 +410,7 @@ def lost_fires(s: SessionLoops, now: datetime, *, in_flight: InFlight | None) ->
         if _live(in_flight, now) and in_flight is not None and in_flight.names(t.task_id, f):
             continue
         out.append(ev.FireFailed(task_id=t.task_id, slot=f.slot, attempt=f.attempt, at=now, reason="claimer-lost",
-                                 retry_at=now if t.once else None))  # fmt: skip
+                                 retry_at=now if t.once and t.live else None))  # fmt: skip
     return out
 
 
@@ -436,11 +436,11 @@ def sweep(s: SessionLoops, now: datetime, *, leases: dict[str, datetime], runner
 
 def sweep_at(t: Task, leases: dict[str, datetime], in_flight: InFlight | None) -> datetime | None:
     """The earliest time :func:`sweep` or :func:`lost_fires` would do something for task ``t``."""
-    if not t.live:
-        return None
-    times = [t.expires_at()]
+    times = []
     if t.firing is not None:  # lost when no record names it; a record naming another fire must run out first
         times.append(in_flight.until if in_flight is not None else EPOCH)
-    if t.owner is not None:
-        times.append(leases.get(t.owner, EPOCH))
-    return min(times)
+    if t.live:
+        times.append(t.expires_at())
+        if t.owner is not None:
+            times.append(leases.get(t.owner, EPOCH))
+    return min(times) if times else None

@@ -20,7 +20,7 @@ class DueIndex:
 
     def __init__(self) -> None:
         self._heap: list[tuple[datetime, str, str, datetime]] = []
-        self._deferred: list[tuple[datetime, str, str]] = []
+        self._deferred: dict[tuple[str, str], datetime] = {}
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -33,19 +33,25 @@ class DueIndex:
             heapq.heappush(self._heap, (due if look_at is None else max(due, look_at), session_id, key, due))
 
     def defer(self, due: datetime, session_id: str, key: str, until: datetime) -> None:
-        """Look at ``key`` (still due at ``due``) again at ``until``, or at the next :meth:`undefer`."""
+        """Look at ``key`` (still due at ``due``) again at ``until``, or at the next :meth:`undefer` of its
+        session."""
         self.push(due, session_id, key, look_at=until)
-        self._deferred.append((due, session_id, key))
+        self._deferred[session_id, key] = due
 
-    def undefer(self) -> None:
-        """Make every deferred entry due again now (what it waited on may have changed)."""
-        for due, session_id, key in self._deferred:
-            self.push(due, session_id, key)
-        self._deferred.clear()
+    def undefer(self, session_id: str | None = None) -> None:
+        """Make the deferred entries of ``session_id`` (default: all) due again now: what they waited on may
+        have changed."""
+        chosen = [k for k in self._deferred if session_id is None or k[0] == session_id]
+        for sid, key in chosen:
+            self.push(self._deferred.pop((sid, key)), sid, key)
 
-    def next_at(self) -> datetime | None:
-        """The earliest time an entry is to be looked at (possibly stale, so possibly early: callers look again)."""
-        return self._heap[0][0] if self._heap else None
+    def next_at(self, current: Callable[[str, str], datetime | None] | None = None) -> datetime | None:
+        """The earliest time an entry is to be looked at; with ``current`` (as for :meth:`pop_due`), stale entries
+        at the front are dropped first, so a sleeper does not wake for them."""
+        heap = self._heap
+        while current is not None and heap and current(heap[0][1], heap[0][2]) != heap[0][3]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def pop_due(
         self, now: datetime, current: Callable[[str, str], datetime | None]

@@ -136,8 +136,8 @@ class SessionLoops:
         return next((t for t in self.tasks.values() if t.origin_id == origin_id), None)
 
     def started(self) -> list[Task]:
-        """The live tasks with a fire started and not ended."""
-        return [t for t in self.tasks.values() if t.live and t.firing is not None]
+        """The tasks with a fire started and not ended (a task cancelled meanwhile too: its fire still ends)."""
+        return [t for t in self.tasks.values() if t.firing is not None]
 
 
 def evolve(s: SessionLoops, e: Event) -> None:
