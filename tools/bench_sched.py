@@ -12,8 +12,9 @@ way: look at every task's due time on every tick.
 Latency: a real SQLite log, the in-memory simulated host, ``--latency-tasks`` 1-second tasks (no jitter),
 one :class:`~loopd_es.sched.runner.Scheduler` sleeping until the next due time as ``loopd-es loop run`` does.
 Latency = when the host received the prompt - the slot's nominal due time. Its floor is measured in the same
-run: the cost of the claim and close appends (two durable SQLite commits); the reference's peer is its 5 s
-ticker (a due task fires up to 5 s late).
+run: the cost of one durable SQLite commit (``append_floor_ms_p50``); a fire makes two before the host call
+(taking the session's fire record, the ``loop.slot_claimed`` append) and two after it (the outcome, the
+release). The reference's peer is its 5 s ticker (a due task fires up to 5 s late).
 """
 
 from __future__ import annotations

@@ -228,12 +228,14 @@ async def _forever(sched: _Ticker, clock: Clock, args: argparse.Namespace, total
         async with anyio.create_task_group() as tg:
             tg.start_soon(on_signal)
             while not stop.is_set() and (deadline is None or anyio.current_time() < deadline):
+                pause = args.period_ms / 1000
                 try:
                     _add(totals, await sched.fire_due())
                 except (StorageError, HostError) as e:  # transient: the next tick re-reads and decides again
                     log.warning("tick failed, retrying: %s", e)
-                wake = sched.next_wake()
-                pause = args.period_ms / 1000
+                    wake = None  # after a full period: a failing store is not retried in a tight loop
+                else:
+                    wake = sched.next_wake()
                 if wake is not None:
                     pause = min(pause, max(0.0, (wake - clock.now()).total_seconds()))
                 with anyio.move_on_after(pause):

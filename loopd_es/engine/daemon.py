@@ -462,7 +462,7 @@ async def _loops(run: Running) -> None:
                     failing = True
             wake = sched.next_wake()
             pause = 1.0 if wake is None else min(1.0, max(0.0, (wake - clock.now()).total_seconds()))
-            await anyio.sleep(pause)
+            await anyio.sleep(1.0 if failing else pause)  # a failing store is not retried in a tight loop
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             try:

@@ -166,6 +166,8 @@ class Records:
         """
         now = self.clock.now()
         seen = self.known.get(scope)
+        if seen is not None and seen.holder:  # held when last seen: renewed since? (renewals keep the token)
+            seen = await self.read(scope)
         if busy(seen, now):
             return None
         token = seen.token if seen is not None else 0
@@ -187,32 +189,29 @@ class Records:
             found = await self.store.coord_swap(hold.key, hold.token, free)
         except StorageError as e:
             log.warning("could not release the fire record %s (it runs out by itself): %s", hold.key, e)
-            self.known.pop(scope, None)
+            self._learn(scope, None)  # not known any more: read again when needed
             return
         self._learn(scope, free if found is None else (found if found.token else None))
 
     async def renew(self, hold: Hold) -> Hold | None:
-        """Extend ``hold`` from now; ``None`` when it ran out already or was taken over (the fire is lost).
+        """Extend ``hold`` from now; ``None`` when it was taken over (the fire is lost: its writes are refused).
 
-        A record that ran out is not revived even when nobody took it yet: another scheduler may have judged
-        it run out and be taking it over right now.
+        One that ran out and was not taken over yet is extended too: the fence, not the clock, says who lost.
         """
-        now = self.clock.now()
-        if now >= hold.until:
-            return None
-        until = now + timedelta(milliseconds=self.ttl_ms)
+        until = self.clock.now() + timedelta(milliseconds=self.ttl_ms)
         found = await self.store.coord_swap(hold.key, hold.token, hold.record(until))
         return replace(hold, until=until) if found is None else None
 
     @asynccontextmanager
-    async def renewing(self, hold: Hold) -> AsyncIterator[Keeper]:
-        """Renew ``hold`` every third of its lifetime while the block runs (a long host call keeps its fire).
+    async def renewing(self, keeper: Keeper) -> AsyncIterator[Keeper]:
+        """Renew ``keeper.hold`` every third of its lifetime while the block runs (a long host call keeps its
+        fire); ``keeper.hold`` is the latest.
 
-        A renewal that finds the record run out or taken over stops renewing and sets ``lost``; the block runs
-        to its end (the host call's result is still the truth to report), and its fenced writes are refused.
-        An exception of the block is raised as itself, not inside a task group's ``ExceptionGroup``.
+        A renewal that finds the record taken over stops renewing; the block runs to its end (the host call's
+        result is still the truth to report), and its fenced writes are refused. An exception of the block is
+        raised as itself, not inside a task group's ``ExceptionGroup``.
         """
-        keeper = Keeper(hold)
+        hold = keeper.hold
 
         async def keep() -> None:
             while True:
@@ -223,7 +222,6 @@ class Records:
                     log.warning("could not renew the fire record %s: %s", hold.key, e)
                     continue
                 if renewed is None:
-                    keeper.lost = True
                     return
                 keeper.hold = renewed
 
@@ -242,7 +240,6 @@ class Records:
 
 @dataclass(slots=True)
 class Keeper:
-    """The state of a :meth:`Records.renewing` block: the latest hold, and whether it was lost."""
+    """The hold a :meth:`Records.renewing` block keeps renewed (its latest version)."""
 
     hold: Hold
-    lost: bool = False

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from ..clock import from_us
 from ..domain.decide import decide
 from ..domain.evolve import evolve as goal_evolve
 from ..domain.evolve import initial
@@ -108,21 +109,22 @@ class GoalSlots:
             o != gid and s.exists and s.is_writer and s.status == "active" for o, s in self.goals.items()
         )
 
-    async def fire_due(self, now: datetime, *, retry_at: datetime) -> int:
-        """Tick every due goal; returns how many were resumed. One that must wait is looked at from ``retry_at``."""
+    async def fire_due(self, now: datetime, *, retry: timedelta) -> int:
+        """Tick every due goal; returns how many were resumed. One that must wait is looked at ``retry`` later."""
         fired = 0
         left = self.index.pop_due(now, self._due_of)
         try:  # whatever is left when this raises or is cancelled is indexed again (push is synchronous)
             while left:
                 due, gid, _ = left[0]
-                fired += await self._due(gid, due, now, retry_at)
+                fired += await self._due(gid, due, now, retry)
                 left.pop(0)
         finally:
-            for due, gid, _ in left:
-                self.index.push(due, gid, gid)
+            for due, gid, _ in left:  # after a pause: a failed tick (an outage) is not retried at once
+                self.index.push(due, gid, gid, look_at=self.fires.clock.now() + retry)
         return fired
 
-    async def _due(self, gid: str, due: datetime, now: datetime, retry_at: datetime) -> int:
+    async def _due(self, gid: str, due: datetime, now: datetime, retry: timedelta) -> int:
+        retry_at = self.fires.clock.now() + retry
         state = self.goals[gid]
         slots = self.slots.get(gid, _Slots())
         slot = state.schedule_run_count + 1
@@ -140,8 +142,10 @@ class GoalSlots:
             if await self.fires.free(gid, now)
             else None
         )
-        if hold is None:  # another engine ticks it now: look again soon
-            self.index.defer(due, gid, gid, retry_at)
+        if hold is None:  # another runner ticks it (or died doing so): look again when its record runs out
+            record = self.fires.known.get(gid)
+            until = from_us(record.expires_us) if record is not None and record.holder else retry_at
+            self.index.defer(due, gid, gid, max(retry_at, until))
             return 0
         try:
             return await self._tick(state, slots, (slot, attempt), now, hold)

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Final
 import anyio
 import msgspec
 
-from ..clock import EPOCH
+from ..clock import EPOCH, from_us
 from ..domain.loop import decide
 from ..domain.loop.due import DueIndex
 from ..domain.loop.model import SessionLoops, evolve
-from ..errors import WrongExpectedVersionError
+from ..errors import LoopdError, WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..host.errors import HostError
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     from ..log.coord import Fence
 
 _RETRIES: Final = 20
+INTERRUPTED: Final = "interrupted: the runner stopped before the host call's outcome was known"
+_SETTLE_S: Final = 2.0
+"""How long a cancelled fire may take to record that it was interrupted and release its record."""
 WAIT_RETRY: Final = timedelta(seconds=1)
 """How soon a due slot that had to wait (its session busy or not the user's) is looked at again, unless the log
 changes first (the session activated, a fire recorded): the host's busy/idle is polled, not an event."""
@@ -204,7 +207,11 @@ class Scheduler:
 
     def _sweep_at(self, sid: str, tid: str) -> datetime | None:
         t = self.sessions[sid].tasks.get(tid)
-        return None if t is None else decide.sweep_at(t, self.leases, self.fires.in_flight(sid))
+        return (
+            None
+            if t is None
+            else decide.sweep_at(t, self.leases, self.fires.in_flight(sid), runner=self.owner)
+        )
 
     def next_wake(self) -> datetime | None:
         """The earliest time a ``fire_due`` could do something (for a sleeping engine)."""
@@ -227,7 +234,7 @@ class Scheduler:
             self._next_lease_sweep = now + _LEASE_SWEEP_EVERY
         await self.refresh()
         await self._sweep(now, report)
-        report.goal_ticks = await self.goals.fire_due(now, retry_at=now + WAIT_RETRY)
+        report.goal_ticks = await self.goals.fire_due(now, retry=WAIT_RETRY)
         left = {(sid, tid): due for due, sid, tid in self.due.pop_due(now, self._due_of)}
         try:  # whatever is left when this raises or is cancelled is indexed again (push is synchronous)
             for sid in dict.fromkeys(sid for sid, _ in left):
@@ -235,9 +242,9 @@ class Scheduler:
                 await self._fire_session(sid, items, now, report)
                 for _, tid in items:
                     left.pop((sid, tid), None)
-        finally:
+        finally:  # looked at again after a pause: a tick that failed (an outage) is not retried at once
             for (sid, tid), due in left.items():
-                self.due.push(due, sid, tid)
+                self.due.push(due, sid, tid, look_at=self.clock.now() + WAIT_RETRY)
         return report
 
     async def _fire_session(
@@ -247,14 +254,14 @@ class Scheduler:
         if not self.all_sessions and sid != self.active:
             report.waiting += len(items)
             for due, tid in items:
-                self.due.defer(due, sid, tid, now + WAIT_RETRY)
+                self.due.defer(due, sid, tid, self.clock.now() + WAIT_RETRY)
             return
         for i, (_, tid) in enumerate(items):
             idle = await self.host.session_status(sid) == "idle"  # "unknown" counts as not idle
             if await self._fire(sid, tid, now, report, idle=idle) == "waiting":  # one injection at a time
                 report.waiting += len(items) - i
                 for due, waiting in items[i:]:
-                    self.due.defer(due, sid, waiting, now + WAIT_RETRY)
+                    self.due.defer(due, sid, waiting, self.clock.now() + WAIT_RETRY)
                 return
 
     async def _sweep(self, now: datetime, report: FireReport) -> None:
@@ -266,7 +273,7 @@ class Scheduler:
                 left = [entry for entry in left if entry[1] != sid]
         finally:
             for at, sid, tid in left:
-                self.sweeps.push(at, sid, tid)
+                self.sweeps.push(at, sid, tid, look_at=self.clock.now() + WAIT_RETRY)
 
     async def _sweep_session(self, sid: str, now: datetime, report: FireReport) -> None:
         for _ in range(_RETRIES):
@@ -275,8 +282,10 @@ class Scheduler:
             lost: list[Event] = []
             if s.started():  # a started fire is judged by its record as the store has it now
                 record = await self.fires.read(sid)
-                if fires.busy(record, now):  # held: looked at again when it runs out (or changes)
-                    self._fire_record_changed(sid)
+                if record is not None and fires.busy(record, now):  # held: looked at when it runs out
+                    for t in s.started():
+                        at = self._sweep_at(sid, t.task_id)
+                        self.sweeps.push(at, sid, t.task_id, look_at=from_us(record.expires_us))
                 else:
                     lost = decide.lost_fires(s, now, in_flight=None)
             if lost:  # the lost runners' record is taken over first, so they can land nothing after this
@@ -350,33 +359,71 @@ class Scheduler:
                 await self.fires.release(sid, hold)
                 report.failed.append((tid, c.slot, "loop.md missing or empty"))
                 return "fired"
-            async with self.fires.renewing(hold) as keeper:  # until the outcome is written
+            return await self._deliver(
+                sid, tid, c, c.text, fires.Keeper(hold), (envs[-1].event_id, corr), report
+            )
+        return "waiting"
+
+    async def _deliver(
+        self, sid: str, tid: str, c: decide.Claim, text: str, keeper: fires.Keeper, ids: tuple[str, str],
+        report: FireReport,
+    ) -> str:  # fmt: skip
+        """Inject the slot's prompt and record the outcome while renewing the record, then release it.
+
+        Cancelled or failed before the outcome is recorded (the engine bounds a tick; an outage), it records the
+        fire as interrupted if it can within :data:`_SETTLE_S`, and releases the record either way, so nobody
+        waits for it to run out.
+        """
+        closed = False
+        try:
+            async with self.fires.renewing(keeper):
                 err, prompt_id = None, ""
                 try:
-                    receipt = await self.host.prompt(sid, c.text, prompt_id=slot_key(tid, c.slot))
+                    receipt = await self.host.prompt(sid, text, prompt_id=slot_key(tid, c.slot))
                     prompt_id = receipt.prompt_id
                 except HostError as e:
                     err = str(e)
-                done = await self._close(sid, tid, c, keeper, err, prompt_id, envs[-1].event_id, corr, report)
-            await self.fires.release(sid, keeper.hold)
+                done = await self._close(sid, tid, c, keeper, err, prompt_id, ids, report)
+                closed = True
             return done
-        return "waiting"
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_SETTLE_S):
+                if not closed:
+                    await self._interrupted(sid, tid, c, keeper, ids)
+                await self.fires.release(sid, keeper.hold)
+
+    async def _interrupted(
+        self, sid: str, tid: str, c: decide.Claim, keeper: fires.Keeper, ids: tuple[str, str]
+    ) -> None:
+        """Record, if this can, that the fire stopped before its outcome was known (best effort: failing that,
+        the released record makes the next runner record it lost)."""
+        t = self.sessions[sid].tasks[tid]
+        if t.firing is None or (t.firing.slot, t.firing.attempt) != (c.slot, c.attempt):
+            return
+        events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now(), error=INTERRUPTED)
+        try:
+            envs = await self._append(sid, events, self.sessions[sid].version, causation=ids[0], corr=ids[1],
+                                      fences=[keeper.hold.fence])  # fmt: skip
+        except LoopdError as e:
+            log.warning("could not record the interrupted fire of %s slot %d: %s", tid, c.slot, e)
+            return
+        await self._absorb(envs)
 
     async def _close(
         self, sid: str, tid: str, c: decide.Claim, keeper: fires.Keeper, err: str | None, prompt_id: str,
-        cause: str, corr: str, report: FireReport,
+        ids: tuple[str, str], report: FireReport,
     ) -> str:  # fmt: skip
         for _ in range(_RETRIES):
             s = self.sessions[sid]
             t = s.tasks[tid]
             mine = t.firing
-            if keeper.lost or mine is None or (mine.slot, mine.attempt) != (c.slot, c.attempt):
+            if mine is None or (mine.slot, mine.attempt) != (c.slot, c.attempt):
                 return self._lost(tid, c, report)
             events = decide.close(t, slot=c.slot, attempt=c.attempt, now=self.clock.now(), error=err,
                                   prompt_id=prompt_id)  # fmt: skip
             try:
                 envs = await self._append(
-                    sid, events, s.version, causation=cause, corr=corr, fences=[keeper.hold.fence]
+                    sid, events, s.version, causation=ids[0], corr=ids[1], fences=[keeper.hold.fence]
                 )
             except (
                 WrongExpectedVersionError

@@ -9,9 +9,11 @@ over, records the fire as lost, and the stalled one can land nothing after that.
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -27,6 +29,7 @@ from loopd_es.events.base import CATALOGUE
 from loopd_es.events.catalogue import decode_payload, new_event
 from loopd_es.log.coord import Claim
 from loopd_es.sched import fires
+from loopd_es.sched.runner import INTERRUPTED, WAIT_RETRY
 from tests.waits import await_until
 
 from ._loop_harness import T0, World, world
@@ -266,6 +269,8 @@ async def test_a_tick_that_fails_midway_loses_no_due_slot(tmp_path: Path) -> Non
         w.store.coord_swap = flaky_swap  # type: ignore[method-assign]
         with pytest.raises(StorageError):
             await sched.fire_due()
+        assert sched.next_wake() == w.at + WAIT_RETRY  # looked at again after a pause, not in a tight loop
+        w.now += 1_000
         assert (await sched.fire_due()).fired == [(task_id_for("t1"), 1), (task_id_for("t2"), 1)]
 
 
@@ -310,3 +315,74 @@ async def test_a_slot_waiting_for_its_session_keeps_one_entry_however_long_it_wa
         assert len(w.sched.due) <= 2 and len(w.sched.due._deferred) == 1
         await w.activate("s1")
         assert (await w.tick()).fired == [(task_id_for("t"), 1)]
+
+
+async def test_a_runner_that_adopts_nothing_sleeps_while_a_dead_owners_fire_record_holds(
+    tmp_path: Path,
+) -> None:
+    """A durable task's owner died mid-fire: its record still holds for a while, its lease has run out. A runner
+    without ``--owner`` (it adopts nothing) has nothing to do until the record runs out, and sleeps until then."""
+    async with world(tmp_path) as w:
+        await w.loop("5m --jitter=false t", origin_id="t", owner="gone", durable=True)
+        await w.activate("s1")
+        tid = task_id_for("t")
+        w.now += 300_000
+        await _dead_fire(w, tid)
+        runner = w.scheduler("plain")  # no owner: it adopts nothing
+        for _ in range(3):
+            w.now += 1_000
+            assert (await runner.fire_due()).swept == 0
+            wake = runner.next_wake()
+            assert wake is not None and wake > w.at, (wake, w.at)
+        w.now += 60_000
+        assert (await runner.fire_due()).swept == 1  # the lost fire, once the record ran out
+
+
+async def test_a_delivered_fire_whose_record_ran_out_unclaimed_is_recorded_as_delivered(
+    tmp_path: Path,
+) -> None:
+    """The runner's clock passed the record's end during the host call, and nobody took the record over: the
+    renewal extends it, and the outcome is recorded (the fence, not the clock, says who lost)."""
+    ttl = 300
+    async with world(tmp_path, claim_ttl_ms=ttl) as w:
+        tid, _, real_prompt = await _one_task(w, "5m --jitter=false --once t")
+        key = fires.session_key("s1")
+
+        async def late_prompt(*a: Any, **kw: Any) -> Any:
+            w.now += ttl + 100  # past the record's end before the first renewal
+            await await_until(
+                "the record renewed past the clock",
+                lambda: _record(w, key),
+                done=lambda r: r is not None and r.expires_us > to_us(w.at),
+            )
+            return await real_prompt(*a, **kw)
+
+        w.host.prompt = late_prompt  # type: ignore[method-assign]
+        report = await w.tick()
+        assert (report.fired, report.lost) == ([(tid, 1)], 0)
+        assert not [e for e in await w.events() if isinstance(e, ev.FireFailed)]
+
+
+async def test_a_fire_cancelled_during_its_host_call_is_recorded_interrupted_and_its_record_freed(
+    tmp_path: Path,
+) -> None:
+    async with world(tmp_path) as w:
+        tid, _, _ = await _one_task(w, "30s --jitter=false --once t")
+        calling = anyio.Event()
+
+        async def hanging_prompt(*a: Any, **kw: Any) -> Any:
+            calling.set()
+            await anyio.sleep_forever()
+
+        w.host.prompt = hanging_prompt  # type: ignore[method-assign]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(w.tick)
+            await calling.wait()
+            tg.cancel_scope.cancel()  # the engine's bound on a tick, or its stop
+        outcomes = [(e.slot, e.reason, e.retry_at) for e in await w.events() if isinstance(e, ev.FireFailed)]
+        assert outcomes == [
+            (1, INTERRUPTED, w.at + timedelta(seconds=30))
+        ]  # a one-shot retries a period later
+        record = await _record(w, fires.session_key("s1"))
+        assert record is not None and not record.holder  # released: nobody waits for it to run out
+        assert (await w.task(tid)).firing is None

@@ -434,13 +434,16 @@ def sweep(s: SessionLoops, now: datetime, *, leases: dict[str, datetime], runner
     return out
 
 
-def sweep_at(t: Task, leases: dict[str, datetime], in_flight: InFlight | None) -> datetime | None:
-    """The earliest time :func:`sweep` or :func:`lost_fires` would do something for task ``t``."""
+def sweep_at(
+    t: Task, leases: dict[str, datetime], in_flight: InFlight | None, *, runner: str | None
+) -> datetime | None:
+    """The earliest time :func:`sweep` or :func:`lost_fires` would do something for task ``t`` (for ``runner``,
+    as :func:`sweep` takes it: a dead owner's durable task matters only to a runner that would adopt it)."""
     times = []
     if t.firing is not None:  # lost when no record names it; a record naming another fire must run out first
         times.append(in_flight.until if in_flight is not None else EPOCH)
     if t.live:
         times.append(t.expires_at())
-        if t.owner is not None:
+        if t.owner is not None and (not t.durable or (runner is not None and runner != t.owner)):
             times.append(leases.get(t.owner, EPOCH))
     return min(times) if times else None
