@@ -312,7 +312,9 @@ async def test_a_slot_waiting_for_its_session_keeps_one_entry_however_long_it_wa
         for _ in range(100):
             assert (await w.tick()).waiting == 1
             w.now += 1_000
-        assert len(w.sched.due) <= 2 and len(w.sched.due._deferred) == 1
+        assert len(w.sched.due) <= 2 and w.sched.due._deferred == {
+            "s1": {task_id_for("t"): w.at - timedelta(seconds=100)}
+        }
         await w.activate("s1")
         assert (await w.tick()).fired == [(task_id_for("t"), 1)]
 
@@ -386,3 +388,18 @@ async def test_a_fire_cancelled_during_its_host_call_is_recorded_interrupted_and
         record = await _record(w, fires.session_key("s1"))
         assert record is not None and not record.holder  # released: nobody waits for it to run out
         assert (await w.task(tid)).firing is None
+
+
+def test_an_event_of_one_session_undefers_only_that_sessions_waiting_slots() -> None:
+    from loopd_es.domain.loop.due import DueIndex
+
+    index, due, later = DueIndex(), from_ms(T0), from_ms(T0 + 1_000)
+    index.defer(due, "a", "t1", later)
+    index.defer(due, "b", "t2", later)
+    assert index.pop_due(due, lambda _s, _k: due) == []  # both wait until `later`
+    index.undefer("a")
+    assert index.pop_due(due, lambda _s, _k: due) == [(due, "a", "t1")]
+    index.undefer()  # e.g. another session became the active one
+    assert index.pop_due(due, lambda _s, _k: due) == [(due, "b", "t2")]
+    moved = from_ms(T0 + 5_000)  # both fired: their copies deferred to `later` are stale and dropped
+    assert index.pop_due(later, lambda _s, _k: moved) == [] and index.next_at() is None

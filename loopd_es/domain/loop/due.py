@@ -20,7 +20,8 @@ class DueIndex:
 
     def __init__(self) -> None:
         self._heap: list[tuple[datetime, str, str, datetime]] = []
-        self._deferred: dict[tuple[str, str], datetime] = {}
+        self._deferred: dict[str, dict[str, datetime]] = {}
+        """Deferred entries by session, then key: an event of one session undefers only that session's."""
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -36,14 +37,17 @@ class DueIndex:
         """Look at ``key`` (still due at ``due``) again at ``until``, or at the next :meth:`undefer` of its
         session."""
         self.push(due, session_id, key, look_at=until)
-        self._deferred[session_id, key] = due
+        self._deferred.setdefault(session_id, {})[key] = due
 
     def undefer(self, session_id: str | None = None) -> None:
         """Make the deferred entries of ``session_id`` (default: all) due again now: what they waited on may
         have changed."""
-        chosen = [k for k in self._deferred if session_id is None or k[0] == session_id]
-        for sid, key in chosen:
-            self.push(self._deferred.pop((sid, key)), sid, key)
+        if not self._deferred:
+            return
+        sessions = list(self._deferred) if session_id is None else [session_id]
+        for sid in sessions:
+            for key, due in self._deferred.pop(sid, {}).items():
+                self.push(due, sid, key)
 
     def next_at(self, current: Callable[[str, str], datetime | None] | None = None) -> datetime | None:
         """The earliest time an entry is to be looked at; with ``current`` (as for :meth:`pop_due`), stale entries
