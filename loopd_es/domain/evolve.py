@@ -17,17 +17,16 @@ decoder and handler, and the stream version and position are written once per ba
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
-from msgspec.structs import astuple, replace
+from msgspec.structs import astuple
 
 from ..errors import InvalidEventError
 from ..events import goal as g
-from ..events import identity as i
 from ..events import run as r
-from ..events.catalogue import decode_payload
-from ..events.envelope import Envelope, Foldable, Recorded
+from ..events.catalogue import decode_data
+from ..events.envelope import Envelope, Foldable, Payload, Recorded
 from .evolve_base import _HANDLERS, _ROUTES, _Handler, _Memo, _on, _Refused, lazy_route
 from .evolve_who import noting_caller
 from .state import (
@@ -39,15 +38,7 @@ from .state import (
     GoalDraft,
     GoalState,
     InboxItem,
-    ModelFallback,
-    PendingAgent,
-    PendingIdentity,
-    PendingModel,
     Progress,
-    ProviderLimit,
-    SwitchFailure,
-    SwitchInFlight,
-    SwitchRecord,
     TurnRequest,
 )
 
@@ -103,31 +94,61 @@ class GoalFold:
                         try:
                             event = route[1](item.data)
                         except msgspec.DecodeError:  # let the catalogue word the message
-                            event = _decode(item)
+                            event = _decode(item.type, item.schema_version, item.data)
                     else:  # an older schema version to upcast, or not a goal event
-                        event = _decode(item)
+                        event = _decode(item.type, item.schema_version, item.data)
                         handler = handlers.get(type(event))
                 else:
                     event = item
                     handler = handlers.get(type(event))
-                if handler is None:
-                    raise _Refused(event.event_type, "not a goal event")
-                if event.goal_id != d.goal_id:
-                    raise _Refused(
-                        event.event_type, f"event of goal {event.goal_id!r} on the stream of {d.goal_id!r}"
-                    )
-                if not d.exists and handler is not created and handler not in creators:
-                    raise _Refused(
-                        event.event_type, "goal was cleared" if d.cleared else "goal does not exist"
-                    )
+                if (
+                    handler is None
+                    or event.goal_id != d.goal_id
+                    or (not d.exists and handler is not created and handler not in creators)
+                ):
+                    _refuse(d, event, handler)
                 handler(d, event, memo)
             except _Refused as refused:
-                version = d.version if last is None else last.version
-                anomaly = Anomaly(type=refused.type_, reason=refused.reason, version=version)
-                d.anomalies = (*d.anomalies, anomaly)[-MAX_ANOMALIES:]
-                d.anomaly_count += 1
+                _note(d, refused, d.version if last is None else last.version)
         if last is not None:
             d.version, d.position = last.version, last.position
+
+    def apply_rows(self, first_version: int, rows: Iterable[Payload], last_position: int) -> None:
+        """Fold stored events given as a :class:`~loopd_es.events.envelope.StreamRows` batch gives them:
+        ``rows[k]`` is version ``first_version + k``, and the last lies at ``last_position``. Never raises.
+
+        :meth:`apply`'s loop over tuples instead of envelopes, for a replay of one stream (no struct a row).
+        Its guard is a copy of :meth:`apply`'s, not a shared call: a call an event cost a 10k-event fold
+        0.4 ms of 10 (by hand, median of 41, alternating).
+        """
+        d, memo, routes, handlers = self._draft, self._memo, _ROUTES, _HANDLERS
+        created, creators = _created, _evolve_fork.WITHOUT_GOAL
+        version = first_version - 1
+        event: Any
+        for type_, schema_version, data in rows:
+            version += 1
+            try:
+                route = routes.get(type_)
+                if route is not None and schema_version == route[0]:
+                    handler: _Handler | None = route[2]
+                    try:
+                        event = route[1](data)
+                    except msgspec.DecodeError:
+                        event = _decode(type_, schema_version, data)
+                else:
+                    event = _decode(type_, schema_version, data)
+                    handler = handlers.get(type(event))
+                if (
+                    handler is None
+                    or event.goal_id != d.goal_id
+                    or (not d.exists and handler is not created and handler not in creators)
+                ):
+                    _refuse(d, event, handler)
+                handler(d, event, memo)
+            except _Refused as refused:
+                _note(d, refused, version)
+        if version >= first_version:
+            d.version, d.position = version, last_position
 
     def peek(self) -> tuple[str | None, int]:
         """The draft's active run id and anomaly count now, without the copy :meth:`result` makes.
@@ -144,12 +165,28 @@ class GoalFold:
         return GoalState(*astuple(self._draft))
 
 
-def _decode(env: Foldable) -> Any:
+def _decode(type_: str, schema_version: int, data: bytes | msgspec.Raw) -> Any:
     """The slow path: the catalogue's full decode with upcasting; a payload it cannot read is refused."""
     try:
-        return decode_payload(env)
+        return decode_data(type_, bytes(data), schema_version)
     except InvalidEventError as e:
-        raise _Refused(env.type, str(e)) from None
+        raise _Refused(type_, str(e)) from None
+
+
+def _refuse(d: GoalDraft, event: Any, handler: _Handler | None) -> NoReturn:
+    """Say why ``event`` cannot apply to the draft (the folds test the three cases in one condition)."""
+    if handler is None:
+        raise _Refused(event.event_type, "not a goal event")
+    if event.goal_id != d.goal_id:
+        raise _Refused(event.event_type, f"event of goal {event.goal_id!r} on the stream of {d.goal_id!r}")
+    raise _Refused(event.event_type, "goal was cleared" if d.cleared else "goal does not exist")
+
+
+def _note(d: GoalDraft, refused: _Refused, version: int) -> None:
+    """Record an event that could not apply as an anomaly of the state (the last few kept, all counted)."""
+    anomaly = Anomaly(type=refused.type_, reason=refused.reason, version=version)
+    d.anomalies = (*d.anomalies, anomaly)[-MAX_ANOMALIES:]
+    d.anomaly_count += 1
 
 
 def _release(d: GoalDraft) -> None:
@@ -455,125 +492,9 @@ def _confirm_failed(d: GoalDraft, e: r.RunConfirmFailed, m: _Memo) -> None:
     d.confirm_failed_generation = e.generation
 
 
-# -- identity -----------------------------------------------------------------------------------------
-
-
-@_on(i.IdentitySwitchRequested)
-def _switch_requested(d: GoalDraft, e: i.IdentitySwitchRequested, m: _Memo) -> None:
-    d.switch_in_flight = SwitchInFlight(
-        switch_id=e.switch_id,
-        model=e.model,
-        agent=e.agent,
-        resume=e.resume,
-        reason=e.reason,
-        pending=e.pending,
-    )
-
-
-@_on(i.IdentitySwitchDeferred)
-def _switch_deferred(d: GoalDraft, e: i.IdentitySwitchDeferred, m: _Memo) -> None:
-    # deferred while another switch is in flight: newer than it, so that switch's outcome must not clear it
-    after = d.switch_in_flight.switch_id if d.switch_in_flight is not None else None
-    if e.model is not None and e.agent is not None:
-        d.pending_identity = PendingIdentity(model=e.model, agent=e.agent, after_switch=after)
-        d.model_pending = None
-        d.agent_pending = None
-    elif e.model is not None:
-        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason=e.reason, after_switch=after)
-    elif e.agent is not None:
-        d.agent_pending = PendingAgent(agent=e.agent, requested_at=e.at, after_switch=after)
-    else:
-        raise _Refused(e.event_type, "neither model nor agent")
-
-
-@_on(i.IdentitySwitchUnsupported)
-def _switch_unsupported(d: GoalDraft, e: i.IdentitySwitchUnsupported, m: _Memo) -> None:
-    if d.switch_in_flight is not None and d.switch_in_flight.switch_id == e.switch_id:
-        d.switch_in_flight = None
-
-
-@_on(i.IdentitySwitchApplied)
-def _switch_applied(d: GoalDraft, e: i.IdentitySwitchApplied, m: _Memo) -> None:
-    d.switch_in_flight = None
-    switch_id = e.switch_id
-    if e.to_model is not None:
-        d.config = replace(d.config, model=e.to_model)
-        d.model_last = SwitchRecord(
-            to=e.to_model, at=e.at, outcome=e.outcome, from_=e.from_model, reason=e.reason
-        )
-        if d.model_pending is not None and d.model_pending.after_switch != switch_id:
-            d.model_pending = None
-        d.model_last_failure = None
-    if e.to_agent is not None:
-        d.config = replace(d.config, agent=e.to_agent)
-        d.agent_last = SwitchRecord(to=e.to_agent, at=e.at, outcome=e.outcome, from_=e.from_agent)
-        if d.agent_pending is not None and d.agent_pending.after_switch != switch_id:
-            d.agent_pending = None
-        d.agent_last_failure = None
-    if (
-        e.target == "identity"
-        and d.pending_identity is not None
-        and d.pending_identity.after_switch != switch_id
-    ):
-        d.pending_identity = None
-
-
-@_on(i.IdentitySwitchFailed)
-def _switch_failed(d: GoalDraft, e: i.IdentitySwitchFailed, m: _Memo) -> None:
-    failure = SwitchFailure(at=e.at, reason=e.reason)
-    d.switch_in_flight = None
-    if e.target == "model":
-        d.model_last_failure = failure
-        if e.pending:
-            d.model_pending = None
-    elif e.target == "agent":
-        d.agent_last_failure = failure
-        if e.pending:
-            d.agent_pending = None
-    elif e.pending:
-        d.pending_identity = None
-
-
-@_on(i.IdentitySwitchRolledBack)
-def _rolled_back(d: GoalDraft, e: i.IdentitySwitchRolledBack, m: _Memo) -> None:
-    """Nothing to fold: the rollback restored what the failed switch had left as it was."""
-
-
-@_on(i.IdentityRollbackFailed)
-def _rollback_failed(d: GoalDraft, e: i.IdentityRollbackFailed, m: _Memo) -> None:
-    """Nothing to fold: recorded for the owner and the sagas, not for the goal's state."""
-
-
-@_on(i.ProviderLimitObserved)
-def _provider_limit(d: GoalDraft, e: i.ProviderLimitObserved, m: _Memo) -> None:
-    d.last_provider_limit = ProviderLimit.of(e)
-    if e.marks_blocker and d.blocker is not None:
-        d.blocker = replace(d.blocker, kind="provider-limit")
-    current = d.retry_after
-    if d.phase == "waiting_retry" and e.retry_at is not None and current is not None and e.retry_at > current:
-        d.retry_after = e.retry_at
-
-
-@_on(i.FallbackPrepared)
-def _fallback_prepared(d: GoalDraft, e: i.FallbackPrepared, m: _Memo) -> None:
-    d.model_fallback = ModelFallback(attempted=e.attempted, status="prepared")
-    if not (e.reused and d.model_pending is not None):
-        d.model_pending = PendingModel(model=e.model, requested_at=e.at, reason="quota", limit=e.limit)
-
-
-def _fallback_status(status: Any) -> _Handler:
-    def apply(d: GoalDraft, e: Any, m: _Memo) -> None:
-        d.model_fallback = ModelFallback(attempted=e.attempted, status=status)
-
-    return apply
-
-
-_HANDLERS[i.FallbackExhausted] = _fallback_status("exhausted")
-_HANDLERS[i.FallbackUnsupported] = _fallback_status("unsupported")
-_HANDLERS[i.FallbackUnavailable] = _fallback_status("unavailable")
-
 from . import evolve_compaction as _evolve_compaction  # noqa: E402, F401  (registers its handlers first)
 from . import evolve_fork as _evolve_fork  # noqa: E402  (registers its handlers first)
+from . import evolve_identity as _evolve_identity  # noqa: E402, F401  (registers its handlers first)
 from . import evolve_imported as _evolve_imported  # noqa: E402, F401  (registers its handlers first)
 
 # only the types that record a caller pay for it; the creators stay themselves (``apply`` knows them by identity)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import msgspec
 
@@ -26,7 +26,7 @@ from .state import REDUCER_VERSION, GoalState
 from .streams import aggregate_of
 
 if TYPE_CHECKING:
-    from ..events.envelope import Foldable
+    from ..events.envelope import Foldable, Payload, StreamRows
 
 
 class Folder(Protocol):
@@ -35,6 +35,13 @@ class Folder(Protocol):
     def apply(self, items: Iterable[Foldable]) -> None: ...
 
     def result(self) -> Any: ...
+
+
+@runtime_checkable
+class RowFolder(Folder, Protocol):
+    """A :class:`Folder` that also folds a stream's events as rows (:class:`~loopd_es.events.envelope.StreamRows`)."""
+
+    def apply_rows(self, first_version: int, rows: Iterable[Payload], last_position: int) -> None: ...
 
 
 class OtherState(msgspec.Struct, frozen=True, kw_only=True):
@@ -238,29 +245,41 @@ class Cut:
 class StreamFold:
     """One stream's fold in progress; its driver feeds it the stream's envelopes in order, a batch at a time."""
 
-    __slots__ = ("_count", "_folder", "_last", "folded")
+    __slots__ = ("_count", "_folder", "_place", "folded")
 
     def __init__(self, folded: Folded) -> None:
         self.folded = folded
         self._folder = reducer_for(folded.stream)[0].start(folded.state)
-        self._last: Foldable | None = None
+        self._place: tuple[int, int, str] | None = None  # the last event fed: version, position, time
         self._count = 0
+
+    @property
+    def takes_rows(self) -> bool:
+        """Whether :meth:`feed_rows` may be used: its reducer folds rows (a goal's does)."""
+        return isinstance(self._folder, RowFolder)
 
     def feed(self, envelopes: Sequence[Foldable]) -> None:
         if envelopes:
             self._folder.apply(envelopes)
-            self._last = envelopes[-1]
+            last = envelopes[-1]
+            self._place = (last.version, last.position, last.recorded_at)
             self._count += len(envelopes)
+
+    def feed_rows(self, batch: StreamRows) -> None:
+        """Feed the next events as rows (only when :attr:`takes_rows`)."""
+        folder = self._folder
+        if not isinstance(folder, RowFolder):
+            raise TypeError(f"the fold of {self.folded.stream!r} does not take rows")
+        if batch.rows:
+            folder.apply_rows(batch.first_version, batch.rows, batch.last_position)
+            self._place = (batch.last_version, batch.last_position, batch.last_recorded_at)
+            self._count += len(batch.rows)
 
     def result(self) -> Folded:
         """The :class:`Folded` it was given, as of everything fed so far."""
-        folded, last = self.folded, self._last
-        if last is not None:
-            folded.version, folded.position, folded.recorded_at = (
-                last.version,
-                last.position,
-                last.recorded_at,
-            )
+        folded, place = self.folded, self._place
+        if place is not None:
+            folded.version, folded.position, folded.recorded_at = place
         folded.folded += self._count
         self._count = 0
         folded.state = self._folder.result()

@@ -81,6 +81,30 @@ class Recorded(msgspec.Struct, frozen=True):
 Foldable = Envelope | Recorded
 """What the folds of :mod:`loopd_es.domain` take: a whole envelope, or the part of it they read."""
 
+Payload = tuple[str, int, bytes]
+"""One event of a :class:`StreamRows` batch: its type, schema version and payload's JSON bytes."""
+
+
+class StreamRows(msgspec.Struct, frozen=True):
+    """A batch of one stream's events as a fold of that stream reads them.
+
+    A fold of one stream reads each event's type, schema version and payload; it needs the version of each
+    only to name an anomaly, and the log position and time only of the last (where the fold stands). The
+    versions of a stream are contiguous, so ``rows[k]`` is version ``first_version + k``. Fetching only
+    these three columns makes a 10k-event replay on SQLite about a fifth faster than :class:`Recorded` rows
+    (docs/performance.md, run 10).
+    """
+
+    first_version: int
+    rows: list[Payload]
+    last_position: int
+    last_recorded_at: str
+
+    @property
+    def last_version(self) -> int:
+        """The version of the batch's last event."""
+        return self.first_version + len(self.rows) - 1
+
 
 class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
     """An event to append. ``data`` is a JSON object: a dict, a payload Struct, or raw JSON bytes."""

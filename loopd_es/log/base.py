@@ -12,10 +12,19 @@ import functools
 import math
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, NamedTuple, Self
+from typing import TYPE_CHECKING, ClassVar, Final, NamedTuple, Self
 
-from ..errors import StreamNotFoundError, UsageError
-from ..events.envelope import ANY, EXISTS, NO_STREAM, Envelope, ExpectedVersion, Foldable, NewEvent
+from ..errors import CorruptLogError, StreamNotFoundError, UsageError
+from ..events.envelope import (
+    ANY,
+    EXISTS,
+    NO_STREAM,
+    Envelope,
+    ExpectedVersion,
+    Foldable,
+    NewEvent,
+    StreamRows,
+)
 from .coord import Claim, Fence, check_key
 
 if TYPE_CHECKING:
@@ -196,6 +205,31 @@ class LogStore(abc.ABC):
         return self.read_batches(
             from_position=from_position, limit=limit, stream=stream, from_version=from_version
         )
+
+    async def read_stream_rows(
+        self, stream: str, *, from_version: int = 1, until_position: int | None = None
+    ) -> AsyncIterator[StreamRows]:
+        """One stream's events from ``from_version`` on, up to global position ``until_position``, as a fold of
+        that one stream reads them (:class:`~loopd_es.events.envelope.StreamRows`), a batch at a time.
+
+        A backend may fetch only those columns and the last row's place; this default takes them from
+        :meth:`read_recorded`.
+
+        :raises CorruptLogError: as for :meth:`read_batches`, and when the stream's versions have a gap.
+        """
+        until = _MAX_POSITION if until_position is None else until_position
+        async for batch in self.read_recorded(stream=stream, from_version=from_version):
+            ended = batch[-1].position > until
+            if ended:  # a stream's positions rise with its versions: what the cut keeps is a head
+                batch = [e for e in batch if e.position <= until]
+                if not batch:
+                    return
+            first, last = batch[0], batch[-1]
+            check_contiguous(self.url, stream, first.version, last.version, len(batch))
+            rows = [(e.type, e.schema_version, bytes(e.data)) for e in batch]
+            yield StreamRows(first.version, rows, last.position, last.recorded_at)
+            if ended:
+                return
 
     @abc.abstractmethod
     async def head(self) -> int:
@@ -409,6 +443,20 @@ class SequenceChecker:
             )
         self.position = env.position
         self.versions[env.stream] = env.version
+
+
+_MAX_POSITION: Final = (1 << 63) - 1
+
+
+def check_contiguous(where: str, stream: str, first: int, last: int, count: int) -> None:
+    """Check that ``count`` events of ``stream`` read in version order run from ``first`` to ``last``.
+
+    :raises CorruptLogError: when they do not (a gap in the stream's versions, which ``verify`` also finds).
+    """
+    if last - first + 1 != count:
+        raise CorruptLogError(
+            where, None, f"stream {stream!r} has a gap in its versions between {first} and {last}"
+        )
 
 
 def check_expected_version(stream: str, expected: ExpectedVersion, actual: int) -> None:

@@ -37,6 +37,7 @@ from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
 from ..private_files import create_private
 from . import sqlite_coord, sqlite_fast, sqlite_import
 from . import sqlite_ops as ops
+from . import sqlite_reads as reads
 from .base import (
     READ_BATCH,
     LogStore,
@@ -47,7 +48,7 @@ from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, RecentUsers, Request, prepare_path
 
 if TYPE_CHECKING:
-    from ..events.envelope import Envelope, Recorded
+    from ..events.envelope import Envelope, Recorded, StreamRows
 
 T = TypeVar("T")
 R = TypeVar("R", "Envelope", "Recorded")
@@ -217,7 +218,7 @@ class SqliteLog(LogStore):
         from_version: int = 1,
     ) -> AsyncIterator[list[Envelope]]:
         async for batch in self._select(
-            from_position, limit, stream, from_version, None, None, ops.read_rows
+            from_position, limit, stream, from_version, None, None, reads.read_rows
         ):
             yield batch
 
@@ -230,9 +231,28 @@ class SqliteLog(LogStore):
         from_version: int = 1,
     ) -> AsyncIterator[list[Recorded]]:
         async for batch in self._select(
-            from_position, limit, stream, from_version, None, None, ops.read_recorded
+            from_position, limit, stream, from_version, None, None, reads.read_recorded
         ):
             yield batch
+
+    async def read_stream_rows(
+        self, stream: str, *, from_version: int = 1, until_position: int | None = None
+    ) -> AsyncIterator[StreamRows]:
+        """Read on the event-loop thread a batch at a time, as :meth:`_select` reads one stream."""
+        after = max(from_version, 1) - 1
+        until = reads.MAX_INT if until_position is None else until_position
+        while True:
+            await anyio.lowlevel.checkpoint()
+            self._users.note()
+            args = (str(self.path), stream, after, READ_BATCH, until)
+            found = self._read_now(reads.read_stream_rows, *args)
+            (batch,) = found if found is not None else await self._run(reads.read_stream_rows, *args)
+            if batch is None:
+                return
+            yield batch
+            if len(batch.rows) < READ_BATCH:
+                return
+            after = batch.last_version
 
     async def read_filtered(
         self,
@@ -242,7 +262,7 @@ class SqliteLog(LogStore):
         types: Sequence[str] | None = None,
         stream_prefix: str | None = None,
     ) -> AsyncIterator[list[Envelope]]:
-        async for batch in self._select(from_position, limit, None, 1, types, stream_prefix, ops.read_rows):
+        async for batch in self._select(from_position, limit, None, 1, types, stream_prefix, reads.read_rows):
             yield batch
 
     async def _select(
@@ -255,7 +275,7 @@ class SqliteLog(LogStore):
         prefix: str | None,
         read: Callable[..., list[R]],
     ) -> AsyncIterator[list[R]]:
-        """Bounded batches of rows (:func:`~.sqlite_ops.read_rows`, or ``read``'s), filtered by SQLite.
+        """Bounded batches of rows (:func:`~.sqlite_reads.read_rows`, or ``read``'s), filtered by SQLite.
 
         A read whose every row is found through an index (one stream by version, or the whole log by
         position) runs on the event-loop thread a :data:`READ_BATCH` at a time (about 5 ms on the 2-core
@@ -302,13 +322,13 @@ class SqliteLog(LogStore):
         return await self._run(sqlite_coord.swap, key, expected_token, new)
 
     async def head(self) -> int:
-        return await self._read(ops.head)
+        return await self._read(reads.head)
 
     async def stream_version(self, stream: str) -> int:
         return await self._read(ops.stream_version, stream)
 
     async def streams(self) -> list[str]:
-        return await self._run(ops.streams)
+        return await self._run(reads.streams)
 
     async def verify(self, *, repair: bool = False) -> VerifyReport:
         report = VerifyReport(self.url)

@@ -1,4 +1,5 @@
-"""What the SQLite backend runs on its connection: schema checks, group commits, reads, verification.
+"""What the SQLite backend runs on its connection: schema checks, group commits, verification (reads are
+in :mod:`.sqlite_reads`).
 
 Every function here takes a plain :class:`sqlite3.Connection` and runs synchronously, either on the event-loop
 thread (an uncontended commit) or on the store's one worker thread (:mod:`.sqlite`).
@@ -11,7 +12,6 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from itertools import starmap
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -26,7 +26,7 @@ from ..errors import (
     StoreUnavailableError,
     WrongExpectedVersionError,
 )
-from ..events.envelope import Envelope, Recorded
+from ..events.envelope import Envelope
 from . import sqlite_coord
 from .base import VerifyReport, check_expected_version
 
@@ -36,9 +36,7 @@ if TYPE_CHECKING:
 BUSY_TIMEOUT_MS: Final = 60_000
 APPLICATION_ID: Final = 0x6C6F6F70  # "loop": marks a database this library created
 _IN_CHUNK: Final = 500  # ids per IN (...) query: far below SQLite's bound-variable limit (999 on old builds)
-_MAX_INT: Final = (1 << 63) - 1
 COLUMNS: Final = "position, stream, version, event_id, type, schema_version, recorded_at, causation_id, correlation_id, data"
-_STREAM_COLUMNS: Final = COLUMNS.replace(" stream,", "")
 COLUMN_NAMES: Final = [c.strip() for c in COLUMNS.split(",")]
 INSERT: Final = f"INSERT INTO events ({COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _SCHEMA: Final = """
@@ -409,102 +407,10 @@ def row_to_envelope(row: tuple[Any, ...]) -> Envelope:
     return Envelope(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], _Raw(row[9]))
 
 
-def read_rows(
-    conn: sqlite3.Connection,
-    stream: str | None,
-    after: int,
-    size: int,
-    types: Sequence[str] | None = None,
-    prefix: str | None = None,
-    backwards: bool = False,
-) -> list[Envelope]:
-    """At most ``size`` envelopes after (or, ``backwards``, before) ``after``, filtered in SQL.
-
-    ``after`` is a position, or a version with ``stream``; filtered-out rows are never decoded.
-    """
-    after = min(after, _MAX_INT)
-    key = "position" if stream is None else "version"
-    where = [f"{key} {'<' if backwards else '>'} ?"]
-    args: list[Any] = [after]
-    if stream is not None:
-        where.insert(0, "stream = ?")
-        args.insert(0, stream)
-    if types is not None:
-        where.append(f"type IN ({','.join('?' * len(types))})")
-        args.extend(types)
-    if prefix:
-        where.append("stream >= ? AND stream < ?")
-        args.extend((prefix, prefix + "\U0010ffff"))
-    order = "DESC" if backwards else ""
-    raw = _Raw  # unpacking in a comprehension: about 100 ns a row cheaper than a call per row
-    if stream is not None:  # one stream: its name is not fetched (and copied) once a row
-        cursor = conn.execute(
-            f"SELECT {_STREAM_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY version {order} LIMIT ?",
-            (*args, size),
-        )
-        s = stream
-        return [
-            Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, v, i, t, sv, r, c, co, d in cursor.fetchall()
-        ]
-    cursor = conn.execute(
-        f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY {key} {order} LIMIT ?",
-        (*args, size),
-    )
-    return [
-        Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, s, v, i, t, sv, r, c, co, d in cursor.fetchall()
-    ]
-
-
-def read_recorded(
-    conn: sqlite3.Connection,
-    stream: str | None,
-    after: int,
-    size: int,
-    types: None = None,
-    prefix: None = None,
-) -> list[Recorded]:
-    """:func:`read_rows` (unfiltered) as a fold reads it: no event ids, no causal links."""
-    after = min(after, _MAX_INT)
-    if stream is not None:
-        cursor = conn.execute(
-            "SELECT position, version, type, schema_version, recorded_at, data FROM events"
-            " WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
-            (stream, after, size),
-        )
-        s = stream
-        return [Recorded(p, s, v, t, sv, r, d) for p, v, t, sv, r, d in cursor.fetchall()]
-    # the columns in the order of Recorded's fields, so that starmap builds each row's struct in C
-    cursor = conn.execute(
-        "SELECT position, stream, version, type, schema_version, recorded_at, data FROM events"
-        " WHERE position > ? ORDER BY position LIMIT ?",
-        (after, size),
-    )
-    return list(starmap(Recorded, cursor.fetchall()))
-
-
-def head(conn: sqlite3.Connection) -> int:
-    return int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
-
-
 def stream_version(conn: sqlite3.Connection, stream: str) -> int:
     return int(
         conn.execute("SELECT coalesce(max(version), 0) FROM events WHERE stream = ?", (stream,)).fetchone()[0]
     )
-
-
-_DISTINCT_STREAMS: Final = """
-WITH RECURSIVE s(stream) AS (
-    SELECT min(stream) FROM events
-    UNION ALL
-    SELECT (SELECT min(stream) FROM events WHERE stream > s.stream) FROM s WHERE s.stream IS NOT NULL
-)
-SELECT stream FROM s WHERE stream IS NOT NULL
-"""
-
-
-def streams(conn: sqlite3.Connection) -> list[str]:
-    # a skip-scan of the (stream, version) index: one seek per stream, not one step per event
-    return [row[0] for row in conn.execute(_DISTINCT_STREAMS)]
 
 
 def rollback(conn: sqlite3.Connection) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from ..errors import LoopdError, StorageError, UsageError
 from . import sqlite_coord
 from . import sqlite_ops as ops
+from . import sqlite_reads as reads
 from .base import READ_BATCH, LogStore, NeedsEventLoop, VerifyReport
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class SqliteSnapshot(LogStore):
         kinds = None if types is None else list(types)
         while remaining != 0:
             size = READ_BATCH if remaining < 0 else min(READ_BATCH, remaining)
-            batch = self._call(ops.read_rows, stream, after, size, kinds, prefix)
+            batch = self._call(reads.read_rows, stream, after, size, kinds, prefix)
             if not batch:
                 return
             yield batch
@@ -132,13 +133,13 @@ class SqliteSnapshot(LogStore):
                 remaining -= len(batch)
 
     async def head(self) -> int:
-        return self._call(ops.head)
+        return self._call(reads.head)
 
     async def stream_version(self, stream: str) -> int:
         return self._call(ops.stream_version, stream)
 
     async def streams(self) -> list[str]:
-        return self._call(ops.streams)
+        return self._call(reads.streams)
 
     async def coord_read(self, prefix: str = "") -> list[Claim]:
         return self._call(sqlite_coord.read, prefix)

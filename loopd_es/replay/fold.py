@@ -16,9 +16,9 @@ import msgspec
 from ..domain.reducers import Cut, Folded, LogFold, StreamFold, reducer_for, start
 from ..domain.streams import goal_stream
 from ..errors import StreamNotFoundError
-from ..events.envelope import Foldable
+from ..events.envelope import Foldable, StreamRows
 
-B = TypeVar("B", bound=Sequence[Foldable])
+B = TypeVar("B", bound=Sequence[Foldable] | StreamRows)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -48,13 +48,19 @@ async def replay_stream(
         folded.version, folded.position, folded.recorded_at = snap.version, snap.position, snap.recorded_at
         folded.snapshot_version = snap.version
     folding = StreamFold(folded)
+    if cut.at is None and folding.takes_rows:  # a goal, cut (if at all) at a position: the store cuts it
+        read = await feed_ahead(
+            store.read_stream_rows(stream, from_version=folded.version + 1, until_position=cut.until),
+            _feeding_rows(folding),
+        )
+    else:
 
-    def feed(batch: Sequence[Foldable]) -> bool:
-        keep = cut.keep(batch)
-        folding.feed(batch if keep == len(batch) else batch[:keep])
-        return keep == len(batch)
+        def feed(batch: Sequence[Foldable]) -> bool:
+            keep = cut.keep(batch)
+            folding.feed(batch if keep == len(batch) else batch[:keep])
+            return keep == len(batch)
 
-    read = await feed_ahead(store.read_recorded(stream=stream, from_version=folded.version + 1), feed)
+        read = await feed_ahead(store.read_recorded(stream=stream, from_version=folded.version + 1), feed)
     if not read and await store.stream_version(stream) == 0:  # asked only when the read says nothing
         raise StreamNotFoundError(stream)
     folded = folding.result()
@@ -62,6 +68,14 @@ async def replay_stream(
     if snapshots is not None and folded.version - since >= snapshots.every:
         snapshots.save(stream, folded.version, folded.position, folded.recorded_at, folded.state)
     return folded
+
+
+def _feeding_rows(folding: StreamFold) -> Callable[[StreamRows], bool]:
+    def feed(batch: StreamRows) -> bool:
+        folding.feed_rows(batch)
+        return True
+
+    return feed
 
 
 async def replay_all(
@@ -86,16 +100,19 @@ async def feed_ahead(batches: AsyncIterator[B], feed: Callable[[B], bool]) -> bo
     Reading and folding overlap where the read waits on something else: PostgreSQL's next batch is on its way
     from the server while this one folds. SQLite reads its batches on the event-loop thread (building rows
     needs the GIL, so a worker thread bought no overlap), and there the two simply alternate. Returns
-    whether any batch was read.
+    whether any batch was read; a read that fails raises its own error, not an ``ExceptionGroup``.
     """
     send, receive = anyio.create_memory_object_stream[B](1)
     read = False
+    failed: list[Exception] = []
 
     async def produce() -> None:
         async with send:
             try:
                 async for batch in batches:
                     await send.send(batch)
+            except Exception as e:  # raised below as itself (a corrupt log, say), not in an ExceptionGroup
+                failed.append(e)
             finally:  # a stopped fold cancels this task: the read ends here, not when collected
                 close = getattr(batches, "aclose", None)
                 if close is not None:
@@ -110,6 +127,8 @@ async def feed_ahead(batches: AsyncIterator[B], feed: Callable[[B], bool]) -> bo
                 if not feed(batch):
                     tg.cancel_scope.cancel()
                     break
+    if failed:
+        raise failed[0]
     return read
 
 

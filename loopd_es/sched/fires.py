@@ -54,11 +54,6 @@ def session_key(session_id: str) -> str:
     return SESSION_PREFIX + session_id
 
 
-def goal_key(goal_id: str) -> str:
-    """The fire record of one goal's schedule."""
-    return GOAL_PREFIX + goal_id
-
-
 class _Names(msgspec.Struct, frozen=True):
     task_id: str
     slot: int

@@ -118,6 +118,54 @@ class ReadContract:
         assert await recorded(stream="a", from_position=9) == [view(e) for e in envs if e.stream == "a"]
         assert await recorded(stream="missing") == []
 
+    async def test_read_stream_rows_is_one_stream_as_its_fold_reads_it(self, store: LogStore) -> None:
+        """The stream's events as (type, schema version, payload) from a version on, up to a position, and
+        where the last one lies; in batches that tell each row's version."""
+        envs = await self._ten(store)
+        await store.append("a", [NewEvent(type="t.old", data={"k": 1}, schema_version=2)])
+        envs = await everything(store)
+
+        async def rows(stream: str, **kwargs: Any) -> list[tuple[int, str, int, bytes]]:
+            got = []
+            async for batch in store.read_stream_rows(stream, **kwargs):
+                assert batch.rows and batch.last_version == batch.first_version + len(batch.rows) - 1
+                last = [e for e in envs if e.stream == stream and e.version == batch.last_version]
+                assert (batch.last_position, batch.last_recorded_at) == (
+                    last[0].position,
+                    last[0].recorded_at,
+                )
+                got += [(batch.first_version + k, *row) for k, row in enumerate(batch.rows)]
+            return got
+
+        def expected(stream: str, first: int = 1, until: int = 99) -> list[tuple[int, str, int, bytes]]:
+            return [
+                (e.version, e.type, e.schema_version, bytes(e.data))
+                for e in envs
+                if e.stream == stream and e.version >= first and e.position <= until
+            ]
+
+        assert await rows("a") == expected("a")
+        assert (await rows("a"))[-1][1:3] == ("t.old", 2)
+        assert await rows("b", from_version=3) == expected("b", first=3)
+        assert await rows("a", until_position=6) == expected("a", until=6) != []
+        assert await rows("b", from_version=2, until_position=7) == expected("b", first=2, until=7)
+        assert await rows("a", until_position=0) == []
+        assert await rows("a", from_version=7) == []
+        assert await rows("missing") == []
+
+    async def test_read_stream_rows_of_a_long_stream(self, store: LogStore) -> None:
+        n = 2 * READ_BATCH + 5
+        await store.append("big", [new(i=i) for i in range(n)])
+        await store.append("other", [new()])
+        await store.append("big", [new(i=n)])
+        got = [b async for b in store.read_stream_rows("big", from_version=2)]
+        assert len(got) >= 2 and sum(len(b.rows) for b in got) == n
+        assert [b.first_version for b in got[1:]] == [b.last_version + 1 for b in got[:-1]]
+        assert got[0].first_version == 2 and (got[-1].last_version, got[-1].last_position) == (n + 1, n + 2)
+        assert [msgspec.json.decode(row[2])["i"] for b in got for row in b.rows] == list(range(1, n + 1))
+        cut = [b async for b in store.read_stream_rows("big", until_position=n)]
+        assert (cut[-1].last_version, sum(len(b.rows) for b in cut)) == (n, n)
+
     async def test_read_all_and_read_stream(self, store: LogStore) -> None:
         envs = await self._ten(store)
         assert [e async for e in store.read_all(7)] == envs[6:]

@@ -74,7 +74,8 @@ def _struct(cls: type[Any]) -> st.SearchStrategy[Any]:
     return st.fixed_dictionaries(fields).map(lambda kw: cls(**kw))
 
 
-events_st = st.lists(st.one_of(*[_struct(cls) for cls in GOAL_TYPES]), max_size=40)
+event_st = st.one_of(*[_struct(cls) for cls in GOAL_TYPES])
+events_st = st.lists(event_st, max_size=40)
 created = g.GoalCreated(goal_id="g1", name="n", objective="o", owner_session_id=OWNER)
 
 
@@ -131,6 +132,45 @@ def test_batched_fold_equals_evolving_one_at_a_time(
         folding.apply(items[lo:hi])
         assert folding.result() == fold(items[:hi], initial("g1"))  # a result midway changes nothing
     assert folding.result() == one_by_one == fold(items, initial("g1"))
+
+
+_ODD_ROWS = st.sampled_from(
+    [
+        ("goal.progress", 1, b'{"goal_id":"g1","summary":3}'),  # does not decode
+        ("goal.progress", 1, b"not json"),
+        ("goal.paused", 99, b'{"goal_id":"g1"}'),  # a schema version the catalogue does not know
+        ("command.started", 1, b'{"command_id":"c"}'),  # not a goal event
+        ("goal.paused", 1, b'{"goal_id":"g2"}'),  # another goal's
+    ]
+)
+
+
+@given(
+    st.lists(st.one_of(event_st, _ODD_ROWS), max_size=40),
+    st.lists(st.integers(0, 41), max_size=4),
+    st.integers(0, 5),
+    st.booleans(),
+)
+@settings(max_examples=scaled(200))
+def test_folding_rows_equals_folding_envelopes(
+    mixed: list[Event | tuple[str, int, bytes]], cuts: list[int], first: int, create: bool
+) -> None:
+    """A replay of one stream folds (type, schema version, payload) rows a batch at a time
+    (``GoalFold.apply_rows``); the state, version, position and anomalies (with their versions) are the ones
+    the same events give as envelopes, from any starting version, with or without the goal created."""
+    rows = [
+        (e.event_type, e.schema_version, msgspec.json.encode(e)) if isinstance(e, Event) else e for e in mixed
+    ]
+    if create:
+        rows.insert(0, (created.event_type, 1, msgspec.json.encode(created)))
+    start = fold([_stored(k + 1, created) for k in range(first)], initial("g1")) if first else initial("g1")
+    envelopes = [_envelope(start.version + k + 1, t, d, sv) for k, (t, sv, d) in enumerate(rows)]
+    expected = fold(envelopes, start)
+    folding = GoalFold(start)
+    bounds = sorted({0, len(rows), *(min(c, len(rows)) for c in cuts)})
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        folding.apply_rows(start.version + lo + 1, rows[lo:hi], envelopes[hi - 1].position)
+    assert folding.result() == expected
 
 
 def test_usage_watermark_keeps_the_last_ids_across_long_folds() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from loopd_es.cli.main import main
 from loopd_es.clock import parse_rfc3339
 from loopd_es.domain.evolve import fold, initial
 from loopd_es.domain.reducers import reducer_versions
+from loopd_es.errors import CorruptLogError
 from loopd_es.events import goal as g
 from loopd_es.events import run as r
 from loopd_es.events.catalogue import decode_payload, new_event
@@ -217,3 +219,17 @@ async def test_a_replay_folds_the_cheap_rows_exactly_as_the_envelopes(store: Log
     assert fold(recorded, initial("a")) == by_envelopes
     assert (await replay_stream(store, "goal-a")).state == by_envelopes
     assert (await replay_all(store))["goal-a"].state == by_envelopes
+
+
+async def test_a_gap_in_a_streams_versions_is_a_corrupt_log_not_a_wrong_state(tmp_path: Path) -> None:
+    """A replay of one stream counts its rows' versions (they are contiguous in a sound log); a row deleted
+    behind the log's back is reported as corruption, never folded as if the versions ran on."""
+    path = tmp_path / "log.db"
+    async with await open_store(f"sqlite:{path}") as store:
+        await _fill(store, runs=3)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM events WHERE stream = 'goal-a' AND version = 5")
+    async with await open_store(f"sqlite:{path}", create=False) as store:
+        with pytest.raises(CorruptLogError, match="gap in its versions between 1 and 10"):
+            await replay_stream(store, "goal-a")
+        assert (await replay_stream(store, "goal-a", until=4)).version == 4

@@ -1,0 +1,145 @@
+"""The SQLite backend's reads: envelopes, the rows a fold reads, heads and stream names.
+
+Every function takes a plain :class:`sqlite3.Connection` and runs synchronously, on the event-loop thread
+(the read-only connection) or on the store's one worker thread (:mod:`.sqlite`). Rows are built by unpacking
+in a comprehension (about 100 ns a row cheaper than a call per row), and a read of one stream does not fetch
+the stream's name.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from itertools import starmap
+from typing import Any, Final
+
+import msgspec
+
+from ..events.envelope import Envelope, Recorded, StreamRows
+from .base import check_contiguous
+from .sqlite_ops import COLUMNS
+
+MAX_INT: Final = (1 << 63) - 1
+_STREAM_COLUMNS: Final = COLUMNS.replace(" stream,", "")
+_Raw: Final = msgspec.Raw
+
+
+def read_rows(
+    conn: sqlite3.Connection,
+    stream: str | None,
+    after: int,
+    size: int,
+    types: Sequence[str] | None = None,
+    prefix: str | None = None,
+    backwards: bool = False,
+) -> list[Envelope]:
+    """At most ``size`` envelopes after (or, ``backwards``, before) ``after``, filtered in SQL.
+
+    ``after`` is a position, or a version with ``stream``; filtered-out rows are never decoded.
+    """
+    after = min(after, MAX_INT)
+    key = "position" if stream is None else "version"
+    where = [f"{key} {'<' if backwards else '>'} ?"]
+    args: list[Any] = [after]
+    if stream is not None:
+        where.insert(0, "stream = ?")
+        args.insert(0, stream)
+    if types is not None:
+        where.append(f"type IN ({','.join('?' * len(types))})")
+        args.extend(types)
+    if prefix:
+        where.append("stream >= ? AND stream < ?")
+        args.extend((prefix, prefix + "\U0010ffff"))
+    order = "DESC" if backwards else ""
+    raw = _Raw  # unpacking in a comprehension: about 100 ns a row cheaper than a call per row
+    if stream is not None:  # one stream: its name is not fetched (and copied) once a row
+        cursor = conn.execute(
+            f"SELECT {_STREAM_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY version {order} LIMIT ?",
+            (*args, size),
+        )
+        s = stream
+        return [
+            Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, v, i, t, sv, r, c, co, d in cursor.fetchall()
+        ]
+    cursor = conn.execute(
+        f"SELECT {COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY {key} {order} LIMIT ?",
+        (*args, size),
+    )
+    return [
+        Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, s, v, i, t, sv, r, c, co, d in cursor.fetchall()
+    ]
+
+
+def read_recorded(
+    conn: sqlite3.Connection,
+    stream: str | None,
+    after: int,
+    size: int,
+    types: None = None,
+    prefix: None = None,
+) -> list[Recorded]:
+    """:func:`read_rows` (unfiltered) as a fold reads it: no event ids, no causal links."""
+    after = min(after, MAX_INT)
+    if stream is not None:
+        cursor = conn.execute(
+            "SELECT position, version, type, schema_version, recorded_at, data FROM events"
+            " WHERE stream = ? AND version > ? ORDER BY version LIMIT ?",
+            (stream, after, size),
+        )
+        s = stream
+        return [Recorded(p, s, v, t, sv, r, d) for p, v, t, sv, r, d in cursor.fetchall()]
+    # the columns in the order of Recorded's fields, so that starmap builds each row's struct in C
+    cursor = conn.execute(
+        "SELECT position, stream, version, type, schema_version, recorded_at, data FROM events"
+        " WHERE position > ? ORDER BY position LIMIT ?",
+        (after, size),
+    )
+    return list(starmap(Recorded, cursor.fetchall()))
+
+
+def read_stream_rows(
+    conn: sqlite3.Connection, where: str, stream: str, after: int, size: int, until: int
+) -> tuple[StreamRows | None]:
+    """At most ``size`` events of ``stream`` after version ``after`` and at or before position ``until``, as a
+    fold of that stream reads them, or None when there are none (in a tuple, never None itself, so that a
+    caller can tell "no rows" from "not read").
+
+    Three columns a row, and the last row's place in a second look-up: a Python object per column per row is
+    what a replay's read costs (docs/performance.md). Two statements are two snapshots, which is safe here:
+    the log only grows, and what grows lies after the rows already read.
+    """
+    after = min(after, MAX_INT)
+    args = (stream, after, until)
+    rows = conn.execute(
+        "SELECT type, schema_version, data FROM events"
+        " WHERE stream = ? AND version > ? AND position <= ? ORDER BY version LIMIT ?",
+        (*args, size),
+    ).fetchall()
+    if not rows:
+        return (None,)
+    version, position, recorded_at = conn.execute(
+        "SELECT version, position, recorded_at FROM events"
+        " WHERE stream = ? AND version > ? AND position <= ? ORDER BY version LIMIT 1 OFFSET ?",
+        (*args, len(rows) - 1),
+    ).fetchone()
+    check_contiguous(where, stream, after + 1, version, len(rows))
+    return (StreamRows(after + 1, rows, position, recorded_at),)
+
+
+def head(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT coalesce(max(position), 0) FROM events").fetchone()[0])
+
+
+_DISTINCT_STREAMS: Final = """
+WITH RECURSIVE s(stream) AS (
+    SELECT min(stream) FROM events
+    UNION ALL
+    SELECT (SELECT min(stream) FROM events WHERE stream > s.stream) FROM s WHERE s.stream IS NOT NULL
+)
+SELECT stream FROM s WHERE stream IS NOT NULL
+"""
+
+
+def streams(conn: sqlite3.Connection) -> list[str]:
+    # a skip-scan of the (stream, version) index: one seek per stream, not one step per event
+    return [row[0] for row in conn.execute(_DISTINCT_STREAMS)]
