@@ -196,8 +196,9 @@ def _log_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     ):
         f = r[key]
         rows.append(_row(work, f["ratio"], target, f"{f['loopd_es']:.0f}/s", f"{f['peer']:.0f}/s"))
-        if "raw_own_row" in f:  # the limit: plain sqlite3 inserting the very same rows
-            work = f"{work}: plain sqlite3 writing loopd-es's rows (the limit)"
+        if "raw_own_row" in f:  # the limit: plain sqlite3 inserting (or fetching) the very same rows
+            verb = "fetching" if key == "read_all" else "writing"
+            work = f"{work}: plain sqlite3 {verb} loopd-es's rows (the limit)"
             raw = _row(
                 work, f["raw_own_row_over_peer"], target, f"{f['raw_own_row']:.0f}/s", f"{f['peer']:.0f}/s"
             )

@@ -11,7 +11,7 @@ import abc
 import functools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Final, NamedTuple, Self
 
 from ..errors import CorruptLogError, StreamNotFoundError, UsageError
@@ -217,7 +217,7 @@ class LogStore(abc.ABC):
 
         :raises CorruptLogError: as for :meth:`read_batches`, and when the stream's versions have a gap.
         """
-        until = _MAX_POSITION if until_position is None else until_position
+        until = MAX_POSITION if until_position is None else until_position
         async for batch in self.read_recorded(stream=stream, from_version=from_version):
             ended = batch[-1].position > until
             if ended:  # a stream's positions rise with its versions: what the cut keeps is a head
@@ -445,7 +445,21 @@ class SequenceChecker:
         self.versions[env.stream] = env.version
 
 
-_MAX_POSITION: Final = (1 << 63) - 1
+async def stream_rows_batches(
+    read: Callable[[int], Awaitable[StreamRows | None]], from_version: int
+) -> AsyncIterator[StreamRows]:
+    """A backend's :meth:`LogStore.read_stream_rows`: ``read(after)`` (a batch of up to :data:`READ_BATCH`
+    events after version ``after``, or None) until a batch comes short."""
+    after = max(from_version, 1) - 1
+    while (batch := await read(after)) is not None:
+        yield batch
+        if len(batch.rows) < READ_BATCH:
+            return
+        after = batch.last_version
+
+
+MAX_POSITION: Final = (1 << 63) - 1
+"""The largest position a log can hold (SQLite's and PostgreSQL's 64-bit integers): "no cut"."""
 
 
 def check_contiguous(where: str, stream: str, first: int, last: int, count: int) -> None:

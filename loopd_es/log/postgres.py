@@ -39,14 +39,16 @@ from ..errors import (
     StoreUnavailableError,
     UsageError,
 )
-from ..events.envelope import Envelope, ExpectedVersion, Recorded
-from . import postgres_coord
+from ..events.envelope import Envelope, ExpectedVersion, Recorded, StreamRows
+from . import postgres_coord, postgres_rows
 from .base import (
+    MAX_POSITION,
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
     check_expected_version,
+    stream_rows_batches,
 )
 from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, Part, Request
@@ -345,6 +347,21 @@ class PostgresLog(LogStore):
             RECORDED_COLUMNS, Recorded, from_position, limit, stream, from_version
         ):
             yield batch
+
+    def read_stream_rows(
+        self, stream: str, *, from_version: int = 1, until_position: int | None = None
+    ) -> AsyncIterator[StreamRows]:
+        until = MAX_POSITION if until_position is None else until_position
+        statements = (postgres_rows.ROWS.format(self._table), postgres_rows.PLACE.format(self._table))
+
+        async def read(after: int) -> StreamRows | None:
+            await anyio.lowlevel.checkpoint()
+            async with self._connection() as conn:
+                return await postgres_rows.read_stream_rows(
+                    conn, statements, self.url, stream, after, READ_BATCH, until
+                )
+
+        return stream_rows_batches(read, from_version)
 
     async def _select(
         self,

@@ -39,10 +39,12 @@ from . import sqlite_coord, sqlite_fast, sqlite_import
 from . import sqlite_ops as ops
 from . import sqlite_reads as reads
 from .base import (
+    MAX_POSITION,
     READ_BATCH,
     LogStore,
     SequenceChecker,
     VerifyReport,
+    stream_rows_batches,
 )
 from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, RecentUsers, Request, prepare_path
@@ -235,24 +237,21 @@ class SqliteLog(LogStore):
         ):
             yield batch
 
-    async def read_stream_rows(
+    def read_stream_rows(
         self, stream: str, *, from_version: int = 1, until_position: int | None = None
     ) -> AsyncIterator[StreamRows]:
         """Read on the event-loop thread a batch at a time, as :meth:`_select` reads one stream."""
-        after = max(from_version, 1) - 1
-        until = reads.MAX_INT if until_position is None else until_position
-        while True:
+        until = MAX_POSITION if until_position is None else until_position
+
+        async def read(after: int) -> StreamRows | None:
             await anyio.lowlevel.checkpoint()
             self._users.note()
             args = (str(self.path), stream, after, READ_BATCH, until)
             found = self._read_now(reads.read_stream_rows, *args)
             (batch,) = found if found is not None else await self._run(reads.read_stream_rows, *args)
-            if batch is None:
-                return
-            yield batch
-            if len(batch.rows) < READ_BATCH:
-                return
-            after = batch.last_version
+            return batch
+
+        return stream_rows_batches(read, from_version)
 
     async def read_filtered(
         self,

@@ -16,10 +16,9 @@ from typing import Any, Final
 import msgspec
 
 from ..events.envelope import Envelope, Recorded, StreamRows
-from .base import check_contiguous
+from .base import MAX_POSITION, check_contiguous
 from .sqlite_ops import COLUMNS
 
-MAX_INT: Final = (1 << 63) - 1
 _STREAM_COLUMNS: Final = COLUMNS.replace(" stream,", "")
 _Raw: Final = msgspec.Raw
 
@@ -37,7 +36,7 @@ def read_rows(
 
     ``after`` is a position, or a version with ``stream``; filtered-out rows are never decoded.
     """
-    after = min(after, MAX_INT)
+    after = min(after, MAX_POSITION)
     key = "position" if stream is None else "version"
     where = [f"{key} {'<' if backwards else '>'} ?"]
     args: list[Any] = [after]
@@ -79,7 +78,7 @@ def read_recorded(
     prefix: None = None,
 ) -> list[Recorded]:
     """:func:`read_rows` (unfiltered) as a fold reads it: no event ids, no causal links."""
-    after = min(after, MAX_INT)
+    after = min(after, MAX_POSITION)
     if stream is not None:
         cursor = conn.execute(
             "SELECT position, version, type, schema_version, recorded_at, data FROM events"
@@ -108,7 +107,7 @@ def read_stream_rows(
     what a replay's read costs (docs/performance.md). Two statements are two snapshots, which is safe here:
     the log only grows, and what grows lies after the rows already read.
     """
-    after = min(after, MAX_INT)
+    after = min(after, MAX_POSITION)
     args = (stream, after, until)
     rows = conn.execute(
         "SELECT type, schema_version, data FROM events"
