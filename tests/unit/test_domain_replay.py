@@ -187,6 +187,27 @@ def test_cli_replay_and_events(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert '"goal.created"' in capsys.readouterr().out
 
 
+def test_cli_replay_of_a_corrupt_log_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A read that fails during a replay (a line changed after it was written) is the corrupt-log message and
+    exit code 4, for one stream and the whole log; it was "internal error: ExceptionGroup", exit 1."""
+    import anyio
+
+    path = tmp_path / "log.ndjson"
+
+    async def fill() -> None:
+        async with await open_store(f"ndjson:{path}") as s:
+            await _fill(s, runs=2)
+
+    anyio.run(fill)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[2] = lines[2].replace(b'"version":3', b'"version":9')
+    path.write_bytes(b"".join(lines))
+    for args in (("--stream", "goal-a", "--no-snapshots"), ()):
+        assert main("--store", f"ndjson:{path}", "replay", *args) == 4
+        err = capsys.readouterr().err
+        assert "corrupt log: line 3 of" in err and "ExceptionGroup" not in err, err
+
+
 async def test_a_cut_inside_a_later_batch_stops_the_read_ahead(store: LogStore) -> None:
     """Reading runs one batch ahead of folding: a cut in the third batch folds exactly up to it, and a
     whole-log replay of the same stream agrees with the stream's own."""
