@@ -152,8 +152,10 @@ def _run_on_schedule(cmd: c.RunOnSchedule, state: GoalState, facts: c.Facts) -> 
         return []
     if sched.max_runs is not None and state.schedule_run_count >= sched.max_runs:
         return []
+    resumed = g.GoalResumed(goal_id=state.goal_id, from_status="complete", by="schedule")
+    tick = f"schedule-tick-{cmd.slot}"
+    if any(item.input_id == tick or item.input_id.startswith(tick + "-") for item in state.inbox):
+        return [resumed]  # a tick of this run again (after a forced completion): its message still waits
     text = texts.goal_tick(state.schedule_run_count, sched.max_runs)
-    return [
-        g.GoalResumed(goal_id=state.goal_id, from_status="complete", by="schedule"),
-        g.GoalInputQueued(goal_id=state.goal_id, input_id=f"schedule-tick-{cmd.slot}", text=text, at=cmd.at),
-    ]
+    input_id = tick if cmd.attempt == 1 else f"{tick}-{cmd.attempt}"
+    return [resumed, g.GoalInputQueued(goal_id=state.goal_id, input_id=input_id, text=text, at=cmd.at)]

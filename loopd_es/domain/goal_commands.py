@@ -381,10 +381,15 @@ class CompleteCompaction(_GoalCommand, frozen=True, kw_only=True):
 
 
 class RunOnSchedule(_GoalCommand, frozen=True, kw_only=True):
-    """A scheduled goal's tick ``slot`` is due (docs/reference/loopd.md#s3-15): its slot is already claimed."""
+    """A scheduled goal's tick ``slot`` is due (docs/reference/loopd.md#s3-15): its slot is already claimed.
+
+    ``attempt`` counts the ticks of the same run: a tick whose runner was lost, or a run force-completed after
+    its tick (a forced completion counts no run), is ticked again.
+    """
 
     slot: int
     at: datetime
+    attempt: int = 1
 
 
 GoalCommand = (

@@ -6,8 +6,9 @@ record (:mod:`.fires`), appends ``loop.slot_claimed`` at the slot stream's expec
 (``goal.resumed by=schedule`` plus the reference's tick message in its inbox) at the goal stream's expected
 version - every write fenced on the record - so a tick that raced a user's change, or another engine, does
 nothing. A tick whose scheduler died before its outcome is recorded as lost once its record runs out, and the
-slot is taken again (attempt + 1). A writer goal waits while another writer goal is active (the reference's
-``schedule.skipped-writer-active``).
+slot is taken again (attempt + 1). So is the slot of a run force-completed after its tick: a forced completion
+counts no run and leaves ``next_run_at`` due, and the reference's next tick resumes such a goal again. A writer
+goal waits while another writer goal is active (the reference's ``schedule.skipped-writer-active``).
 """
 
 from __future__ import annotations
@@ -47,8 +48,12 @@ class _Slots:
     """The last slot taken and not failed (a failed slot may be taken again)."""
     started: tuple[int, int] | None = None
     """``(slot, attempt)`` of a tick started and not ended."""
-    failed: tuple[int, int] = (0, 0)
-    """``(slot, attempt)`` of the last failed tick: taking that slot again is its next attempt."""
+    claimed: tuple[int, int] = (0, 0)
+    """``(slot, attempt)`` of the last tick taken: taking that slot again is its next attempt."""
+    claimed_position: int = 0
+    """The log position of that claim."""
+    succeeded: int = 0
+    """The slot of the last tick that resumed its goal."""
 
 
 def goal_due(state: GoalState) -> datetime | None:
@@ -90,10 +95,11 @@ class GoalSlots:
             e = decode_payload(env)
             if isinstance(e, ev.SlotClaimed):
                 st.last_slot, st.started = e.slot, (e.slot, e.attempt)
-            elif isinstance(e, ev.FireSucceeded | ev.FireFailed):
-                st.started = None
-                if isinstance(e, ev.FireFailed):
-                    st.last_slot, st.failed = e.slot - 1, (e.slot, e.attempt)  # the slot may be taken again
+                st.claimed, st.claimed_position = (e.slot, e.attempt), env.position
+            elif isinstance(e, ev.FireSucceeded):
+                st.started, st.succeeded = None, e.slot
+            elif isinstance(e, ev.FireFailed):
+                st.started, st.last_slot = None, e.slot - 1  # the slot may be taken again
             if gid in self.goals:
                 self.index.push(goal_due(self.goals[gid]), gid, gid)
 
@@ -128,7 +134,7 @@ class GoalSlots:
         state = self.goals[gid]
         slots = self.slots.get(gid, _Slots())
         slot = state.schedule_run_count + 1
-        if slots.last_slot >= slot and slots.started is None:
+        if slots.last_slot >= slot and slots.started is None and not _forced_since(state, slots, slot):
             return (
                 0  # this run's tick was taken and the goal has not completed it: indexed again when it does
             )
@@ -177,7 +183,8 @@ class GoalSlots:
             task_id=key, slot=slot, attempt=attempt, due_at=due, claimed_at=now, by=by, goal_id=gid
         )
         [claimed] = await store.append(stream, [new_event(claim)], expected_version=version, fences=fence)
-        resume = decide(RunOnSchedule(goal_id=gid, slot=slot, at=now), state, Facts(now=now))
+        tick = RunOnSchedule(goal_id=gid, slot=slot, attempt=attempt, at=now)
+        resume = decide(tick, state, Facts(now=now))
         outcome: Event = ev.FireFailed(task_id=key, slot=slot, attempt=attempt, at=now, reason="goal changed")
         if resume:  # the goal's rules decide the tick; nothing decided: the goal moved on since it was due
             try:
@@ -195,10 +202,15 @@ class GoalSlots:
 
 
 def _attempt(slots: _Slots, slot: int) -> int:
-    """The attempt that taking ``slot`` now is (a failed or lost tick of the same slot counts)."""
-    if slots.started is not None and slots.started[0] == slot:
-        return slots.started[1] + 1
-    return slots.failed[1] + 1 if slots.failed[0] == slot else 1
+    """The attempt that taking ``slot`` now is (a failed, lost or force-completed tick of the slot counts)."""
+    return slots.claimed[1] + 1 if slots.claimed[0] == slot else 1
+
+
+def _forced_since(state: GoalState, slots: _Slots, slot: int) -> bool:
+    """Whether ``slot``'s tick resumed the goal and the goal, due again for the same run, has changed since:
+    only a forced completion ends a run without counting it (the reference's force complete leaves the
+    schedule alone, and its next tick resumes the goal again)."""
+    return slots.succeeded == slot and state.position > slots.claimed_position
 
 
 def _task(goal_id: str) -> str:

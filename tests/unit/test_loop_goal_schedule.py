@@ -77,6 +77,48 @@ async def test_ticks_until_max_runs_with_the_reference_message(tmp_path: Path) -
         ]  # fmt: skip
 
 
+async def test_a_forced_completion_of_a_ticked_run_is_ticked_again(tmp_path: Path) -> None:
+    """A forced completion counts no run and keeps ``next_run_at`` (the reference's force complete leaves the
+    schedule's counters alone), so the goal is complete and due again: the reference's next tick resumes it with
+    the same tick number. Here that is the slot's next attempt, also for a scheduler started afterwards; the
+    schedule used to stall, the slot taken, until the goal changed by other means."""
+    async with world(tmp_path) as w:
+        await _goal(w, "g1")
+        await _complete(w, "g1", T0 + 10_000)
+        w.now = T0 + 10_000
+        assert (await w.tick()).goal_ticks == 1
+        assert (await w.tick()).goal_ticks == 0  # running: skipped
+        forced = g.GoalCompleted(goal_id="g1", summary="forced", evidence="", forced=True)
+        await w.store.append(goal_stream("g1"), [new_event(forced)])
+        assert (await w.tick()).goal_ticks == 1
+        st = await _state(w, "g1")
+        assert st.status == "active" and st.schedule_run_count == 1 and not st.anomaly_count
+        assert [(i.input_id, i.text.split(" —")[0]) for i in st.inbox] == [
+            ("schedule-tick-2", "Scheduled tick 2/3")  # not queued twice while it waits
+        ]
+        delivered = g.GoalInputDelivered(goal_id="g1", input_ids=("schedule-tick-2",))
+        await w.store.append(goal_stream("g1"), [new_event(delivered), new_event(forced)])
+        e2 = w.scheduler("e2")  # a new scheduler reads it from the log ...
+        assert (await w.tick(e2)).goal_ticks == 0  # ... and first learns the fire record's token
+        w.now = T0 + 11_000
+        assert (await w.tick(e2)).goal_ticks == 1
+        assert (await w.tick()).goal_ticks == 0
+        st = await _state(w, "g1")
+        assert [(i.input_id, i.text.split(" —")[0]) for i in st.inbox] == [
+            ("schedule-tick-2-3", "Scheduled tick 2/3")
+        ]
+        slots = [decode_payload(e) async for e in w.store.read_stream(ev.goal_slot_stream("g1"))]
+        assert [(type(s).__name__, getattr(s, "slot", 0), getattr(s, "attempt", 0)) for s in slots] == [
+            ("SlotClaimed", 2, 1), ("FireSucceeded", 2, 1),
+            ("SlotClaimed", 2, 2), ("FireSucceeded", 2, 2),
+            ("SlotClaimed", 2, 3), ("FireSucceeded", 2, 3),
+        ]  # fmt: skip
+        await _complete(w, "g1", T0 + 21_000)  # a verified completion counts the run: the next slot
+        w.now = T0 + 21_000
+        assert (await w.tick(e2)).goal_ticks == 1
+        assert (await _state(w, "g1")).schedule_run_count == 2
+
+
 async def test_writer_goal_waits_while_another_writer_is_active(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         await _goal(w, "g1", writer=True)
