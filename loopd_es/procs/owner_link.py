@@ -150,12 +150,12 @@ async def owner_request(
                 await anyio.sleep(0.05)
                 continue
             async with stream:
-                await stream.send(encode(request))
                 buffered = BufferedByteReceiveStream(stream)
                 try:
+                    await stream.send(encode(request))
                     line = await buffered.receive_until(b"\n", MAX_LINE)
-                except (anyio.EndOfStream, anyio.IncompleteRead, OSError):
-                    return None  # the owner ended while answering
+                except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, OSError):
+                    return None  # the owner ended while answering (a reset is one way it ends)
                 try:
                     return _ANSWER.decode(line)
                 except msgspec.DecodeError:

@@ -474,8 +474,11 @@ class Supervisor:
             async with anyio.create_task_group() as tg, receive:
 
                 async def forward_output() -> None:
-                    async for chunk in receive:
-                        await stream.send(chunk)
+                    try:
+                        async for chunk in receive:
+                            await stream.send(chunk)
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                        pass  # the client went away with output on its way: the attach ends, the owner goes on
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(forward_output)

@@ -7,12 +7,14 @@ import base64
 import os
 import re
 import signal
+import socket
 import time
 from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
 import pytest
+from anyio.abc import SocketAttribute
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from loopd_es.domain.command import CommandStateError
@@ -169,6 +171,34 @@ async def test_write_resize_and_attach(env: Env, store: LogStore) -> None:
     await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert "command.input-written" in await env.types(store, cid)
     assert "command.resized" in await env.types(store, cid)
+
+
+async def test_a_client_leaving_an_attach_while_output_flows_leaves_the_command_running(
+    env: Env, store: LogStore
+) -> None:
+    """The owner forwards output to an attached client; one that leaves (Ctrl-C in ``cmd attach``) while output
+    is on its way made the owner's next send fail, and that error took the owner and its command down."""
+    chatty = "import itertools, time\nfor n in itertools.count():\n    print('line', n, flush=True)\n    time.sleep(0.005)\n"
+    cid = await env.start(store, "-c", chatty, title="chatty")
+    await env.until(store, cid, lambda s: env.paths.socket(cid).exists() and b"line 3" in env.output(cid))
+    stream = await anyio.connect_unix(env.paths.socket(cid))
+    async with stream:
+        await stream.send(b'{"op": "attach"}\n')
+        seen = b""
+        with anyio.fail_after(scaled_timeout(5)):
+            while seen.count(b"line") < 3:
+                seen += await stream.receive()
+        # the client stops reading (its connection still open, so the owner sees no end of input): the owner's
+        # next send fails at once, as it does when a client's close races the output
+        stream.extra(SocketAttribute.raw_socket).shutdown(socket.SHUT_RD)
+        before = len(env.output(cid))
+        await env.until(store, cid, lambda s: len(env.output(cid)) > before + 2000)
+        answer = await owner_link.owner_request(env.paths, cid, owner_link.Status())
+        assert answer is not None and answer.ok and answer.message == "running", answer
+        assert (await env.state(store, cid)).running
+    assert await service.command_request(store, env.paths, cid, owner_link.Terminate()) == (
+        'Command "chatty" terminated.'
+    )
 
 
 def test_cli_remove_rules_and_pattern_read(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
