@@ -155,6 +155,10 @@ class Records:
     async def take(self, scope: str, names: tuple[str, int, int] | None = None) -> Hold | None:
         """Take ``scope``'s record over unless it is held live; ``None`` when it is, or changed meanwhile.
 
+        A record this runner did not know, or knew with an older token (another runner took and released it
+        since), is taken with the token its failed compare-and-set returned: a fresh runner's first fire is not
+        put off until the record is looked at again.
+
         ``names`` is the ``(task, slot, attempt)`` about to be fired (none: taken to record lost fires). The
         record runs from now (the clock read here, not the tick's start: a tick fires sessions one after
         another).
@@ -163,18 +167,21 @@ class Records:
         seen = self.known.get(scope)
         if seen is not None and seen.holder:  # held when last seen: renewed since? (renewals keep the token)
             seen = await self.read(scope)
-        if busy(seen, now):
-            return None
-        token = seen.token if seen is not None else 0
         info = "" if names is None else _ENCODE.encode(_Names(*names)).decode()
         until = now + timedelta(milliseconds=self.ttl_ms)
-        hold = Hold(key=self.prefix + scope, holder=self.holder, token=token + 1, info=info, until=until)
-        found = await self.store.coord_swap(hold.key, token, hold.record(until))
-        if found is not None:
-            self._learn(scope, found if found.token else None)
-            return None
-        self._learn(scope, hold.record(until))
-        return hold
+        for _ in range(
+            2
+        ):  # a record unknown here, or released by another runner since: its swap tells the token
+            if busy(seen, now):
+                return None
+            token = seen.token if seen is not None else 0
+            hold = Hold(key=self.prefix + scope, holder=self.holder, token=token + 1, info=info, until=until)
+            seen = await self.store.coord_swap(hold.key, token, hold.record(until))
+            if seen is None:
+                self._learn(scope, hold.record(until))
+                return hold
+            self._learn(scope, seen if seen.token else None)
+        return None
 
     async def release(self, scope: str, hold: Hold) -> None:
         """Let go of ``hold`` (its token kept, so a later holder's is higher). Best effort: a record that was

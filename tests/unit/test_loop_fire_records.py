@@ -112,6 +112,24 @@ async def test_a_fire_holds_its_record_beside_the_log_and_releases_it(tmp_path: 
         assert again is not None and again.token == 2  # each fire takes the record over: a higher token
 
 
+async def test_runners_take_turns_firing_a_session_without_waiting_to_learn_the_record(
+    tmp_path: Path,
+) -> None:
+    """A runner that never saw a session's record, or saw it with an older token (another runner fired and
+    released it since), takes it on its first try: the failed compare-and-set tells it the token. Each fire
+    still takes the record over with a higher token."""
+    async with world(tmp_path) as w:
+        tid, other, _prompt = await _one_task(w, "5m --jitter=false t")
+        key = fires.session_key("s1")
+        w.now += 300_000
+        assert (await w.tick()).fired == [(tid, 1)]
+        w.now += 300_000
+        assert (await w.tick(other)).fired == [(tid, 2)]  # never saw the record
+        w.now += 300_000
+        assert (await w.tick()).fired == [(tid, 3)]  # saw it with token 1; it is at 2
+        assert await _record(w, key) == Claim(key=key, holder="", token=3, expires_us=0)
+
+
 async def test_a_long_host_call_renews_its_record_and_is_not_recorded_lost(tmp_path: Path) -> None:
     ttl = 300  # real milliseconds between renewals' deadlines: the renewer runs every 100 ms
     async with world(tmp_path, claim_ttl_ms=ttl) as w:
