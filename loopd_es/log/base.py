@@ -218,16 +218,18 @@ class LogStore(abc.ABC):
         :raises CorruptLogError: as for :meth:`read_batches`, and when the stream's versions have a gap.
         """
         until = MAX_POSITION if until_position is None else until_position
+        expected = max(from_version, 1)  # the version the next row must have
         async for batch in self.read_recorded(stream=stream, from_version=from_version):
             ended = batch[-1].position > until
             if ended:  # a stream's positions rise with its versions: what the cut keeps is a head
                 batch = [e for e in batch if e.position <= until]
                 if not batch:
                     return
-            first, last = batch[0], batch[-1]
-            check_contiguous(self.url, stream, first.version, last.version, len(batch))
+            last = batch[-1]
+            check_contiguous(self.url, stream, expected, last.version, len(batch))
             rows = [(e.type, e.schema_version, bytes(e.data)) for e in batch]
-            yield StreamRows(first.version, rows, last.position, last.recorded_at)
+            yield StreamRows(expected, rows, last.position, last.recorded_at)
+            expected = last.version + 1
             if ended:
                 return
 

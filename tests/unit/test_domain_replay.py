@@ -6,7 +6,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
@@ -19,7 +19,7 @@ from loopd_es.errors import CorruptLogError
 from loopd_es.events import goal as g
 from loopd_es.events import run as r
 from loopd_es.events.catalogue import decode_payload, new_event
-from loopd_es.events.envelope import NewEvent, Recorded
+from loopd_es.events.envelope import Envelope, NewEvent, Recorded
 from loopd_es.log import open_store
 from loopd_es.log.base import READ_BATCH
 from loopd_es.replay import SnapshotStore, replay_all, replay_goal, replay_stream
@@ -185,6 +185,26 @@ def test_cli_replay_and_events(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "goal.created (v3)" in capsys.readouterr().out
     assert main("events", "--schema") == 0
     assert '"goal.created"' in capsys.readouterr().out
+
+
+async def test_the_default_stream_rows_read_finds_a_gap_too() -> None:
+    """A backend without its own ``read_stream_rows`` (memory, NDJSON) gets the default over its reads, which
+    counts versions across batches as the SQLite and PostgreSQL reads do: a missing event is a corrupt log."""
+    import uuid
+
+    from loopd_es.log.memory import MemoryLog
+
+    class Lossy(MemoryLog):
+        async def read_batches(self, **kwargs: Any) -> AsyncIterator[list[Envelope]]:
+            async for batch in super().read_batches(**kwargs):
+                yield [e for e in batch if e.version != 1]  # the first event: the rest read contiguous
+
+    store = await Lossy.open(f"lossy-{uuid.uuid4().hex}")
+    async with store:
+        await _fill(store, runs=1)
+        assert [b.first_version async for b in store.read_stream_rows("goal-a", from_version=3)] == [3]
+        with pytest.raises(CorruptLogError, match="gap in its versions between 1 and 4"):
+            await replay_stream(store, "goal-a")
 
 
 def test_cli_replay_of_a_corrupt_log_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
