@@ -66,7 +66,7 @@ def goal_traffic(goal_id: str, count: int) -> list[Event]:
                 generation=n,
                 prompt_message_id=f"msg_{n:08d}",
                 turn_count=n,
-                lease_expires_at=parse_rfc3339("2026-12-02T12:05:00.000Z"),
+                deadline=parse_rfc3339("2026-12-02T12:05:00.000Z"),
                 at=parse_rfc3339("2026-12-02T12:00:00.000Z"),
             )
         )

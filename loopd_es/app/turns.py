@@ -19,7 +19,7 @@ import msgspec
 from ..clock import stamp
 from ..domain import goal_commands as c
 from ..domain.prompts import ProgressLine, Snippet, bare_prompt, continuation_prompt, first_prompt
-from ..domain.rules import lease_valid
+from ..domain.rules import run_in_time
 from ..host.errors import HostError, ProviderError
 from ..host.events import EngineHost
 from ..sagas.fallback import observe_provider_error
@@ -130,7 +130,7 @@ def starts_plainly(state: GoalState, now: datetime) -> bool:
         state.exists
         and state.status == "active"
         and not state.interactive
-        and not (state.phase == "running" and lease_valid(state, now))
+        and not (state.phase == "running" and run_in_time(state, now))
         and state.switch_in_flight is None
         and state.worker_session_id is not None
         and not (state.pending_identity or state.model_pending or state.agent_pending)
@@ -238,7 +238,7 @@ class TurnStarter:
             return TurnReport(goal_id=goal_id, result="not-active")
         if state.interactive and not explicit:
             return TurnReport(goal_id=goal_id, result="interactive")
-        if state.phase == "running" and lease_valid(state, service.clock.now()):
+        if state.phase == "running" and run_in_time(state, service.clock.now()):
             return TurnReport(goal_id=goal_id, result="running")
         if state.switch_in_flight is not None:  # no turn with the identity being replaced
             queued = await self._wait_for_switch(state, ctx, explicit=explicit, force=force, kind=kind)

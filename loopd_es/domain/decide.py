@@ -32,8 +32,8 @@ from .rules import (
     invalid_model,
     is_model_ref,
     js_number,
-    lease_valid,
     require_goal,
+    run_in_time,
     stale_run,
     unusable_model,
     writer_conflict,
@@ -423,7 +423,7 @@ def _account(cmd: c.AccountUsage, state: GoalState, facts: c.Facts) -> list[Even
 def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]:
     if not state.exists or state.status != "active":
         return []
-    if state.phase == "running" and lease_valid(state, facts.now):
+    if state.phase == "running" and run_in_time(state, facts.now):
         return []
     if state.switch_in_flight is not None:  # the prompt would carry the identity being replaced (#10.2)
         return []
@@ -440,7 +440,7 @@ def _start_run(cmd: c.StartRun, state: GoalState, facts: c.Facts) -> list[Event]
             turn_count=state.run_count + 1,
             charged=not state.free_retry_pending,
             kind=kind,
-            lease_expires_at=whole_ms(after_ms(facts.now, timeout)),
+            deadline=whole_ms(after_ms(facts.now, timeout)),
             at=whole_ms(facts.now),
         )
     ]

@@ -192,7 +192,7 @@ def _note(d: GoalDraft, refused: _Refused, version: int) -> None:
 def _release(d: GoalDraft) -> None:
     """The reference's ``releaseLease`` plus clearing the run (every caller here clears ``activeRunID``)."""
     d.phase = "idle"
-    d.lease_expires_at = None
+    d.run_deadline = None
     d.active_run_id = None
     d.active_prompt_message_id = None
     d.idle_candidate_generation = None
@@ -413,7 +413,7 @@ def _run_started(d: GoalDraft, e: r.RunStarted, m: _Memo) -> None:
     d.active_run_id = e.run_id
     d.active_prompt_message_id = e.prompt_message_id
     d.run_generation = e.generation
-    d.lease_expires_at = e.lease_expires_at
+    d.run_deadline = e.deadline
     d.run_count = e.turn_count
     if e.charged:
         d.budget_turn_count += 1

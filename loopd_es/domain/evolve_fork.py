@@ -30,7 +30,7 @@ _NOT_CARRIED: Final = frozenset(
         "switch_in_flight",
         "active_run_id",
         "active_prompt_message_id",
-        "lease_expires_at",
+        "run_deadline",
         "idle_candidate_generation",
         "turn_started_at",
         "active_tool_call_ids",

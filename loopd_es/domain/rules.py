@@ -92,8 +92,9 @@ def js_number(value: float) -> str:
     return str(value)
 
 
-def lease_valid(state: GoalState, now: datetime) -> bool:
-    return state.lease_expires_at is not None and now < state.lease_expires_at
+def run_in_time(state: GoalState, now: datetime) -> bool:
+    """The running turn has not reached its deadline (the reference's ``leaseIsValid``)."""
+    return state.run_deadline is not None and now < state.run_deadline
 
 
 def stale_run(run_id: str | None, generation: int | None, state: GoalState) -> bool:

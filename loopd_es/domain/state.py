@@ -18,7 +18,7 @@ from ..events.goal import GoalConfig, GoalStatus, WorkerTopology
 from ..events.identity import ProviderLimitFacts
 from ..events.imported import VerificationAttempt
 
-REDUCER_VERSION: Final = 6
+REDUCER_VERSION: Final = 7
 """Bump when :func:`evolve` folds any event differently: snapshots of another version are discarded."""
 
 MAX_ANOMALIES: Final = 50
@@ -190,7 +190,8 @@ class _GoalFields(msgspec.Struct):
     active_run_id: str | None = None
     active_prompt_message_id: str | None = None
     run_generation: int = 0
-    lease_expires_at: datetime | None = None
+    run_deadline: datetime | None = None
+    """When the running turn times out (the reference's ``leaseExpiresAt``)."""
     run_count: int = 0
     budget_turn_count: int = 0
     consecutive_failures: int = 0

@@ -23,7 +23,7 @@ from .rules import (
     assert_writer_slot,
     invalid_model,
     is_model_ref,
-    lease_valid,
+    run_in_time,
     stale_run,
     unusable_model,
 )
@@ -96,7 +96,7 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
             )
         ]
     now = whole_ms(facts.now)
-    busy = state.switch_in_flight is not None or (state.phase == "running" and lease_valid(state, facts.now))
+    busy = state.switch_in_flight is not None or (state.phase == "running" and run_in_time(state, facts.now))
     if facts.worker_status != "idle" or busy:
         return [
             i.IdentitySwitchDeferred(

@@ -20,7 +20,7 @@ from ..app.service import Ctx
 from ..clock import ms_between
 from ..domain import goal_commands as c
 from ..domain.decide import decide
-from ..domain.rules import lease_valid
+from ..domain.rules import run_in_time
 from ..domain.streams import goal_stream
 from ..host.errors import HostError
 from .shares import GoalLostError
@@ -195,7 +195,7 @@ class Maintenance:
             state.phase != "running"
             or state.active_run_id is None
             or state.stuck_notified_run_id == state.active_run_id
-            or lease_valid(state, now)
+            or run_in_time(state, now)
             or last is None
             or ms_between(now, last) <= self.config.stuck_running_ms
         ):

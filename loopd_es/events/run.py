@@ -10,12 +10,12 @@ from typing import Literal
 
 from .base import Event, event
 from .times import UtcTime
-from .upcasting import register_upcaster, times_to_utc
+from .upcasting import register_upcaster, renamed, times_to_utc
 
 RunKind = Literal["steer", "bare", "force_finish"]
 
 
-@event("run.started", version=2)
+@event("run.started", version=3)
 class RunStarted(Event, frozen=True):
     """A turn was acquired and its prompt is being sent; ``charged`` is false for a free retry turn."""
 
@@ -26,7 +26,9 @@ class RunStarted(Event, frozen=True):
     turn_count: int
     charged: bool = True
     kind: RunKind = "steer"
-    lease_expires_at: UtcTime | None = None
+    deadline: UtcTime | None = None
+    """When the run times out if it has not ended: ``at`` plus the goal's turn timeout (the reference's
+    ``leaseExpiresAt``: a run's deadline, decided once, never renewed; not a lease between processes)."""
     at: UtcTime | None = None
 
 
@@ -42,7 +44,7 @@ class RunIdleCandidate(Event, frozen=True):
 
 @event("run.completed")
 class RunCompleted(Event, frozen=True):
-    """The run's idle was confirmed: lease released, run cleared."""
+    """The run's idle was confirmed: the run is cleared and its deadline with it."""
 
     goal_id: str
     run_id: str
@@ -121,6 +123,7 @@ class RunConfirmFailed(Event, frozen=True):
 
 
 register_upcaster("run.started", 1, times_to_utc("lease_expires_at", "at"))
+register_upcaster("run.started", 2, renamed("lease_expires_at", "deadline"))
 register_upcaster("run.idle_candidate", 1, times_to_utc("at"))
 register_upcaster("run.failed", 1, times_to_utc("retry_after", "at"))
 register_upcaster("run.fell_back", 1, times_to_utc("at"))

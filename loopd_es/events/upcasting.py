@@ -50,6 +50,18 @@ def times_to_utc(*fields: str) -> Upcaster:
     return step
 
 
+def renamed(old: str, new: str) -> Upcaster:
+    """The step to the version where field ``old`` became ``new`` (same value; absent stays absent)."""
+
+    def step(data: dict[str, Any]) -> dict[str, Any]:
+        if old in data:
+            data[new] = data.pop(old)
+        return data
+
+    step.__doc__ = f"``{old}`` became ``{new}`` (the same value)."
+    return step
+
+
 def upcast(type_: str, from_version: int, to_version: int, data: dict[str, Any]) -> dict[str, Any]:
     """Apply the registered chain from ``from_version`` up to ``to_version``.
 

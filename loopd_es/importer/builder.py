@@ -164,7 +164,7 @@ def start_run(
             turn_count=turn,
             charged=charged,
             prompt_message_id=(rt.active_prompt_message_id or "") if active and rt else "",
-            lease_expires_at=parse_or_none(rt.lease_expires_at if active and rt else None),
+            deadline=parse_or_none(rt.lease_expires_at if active and rt else None),
             at=parse_or_none(at),
         ),
         source,

@@ -245,8 +245,8 @@ def _start(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
     decided = remake(cmd, state, facts_for(ctx.policy, now_of(step, e.at)))
     if not decided or not isinstance(mine := decided[0], r.RunStarted):
         return compare(step, decided)
-    if not e.lease_expires_at:  # a log from before leases were recorded
-        decided[0] = mine = msgspec.structs.replace(mine, lease_expires_at=None)
+    if not e.deadline:  # a log from before deadlines were recorded
+        decided[0] = mine = msgspec.structs.replace(mine, deadline=None)
     if not e.at:
         decided[0] = mine = msgspec.structs.replace(mine, at=None)
     if step.occurred_at is not None:

@@ -42,7 +42,7 @@ from loopd_es.clock import (
     whole_ms,
 )
 from loopd_es.domain.evolve import evolve, initial
-from loopd_es.domain.rules import lease_valid
+from loopd_es.domain.rules import run_in_time
 from loopd_es.events.catalogue import decode_data
 from loopd_es.host import SimulatedHost
 from loopd_es.host.sim_script import HostScript
@@ -75,12 +75,12 @@ def test_the_offset_bug_a_past_deadline_with_an_offset_is_past() -> None:
     assert not later("garbage", deadline) and not later(deadline, None)
 
 
-def test_a_lease_with_an_offset_runs_out_at_its_instant() -> None:
-    lease_state = msgspec.structs.replace(
-        initial("g"), lease_expires_at=datetime.fromisoformat("2026-11-20T12:26:04.000+02:00")
+def test_a_run_deadline_with_an_offset_runs_out_at_its_instant() -> None:
+    running = msgspec.structs.replace(
+        initial("g"), run_deadline=datetime.fromisoformat("2026-11-20T12:26:04.000+02:00")
     )
-    assert lease_valid(lease_state, datetime(2026, 11, 20, 10, 26, 3, tzinfo=UTC))
-    assert not lease_valid(lease_state, datetime(2026, 11, 20, 10, 26, 5, tzinfo=UTC))
+    assert run_in_time(running, datetime(2026, 11, 20, 10, 26, 3, tzinfo=UTC))
+    assert not run_in_time(running, datetime(2026, 11, 20, 10, 26, 5, tzinfo=UTC))
 
 
 def test_utc_text_keeps_z_text_and_rewrites_offsets() -> None:

@@ -154,7 +154,7 @@ def test_s08_first_prompt_delivery_failure() -> None:
     )
     st = goal.state
     assert st.status == "blocked" and st.consecutive_failures == 1 and st.active_run_id is None
-    assert st.lease_expires_at is None
+    assert st.run_deadline is None
     assert st.blocker is not None and st.blocker.reason == "Worker prompt delivery failed: D"
     assert st.blocker.needed == "Retry after the OpenCode worker/session API is available."
     assert goal.types() == [
@@ -233,7 +233,7 @@ def test_s31_successful_completion_with_schedule() -> None:
     )
     st = goal.state
     assert st.status == "complete" and st.completion_evidence is not None
-    assert st.lease_expires_at is None and st.active_run_id is None
+    assert st.run_deadline is None and st.active_run_id is None
     assert st.schedule_run_count == 1 and st.next_run_at == parse_rfc3339("2026-12-02T12:00:10.000Z")
     assert goal.types()[-1] == "goal.completed"
 
@@ -324,7 +324,7 @@ def test_s36_retry_resets() -> None:
     st = goal.state
     assert st.status == "active"
     assert (st.consecutive_failures, st.evaluator_rejection_count, st.free_retry_pending) == (0, 0, False)
-    assert st.force_finish_requested is None and st.lease_expires_at is None
+    assert st.force_finish_requested is None and st.run_deadline is None
     assert goal.do(c.RetryGoal(goal_id="g1")) == []  # not blocked: silent no-op
 
 
@@ -388,7 +388,7 @@ def test_s40_abort_worker() -> None:
     goal.start()
     goal.do(c.AbortWorker(goal_id="g1"))
     st = goal.state
-    assert (st.status, st.lease_expires_at, st.worker_session_id) == ("active", None, "W")
+    assert (st.status, st.run_deadline, st.worker_session_id) == ("active", None, "W")
     assert st.worker_aborted_at is not None
 
 

@@ -83,7 +83,7 @@ async def test_a_snapshot_keeps_the_state_times_aware_and_equal(store: LogStore,
                     generation=1,
                     prompt_message_id="m1",
                     turn_count=1,
-                    lease_expires_at=at + timedelta(minutes=5),
+                    deadline=at + timedelta(minutes=5),
                     at=at,
                 )
             ),

@@ -195,3 +195,18 @@ def test_docs_events_md_is_current(tmp_path: Path) -> None:
     if committed.read_text() != out.read_text():
         shutil.copy(out, tmp_path / "expected.md")
         pytest.fail("docs/events.md is stale: run `python tools/gen_events_doc.py`")
+
+
+def test_no_event_carries_a_lease_expiry_or_fencing_token() -> None:
+    """Coordination lives beside the log (``log/coord.py``): an expiry or a token renewed as events would be
+    heartbeats. A run's timeout is its ``deadline`` (``run.started`` v3), decided once and never renewed."""
+    coordination = {
+        "lease_expires_at",
+        "claim_expires_at",
+        "expires_at",
+        "expires_us",
+        "lease_until",
+        "token",
+    }
+    carried = {t: coordination & set(cls.__struct_fields__) for t, cls in CATALOGUE.items()}
+    assert {t: f for t, f in carried.items() if f} == {}
