@@ -94,6 +94,7 @@ class PostgresLog(LogStore):
         self._sql = {
             name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()
         }
+        self._stream_rows = (postgres_rows.ROWS.format(self._table), postgres_rows.PLACE.format(self._table))
         self._coord = postgres_coord.statements(schema)
         self._coord_ready = False
         self._group = GroupCommitter(self._commit)
@@ -352,7 +353,7 @@ class PostgresLog(LogStore):
         self, stream: str, *, from_version: int = 1, until_position: int | None = None
     ) -> AsyncIterator[StreamRows]:
         until = MAX_POSITION if until_position is None else until_position
-        statements = (postgres_rows.ROWS.format(self._table), postgres_rows.PLACE.format(self._table))
+        statements = self._stream_rows
 
         async def read(after: int) -> StreamRows | None:
             await anyio.lowlevel.checkpoint()
