@@ -56,6 +56,7 @@ from .postgres_errors import TranslatedConnection
 from .postgres_sql import (
     ANY_VERSION,
     APPEND_FUNCTION,
+    APPEND_FUNCTION_NAME,
     CHANNEL,
     COLUMNS,
     EXISTS_VERSION,
@@ -90,7 +91,9 @@ class PostgresLog(LogStore):
         self._pool = pool
         self._conninfo = split_postgres_url(url)[0]
         self._table = sql.Identifier(schema, "events")
-        self._function = sql.Identifier(schema, "loopd_append_v3")
+        self._function = sql.Identifier(schema, APPEND_FUNCTION_NAME)
+        self._fast: bool | None = None
+        """Whether the fast path's function is installed; None until known (a log opened without ``create``)."""
         self._sql = {
             name: statement.format(t=self._table, f=self._function) for name, statement in STATEMENTS.items()
         }
@@ -165,23 +168,38 @@ class PostgresLog(LogStore):
                     f"{self.url}: the table {self.schema}.events is not a loopd-es log (columns {list(columns)})"
                 )
             if create:
-                function = await (
-                    await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.loopd_append_v3",))
-                ).fetchone()
-                if function is None or function[0] is None:
-                    async with conn.transaction():
-                        await conn.execute(LOCK, (LOCK_KEY,))
-                        await conn.execute(
-                            APPEND_FUNCTION.format(
-                                f=self._function,
-                                t=self._table,
-                                lock=sql.Literal(LOCK_KEY),
-                                channel=sql.Literal(CHANNEL),
-                                columns=sql.SQL(COLUMNS),
-                                no_stream=sql.Literal(NO_STREAM_VERSION),
-                                exists=sql.Literal(EXISTS_VERSION),
-                            )
-                        )
+                await self._install_function(conn)
+
+    async def _install_function(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Make sure the fast path's function exists (a log written by an older loopd-es has an older one).
+
+        A role that may not create it appends on the careful path only: slower, the same outcome.
+        """
+        function = await (
+            await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.{APPEND_FUNCTION_NAME}",))
+        ).fetchone()
+        if function is not None and function[0] is not None:
+            self._fast = True
+            return
+        try:
+            async with conn.transaction():
+                await conn.execute(LOCK, (LOCK_KEY,))
+                await conn.execute(
+                    APPEND_FUNCTION.format(
+                        f=self._function,
+                        t=self._table,
+                        lock=sql.Literal(LOCK_KEY),
+                        channel=sql.Literal(CHANNEL),
+                        columns=sql.SQL(COLUMNS),
+                        no_stream=sql.Literal(NO_STREAM_VERSION),
+                        exists=sql.Literal(EXISTS_VERSION),
+                    )
+                )
+        except psycopg.errors.InsufficientPrivilege:
+            _log.info("%s: no privilege to create %s; appending without it", self.url, APPEND_FUNCTION_NAME)
+            self._fast = False
+        else:
+            self._fast = True
 
     def _connection(self) -> Any:
         if self._closed:
@@ -201,7 +219,15 @@ class PostgresLog(LogStore):
         if fenced and not self._coord_ready:
             async with self._connection() as conn:
                 await self._ensure_coord(conn)
-        if not fenced and len({part.stream for part in parts}) == len(parts) and len(set(ids)) == len(ids):
+        if self._fast is None:
+            async with self._connection() as conn:
+                await self._install_function(conn)
+        if (
+            self._fast
+            and not fenced
+            and len({part.stream for part in parts}) == len(parts)
+            and len(set(ids)) == len(ids)
+        ):
             if await self._commit_fast(group, parts):
                 return
         await self._commit_careful(group, ids)
@@ -209,8 +235,8 @@ class PostgresLog(LogStore):
     async def _commit_fast(self, group: list[Request], parts: list[Part]) -> bool:
         """One statement for the whole group; False (nothing written) when an id is recorded or a version is off.
 
-        The server-side function refuses whenever any check fails, and the careful path then decides each
-        request's own outcome.
+        The server-side function refuses when a version is off and fails on the UNIQUE index when an id is
+        recorded (a retry); the careful path then decides each request's own outcome.
         """
         recorded_at = now_rfc3339()
         events = [new for part in parts for new in part.events]
@@ -229,7 +255,10 @@ class PostgresLog(LogStore):
             f"{self.schema}:",
         )
         async with self._connection() as conn:
-            row = await (await conn.execute(self._sql["fast"], args)).fetchone()
+            try:
+                row = await (await conn.execute(self._sql["fast"], args)).fetchone()
+            except psycopg.errors.UniqueViolation:
+                return False  # the statement wrote nothing, and its lock went with it
         firsts = row[0] if row else None
         if firsts is None:
             return False

@@ -206,6 +206,66 @@ async def test_many_engines_coordinating_first_on_a_new_log_all_get_an_answer(pg
             await _drop_schema(url.rsplit("schema=", 1)[1])
 
 
+async def test_a_log_from_an_older_version_gets_the_append_function_on_its_first_append(pg_url: str) -> None:
+    """A log written by an older loopd-es has its older fast-path function only; a command that opens it
+    without ``create`` (``loop add``, say) installs the current one when it first appends, and the append,
+    a retry of it and a conflict all answer as on a new log."""
+    import psycopg
+
+    from loopd_es.errors import WrongExpectedVersionError
+    from loopd_es.log.postgres_sql import APPEND_FUNCTION_NAME
+    from loopd_es.log.postgres_url import split_postgres_url
+
+    async with await open_store(pg_url) as s:
+        await s.append("a", [NewEvent(type="t.x")])
+    conninfo, schema = split_postgres_url(pg_url)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP FUNCTION {schema}.{APPEND_FUNCTION_NAME}")
+    first = NewEvent(type="t.y")
+    async with await open_store(pg_url, create=False) as s:
+        recorded = await s.append("a", [first], expected_version=1)
+        assert [e.position for e in recorded] == [2]
+        assert await s.append("a", [first], expected_version=1) == recorded  # a retry, told as one
+        with pytest.raises(WrongExpectedVersionError):
+            await s.append("a", [NewEvent(type="t.z")], expected_version=1)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regproc(%s)", (f"{schema}.{APPEND_FUNCTION_NAME}",)).fetchone()
+        assert found is not None and found[0] is not None
+
+
+async def test_a_role_that_may_not_create_functions_still_appends(pg_url: str) -> None:
+    """Without the privilege to create the fast path's function, appends take the careful path: same answers."""
+    import uuid
+
+    import psycopg
+
+    from loopd_es.log.postgres_sql import APPEND_FUNCTION_NAME
+    from loopd_es.log.postgres_url import split_postgres_url
+
+    async with await open_store(pg_url) as s:
+        await s.append("a", [NewEvent(type="t.x")])
+    conninfo, schema = split_postgres_url(pg_url)
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"DROP FUNCTION {schema}.{APPEND_FUNCTION_NAME}")
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT, INSERT ON {schema}.events TO {role}")
+    try:
+        limited = pg_url.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+        assert limited != pg_url
+        async with await open_store(limited, create=False) as s:
+            event = NewEvent(type="t.y")
+            recorded = await s.append("a", [event], expected_version=1)
+            assert [(e.position, e.version) for e in recorded] == [(2, 2)]
+            assert await s.append("a", [event]) == recorded
+            assert [e.type async for e in s.read_all()] == ["t.x", "t.y"]
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
 async def _drop_schema(schema: str) -> None:
     import psycopg
 
