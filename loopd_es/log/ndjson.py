@@ -509,6 +509,9 @@ class NdjsonLog(NdjsonState, LogStore):
                         "rebuilt the index and its checksums from the log"
                     )
                     self._rebuild_index()
+                    synced, size = self._lock.synced(), os.fstat(self._fd).st_size
+                    if synced is not None and synced > size:  # what was cut is accepted as gone
+                        self._lock.reset_synced(size)
                 self._sync_locked()
                 synced = self._lock.synced()
                 if synced is not None and synced < self._end:

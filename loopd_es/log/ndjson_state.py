@@ -103,6 +103,19 @@ class NdjsonState:
         """Check the index's first and last records against the log; keep, rebuild or keep as evidence."""
         self._names.refresh()
         count = self._index.count()
+        size, synced = os.fstat(self._fd).st_size, self._lock.synced()
+        if synced is not None and size < synced:  # in this boot: a power cut would have changed the boot
+            line = self._first_unmatched(count)
+            self.index_mismatch = (
+                (f"line {line} and what follows do not match the index; " if line else "")
+                + f"the log ends at byte {size}, but writers acknowledged it up to byte {synced}: acknowledged "
+                "events were cut from it after they were written; `loopd-es verify` lists the problems, "
+                "`loopd-es verify --repair` accepts the log as it is"
+            )
+            self.mismatch_line = line
+            log.warning("%s: %s", self.path, self.index_mismatch)
+            self._forget_index()
+            return
         last = self._record_check(count) if count else "ok"
         if last != "ok":
             if last == "log" and self._record_matches(1) and self._index.intact(count):
@@ -124,6 +137,13 @@ class NdjsonState:
             self._end = rec[0] + rec[1]
             self._chain = rec[CHAIN]
             self._max_time = rec[MAX_TIME]
+
+    def _first_unmatched(self, count: int) -> int | None:
+        """The first line that no longer matches a sound index, or None when the index is not sound or every
+        record it has still matches."""
+        if not count or not self._index.intact(count) or self._record_matches(count):
+            return None
+        return 1 if not self._record_matches(1) else self._first_changed(count)
 
     def _first_changed(self, count: int) -> int:
         """The first position whose (sound) record no longer matches the log: records 1 and ``count`` are

@@ -35,7 +35,12 @@ def verify_ndjson(path: Path, fd: int, size: int, synced: int | None, index: Ind
     """
     report = VerifyReport(f"ndjson:{path}")
     end = size
-    if synced is not None and synced < size:
+    if synced is not None and synced > size:
+        report.problems.append(
+            f"{path} ends at byte {size}, but its writers acknowledged it up to byte {synced}: acknowledged "
+            "events were cut from it; restore it from a copy, or `loopd-es verify --repair` accepts it as it is"
+        )
+    elif synced is not None and synced < size:
         end = synced
         report.problems.append(
             f"{size - end} bytes at byte offset {end} are written but not yet synced by their writer (it is "
@@ -82,13 +87,16 @@ def verify_ndjson(path: Path, fd: int, size: int, synced: int | None, index: Ind
             report.problems.append(
                 f"the index records {len(crcs)} events but {path} holds {line_no}: events were lost"
             )
-        _check_rest(path, fd, committed, size, line_no, report)
+        _check_rest(path, fd, committed, size, line_no, report, cut=synced is not None and synced > size)
     report.streams = len(versions)
     return report
 
 
-def _check_rest(path: Path, fd: int, committed: int, end: int, lines: int, report: VerifyReport) -> None:
-    """What follows the last whole write: an unfinished write (reported, cut by a repair) or damage."""
+def _check_rest(
+    path: Path, fd: int, committed: int, end: int, lines: int, report: VerifyReport, *, cut: bool = False
+) -> None:
+    """What follows the last whole write: an unfinished write (reported, cut by a repair) or damage; with
+    ``cut`` (the log ends before its acknowledged end), what is left of an event cut from it."""
     if committed >= end:
         return
     rest = os.pread(fd, end - committed, committed)
@@ -104,6 +112,12 @@ def _check_rest(path: Path, fd: int, committed: int, end: int, lines: int, repor
         at = rest.find(b"\n", at + 1)
     report.torn_offset = committed
     whole = rest.count(b"\n")
+    if cut:
+        report.problems.append(
+            f"{len(rest)} bytes at byte offset {committed} are what is left of acknowledged events cut from the "
+            "log; `loopd-es verify --repair` removes them"
+        )
+        return
     report.problems.append(
         f"an unfinished write: {len(rest)} bytes at byte offset {committed} ({whole} whole lines "
         "of a batch whose last line never came), never acknowledged; `loopd-es read` does not show it; "

@@ -3,7 +3,7 @@ whole writes only, and the next writer continues right after them.
 
 Each example appends a few batches (raw payloads with line breaks and JSON whitespace among them), then keeps
 the file up to a random byte of the last write, as a power cut that kept part of it would, leaving the sidecar
-files as they were (ahead of the log). The log must then read as exactly the earlier writes (or all of them
+files as they were (ahead of the log) but for the boot the lock file's durable end was recorded in. The log must then read as exactly the earlier writes (or all of them
 when the cut falls at the end), ``verify`` must say whether an unfinished write is left, and an append must
 land at the next position.
 """
@@ -22,6 +22,8 @@ from hypothesis import strategies as st
 
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log.ndjson import NdjsonLog
+
+from .test_ndjson_log import after_a_reboot
 
 with warnings.catch_warnings():  # see tests/unit/test_log_properties.py
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -70,6 +72,7 @@ def test_a_cut_anywhere_in_the_last_write_leaves_whole_writes(plan: list[list[ob
         cut = start + int((sizes[-1] - start) * where)
         with path.open("r+b") as f:
             f.truncate(cut)
+        after_a_reboot(path)
         whole = sum(len(batch) for batch in (plan if cut == sizes[-1] else plan[:-1]))
         shown, verified, ok, next_position = anyio.run(_after_cut, path)
         assert shown == whole and verified == whole

@@ -53,6 +53,15 @@ def _sidecars(log: Path) -> list[Path]:
     return [p for p in log.parent.iterdir() if p.is_file() and p != log and not p.name.endswith(".lock")]
 
 
+def after_a_reboot(log: Path) -> None:
+    """A power cut is followed by a boot: the durable end the lock file records (its first 24 bytes: the end,
+    then the boot id) is then the boot before's, which the store does not trust to say what was acknowledged."""
+    lock = log.with_name(log.name + ".lock")
+    with lock.open("r+b") as f:
+        f.seek(8)
+        f.write(b"another boot id!")
+
+
 class TestNdjsonLog(LogStoreContract, IntegrityContract):
     durability = "always"
 
@@ -318,6 +327,7 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
         log.write_bytes(b"".join(lines[:3]))  # the pages of the batch's last line never reached the disk
         for p, content in before.items():  # nor did the index records written after the sync
             p.write_bytes(content)
+        after_a_reboot(log)
         async with await NdjsonLog.open(log, durability=self.durability) as s:
             assert await everything(s) == first
             assert await s.stream_version("s") == 1
@@ -328,6 +338,39 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
             assert more[0].position == 2
             assert_log_invariants(await everything(s))
         assert len(log.read_bytes().splitlines()) == 2
+
+    @pytest.mark.parametrize("cut", [20, "line"])
+    async def test_a_log_cut_below_what_was_acknowledged_refuses_until_repaired(
+        self, tmp_path: Path, cut: int | str
+    ) -> None:
+        """Acknowledged events cut from the file (by a copy, a ``truncate``, a disk tool) are lost events, not an
+        unfinished write: reads and appends refuse, and nothing is cut or reused, until ``verify --repair``
+        accepts the log as it is. (A failed append used to cut the rest as "never acknowledged" and give its
+        position to the next event.)"""
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            for i in range(3):
+                await s.append("s", [new(i=i)])
+        whole = log.read_bytes()
+        last_line = len(whole.splitlines(keepends=True)[-1])
+        os.truncate(log, len(whole) - (last_line if cut == "line" else int(cut)))
+        damaged = log.read_bytes()
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            with pytest.raises(CorruptLogError, match="acknowledged it up to byte"):
+                await everything(s)
+            with pytest.raises(CorruptLogError, match="acknowledged it up to byte"):
+                await s.append("s", [new(i=9)], 3)
+            report = await s.verify()
+            assert not report.ok and any("acknowledged events were cut" in p for p in report.problems)
+            assert not any("never acknowledged" in p for p in report.problems), report.problems
+        assert log.read_bytes() == damaged
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            report = await s.verify(repair=True)
+            assert report.ok and report.events == 2, report.problems
+            more = await s.append("s", [new(i=3)], 2)
+            assert (more[0].position, more[0].version) == (3, 3)
+        async with await NdjsonLog.open(log, durability=self.durability) as s:  # accepted for good
+            assert len(await everything(s)) == 3
 
     async def test_an_index_write_that_fails_after_the_log_write_still_acknowledges(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
