@@ -77,3 +77,15 @@ def _flag_named(message: str) -> str:
         return option.flag if option else match.group(1)
 
     return re.sub(r"`\$\.(\w+)(?:\[\d+\])?`", flag, message)
+
+
+def in_flags(message: str) -> str:
+    """A domain message naming tool fields (``scheduleEveryMs must be ...``) as the flags that set them."""
+    return _FIELD.sub(lambda m: CREATE_OPTIONS[m.group(0)].flag, message)
+
+
+_FIELD = re.compile(  # the camel-case names only: "model" and "agent" are words too
+    r"\b(?:"
+    + "|".join(sorted((f for f in CREATE_OPTIONS if not f.islower()), key=len, reverse=True))
+    + r")\b"
+)

@@ -19,7 +19,7 @@ import msgspec
 from ..errors import EXIT_CONFLICT, EXIT_OK, EXIT_STORAGE, ConflictError, UsageError
 from ..host import host_url, open_host
 from ..text_safe import term_line
-from .goal_options import add_create_options, create_options
+from .goal_options import add_create_options, create_options, in_flags
 from .options import add_host_option, store_url
 from .query_cmds import add_goal_show
 from .words import cli_words
@@ -122,7 +122,12 @@ async def _state(goals: Goals, goal_id: str) -> GoalState:
 
 
 async def _create(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
-    state = await goals.create(args.name, args.objective, ctx, **create_options(args))
+    from ..domain.rules import BadArgument
+
+    try:
+        state = await goals.create(args.name, args.objective, ctx, **create_options(args))
+    except BadArgument as e:  # the tool's words for the tool's fields; here, the flags
+        raise UsageError(in_flags(str(e))) from None
     _say(state.goal_id)
     if state.status == "blocked":
         _say(

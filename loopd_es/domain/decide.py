@@ -25,6 +25,8 @@ from .rules import (
     DEFAULT_MAX_REJECTIONS,
     DEFAULT_TIMEOUT_MS,
     MAX_FALLBACK_MODELS,
+    MAX_SCHEDULE_EVERY_MS,
+    BadArgument,
     RuleError,
     after_ms,
     assert_writer_slot,
@@ -71,33 +73,39 @@ def decide(command: c.GoalCommand, state: GoalState, facts: c.Facts) -> list[Eve
 def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     owner = cmd.owner_session_id
     if not owner or owner == "main":
-        raise RuleError(
+        raise BadArgument(
             "A valid owner session is required. Run /goal from an active OpenCode session.",
             "invalid_owner_session",
         )
     every = cmd.schedule_every_ms
     if every is not None and not (math.isfinite(every) and every >= 1000):
-        raise RuleError("scheduleEveryMs must be a number >= 1000", "invalid_schedule")
+        raise BadArgument("scheduleEveryMs must be a number >= 1000", "invalid_schedule")
+    if every is not None and every > MAX_SCHEDULE_EVERY_MS:
+        raise BadArgument(
+            f"scheduleEveryMs must be at most {MAX_SCHEDULE_EVERY_MS} (100 years)", "invalid_schedule"
+        )
     runs = cmd.schedule_max_runs
     if runs is not None and not (math.isfinite(runs) and float(runs).is_integer() and runs >= 1):
-        raise RuleError("scheduleMaxRuns must be an integer >= 1", "invalid_schedule")
+        raise BadArgument("scheduleMaxRuns must be an integer >= 1", "invalid_schedule")
     if runs is not None and every is None:
-        raise RuleError("scheduleMaxRuns requires scheduleEveryMs", "invalid_schedule")
+        raise BadArgument("scheduleMaxRuns requires scheduleEveryMs", "invalid_schedule")
     if cmd.cost_budget is not None and not (math.isfinite(cmd.cost_budget) and cmd.cost_budget > 0):
-        raise RuleError("costBudget must be a positive number of dollars", "invalid_cost_budget")
+        raise BadArgument("costBudget must be a positive number of dollars", "invalid_cost_budget")
     defaults = facts.defaults
+    if cmd.agent is not None and cmd.agent and not cmd.agent.strip():
+        raise BadArgument("Agent name is required.")
     agent = cmd.agent or defaults.agent
     model = cmd.model or defaults.model
     if model is not None and not is_model_ref(model):
-        raise RuleError(invalid_model(model, long=True), "invalid_model")
+        raise BadArgument(invalid_model(model, long=True), "invalid_model")
     catalog = facts.model_catalog
     if model is not None and catalog is not None and catalog.capability == "supported":
         if not catalog.usable(model):  # refused here: the worker's creation would fail naming no model
-            raise RuleError(unusable_model(model), "invalid_model")
+            raise BadArgument(unusable_model(model), "invalid_model")
     writer = True if cmd.workspace_write is None else cmd.workspace_write
     checks = cmd.checks or (tuple(defaults.checks or ("bun test",)) if writer else ())
     if writer and not checks:
-        raise RuleError(
+        raise BadArgument(
             "Workspace-writing goals require completion checks. Pass checks or configure plugin option "
             "defaultChecks.",
             "missing_checks",
@@ -146,16 +154,16 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
 
 def _validate_fallbacks(models: tuple[str, ...], facts: c.Facts) -> tuple[str, ...]:
     if len(models) > MAX_FALLBACK_MODELS:
-        raise RuleError(f"At most {MAX_FALLBACK_MODELS} ordered fallback models are allowed.")
+        raise BadArgument(f"At most {MAX_FALLBACK_MODELS} ordered fallback models are allowed.")
     catalog = facts.model_catalog
     for raw in models:
         value = raw.strip()
         if not value:
-            raise RuleError("Fallback model must be providerID/modelID.")
+            raise BadArgument("Fallback model must be providerID/modelID.")
         if not is_model_ref(value):
-            raise RuleError(invalid_model(raw))
+            raise BadArgument(invalid_model(raw))
         if catalog is not None and catalog.capability == "supported" and not catalog.usable(value):
-            raise RuleError(unusable_model(value, "Fallback model"))
+            raise BadArgument(unusable_model(value, "Fallback model"))
     return tuple(dict.fromkeys(m.strip() for m in models))
 
 

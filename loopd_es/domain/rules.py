@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
-from ..errors import DomainError
+from ..errors import EXIT_USAGE, DomainError
 
 if TYPE_CHECKING:
     from .goal_commands import Facts
@@ -34,6 +34,17 @@ class RuleError(DomainError):
     def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class BadArgument(RuleError):
+    """A command's argument is invalid on its own (a malformed model, a schedule below its minimum): the
+    caller's input is wrong, not the goal's state, so the CLI exits 2 (usage), not 3 (conflict)."""
+
+    exit_code: ClassVar[int] = EXIT_USAGE
+
+
+MAX_SCHEDULE_EVERY_MS: Final = 100 * 365 * 86_400_000
+"""A hundred years: past it a next run's time leaves what dates (and the log's integers) can hold."""
 
 
 def is_model_ref(value: str) -> bool:

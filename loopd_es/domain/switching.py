@@ -19,6 +19,7 @@ from . import goal_commands as c
 from .provider_limit import classify
 from .rules import (
     NOT_OWNED,
+    BadArgument,
     RuleError,
     assert_writer_slot,
     invalid_model,
@@ -62,7 +63,7 @@ def _on(cls: type) -> Callable[[_Decider], _Decider]:
 @_on(c.SwitchIdentity)
 def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Event]:
     if cmd.model is None and cmd.agent is None:
-        raise RuleError("At least one of model or agent is required.")
+        raise BadArgument("At least one of model or agent is required.")
     model, agent = cmd.model, cmd.agent
     if state.pending_identity is not None:
         model = model if model is not None else state.pending_identity.model
@@ -124,21 +125,21 @@ def _switch(cmd: c.SwitchIdentity, state: GoalState, facts: c.Facts) -> list[Eve
 
 def _validate_model(model: str, facts: c.Facts) -> None:
     if not model.strip():
-        raise RuleError("Model is required: providerID/modelID.")
+        raise BadArgument("Model is required: providerID/modelID.")
     if not is_model_ref(model):
-        raise RuleError(invalid_model(model))
+        raise BadArgument(invalid_model(model))
     catalog = facts.model_catalog
     if catalog is not None and _can_switch_model(facts) and not catalog.usable(model):
-        raise RuleError(unusable_model(model))
+        raise BadArgument(unusable_model(model))
 
 
 def _validate_agent(agent: str, facts: c.Facts) -> str:
     name = agent.strip()
     if not name:
-        raise RuleError("Agent name is required.")
+        raise BadArgument("Agent name is required.")
     catalog = facts.agent_catalog
     if catalog is not None and catalog.capability == "supported" and name not in catalog.agents:
-        raise RuleError("Agent is unavailable. Discover agents with loopd_list_models first.")
+        raise BadArgument("Agent is unavailable. Discover agents with loopd_list_models first.")
     return name
 
 

@@ -13,7 +13,7 @@ import pytest
 from loopd_es.cli.main import main
 from loopd_es.cli.words import cli_words
 from loopd_es.engine.core import EngineConfig
-from loopd_es.errors import EXIT_CONFLICT
+from loopd_es.errors import EXIT_CONFLICT, EXIT_USAGE
 
 from ._cli_env import cli_env
 from ._engine_harness import rig
@@ -98,13 +98,13 @@ def test_an_unusable_model_is_refused_by_name_before_anything_is_stored(
         code, out, err = _run(
             capsys, "goal", "create", "g", "--objective", "o", "--model", model, "--read-only"
         )
-        assert code == EXIT_CONFLICT and out == "", (model, out)
+        assert code == EXIT_USAGE and out == "", (model, out)  # a model the host does not offer: bad input
         assert err.startswith(f'loopd-es: Model "{model}" is unavailable or not positively known usable.')
         assert "`loopd-es models --usable`" in err and "loopd_list_models" not in err
     code, out, err = _run(
         capsys, "goal", "create", "g", "--objective", "o", "--model", "p/m", "--fallback-model", "p/gone"
     )
-    assert code == EXIT_CONFLICT and 'Fallback model "p/gone" is unavailable' in err
+    assert code == EXIT_USAGE and 'Fallback model "p/gone" is unavailable' in err
     code, out, _ = _run(capsys, "streams")
     assert "goal-" not in out  # nothing was stored for any refused goal
 

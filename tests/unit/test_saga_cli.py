@@ -90,22 +90,37 @@ def test_applied_on_an_idle_interactive_goal(env: Path, capsys: pytest.CaptureFi
     )
 
 
-def test_rule_violations_exit_3_with_the_reference_message(
+def test_rule_violations_exit_3_and_bad_arguments_exit_2_with_the_reference_message(
     env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A request the goal's state refuses is a conflict (3); an argument that is wrong on its own (an agent
+    the host lacks, no model or agent, a malformed model) is bad input (2). Both say the reference's words."""
     gid = _create(capsys, "--interactive")
     code, _, err = _run(capsys, "goal", "switch-identity", gid, "--agent", "missing")
     assert (
-        code == 3
+        code == 2
         and err.strip()
         == "loopd-es: Agent is unavailable. Discover agents with `loopd-es models --usable` first."
     )
     code, _, err = _run(capsys, "goal", "switch-identity", gid)
-    assert code == 3 and "At least one of model or agent is required." in err
+    assert code == 2 and "At least one of model or agent is required." in err
+    code, _, err = _run(capsys, "goal", "switch-identity", gid, "--agent", " ")
+    assert code == 2 and "Agent name is required." in err
     code, _, err = _run(capsys, "goal", "switch-identity", gid, "--model", "p/new", "--resume")
     assert code == 3 and "resume is only valid for a provider-limit-blocked goal." in err
     code, _, err = _run(capsys, "goal", "create", "x", "--objective", "o", "--model", "bad model")
-    assert code == 3 and 'Invalid model "bad model"' in err
+    assert code == 2 and 'Invalid model "bad model"' in err
+    for flags, said in [
+        (["--schedule-every-ms", "999"], "--schedule-every-ms must be a number >= 1000"),
+        (["--schedule-every-ms", "1e20"], "--schedule-every-ms must be at most 3153600000000 (100 years)"),
+        (["--schedule-max-runs", "2"], "--schedule-max-runs requires --schedule-every-ms"),
+        (["--cost-budget", "nan"], "--cost-budget must be a positive number of dollars"),
+        (["--agent", " "], "Agent name is required."),
+    ]:
+        code, out, err = _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", *flags)
+        assert (code, out, err.strip()) == (2, "", f"loopd-es: {said}"), flags
+    code, out, _ = _run(capsys, "streams")
+    assert out.count("goal-") == 1  # only the first goal: nothing was stored for a refused one
 
 
 def test_unknown_goal_and_bad_json_are_usage_errors(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
