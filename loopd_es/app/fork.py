@@ -17,6 +17,7 @@ import msgspec
 from ..clock import parse_rfc3339, stamped_builtins
 from ..domain import goal_commands as c
 from ..domain.evolve import fold, initial
+from ..domain.rules import RuleError, writer_conflict
 from ..domain.streams import goal_stream
 from ..errors import UsageError
 from ..events import goal as g
@@ -162,6 +163,7 @@ async def fork_goal(
     ``overrides`` are configuration fields (:data:`_OVERRIDABLE`) to change; ``None`` keeps the source's.
 
     :raises UsageError: for an unknown field, or a point before the goal existed.
+    :raises RuleError: when the fork would be a second active workspace-writing goal.
     """
     unknown = sorted(set(overrides) - set(_OVERRIDABLE))
     if unknown:
@@ -178,6 +180,12 @@ async def fork_goal(
         if path is not None:
             changes[key] = path.replace(source_id, goal_id)
     config = msgspec.structs.replace(state.config, **changes)
+    if state.status == "active" and config.workspace_write:  # the single-writer rule, as for a new goal
+        for other in await service.goals():
+            if other.status == "active" and other.config.workspace_write:
+                raise RuleError(
+                    writer_conflict(other.name, other.goal_id, other.owner_session_id, state.owner_session_id)
+                )
     forked_from = g.GoalForkedFrom(
         goal_id=goal_id,
         source_goal_id=source_id,

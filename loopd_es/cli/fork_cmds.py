@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -62,9 +63,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=_compare)
 
 
-def _positive(name: str, value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise UsageError(f"--{name} must be > 0, got {value}")
+_UPPER: Final = {
+    "max_turns": 1_000_000,
+    "max_failures": 1_000_000,
+    "token_budget": 10**15,
+    "cost_budget": None,
+}
+"""The bounds ``goal create`` (and ``loopd_create_goal``) takes for the same options; a cost budget is any
+positive, finite number of dollars."""
+
+
+def _in_bounds(name: str, value: float | None) -> None:
+    flag = "--" + name.replace("_", "-")
+    if value is None:
+        return
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"{flag} must be a number > 0, got {value}")
+    upper = _UPPER[name]
+    if upper is not None and value > upper:
+        raise UsageError(f"{flag} must be at most {upper}, got {value}")
 
 
 async def _fork(args: argparse.Namespace) -> int:
@@ -75,8 +92,8 @@ async def _fork(args: argparse.Namespace) -> int:
     from ..log import open_store
 
     at = parse_at(args.at)
-    for name in ("max_turns", "max_failures", "token_budget", "cost_budget"):
-        _positive(name.replace("_", "-"), getattr(args, name))
+    for name in _UPPER:
+        _in_bounds(name, getattr(args, name))
     overrides: dict[str, Any] = {
         "model": args.model,
         "agent": args.agent,

@@ -61,6 +61,8 @@ async def test_a_fork_of_a_real_session_at_a_message_continues_on_opencodes_fork
     point = of_type(envs, "goal.usage_accounted")[0]
     last = data(point)["message_ids"][-1]
 
+    paused = cli(stack.project, stack.env, "goal", "pause", goal_id)  # one active writer at a time
+    assert paused.returncode == 0, paused.stderr
     forked = cli(stack.project, stack.env, "fork", goal_id, "--at", str(point.position), "--json")
     assert forked.returncode == 0, forked.stderr
     report = json.loads(forked.stdout)

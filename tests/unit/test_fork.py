@@ -67,6 +67,16 @@ def goal_id_named(url: str, name: str) -> str:
     return anyio.run(find)
 
 
+def pause_active_writers(capsys: pytest.CaptureFixture[str], url: str, host: str) -> None:
+    """Make room for a fork of a writer: one active workspace-writing goal at a time (the reference's rule)."""
+    code, out, err = run(capsys, "--store", url, "goals", "--json")
+    assert code == 0, err
+    for goal in json.loads(out)["goals"]:
+        if goal["status"] == "active" and goal["options"]["workspaceWrite"]:
+            code, _, err = run(capsys, "--store", url, "goal", "pause", goal["goal_id"], "--host", host)
+            assert code == 0, err
+
+
 def fork_json(capsys: pytest.CaptureFixture[str], url: str, host: str, *args: str) -> dict[str, Any]:
     code, out, err = run(capsys, "--store", url, "fork", *args, "--host", host, "--json")
     assert code == 0, err
@@ -167,6 +177,7 @@ def test_fork_by_time_takes_the_last_event_by_then(demo: Path, capsys: pytest.Ca
     source = goal_id_named(url, "docs")
     own = envelopes(url, f"goal-{source}")
     pick = own[len(own) // 2]
+    pause_active_writers(capsys, url, host)
     report = fork_json(capsys, url, host, source, "--at", pick.recorded_at, "--no-worker")
     last = [e for e in own if e.recorded_at <= pick.recorded_at][-1]  # one append's events share a time
     assert report["point"]["event_id"] == last.event_id and report["worker"] is None
@@ -214,7 +225,11 @@ def test_compare_lays_a_fork_beside_its_source(demo: Path, capsys: pytest.Captur
     [
         (("--at", "yesterday"), "invalid --at"),
         (("--at", "1"), "did not exist yet"),
-        (("--at", "9", "--max-turns", "0"), "--max-turns must be > 0"),
+        (("--at", "9", "--max-turns", "0"), "--max-turns must be a number > 0"),
+        (("--at", "9", "--max-turns", "99999999999999999999"), "--max-turns must be at most 1000000"),
+        (("--at", "9", "--token-budget", str(10**16)), "--token-budget must be at most 1000000000000000"),
+        (("--at", "9", "--cost-budget", "nan"), "--cost-budget must be a number > 0, got nan"),
+        (("--at", "9", "--cost-budget", "inf"), "--cost-budget must be a number > 0, got inf"),
         (("--at", "60", "--model", "openai/gpt-9"), "the host offers no model 'openai/gpt-9'"),
         (("--at", "60", "--agent", "poet"), "the host offers no agent 'poet'"),
     ],
@@ -230,6 +245,25 @@ def test_bad_fork_requests_get_one_line_and_exit_2(
     assert envelopes(url, f"goal-{source}") == before  # nothing written
 
 
+def test_a_fork_may_not_be_a_second_active_writer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The single-writer rule holds for forks as for new goals: exit 3 naming the active writer, nothing
+    written; once the source is paused the fork is made (and then the source may not resume)."""
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    host = f"sim:{tmp_path / 'host.json'}"
+    code, out, err = run(capsys, "--store", url, "goal", "create", "w", "--objective", "o", "--host", host)
+    assert code == 0, err
+    source = out.splitlines()[0]
+    before = envelopes(url, f"goal-{source}")
+    code, out, err = run(capsys, "--store", url, "fork", source, "--at", "1", "--host", host)
+    assert code == 3 and out == ""
+    assert f'Workspace-writing goal "w" ({source}) is already active.' in err
+    assert envelopes(url, f"goal-{source}") == before
+    assert run(capsys, "--store", url, "goal", "pause", source, "--host", host)[0] == 0
+    fork = fork_json(capsys, url, host, source, "--at", "1", "--no-start")["goal_id"]
+    code, _, err = run(capsys, "--store", url, "goal", "resume", source, "--host", host)
+    assert code == 3 and f"({fork}) is already active" in err
+
+
 def test_a_fork_of_an_imported_goal_has_its_state_at_that_time(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -240,6 +274,7 @@ def test_a_fork_of_an_imported_goal_has_its_state_at_that_time(
     from loopd_es.events.imported import happened_at
 
     when = happened_at(own[len(own) // 2])
+    pause_active_writers(capsys, url, f"sim:{tmp_path / 'host.json'}")
     report = fork_json(capsys, url, f"sim:{tmp_path / 'host.json'}", goal_id, "--at", when)
     from loopd_es.clock import parse_rfc3339
 
