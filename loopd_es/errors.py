@@ -35,6 +35,16 @@ class LoopdError(Exception):
     """What to do next, added by the CLI after a message that must stay word for word (the reference's)."""
 
 
+def first_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The error a task group failed with, as one task would raise it: its first :class:`LoopdError` (which says
+    what to do), else its first error, however deeply groups nest."""
+    chosen = group.subgroup(lambda e: isinstance(e, LoopdError)) or group
+    error: BaseException = chosen
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
 # -- usage / input (exit 2) -----------------------------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..errors import EXIT_CONFLICT, EXIT_OK, UsageError
+from ..errors import EXIT_CONFLICT, EXIT_OK, UsageError, first_failure
 from ..host import host_url, open_host
 from ..text_safe import term_block, term_line
 from .main import store_url
@@ -32,8 +32,10 @@ from .options import add_host_option
 from .words import cli_words
 
 if TYPE_CHECKING:
+    import anyio
     from anyio.abc import TaskStatus
 
+    from ..engine.daemon import RunOptions
     from ..engine.operations import Operations, Result
     from ..host.simulated import SimulatedHost
 
@@ -194,7 +196,7 @@ async def _run(args: argparse.Namespace) -> int:
     import anyio
 
     from ..engine.core import EngineConfig
-    from ..engine.daemon import RunOptions, check_tool_channel, run_daemon
+    from ..engine.daemon import RunOptions, check_tool_channel
 
     for name, least in _DURATION_BOUNDS.items():
         value = getattr(args, name)
@@ -224,6 +226,20 @@ async def _run(args: argparse.Namespace) -> int:
         except OSError:  # stderr on a full disk (or a closed pipe) must not stop the engine
             pass
 
+    try:
+        await _run_with_signals(options, stop, say)
+    except BaseExceptionGroup as group:  # a failed start says what failed, in one line, with its exit code
+        raise first_failure(group) from None
+    say("stopped")
+    return EXIT_OK
+
+
+async def _run_with_signals(options: RunOptions, stop: anyio.Event, say: Callable[[str], None]) -> None:
+    """The engine until ``stop`` is set, which SIGINT and SIGTERM do."""
+    import anyio
+
+    from ..engine.daemon import run_daemon
+
     async with anyio.create_task_group() as tg:
 
         async def on_signal(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -238,8 +254,6 @@ async def _run(args: argparse.Namespace) -> int:
         await tg.start(on_signal)
         await run_daemon(options, stop, say)
         tg.cancel_scope.cancel()
-    say("stopped")
-    return EXIT_OK
 
 
 _DURATION_BOUNDS: Final = {

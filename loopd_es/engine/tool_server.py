@@ -8,7 +8,8 @@ sends back. Every refusal is an HTTP answer with a JSON ``{"ok": false, "message
 requests get 400, a body over :data:`MAX_BODY` 413, a request that stalls 408.
 
 A new server takes the path over from an old one still listening (it binds beside it and renames over it), so a
-standby taking the lease never fails on a busy address, and the old one, closing, leaves the new socket alone.
+standby taking the lease never fails on a busy address, and the old one, closing, leaves the new socket alone;
+when the new one stops first, the old one puts its own socket back.
 """
 
 from __future__ import annotations
@@ -99,29 +100,60 @@ async def serve(
 ) -> None:
     """Answer ``POST`` requests carrying ``token`` on the Unix socket ``path`` until cancelled.
 
-    Started (``task_status``) once the socket is at ``path`` and accepting.
+    Started (``task_status``) once the socket is at ``path`` and accepting. While serving, a socket that
+    disappears from ``path`` is put back within :data:`REBIND_CHECK_S`: when a newer server (a standby engine)
+    took the path over and then stopped, it removed its socket, and the engine still running must be reachable
+    again.
 
     :raises UnsafeDirectoryError: when the socket's directory is not private to this user.
     """
+    ours: set[int] = set()
+    try:
+        async with anyio.create_task_group() as tg:
+            await _bind(tg, path, token, handler, ours)
+            task_status.started()
+            while True:
+                await anyio.sleep(REBIND_CHECK_S)
+                try:
+                    os.lstat(path)
+                except FileNotFoundError:
+                    log.info("%s: the tool socket is gone (a newer server stopped); serving it again", path)
+                    await _bind(tg, path, token, handler, ours)
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino in ours:  # a newer server's socket stays
+                os.unlink(path)
+
+
+REBIND_CHECK_S: Final = 1.0
+"""How often a serving engine looks whether its socket is still at its path."""
+
+
+async def _bind(tg: anyio.abc.TaskGroup, path: Path, token: str, handler: Handler, ours: set[int]) -> None:
+    """Listen on a socket beside ``path`` and rename it over ``path`` (atomic: a client finds the old server's
+    socket or ours, never nothing); serve it in ``tg``."""
     private_socket_dir(path.parent)
     bound = path.with_name(f".{path.name}.{os.getpid()}")
     listener = await anyio.create_unix_listener(bound, mode=0o600)
     try:
-        os.replace(bound, path)  # atomic: a client finds the old server's socket or ours, never nothing
-        ours = os.stat(path).st_ino
-    except BaseException:
+        os.replace(bound, path)
+        ours.add(os.stat(path).st_ino)
+    except BaseException as e:
         await listener.aclose()
         with contextlib.suppress(OSError):
             os.unlink(bound)
+        if isinstance(e, OSError):
+            raise StorageError(
+                f"cannot serve the OpenCode tools at {path}: {e.strerror}; remove what is there, or run "
+                "`loopd-es opencode install` again"
+            ) from e
         raise
-    try:
-        task_status.started()
-        async with listener:
-            await listener.serve(lambda stream: _connection(stream, token.encode(), handler))
-    finally:
-        with contextlib.suppress(OSError):
-            if os.stat(path).st_ino == ours:  # a newer server's socket stays
-                os.unlink(path)
+    tg.start_soon(_listen, listener, token, handler)
+
+
+async def _listen(listener: anyio.abc.Listener[anyio.abc.SocketStream], token: str, handler: Handler) -> None:
+    async with listener:
+        await listener.serve(lambda stream: _connection(stream, token.encode(), handler))
 
 
 class _Refusal(Exception):

@@ -82,3 +82,32 @@ def test_sim_takes_a_goal_id_for_its_worker(env: Path, capsys: pytest.CaptureFix
     assert len(answers) == 1 and answers[0]["input"] == 7
     assert main("sim", "idle", "no-such-thing") == EXIT_USAGE
     assert "no goal matches 'no-such-thing'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (("--store", "sqlite:notes.txt", "run"), 4, "notes.txt is not a loopd-es log"),
+        (("--store", "bogus:x", "run"), EXIT_USAGE, "unknown store scheme"),
+        (("run", "--host", "bogus:x"), EXIT_USAGE, "unknown host scheme 'bogus'"),
+    ],
+)
+def test_a_run_that_cannot_start_says_why_in_one_line_with_its_exit_code(
+    env: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], code: int, words: str
+) -> None:
+    """Not ``internal error: ExceptionGroup`` (exit 1): the engine's task group used to wrap the reason."""
+    (env / "notes.txt").write_text("my notes\n")
+    assert main(*args) == code
+    err = capsys.readouterr().err
+    assert words in err and "ExceptionGroup" not in err and "internal error" not in err, err
+    assert (env / "notes.txt").read_text() == "my notes\n"
+
+
+def test_first_failure_finds_our_error_however_deep_the_groups_nest() -> None:
+    from loopd_es.errors import StorageError, first_failure
+
+    ours = StorageError("the store went away")
+    nested = BaseExceptionGroup("outer", [ValueError("a bug"), BaseExceptionGroup("inner", [ours])])
+    assert first_failure(nested) is ours
+    bug = ValueError("a bug")
+    assert first_failure(BaseExceptionGroup("only", [ExceptionGroup("deeper", [bug])])) is bug

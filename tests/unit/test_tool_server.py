@@ -23,7 +23,7 @@ from loopd_es.engine import tool_server
 from loopd_es.engine.tool_api import ToolCall, tool_handler
 from loopd_es.engine.tool_server import MAX_BODY, Handler, private_socket_dir, serve
 from loopd_es.procs.paths import UnsafeDirectoryError
-from tests.waits import scaled_timeout
+from tests.waits import await_until, scaled_timeout
 
 from .._profiles import scaled
 
@@ -295,6 +295,25 @@ async def test_a_new_server_takes_the_path_over_and_the_old_one_leaves_it(sock_d
         outer.cancel_scope.cancel()
     assert old.calls == []
     assert [body for _, body in new.calls] == [b"to-new", b"still-new"]
+
+
+async def test_when_the_new_server_stops_first_the_old_one_is_reachable_again(sock_dir: Path) -> None:
+    """A standby engine takes the path over, then stops (removing its socket): the engine still running
+    puts its own socket back, so OpenCode's tool calls reach it again."""
+    old, new = Recorder(), Recorder()
+    path = sock_dir / "t.sock"
+    async with anyio.create_task_group() as outer:
+        await outer.start(serve, path, TOKEN, old)
+        async with anyio.create_task_group() as second:
+            await second.start(serve, path, TOKEN, new)
+            await one(path, post(b"to-new"))
+            second.cancel_scope.cancel()
+        await await_until("the old server's socket back at its path", path.exists)
+        await one(path, post(b"to-old"))
+        outer.cancel_scope.cancel()
+    assert not path.exists()  # and the old one, stopping, removed its own
+    assert [body for _, body in new.calls] == [b"to-new"]
+    assert [body for _, body in old.calls] == [b"to-old"]
 
 
 # -- whatever arrives, the answer is HTTP with a JSON body --------------------------------------------
