@@ -20,10 +20,11 @@ import anyio
 import anyio.lowlevel
 from ptyprocess import PtyProcess  # the only import of ptyprocess in the package
 
-_RESET_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ)
+_RESET_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ)
 """Signals a child must meet with their default action, as in a terminal: an ignored signal stays ignored
 across exec, and Python ignores SIGPIPE and SIGXFSZ, while a shell's background job ignores SIGINT and SIGQUIT
-(an owner started that way made children that ``interrupt`` could not stop)."""
+(an owner started that way made children that ``interrupt`` could not stop), and the owner ignores SIGHUP (a
+child that inherited that outlived an owner killed with -9: its terminal's hang-up did not end it)."""
 
 
 def _default_signals() -> None:

@@ -106,7 +106,7 @@ async def test_a_child_meets_default_signal_actions_whatever_its_owner_ignores(
     found = re.search(rb"SigIgn:\s*([0-9a-f]+)", env.output(cid))
     assert found, env.output(cid)
     ignored = int(found[1], 16)
-    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ):
         assert not ignored & (1 << (sig - 1)), f"the child ignores {sig.name}"
 
 

@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -43,6 +44,25 @@ async def _lose_owner(env: Env, store: LogStore, cid: str) -> None:
     await await_until(
         f"command {cid}'s owner to let go of its lock", lambda: not owner_alive(env.paths.lock(cid))
     )
+
+
+async def test_a_command_ends_with_its_owner_killed_with_minus_9(env: Env, store: LogStore) -> None:
+    """The owner's terminal hangs up when the owner dies: the command gets SIGHUP and ends (it ignored it, as
+    its owner does, and lived on, out of reach of ``cmd kill``, holding whatever port it had)."""
+    cid = await env.start(store, "-c", SLEEPER)
+    s = await env.until(store, cid, lambda s: s.supervisor_pid is not None and b"ready" in env.output(cid))
+    assert s.supervisor_pid and s.pid
+    os.kill(s.supervisor_pid, signal.SIGKILL)
+
+    def gone(pid: int) -> bool:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except FileNotFoundError:
+            return True
+        return stat.rsplit(") ", 1)[1].startswith("Z")  # ended, not yet reaped
+
+    child = s.pid
+    await await_until(f"the command's process {child} to end with its owner", lambda: gone(child))
 
 
 async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogStore) -> None:
