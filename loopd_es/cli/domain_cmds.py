@@ -11,7 +11,7 @@ import msgspec
 from ..clock import stamped_builtins
 from ..errors import UsageError
 from ..text_safe import term_line
-from .options import parse_time, store_url
+from .options import non_negative_number, parse_time, store_url
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +32,9 @@ def register(subparsers: Any) -> None:
     )
     replay.add_argument("--stream", help="the stream to fold, e.g. goal-<id> or command-<id>")
     cut = replay.add_mutually_exclusive_group()
-    cut.add_argument("--until", type=int, metavar="POSITION", help="stop after this global position")
+    cut.add_argument(
+        "--until", type=non_negative_number, metavar="POSITION", help="stop after this global position"
+    )
     cut.add_argument(
         "--at", metavar="TIME", help="stop after events recorded at or before TIME (ISO 8601, UTC)"
     )

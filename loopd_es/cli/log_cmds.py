@@ -16,7 +16,7 @@ from ..log import LogStore, open_store
 from ..log.base import parse_expected_version
 from ..text_safe import term_line
 from .main import store_url
-from .options import open_reader
+from .options import non_negative_number, open_reader, positive_number
 
 _JSON = msgspec.json.Decoder()
 
@@ -55,16 +55,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--from",
         dest="start",
-        type=_positive,
+        type=positive_number,
         default=None,
         help="first position (or version); with --backwards the newest one shown (default: the first, or the last)",
     )
-    p.add_argument("--limit", type=_non_negative, default=None, help="at most this many events")
+    p.add_argument("--limit", type=non_negative_number, default=None, help="at most this many events")
     p.add_argument(
         "--type", dest="types", action="append", metavar="TYPE", help="only events of this type (repeatable)"
     )
     p.add_argument("--backwards", action="store_true", help="newest first")
-    p.add_argument("--last", type=_non_negative, default=None, metavar="N", help="only the last N events")
+    p.add_argument(
+        "--last", type=non_negative_number, default=None, metavar="N", help="only the last N events"
+    )
     p.add_argument("--json", action="store_true", help="print envelopes as NDJSON")
     p.set_defaults(handler=_read, loopless=True)
 
@@ -105,28 +107,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--from", dest="source", required=True, metavar="URL", help="the source log")
     p.set_defaults(handler=_import)
-
-
-_MAX_NUMBER = (1 << 63) - 1
-
-
-def _positive(text: str) -> int:
-    return _number(text, 1)
-
-
-def _non_negative(text: str) -> int:
-    return _number(text, 0)
-
-
-def _number(text: str, low: int) -> int:
-    """A decimal integer from ``low`` up to 2**63 - 1 (what both backends can store)."""
-    digits = text.strip()
-    if not (digits.isascii() and digits.lstrip("-").isdigit()):
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    value = int(digits)
-    if not low <= value <= _MAX_NUMBER:
-        raise argparse.ArgumentTypeError(f"must be between {low} and {_MAX_NUMBER}, got {text!r}")
-    return value
 
 
 async def _open(args: argparse.Namespace, create: bool = True) -> LogStore:

@@ -33,7 +33,7 @@ from ..log import open_store
 from ..sched import service, tools
 from ..sched.runner import FireReport, Scheduler
 from ..text_safe import json_safe, term_line, term_lines
-from .options import add_host_option, store_url
+from .options import add_host_option, epoch_ms, store_url
 
 SESSION_ENV = "LOOPD_SESSION"
 log = logging.getLogger(__name__)
@@ -76,7 +76,9 @@ def _options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--directory", type=Path, default=None, help="project directory for loop.md (default: cwd)"
     )
-    p.add_argument("--now", type=int, default=None, metavar="MS", help="pretend the time is MS (epoch ms)")
+    p.add_argument(
+        "--now", type=epoch_ms, default=None, metavar="MS", help="pretend the time is MS (epoch ms)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON document")
     add_host_option(p)
     p.add_argument("--claimer", default=None, help="tick/run: this scheduler's name (default: a fresh id)")

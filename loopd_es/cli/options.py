@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Final
 
 from ..errors import UsageError
 
@@ -112,3 +113,35 @@ async def cancel_on_signal(scope: anyio.CancelScope, signals: AsyncIterator[int]
         async for _ in received:
             scope.cancel()
             return
+
+
+MAX_NUMBER: Final = (1 << 63) - 1
+"""The largest position, version or count both backends can store."""
+MAX_EPOCH_MS: Final = 253_402_300_799_999
+"""The last millisecond of the year 9999, the last a date can hold."""
+
+
+def positive_number(text: str) -> int:
+    """An argparse type: a whole number from 1 up to :data:`MAX_NUMBER`."""
+    return whole_number(text, 1, MAX_NUMBER)
+
+
+def non_negative_number(text: str) -> int:
+    """An argparse type: a whole number from 0 up to :data:`MAX_NUMBER`."""
+    return whole_number(text, 0, MAX_NUMBER)
+
+
+def epoch_ms(text: str) -> int:
+    """An argparse type: a time as epoch milliseconds, from 1970 to the end of the year 9999."""
+    return whole_number(text, 0, MAX_EPOCH_MS)
+
+
+def whole_number(text: str, low: int, high: int) -> int:
+    """A decimal integer from ``low`` to ``high``; anything else is a one-line usage error (exit 2)."""
+    digits = text.strip()
+    if not (digits.isascii() and digits.lstrip("-").isdigit()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    value = int(digits)
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {text!r}")
+    return value

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..text_safe import term_line
-from .options import open_reader, parse_time, store_url
+from .options import non_negative_number, open_reader, parse_time, store_url
 from .terminal import parent_parser
 
 if TYPE_CHECKING:
@@ -81,7 +81,9 @@ def register(subparsers: Any) -> None:
         "self-contained page (status, identity and run lanes on a time axis).",
     )
     cut = p.add_mutually_exclusive_group()
-    cut.add_argument("--until", type=int, metavar="POSITION", help="stop after this global position")
+    cut.add_argument(
+        "--until", type=non_negative_number, metavar="POSITION", help="stop after this global position"
+    )
     cut.add_argument(
         "--at",
         metavar="TIME",
