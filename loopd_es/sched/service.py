@@ -19,10 +19,10 @@ from ..clock import from_us, to_us
 from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fail, Fixed, Maintenance, Sub, parse
 from ..domain.loop.model import SessionLoops, evolve
-from ..errors import ConflictError, StorageError, WrongExpectedVersionError
+from ..errors import ConflictError, StorageError, UsageError, WrongExpectedVersionError
 from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
-from ..log.base import StreamWrite
+from ..log.base import StreamWrite, check_stream_name
 from ..log.coord import Claim
 
 if TYPE_CHECKING:
@@ -108,8 +108,25 @@ async def active_session(store: LogStore) -> str | None:
     return None
 
 
+def check_session_id(session_id: str) -> None:
+    """:raises UsageError: when ``session_id`` cannot name a session's stream (printable, not too long)."""
+    stream = ev.session_stream(session_id)
+    try:
+        check_stream_name(stream)
+    except UsageError:
+        most = 200 - len(stream) + len(session_id)
+        raise UsageError(
+            f"loop: session id {session_id!r} cannot name a session: use 1 to {most} printable characters"
+        ) from None
+
+
 async def activate(store: LogStore, session_id: str, now: datetime, *, if_changed: bool = False) -> None:
-    """Record that the user is in ``session_id`` (it becomes the session whose tasks fire)."""
+    """Record that the user is in ``session_id`` (it becomes the session whose tasks fire).
+
+    :raises UsageError: when ``session_id`` cannot name a session's stream (nothing is recorded then: an
+        activation of a session that can hold no task would only stop the active one's tasks firing).
+    """
+    check_session_id(session_id)
     if if_changed and await active_session(store) == session_id:
         return
     await store.append(ev.ACTIVE_STREAM, [new_event(ev.SessionActivated(session_id=session_id, at=now))])

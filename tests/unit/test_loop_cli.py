@@ -241,3 +241,17 @@ def test_run_keeps_ticking_after_a_transient_storage_failure() -> None:
     args = argparse.Namespace(duration=0.3, period_ms=50)
     anyio.run(loop_cmds._forever, sched, FakeClock(from_ms(T0)), args, totals)
     assert sched.calls >= 3 and totals["fired"] == sched.calls - 1
+
+
+@pytest.mark.parametrize("session", ["a\x1bb", "s" * 200])
+def test_a_session_id_that_cannot_name_a_session_changes_nothing(
+    env: Path, capsys: pytest.CaptureFixture[str], session: str
+) -> None:
+    """A failing command activates its session, as in the reference, but an id no session stream can have
+    is refused first: activating it stopped the active session's tasks firing, and no task could be added."""
+    assert run(capsys, "loop", "--session", "ses_1", "add", "5m", "x")[0] == 0
+    code, out, err = run(capsys, "--store", f"sqlite:{env / 'ev.db'}", "read", "--json")
+    before = out
+    code, out, err = run(capsys, "loop", "--session", session, "add", "5m", "y")
+    assert code == 2 and "cannot name a session" in err and out == ""
+    assert run(capsys, "--store", f"sqlite:{env / 'ev.db'}", "read", "--json")[1] == before
