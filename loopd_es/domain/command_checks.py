@@ -97,7 +97,13 @@ def validate_start(
         validate_watch(watch)
 
 
+MAX_TERMINAL_SIDE: Final = 65_535
+"""A terminal's width and height are unsigned shorts (``struct winsize``)."""
+
+
 def validate_size(cols: int, rows: int) -> None:
-    """:raises UsageError: for a non-positive size."""
+    """:raises UsageError: for a non-positive size, or one no terminal can have."""
     if cols <= 0 or rows <= 0:
         raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
+    if cols > MAX_TERMINAL_SIDE or rows > MAX_TERMINAL_SIDE:
+        raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be at most {MAX_TERMINAL_SIDE}.")

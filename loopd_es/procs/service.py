@@ -42,6 +42,7 @@ from ..domain.command import (
     decide_missing,
     decide_remove,
     evolve,
+    validate_size,
     validate_start,
 )
 from ..errors import ConflictError, LoopdError, StreamNotFoundError, UsageError, WrongExpectedVersionError
@@ -216,6 +217,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
     :raises UsageError: for invalid input (nothing recorded, nothing spawned).
     """
     validate_start(spec.title, spec.command, spec.timeout_seconds, spec.watch, spec.owner_session_id)
+    validate_size(spec.cols, spec.rows)
     if spec.goal_id is not None:
         check_id("goal", spec.goal_id)
     paths = CommandPaths(store_url)

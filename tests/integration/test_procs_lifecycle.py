@@ -173,6 +173,18 @@ async def test_write_resize_and_attach(env: Env, store: LogStore) -> None:
     assert "command.resized" in await env.types(store, cid)
 
 
+@pytest.mark.parametrize(("cols", "rows"), [(-1, 24), (80, 0), (80, 65_536), (1 << 40, 24)])
+async def test_a_start_with_a_size_no_terminal_has_is_refused_and_records_nothing(
+    env: Env, store: LogStore, cols: int, rows: int
+) -> None:
+    """``cmd start --cols -1`` was accepted, and its owner then failed to make the terminal: a ``missing``
+    command. The size is checked as ``resize`` checks it, before anything is recorded or spawned."""
+    spec = service.StartSpec(title="t", command="true", cols=cols, rows=rows)
+    with pytest.raises(UsageError, match=f"Invalid size {cols}x{rows}"):
+        await service.start_command(store, env.url, spec)
+    assert await store.head() == 0
+
+
 async def test_a_client_leaving_an_attach_while_output_flows_leaves_the_command_running(
     env: Env, store: LogStore
 ) -> None:
