@@ -185,6 +185,8 @@ async def _start(args: argparse.Namespace) -> int:
     )
     url = store_url(args)
     async with await open_store(url) as store:
+        if args.goal is not None:
+            await _require_goal(store, args.goal)
         command_id, _ = await service.start_command(store, url, spec)
     print(command_id)
     return 0
@@ -213,6 +215,16 @@ def _record(s: Any, paths: CommandPaths) -> dict[str, Any]:
     out["awaits"] = [stamped_builtins(a) for a in s.awaits]
     out["runs_here"] = paths.runs_here(s.machine)  # another machine's command: only it can judge the owner
     return out
+
+
+async def _require_goal(store: LogStore, goal_id: str) -> None:
+    """:raises UsageError: when the log has no goal ``goal_id`` (a command bound to it would notify nobody)."""
+    from ..domain.streams import goal_stream
+
+    if await store.stream_version(goal_stream(goal_id)) == 0:
+        raise UsageError(
+            f"Goal not found: {goal_id!r} is no goal of this log (`loopd-es goals --all` lists them, with ids)"
+        )
 
 
 async def _with_command(args: argparse.Namespace) -> tuple[str, LogStore, CommandPaths, str]:
@@ -317,6 +329,7 @@ async def _await(args: argparse.Namespace) -> int:
     check_id("goal", args.goal)
     _, store, paths, cid = await _with_command(args)
     async with store:
+        await _require_goal(store, args.goal)
         _, message = await service.request_await(
             store, paths, cid, goal_id=args.goal, until=args.until, ignore_case=args.ignore_case
         )

@@ -19,6 +19,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from loopd_es.domain.command import CommandStateError
 from loopd_es.errors import UsageError
+from loopd_es.log import open_store
 from loopd_es.procs import owner_link, service
 from tests.waits import scaled_timeout, wait_until
 
@@ -286,3 +287,33 @@ async def test_the_owner_refuses_a_malformed_request_naming_the_field(
         before.input_bytes,
     )
     await service.command_request(store, env.paths, cid, owner_link.Terminate())
+
+
+@pytest.mark.parametrize("action", ["start", "await"])
+def test_a_command_bound_to_a_goal_that_does_not_exist_is_refused(
+    env: Env, capsys: pytest.CaptureFixture[str], action: str
+) -> None:
+    """``cmd await C --goal nosuch`` said the goal now awaits and recorded it; ``cmd start --goal nosuch`` bound a
+    command to nobody. Both say the goal is not found (exit 2) and record nothing."""
+    from loopd_es.cli.main import main
+
+    url = env.url
+    assert main("--store", url, "cmd", "start", "--", "true") == 0
+    cid = capsys.readouterr().out.strip()
+    before = _events(url)
+    argv = (
+        ("cmd", "await", cid, "--goal", "nosuch")
+        if action == "await"
+        else ("cmd", "start", "--goal", "nosuch", "--", "true")
+    )
+    assert main("--store", url, *argv) == 2
+    assert "Goal not found" in capsys.readouterr().err
+    assert _events(url) == before
+
+
+def _events(url: str) -> list[str]:
+    async def read() -> list[str]:
+        async with await open_store(url) as store:
+            return [f"{e.stream} {e.type}" async for e in store.read_all()]
+
+    return anyio.run(read)
