@@ -16,13 +16,37 @@ from pathlib import Path
 from typing import Any
 
 from ..clock import WALL, iso
+from ..errors import UsageError
 from .tool_server import private_socket_dir, socket_dir
 
 
 def status_dir(store_url: str) -> Path:
     """The directory of this machine's engine status files for the log at ``store_url``."""
-    digest = hashlib.sha256(store_url.encode()).hexdigest()[:12]
+    digest = hashlib.sha256(log_key(store_url).encode()).hexdigest()[:12]
     return socket_dir() / f"engines-{digest}"
+
+
+def log_key(store_url: str) -> str:
+    """One name per log: a file log by its absolute path (``sqlite:.loopd/events.db`` names another log in
+    every project directory), any other by its URL."""
+    from ..log import parse_store_url
+
+    try:
+        scheme, path, _ = parse_store_url(store_url)
+    except UsageError:
+        return store_url
+    if scheme in ("sqlite", "ndjson") and not store_url.startswith(("postgres://", "postgresql://")):
+        return f"{scheme}:{Path(path).expanduser().resolve()}"
+    return store_url
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, from ``/proc``), to tell it from a later process
+    that got the same pid; None where ``/proc`` does not say."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
 
 
 class EngineStatus:
@@ -30,7 +54,13 @@ class EngineStatus:
 
     def __init__(self, store_url: str, holder: str) -> None:
         self.path = status_dir(store_url) / f"{os.getpid()}.json"
-        self.doc: dict[str, Any] = {"pid": os.getpid(), "holder": holder, "store": store_url}
+        pid = os.getpid()
+        self.doc: dict[str, Any] = {
+            "pid": pid,
+            "started": _started(pid),
+            "holder": holder,
+            "store": store_url,
+        }
 
     def set(self, state: str, detail: str = "") -> None:
         """Record ``state`` (and why); a status that cannot be written never stops the engine."""
@@ -60,5 +90,7 @@ def read_statuses(store_url: str) -> list[dict[str, Any]]:
             os.kill(int(doc["pid"]), 0)
         except (OSError, ValueError, KeyError, TypeError):
             continue  # unreadable, or its process is gone (killed before it could remove the file)
+        if doc.get("started") is not None and doc["started"] != _started(int(doc["pid"])):
+            continue  # its process is gone, and another one has its pid
         found.append(doc)
     return found

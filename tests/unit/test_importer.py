@@ -619,7 +619,7 @@ def test_the_read_models_show_the_source_times(tmp_path: Path) -> None:
     url = f"sqlite:{tmp_path / 'log.db'}"
     assert main("--store", url, "import-loopd", str(DAY)) == 0
     assert main("--store", url, "project") == 0
-    with sqlite3.connect(tmp_path / "read.db") as db:
+    with sqlite3.connect(tmp_path / "log.db.read.db") as db:
         runs = db.execute(
             "SELECT run_id, started_at, ended_at FROM runs WHERE goal_id = ?", (STORAGE,)
         ).fetchall()
