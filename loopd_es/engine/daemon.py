@@ -181,6 +181,8 @@ class Outage:
         self.state = ("starting", "")
         self.lease_failing = False
         """The lease cannot be renewed: reads that go through (a full disk, a locked SQLite file) end nothing."""
+        self.host_failing = False
+        """The host failed: the store answering (the lease taken again) ends nothing, only serving does."""
 
     def now(self, state: str, detail: str = "") -> None:
         """What the engine is doing now (the status keeps saying "waiting" until the store answers again)."""
@@ -191,6 +193,7 @@ class Outage:
     def failed(self, error: BaseException, *, lease: bool = False) -> None:
         """The store or host failed; ``lease``: a renewal of the held lease did (said once all the same)."""
         self.lease_failing = self.lease_failing or lease
+        self.host_failing = isinstance(error, HostError)
         if self.since is None:
             self.since = time.monotonic()
             self.say(f"waiting for the store or host: {error}; retrying with backoff (nothing is lost)")
@@ -208,12 +211,16 @@ class Outage:
         outage; only a serving engine's reads must wait for its lease's renewal."""
         self.lease_failing = False
 
-    def ok(self, *, lease: bool = False) -> None:
-        """A call went through (``lease``: a renewal did); until a renewal does, only a renewal ends an outage."""
+    def ok(self, *, lease: bool = False, store_only: bool = False) -> None:
+        """A call went through (``lease``: a renewal did; ``store_only``: a store call, which says nothing of the
+        host); until a renewal does, only a renewal ends an outage, and only serving ends the host's."""
         if lease:
             self.lease_failing = False
         elif self.lease_failing:
             return
+        if store_only and self.host_failing:
+            return
+        self.host_failing = False
         if self.since is not None:
             self.say(
                 f"the store and host answer again after {time.monotonic() - self.since:.1f} s; carrying on"
@@ -233,7 +240,7 @@ async def _stand_by(run: Running, lease: Lease) -> bool:
     while not stop.is_set():
         member = await live_member(lease.store, clock)
         if member is not None:  # a shared group runs the goals: an exclusive engine would turn them twice
-            outage.ok()
+            outage.ok(store_only=True)
             if announced != member:
                 say(f"standing by: the goals are shared by engines started with --shared ({member} is live)")
                 outage.now("standing by", f"a shared group runs the goals ({member} is live)")
@@ -242,9 +249,10 @@ async def _stand_by(run: Running, lease: Lease) -> bool:
                 await stop.wait()
             continue
         holder = await lease.try_acquire()
-        outage.ok()  # not after the read above: on a full disk reads work and the lease's write still fails
+        outage.ok(store_only=True)  # not after the read above: on a full disk reads work and the write fails
         if holder is None:
-            say(f"engine running: holder {lease.holder}, fencing token {lease.token}")
+            if outage.since is None:  # in an outage, taking the lease again to retry is no news
+                say(f"engine running: holder {lease.holder}, fencing token {lease.token}")
             outage.now("running", f"holds the engine lease, fencing token {lease.token}")
             return True
         if holder.holder != announced:
@@ -264,7 +272,7 @@ async def _run_shared(run: Running, lease: Lease) -> None:
     announced = None
     while not stop.is_set():
         holder = await lease.current()
-        outage.ok()
+        outage.ok(store_only=True)
         if holder is None or not holder.live(to_us(clock.now())):
             break
         if holder.holder != announced:  # an exclusive engine runs every goal: joining would turn them twice

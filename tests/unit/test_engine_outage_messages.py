@@ -41,3 +41,25 @@ def test_backoff_grows_to_its_cap() -> None:
         outage.failed(OSError("no space left on device"))
         delays.append(outage.backoff())
     assert delays[0] == 0.25 and delays == sorted(delays) and delays[-1] == 5.0
+
+
+def test_taking_the_lease_again_does_not_end_a_host_outage() -> None:
+    """A host that stays away: each retry takes the lease again (the store answers) and fails on the host. That
+    ended the outage at every retry ("answer again after 0.3 s"), so the backoff never grew past its first step
+    and the engine retried three times a second; only serving (the host answering) ends it now."""
+    from loopd_es.host.errors import HostError
+
+    said: list[str] = []
+    outage = Outage(said.append)
+    delays = []
+    for _ in range(6):
+        outage.failed(HostError("simulated host state: cannot write"))
+        delays.append(outage.backoff())
+        outage.ok(store_only=True)  # the standby took the lease again
+    assert [line.split(":")[0] for line in said] == ["waiting for the store or host"]
+    assert delays == sorted(delays) and delays[-1] == 5.0
+    outage.ok()  # the engine served: the host answered
+    assert len(said) == 2 and "answer again" in said[1]
+    outage.failed(StorageError("locked"))
+    outage.ok(store_only=True)  # a store outage ends with the store's answer
+    assert len(said) == 4 and "answer again" in said[3]
