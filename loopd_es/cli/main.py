@@ -32,6 +32,8 @@ class _Parser(argparse.ArgumentParser):
         kwargs["formatter_class"] = sized(kwargs.get("formatter_class", argparse.HelpFormatter))
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _SubParsers)
+        self.register("action", None, _Once)
+        self.register("action", "store", _Once)
 
     def error(self, message: str) -> NoReturn:
         raise _UsageExit(f"{self.prog}: {message} (see `{self.prog} --help`)")
@@ -39,6 +41,21 @@ class _Parser(argparse.ArgumentParser):
 
 class _UsageExit(Exception):
     pass
+
+
+class _Once(argparse.Action):
+    """The default action (store the value), except that an option given twice is refused: the last one
+    would silently win over the first (``--data A --data B``), and what a caller sent would be lost."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        if option is not None:
+            given: set[str] = namespace.__dict__.setdefault("_options_given", set())
+            if self.dest in given:
+                parser.error(f"{'/'.join(self.option_strings)} given twice; give it once")
+            given.add(self.dest)
+        setattr(namespace, self.dest, values)
 
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Final
 
 from ..errors import UsageError
 
@@ -17,6 +16,7 @@ TYPE_CHECKING = False  # not typing's: `--help` loads this module and does witho
 if TYPE_CHECKING:  # pathlib and datetime cost --help a seventh of its start-up: imported where used
     from collections.abc import AsyncIterator
     from datetime import datetime
+    from typing import Final
 
     import anyio
 

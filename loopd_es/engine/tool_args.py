@@ -119,7 +119,7 @@ class CreateGoalArgs(ToolArgs, frozen=True, kw_only=True):
         Annotated[Count, _doc("compact the worker session every N turns (0 = never)")] | UnsetType
     ) = UNSET
     timeoutMs: (
-        Annotated[int, Meta(ge=1000, le=86_400_000, description="per-turn lease in ms (default 300000)")]
+        Annotated[int, Meta(ge=1000, le=86_400_000, description="per-turn timeout in ms (default 300000)")]
         | UnsetType
     ) = UNSET
     scheduleEveryMs: Annotated[float, _doc("re-run the completed goal every N ms (>= 1000)")] | UnsetType = (

@@ -49,3 +49,35 @@ def test_a_number_out_of_range_is_a_usage_error_and_writes_nothing(
     err = capsys.readouterr().err
     assert "must be between" in err and "internal error" not in err, err
     assert (tmp_path / "log.db").read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (
+            "append",
+            "--stream",
+            "s",
+            "--type",
+            "goal.nudged",
+            "--data",
+            '{"goal_id":"1"}',
+            "--data",
+            '{"goal_id":"2"}',
+        ),
+        ("read", "--limit", "1", "--limit", "2"),
+        ("goal", "create", "g", "--objective", "o", "--model", "a/b", "--model", "c/d"),
+        ("cmd", "start", "--timeout", "1", "--timeout", "2", "--", "true"),
+    ],
+)
+def test_an_option_given_twice_is_refused_not_overwritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...]
+) -> None:
+    """The last of two values silently won, and the first was lost; options that take several values
+    (``--check``, ``--fallback-model``, ``--type``) are given once per value, as before."""
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    assert main("--store", url, *args) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "given twice; give it once" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "log.db").exists() or main("--store", url, "read", "--json") == 0
+    assert capsys.readouterr().out == ""
