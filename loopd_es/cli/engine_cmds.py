@@ -28,7 +28,7 @@ from ..errors import EXIT_CONFLICT, EXIT_OK, UsageError, first_failure
 from ..host import host_url, open_host
 from ..text_safe import term_block, term_line
 from .main import store_url
-from .options import add_host_option
+from .options import add_host_option, non_negative_amount, non_negative_number
 from .words import cli_words
 
 if TYPE_CHECKING:
@@ -177,9 +177,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         )
         add_host_option(v)
         if name == "reply":
-            v.add_argument("--input", type=int, default=100)
-            v.add_argument("--output", type=int, default=50)
-            v.add_argument("--cost", type=float, default=0.001)
+            v.add_argument("--input", type=non_negative_number, default=100, help="input tokens")
+            v.add_argument("--output", type=non_negative_number, default=50, help="output tokens")
+            v.add_argument("--cost", type=non_negative_amount, default=0.001, help="dollars")
             v.add_argument("--incomplete", action="store_true", help="the answer is still being written")
         if name == "fail":
             v.add_argument("--error", required=True, metavar="JSON", help="e.g. '{\"statusCode\": 429}'")

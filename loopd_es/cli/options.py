@@ -145,3 +145,14 @@ def whole_number(text: str, low: int, high: int) -> int:
     if not low <= value <= high:
         raise argparse.ArgumentTypeError(f"must be between {low} and {high}, got {text!r}")
     return value
+
+
+def non_negative_amount(text: str) -> float:
+    """An argparse type: a finite number >= 0 (a cost in dollars, say); ``nan``, ``inf`` and ``-1`` are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value

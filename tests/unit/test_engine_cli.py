@@ -111,3 +111,17 @@ def test_first_failure_finds_our_error_however_deep_the_groups_nest() -> None:
     assert first_failure(nested) is ours
     bug = ValueError("a bug")
     assert first_failure(BaseExceptionGroup("only", [ExceptionGroup("deeper", [bug])])) is bug
+
+
+@pytest.mark.parametrize("bad", [("--cost", "nan"), ("--cost", "-1"), ("--cost", "inf"), ("--input", "-500")])
+def test_sim_reply_refuses_usage_no_host_could_report(
+    env: Path, capsys: pytest.CaptureFixture[str], bad: tuple[str, str]
+) -> None:
+    """``--cost nan`` was stored in the simulated host's state, which then failed to load for every later
+    command (exit 4); negative usage gave the goal budget back. Both are refused, and the host works on."""
+    goal_id = _create(capsys)
+    state = (env / "host.state.json").read_text()
+    assert main("sim", "reply", goal_id, *bad) == EXIT_USAGE
+    assert "must be" in capsys.readouterr().err
+    assert (env / "host.state.json").read_text() == state
+    assert main("sim", "reply", goal_id, "--cost", "0.5") == 0
