@@ -28,7 +28,7 @@ from ..errors import EXIT_CONFLICT, EXIT_OK, UsageError, first_failure
 from ..host import host_url, open_host
 from ..text_safe import term_block, term_line
 from .main import store_url
-from .options import add_host_option, non_negative_amount, non_negative_number
+from .options import MAX_DURATION_MS, add_host_option, non_negative_amount, non_negative_number
 from .words import cli_words
 
 if TYPE_CHECKING:
@@ -200,8 +200,10 @@ async def _run(args: argparse.Namespace) -> int:
 
     for name, least in _DURATION_BOUNDS.items():
         value = getattr(args, name)
-        if value is not None and value < least:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+        if value is not None and not least <= value <= MAX_DURATION_MS:
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be from {least} to {MAX_DURATION_MS}, got {value}"
+            )
     options = RunOptions(
         store_url=store_url(args),
         host_url=host_url(args.host),

@@ -33,7 +33,7 @@ from ..log import open_store
 from ..sched import service, tools
 from ..sched.runner import FireReport, Scheduler
 from ..text_safe import json_safe, term_line, term_lines
-from .options import add_host_option, epoch_ms, store_url
+from .options import add_host_option, epoch_ms, ms_at_least, positive_amount, store_url
 
 SESSION_ENV = "LOOPD_SESSION"
 log = logging.getLogger(__name__)
@@ -87,13 +87,19 @@ def _options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--claim-ttl-ms",
-        type=int,
+        type=ms_at_least(100),
         default=60_000,
         help="tick/run: how long a fire record holds between renewals (past it, the fire is lost)",
     )
-    p.add_argument("--duration", type=float, default=None, metavar="S", help="run: stop after S seconds")
-    p.add_argument("--period-ms", type=int, default=500, help="run: the longest sleep between ticks")
-    p.add_argument("--ttl-ms", type=int, default=15_000, help="lease, run --owner: how long a lease lasts")
+    p.add_argument(
+        "--duration", type=positive_amount, default=None, metavar="S", help="run: stop after S seconds"
+    )
+    p.add_argument(
+        "--period-ms", type=ms_at_least(1), default=500, help="run: the longest sleep between ticks"
+    )
+    p.add_argument(
+        "--ttl-ms", type=ms_at_least(100), default=15_000, help="lease, run --owner: how long a lease lasts"
+    )
     p.add_argument("--read-db", type=Path, default=None, help="history: the read database")
     p.add_argument("--no-catch-up", action="store_true", help=argparse.SUPPRESS)
 

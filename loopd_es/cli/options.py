@@ -14,7 +14,7 @@ from ..errors import UsageError
 
 TYPE_CHECKING = False  # not typing's: `--help` loads this module and does without typing (mypy knows it)
 if TYPE_CHECKING:  # pathlib and datetime cost --help a seventh of its start-up: imported where used
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
     from datetime import datetime
     from typing import Final
 
@@ -155,4 +155,28 @@ def non_negative_amount(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if not (value >= 0 and value != float("inf")):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+MAX_DURATION_MS: Final = 365 * 86_400_000
+"""A year: longer durations only overflow the times they are added to."""
+
+
+def ms_at_least(low: int) -> Callable[[str], int]:
+    """An argparse type: a duration in milliseconds from ``low`` up to :data:`MAX_DURATION_MS`."""
+
+    def number(text: str) -> int:
+        return whole_number(text, low, MAX_DURATION_MS)
+
+    return number
+
+
+def positive_amount(text: str) -> float:
+    """An argparse type: a finite number > 0 (a duration in seconds, say)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value

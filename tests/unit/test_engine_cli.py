@@ -69,7 +69,7 @@ def test_bad_input_is_one_line_with_the_usage_exit_code(
     err = capsys.readouterr().err
     assert err.startswith("loopd-es: --error is not valid JSON") and err.count("\n") == 1
     assert main("run", "--lease-ms", "-1") == EXIT_USAGE
-    assert "--lease-ms must be >= 100" in capsys.readouterr().err
+    assert "--lease-ms must be from 100 to 31536000000" in capsys.readouterr().err
     assert main("notifications") == 0
     assert "no notifications" in capsys.readouterr().out
 
