@@ -149,13 +149,7 @@ def whole_number(text: str, low: int, high: int) -> int:
 
 def non_negative_amount(text: str) -> float:
     """An argparse type: a finite number >= 0 (a cost in dollars, say); ``nan``, ``inf`` and ``-1`` are refused."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value >= 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
+    return _amount(text, 0.0 <= _finite(text), ">= 0")
 
 
 MAX_DURATION_MS: Final = 365 * 86_400_000
@@ -173,10 +167,19 @@ def ms_at_least(low: int) -> Callable[[str], int]:
 
 def positive_amount(text: str) -> float:
     """An argparse type: a finite number > 0 (a duration in seconds, say)."""
+    return _amount(text, _finite(text) > 0.0, "> 0")
+
+
+def _finite(text: str) -> float:
+    """``text`` as a number, ``nan`` for one that is not finite (every comparison with it is false)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
+    return value if value not in (float("inf"), float("-inf")) else float("nan")
+
+
+def _amount(text: str, fits: bool, bound: str) -> float:
+    if not fits:
+        raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
+    return float(text)
