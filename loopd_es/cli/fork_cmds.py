@@ -92,6 +92,9 @@ async def _fork(args: argparse.Namespace) -> int:
     from ..log import open_store
 
     at = parse_at(args.at)
+    for flag, text in (("--name", args.name), ("--objective", args.objective)):
+        if text is not None and not text.strip():
+            raise UsageError(f"{flag} must not be empty (leave it out to keep the source's)")
     for name in _UPPER:
         _in_bounds(name, getattr(args, name))
     overrides: dict[str, Any] = {

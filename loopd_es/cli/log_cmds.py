@@ -165,7 +165,9 @@ def _batch_from_stdin(args: argparse.Namespace) -> list[NewEvent]:
         item = _parse_object(line, where)
         unknown = set(item) - {"type", "data", "event_id", "causation_id", "correlation_id"}
         if unknown:
-            raise UsageError(f"{where}: unknown key(s) {sorted(unknown)}; use type, data, event_id")
+            raise UsageError(
+                f"{where}: unknown key(s) {sorted(unknown)}; use type, data, event_id, causation_id, correlation_id"
+            )
         kind = item.get("type")
         if not isinstance(kind, str):
             raise UsageError(f'{where}: "type" must be a string, e.g. "goal.created"')

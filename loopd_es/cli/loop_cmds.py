@@ -139,6 +139,10 @@ async def _loop(args: argparse.Namespace) -> int:
     words = [verb, *_reparse(args, words[1:])]
     if verb in ("tick", "run"):
         return await _run(args, forever=verb == "run")
+    if verb == "history" and len(words) != 2:
+        raise UsageError(
+            "loop history: give one task id, e.g. `loopd-es loop history 3f2a` (`loop list` shows them)"
+        )
     if verb == "history" and len(words) == 2:
         return await _history(args, words[1])
     if verb == "tool" and len(words) == 2:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..clock import WALL, iso
 from ..errors import UsageError
+from ..log import parse_store_url
 from .tool_server import private_socket_dir, socket_dir
 
 
@@ -29,8 +30,6 @@ def status_dir(store_url: str) -> Path:
 def log_key(store_url: str) -> str:
     """One name per log: a file log by its absolute path (``sqlite:.loopd/events.db`` names another log in
     every project directory), any other by its URL."""
-    from ..log import parse_store_url
-
     try:
         scheme, path, _ = parse_store_url(store_url)
     except UsageError:

@@ -79,11 +79,15 @@ def parse_policy(settings: list[str]) -> Policy:
     """
     goal: dict[str, Any] = {}
     engine: dict[str, int] = {}
+    seen: set[str] = set()
     for item in settings:
         key, eq, raw = item.partition("=")
         key, raw = key.strip().replace("-", "_"), raw.strip()
         if not eq or key not in KEYS:
             raise UsageError(f"--set {item!r}: expected KEY=VALUE with KEY one of {', '.join(KEYS)}")
+        if key in seen:
+            raise UsageError(f"--set {key} given twice; give each setting once")
+        seen.add(key)
         if key in _ENGINE:
             engine[key] = _positive_int(key, raw, allow_none=False) or 0
         elif key == "fallback_models":

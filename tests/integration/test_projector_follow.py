@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from loopd_es.log import open_store
-from loopd_es.projector import BatchResult, Projector
+from loopd_es.projector import BatchResult, Projector, default_read_db
 from projections import StreamStats
 from tests.unit.test_projector_base import BACKENDS, Recorder, checkpoints, dump, fill, url_for
 from tests.waits import await_until, wait_until
@@ -129,7 +129,7 @@ def test_the_cli_follows_and_stops_cleanly_on_sigterm(backend: str, tmp_path: Pa
             )
             wait_until(
                 "the follower to pick up the appends before its poll",
-                lambda: checkpoints(tmp_path / "read.db").get("stream_stats", 0) >= 13,
+                lambda: checkpoints(tmp_path / default_read_db(url)).get("stream_stats", 0) >= 13,
                 within=POLL / 3,
             )
             started = time.monotonic()

@@ -229,6 +229,8 @@ def test_compare_lays_a_fork_beside_its_source(demo: Path, capsys: pytest.Captur
         (("--at", "9", "--max-turns", "99999999999999999999"), "--max-turns must be at most 1000000"),
         (("--at", "9", "--token-budget", str(10**16)), "--token-budget must be at most 1000000000000000"),
         (("--at", "9", "--cost-budget", "nan"), "--cost-budget must be a number > 0, got nan"),
+        (("--at", "9", "--name", " "), "--name must not be empty"),
+        (("--at", "9", "--objective", ""), "--objective must not be empty"),
         (("--at", "9", "--cost-budget", "inf"), "--cost-budget must be a number > 0, got inf"),
         (("--at", "60", "--model", "openai/gpt-9"), "the host offers no model 'openai/gpt-9'"),
         (("--at", "60", "--agent", "poet"), "the host offers no agent 'poet'"),

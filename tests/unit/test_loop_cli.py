@@ -255,3 +255,10 @@ def test_a_session_id_that_cannot_name_a_session_changes_nothing(
     code, out, err = run(capsys, "loop", "--session", session, "add", "5m", "y")
     assert code == 2 and "cannot name a session" in err and out == ""
     assert run(capsys, "--store", f"sqlite:{env / 'ev.db'}", "read", "--json")[1] == before
+
+
+def test_loop_history_without_a_task_id_says_what_to_give(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "loop", "history")
+    assert code == 2 and "loop history: give one task id" in err and "unknown action" not in err

@@ -135,8 +135,9 @@ def checkpoints(path: Path) -> dict[str, int]:
 
 def test_default_read_db_sits_beside_the_log() -> None:
     assert default_read_db("sqlite:.loopd/events.db") == Path(".loopd/read.db")
-    assert default_read_db("ndjson:/var/x/log.ndjson?durability=batch") == Path("/var/x/read.db")
-    assert default_read_db("log.jsonl") == Path("read.db")
+    assert default_read_db("ndjson:/var/x/events.ndjson?durability=batch") == Path("/var/x/read.db")
+    assert default_read_db("ndjson:/var/x/log.ndjson?durability=batch") == Path("/var/x/log.ndjson.read.db")
+    assert default_read_db("log.jsonl") == Path("log.jsonl.read.db")
 
 
 def test_log_files_are_what_writers_touch() -> None:

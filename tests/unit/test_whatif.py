@@ -268,6 +268,8 @@ def test_policy_values() -> None:
     assert b.backoff is not None and (b.backoff.base_ms, b.backoff.cap_ms) == (500, 30_000)
     with pytest.raises(UsageError):
         parse_policy(["confirm_idle_ms=none"])
+    with pytest.raises(UsageError, match="--set max_turns given twice"):  # the last one silently won
+        parse_policy(["max_turns=1", "max-turns=2"])
 
 
 @pytest.fixture(scope="module")
