@@ -61,3 +61,31 @@ def utf16_head(text: str, n: int) -> str:
         if units > n:
             return text[:i]
     return text
+
+
+def js_text(x: float) -> str:
+    """``String(x)`` as JavaScript writes a number: the shortest digits that read back as ``x``, in plain
+    notation from 1e-6 up to 1e21 and in exponent notation (``1e+25``) outside."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0:
+        return "0"
+    if x < 0:
+        return "-" + js_text(-x)
+    mantissa, _, exponent = repr(float(x)).partition("e")
+    whole, _, fraction = mantissa.partition(".")
+    text = whole + fraction
+    zeros = len(text) - len(text.lstrip("0"))
+    digits = text.strip("0")
+    n = len(whole) + int(exponent or 0) - zeros  # x = 0.digits * 10**n
+    k = len(digits)
+    if k <= n <= 21:
+        return digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return "0." + "0" * -n + digits
+    rest = "." + digits[1:] if k > 1 else ""
+    return f"{digits[0]}{rest}e{'+' if n > 0 else '-'}{abs(n - 1)}"

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 from ...clock import iso, to_ms
 from .jitter import js_round
-from .jsclass import trim_start, utf16_head, utf16_len
+from .jsclass import js_text, trim_start, utf16_head, utf16_len
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -61,12 +61,12 @@ Examples:
 def display_interval(ms: float) -> str:
     """Messages' interval display: ``90s`` -> ``2m``, ``1.5h`` -> ``2h``, ``36h`` -> ``2d`` (half up)."""
     if ms < 60_000:
-        return f"{js_round(ms / 1000)}s"
+        return f"{js_text(js_round(ms / 1000))}s"
     if ms < 3_600_000:
-        return f"{js_round(ms / 60_000)}m"
+        return f"{js_text(js_round(ms / 60_000))}m"
     if ms < 86_400_000:
-        return f"{js_round(ms / 3_600_000)}h"
-    return f"{js_round(ms / 86_400_000)}d"
+        return f"{js_text(js_round(ms / 3_600_000))}h"
+    return f"{js_text(js_round(ms / 86_400_000))}d"  # 1e+25d for a huge one, as JavaScript writes it
 
 
 def cut(text: str, n: int) -> str:
@@ -75,8 +75,7 @@ def cut(text: str, n: int) -> str:
 
 
 def _secs(ms: float) -> str:
-    s = ms / 1000
-    return str(int(s)) if s == int(s) else str(s)
+    return js_text(ms / 1000)
 
 
 def unknown_flag(token: str) -> str:
