@@ -164,6 +164,13 @@ async def _start(args: argparse.Namespace) -> int:
         check_id("goal", args.goal)
     if not argv:
         raise UsageError("cmd start: command is required (give it after --, e.g. `cmd start -- make test`)")
+    for flag, given in (
+        ("--title", args.title),
+        ("--watch-filter", args.watch_filter),
+        ("--watch-until", args.watch_until),
+    ):
+        if given is not None and not given.strip():
+            raise UsageError(f"cmd start: {flag} must not be empty (leave it out for the default)")
     watch = WatchSpec(
         filter=args.watch_filter or "",
         until=args.watch_until or "",
