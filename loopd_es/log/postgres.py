@@ -33,14 +33,13 @@ from psycopg import sql
 
 from ..clock import now_rfc3339
 from ..errors import (
-    LogNotFoundError,
     LoopdError,
     StorageError,
     StoreUnavailableError,
     UsageError,
 )
 from ..events.envelope import Envelope, ExpectedVersion, Recorded, StreamRows
-from . import postgres_coord, postgres_rows
+from . import postgres_coord, postgres_rows, postgres_schema
 from .base import (
     MAX_POSITION,
     READ_BATCH,
@@ -55,7 +54,6 @@ from .group_commit import GroupCommitter, Part, Request
 from .postgres_errors import TranslatedConnection
 from .postgres_sql import (
     ANY_VERSION,
-    APPEND_FUNCTION,
     APPEND_FUNCTION_NAME,
     CHANNEL,
     COLUMNS,
@@ -65,7 +63,6 @@ from .postgres_sql import (
     NO_STREAM_VERSION,
     NOTIFY,
     STATEMENTS,
-    TABLE,
 )
 from .postgres_url import public_url, split_postgres_url
 
@@ -146,60 +143,14 @@ class PostgresLog(LogStore):
 
     async def _setup(self, create: bool) -> None:
         async with self._connection() as conn:
-            found = await (
-                await conn.execute(
-                    "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns"
-                    " WHERE table_schema = %s AND table_name = 'events'",
-                    (self.schema,),
-                )
-            ).fetchone()
-            columns = found[0] if found else None
-            if columns is None:
-                if not create:
-                    raise LogNotFoundError(self.url)
-                async with conn.transaction():
-                    await conn.execute(LOCK, (LOCK_KEY,))
-                    await conn.execute(
-                        sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
-                    )
-                    await conn.execute(TABLE.format(t=self._table))
-            elif list(columns) != [c.strip() for c in COLUMNS.split(",")]:
-                raise StoreUnavailableError(
-                    f"{self.url}: the table {self.schema}.events is not a loopd-es log (columns {list(columns)})"
-                )
+            await postgres_schema.ensure_table(conn, self.url, self.schema, self._table, create=create)
             if create:
                 await self._install_function(conn)
 
     async def _install_function(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """Make sure the fast path's function exists (a log written by an older loopd-es has an older one).
-
-        A role that may not create it appends on the careful path only: slower, the same outcome.
-        """
-        function = await (
-            await conn.execute("SELECT to_regproc(%s)", (f"{self.schema}.{APPEND_FUNCTION_NAME}",))
-        ).fetchone()
-        if function is not None and function[0] is not None:
-            self._fast = True
-            return
-        try:
-            async with conn.transaction():
-                await conn.execute(LOCK, (LOCK_KEY,))
-                await conn.execute(
-                    APPEND_FUNCTION.format(
-                        f=self._function,
-                        t=self._table,
-                        lock=sql.Literal(LOCK_KEY),
-                        channel=sql.Literal(CHANNEL),
-                        columns=sql.SQL(COLUMNS),
-                        no_stream=sql.Literal(NO_STREAM_VERSION),
-                        exists=sql.Literal(EXISTS_VERSION),
-                    )
-                )
-        except psycopg.errors.InsufficientPrivilege:
-            _log.info("%s: no privilege to create %s; appending without it", self.url, APPEND_FUNCTION_NAME)
-            self._fast = False
-        else:
-            self._fast = True
+        self._fast = await postgres_schema.install_function(
+            conn, self.url, self.schema, self._table, self._function
+        )
 
     def _connection(self) -> Any:
         if self._closed:

@@ -41,7 +41,7 @@ class SqliteSnapshot(LogStore):
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self.url = f"sqlite:{path}"
-        self._conn: sqlite3.Connection | None = conn
+        self._db: sqlite3.Connection | None = conn
 
     @classmethod
     def open(cls, path: Path) -> SqliteSnapshot:
@@ -74,10 +74,10 @@ class SqliteSnapshot(LogStore):
         return cls(path, conn)
 
     def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._conn is None:
+        if self._db is None:
             raise StorageError(f"{self.url} is closed; open the store again")
         try:
-            return fn(self._conn, *args)
+            return fn(self._db, *args)
         except LoopdError:
             raise
         except sqlite3.Error as e:
@@ -163,6 +163,6 @@ class SqliteSnapshot(LogStore):
         raise ReadOnlySnapshotError(f"{self.url} is open read-only here: it cannot import")
 
     async def aclose(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._db is not None:
+            self._db.close()
+            self._db = None
