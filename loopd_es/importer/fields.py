@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
 from ..events.imported import DroppedField
+from . import whole
 from .source import valid_schedule
 
 UNKNOWN: Final = "not a field of opencode-loopd 1.12.2's state (version 9); not imported"
@@ -193,6 +194,7 @@ RULES: Final[dict[str, Rule]] = {
     "workspaceOperation": _SCOPES,
     "retiredWorkerSessions": _SCOPES,
     "orphanedCommandProcesses": _SCOPES,
+    **whole.rules(),
 }
 
 

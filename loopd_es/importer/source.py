@@ -20,6 +20,7 @@ from ..clock import utc_text
 from ..errors import UsageError
 from ..events.command import EndReason, Status, UntilAction
 from ..events.goal import GoalStatus, WorkerTopology
+from .whole import whole_numbers
 
 STATE_VERSION: Final = 9
 LOOPD_DIR: Final = Path(".opencode") / "loopd"
@@ -379,6 +380,7 @@ def load_state(path: Path) -> LoadedState:
     if "goals" not in doc:
         raise ImportSourceError(path, "no `goals` array: this is not an opencode-loopd state file")
     upgraded = upgrade(doc)
+    whole_numbers(upgraded)
     try:
         state = utc_times(msgspec.convert(upgraded, RefState))
     except msgspec.ValidationError as e:

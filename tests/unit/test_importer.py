@@ -362,6 +362,35 @@ async def test_a_changed_project_is_refused_before_anything_is_written(tmp_path:
         assert await store.head() == head
 
 
+def test_fractions_loopd_accepts_are_imported_with_the_same_effect_and_reported(tmp_path: Path) -> None:
+    """loopd stores its tools' numbers as given: a project with ``maxTurns: 2.5`` or ``everyMs: 1500.5`` used to
+    be refused whole ("Expected int, got float")."""
+    project = tmp_path / "p"
+    shutil.copytree(V9, project)
+    state_file = project / ".opencode" / "loopd" / "state.json"
+    doc = json.loads(state_file.read_text())
+    goal = next(g for g in doc["goals"] if g["id"] == BUDGET)
+    goal["tokenBudget"] = 999.5
+    goal["config"].update(maxTurns=2.5, maxFailures=4.0, timeoutMs=90000.5, compactEvery=2.5)
+    goal["config"]["schedule"] = {"everyMs": 1500.5, "maxRuns": 2.5}
+    state_file.write_text(json.dumps(doc))
+    imported = build_plan(project)
+    config = _fold_goal(imported, BUDGET).config
+    assert (config.max_turns, config.max_failures, config.timeout_ms, config.compact_every) == (
+        3,
+        4,
+        90000,
+        5,
+    )
+    assert config.schedule is not None and (config.schedule.every_ms, config.schedule.max_runs) == (1500, 3)
+    assert config.token_budget == 1000
+    reported = {f.path: f.reason for f in imported.dropped_fields}
+    for path in ("tokenBudget", "config.maxTurns", "config.timeoutMs", "config.compactEvery",
+                 "config.schedule.everyMs", "config.schedule.maxRuns"):  # fmt: skip
+        assert "not a whole number" in reported[f"goals[].{path}"]
+    assert "goals[].config.maxFailures" not in reported  # 4.0 is 4: nothing to say
+
+
 class _FailingStore(LogStore):
     """Delegates to a real store, but fails the append of one stream."""
 

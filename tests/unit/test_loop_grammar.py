@@ -60,6 +60,18 @@ def test_scenario_4_invalid_interval(token: str) -> None:
     )
 
 
+def test_an_interval_too_large_for_a_float_is_invalid_not_a_crash() -> None:
+    """``float("9" * 400)`` is infinite: the slash command used to raise OverflowError (exit 1, an event kept).
+    The tools' rule, "a finite number >= 1000", holds for ``/loop`` too; a huge but finite interval stays valid."""
+    huge = "9" * 400
+    assert fail(f"{huge}s y").startswith(f'❌ Invalid interval "{huge}s".')
+    assert fail("1" + "0" * 305 + "d y").startswith("❌ Invalid interval")  # finite, but not once in ms
+    assert adaptive(f"x every {huge}s") == f"x every {huge}s"
+    assert fixed("1" + "0" * 300 + "s y").interval_ms == int(
+        1e300 * 1000
+    )  # the float, as JavaScript holds it
+
+
 def test_scenario_4_single_dash_is_text_and_half_minute_is_valid() -> None:
     assert adaptive("-5m check") == "-5m check"
     assert fixed("0.5m x").interval_ms == 30_000

@@ -8,6 +8,7 @@ character classes (:mod:`.jsclass`): ``５m`` is no interval, ``\u0085`` separat
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Final, Literal
 
@@ -72,12 +73,13 @@ _TOKEN: Final = re.compile(f"{NOT_WS}+")
 
 
 def interval_ms(token: str) -> int | None:
-    """The interval a token like ``5m`` or ``1.5h`` names in whole ms, or ``None`` when invalid or below 1 s."""
+    """The interval a token like ``5m`` or ``1.5h`` names in whole ms, or ``None`` when invalid, below 1 s, or
+    too large for a float (the tools' rule, "a finite number >= 1000", which the reference shares with ``/loop``)."""
     m = _INTERVAL.fullmatch(jsclass.trim(token).lower())
     if m is None:
         return None
     value = float(m.group(1)) * _UNITS[m.group(2)]
-    return js_round(value) if value >= 1000 else None
+    return js_round(value) if 1000 <= value < math.inf else None
 
 
 def _strip_quotes(text: str) -> str:
