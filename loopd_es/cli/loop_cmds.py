@@ -25,7 +25,7 @@ import anyio
 import anyio.to_thread
 
 from ..clock import Clock, FakeClock, SystemClock, display, from_ms
-from ..domain.loop import decide
+from ..domain.loop import decide, jsclass
 from ..errors import StorageError, UsageError
 from ..host import host_url, open_host
 from ..host.errors import HostError
@@ -275,7 +275,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
                 store, call, session_id=session, now=now, cfg=decide.Config(),
                 origin_id=args.message_id or str(uuid.uuid4()),
             )  # fmt: skip
-    print(json_safe(json.dumps(result, indent=2, ensure_ascii=False)))
+    print(json_safe(json.dumps(jsclass.js_numbers(result), indent=2, ensure_ascii=False)))
     return 0 if result.get("ok") else 3
 
 

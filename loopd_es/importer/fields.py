@@ -36,6 +36,12 @@ _SCOPES: Final = (
 )
 
 
+_NO_GOAL: Final = (
+    "the runtime of a goal the file does not hold (its goalID names none of goals[]): loopd keeps a runtime only "
+    "beside its goal, so no event carries any of its fields"
+)
+
+
 class Source(NamedTuple):
     """What a conditional rule needs besides the record: the file's version, the commands the import ended."""
 
@@ -227,6 +233,10 @@ def dropped_fields(document: dict[str, Any], ended: frozenset[str] = frozenset()
                         continue
                     if path:
                         visit(item, f"{sub}[]", record, goal)
+                    elif (
+                        key == "runtimes" and item.get("goalID") not in goals
+                    ):  # a runtime of no goal: none of it
+                        found[f"{sub}[]", _NO_GOAL] = found.get((f"{sub}[]", _NO_GOAL), 0) + 1
                     else:  # a top-level list: each item is a record of its own
                         owner = goals.get(item.get("goalID") if key != "goals" else item.get("id"), {})
                         visit(item, f"{sub}[]", item, owner if key in ("goals", "runtimes") else {})

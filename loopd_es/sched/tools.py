@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -17,7 +17,7 @@ from msgspec import UNSET, Meta, UnsetType
 from ..clock import from_ms_held, iso, to_ms
 from ..domain.loop import decide, jsclass, texts
 from ..domain.loop.grammar import Adaptive, Fixed, Maintenance
-from ..domain.loop.jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, normalise_bounds
+from ..domain.loop.jitter import MIN_INTERVAL_MS, clamp_due, fallback_due, js_round, normalise_bounds
 from ..errors import DomainError, UsageError
 from ..events import loop as ev
 from .service import append_decided, create_task, read_session
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 
 _Ms = Annotated[float, Meta(ge=-(2**53), le=2**53)]
+Action = Literal["create", "list", "cancel", "reschedule", "set_fixed", "pause", "resume"]
 
 
 class LoopToolArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,10 +40,10 @@ class LoopToolArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     Messages the reference words itself (``prompt required``, ``intervalMs must be ...``) stay with the tool."""
 
     tool: Literal["loop_schedule", "loop_status"] | UnsetType = UNSET
-    action: str | UnsetType = UNSET
+    action: Action | UnsetType = UNSET
     taskId: str | UnsetType = UNSET
     prompt: Annotated[str, Meta(max_length=100_000)] | UnsetType = UNSET
-    mode: str | UnsetType = UNSET
+    mode: Literal["fixed", "adaptive", "maintenance"] | UnsetType = UNSET
     intervalMs: _Ms | UnsetType = UNSET
     delayMs: _Ms | UnsetType = UNSET
     nextDueAtMs: _Ms | UnsetType = UNSET
@@ -62,6 +63,8 @@ def decode_call(call: object) -> dict[str, Any]:
         args = msgspec.convert(given, type=LoopToolArgs, strict=True)
     except msgspec.ValidationError as e:
         raise UsageError(f"loop tool: {e}") from None
+    if args.tool != "loop_status" and args.action is UNSET:  # the schema's one required field
+        raise UsageError(f"loop tool: loop_schedule needs `action`, one of {', '.join(get_args(Action))}")
     return {k: v for k, v in msgspec.structs.asdict(args).items() if v is not UNSET}
 
 
@@ -83,9 +86,9 @@ def _interval_error(v: Any) -> str | None:
     return None
 
 
-def _record(t: Task, prompt_cut: int | None = 200) -> dict[str, Any]:
+def _record(t: Task, prompt_cut: int = 200) -> dict[str, Any]:
     out: dict[str, Any] = {"id": t.task_id, "mode": t.mode, "sessionID": t.session_id}
-    out["prompt"] = t.prompt if prompt_cut is None else texts.cut(t.prompt, prompt_cut)
+    out["prompt"] = texts.cut(t.prompt, prompt_cut)
     pairs = (
         ("intervalMs", t.interval_ms),
         ("adaptiveMinMs", t.adaptive_min_ms),
@@ -94,6 +97,34 @@ def _record(t: Task, prompt_cut: int | None = 200) -> dict[str, Any]:
     out.update({k: v for k, v in pairs if v is not None})
     out.update(paused=t.paused, createdAt=iso(t.created_at), lastFiredAt=_due(t.last_fired_at),
                nextDueAt=_due(t.next_due_at))  # fmt: skip
+    return out
+
+
+def _full_record(t: Task, cfg: decide.Config) -> dict[str, Any]:
+    """A task as ``pause``, ``resume`` and ``cancel`` return it: every field of the reference's task record
+    (docs/reference/loop-plugin.md#s1-1) in its order, times as epoch ms (``lastFiredAt`` 0 for never). A
+    fixed task without its own jitter flag shows the default it runs with, as the reference writes it at
+    creation. The reference's process fields (``ownerPid``, ``ownerStartedAt``) have no counterpart: runners
+    claim each slot in the log instead."""
+    out: dict[str, Any] = {"id": t.task_id, "prompt": t.prompt, "mode": t.mode}
+    jitter = (cfg.default_jitter if t.jitter is None else t.jitter) if t.mode == "fixed" else None
+    optional = (
+        ("intervalMs", t.interval_ms),
+        ("jitterEnabled", jitter),
+        ("adaptiveMinMs", t.adaptive_min_ms),
+        ("adaptiveMaxMs", t.adaptive_max_ms),
+    )
+    out.update({k: v for k, v in optional if v is not None})
+    out["createdAt"] = to_ms(t.created_at)
+    out["lastFiredAt"] = 0 if t.last_fired_at is None else to_ms(t.last_fired_at)
+    out["nextDueAt"] = None if t.next_due_at is None else to_ms(t.next_due_at)
+    out.update(source=t.source, directory=t.directory, sessionID=t.session_id, paused=t.paused)
+    if t.once:
+        out["once"] = True
+    if t.loop_file_path is not None:
+        out["loopFilePath"] = t.loop_file_path
+        if t.content_hash is not None:
+            out["lastContentHash"] = t.content_hash
     return out
 
 
@@ -145,7 +176,7 @@ def set_fixed(
         return decide.Outcome(), {"ok": False, "error": f"No task {task_id} in this session"}
     if t.mode != "adaptive":
         return decide.Outcome(), {"ok": False, "error": "set_fixed requires an Adaptive task"}
-    iv, on = int(interval_ms), bool(jitter)
+    iv, on = js_round(interval_ms), bool(jitter)  # whole ms, rounded as /loop's intervals are
     due, off = decide.fixed_next(t.task_id, iv, now, on)
     e = ev.TaskConvertedToFixed(
         task_id=t.task_id, at=now, interval_ms=iv, jitter=on, jitter_offset_ms=off, next_due_at=due
@@ -188,8 +219,8 @@ async def loop_schedule(
             return {"ok": False, "error": out.message.removeprefix("❌ ")}
         t = (await read_session(store, sid)).tasks[str(tid)]
         if action == "cancel":
-            return {"ok": True, "removed": _record(t, None), "message": f"Cancelled {tid}"}
-        return {"ok": True, "task": _record(t, None)}
+            return {"ok": True, "removed": _full_record(t, cfg), "message": f"Cancelled {tid}"}
+        return {"ok": True, "task": _full_record(t, cfg)}
     if action == "reschedule":
         box: dict[str, Any] = {}
 
@@ -247,7 +278,7 @@ async def _create(
     spec: Fixed | Adaptive | Maintenance
     if mode == "fixed":
         jit = args.get("jitterEnabled")
-        spec = Fixed(interval_ms=int(args["intervalMs"]), prompt=str(prompt), once=bool(args.get("once")),
+        spec = Fixed(interval_ms=js_round(args["intervalMs"]), prompt=str(prompt), once=bool(args.get("once")),
                      jitter=jit if isinstance(jit, bool) else None, token="")  # fmt: skip
     elif mode == "adaptive":
         spec = Adaptive(prompt=str(prompt))
@@ -260,15 +291,13 @@ async def _create(
     if out.error:
         raise DomainError(out.message.removeprefix("❌ /loop failed: "))
     t = (await read_session(store, sid)).tasks[str(out.task_id)]
+    task: dict[str, Any] = {"id": t.task_id, "mode": t.mode, "sessionID": sid}
+    if t.interval_ms is not None:  # a key JavaScript's JSON leaves out when undefined
+        task["intervalMs"] = t.interval_ms
+    task["nextDueAt"] = _due(t.next_due_at)
     return {
         "ok": True,
-        "task": {
-            "id": t.task_id,
-            "mode": t.mode,
-            "sessionID": sid,
-            "intervalMs": t.interval_ms,
-            "nextDueAt": _due(t.next_due_at),
-        },
+        "task": task,
         "message": f"Loop task created [id={t.task_id}] [s={jsclass.utf16_head(sid, 8)}]. Call loop_schedule(action='cancel', taskId='{t.task_id}') when done.",
     }
 

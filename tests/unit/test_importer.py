@@ -391,6 +391,26 @@ def test_fractions_loopd_accepts_are_imported_with_the_same_effect_and_reported(
     assert "goals[].config.maxFailures" not in reported  # 4.0 is 4: nothing to say
 
 
+def test_a_runtime_of_no_goal_is_reported_whole(tmp_path: Path) -> None:
+    """Its fields used to be reported one by one with Python's ``None`` for the goal's status, and the rest
+    (``runCount``, ``consecutiveFailures``, ...) not at all."""
+    project = tmp_path / "p"
+    shutil.copytree(V9, project)
+    state_file = project / ".opencode" / "loopd" / "state.json"
+    doc = json.loads(state_file.read_text())
+    doc["runtimes"].append(
+        dict(doc["runtimes"][0], goalID="ffffffff-0000-4000-8000-000000000000", runCount=77)
+    )
+    state_file.write_text(json.dumps(doc))
+    reported = [f for f in build_plan(project).dropped_fields if f.path.startswith("runtimes")]
+    orphan = [f for f in reported if f.path == "runtimes[]"]
+    assert len(orphan) == 1 and orphan[0].count == 1 and "goalID names none of goals[]" in orphan[0].reason
+    assert not any("None" in f.reason for f in reported)
+    assert {f.path: f.count for f in reported} == {
+        f.path: f.count for f in build_plan(V9).dropped_fields if f.path.startswith("runtimes")
+    } | {"runtimes[]": 1}  # the goal-less runtime adds nothing else
+
+
 class _FailingStore(LogStore):
     """Delegates to a real store, but fails the append of one stream."""
 

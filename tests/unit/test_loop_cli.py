@@ -131,6 +131,12 @@ def test_tool_channel(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
         ({"action": "create", "prompt": "p", "once": "false"}, "`$.once`"),
         ({"action": "reschedule", "taskId": 7}, "`$.taskId`"),
         ({"action": "list", "sessions": "all"}, "`sessions`"),
+        (
+            {"action": "create", "prompt": "p", "mode": "bogus"},
+            "`$.mode`",
+        ),  # was a maintenance task, prompt lost
+        ({"action": "bogus"}, "`$.action`"),
+        ({}, "`action`"),  # was {"ok": false, "error": "Unknown action: None"}
     ],
 )
 def test_tool_arguments_of_the_wrong_type_are_refused_naming_the_field(
@@ -140,6 +146,53 @@ def test_tool_arguments_of_the_wrong_type_are_refused_naming_the_field(
     assert (code, out) == (2, "") and len(err.splitlines()) == 1 and field in err, err
     code, out, _ = run(capsys, "loop", "tool", '{"tool": "loop_status"}')
     assert json.loads(out)["tasks"] == []  # nothing stored
+
+
+def test_tool_answers_are_the_references_json(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No ``null`` where JavaScript leaves a key out, numbers as JavaScript writes them, and pause, resume and
+    cancel answering the whole task record with epoch-ms times (docs/reference/loop-plugin.md#s5-1)."""
+    now = ["loop", "--now", str(T0), "tool"]
+    code, out, _ = run(capsys, *now, '{"action": "create", "prompt": "watch it"}')
+    created = json.loads(out)["task"]
+    assert code == 0 and list(created) == ["id", "mode", "sessionID", "nextDueAt"]  # was "intervalMs": null
+    tid = created["id"]
+    code, out, _ = run(capsys, *now, json.dumps({"action": "reschedule", "taskId": tid, "delayMs": 100}))
+    assert '"requestedDelayMs": 100,' in out  # was 100.0
+    code, out, _ = run(capsys, *now, json.dumps({"action": "pause", "taskId": tid}))
+    assert json.loads(out)["task"] == {
+        "id": tid, "prompt": "watch it", "mode": "adaptive", "adaptiveMinMs": 60_000, "adaptiveMaxMs": 3_600_000,
+        "createdAt": T0, "lastFiredAt": 0, "nextDueAt": T0 + 60_000, "source": "user", "directory": "",
+        "sessionID": "s1", "paused": True,
+    }  # fmt: skip
+    code, out, _ = run(
+        capsys, *now, '{"action": "create", "prompt": "t", "intervalMs": 1500.5, "once": true}'
+    )
+    fixed = json.loads(out)["task"]["id"]
+    code, out, _ = run(capsys, *now, json.dumps({"action": "cancel", "taskId": fixed}))
+    removed = json.loads(out)["removed"]
+    assert (removed["intervalMs"], removed["jitterEnabled"], removed["once"]) == (1501, True, True)  # rounded
+    assert removed["nextDueAt"] == T0 + 1501 and json.loads(out)["message"] == f"Cancelled {fixed}"
+    code, out, _ = run(capsys, *now, '{"action": "create", "prompt": "w"}')
+    code, out, _ = run(capsys, *now, json.dumps({"action": "set_fixed", "taskId": json.loads(out)["task"]["id"],
+                                                 "intervalMs": 1000.9}))  # fmt: skip
+    assert json.loads(out)["task"]["intervalMs"] == 1001  # was cut to 1000 where /loop 1.0009s gives 1001
+
+
+def test_a_message_id_sent_again_tells_the_truth(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A retried message answers as before while its task lives, says so once the task has ended (it used to
+    say "Loop started ... (running now)"), and is refused with other arguments (they used to be dropped)."""
+    first = run(capsys, "loop", "--message-id", "m1", "add", "5m", "foo")
+    assert first[0] == 0 and run(capsys, "loop", "--message-id", "m1", "add", "5m", "foo") == first
+    code, _, err = run(capsys, "loop", "--message-id", "m1", "add", "10m", "bar")
+    assert code == 3 and "message m1 already created loop" in err
+    tid = task_id_for("m1")
+    run(capsys, "loop", "cancel", tid)
+    code, out, _ = run(capsys, "loop", "--message-id", "m1", "add", "5m", "foo")
+    assert (code, out.strip()) == (
+        0,
+        f"🔁 This message already started loop {tid}, which has since been cancelled; nothing new was started.",
+    )
+    assert "no loop tasks" in run(capsys, "loop", "list")[1].lower()
 
 
 def test_read_model_rebuild_is_identical(env: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -127,6 +127,14 @@ def create(
     the first task."""
     existing = s.by_origin(origin_id)
     if existing is not None:
+        if not _same_request(existing, parsed):
+            return Outcome(
+                message=texts.failed(texts.origin_reused(origin_id, existing.task_id)), error="conflict"
+            )
+        if existing.cancelled is not None:
+            return Outcome(
+                message=texts.origin_ended(existing.task_id, existing.cancelled), task_id=existing.task_id
+            )
         return Outcome(message=_started(existing, cfg), task_id=existing.task_id)
     if total_live >= cfg.max_tasks:
         return Outcome(message=texts.failed(texts.max_tasks(cfg.max_tasks)), error="conflict")
@@ -185,6 +193,21 @@ def _started_from(e: ev.TaskCreated) -> str:
             e.adaptive_min_ms or 0, e.adaptive_max_ms or 0, e.prompt, e.task_id, e.session_id
         )
     return texts.started_maintenance(e.adaptive_max_ms or 0, e.task_id, e.session_id)
+
+
+def _same_request(t: Task, parsed: Fixed | Adaptive | Maintenance) -> bool:
+    """Whether ``parsed`` asks for the task ``t`` its message created (a maintenance task's text comes from
+    loop.md, which may have changed since, so only its mode counts)."""
+    if isinstance(parsed, Fixed):
+        return (t.mode, t.interval_ms, t.prompt, t.once) == (
+            "fixed",
+            parsed.interval_ms,
+            parsed.prompt,
+            parsed.once,
+        ) and (parsed.jitter is None or parsed.jitter == t.jitter)
+    if isinstance(parsed, Adaptive):
+        return (t.mode, t.prompt) == ("adaptive", parsed.prompt)
+    return t.mode == "maintenance"
 
 
 def _started(t: Task, cfg: Config) -> str:

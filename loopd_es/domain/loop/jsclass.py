@@ -10,7 +10,7 @@ same (its ``\\s`` lacks U+00A0 and the other Unicode spaces), so the classes are
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 _WS_BODY: Final = "\t\n\x0b\x0c\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 WS: Final = f"[{_WS_BODY}]"
@@ -89,3 +89,16 @@ def js_text(x: float) -> str:
         return "0." + "0" * -n + digits
     rest = "." + digits[1:] if k > 1 else ""
     return f"{digits[0]}{rest}e{'+' if n > 0 else '-'}{abs(n - 1)}"
+
+
+def js_numbers(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, scalars) with every float JavaScript writes without a fraction as an
+    int, so that Python's JSON writes ``100`` where ``JSON.stringify`` does, not ``100.0``. From 1e21 up both
+    write exponent notation (``1e+21``), so those stay floats."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    if isinstance(value, dict):
+        return {k: js_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [js_numbers(v) for v in value]
+    return value

@@ -113,6 +113,28 @@ def failed(error: str) -> str:
     return f"❌ /loop failed: {error}"
 
 
+_ENDED: Final = {
+    "user": "been cancelled",
+    "once-complete": "run its one time",
+    "session-deleted": "ended with its session",
+    "expired": "expired",
+    "owner-dead": "ended with the process that owned it",
+}
+
+
+def origin_ended(task_id: str, reason: str) -> str:
+    """loopd-es's own: a ``/loop`` message handled again after the task it created has ended."""
+    return f"🔁 This message already started loop {task_id}, which has since {_ENDED.get(reason, 'ended')}; nothing new was started."
+
+
+def origin_reused(origin_id: str, task_id: str) -> str:
+    """loopd-es's own: a message id that created a task, sent again with other arguments."""
+    return (
+        f"message {origin_id} already created loop {task_id} from other arguments; "
+        "give each /loop command its own message id"
+    )
+
+
 def cancelled(task_id: str) -> str:
     return f"🛑 Cancelled {task_id}"
 
