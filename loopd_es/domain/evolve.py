@@ -150,6 +150,11 @@ class GoalFold:
         if version >= first_version:
             d.version, d.position = version, last_position
 
+    def moved_to(self, version: int, position: int) -> None:
+        """Set the draft's version and position: where the stream stands after rows applied with a position
+        not yet known (a whole-log replay learns each stream's last place at the end)."""
+        self._draft.version, self._draft.position = version, position
+
     def peek(self) -> tuple[str | None, int]:
         """The draft's active run id and anomaly count now, without the copy :meth:`result` makes.
 

@@ -22,6 +22,7 @@ from ..events.envelope import (
     Envelope,
     ExpectedVersion,
     Foldable,
+    LogRows,
     NewEvent,
     StreamRows,
 )
@@ -232,6 +233,28 @@ class LogStore(abc.ABC):
             expected = last.version + 1
             if ended:
                 return
+
+    async def read_log_rows(
+        self, *, rows_prefix: str, until_position: int | None = None
+    ) -> AsyncIterator[LogRows]:
+        """Every event up to global position ``until_position`` as a whole-log fold reads it
+        (:class:`~loopd_es.events.envelope.LogRows`), a batch at a time: the streams whose names start with
+        ``rows_prefix`` (and are longer) as rows, the others as recorded events; then, after the last event, a
+        batch that gives each row stream's last place.
+
+        A backend may fetch the rows' four columns and look up the places at the end; this default yields
+        every event as recorded (no rows, so no places).
+
+        :raises CorruptLogError: as for :meth:`read_batches`.
+        """
+        until = MAX_POSITION if until_position is None else until_position
+        async for batch in self.read_recorded(limit=until_position):
+            if batch[-1].position > until:
+                kept = [e for e in batch if e.position <= until]
+                if kept:
+                    yield LogRows([], kept)
+                return
+            yield LogRows([], batch)
 
     @abc.abstractmethod
     async def head(self) -> int:
@@ -458,6 +481,16 @@ async def stream_rows_batches(
         if len(batch.rows) < READ_BATCH:
             return
         after = batch.last_version
+
+
+def prefix_bounds(prefix: str) -> tuple[str, str]:
+    """The names strictly between these two are exactly those that start with ``prefix`` and are longer.
+
+    :raises ValueError: for an empty prefix, or one whose last character has no successor.
+    """
+    if not prefix or prefix[-1] == "\U0010ffff":
+        raise ValueError(f"a stream prefix must be non-empty and end below U+10FFFF, got {prefix!r}")
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 MAX_POSITION: Final = (1 << 63) - 1

@@ -34,6 +34,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from ..errors import LoopdError, StorageError, StoreUnavailableError, UsageError
+from ..events.envelope import LogRows
 from ..private_files import create_private
 from . import sqlite_coord, sqlite_fast, sqlite_import
 from . import sqlite_ops as ops
@@ -44,6 +45,7 @@ from .base import (
     LogStore,
     SequenceChecker,
     VerifyReport,
+    prefix_bounds,
     stream_rows_batches,
 )
 from .coord import Claim, check_swap
@@ -252,6 +254,27 @@ class SqliteLog(LogStore):
             return batch
 
         return stream_rows_batches(read, from_version)
+
+    async def read_log_rows(
+        self, *, rows_prefix: str, until_position: int | None = None
+    ) -> AsyncIterator[LogRows]:
+        """Read on the event-loop thread a position range at a time (as :meth:`_select` reads the whole log),
+        up to the head as it was when the read began; then each row stream's last place, in one statement."""
+        low, high = prefix_bounds(rows_prefix)
+        end = await self._read(reads.head)
+        if until_position is not None:
+            end = min(end, max(until_position, 0))
+        any_rows = False
+        for after in range(0, end, READ_BATCH):
+            args = (low, high, after, min(after + READ_BATCH, end))
+            self._users.note()
+            await anyio.lowlevel.checkpoint()
+            found = self._read_now(reads.read_log_rows, *args)
+            rows, recorded = found if found is not None else await self._run(reads.read_log_rows, *args)
+            any_rows = any_rows or bool(rows)
+            yield LogRows(rows, recorded)
+        if any_rows:
+            yield LogRows([], [], await self._read(reads.last_places, low, high, end))
 
     async def read_filtered(
         self,

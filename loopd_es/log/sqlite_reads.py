@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from ..events.envelope import Envelope, Recorded, StreamRows
+from ..events.envelope import Envelope, LogRow, Recorded, StreamRows
 from .base import MAX_POSITION, check_contiguous
 from .sqlite_ops import COLUMNS
 
@@ -123,6 +123,52 @@ def read_stream_rows(
     ).fetchone()
     check_contiguous(where, stream, after + 1, version, len(rows))
     return (StreamRows(after + 1, rows, position, recorded_at),)
+
+
+def read_log_rows(
+    conn: sqlite3.Connection, low: str, high: str, after: int, until: int
+) -> tuple[list[LogRow], list[Recorded]]:
+    """The events at positions after ``after`` and up to ``until``: those of the streams named between
+    ``low`` and ``high`` (both excluded) as four-column rows, the others as :class:`Recorded` (a tuple, never
+    None, as :meth:`SqliteStore._now` needs).
+
+    Positions are gapless, so a range of them bounds the batch, and neither statement needs the other's last
+    position. Both walk the same range of the table in position order; the second finds its pages cached.
+    """
+    args = (after, until, low, high)
+    rows = conn.execute(
+        "SELECT stream, type, schema_version, data FROM events"
+        " WHERE position > ? AND position <= ? AND stream > ? AND stream < ? ORDER BY position",
+        args,
+    ).fetchall()
+    recorded = conn.execute(
+        "SELECT position, stream, version, type, schema_version, recorded_at, data FROM events"
+        " WHERE position > ? AND position <= ? AND NOT (stream > ? AND stream < ?) ORDER BY position",
+        args,
+    ).fetchall()
+    return rows, list(starmap(Recorded, recorded))
+
+
+_LAST_PLACES: Final = """
+WITH RECURSIVE s(stream) AS (
+    SELECT min(stream) FROM events WHERE stream > :low AND stream < :high
+    UNION ALL
+    SELECT (SELECT min(stream) FROM events WHERE stream > s.stream AND stream < :high) FROM s
+    WHERE s.stream IS NOT NULL
+)
+SELECT e.stream, e.version, e.position, e.recorded_at FROM (
+    SELECT (SELECT position FROM events WHERE stream = s.stream AND position <= :until ORDER BY version DESC LIMIT 1)
+    AS last FROM s WHERE s.stream IS NOT NULL
+) AS x JOIN events AS e ON e.position = x.last
+"""
+
+
+def last_places(conn: sqlite3.Connection, low: str, high: str, until: int) -> dict[str, tuple[int, int, str]]:
+    """Each stream named between ``low`` and ``high`` (excluded): its last event's version, position and time
+    at or before position ``until``, for the streams that have one. One seek a stream (a skip-scan of the
+    ``(stream, version)`` index, then its newest version back to the cut), not a step per event."""
+    args = {"low": low, "high": high, "until": until}
+    return {s: (v, p, r) for s, v, p, r in conn.execute(_LAST_PLACES, args)}
 
 
 def head(conn: sqlite3.Connection) -> int:

@@ -14,11 +14,11 @@ import anyio
 import msgspec
 
 from ..domain.reducers import Cut, Folded, LogFold, StreamFold, reducer_for, start
-from ..domain.streams import goal_stream
-from ..errors import StreamNotFoundError
-from ..events.envelope import Foldable, StreamRows
+from ..domain.streams import GOAL_PREFIX, goal_stream
+from ..errors import CorruptLogError, StreamNotFoundError
+from ..events.envelope import Foldable, LogRows, StreamRows
 
-B = TypeVar("B", bound=Sequence[Foldable] | StreamRows)
+B = TypeVar("B", bound=Sequence[Foldable] | StreamRows | LogRows)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -81,16 +81,37 @@ def _feeding_rows(folding: StreamFold) -> Callable[[StreamRows], bool]:
 async def replay_all(
     store: LogStore, *, until: int | None = None, at: datetime | None = None
 ) -> dict[str, Folded]:
-    """Fold every stream of the log in one pass, in global order; returns states by stream name."""
+    """Fold every stream of the log in one pass, in global order; returns states by stream name.
+
+    Goals are read as rows (:meth:`~loopd_es.log.base.LogStore.read_log_rows`) unless the cut is a time, which
+    needs every event's time.
+
+    :raises CorruptLogError: when a goal stream's versions have a gap.
+    """
     cut = Cut(until, at)
     folding = LogFold()
+    if at is not None:
 
-    def feed(batch: Sequence[Foldable]) -> bool:
-        keep = cut.keep(batch)
-        folding.feed(batch if keep == len(batch) else batch[:keep])
-        return keep == len(batch)
+        def feed(batch: Sequence[Foldable]) -> bool:
+            keep = cut.keep(batch)
+            folding.feed(batch if keep == len(batch) else batch[:keep])
+            return keep == len(batch)
 
-    await feed_ahead(store.read_recorded(limit=until), feed)
+        await feed_ahead(store.read_recorded(limit=until), feed)
+        return folding.result()
+    places: dict[str, tuple[int, int, str]] = {}
+
+    def feed_rows(batch: LogRows) -> bool:
+        folding.feed(batch.recorded)
+        folding.feed_rows(batch.rows)
+        if batch.places is not None:
+            places.update(batch.places)
+        return True
+
+    await feed_ahead(store.read_log_rows(rows_prefix=GOAL_PREFIX, until_position=until), feed_rows)
+    wrong = folding.place(places)
+    if wrong:
+        raise CorruptLogError(store.url, None, f"stream {wrong[0]!r} has a gap in its versions")
     return folding.result()
 
 

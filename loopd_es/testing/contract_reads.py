@@ -166,6 +166,47 @@ class ReadContract:
         cut = [b async for b in store.read_stream_rows("big", until_position=n)]
         assert (cut[-1].last_version, sum(len(b.rows) for b in cut)) == (n, n)
 
+    async def test_read_log_rows_is_the_whole_log_as_its_fold_reads_it(self, store: LogStore) -> None:
+        """Every event up to a position exactly once: those of the asked-for prefix as rows (or, as a backend
+        may choose, recorded), the rest recorded, each stream in version order; then the row streams' places."""
+        await store.append("goal-1", [new(i=i) for i in range(3)])
+        await store.append("goal-", [new(i=10)])  # the prefix itself names no row stream
+        await store.append("goal-2", [new(i=11)])
+        await store.append("cmd-1", [new(i=12), new(i=13)])
+        await store.append("goal-1", [NewEvent(type="t.old", data={"i": 14}, schema_version=2)])
+        await store.append("goalx", [new(i=15)])
+        envs = await everything(store)
+
+        async def read(
+            until: int | None,
+        ) -> tuple[list[tuple[str, str, int, bytes]], list[Any], dict[str, Any]]:
+            rows: list[tuple[str, str, int, bytes]] = []
+            recorded: list[Any] = []
+            places: dict[str, Any] = {}
+            async for batch in store.read_log_rows(rows_prefix="goal-", until_position=until):
+                assert places == {}, "the places come after the last event"
+                rows += batch.rows
+                recorded += [
+                    (e.stream, e.type, e.schema_version, bytes(e.data), e.version) for e in batch.recorded
+                ]
+                places.update(batch.places or {})
+            return rows, recorded, places
+
+        for until in (None, 5, 8, 0):
+            rows, recorded, places = await read(until)
+            kept = [e for e in envs if until is None or e.position <= until]
+            assert all(r[0].startswith("goal-") and len(r[0]) > 5 for r in rows)
+            assert len(rows) + len(recorded) == len(kept)
+            for stream in {e.stream for e in kept}:
+                mine = [(e.type, e.schema_version, bytes(e.data)) for e in kept if e.stream == stream]
+                as_rows = [r[1:] for r in rows if r[0] == stream]
+                as_recorded = [r[1:4] for r in recorded if r[0] == stream]
+                assert mine == (as_rows or as_recorded) and not (as_rows and as_recorded), stream
+                if as_rows:
+                    last = [e for e in kept if e.stream == stream][-1]
+                    assert places[stream] == (last.version, last.position, last.recorded_at)
+            assert set(places) == {r[0] for r in rows}
+
     async def test_read_all_and_read_stream(self, store: LogStore) -> None:
         envs = await self._ten(store)
         assert [e async for e in store.read_all(7)] == envs[6:]

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import pytest
@@ -21,11 +22,8 @@ from loopd_es.events import run as r
 from loopd_es.events.catalogue import decode_payload, new_event
 from loopd_es.events.envelope import Envelope, NewEvent, Recorded
 from loopd_es.log import open_store
-from loopd_es.log.base import READ_BATCH
+from loopd_es.log.base import READ_BATCH, LogStore
 from loopd_es.replay import SnapshotStore, replay_all, replay_goal, replay_stream
-
-if TYPE_CHECKING:
-    from loopd_es.log.base import LogStore
 
 pytestmark = pytest.mark.anyio
 
@@ -274,3 +272,28 @@ async def test_a_gap_in_a_streams_versions_is_a_corrupt_log_not_a_wrong_state(tm
         with pytest.raises(CorruptLogError, match="gap in its versions between 1 and 10"):
             await replay_stream(store, "goal-a")
         assert (await replay_stream(store, "goal-a", until=4)).version == 4
+        with pytest.raises(CorruptLogError, match="'goal-a' has a gap in its versions"):
+            await replay_all(store)  # a whole-log replay counts a goal's rows too
+        assert (await replay_all(store, until=4))["goal-a"].version == 4
+
+
+async def test_a_whole_log_replay_of_rows_folds_as_one_of_recorded_events(
+    store: LogStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite hands a whole-log replay the goals' events as four-column rows and their places at the end; the
+    states, versions, positions and times are those of the contract's default (every event recorded), for every
+    cut, with goals, a command and another stream interleaved."""
+    await _fill(store, "a", 3)
+    await _fill(store, "b", 2)
+    await store.append("misc", [new_event(g.GoalCleared(goal_id="zz"))], "any")
+    await _fill(store, "c", 1)
+    await store.append("goal-a", [new_event(g.GoalPaused(goal_id="a"))], "exists")
+    await store.append("goal-", [new_event(g.GoalPaused(goal_id="x"))], "any")
+    head = await store.head()
+    for until in (None, 0, 1, 5, 11, 20, head - 1, head):
+        by_rows = await replay_all(store, until=until)
+        with monkeypatch.context() as m:
+            m.setattr(store, "read_log_rows", functools.partial(LogStore.read_log_rows, store))
+            by_recorded = await replay_all(store, until=until)
+        assert by_rows == by_recorded and list(by_rows) == sorted(by_rows), until
+    assert by_rows["goal-a"].state.status == "paused" and by_rows["goal-a"].position == head - 1
