@@ -22,6 +22,7 @@ instant sort apart as text).
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -87,6 +88,39 @@ def parse_rfc3339(text: str) -> datetime:
     Raises ``ValueError`` for text that is not a time.
     """
     return utc(datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00")))
+
+
+_WRITTEN_TO: Final = re.compile(
+    r"\s*\d{4}-?\d{2}-?\d{2}(?:[Tt ](\d{2})(?::?(\d{2})(?::?(\d{2})(?:[.,](\d+))?)?)?)?(?:[Zz]|[+-].*)?\s*"
+)
+
+
+def parse_cut(text: str) -> datetime:
+    """A cut time (``--at``): the last instant of the unit ``text`` is written to, so that "at or before" takes
+    every event of it. ``history`` prints times to the millisecond while events keep microseconds; a cut at a
+    printed ``20:59:14.343Z`` left out the event printed there. ``20:59Z`` covers the whole minute, a date the
+    whole day; a time written to the microsecond is that instant.
+
+    Raises ``ValueError`` for text that is not a time.
+    """
+    at = parse_rfc3339(text)
+    m = _WRITTEN_TO.fullmatch(text)
+    if m is None:
+        return at
+    hour, minute, second, fraction = m.groups()
+    if fraction is not None:
+        rest = timedelta(microseconds=10 ** max(6 - len(fraction), 0) - 1)
+    elif second is not None:
+        rest = timedelta(seconds=1)
+    elif minute is not None:
+        rest = timedelta(minutes=1)
+    elif hour is not None:
+        rest = timedelta(hours=1)
+    else:
+        rest = timedelta(days=1)
+    if fraction is None:
+        rest -= timedelta(microseconds=1)
+    return at + rest
 
 
 def parse_or_none(text: str | None) -> datetime | None:

@@ -15,6 +15,7 @@ escaped by its own renderer.
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Final
 
 ANSI: Final = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
@@ -74,3 +75,34 @@ def json_safe(doc: str) -> str:
     if doc.isprintable():
         return doc
     return _JSON_RAW.sub(lambda m: m.group(0) if m.group(0).isprintable() else _json_escape(m), doc)
+
+
+def _columns(ch: str) -> int:
+    if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+        return 0  # accents, joiners, variation selectors: drawn on the character before
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    """The columns a terminal gives ``text``: two for wide and full-width characters (CJK, most emoji), none
+    for combining marks and zero-width joiners. Tables pad by this, not ``len``, so a name in CJK or with an
+    emoji does not push the columns after it to the right."""
+    return sum(_columns(ch) for ch in text)
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` columns, with ``…`` where it was cut."""
+    if display_width(text) <= width:
+        return text
+    kept, used = [], 1  # the ellipsis takes one column
+    for ch in text:
+        used += _columns(ch)
+        if used > width:
+            break
+        kept.append(ch)
+    return "".join(kept) + "…"
+
+
+def pad(text: str, width: int) -> str:
+    """``text`` followed by spaces up to ``width`` columns."""
+    return text + " " * max(width - display_width(text), 0)

@@ -1,7 +1,8 @@
 """Replay speed: decode+fold of 1M events, a 10k-event goal from scratch and from its snapshot, and the
 ``eventsourcing`` library rebuilding an aggregate from the same 10k events, measured in the same run; then a
 fleet: ``--fleet-goals`` goals of ``--fleet-events`` events each in one SQLite log, every goal rebuilt by
-``replay_all`` (one pass over the log) against ``eventsourcing`` rebuilding every aggregate from its SQLite store.
+``replay_all`` (one pass over the log) against ``eventsourcing`` rebuilding every aggregate from its SQLite store,
+``--fleet-rounds`` times in alternating order (the ratio is the median of the per-round ratios).
 
 Usage: ``python tools/bench_replay.py [--events 1000000] [--goal-events 10000] [--fleet-goals 10000]
 [--fleet-events 100]`` (``--fleet-goals 0`` skips the fleet; needs ``pip install eventsourcing`` for the
@@ -256,23 +257,23 @@ async def interleaved(path: Path, rebuild: Callable[[], float], rounds: int) -> 
     }
 
 
-async def bench_fleet(path: Path, goals: int, per_goal: int) -> dict[str, Any]:
-    """Every goal of a ``goals * per_goal``-event SQLite log rebuilt in one pass (``replay_all``)."""
+async def build_fleet(path: Path, goals: int, per_goal: int) -> None:
+    """A ``goals * per_goal``-event SQLite log, each goal appended whole."""
     async with await open_store(f"sqlite:{path}") as store:
         for k in range(goals):
             await store.append(
                 f"goal-f{k}", [new_event(e) for e in goal_traffic(f"f{k}", per_goal)], "no_stream"
             )
+
+
+async def time_fleet(path: Path, goals: int) -> float:
+    """Seconds to rebuild every goal of the fleet log in one pass (``replay_all``)."""
+    async with await open_store(f"sqlite:{path}", create=False) as store:
         t0 = time.perf_counter()
         states = await replay_all(store)
         seconds = time.perf_counter() - t0
     assert len(states) == goals and all(f.state.exists and not f.state.anomaly_count for f in states.values())
-    return {
-        "goals": goals,
-        "events": goals * per_goal,
-        "rebuild_s": round(seconds, 3),
-        "events_per_s": round(goals * per_goal / seconds),
-    }
+    return seconds
 
 
 @functools.cache
@@ -295,8 +296,9 @@ def _es_goal_class() -> Any:
     return Goal
 
 
-def bench_eventsourcing_fleet(path: Path, goals: int, per_goal: int) -> dict[str, Any] | None:
-    """The same fleet in ``eventsourcing`` (one aggregate per goal, saved whole), every aggregate rebuilt."""
+def eventsourcing_fleet(path: Path, goals: int, per_goal: int) -> Callable[[], float] | None:
+    """The same fleet in ``eventsourcing`` (one aggregate per goal, saved whole); returns a function that
+    rebuilds every aggregate and gives the seconds it took (None without the library)."""
     try:
         from eventsourcing.application import Application
     except ImportError:
@@ -315,16 +317,52 @@ def bench_eventsourcing_fleet(path: Path, goals: int, per_goal: int) -> dict[str
             goal.turn(run_id=f"run-{n}", tokens=1234, summary=f"step {n} done: refactored the parser")
         app.save(goal)
         ids.append(goal.id)
-    t0 = time.perf_counter()
-    turns = sum(app.repository.get(i).turns for i in ids)
-    seconds = time.perf_counter() - t0
-    assert turns == goals * (per_goal - 1)
-    return {
-        "goals": goals,
-        "events": goals * per_goal,
-        "rebuild_s": round(seconds, 3),
-        "events_per_s": round(goals * per_goal / seconds),
+
+    def rebuild() -> float:
+        t0 = time.perf_counter()
+        turns = sum(app.repository.get(i).turns for i in ids)
+        seconds = time.perf_counter() - t0
+        assert turns == goals * (per_goal - 1)
+        return seconds
+
+    return rebuild
+
+
+def fleets(directory: Path, goals: int, per_goal: int, rounds: int) -> dict[str, Any]:
+    """Both fleets rebuilt ``rounds`` times, back to back in alternating order: the medians, and the median
+    of the per-round ratios (a single timing each side moved the ratio by a fifth from run to run)."""
+    path = directory / "fleet.db"
+    anyio.run(build_fleet, path, goals, per_goal)
+    peer = eventsourcing_fleet(directory / "es-fleet.db", goals, per_goal)
+    mine: list[float] = []
+    theirs: list[float] = []
+    for k in range(rounds):
+        if peer is not None and k % 2:
+            theirs.append(peer())
+        mine.append(anyio.run(time_fleet, path, goals))
+        if peer is not None and not k % 2:
+            theirs.append(peer())
+    events = goals * per_goal
+    out: dict[str, Any] = {
+        "fleet": {
+            "goals": goals,
+            "events": events,
+            "rounds": rounds,
+            "rebuild_s": round(statistics.median(mine), 3),
+            "events_per_s": round(events / statistics.median(mine)),
+        },  # fmt: skip
+        "eventsourcing_fleet": None,
     }
+    if theirs:
+        out["eventsourcing_fleet"] = {
+            "goals": goals,
+            "events": events,
+            "rebuild_s": round(statistics.median(theirs), 3),
+        }
+        ratios = [p / m for p, m in zip(theirs, mine, strict=True)]
+        out["fleet_ratios_per_round"] = [round(x, 2) for x in ratios]
+        out["ratio_eventsourcing_over_fleet"] = round(statistics.median(ratios), 2)
+    return out
 
 
 def main() -> int:
@@ -335,6 +373,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--fleet-goals", type=int, default=10_000)
     parser.add_argument("--fleet-events", type=int, default=100)
+    parser.add_argument("--fleet-rounds", type=int, default=5)
     args = parser.parse_args()
     result: dict[str, Any] = {}
     lines = encoded_log(args.events, args.goals)
@@ -358,13 +397,7 @@ def main() -> int:
         result["ratio_eventsourcing_over_snapshot"] = round(es["rebuild_ms"] / goal["from_snapshot_ms"], 1)
     if args.fleet_goals:
         with tempfile.TemporaryDirectory() as tmp:
-            fleet = anyio.run(bench_fleet, Path(tmp) / "fleet.db", args.fleet_goals, args.fleet_events)
-            es_fleet = bench_eventsourcing_fleet(
-                Path(tmp) / "es-fleet.db", args.fleet_goals, args.fleet_events
-            )
-        result["fleet"], result["eventsourcing_fleet"] = fleet, es_fleet
-        if es_fleet:
-            result["ratio_eventsourcing_over_fleet"] = round(es_fleet["rebuild_s"] / fleet["rebuild_s"], 2)
+            result |= fleets(Path(tmp), args.fleet_goals, args.fleet_events, args.fleet_rounds)
     result["targets"] = {
         "decode_fold_events_per_s": 400_000,
         "scratch_vs_eventsourcing": 10,

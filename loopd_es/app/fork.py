@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from ..clock import parse_rfc3339, stamped_builtins
+from ..clock import parse_cut, parse_rfc3339, stamped_builtins
 from ..domain import goal_commands as c
 from ..domain.evolve import fold, initial
 from ..domain.rules import RuleError, writer_conflict
@@ -139,7 +139,9 @@ def parse_at(text: str) -> int | datetime:
     if value.isascii() and value.isdigit():
         return int(value)
     try:
-        return parse_rfc3339(value)
+        return parse_cut(
+            value
+        )  # the end of the unit it is written to: a time copied from `history` takes its event
     except ValueError:
         raise UsageError(
             f"invalid --at {text!r}: use a global position (e.g. 42) or an ISO 8601 time "

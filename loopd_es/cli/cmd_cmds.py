@@ -201,7 +201,7 @@ async def _start(args: argparse.Namespace) -> int:
 
 async def _list(args: argparse.Namespace) -> int:
     url = store_url(args)
-    async with await open_store(url) as store:
+    async with await open_store(url, create=False) as store:  # a query: a mistyped --store makes no log
         states = await service.list_states(store)
     states = [s for s in states if not s.removed]
     paths = CommandPaths(url)
@@ -237,7 +237,7 @@ async def _require_goal(store: LogStore, goal_id: str) -> None:
 async def _with_command(args: argparse.Namespace) -> tuple[str, LogStore, CommandPaths, str]:
     check_id("command", args.id)  # before the store is opened: a bad id touches nothing
     url = store_url(args)
-    store = await open_store(url)
+    store = await open_store(url, create=False)  # no log holds no command
     try:
         return url, store, CommandPaths(url), await service.resolve_id(store, args.id)
     except BaseException:
@@ -346,7 +346,7 @@ async def _await(args: argparse.Namespace) -> int:
 
 async def _reconcile(args: argparse.Namespace) -> int:
     url = store_url(args)
-    async with await open_store(url) as store:
+    async with await open_store(url, create=False) as store:
         marked = await service.reconcile(store, CommandPaths(url))
     print(f"marked {marked} command(s) missing")
     return 0

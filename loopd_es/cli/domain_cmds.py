@@ -36,7 +36,10 @@ def register(subparsers: Any) -> None:
         "--until", type=non_negative_number, metavar="POSITION", help="stop after this global position"
     )
     cut.add_argument(
-        "--at", metavar="TIME", help="stop after events recorded at or before TIME (ISO 8601, UTC)"
+        "--at",
+        metavar="TIME",
+        help="stop after events recorded at or before TIME (ISO 8601, UTC; "
+        "a time written to the ms or the second covers all of it)",
     )
     replay.add_argument("--json", action="store_true", help="print the folded state as JSON")
     replay.add_argument(

@@ -98,7 +98,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "stops, ...) from the read models, each with when it was delivered or that it is still pending.",
     )
     p.add_argument("--goal", default=None, help="only this goal's (id or unique prefix)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument("--json", action="store_true", help='one JSON document: {"notifications": [...]}')
     p.add_argument("--read-db", type=Path, default=None, metavar="PATH", help="the read database")
     p.add_argument("--no-catch-up", action="store_true", help="answer from the read models as they are")
     p.set_defaults(handler=_notifications)
@@ -301,15 +301,15 @@ async def _notifications(args: argparse.Namespace) -> int:
         return [dict(row) for row in conn.execute(sql + " ORDER BY position", params)]
 
     rows = await read_models(args, query)
-    for row in rows:
-        if args.json:
-            sys.stdout.write(json.dumps(row) + "\n")
-        else:  # goal names and errors in the text come from outside: sanitised like every text view
-            state = f"delivered {row['delivered_at']}" if row["delivered_at"] else "pending"
-            head = term_line(f"{row['requested_at']}  {row['goal_id'][:8]}  {row['kind']:<11}  {state}")
-            text = "".join(f"  {line}\n" for line in term_block(str(row["text"])).splitlines() or [""])
-            sys.stdout.write(f"{head}\n{text}")
-    if not rows and not args.json:
+    if args.json:  # one document, as every query's --json (it was one object per line)
+        sys.stdout.write(json.dumps({"notifications": rows}) + "\n")
+        return EXIT_OK
+    for row in rows:  # goal names and errors in the text come from outside: sanitised like every text view
+        state = f"delivered {row['delivered_at']}" if row["delivered_at"] else "pending"
+        head = term_line(f"{row['requested_at']}  {row['goal_id'][:8]}  {row['kind']:<11}  {state}")
+        text = "".join(f"  {line}\n" for line in term_block(str(row["text"])).splitlines() or [""])
+        sys.stdout.write(f"{head}\n{text}")
+    if not rows:
         sys.stdout.write("no notifications\n")
     return EXIT_OK
 
@@ -323,7 +323,7 @@ async def _operations(args: argparse.Namespace) -> AsyncIterator[Operations]:
     from ..host.events import EngineHost
     from ..log import open_store
 
-    async with await open_store(store_url(args)) as store:
+    async with await open_store(store_url(args), create=False) as store:  # no log holds a goal to act on
         host = await open_host(host_url(args.host))
         try:
             if not isinstance(host, EngineHost):
@@ -405,7 +405,7 @@ async def _worker_of(args: argparse.Namespace, goal: str) -> str:
     from ..app.service import GoalService
     from ..log import open_store
 
-    async with await open_store(store_url(args)) as store:
+    async with await open_store(store_url(args), create=False) as store:
         service = GoalService(store, await open_host(host_url(args.host)))
         try:
             state = await service.load(await service.resolve_id(goal))

@@ -48,7 +48,8 @@ def register(subparsers: Any) -> None:
 
 
 async def _import(args: argparse.Namespace) -> int:
-    from ..importer import apply_plan, build_plan
+    from ..errors import LogNotFoundError
+    from ..importer import apply_plan, build_plan, survey_plan
     from ..log import open_store
     from ..text_safe import term_line
     from .main import store_url
@@ -64,13 +65,29 @@ async def _import(args: argparse.Namespace) -> int:
         f"{plan.goals} goal(s), {plan.commands} command(s), {plan.event_count} events "
         f"({ledger} from the ledger, {plan.event_count - 2 - ledger} synthesised from {version})"
     )
+    url = store_url(args)
     if args.dry_run:
-        print(f"would import {plan.directory}: {shape} on stream {plan.stream}")
+        try:  # what this log holds of the import already: a dry run says what a real one would do
+            async with await open_store(url, create=False) as store:
+                survey = await survey_plan(store, plan)
+        except LogNotFoundError:
+            survey = None
+        if survey is not None and survey.appended_events == 0:
+            print(f"{plan.directory} is already imported into {url} (stream {plan.stream}): nothing to add")
+            return 0
+        todo = set(survey.written) if survey is not None else {b.stream for b in plan.batches}
+        if survey is not None and survey.already:
+            print(
+                f"would finish an interrupted import of {plan.directory} into {url}: {survey.appended_events} "
+                f"events on {len(todo)} stream(s) ({len(survey.already)} streams are there)"
+            )
+        else:
+            print(f"would import {plan.directory}: {shape} on stream {plan.stream}")
         for batch in plan.batches:
-            print(f"  {batch.stream}: {len(batch.events)} events ({batch.from_ledger} from the ledger)")
+            if batch.stream in todo:
+                print(f"  {batch.stream}: {len(batch.events)} events ({batch.from_ledger} from the ledger)")
         _report(plan)
         return 0
-    url = store_url(args)
     settled: list[str] = []
     async with await open_store(url) as store:
         result = await apply_plan(store, plan)

@@ -25,8 +25,8 @@ import anyio
 import anyio.to_thread
 
 from ..clock import Clock, FakeClock, SystemClock, display, from_ms
-from ..domain.loop import decide, jsclass
-from ..errors import StorageError, UsageError
+from ..domain.loop import decide, grammar, jsclass, texts
+from ..errors import LogNotFoundError, StorageError, UsageError
 from ..host import host_url, open_host
 from ..host.errors import HostError
 from ..log import open_store
@@ -168,13 +168,21 @@ async def _command(args: argparse.Namespace, text: str) -> int:
         raise UsageError(
             "loop: --ephemeral needs --owner NAME, the lease the task lives on (see `loop lease`)"
         )
-    async with await open_store(store_url(args)) as store:
-        if args.ephemeral and args.owner:
-            await service.renew_lease(store, args.owner, now, args.ttl_ms)
-        out = await service.handle(
-            store, text, session_id=session, now=now, cfg=decide.Config(), origin_id=args.message_id,
-            owner=args.owner, durable=not args.ephemeral, directory=args.directory,
-        )  # fmt: skip
+    parsed = grammar.parse(text, has_session=bool(session))
+    try:  # only a task's creation (or a refused one) makes a log: list, cancel, ... have nothing to act on
+        store = await open_store(store_url(args), create=not isinstance(parsed, grammar.Sub))
+    except LogNotFoundError:
+        if not (isinstance(parsed, grammar.Sub) and parsed.action == "help"):
+            raise
+        out = decide.Outcome(message=texts.HELP, model_prompt=texts.presentation_prompt(texts.HELP))
+    else:
+        async with store:
+            if args.ephemeral and args.owner:
+                await service.renew_lease(store, args.owner, now, args.ttl_ms)
+            out = await service.handle(
+                store, text, session_id=session, now=now, cfg=decide.Config(), origin_id=args.message_id,
+                owner=args.owner, durable=not args.ephemeral, directory=args.directory,
+            )  # fmt: skip
     if args.json:
         doc = {
             "ok": out.error is None,
@@ -273,7 +281,7 @@ async def _tool(args: argparse.Namespace, raw: str) -> int:
         else:
             result = await tools.loop_schedule(
                 store, call, session_id=session, now=now, cfg=decide.Config(),
-                origin_id=args.message_id or str(uuid.uuid4()),
+                origin_id=args.message_id or str(uuid.uuid4()), directory=str(args.directory or Path.cwd()),
             )  # fmt: skip
     print(json_safe(json.dumps(jsclass.js_numbers(result), indent=2, ensure_ascii=False)))
     return 0 if result.get("ok") else 3

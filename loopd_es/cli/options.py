@@ -75,16 +75,17 @@ def add_host_option(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_time(text: str | None, option: str = "--at") -> datetime | None:
-    """An RFC 3339 time given on the command line (``None`` stays ``None``).
+    """A cut time given on the command line (``--at``; ``None`` stays ``None``): the end of the unit it is
+    written to (:func:`~loopd_es.clock.parse_cut`), so a time copied from ``history`` takes its event.
 
     :raises UsageError: naming ``option`` and showing the expected form.
     """
-    from ..clock import parse_rfc3339
+    from ..clock import parse_cut
 
     if text is None:
         return None
     try:
-        return parse_rfc3339(text)
+        return parse_cut(text)
     except ValueError:
         raise UsageError(
             f"invalid {option} {text!r}: use an ISO 8601 time, e.g. 2026-12-02T12:00:00Z"

@@ -87,8 +87,8 @@ def register(subparsers: Any) -> None:
     cut.add_argument(
         "--at",
         metavar="TIME",
-        help="only the events that had happened by TIME (ISO 8601, UTC; an imported event's time is its "
-        "source's, not the import's)",
+        help="only the events that had happened by TIME (ISO 8601, UTC; a time written to the ms, as history "
+        "prints it, covers that whole ms; an imported event's time is its source's, not the import's)",
     )
     p.add_argument("--html", type=Path, metavar="FILE", help="write the timeline as one HTML file instead")
     p.set_defaults(handler=_history, loopless=True)
@@ -168,7 +168,11 @@ async def _history(args: argparse.Namespace) -> int:
             args.html.write_text(render_html(history, explanation), encoding="utf-8")
         except OSError as e:
             raise UsageError(f"cannot write the HTML timeline to {args.html}: {e.strerror}") from None
-        print(f"wrote the timeline of goal {goal.goal_id} ({len(history.entries)} events) to {args.html}")
+        if args.json:  # one JSON document, as every query with --json prints
+            written = {"goal_id": goal.goal_id, "events": len(history.entries), "html": str(args.html)}
+            sys.stdout.write(msgspec.json.encode(written).decode() + "\n")
+        else:
+            print(f"wrote the timeline of goal {goal.goal_id} ({len(history.entries)} events) to {args.html}")
         return 0
     out = sys.stdout
     if args.json:

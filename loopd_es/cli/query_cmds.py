@@ -27,7 +27,7 @@ from ..log.base import NeedsEventLoop
 from ..postmortem.who import CALLER_COLUMNS, who_lines
 from ..projector import default_read_db, load_registry
 from ..projector.readdb import settled_status
-from ..text_safe import term_line
+from ..text_safe import display_width, fit, pad, term_line
 from .main import store_url
 from .options import open_reader
 from .terminal import parent_parser
@@ -251,8 +251,13 @@ def _list_goals(conn: sqlite3.Connection, status: str | None, owner: str | None,
 
 
 def _with_options(row: Row) -> Row:
-    """A ``goals`` row with its options (stored as JSON, named as ``loopd_create_goal`` names them) decoded."""
-    return row | {"options": msgspec.json.decode(row["options"])}
+    """A ``goals`` row as queries show it: its options (stored as JSON, named as ``loopd_create_goal`` names
+    them) decoded, and a cleared goal's status ``cleared``, its status before the clear kept beside it (the
+    JSON used to say ``active`` where the text said ``cleared``)."""
+    shown = row | {"options": msgspec.json.decode(row["options"])}
+    if row["cleared"]:
+        shown |= {"status": "cleared", "status_before_clear": row["status"]}
+    return shown
 
 
 def _show_goal(conn: sqlite3.Connection, text: str) -> Row:
@@ -333,7 +338,7 @@ async def _goals(args: argparse.Namespace) -> int:
                 (
                     ids[r["goal_id"]],
                     r["name"],
-                    "cleared" if r["cleared"] else r["status"],
+                    r["status"],
                     r["phase"],
                     r["model"],
                     _of(r["turns_used"], r["max_turns"]),
@@ -407,18 +412,19 @@ def _say(*lines: str) -> None:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], width: int = 40) -> list[str]:
-    """Left-aligned columns, ``-`` for nothing, cells cut to ``width`` characters."""
+    """Left-aligned columns, ``-`` for nothing, cells cut to ``width`` columns (a terminal's: CJK and most
+    emoji take two)."""
     cells = [[_cell(v, width) for v in row] for row in rows]
-    widths = [max([len(h), *(len(r[k]) for r in cells)]) for k, h in enumerate(headers)]
+    widths = [max([display_width(h), *(display_width(r[k]) for r in cells)]) for k, h in enumerate(headers)]
     return [
-        "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+        "  ".join(pad(v, w) for v, w in zip(line, widths, strict=True)).rstrip()
         for line in [list(headers), *cells]
     ]
 
 
 def _cell(value: Any, width: int) -> str:
     text = "-" if value is None or value == "" else term_line(str(value).replace("\n", " "))
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return fit(text, width)
 
 
 def _of(used: Any, limit: Any) -> str:
@@ -451,7 +457,9 @@ def command_rows(rows: Sequence[Row]) -> list[str]:
 def render_goal(doc: Row) -> list[str]:
     """``goal show``: the goal's facts, then its runs, switches, provider limits, commands and awaits."""
     g = doc["goal"]
-    status = f"cleared (was {g['status']})" if g["cleared"] else f"{g['status']}, phase {g['phase']}"
+    status = (
+        f"cleared (was {g['status_before_clear']})" if g["cleared"] else f"{g['status']}, phase {g['phase']}"
+    )
     lines = [f"goal {g['goal_id']}  {g['name']!r}", f"  status      {status}"]
     if g["blocker_reason"]:
         kind = f" [{g['blocker_kind']}]" if g["blocker_kind"] else ""

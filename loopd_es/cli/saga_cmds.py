@@ -78,7 +78,7 @@ def _handler(action: _Action) -> Callable[[argparse.Namespace], Awaitable[int]]:
     async def run(args: argparse.Namespace) -> int:
         from ..app.service import Ctx
 
-        async with _goals(args) as goals:
+        async with _goals(args, create=action is _create) as goals:  # no log holds the goal to act on
             for report in await goals.recover():
                 print(
                     f"recovered identity switch {report.switch_id} of goal {report.goal_id}: {report.outcome}",
@@ -92,12 +92,12 @@ def _handler(action: _Action) -> Callable[[argparse.Namespace], Awaitable[int]]:
 
 
 @asynccontextmanager
-async def _goals(args: argparse.Namespace) -> AsyncIterator[Goals]:
+async def _goals(args: argparse.Namespace, *, create: bool) -> AsyncIterator[Goals]:
     from ..app.goals import Goals
     from ..app.service import GoalService
     from ..log import open_store
 
-    store = await open_store(store_url(args))
+    store = await open_store(store_url(args), create=create)
     try:
         host = await open_host(host_url(args.host))
         try:

@@ -20,6 +20,7 @@ from .plan import ImportPlan as ImportPlan
 from .plan import ImportResult as ImportResult
 from .plan import apply_plan as apply_plan
 from .plan import build_plan as build_plan
+from .plan import survey_plan as survey_plan
 from .source import ImportSourceError as ImportSourceError
 
 __all__ = (
@@ -34,4 +35,5 @@ __all__ = (
     "build_plan",
     "follow",
     "mirror_pass",
+    "survey_plan",
 )

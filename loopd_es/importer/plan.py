@@ -385,15 +385,7 @@ async def apply_plan(store: LogStore, plan: ImportPlan) -> ImportResult:
         the same name with other events.
     :raises ImportIncompleteError: when an append fails after others succeeded; re-running completes it.
     """
-    held_import = await _held(store, plan.stream, (plan.started, plan.completed))
-    todo: list[StreamBatch] = []
-    already: list[str] = []
-    for batch in plan.batches:
-        held = await _held(store, batch.stream, batch.events)
-        if held == len(batch.events):
-            already.append(batch.stream)
-        else:
-            todo.append(batch)
+    held_import, already, todo = await _survey(store, plan)
     written: list[str] = []
     appended = 0
     try:
@@ -416,6 +408,33 @@ async def apply_plan(store: LogStore, plan: ImportPlan) -> ImportResult:
             "`loopd-es import-loopd` again to finish it (it appends only what is missing)"
         ) from e
     return ImportResult(written=tuple(written), already=tuple(already), appended_events=appended)
+
+
+async def survey_plan(store: LogStore, plan: ImportPlan) -> ImportResult:
+    """What :func:`apply_plan` would append, without appending (``import-loopd --dry-run``): the streams it
+    would write and those the log holds already, and how many events.
+
+    :raises ImportConflictError: as :func:`apply_plan` would.
+    """
+    held_import, already, todo = await _survey(store, plan)
+    appended = (held_import == 0) + (held_import < 2) + sum(len(b.events) for b in todo)
+    return ImportResult(
+        written=tuple(b.stream for b in todo), already=tuple(already), appended_events=appended
+    )
+
+
+async def _survey(store: LogStore, plan: ImportPlan) -> tuple[int, list[str], list[StreamBatch]]:
+    """How many of the import stream's two events the log holds, the streams it holds whole, the rest."""
+    held_import = await _held(store, plan.stream, (plan.started, plan.completed))
+    todo: list[StreamBatch] = []
+    already: list[str] = []
+    for batch in plan.batches:
+        held = await _held(store, batch.stream, batch.events)
+        if held == len(batch.events):
+            already.append(batch.stream)
+        else:
+            todo.append(batch)
+    return held_import, already, todo
 
 
 async def _held(store: LogStore, stream: str, events: tuple[NewEvent, ...]) -> int:

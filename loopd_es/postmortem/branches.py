@@ -22,7 +22,7 @@ def branches(history: History) -> list[dict[str, Any]]:
             {
                 "kind": kind,
                 "goal_id": other,
-                "position": data.get("at_position"),
+                "position": data.get("at_position") or None,  # 0: a fork point a bundle does not hold
                 "changed": list(data.get("changed") or ()),
             }
         )
@@ -34,8 +34,9 @@ def branch_lines(history: History) -> list[str]:
     lines = []
     for b in branches(history):
         changed = f" (changed: {', '.join(b['changed'])})" if b["changed"] else ""
+        at = f"#{b['position']}" if b["position"] else "an event this bundle does not hold"
         if b["kind"] == "forked_from":
-            lines.append(f"  ⑂ forked from goal {b['goal_id']} at #{b['position']}{changed}")
+            lines.append(f"  ⑂ forked from goal {b['goal_id']} at {at}{changed}")
         else:
-            lines.append(f"  ⑂ fork {b['goal_id']} made at #{b['position']}{changed}")
+            lines.append(f"  ⑂ fork {b['goal_id']} made at {at}{changed}")
     return lines

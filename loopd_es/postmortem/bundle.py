@@ -59,13 +59,29 @@ async def goal_events(store: LogStore, goal: GoalStreams) -> list[Envelope]:
     return list(heapq.merge(*per_stream, key=lambda env: env.position))
 
 
+_FORK_FACTS: Final = ("goal.forked", "goal.forked_from")
+
+
 def redacted(events: list[Envelope], redactor: Redactor) -> list[Envelope]:
-    """The events renumbered 1, 2, 3 ... (and each stream's versions), payloads redacted; ids and links kept."""
-    out = []
+    """The events renumbered 1, 2, 3 ... (and each stream's versions), payloads redacted; ids and links kept.
+
+    A fork fact's ``at_position``/``at_version`` name the fork point by the same numbers, so ``history`` of the
+    bundle shows it where the bundle has it; a fork point the bundle does not hold (the source of a goal that
+    is itself a fork) becomes position 0, which names no event (``at_event_id`` still names it).
+    """
+    places: dict[int, tuple[int, int]] = {}
     versions: dict[str, int] = {}
     for position, env in enumerate(events, 1):
         version = versions[env.stream] = versions.get(env.stream, 0) + 1
+        places[env.position] = (position, version)
+    out = []
+    for env in events:
+        position, version = places[env.position]
         data = env.data if redactor.off else msgspec.Raw(_ENCODER.encode(redactor.payload(env.data_dict())))
+        if env.type in _FORK_FACTS:
+            fact = msgspec.json.decode(data)
+            fact["at_position"], fact["at_version"] = places.get(fact.get("at_position"), (0, 0))
+            data = msgspec.Raw(_ENCODER.encode(fact))
         out.append(msgspec.structs.replace(env, position=position, version=version, data=data))
     return out
 

@@ -237,14 +237,29 @@ def redactor_for(spec: str, *, keep_text: bool = False) -> Redactor:
         keys = frozenset(_strings(rules.get("text_keys", sorted(TEXT_KEYS)), spec, "text_keys"))
         keys |= frozenset(_strings(rules.get("extra_text_keys", []), spec, "extra_text_keys"))
         extra = []
-        for i, rule in enumerate(rules.get("pattern", []), 1):
+        patterns = rules.get("pattern", [])
+        if not isinstance(patterns, list):
+            raise UsageError(f'{spec}: write each pattern as a [[pattern]] table with regex = "..."')
+        for i, rule in enumerate(patterns, 1):
             if not isinstance(rule, dict) or not isinstance(rule.get("regex"), str):
                 raise UsageError(f'{spec}: [[pattern]] number {i} needs regex = "..."')
-            name = str(rule.get("name") or f"pattern-{i}")
+            odd = sorted(set(rule) - {"name", "regex"})
+            if odd:
+                raise UsageError(
+                    f"{spec}: [[pattern]] number {i}: unknown key(s) {', '.join(odd)} (name, regex)"
+                )
+            name = rule.get("name", f"pattern-{i}")
+            if not isinstance(name, str) or not name.strip():
+                raise UsageError(
+                    f'{spec}: [[pattern]] number {i}: name must be a non-empty string, e.g. name = "ticket"'
+                )
             extra.append((name, compile_user_pattern(rule["regex"])))
     except PatternError as e:
         raise UsageError(f"{spec}: {e}") from None
-    keep = bool(rules.get("keep_text", False)) or keep_text
+    keep_rule = rules.get("keep_text", False)
+    if not isinstance(keep_rule, bool):  # bool("false") is True: a quoted false kept every text
+        raise UsageError(f"{spec}: keep_text must be true or false (unquoted), got {keep_rule!r}")
+    keep = keep_rule or keep_text
     return Redactor(mode=str(path), keep_text=keep, text_keys=keys, extra=tuple(extra))
 
 

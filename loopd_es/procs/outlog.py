@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from ..domain.command import MAX_AWAIT_TAIL_BYTES, MAX_OUTPUT_BYTES, OutputFacts, cap_utf8
+from ..private_files import PRIVATE_FILE
 from .text import clean_line, sanitize, split_lines, strip_ansi
 
 if TYPE_CHECKING:
@@ -47,7 +48,12 @@ class OutputLog:
     def _cut(self) -> None:
         keep = retained_bytes(self.path)
         tmp = self.path.with_suffix(".log.tmp")
-        tmp.write_bytes(keep)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, PRIVATE_FILE)
+        try:  # 0600 like the log it replaces (write_bytes followed the umask: 0644 past the first cut)
+            os.write(fd, keep)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, PRIVATE_FILE)  # a .tmp left by a crash keeps its old mode through O_CREAT
         os.replace(tmp, self.path)
         os.close(self._fd)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)

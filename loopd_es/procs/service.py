@@ -51,6 +51,7 @@ from ..events.catalogue import decode_payload
 from ..events.command import STREAM_PREFIX, CommandStarted, WatchSpec, command_stream
 from ..events.envelope import NO_STREAM, NewEvent
 from ..ids import check_id, is_valid_id
+from ..private_files import create_private
 from .outlog import stored_facts, until_matches
 from .owner_link import (
     OWNER_CONNECT_WAIT_S,
@@ -271,7 +272,9 @@ def _launch_owner(
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p),
     }
-    with paths.supervisor_log(command_id).open("ab") as err:
+    log = paths.supervisor_log(command_id)
+    create_private(log)  # 0600: it can hold the command line and its errors
+    with log.open("ab") as err:
         proc = subprocess.Popen(
             [
                 sys.executable,

@@ -436,6 +436,8 @@ def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
         can_switch_model=catalog is not None and catalog.switching != "unsupported",
     )
     decided = observe_limit(cmd, state, facts, e)
+    if fell is not None and not decided:
+        decided = _failed_instead(cmd, state, facts, e)
     chosen = next((d.model for d in decided if isinstance(d, i.FallbackPrepared)), None)
     if chosen in unseen:
         ctx.report.assumptions.append(
@@ -447,6 +449,29 @@ def _limit(step: Step, state: GoalState, recorded: GoalState, ctx: _Ctx) -> Dive
             for d in decided
         ]
     return compare(step, decided)
+
+
+def _failed_instead(
+    cmd: c.ObserveProviderError, state: GoalState, facts: c.Facts, e: i.ProviderLimitObserved
+) -> list[Event]:
+    """What the engine records when a turn's provider limit finds no fallback ready (``sagas.fallback``): the
+    run's failure (counted, backed off or blocked), then the observation. The log keeps no error text for a
+    turn that fell back, so the failure names the limit's kind."""
+    failure = c.RecordRunFailure(
+        goal_id=state.goal_id,
+        error_text=f"provider {e.kind} limit (the error's own text is not in the log)",
+        source=e.source,
+        run_id=cmd.run_id,
+        generation=cmd.generation,
+    )
+    failed = remake(failure, state, facts)
+    after = state
+    for event in failed:
+        after = evolve(after, event)
+    observed = observe_limit(
+        msgspec.structs.replace(cmd, fallback_turn=False, run_id=None, generation=None), after, facts, e
+    )
+    return [*failed, *observed]
 
 
 def _catalog(tail: list[Event], state: GoalState) -> tuple[c.ModelCatalog | None, set[str]]:

@@ -194,9 +194,10 @@ def set_fixed(
 
 async def loop_schedule(
     store: LogStore, args: dict[str, Any], *, session_id: str | None, now: datetime, cfg: decide.Config,
-    origin_id: str, u: float | None = None,
+    origin_id: str, u: float | None = None, directory: str = "",
 ) -> dict[str, Any]:  # fmt: skip
-    """The ``loop_schedule`` tool: create, list, cancel, pause, resume, reschedule, set_fixed."""
+    """The ``loop_schedule`` tool: create, list, cancel, pause, resume, reschedule, set_fixed. ``directory``:
+    the project a created task fires in (the reference's tool context directory)."""
     action = args.get("action")
     tid = args.get("taskId")
     draw = random.random() if u is None else u
@@ -246,7 +247,7 @@ async def loop_schedule(
         await append_decided(store, sid, fix)
         return dict(box2["r"])
     if action == "create":
-        return await _create(store, args, sid, now, cfg, origin_id, draw)
+        return await _create(store, args, sid, now, cfg, origin_id, draw, directory)
     return {"ok": False, "error": f"Unknown action: {action}"}
 
 
@@ -258,6 +259,7 @@ async def _create(
     cfg: decide.Config,
     origin_id: str,
     u: float,
+    directory: str,
 ) -> dict[str, Any]:
     prompt = args.get("prompt")
     if not prompt:
@@ -286,8 +288,9 @@ async def _create(
         spec = Maintenance()
     loop_file = decide.LoopFile(path=None, content=str(prompt)) if mode == "maintenance" else None
     out = await create_task(
-        store, sid, spec, origin_id=origin_id, now=now, u=u, cfg=cfg, via="tool", loop_file=loop_file
-    )
+        store, sid, spec, origin_id=origin_id, now=now, u=u, cfg=cfg, via="tool", loop_file=loop_file,
+        directory=directory,
+    )  # fmt: skip
     if out.error:
         raise DomainError(out.message.removeprefix("❌ /loop failed: "))
     t = (await read_session(store, sid)).tasks[str(out.task_id)]

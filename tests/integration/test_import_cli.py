@@ -160,6 +160,17 @@ def test_dry_run_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert not (tmp_path / "dry.db").exists()
 
 
+def test_a_dry_run_says_what_a_real_run_would_do(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a log that holds the project it said "would import ... 15 events" where the import adds nothing;
+    on a log that holds other events under the project's streams it now refuses as the import does."""
+    project = str(PROJECTS / "v1_project")
+    assert _run(capsys, "--store", url, "import-loopd", project)[0] == 0
+    head = _head(url)
+    code, out, _ = _run(capsys, "--store", url, "import-loopd", "--dry-run", project)
+    assert code == 0 and "is already imported into" in out and "would import" not in out
+    assert _head(url) == head
+
+
 def test_deadlines_end_in_timeout_and_reconcile_settles_the_rest_missing(
     url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -19,6 +19,7 @@ from loopd_es.log import open_store
 from loopd_es.testing import new
 
 from ..postgres_server import pg_url
+from ..waits import wait_until
 
 __all__ = ["pg_url"]
 
@@ -65,6 +66,25 @@ def test_a_file_log_and_the_host_state_are_private(
     found = modes(workdir / ".loopd")
     assert {"host.state.json", "read.db"} <= set(found)
     assert any(name.startswith("events.") for name in found)
+    assert loose(workdir / ".loopd") == {}
+
+
+def test_a_commands_output_stays_private_past_its_cut(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past 512 KiB a command's output log is cut to its tail; the rewritten file and the supervisor's log
+    used to follow the umask (0644)."""
+    monkeypatch.setenv("LOOPD_ES_STORE", "sqlite:.loopd/events.db")
+    assert main("cmd", "start", "--title", "big", "--", "sh", "-c", "seq 1 200000") == 0  # about 1.3 MB
+
+    def ended() -> bool:
+        capsys.readouterr()
+        main("cmd", "list", "--json")
+        return '"status": "exited"' in capsys.readouterr().out
+
+    wait_until("the command's exit", ended, within=60)
+    logs = sorted(p.name for p in (workdir / ".loopd" / "commands").glob("*.log"))
+    assert any(name.endswith(".supervisor.log") for name in logs) and len(logs) >= 2, logs
     assert loose(workdir / ".loopd") == {}
 
 

@@ -308,6 +308,10 @@ def test_a_bundle_serves_the_read_half_of_the_log_contract_and_refuses_writes(
         ("not = [toml", "not valid TOML"),
         ('[[pattern]]\nregex = "(a)\\\\1"\n', "backreference"),
         ("colour = 1\n", "unknown key"),
+        ('keep_text = "false"\n', "keep_text must be true or false"),  # bool("false") kept every text
+        ('[[pattern]]\nname = 3\nregex = "x"\n', "name must be a non-empty string"),
+        ('[[pattern]]\nregexp = "x"\nregex = "y"\n', "unknown key(s) regexp"),
+        ('[pattern]\nregex = "x"\n', "[[pattern]] table"),
     ],
 )
 def test_bad_rules_and_bad_bundles_get_one_line(

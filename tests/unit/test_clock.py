@@ -30,6 +30,7 @@ from loopd_es.clock import (
     iso_us,
     later,
     ms_between,
+    parse_cut,
     parse_or_none,
     parse_rfc3339,
     stamp,
@@ -196,3 +197,36 @@ def test_stamped_builtins_writes_nested_times_as_state_text_in_json_shapes() -> 
         "ended": "2026-11-26T11:02:10.000005Z",
         "none": None,
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "end"),
+    [
+        ("2026-12-07T20:59:14.343Z", "2026-12-07T20:59:14.343999+00:00"),  # as `history` prints it
+        ("2026-12-07T20:59:14.343123Z", "2026-12-07T20:59:14.343123+00:00"),  # to the µs: that instant
+        ("2026-12-07T20:59:14Z", "2026-12-07T20:59:14.999999+00:00"),
+        ("2026-12-07T20:59Z", "2026-12-07T20:59:59.999999+00:00"),
+        ("2026-12-07", "2026-12-07T23:59:59.999999+00:00"),
+        ("2026-12-07T21:59:14.3+01:00", "2026-12-07T20:59:14.399999+00:00"),
+        ("20261207T205914Z", "2026-12-07T20:59:14.999999+00:00"),
+    ],
+)
+def test_a_cut_time_covers_the_unit_it_is_written_to(text: str, end: str) -> None:
+    """``--at`` with a time copied from ``history`` (milliseconds) left out the event shown there: events keep
+    microseconds. A cut takes the whole unit its time is written to."""
+    assert parse_cut(text).isoformat() == end
+
+
+def test_history_at_a_printed_time_takes_its_event(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    from loopd_es.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main("goal", "create", "g", "--objective", "o", "--read-only") == 0
+    goal = capsys.readouterr().out.split()[0]
+    assert main("history", goal) == 0
+    created = next(line for line in capsys.readouterr().out.splitlines() if "goal.created" in line)
+    day, clock = created.split()[1:3]  # "#1  2026-12-07 20:59:14.343  goal v1 goal.created"
+    assert main("history", goal, "--at", f"{day}T{clock}Z") == 0
+    out = capsys.readouterr().out
+    assert "goal.created" in out and "0 events" not in out

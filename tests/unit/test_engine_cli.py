@@ -40,7 +40,7 @@ def test_worker_block_notifies_the_owner_and_notifications_lists_it(
     assert main("worker", "block", "--session", session, "no network", "connect me") == 0
     assert capsys.readouterr().out.strip() == 'Goal "g" blocked.'
     assert main("notifications", "--goal", goal_id[:6], "--json") == 0
-    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows = json.loads(capsys.readouterr().out)["notifications"]  # one document, like every query's --json
     assert len(rows) == 1 and rows[0]["kind"] == "blocked" and rows[0]["delivered_at"] is not None
     assert rows[0]["text"] == 'Loop goal "g" blocked: no network. Needed: connect me.'
     assert main("worker", "block", "--session", session, "again", "x") == EXIT_CONFLICT

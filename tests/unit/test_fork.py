@@ -161,6 +161,8 @@ def test_history_and_the_html_timeline_show_the_branch_both_ways(
     ]
     page = tmp_path / "fork.html"
     assert run(capsys, "--store", url, "history", fork, "--html", str(page))[0] == 0
+    code, out, _ = run(capsys, "--store", url, "history", fork, "--html", str(page), "--json")
+    assert code == 0 and json.loads(out)["html"] == str(page)  # it printed the text line
     html = page.read_text()
     model = json.loads(html.split('<script type="application/json" id="data">')[1].split("</script>")[0])
     assert model["branches"][0] == {
@@ -170,6 +172,18 @@ def test_history_and_the_html_timeline_show_the_branch_both_ways(
         "changed": ["agent"],
     }
     assert model["segments"][0]["lane"] == "status"  # the fork's own status lane starts at its first event
+
+    # A bundle renumbers its events: its fork facts name the fork point by the bundle's numbers (they kept the
+    # source log's, where #N was another event or none), or say the bundle does not hold it.
+    for goal, bundle in ((source, tmp_path / "source.bundle"), (fork, tmp_path / "fork.bundle")):
+        assert run(capsys, "--store", url, "bundle", goal, "-o", str(bundle))[0] == 0
+    code, out, _ = run(capsys, "--store", f"bundle:{tmp_path / 'source.bundle'}", "history", source, "--json")
+    doc = json.loads(out)
+    (branch,) = doc["branches"]
+    point = next(e for e in doc["events"] if e["position"] == branch["position"])
+    assert point["event_id"] == envelopes(url, f"goal-{source}")[3].event_id and branch["position"] != at
+    code, out, _ = run(capsys, "--store", f"bundle:{tmp_path / 'fork.bundle'}", "history", fork)
+    assert f"forked from goal {source} at an event this bundle does not hold" in out
 
 
 def test_fork_by_time_takes_the_last_event_by_then(demo: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from loopd_es.cli.main import main
 from loopd_es.domain.loop.decide import task_id_for
-from loopd_es.text_safe import json_safe, term_block, term_line, term_lines
+from loopd_es.text_safe import display_width, fit, json_safe, term_block, term_line, term_lines
 
 EVIL_NAME = "\x1b]0;pwned\x07\x1b[2Jevil\u202egnp.exe\x9b31m"
 EVIL_OBJECTIVE = "do it\x1b]52;c;cm0gLXJmIH4=\x07\nnext line\r\x1b[1A"
@@ -154,3 +154,15 @@ def test_loop_commands_print_escapes_as_text(
         EVIL_NAME,
         EVIL_OBJECTIVE.strip(),
     }
+
+
+def test_tables_line_up_names_in_wide_characters() -> None:
+    """Column widths counted characters, so a name in CJK or with an emoji pushed the next columns right."""
+    from loopd_es.cli.query_cmds import table
+
+    lines = table(("ID", "NAME", "STATUS"), [("a1", "日本語 🎉", "active"), ("b2", "plain", "paused"),
+                                             ("c3", "e\u0301te\u0301", "x"), ("d4", "字" * 30, "y")])  # fmt: skip
+    starts = {display_width(line[: line.index(status)]) for line, status in
+              zip(lines, ("STATUS", "active", "paused", "x", "y"), strict=True)}  # fmt: skip
+    assert len(starts) == 1, lines  # every STATUS cell starts in the same terminal column
+    assert display_width(fit("字" * 30, 40)) in (39, 40) and fit("字" * 30, 40).endswith("…")  # no half a 字

@@ -161,7 +161,7 @@ def test_tool_answers_are_the_references_json(env: Path, capsys: pytest.CaptureF
     code, out, _ = run(capsys, *now, json.dumps({"action": "pause", "taskId": tid}))
     assert json.loads(out)["task"] == {
         "id": tid, "prompt": "watch it", "mode": "adaptive", "adaptiveMinMs": 60_000, "adaptiveMaxMs": 3_600_000,
-        "createdAt": T0, "lastFiredAt": 0, "nextDueAt": T0 + 60_000, "source": "user", "directory": "",
+        "createdAt": T0, "lastFiredAt": 0, "nextDueAt": T0 + 60_000, "source": "user", "directory": str(env),
         "sessionID": "s1", "paused": True,
     }  # fmt: skip
     code, out, _ = run(

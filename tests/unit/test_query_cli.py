@@ -77,7 +77,12 @@ def test_goals_catches_up_then_lists_live_goals(log: Path, capsys: pytest.Captur
     ]  # fmt: skip
     assert _run(capsys, "goals", "--status", "active")[1] == "no goals match\n"
     code, out, _ = _run(capsys, "goals", "--status", "cleared", "--json")
-    assert [r["goal_id"] for r in json.loads(out)["goals"]] == [B]
+    (cleared,) = json.loads(out)["goals"]
+    assert cleared["goal_id"] == B and cleared["status"] == "cleared"  # the JSON said "active"
+    assert cleared["status_before_clear"] == "active"
+    code, out, _ = _run(capsys, "goal", "show", B, "--json")
+    assert json.loads(out)["goal"]["status"] == "cleared"
+    assert "status      cleared (was active)" in _run(capsys, "goal", "show", B)[1]
     code, out, _ = _run(capsys, "goals", "--owner", "owner-1", "--json")
     (doc,) = json.loads(out)["goals"]
     assert (doc["goal_id"], doc["status"], doc["blocker_reason"], doc["tokens_used"]) == (
@@ -145,6 +150,30 @@ def test_goal_show_errors(log: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert code == 2 and "goal id prefix 'a1b2' is ambiguous (2 goals: " in err
     code, _, err = _run(capsys, "--store", "sqlite:nowhere/events.db", "goals")
     assert code == 2 and "no log at" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("cmd", "list"), ("cmd", "show", "abc"), ("cmd", "kill", "abc"), ("cmd", "reconcile"),
+        ("loop", "list"), ("loop", "cancel", "abc"), ("loop", "stop-all"),
+        ("goal", "pause", "abc"), ("goal", "clear", "abc"), ("goal", "recover"),
+        ("worker", "get", "--session", "w"), ("owner", "nudge", "abc"),
+    ],
+)  # fmt: skip
+def test_a_command_on_a_missing_log_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: tuple[str, ...]
+) -> None:
+    """A mistyped --store used to become a new, empty log for these (exit 0 or "no goal matches"), and every
+    later query then read that log instead of saying the path was wrong."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOOPD_SESSION", "s1")
+    for store in ("sqlite:typo/events.db", "ndjson:typo.ndjson"):
+        code, out, err = _run(capsys, "--store", store, *argv)
+        assert (code, out) == (2, "") and "no log at" in err, err
+        assert list(tmp_path.iterdir()) == []
+    code, out, _ = _run(capsys, "--store", "sqlite:typo/events.db", "loop", "help")
+    assert code == 0 and "/loop" in out and list(tmp_path.iterdir()) == []  # help needs no log
 
 
 def test_commands(log: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -210,6 +210,31 @@ def test_another_fallback_order_changes_the_demo_fallback_and_says_what_it_assum
     assert "2 of 3 goal(s) decide differently otherwise" not in out
 
 
+def test_no_fallbacks_makes_a_fallen_back_turn_a_counted_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without fallbacks the engine records the turn's failure (counted, backed off) and the observation; the
+    what-if said the goal "would do nothing here", as if the error were ignored."""
+    monkeypatch.chdir(tmp_path)
+    error = '{"statusCode": 429, "responseHeaders": {"retry-after": "1"}}'
+    goals = []
+    for fallback in (("--fallback-model", "anthropic/claude-sonnet-4-5"), ()):
+        capsys.readouterr()
+        assert main("goal", "create", "g", "--objective", "o", "--model", "openai/gpt-5", *fallback,
+                    "--read-only") == 0  # fmt: skip
+        goals.append(capsys.readouterr().out.split()[0])
+        assert main("goal", "observe-error", goals[-1], "--error", error) == 0
+    capsys.readouterr()
+    assert main("history", goals[1], "--json") == 0  # what the goal without a fallback recorded
+    recorded = [e["type"] for e in json.loads(capsys.readouterr().out)["events"]][-2:]
+    assert recorded == ["run.failed", "identity.provider_limit_observed"]
+    capsys.readouterr()
+    assert main("whatif", goals[0], "--set", "fallback_models=") == 0
+    out = capsys.readouterr().out
+    assert 'recorded "identity.provider_limit_observed", would be "run.failed"' in out
+    assert "would count failure 1, retry at" in out and "would do nothing" not in out
+
+
 def test_a_longer_idle_window_says_the_quiet_time_is_not_recorded(
     demo: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
