@@ -22,7 +22,7 @@ from ..sagas.fallback import Source, observe_provider_error
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover
 from .service import Ctx, GoalService
-from .turns import Guard, Kind, TurnStarter
+from .turns import USAGE_WINDOW, Guard, Kind, Transcript, TurnStarter, usage_of
 from .turns import TurnReport as TurnReport
 
 if TYPE_CHECKING:
@@ -273,13 +273,29 @@ class Goals:
         return await self.turns.continue_turn(goal_id, ctx, explicit=explicit, force=force, kind=kind)
 
     async def idle(self, goal_id: str, ctx: Ctx) -> TurnReport:
-        """The worker went idle: confirm the run, enforce limits, and (unless interactive) continue."""
+        """The worker went idle: count the turn's usage, confirm the run, enforce limits, and (unless
+        interactive) continue, as the engine's idle confirmation does.
+
+        The usage goes in the confirmation's commit, before any next turn is decided: it used to be counted
+        only while that turn's prompt was built, so a goal past its token budget got one more turn. A worker
+        its host reports busy has not finished its turn, so nothing is recorded then.
+        """
         state = await self.service.load(goal_id)
         if state.exists and state.phase == "running" and state.active_run_id is not None:
+            worker = state.worker_session_id
+            if worker is not None and await self.host.session_status(worker) == "busy":
+                return TurnReport(goal_id=goal_id, result="busy", detail="turn-not-over")
+            transcript = None
+            if worker is not None and self.turns.transcripts is not None:
+                messages = await self.turns.recent(worker)
+                transcript = Transcript(worker, messages)
             confirm = c.ConfirmIdle(
                 goal_id=goal_id, run_id=state.active_run_id, generation=state.run_generation
             )
-            recorded = await self.service.execute(confirm, ctx)
+            usage = usage_of(goal_id, transcript.messages[-USAGE_WINDOW:]) if transcript else []
+            recorded, report = await self.turns.confirm_and_start(goal_id, [*usage, confirm], ctx, transcript)
+            if report is not None:
+                return report
             if recorded:
                 ctx = ctx.caused_by(recorded[-1].event_id)
             state = await self.service.load(goal_id)

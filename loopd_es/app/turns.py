@@ -172,6 +172,11 @@ class TurnStarter:
         except HostError:
             return []
 
+    async def recent(self, session_id: str) -> list[TranscriptMessage]:
+        """The worker's latest messages (as many as usage accounting reads); none when the host has no
+        transcripts or cannot answer now."""
+        return await self._messages(session_id, USAGE_WINDOW)
+
     async def account(self, goal_id: str, messages: list[TranscriptMessage], ctx: Ctx) -> None:
         """Usage of completed assistant messages not yet counted (idempotent by message id,
         docs/reference/loopd.md#s3-12)."""

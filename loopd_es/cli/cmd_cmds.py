@@ -28,6 +28,7 @@ from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from ..text_safe import term_block, term_line
 from .main import store_url
+from .options import non_negative_number, positive_number
 
 if TYPE_CHECKING:
     from ..log.base import LogStore
@@ -86,10 +87,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("id")
     p.add_argument(
-        "--offset", type=int, help="bytes to skip (with --pattern: matches to skip); default: the tail"
+        "--offset",
+        type=non_negative_number,
+        help="bytes to skip (with --pattern: matches to skip); default: the tail",
     )
     p.add_argument(
-        "--limit", type=int, help="bytes (default 64 KiB, max 256 KiB); with --pattern: matches (≤500)"
+        "--limit",
+        type=positive_number,
+        help="bytes (default 64 KiB, max 256 KiB); with --pattern: matches (≤500)",
     )
     p.add_argument("--pattern", metavar="RE", help="only lines whose ANSI-stripped text matches RE")
     p.add_argument("--ignore-case", action="store_true")
@@ -162,7 +167,9 @@ async def _start(args: argparse.Namespace) -> int:
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if args.goal is not None:
         check_id("goal", args.goal)
-    if not argv:
+    if (
+        not argv or not argv[0].strip()
+    ):  # `cmd start -- ''` said "title is required" (the default title is blank)
         raise UsageError("cmd start: command is required (give it after --, e.g. `cmd start -- make test`)")
     for flag, given in (
         ("--title", args.title),
@@ -384,8 +391,10 @@ async def _attach(args: argparse.Namespace) -> int:
 
                 tg.start_soon(output)
                 fd = sys.stdin.fileno()
+                pollable = _pollable(fd)
                 while True:
-                    await anyio.wait_readable(fd)
+                    if pollable:  # a file or /dev/null cannot be polled (EPERM); a read never blocks on it
+                        await anyio.wait_readable(fd)
                     data = os.read(fd, 4096)
                     if not data or DETACH_KEY in data:
                         data = data.split(DETACH_KEY, 1)[0]
@@ -396,6 +405,15 @@ async def _attach(args: argparse.Namespace) -> int:
                 tg.cancel_scope.cancel()
     print("\r\n[detached]", file=sys.stderr)
     return 0
+
+
+def _pollable(fd: int) -> bool:
+    """Whether ``fd`` can be waited on (a terminal, a pipe, a socket): epoll refuses regular files and
+    ``/dev/null``, which ``cmd attach < FILE`` gives it; reading those never blocks anyway."""
+    import stat
+
+    mode = os.fstat(fd).st_mode
+    return not (stat.S_ISREG(mode) or (stat.S_ISCHR(mode) and not os.isatty(fd)))
 
 
 class _raw_stdin:

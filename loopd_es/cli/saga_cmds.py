@@ -222,11 +222,24 @@ async def _interactive(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     return EXIT_OK
 
 
+async def _existing(goals: Goals, goal_id: str) -> None:
+    """Refuse a goal that was cleared, as ``pause`` and ``resume`` do (``Goal not found.``, exit 3): ``idle``
+    said "goal is complete" and ``observe-error`` "not a provider limit" of one."""
+    from ..domain.rules import require_goal
+
+    require_goal(await goals.service.load(goal_id), None)
+
+
 async def _observe(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    from ..domain.rules import invalid_model, is_model_ref
+
     try:
         error: Any = msgspec.json.decode(args.error)
     except msgspec.DecodeError as e:
         raise UsageError(f"--error is not valid JSON ({e}); e.g. --error '{{\"statusCode\": 429}}'") from None
+    if args.model is not None and not is_model_ref(args.model):
+        raise UsageError(f"--model: {invalid_model(args.model)}")
+    await _existing(goals, args.goal)
     recorded = await goals.observe_error(args.goal, error, ctx, source=args.source, expected_model=args.model)
     lines: list[str] = []
     for envelope in recorded:
@@ -260,6 +273,7 @@ async def _observe(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
 
 
 async def _idle(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
+    await _existing(goals, args.goal)
     turn = await goals.idle(args.goal, ctx)
     lines = _turn_lines(turn)
     if turn.result == "not-active":  # say why: the idle confirmation may just have stopped it
@@ -290,7 +304,12 @@ def _turn_lines(turn: TurnReport | None) -> list[str]:
         "not-active": "goal is not active: no turn",
         "running": "a turn is running: nothing to do",
         "no-worker": "goal has no worker session",
-        "busy": "worker is not idle: pending switches wait for the next idle turn",
+        "busy": (
+            "the host says the worker is still busy: its turn is not over, nothing was recorded "
+            "(`goal idle` again once it is idle)"
+            if turn.detail == "turn-not-over"
+            else "worker is not idle: pending switches wait for the next idle turn"
+        ),
         "waiting": f"waiting for retry until {turn.detail}",
         "interactive": "goal is interactive: the engine starts no turn (pending switches wait for an explicit "
         "turn)",

@@ -175,8 +175,11 @@ def decide_exit(
     output: OutputFacts,
     goal_gone: frozenset[str] = frozenset(),
     error: str | None = None,
+    watch_dropped: int | None = None,
 ) -> list[Event]:
     """The process exited: its one terminal event plus every outstanding await fired, or ``[]`` if recorded.
+
+    ``watch_dropped``: a suspended watch's count of dropped lines, recorded when it grew since the suspension.
 
     A termination claim (terminate, kill, timeout, until) makes it ``terminated``; otherwise ``exited``
     with the process's own code and signal (SIGINT included: an interrupt is no termination claim).
@@ -216,6 +219,7 @@ def decide_exit(
         stream_bytes=output.stream_bytes,
         truncated=output.truncated,
         ended_at=now,
+        watch_dropped_lines=watch_dropped if watch_dropped != s.watch_dropped_lines else None,
     )
     return [exited, *_fire_exit(s, status, code, sig, output.tail, goal_gone)]
 

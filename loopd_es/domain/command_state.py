@@ -225,6 +225,9 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
             stream_bytes=e.stream_bytes,
             truncated=e.truncated,
             owner_notified_at=e.owner_notified_at,
+            watch_dropped_lines=s.watch_dropped_lines
+            if e.watch_dropped_lines is None
+            else e.watch_dropped_lines,
         )
     if isinstance(e, CommandRemoved):
         # awaits a removal left (one written without its cancellations, e.g. imported) stay visible until

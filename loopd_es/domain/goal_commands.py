@@ -274,6 +274,8 @@ class RecordSwitchOutcome(_GoalCommand, frozen=True, kw_only=True):
     agent_result: HostResult | None = None
     rolled_back: bool | None = None
     persist_failed: bool = False
+    interrupted: bool = False
+    """The process running the switch died before the host answered (recovery settled it): no host refused it."""
 
 
 class ObserveProviderError(_GoalCommand, frozen=True, kw_only=True):

@@ -157,7 +157,8 @@ def _register_command_reducer() -> None:
 
     REDUCERS["command"] = Reducer(
         kind="command",
-        version=3,  # 2: awaits keep their owner session and request time; 3: times are datetimes
+        version=4,  # 2: awaits keep their owner session and request time; 3: times are datetimes;
+        # 4: an exit records a suspended watch's dropped lines
         state_type=module.CommandState | None,
         initial=lambda _id: None,
         start=lambda state: _EachFold(step, state),

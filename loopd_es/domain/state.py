@@ -89,7 +89,7 @@ class SwitchRecord(_S, frozen=True):
 
 class SwitchFailure(_S, frozen=True):
     at: datetime | None
-    reason: Literal["host-rejected", "catalog-unavailable"]
+    reason: Literal["host-rejected", "catalog-unavailable", "interrupted"]
 
 
 class SwitchInFlight(_S, frozen=True):

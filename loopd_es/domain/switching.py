@@ -234,6 +234,8 @@ def _failed(
     ]
     if pending and state.status == "active":
         why, needed = _PENDING_BLOCKERS[target]
+        if reason == "interrupted":  # the reference's words are for a refusal; no host refused this one
+            why = why.replace("was not accepted", "was interrupted (the process applying it stopped)")
         events.append(g.GoalBlocked(goal_id=state.goal_id, reason=why, needed=needed, at=now))
     return events
 
@@ -256,8 +258,9 @@ def _outcome(cmd: c.RecordSwitchOutcome, state: GoalState, facts: c.Facts) -> li
                 )
             ]
         stage = "persist" if refused else "host"
+        reason = "interrupted" if cmd.interrupted else "host-rejected"
         events: list[Event] = _failed(
-            state, facts, flight.switch_id, target, stage, "host-rejected", pending=flight.pending
+            state, facts, flight.switch_id, target, stage, reason, pending=flight.pending
         )
         if cmd.rolled_back is True:
             events.insert(

@@ -184,6 +184,9 @@ class CommandExited(Event, frozen=True, kw_only=True):
     ended_at: UtcTime | None
     owner_notified_at: UtcTime | None = None
     """When the owner was told of the exit (the reference's exactly-once ``ownerNotifiedAt``), if known."""
+    watch_dropped_lines: int | None = None
+    """A suspended watch's dropped lines at the exit (it counts every line after its suspension); ``None``
+    when there was no suspended watch, or in a log written before 0.6."""
 
 
 @event("command.removed")

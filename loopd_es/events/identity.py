@@ -7,7 +7,7 @@ request. Raw host errors are never recorded: failures carry a ``stage`` and a fi
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -89,7 +89,7 @@ class IdentitySwitchApplied(Event, frozen=True):
     at: UtcTime | None = None
 
 
-@event("identity.switch_failed", version=2)
+@event("identity.switch_failed", version=3)
 class IdentitySwitchFailed(Event, frozen=True):
     """The switch was not accepted; a failed *pending* switch also blocks an active goal (a separate event)."""
 
@@ -97,7 +97,9 @@ class IdentitySwitchFailed(Event, frozen=True):
     switch_id: str
     target: SwitchTarget
     stage: Literal["validation", "catalog", "host", "persist"]
-    reason: Literal["host-rejected", "catalog-unavailable"]
+    reason: Literal["host-rejected", "catalog-unavailable", "interrupted"]
+    """``interrupted``: the process making the switch died before the host answered; a later ``goal recover``
+    (or engine) found it had not landed."""
     pending: bool = False
     at: UtcTime | None = None
 
@@ -191,5 +193,13 @@ register_upcaster("identity.switch_requested", 1, times_to_utc("at"))
 register_upcaster("identity.switch_deferred", 1, times_to_utc("at"))
 register_upcaster("identity.switch_applied", 1, times_to_utc("at"))
 register_upcaster("identity.switch_failed", 1, times_to_utc("at"))
+
+
+def _reason_widened(data: dict[str, Any]) -> dict[str, Any]:
+    """v3 adds the reason ``interrupted``; a v2 payload is a v3 one as it is."""
+    return data
+
+
+register_upcaster("identity.switch_failed", 2, _reason_widened)
 register_upcaster("identity.provider_limit_observed", 1, times_to_utc("observed_at", "retry_at"))
 register_upcaster("identity.fallback_prepared", 1, times_to_utc("at"))

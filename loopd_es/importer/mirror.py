@@ -215,7 +215,24 @@ async def _continue(
                 max(held.last_line, *(_line(src) for _, src in new)),
             )
     lines.discard(0)
+    _check_not_shrunk(plan, list(cache.held.values()))  # every stream this pass (or a recent one) read
     return writes, lines, after
+
+
+def _check_not_shrunk(plan: ImportPlan, held: list[_Held]) -> None:
+    """Refuse a ledger shorter than what was mirrored of it: truncated or replaced in place, its new lines
+    carry numbers already mirrored, and a pass would take them for mirrored and skip them for good.
+
+    :raises ImportSourceError: naming the ledger, its line count and the last line mirrored.
+    """
+    mirrored = max((h.last_line for h in held), default=0)
+    if mirrored > plan.ledger_count:
+        raise ImportSourceError(
+            plan.directory / LOOPD_DIR / "events.ndjson",
+            f"the ledger has {plan.ledger_count} line(s), but line {mirrored} was mirrored already: it was "
+            "truncated or replaced in place (copytruncate is not supported; rotate by renaming, see "
+            "docs), so its new lines would be skipped; restore it, or mirror into a fresh log",
+        )
 
 
 async def _held(store: LogStore, stream: str, cache: MirrorCache) -> _Held:

@@ -66,6 +66,10 @@ from .postgres_sql import (
 )
 from .postgres_url import public_url, split_postgres_url
 
+CONNECT_TIMEOUT_S: Final = 10
+"""libpq's ``connect_timeout`` when the URL gives none: a server that takes the connection and never answers
+held every command (and ``run``, deaf to Ctrl-C) for libpq's own 130 s."""
+
 POOL_WAIT_S: Final = 5.0
 """How long a call waits for a connection before it fails with :class:`StoreUnavailableError` (psycopg's pool
 waits 30 s by default: a server that went away must be said, and waited out, sooner than a lease runs out)."""
@@ -86,7 +90,7 @@ class PostgresLog(LogStore):
         self.url = public_url(url)
         self.schema = schema
         self._pool = pool
-        self._conninfo = split_postgres_url(url)[0]
+        self._conninfo = _conninfo(url)[0]
         self._table = sql.Identifier(schema, "events")
         self._function = sql.Identifier(schema, APPEND_FUNCTION_NAME)
         self._fast: bool | None = None
@@ -107,7 +111,7 @@ class PostgresLog(LogStore):
         :raises StoreUnavailableError: when the server cannot be reached or the table is not a loopd-es log.
         :raises LogNotFoundError: when the log does not exist and ``create`` is false.
         """
-        conninfo, schema = split_postgres_url(url)
+        conninfo, schema = _conninfo(url)
         try:  # one plain connection first: it fails at once with libpq's reason, where a pool retries
             probe = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
         except psycopg.Error as e:
@@ -537,6 +541,14 @@ def _place(part: Part, head: int, version: int, recorded_at: str, out: list[Enve
             )
         )
     return head
+
+
+def _conninfo(url: str) -> tuple[str, str]:
+    """The libpq URL and schema of a store URL, with :data:`CONNECT_TIMEOUT_S` unless the URL sets its own."""
+    conninfo, schema = split_postgres_url(url)
+    if "connect_timeout=" not in conninfo:
+        conninfo += ("&" if "?" in conninfo else "?") + f"connect_timeout={CONNECT_TIMEOUT_S}"
+    return conninfo, schema
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:

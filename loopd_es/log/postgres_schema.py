@@ -61,7 +61,8 @@ async def install_function(
     whether it does now. A role that may not create it appends on the careful path only: slower, the same
     outcome."""
     found = await (
-        await conn.execute("SELECT to_regproc(%s)", (f"{schema}.{APPEND_FUNCTION_NAME}",))
+        # quoted as the function is created and called: unquoted, "Team" folds to team (another schema's)
+        await conn.execute("SELECT to_regproc(%s)", (f'"{schema}".{APPEND_FUNCTION_NAME}',))
     ).fetchone()
     if found is not None and found[0] is not None:
         return True

@@ -576,9 +576,11 @@ async def command_request(
         if answer is not None and answer.code == 2:
             raise UsageError(answer.message)
         if answer is None:
-            await reconcile(store, paths, only=command_id)
-            if op in _NO_HANDLE:
+            if (
+                op in _NO_HANDLE
+            ):  # as the reference: say so and leave it to reconcile (a failed call records nothing)
                 raise CommandStateError(_NO_HANDLE[op])
+            await reconcile(store, paths, only=command_id)
         state = await load_state(store, command_id)
         assert state is not None
         if state.running:  # the owner refused for another reason

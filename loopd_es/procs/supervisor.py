@@ -212,7 +212,9 @@ class Supervisor:
             if not line.strip():
                 continue
             w = self.watcher
-            if w is not None and not w.suspended:
+            if (
+                w is not None
+            ):  # a suspended watch still counts the line it drops (the reference's droppedLines)
                 events = w.feed(line, now)
                 if events:
                     await self.append(_if_running(events))
@@ -272,8 +274,12 @@ class Supervisor:
             if events:
                 await self.append(lambda st: events if st.running else [])
         facts = self.out.facts()
+        w = self.watcher
+        dropped = w.dropped if w is not None and w.suspended else None
         await self.append(
-            lambda st: decide_exit(st, exit_code=code, signal=sig, now=WALL.now(), output=facts)
+            lambda st: decide_exit(
+                st, exit_code=code, signal=sig, now=WALL.now(), output=facts, watch_dropped=dropped
+            )
         )
         self.finished.set()
         for client in list(self.attached):

@@ -46,7 +46,11 @@ def load_registry(module: str = DEFAULT_REGISTRY) -> Sequence[Projection]:
     """
     try:
         found = importlib.import_module(module)
-    except ModuleNotFoundError as e:
+    except (
+        ModuleNotFoundError,
+        ValueError,
+        TypeError,
+    ) as e:  # '' and '.x' are ValueErrors, not missing modules
         raise UsageError(f"cannot import the projection registry {module!r}: {e}") from e
     registry = getattr(found, "ALL", None)
     if not isinstance(registry, list | tuple) or not all(isinstance(p, Projection) for p in registry):

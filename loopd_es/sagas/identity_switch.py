@@ -230,6 +230,8 @@ class SwitchSaga:
             agent_result=results.get("switch_agent"),
             rolled_back=rolled_back,
             persist_failed=refused,
+            # settled by recovery with no host refusal on record: the process died before the host answered
+            interrupted=recovering and not any(x.status == "failed" for x in saga.calls.values()),
         )
 
         def finished(events: Sequence[Event]) -> tuple[str, Sequence[Event], int] | None:

@@ -271,3 +271,19 @@ async def _drop_schema(schema: str) -> None:
 
     async with await psycopg.AsyncConnection.connect(server_url(), autocommit=True) as conn:
         await conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def test_a_schema_named_in_capitals_beside_its_lower_case_twin_appends() -> None:
+    """The fast path's function was looked up unquoted (``Team`` folds to ``team``): found in the twin schema,
+    then called in its own, where it did not exist, and every append failed (exit 4)."""
+    import uuid
+
+    base = server_url()
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        for schema in (name, name.upper()):
+            async with await open_store(f"{base}?schema={schema}") as s:
+                assert [e.position for e in await s.append("a", [NewEvent(type="t.x")])] == [1]
+    finally:
+        await _drop_schema(name)
+        await _drop_schema(f'"{name.upper()}"')

@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
@@ -317,3 +318,111 @@ def _events(url: str) -> list[str]:
             return [f"{e.stream} {e.type}" async for e in store.read_all()]
 
     return anyio.run(read)
+
+
+def test_attach_with_stdin_from_a_file_or_dev_null_detaches_cleanly(
+    env: Env, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """epoll refuses a regular file and /dev/null: ``cmd attach ID < /dev/null`` was "internal error:
+    ExceptionGroup" (exit 1). Such a stdin is read as it is: its bytes go to the command, its end detaches."""
+    import subprocess
+    import sys
+
+    from loopd_es.cli.main import main
+
+    assert main("--store", env.url, "cmd", "start", "--", PY, "-c", SLEEPER) == 0
+    cid = capsys.readouterr().out.strip()
+    typed = tmp_path / "keys.txt"
+    typed.write_bytes(b"print('typed')\n")
+    try:
+        for source in (os.devnull, str(typed)):
+            with open(source, "rb") as stdin:
+                done = subprocess.run(
+                    [sys.executable, "-m", "loopd_es", "--store", env.url, "cmd", "attach", cid],
+                    stdin=stdin, capture_output=True, text=True, timeout=scaled_timeout(60),
+                )  # fmt: skip
+            assert done.returncode == 0 and "[detached]" in done.stderr, done.stderr
+            assert "internal error" not in done.stderr
+    finally:
+        assert main("--store", env.url, "cmd", "kill", cid) == 0
+
+
+def test_input_to_a_command_whose_owner_died_records_nothing(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As the reference: no live handle, so "reconcile marks it honestly", and the failed write appends
+    nothing (it used to append the command's ``missing`` exit itself)."""
+    import json
+
+    from loopd_es.cli.main import main
+
+    assert main("--store", env.url, "cmd", "start", "--", PY, "-c", SLEEPER) == 0
+    cid = capsys.readouterr().out.strip()
+
+    def owner_pid() -> int:
+        assert main("--store", env.url, "cmd", "show", cid) == 0  # JSON already
+        return int(json.loads(capsys.readouterr().out)["supervisor_pid"] or 0)
+
+    owner = wait_until("the owner's pid on record", owner_pid)
+    os.kill(owner, signal.SIGKILL)
+    wait_until("the owner's end", lambda: not os.path.exists(f"/proc/{owner}") or _zombie(owner))
+    before = _events(env.url)
+    for action in (("write", cid, "x"), ("interrupt", cid)):
+        assert main("--store", env.url, "cmd", *action) == 3
+        assert "live handle" in capsys.readouterr().err
+    assert _events(env.url) == before
+    assert main("--store", env.url, "cmd", "reconcile") == 0  # whose job it is
+    assert len(_events(env.url)) > len(before)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_read_and_start_arguments_out_of_range_are_usage_errors(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cmd read --limit -1`` and ``--offset -1`` answered exit 0 with odd slices; ``cmd start -- ''`` said
+    the title was missing."""
+    from loopd_es.cli.main import main
+
+    assert main("--store", env.url, "cmd", "start", "--", "true") == 0
+    cid = capsys.readouterr().out.strip()
+    for bad in (("--limit", "-1"), ("--limit", "0"), ("--offset", "-1")):
+        assert main("--store", env.url, "cmd", "read", cid, *bad) == 2
+        assert f"argument {bad[0]}" in capsys.readouterr().err
+    assert main("--store", env.url, "cmd", "start", "--", "") == 2
+    assert "command is required" in capsys.readouterr().err
+
+
+def test_a_suspended_watch_counts_every_line_it_drops(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    """Reference: a suspended or exhausted watch counts every further non-blank line in droppedLines. The count
+    stopped at the suspension (101 of 2000 flooded lines); every matching line is now pushed or counted."""
+    import json
+
+    from loopd_es.cli.main import main
+
+    flood = "for i in range(2000): print('L%d' % i, flush=True)"
+    assert main("--store", env.url, "cmd", "start", "--watch-filter", "L", "--", PY, "-c", flood) == 0
+    cid = capsys.readouterr().out.strip()
+
+    def ended() -> dict[str, object] | None:
+        assert main("--store", env.url, "cmd", "show", cid) == 0
+        record: dict[str, object] = json.loads(capsys.readouterr().out)
+        return record if record["status"] != "running" else None
+
+    record = wait_until("the command's exit", ended, within=60)
+    assert (
+        record is not None and record["watch_state"] == "flood-suspended"
+    )  # 2000 lines at once: past 100 a second
+
+    async def pushed() -> int:
+        async with await open_store(env.url) as store:
+            return sum([e.data_dict().get("lines", 0) async for e in store.read_stream(f"command-{cid}")
+                        if e.type == "command.watch-matched"])  # fmt: skip
+
+    assert record["watch_dropped_lines"] == 2000 - anyio.run(pushed)

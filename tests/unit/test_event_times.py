@@ -113,6 +113,7 @@ NOON = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 LATER: dict[str, tuple[int, dict[str, str]]] = {
     # type: (versions bumped since its times became UTC, old field name -> the name it reads as now)
     "run.started": (1, {"lease_expires_at": "deadline"}),
+    "identity.switch_failed": (1, {}),  # v3: the reason `interrupted`
 }
 
 

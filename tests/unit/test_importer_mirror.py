@@ -196,6 +196,31 @@ def test_a_catch_up_pass_says_what_it_mirrored(tmp_path: Path, capsys: pytest.Ca
     assert "is up to date in the log" in capsys.readouterr().out
 
 
+def test_a_ledger_truncated_in_place_is_refused_not_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Truncated (copytruncate, ``: > events.ndjson``), the ledger's new lines reuse numbers already mirrored:
+    a pass took them for mirrored and skipped them for good, exit 0. It now refuses and writes nothing."""
+    project = _project(tmp_path)
+    project.step(0, "create")
+    project.step(0, "run")
+    project.step(0, "progress")
+    store = ("--store", f"sqlite:{tmp_path / 'log.db'}")
+    directory = str(project.base.parents[1])
+    assert main(*store, "mirror-loopd", directory) == 0
+    ledger = project.base / "events.ndjson"
+    last = ledger.read_bytes().splitlines()[-1]
+    ledger.write_bytes(last + b"\n")  # one line left where three were mirrored
+    capsys.readouterr()
+    assert main(*store, "read", "--json") == 0
+    before = capsys.readouterr().out
+    assert main(*store, "mirror-loopd", directory) == 2
+    err = capsys.readouterr().err
+    assert "the ledger has 1 line(s), but line 3 was mirrored already" in err and err.count("\n") == 1
+    assert main(*store, "read", "--json") == 0
+    assert capsys.readouterr().out == before
+
+
 async def test_a_first_pass_killed_part_way_is_finished_by_the_next(tmp_path: Path) -> None:
     project = _project(tmp_path)
     for goal, action in ((0, "create"), (1, "create"), (0, "run"), (1, "run")):

@@ -83,6 +83,7 @@ def test_an_explicit_read_db_and_the_default_registry(log: Path, tmp_path: Path)
         (["projections", "rebuild", "nope"], 2, "unknown projection 'nope'"),
         (["project", "--poll", "0"], 2, "must be > 0"),
         (["project", "--registry", "no_such_module"], 2, "cannot import the projection registry"),
+        (["project", "--registry", ""], 2, "cannot import the projection registry"),  # was an internal error
         (["projections"], 2, "required"),
         (["--store", "sqlite:missing/events.db", "project"], 2, "no log at missing/events.db"),
     ],

@@ -74,6 +74,28 @@ def test_switch_deferred_then_applied_at_idle_via_a_prefix(
     assert (row["model"], row["agent"], row["pending_switch"]) == ("p/new", "new", None)
 
 
+def test_idle_counts_the_turns_usage_before_it_decides_the_next_turn(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The usage used to be counted while the next turn's prompt was built, after ``run.started``: a goal past
+    its token budget got one more (paid) turn. And a worker its host reports busy has not ended its turn."""
+    gid = _create(capsys, "--token-budget", "1000")
+    code, out, _ = _run(capsys, "goal", "idle", gid)
+    assert code == 0 and "still busy: its turn is not over, nothing was recorded" in out
+    code, out, _ = _run(capsys, "read", "--json")
+    assert "run.completed" not in out
+    _run(capsys, "sim", "reply", gid, "--input", "1000", "--output", "200")
+    code, out, _ = _run(capsys, "goal", "idle", gid)
+    assert code == 0 and out.strip() == "goal is budget_limited: no turn"
+    code, out, _ = _run(capsys, "read", "--json")
+    types = [json.loads(line)["type"] for line in out.splitlines()]
+    assert types[-3:] == ["goal.usage_accounted", "run.completed", "goal.budget_exhausted"]
+    assert types.count("run.started") == 1
+    (state,) = env.rglob("*.state.json")  # the simulated host's state, beside its script
+    host = json.loads(state.read_text())
+    assert len(host["prompts"]) == 1  # the first turn's only
+
+
 def test_applied_on_an_idle_interactive_goal(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
     gid = _create(capsys, "--interactive")
     _run(capsys, "sim", "reply", gid)
@@ -175,6 +197,12 @@ def test_observe_error_prepares_the_fallback(env: Path, capsys: pytest.CaptureFi
     code, out, _ = _run(capsys, "goal", "observe-error", gid, "--error", '"ECONNRESET"')
     assert out.splitlines()[-1] == "not a provider limit: no observation recorded"
     assert b"SECRET" not in (env / "events.db").read_bytes()
+    code, _, err = _run(capsys, "goal", "observe-error", gid, "--error", error, "--model", "bad")
+    assert code == 2 and 'Invalid model "bad"' in err  # it was recorded as the model "bad"
+    _run(capsys, "goal", "clear", gid)
+    for action in (("observe-error", gid, "--error", error), ("idle", gid), ("pause", gid)):
+        code, _, err = _run(capsys, "goal", *action)  # "not a provider limit", "goal is complete: no turn"
+        assert (code, err.strip()) == (3, "loopd-es: Goal not found."), action
 
 
 def test_a_crashed_switch_is_recovered_by_the_next_command(
@@ -194,3 +222,6 @@ def test_a_crashed_switch_is_recovered_by_the_next_command(
     code, out, _ = _run(capsys, "goal", "show", gid, "--json")
     row = json.loads(out)["goal"]
     assert (row["model"], row["agent"], row["pending_switch"]) == ("p/old", "old", None)
+    code, out, _ = _run(capsys, "read", "--json")
+    failed = [json.loads(line)["data"] for line in out.splitlines() if '"identity.switch_failed"' in line]
+    assert [f["reason"] for f in failed] == ["interrupted"]  # it said "host-rejected": no host refused it
