@@ -19,10 +19,11 @@ from ..domain import goal_commands as c
 from ..domain.evolve import fold, initial
 from ..domain.rules import RuleError, writer_conflict
 from ..domain.streams import goal_stream
-from ..errors import UsageError
+from ..errors import ConflictError, UsageError, WrongExpectedVersionError
 from ..events import goal as g
 from ..events.catalogue import new_event
-from ..events.envelope import ANY, NO_STREAM
+from ..events.envelope import ANY, NO_STREAM, ExpectedVersion, NewEvent
+from ..events.goal import WRITER_SLOT_STREAM
 from ..events.imported import happened_at
 from ..host.base import ForkedWorker
 from ..host.errors import HostError
@@ -182,7 +183,9 @@ async def fork_goal(
         if path is not None:
             changes[key] = path.replace(source_id, goal_id)
     config = msgspec.structs.replace(state.config, **changes)
-    if state.status == "active" and config.workspace_write:  # the single-writer rule, as for a new goal
+    writer = state.status == "active" and config.workspace_write
+    slot = await service.store.stream_version(WRITER_SLOT_STREAM) if writer else None  # before the writers
+    if writer:  # the single-writer rule, as for a new goal
         for other in await service.goals():
             if other.status == "active" and other.config.workspace_write:
                 raise RuleError(
@@ -209,12 +212,21 @@ async def fork_goal(
         changed=changed,
     )
     link = {"causation_id": ctx.causation_id, "correlation_id": ctx.correlation_id}
-    recorded, _ = await service.store.append_many(
-        [
-            (goal_stream(goal_id), [new_event(forked_from, **link)], NO_STREAM),
-            (goal_stream(source_id), [new_event(forked, **link)], ANY),
-        ]
-    )
+    writes: list[tuple[str, list[NewEvent], ExpectedVersion]] = [
+        (goal_stream(goal_id), [new_event(forked_from, **link)], NO_STREAM),
+        (goal_stream(source_id), [new_event(forked, **link)], ANY),
+    ]
+    if slot is not None:  # another writer activated since the check: this append fails, and says so
+        writes.append((WRITER_SLOT_STREAM, [new_event(g.WriterSlotTaken(goal_id=goal_id), **link)], slot))
+    try:
+        recorded, *_ = await service.store.append_many(writes)
+    except WrongExpectedVersionError as e:
+        if e.stream != WRITER_SLOT_STREAM:
+            raise
+        raise ConflictError(
+            "another workspace-writing goal became active while the fork was being made; "
+            "run `loopd-es goals` and fork again"
+        ) from None
     report = ForkReport(goal_id=goal_id, source_goal_id=source_id, point=point, changed=changed)
     if not worker or point.worker_session_id is None:
         return report

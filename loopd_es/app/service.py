@@ -23,6 +23,7 @@ from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import ConflictError, DomainError, UsageError, WrongExpectedVersionError
 from ..events.catalogue import new_event
 from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
+from ..events.goal import WRITER_SLOT_STREAM, WriterSlotTaken
 from ..log.coord import Fence
 from ..sagas.crashpoints import crashpoint
 from ..sagas.ports import Companion, Ctx
@@ -71,6 +72,13 @@ def domain_model_catalog(catalog: ModelCatalog) -> c.ModelCatalog:
 def domain_agent_catalog(catalog: AgentCatalog) -> c.AgentCatalog:
     """The host's agent catalog as the deciders see it: capability, switching and the names."""
     return c.AgentCatalog(capability=catalog.capability, switching=catalog.switching, agents=catalog.names())
+
+
+def takes_writer_slot(before: GoalState, events: Sequence[Event]) -> bool:
+    """Whether ``events`` make the goal an active workspace writer that ``before`` was not."""
+    after = fold(events, before)
+    was = before.exists and before.status == "active" and before.config.workspace_write
+    return after.exists and after.status == "active" and after.config.workspace_write and not was
 
 
 class GoalService:
@@ -214,12 +222,15 @@ class GoalService:
         """
         goal_id = command.goal_id
         for _ in range(MAX_ATTEMPTS):
+            slot = await self._writer_slot(command)  # read before the writers are (in facts)
             state = await self.load(goal_id)
             facts = await self.facts(state, command)
             events = decide(command, state, facts)
             if not events:
                 return []
             try:
+                if slot is not None and takes_writer_slot(state, events):
+                    return await self._append_writer(goal_id, events, ctx, state.version, slot)
                 return await self._append_goal(goal_id, events, ctx, state.version, event_id)
             except WrongExpectedVersionError:
                 self._cache.pop(goal_id, None)
@@ -238,6 +249,7 @@ class GoalService:
         """
         goal_id = command.goal_id
         for _ in range(MAX_ATTEMPTS):
+            slot = await self._writer_slot(command)
             state = await self.load(goal_id)
             events = decide(command, state, await self.facts(state, command))
             extra = companion(events) if events else None
@@ -249,12 +261,16 @@ class GoalService:
                 (goal_stream(goal_id), [new_event(ctx.stamp(e), **link) for e in events], state.version),
                 (stream, [new_event(ctx.stamp(e), **link) for e in more], expected),
             ]
+            if slot is not None and takes_writer_slot(state, events):
+                writes.append(
+                    (WRITER_SLOT_STREAM, [new_event(WriterSlotTaken(goal_id=goal_id), **link)], slot)
+                )
             crashpoint(f"before append {goal_stream(goal_id)} + {stream}")
             try:
-                recorded, other = await self.store.append_many(writes, fences=self.fence_for(goal_id))
+                recorded, other, *_ = await self.store.append_many(writes, fences=self.fence_for(goal_id))
             except WrongExpectedVersionError as e:
                 self._cache.pop(goal_id, None)
-                if e.stream != goal_stream(goal_id):
+                if e.stream not in (goal_stream(goal_id), WRITER_SLOT_STREAM):
                     raise
                 continue
             crashpoint(f"after append {goal_stream(goal_id)} + {stream}")
@@ -331,6 +347,32 @@ class GoalService:
         if event_id is not None:
             return [new_event(ctx.stamp(events[0]), event_id=event_id, **link)]
         return [new_event(ctx.stamp(e), **link) for e in events]
+
+    async def _writer_slot(self, command: c.GoalCommand) -> int | None:
+        """The version of :data:`WRITER_SLOT_STREAM` before a command that may activate a writer decides."""
+        if not isinstance(command, _WRITER_COMMANDS):
+            return None
+        return await self.store.stream_version(WRITER_SLOT_STREAM)
+
+    async def _append_writer(
+        self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, slot: int
+    ) -> list[Envelope]:
+        """Append a writer's activation with ``goal.writer_slot_taken`` at version ``slot``, in one commit.
+
+        :raises WrongExpectedVersionError: when the goal, or the slot, moved since they were read.
+        """
+        stream = goal_stream(goal_id)
+        batch = self._batch(events, ctx, None)
+        marker = new_event(
+            WriterSlotTaken(goal_id=goal_id), causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
+        )
+        crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
+        recorded, _ = await self.store.append_many(
+            [(stream, batch, expected), (WRITER_SLOT_STREAM, [marker], slot)], fences=self.fence_for(goal_id)
+        )
+        crashpoint(f"after append {stream}")
+        self._cache.pop(goal_id, None)
+        return recorded
 
     async def _append_goal(
         self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, event_id: str | None

@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from ..events.envelope import Envelope, NewEvent
 
 
+_LINKS: Final = ("causation_id", "correlation_id")
+MAX_LINK: Final = 200
+"""The longest causal link (an event id, or a caller's own id) an event may carry."""
+
+
 def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
     """Refuse a batch with an invalid type, a non-UUID or repeated event id, or a payload that is not an object.
 
@@ -52,6 +57,15 @@ def check_new_events(events: Sequence[NewEvent]) -> Sequence[NewEvent]:
             raise UsageError(
                 f"event {i + 1} of the batch: schema_version must be >= 1, got {new.schema_version}"
             )
+        for name in _LINKS:
+            link = getattr(new, name)
+            # a NUL or a line break stored by one backend would stop an export to another (PostgreSQL text)
+            if link is not None and not (
+                isinstance(link, str) and 0 < len(link) <= MAX_LINK and link.isprintable()
+            ):
+                raise UsageError(
+                    f"event {i + 1} of the batch: {name} {link!r} must be 1-{MAX_LINK} printable characters"
+                )
         data = new.data
         if type(data) is not dict and not isinstance(data, msgspec.Struct):
             raw = _checked_raw(i, new)

@@ -21,6 +21,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from ..errors import StoreUnavailableError
 from . import parallel as parallel_rebuild
 from .base import Projection, ProjectionError, UnknownProjectionError, check_registry
 from .readdb import BatchResult, ProjectionStatus, ReadDb
@@ -208,12 +209,22 @@ class Projector:
             # watches exist: an append made during the catch-up below then wakes the next round.
             await anyio.lowlevel.checkpoint()
             try:
-                await self.run_once(progress)
+                await self.run_once(progress)  # a log out of reach at the start is the caller's error
                 settle = len(SETTLE_DELAYS)
+                out_of_reach = False
                 while True:
                     timeout = SETTLE_DELAYS[settle] if settle < len(SETTLE_DELAYS) else poll_interval
                     woken = await waker.wait(timeout)
-                    await self.run_once()
+                    try:
+                        await self.run_once()
+                    except StoreUnavailableError as e:  # a database server gone for a while: wait it out
+                        if not out_of_reach:
+                            log.warning("%s; the read models catch up once the log is back", e)
+                        out_of_reach, settle = True, len(SETTLE_DELAYS)
+                        continue
+                    if out_of_reach:
+                        log.warning("the log is back: the read models caught up")
+                        out_of_reach = False
                     settle = 0 if woken else min(settle + 1, len(SETTLE_DELAYS))
             finally:
                 stop.set()

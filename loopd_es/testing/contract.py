@@ -226,6 +226,16 @@ class LogStoreContract(CommitContract, ReadContract, CoordContract):
             await store.append("s", [new(), NewEvent(type="t.x", data={}, event_id=event_id)])
         assert await everything(store) == []
 
+    @pytest.mark.parametrize("link", ["a\x00b", "a\nb", "", "x" * 201])
+    async def test_a_causal_link_every_backend_can_store_or_none(self, store: LogStore, link: str) -> None:
+        """A NUL in ``causation_id`` was stored by SQLite and refused by PostgreSQL (exit 4): a log ``verify``
+        called clean could not be exported. Every backend refuses it alike, as bad input."""
+        for field in ("causation_id", "correlation_id"):
+            event = msgspec.structs.replace(NewEvent(type="t.x", data={}), **{field: link})
+            with pytest.raises(UsageError, match=field):
+                await store.append("s", [event])
+        assert await everything(store) == []
+
     async def test_event_ids_sharing_a_prefix_are_distinct(self, store: LogStore) -> None:
         # ids equal in their first 16 hex digits (what a 64-bit index key might keep) are still different ids
         a = NewEvent(type="t.x", data={"n": 1}, event_id="0123abcd-4567-4890-8000-000000000001")

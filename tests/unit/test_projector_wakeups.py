@@ -153,3 +153,37 @@ async def test_cancelling_stops_follow_promptly_between_transactions(store: LogS
     assert stopped_in < POLL / 6, stopped_in  # it stopped between transactions, not at its next poll
     projected = checkpoints(read_db)["recorder"]  # whole transactions only: the rows match the checkpoint
     assert [row[0] for row in dump(read_db)["recorder"]] == list(range(1, projected + 1))
+
+
+async def test_a_log_out_of_reach_for_a_while_is_waited_out(
+    store: LogStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A PostgreSQL server gone for a moment made ``project --follow`` (and the dashboard's projector) stop with
+    an internal error (exit 1); it now says so once, and catches up when the log is back."""
+    from loopd_es.errors import StoreUnavailableError
+
+    await fill(store, 5)
+    read_db = tmp_path / "read.db"
+    watcher = FakeWatcher()
+    async with await Projector.open(store, [Recorder()], read_db) as projector:
+        real = projector.run_once
+        outage = [True, True]  # two looks while the server is away
+
+        async def run_once(progress: Any = None) -> Any:
+            if checkpoints(read_db).get("recorder") == 5 and outage:
+                outage.pop()
+                raise StoreUnavailableError("cannot reach postgresql://h/db: server closed the connection")
+            return await real(progress)
+
+        monkeypatch.setattr(projector, "run_once", run_once)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: projector.follow(poll_interval=0.05, awatch=watcher))
+            await await_until("the history to be projected", lambda: checkpoints(read_db)["recorder"] == 5)
+            await store.append("s-new", [NewEvent(type="test.live")])
+            watcher.touch(_log_file(store))
+            await await_until("the catch-up after the outage", lambda: checkpoints(read_db)["recorder"] == 6)
+            tg.cancel_scope.cancel()
+    said = [r.getMessage() for r in caplog.records if r.name == "loopd_es.projector"]
+    assert said.count("cannot reach postgresql://h/db: server closed the connection; the read models catch up "
+                      "once the log is back") == 1  # fmt: skip
+    assert "the log is back: the read models caught up" in said
