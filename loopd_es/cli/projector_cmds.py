@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import msgspec
 
 from ..errors import EXIT_CONFLICT, EXIT_OK
 from ..log import open_store
-from ..projector import DEFAULT_REGISTRY, Projector, default_read_db, load_registry
+from ..projector import DEFAULT_REGISTRY, ProjectionError, Projector, default_read_db, load_registry
 from ..projector.progress import ProgressBar
 from ..text_safe import term_line
 from .main import store_url
@@ -83,13 +84,28 @@ def _seconds(text: str) -> float:
     return value
 
 
-async def _open(args: argparse.Namespace) -> Projector:
+async def _open(args: argparse.Namespace, *, replace_damaged: bool = False) -> Projector:
+    """The projector of the log and its read database; ``replace_damaged`` (``projections rebuild``) starts a
+    read database SQLite cannot read (malformed, not a database) afresh: it is disposable, and the rebuild was
+    what its own error message recommended."""
     url = store_url(args)
     projections = load_registry(args.registry)
     store = await open_store(url, create=False)
     try:
         read_db = args.read_db if args.read_db is not None else default_read_db(url)
-        return await Projector.open(store, projections, read_db)
+        try:
+            return await Projector.open(store, projections, read_db)
+        except ProjectionError as e:
+            cause = e.__cause__
+            damaged = isinstance(cause, sqlite3.DatabaseError) and not isinstance(
+                cause, sqlite3.OperationalError
+            )
+            if not (replace_damaged and damaged):
+                raise
+            for path in (read_db, Path(f"{read_db}-wal"), Path(f"{read_db}-shm")):
+                path.unlink(missing_ok=True)
+            print(f"loopd-es: {read_db} was damaged ({cause}); starting it afresh", file=sys.stderr)
+            return await Projector.open(store, projections, read_db)
     except BaseException:
         await store.aclose()
         raise
@@ -201,7 +217,7 @@ async def _retry(args: argparse.Namespace) -> int:
 
 
 async def _rebuild(args: argparse.Namespace) -> int:
-    projector = await _open(args)
+    projector = await _open(args, replace_damaged=True)
     bar = ProgressBar.for_terminal()
     try:
         names = projector.names(args.name)

@@ -94,3 +94,20 @@ def test_usage_errors_exit_2_with_one_line(
     assert cli.main(*argv) == code
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def test_rebuild_starts_a_damaged_read_db_afresh(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The error of a damaged read database recommends ``projections rebuild``, which failed with the same
+    error; it now starts the (disposable) database afresh and rebuilds it."""
+    assert cli.main("project") == 0
+    read_db = Path(".loopd/read.db")
+    with read_db.open("r+b") as f:
+        f.seek(4096)
+        f.write(b"\xde\xad" * 2048)
+    capsys.readouterr()
+    assert cli.main("goals") == 4
+    assert "projections rebuild" in capsys.readouterr().err
+    assert cli.main("projections", "rebuild") == 0
+    captured = capsys.readouterr()
+    assert "was damaged" in captured.err and captured.out.startswith("rebuilt ")
+    assert cli.main("goals") == 0
