@@ -56,6 +56,14 @@ async def _coalesced(batches: AsyncIterator[list[Envelope]], size: int) -> Async
         yield pending
 
 
+def _file_of(path: Path) -> tuple[int, int] | None:
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 class Projector:
     """Keeps a read database up to date with a log. Use ``async with await Projector.open(...)``."""
 
@@ -68,6 +76,7 @@ class Projector:
         self._limiter = anyio.CapacityLimiter(1)
         self._next = 1  # the first position some projection still needs
         self._log_checked = False
+        self._file: tuple[int, int] | None = None  # the read database file followed: (device, inode)
 
     @classmethod
     async def open(
@@ -83,17 +92,32 @@ class Projector:
         """
         check_registry(projections)
         path = Path(read_db) if read_db is not None else default_read_db(store.url)
-        db = ReadDb(path, projections)
-        self = cls(store, db)
+        self = cls(store, ReadDb(path, projections))
+        await self._set_up()
+        return self
+
+    async def _set_up(self) -> None:
+        db = self.db
         try:
             reset = await self._call(db.setup)
             for name in reset:
                 log.warning("projection %r changed version; rebuilding it from the log", name)
             self._next = min((await self._call(db.checkpoints)).values(), default=0) + 1
+            self._file = _file_of(db.path)
+            self._log_checked = False
         except BaseException:
             db.close()
             raise
-        return self
+
+    async def _follow_the_file(self) -> None:
+        """A follower whose read database was deleted or replaced (``rm``, a restore) went on writing to the
+        unlinked file, and no query saw it again: open the one at its path now, and catch it up."""
+        if _file_of(self.db.path) == self._file:
+            return
+        log.warning("the read database %s was removed or replaced; following the one there now", self.db.path)
+        await self._call(self.db.close)
+        self.db = ReadDb(self.db.path, self.db.projections)
+        await self._set_up()
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         """One hop to the database thread; the limiter keeps calls on the connection strictly one at a time."""
@@ -216,6 +240,7 @@ class Projector:
                     timeout = SETTLE_DELAYS[settle] if settle < len(SETTLE_DELAYS) else poll_interval
                     woken = await waker.wait(timeout)
                     try:
+                        await self._follow_the_file()
                         await self.run_once()
                     except StoreUnavailableError as e:  # a database server gone for a while: wait it out
                         if not out_of_reach:

@@ -187,3 +187,29 @@ async def test_a_log_out_of_reach_for_a_while_is_waited_out(
     assert said.count("cannot reach postgresql://h/db: server closed the connection; the read models catch up "
                       "once the log is back") == 1  # fmt: skip
     assert "the log is back: the read models caught up" in said
+
+
+async def test_a_read_db_deleted_under_the_follower_is_followed_afresh(
+    store: LogStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The follower went on writing to the unlinked file, and the read database at its path (made by the next
+    query) was never kept up to date; it now opens the one at the path and catches it up."""
+    await fill(store, 5)
+    read_db = tmp_path / "read.db"
+    watcher = FakeWatcher()
+    async with (
+        await Projector.open(store, [Recorder()], read_db) as projector,
+        anyio.create_task_group() as tg,
+    ):
+        tg.start_soon(lambda: projector.follow(poll_interval=0.05, awatch=watcher))
+        await await_until("the history to be projected", lambda: checkpoints(read_db)["recorder"] == 5)
+        for suffix in ("", "-wal", "-shm"):
+            await anyio.Path(f"{read_db}{suffix}").unlink(missing_ok=True)
+        await store.append("s-new", [NewEvent(type="test.live")])
+        watcher.touch(_log_file(store))
+        await await_until(
+            "the new read db to be caught up",
+            lambda: read_db.exists() and checkpoints(read_db).get("recorder") == 6,
+        )
+        tg.cancel_scope.cancel()
+    assert any("was removed or replaced" in r.getMessage() for r in caplog.records)
