@@ -33,10 +33,15 @@ async def ensure_table(
     :raises LogNotFoundError: when it does not exist and ``create`` is false.
     :raises StoreUnavailableError: when the table is not a loopd-es log.
     """
+    # the catalog, not information_schema, which hides a table from a role without privileges on it: such a
+    # role was told "no log" (and to append first) where it lacks permission (exit 4 on the first read)
     found = await (
         await conn.execute(
-            "SELECT array_agg(column_name::text ORDER BY ordinal_position) FROM information_schema.columns"
-            " WHERE table_schema = %s AND table_name = 'events'",
+            "SELECT array_agg(a.attname::text ORDER BY a.attnum) FROM pg_catalog.pg_attribute a"
+            " JOIN pg_catalog.pg_class c ON c.oid = a.attrelid"
+            " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = 'events' AND c.relkind IN ('r', 'p')"
+            " AND a.attnum > 0 AND NOT a.attisdropped",
             (schema,),
         )
     ).fetchone()

@@ -287,3 +287,32 @@ async def test_a_schema_named_in_capitals_beside_its_lower_case_twin_appends() -
     finally:
         await _drop_schema(name)
         await _drop_schema(f'"{name.upper()}"')
+
+
+async def test_a_role_without_privileges_on_a_log_is_told_so_not_that_there_is_none(pg_url: str) -> None:
+    """information_schema hides a table from a role with no privileges on it: such a role was told "no log at
+    ...; append an event first" (exit 2). The log is found, and the first read says permission is denied."""
+    import uuid
+
+    import psycopg
+
+    from loopd_es.errors import LogNotFoundError, StorageError
+    from loopd_es.log.postgres_url import split_postgres_url
+
+    async with await open_store(pg_url) as s:
+        await s.append("a", [NewEvent(type="t.x")])
+    conninfo, _ = split_postgres_url(pg_url)
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        stranger = pg_url.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+        assert stranger != pg_url
+        with pytest.raises(StorageError, match="permission denied") as raised:
+            async with await open_store(stranger, create=False) as s:
+                await s.head()
+        assert not isinstance(raised.value, LogNotFoundError)
+    finally:
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
