@@ -206,6 +206,14 @@ class GoalService:
             defaults=c.CreationDefaults(directory=self.directory),
         )
 
+    async def check(self, command: c.GoalCommand) -> None:
+        """Decide ``command`` without appending anything (its rules, its arguments).
+
+        :raises DomainError: when the command breaks a rule.
+        """
+        state = await self.load(command.goal_id)
+        decide(command, state, await self.facts(state, command))
+
     # -- writing --------------------------------------------------------------------------------------
 
     async def execute(
@@ -230,7 +238,7 @@ class GoalService:
                 return []
             try:
                 if slot is not None and takes_writer_slot(state, events):
-                    return await self._append_writer(goal_id, events, ctx, state.version, slot)
+                    return await self._append_writer(goal_id, events, ctx, state.version, slot, event_id)
                 return await self._append_goal(goal_id, events, ctx, state.version, event_id)
             except WrongExpectedVersionError:
                 self._cache.pop(goal_id, None)
@@ -355,14 +363,14 @@ class GoalService:
         return await self.store.stream_version(WRITER_SLOT_STREAM)
 
     async def _append_writer(
-        self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, slot: int
+        self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, slot: int, event_id: str | None
     ) -> list[Envelope]:
         """Append a writer's activation with ``goal.writer_slot_taken`` at version ``slot``, in one commit.
 
         :raises WrongExpectedVersionError: when the goal, or the slot, moved since they were read.
         """
         stream = goal_stream(goal_id)
-        batch = self._batch(events, ctx, None)
+        batch = self._batch(events, ctx, event_id)
         marker = new_event(
             WriterSlotTaken(goal_id=goal_id), causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
         )

@@ -78,6 +78,8 @@ def _handler(action: _Action) -> Callable[[argparse.Namespace], Awaitable[int]]:
     async def run(args: argparse.Namespace) -> int:
         from ..app.service import Ctx
 
+        if action is _create:
+            await _check_before_a_first_log(args)
         async with _goals(args, create=action is _create) as goals:  # no log holds the goal to act on
             for report in await goals.recover():
                 print(
@@ -89,6 +91,47 @@ def _handler(action: _Action) -> Callable[[argparse.Namespace], Awaitable[int]]:
             return await action(goals, args, Ctx.new())
 
     return run
+
+
+async def _check_before_a_first_log(args: argparse.Namespace) -> None:
+    """Where ``goal create`` would make the log, decide the creation on an empty log in memory first: a
+    refused creation (a bad argument) then leaves no empty log, or schema, behind.
+
+    :raises UsageError: naming the flag at fault, as :func:`_create` would.
+    """
+    import uuid
+
+    from ..app.service import GoalService
+    from ..domain import goal_commands as c
+    from ..domain.rules import BadArgument
+    from ..errors import LogNotFoundError
+    from ..log import open_store
+    from ..log.memory import MemoryLog
+
+    try:
+        store = await open_store(store_url(args), create=False)
+    except LogNotFoundError:
+        pass
+    else:
+        await store.aclose()
+        return
+    name = f"create-check-{uuid.uuid4()}"
+    try:
+        async with await MemoryLog.open(name) as scratch:
+            host = await open_host(host_url(args.host))
+            try:
+                await GoalService(scratch, host).check(
+                    c.CreateGoal(
+                        goal_id=str(uuid.uuid4()), name=args.name, objective=args.objective,
+                        owner_session_id="cli", **create_options(args),
+                    )
+                )  # fmt: skip
+            except BadArgument as e:
+                raise UsageError(in_flags(str(e))) from None
+            finally:
+                await host.aclose()
+    finally:
+        MemoryLog.forget(name)
 
 
 @asynccontextmanager

@@ -225,3 +225,15 @@ def test_a_crashed_switch_is_recovered_by_the_next_command(
     code, out, _ = _run(capsys, "read", "--json")
     failed = [json.loads(line)["data"] for line in out.splitlines() if '"identity.switch_failed"' in line]
     assert [f["reason"] for f in failed] == ["interrupted"]  # it said "host-rejected": no host refused it
+
+
+def test_a_refused_first_goal_leaves_no_log_behind(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``goal create`` made the log before deciding, so a refused first goal left an empty log (or an empty
+    PostgreSQL schema) that every later query then read. It decides in memory first where there is no log."""
+    for bad in (("--model", "bad"), ("--schedule-every-ms", "500")):
+        code, _, err = _run(capsys, "goal", "create", "g", "--objective", "o", *bad)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert not (env / "events.db").exists()
+    assert "--schedule-every-ms" in err  # the flag, not the tool's field
+    _create(capsys)  # a good one makes it
+    assert (env / "events.db").exists()
