@@ -8,6 +8,7 @@ message: the last message the source's log knows of at that point (its last prom
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -19,14 +20,14 @@ from ..domain import goal_commands as c
 from ..domain.evolve import fold, initial
 from ..domain.rules import RuleError, writer_conflict
 from ..domain.streams import goal_stream
-from ..errors import ConflictError, UsageError, WrongExpectedVersionError
+from ..errors import UsageError
 from ..events import goal as g
 from ..events.catalogue import new_event
-from ..events.envelope import ANY, NO_STREAM, ExpectedVersion, NewEvent
-from ..events.goal import WRITER_SLOT_STREAM
+from ..events.envelope import ANY, NO_STREAM
 from ..events.imported import happened_at
 from ..host.base import ForkedWorker
 from ..host.errors import HostError
+from .writer_slot import writer_slot
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -184,49 +185,46 @@ async def fork_goal(
             changes[key] = path.replace(source_id, goal_id)
     config = msgspec.structs.replace(state.config, **changes)
     writer = state.status == "active" and config.workspace_write
-    slot = await service.store.stream_version(WRITER_SLOT_STREAM) if writer else None  # before the writers
-    if writer:  # the single-writer rule, as for a new goal
-        for other in await service.goals():
-            if other.status == "active" and other.config.workspace_write:
-                raise RuleError(
-                    writer_conflict(other.name, other.goal_id, other.owner_session_id, state.owner_session_id)
-                )
-    forked_from = g.GoalForkedFrom(
-        goal_id=goal_id,
-        source_goal_id=source_id,
-        at_position=point.position,
-        at_version=point.version,
-        at_event_id=point.event_id,
-        name=name or f"{state.name} (fork)",
-        objective=objective if objective is not None else state.objective,
-        config=config,
-        state=stamped_builtins(state),
-        changed=changed,
-        at=service.clock.now(),
-    )
-    forked = g.GoalForked(
-        goal_id=source_id,
-        fork_goal_id=goal_id,
-        at_position=point.position,
-        at_version=point.version,
-        changed=changed,
-    )
-    link = {"causation_id": ctx.causation_id, "correlation_id": ctx.correlation_id}
-    writes: list[tuple[str, list[NewEvent], ExpectedVersion]] = [
-        (goal_stream(goal_id), [new_event(forked_from, **link)], NO_STREAM),
-        (goal_stream(source_id), [new_event(forked, **link)], ANY),
-    ]
-    if slot is not None:  # another writer activated since the check: this append fails, and says so
-        writes.append((WRITER_SLOT_STREAM, [new_event(g.WriterSlotTaken(goal_id=goal_id), **link)], slot))
-    try:
-        recorded, *_ = await service.store.append_many(writes)
-    except WrongExpectedVersionError as e:
-        if e.stream != WRITER_SLOT_STREAM:
-            raise
-        raise ConflictError(
-            "another workspace-writing goal became active while the fork was being made; "
-            "run `loopd-es goals` and fork again"
-        ) from None
+    async with (
+        contextlib.AsyncExitStack() as held
+    ):  # a writer is checked and recorded holding the writer slot
+        slot = (await held.enter_async_context(writer_slot(service.store, service.clock)),) if writer else ()
+        if writer:  # the single-writer rule, as for a new goal
+            for other in await service.goals():
+                if other.status == "active" and other.config.workspace_write:
+                    raise RuleError(
+                        writer_conflict(
+                            other.name, other.goal_id, other.owner_session_id, state.owner_session_id
+                        )
+                    )
+        forked_from = g.GoalForkedFrom(
+            goal_id=goal_id,
+            source_goal_id=source_id,
+            at_position=point.position,
+            at_version=point.version,
+            at_event_id=point.event_id,
+            name=name or f"{state.name} (fork)",
+            objective=objective if objective is not None else state.objective,
+            config=config,
+            state=stamped_builtins(state),
+            changed=changed,
+            at=service.clock.now(),
+        )
+        forked = g.GoalForked(
+            goal_id=source_id,
+            fork_goal_id=goal_id,
+            at_position=point.position,
+            at_version=point.version,
+            changed=changed,
+        )
+        link = {"causation_id": ctx.causation_id, "correlation_id": ctx.correlation_id}
+        recorded, _ = await service.store.append_many(
+            [
+                (goal_stream(goal_id), [new_event(forked_from, **link)], NO_STREAM),
+                (goal_stream(source_id), [new_event(forked, **link)], ANY),
+            ],
+            fences=slot,
+        )
     report = ForkReport(goal_id=goal_id, source_goal_id=source_id, point=point, changed=changed)
     if not worker or point.worker_session_id is None:
         return report

@@ -23,10 +23,10 @@ from ..domain.streams import GOAL_PREFIX, goal_stream
 from ..errors import ConflictError, DomainError, UsageError, WrongExpectedVersionError
 from ..events.catalogue import new_event
 from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
-from ..events.goal import WRITER_SLOT_STREAM, WriterSlotTaken
 from ..log.coord import Fence
 from ..sagas.crashpoints import crashpoint
 from ..sagas.ports import Companion, Ctx
+from .writer_slot import writer_slot
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -74,8 +74,11 @@ def domain_agent_catalog(catalog: AgentCatalog) -> c.AgentCatalog:
     return c.AgentCatalog(capability=catalog.capability, switching=catalog.switching, agents=catalog.names())
 
 
-def takes_writer_slot(before: GoalState, events: Sequence[Event]) -> bool:
-    """Whether ``events`` make the goal an active workspace writer that ``before`` was not."""
+def takes_writer_slot(command: c.GoalCommand, before: GoalState, events: Sequence[Event]) -> bool:
+    """Whether ``events`` (of a command that may activate a writer) make the goal an active workspace writer
+    that ``before`` was not."""
+    if not isinstance(command, _WRITER_COMMANDS):
+        return False
     after = fold(events, before)
     was = before.exists and before.status == "active" and before.config.workspace_write
     return after.exists and after.status == "active" and after.config.workspace_write and not was
@@ -228,18 +231,24 @@ class GoalService:
         :raises DomainError: when the command breaks a rule (nothing is appended).
         :raises ConflictError: when the goal kept changing for :data:`MAX_ATTEMPTS` attempts.
         """
+        return await self._execute(command, ctx, event_id, ())
+
+    async def _execute(
+        self, command: c.GoalCommand, ctx: Ctx, event_id: str | None, slot: tuple[Fence, ...]
+    ) -> list[Envelope]:
+        """:meth:`execute`; ``slot``: the writer slot's fence, when it is held (:mod:`.writer_slot`)."""
         goal_id = command.goal_id
         for _ in range(MAX_ATTEMPTS):
-            slot = await self._writer_slot(command)  # read before the writers are (in facts)
             state = await self.load(goal_id)
-            facts = await self.facts(state, command)
-            events = decide(command, state, facts)
+            events = decide(command, state, await self.facts(state, command))
             if not events:
                 return []
+            if not slot and takes_writer_slot(command, state, events):  # decide again holding the slot
+                async with writer_slot(self.store, self.clock) as fence:
+                    return await self._execute(command, ctx, event_id, (fence,))
             try:
-                if slot is not None and takes_writer_slot(state, events):
-                    return await self._append_writer(goal_id, events, ctx, state.version, slot, event_id)
-                return await self._append_goal(goal_id, events, ctx, state.version, event_id)
+                batch = self._batch(events, ctx, event_id)
+                return await self._store_goal(goal_id, events, batch, state.version, slot)
             except WrongExpectedVersionError:
                 self._cache.pop(goal_id, None)
         raise ConflictError(
@@ -255,30 +264,35 @@ class GoalService:
         The goal's events and the companion's land together or not at all (``append_many``), so a crash can
         never record a decision without the saga step that made it. Returns both streams' envelopes.
         """
+        return await self._execute_with(command, ctx, companion, ())
+
+    async def _execute_with(
+        self, command: c.GoalCommand, ctx: Ctx, companion: Companion, slot: tuple[Fence, ...]
+    ) -> tuple[list[Envelope], list[Envelope]]:
         goal_id = command.goal_id
         for _ in range(MAX_ATTEMPTS):
-            slot = await self._writer_slot(command)
             state = await self.load(goal_id)
             events = decide(command, state, await self.facts(state, command))
             extra = companion(events) if events else None
             if extra is None:
-                return await self.execute(command, ctx), []
+                return await self._execute(command, ctx, None, slot), []
+            if not slot and takes_writer_slot(command, state, events):
+                async with writer_slot(self.store, self.clock) as fence:
+                    return await self._execute_with(command, ctx, companion, (fence,))
             stream, more, expected = extra
             link = {"causation_id": ctx.causation_id, "correlation_id": ctx.correlation_id}
             writes = [
                 (goal_stream(goal_id), [new_event(ctx.stamp(e), **link) for e in events], state.version),
                 (stream, [new_event(ctx.stamp(e), **link) for e in more], expected),
             ]
-            if slot is not None and takes_writer_slot(state, events):
-                writes.append(
-                    (WRITER_SLOT_STREAM, [new_event(WriterSlotTaken(goal_id=goal_id), **link)], slot)
-                )
             crashpoint(f"before append {goal_stream(goal_id)} + {stream}")
             try:
-                recorded, other, *_ = await self.store.append_many(writes, fences=self.fence_for(goal_id))
+                recorded, other = await self.store.append_many(
+                    writes, fences=(*self.fence_for(goal_id), *slot)
+                )
             except WrongExpectedVersionError as e:
                 self._cache.pop(goal_id, None)
-                if e.stream not in (goal_stream(goal_id), WRITER_SLOT_STREAM):
+                if e.stream != goal_stream(goal_id):
                     raise
                 continue
             crashpoint(f"after append {goal_stream(goal_id)} + {stream}")
@@ -356,32 +370,6 @@ class GoalService:
             return [new_event(ctx.stamp(events[0]), event_id=event_id, **link)]
         return [new_event(ctx.stamp(e), **link) for e in events]
 
-    async def _writer_slot(self, command: c.GoalCommand) -> int | None:
-        """The version of :data:`WRITER_SLOT_STREAM` before a command that may activate a writer decides."""
-        if not isinstance(command, _WRITER_COMMANDS):
-            return None
-        return await self.store.stream_version(WRITER_SLOT_STREAM)
-
-    async def _append_writer(
-        self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, slot: int, event_id: str | None
-    ) -> list[Envelope]:
-        """Append a writer's activation with ``goal.writer_slot_taken`` at version ``slot``, in one commit.
-
-        :raises WrongExpectedVersionError: when the goal, or the slot, moved since they were read.
-        """
-        stream = goal_stream(goal_id)
-        batch = self._batch(events, ctx, event_id)
-        marker = new_event(
-            WriterSlotTaken(goal_id=goal_id), causation_id=ctx.causation_id, correlation_id=ctx.correlation_id
-        )
-        crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
-        recorded, _ = await self.store.append_many(
-            [(stream, batch, expected), (WRITER_SLOT_STREAM, [marker], slot)], fences=self.fence_for(goal_id)
-        )
-        crashpoint(f"after append {stream}")
-        self._cache.pop(goal_id, None)
-        return recorded
-
     async def _append_goal(
         self, goal_id: str, events: Sequence[Event], ctx: Ctx, expected: int, event_id: str | None
     ) -> list[Envelope]:
@@ -389,12 +377,14 @@ class GoalService:
         return await self._store_goal(goal_id, events, self._batch(events, ctx, event_id), expected)
 
     async def _store_goal(
-        self, goal_id: str, events: Sequence[Event], batch: list[NewEvent], expected: int
-    ) -> list[Envelope]:
-        """Append a built batch to the goal's stream (a crash point on either side) and fold it into the cache."""
+        self, goal_id: str, events: Sequence[Event], batch: list[NewEvent], expected: int,
+        slot: tuple[Fence, ...] = (),
+    ) -> list[Envelope]:  # fmt: skip
+        """Append a built batch to the goal's stream (a crash point on either side) and fold it into the cache;
+        ``slot``: the writer slot's fence, when the batch activates a writer."""
         stream = goal_stream(goal_id)
         crashpoint(f"before append {stream} {','.join(e.event_type for e in events)}")
-        recorded = await self.store.append(stream, batch, expected, fences=self.fence_for(goal_id))
+        recorded = await self.store.append(stream, batch, expected, fences=(*self.fence_for(goal_id), *slot))
         crashpoint(f"after append {stream}")
         cached = self._cache.get(goal_id)
         if cached is not None and recorded and recorded[0].version == cached.version + 1:

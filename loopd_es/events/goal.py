@@ -13,7 +13,7 @@ have no fact of their own (the budget stop) and is what a reference ledger line 
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -365,20 +365,6 @@ class GoalForked(Event, frozen=True):
     at_position: int
     at_version: int
     changed: tuple[str, ...] = ()
-
-
-WRITER_SLOT_STREAM: Final = "writer-slot"
-"""The stream whose version serialises the activations of workspace-writing goals (not a goal stream)."""
-
-
-@event("goal.writer_slot_taken")
-class WriterSlotTaken(Event, frozen=True):
-    """A workspace-writing goal became active (created, resumed, retried, forked); written on
-    :data:`WRITER_SLOT_STREAM` at the version read before the active writers were, atomically with the goal's
-    own events. Two processes that both saw the slot free cannot both land: the second's append finds the
-    version moved, decides again, and sees the first writer (the single-writer rule across machines)."""
-
-    goal_id: str
 
 
 _V1_CONFIG_KEYS = frozenset(GoalConfig.__struct_fields__)

@@ -334,6 +334,12 @@ def test_attach_with_stdin_from_a_file_or_dev_null_detaches_cleanly(
     cid = capsys.readouterr().out.strip()
     typed = tmp_path / "keys.txt"
     typed.write_bytes(b"print('typed')\n")
+
+    def owner_live() -> bool:  # attach needs the owner's socket, up a moment after `cmd start` returns
+        assert main("--store", env.url, "cmd", "show", cid) == 0
+        return '"live"' in capsys.readouterr().out
+
+    wait_until("the command's owner to answer", owner_live)
     try:
         for source in (os.devnull, str(typed)):
             with open(source, "rb") as stdin:

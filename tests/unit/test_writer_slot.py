@@ -1,9 +1,10 @@
 """The single-writer rule across processes: two activations that both saw the slot free cannot both land.
 
-Each process decides on the goals it read; before ``goal.writer_slot_taken`` a writer created by another
-process (another machine: its own host) between that read and the append landed too, and two
-workspace-writing goals ran at once. The race is made deterministic here: the second writer lands while the
-first one's decision is being made.
+Each process decided on the goals it read; a writer created by another process (another machine: its own
+host) between that read and the append landed too, and two workspace-writing goals ran at once. A writer is
+now decided again holding the ``goals/writer-slot`` coordination record (beside the log, no event) and
+appended fenced on it. The race is made deterministic here: the second writer lands while the first one's
+decision is being made.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 import pytest
 
 from loopd_es.app.service import Ctx, GoalService
+from loopd_es.app.writer_slot import KEY
 from loopd_es.domain import goal_commands as c
 from loopd_es.domain.rules import RuleError
-from loopd_es.events.goal import WRITER_SLOT_STREAM
 from loopd_es.host import SimulatedHost
 from loopd_es.host.sim_script import HostScript
 from loopd_es.log import open_store
@@ -49,7 +50,11 @@ async def test_a_writer_landing_during_another_writers_decision_makes_it_decide_
             await first.execute(_create("a"), Ctx.new())
         active = [g.goal_id for g in await first.goals() if g.status == "active" and g.config.workspace_write]
         assert raced == ["b"] and active == ["b"]
-        assert [e.data_dict()["goal_id"] async for e in store.read_stream(WRITER_SLOT_STREAM)] == ["b"]
+        (slot,) = [r for r in await store.coord_read(KEY) if r.key == KEY]
+        assert not slot.holder and slot.token == 2  # taken by b, then by a's second look; both released
+        assert "goal.writer_slot_taken" not in [
+            e.type async for e in store.read_all()
+        ]  # no bookkeeping events
 
 
 async def test_a_read_only_goal_takes_no_slot(tmp_path: Path) -> None:
@@ -59,4 +64,4 @@ async def test_a_read_only_goal_takes_no_slot(tmp_path: Path) -> None:
             goal_id="r", name="r", objective="o", owner_session_id="o", workspace_write=False
         )
         assert await service.execute(command, Ctx.new())
-        assert await store.stream_version(WRITER_SLOT_STREAM) == 0
+        assert await store.coord_read(KEY) == []
