@@ -11,19 +11,16 @@ token fences off anything it might still try to write.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Final
 
-import anyio
-
-from ..clock import WALL, Clock, to_us
-from ..errors import ConflictError
-from ..log.coord import Claim, Fence
+from ..clock import WALL, Clock
+from ..log.coord_hold import coord_hold
 
 if TYPE_CHECKING:
     from ..log.base import LogStore
+    from ..log.coord import Fence
 
 KEY: Final = "goals/writer-slot"
 HOLD_US: Final = 15_000_000
@@ -38,25 +35,6 @@ async def writer_slot(store: LogStore, clock: Clock = WALL) -> AsyncIterator[Fen
 
     :raises ConflictError: when another process held it for :data:`WAIT_S`.
     """
-    holder = f"writer-{uuid.uuid4()}"
-    taken = 0
-    with anyio.move_on_after(WAIT_S):
-        while not taken:
-            found = next((c for c in await store.coord_read(KEY) if c.key == KEY), None)
-            token = found.token if found is not None else 0
-            now = to_us(clock.now())
-            if found is None or not found.live(now):
-                mine = Claim(key=KEY, holder=holder, token=token + 1, expires_us=now + HOLD_US)
-                if await store.coord_swap(KEY, token, mine) is None:
-                    taken = token + 1
-                    break
-            await anyio.sleep(0.05)
-    if not taken:
-        raise ConflictError(
-            "another process has been activating a workspace-writing goal for a while; retry the command"
-        )
-    try:
-        yield Fence(KEY, taken)
-    finally:
-        with anyio.CancelScope(shield=True):  # a release that lost the record (taken over) changes nothing
-            await store.coord_swap(KEY, taken, Claim(key=KEY, holder="", token=taken, expires_us=0))
+    busy = "another process has been activating a workspace-writing goal for a while; retry the command"
+    async with coord_hold(store, KEY, hold_us=HOLD_US, wait_s=WAIT_S, busy=busy, clock=clock) as fence:
+        yield fence

@@ -10,8 +10,9 @@ Streams (one aggregate each, so every check that must be atomic is one version-c
 - ``loop-active``: which session the user is in (``loop.session_activated``) and child→parent links.
 - ``loop-lease-<owner>``: an owner's lease; an ephemeral task dies when its owner's lease expires.
 - ``loop-goal-<goal id>``: the slots of a goal schedule (docs/reference/loopd.md#s3-15), taken the same way.
-- ``loop-cap``: one ``loop.task_counted`` per creation, appended together with it at the version read when the
-  live tasks were counted, so concurrent creations in different sessions cannot pass the 50-task cap.
+- ``loop-cap``: logs of earlier versions hold one ``loop.task_counted`` per creation there (the 50-task cap's
+  fence, kept as events). The cap is now held with a coordination record beside the log (``loops/task-cap``,
+  :func:`loopd_es.sched.service.create_task`); the old events stay readable and nothing writes them any more.
 
 Instants are :data:`~.times.UtcTime` (RFC 3339 UTC text in the log); durations stay milliseconds
 (``interval_ms``, ``jitter_offset_ms``, ``min_ms``, ...), the reference's unit. Before version 2 the instants
@@ -81,7 +82,7 @@ class TaskCreated(Event, frozen=True, kw_only=True):
 
 @event("loop.task_counted")
 class TaskCounted(Event, frozen=True, kw_only=True):
-    """A creation passed the task cap; written atomically with its ``loop.task_created`` (the cap's fence)."""
+    """A creation passed the task cap (earlier versions wrote it with its ``loop.task_created``; no longer)."""
 
     task_id: str
     session_id: str

@@ -24,6 +24,7 @@ from ..events import loop as ev
 from ..events.catalogue import decode_payload, new_event
 from ..log.base import StreamWrite, check_stream_name
 from ..log.coord import Claim
+from ..log.coord_hold import coord_hold
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,6 +32,11 @@ if TYPE_CHECKING:
     from ..log.base import LogStore
 
 _RETRIES: Final = 20
+CAP_KEY: Final = "loops/task-cap"
+"""The coordination record held while live tasks are counted and a creation lands (the project-wide cap)."""
+_CAP_HOLD_US: Final = 10_000_000
+_CAP_WAIT_S: Final = 20.0
+_CAP_BUSY: Final = "another process has been creating a /loop task for a while; run the command again"
 _NS: Final = uuid.UUID("6f1f3c55-3b2e-4f83-9d2a-0c4a58d1e0a1")
 
 
@@ -276,34 +282,29 @@ async def create_task(
 ) -> decide.Outcome:
     """Create a task unless the project already has ``cfg.max_tasks`` live ones, exactly, even under races.
 
-    The live tasks are counted after reading the ``loop-cap`` fence's version; the creation and a
-    ``loop.task_counted`` on the fence land together (one atomic multi-stream append), so a creation that
-    raced another one re-counts. Cancellations only lower the count, so they need not touch the fence.
+    The live tasks are counted holding the ``loops/task-cap`` coordination record (:mod:`~..log.coord_hold`),
+    and the creation is appended fenced on it, so a creation in another session or process counts after this
+    one has landed. Cancellations only lower the count, so they need not hold it. A race inside the session
+    (a pause, the same message handled twice) re-reads and decides again.
     """
     corr = str(uuid.uuid5(_NS, origin_id))
-    for _ in range(_RETRIES):
-        fence = await store.stream_version(ev.CAP_STREAM)
-        sessions = await read_all_sessions(store)
-        s = next((x for x in sessions if x.session_id == session_id), SessionLoops(session_id=session_id))
-        out = decide.create(
-            s, spec, origin_id=origin_id, now=now, u=u, total_live=sum(len(x.live()) for x in sessions), cfg=cfg,
-            owner=owner, durable=durable, directory=directory, via=via, loop_file=loop_file,
-        )  # fmt: skip
-        if not out.events or out.task_id is None:
-            return out
-        counted = ev.TaskCounted(task_id=out.task_id, session_id=session_id)
-        try:
-            await store.append_many(
-                [
-                    StreamWrite(ev.session_stream(session_id), [new_event(e, correlation_id=corr) for e in out.events],
-                                s.version),
-                    StreamWrite(ev.CAP_STREAM, [new_event(counted, correlation_id=corr)], fence),
-                ]
+    async with coord_hold(store, CAP_KEY, hold_us=_CAP_HOLD_US, wait_s=_CAP_WAIT_S, busy=_CAP_BUSY) as cap:
+        for _ in range(_RETRIES):
+            sessions = await read_all_sessions(store)
+            s = next((x for x in sessions if x.session_id == session_id), SessionLoops(session_id=session_id))
+            out = decide.create(
+                s, spec, origin_id=origin_id, now=now, u=u, total_live=sum(len(x.live()) for x in sessions),
+                cfg=cfg, owner=owner, durable=durable, directory=directory, via=via, loop_file=loop_file,
             )  # fmt: skip
-        except WrongExpectedVersionError:
-            continue
-        return out
-    raise _gave_up(ev.CAP_STREAM)
+            if not out.events or out.task_id is None:
+                return out
+            events = [new_event(e, correlation_id=corr) for e in out.events]
+            try:
+                await store.append(ev.session_stream(session_id), events, s.version, fences=(cap,))
+            except WrongExpectedVersionError:
+                continue
+            return out
+    raise _gave_up(ev.session_stream(session_id))
 
 
 def _action(sub: Sub) -> str:

@@ -208,8 +208,8 @@ async def test_the_task_cap_holds_under_concurrent_creations_in_different_sessio
 
 
 async def test_multi_stream_appends_of_loops_land_whole_on_ndjson(tmp_path: Path) -> None:
-    # A creation (session stream + cap fence) and a session deletion (cancellations + the deletion fact) are
-    # each one append_many; on NDJSON a one-event first part once hid every later part.
+    # A session deletion (cancellations + the deletion fact) is one append_many; on NDJSON a one-event first
+    # part once hid every later part. A creation is one append, fenced on the cap's coordination record.
     from loopd_es.domain.loop import decide as d
     from loopd_es.log import open_store
 
@@ -217,7 +217,9 @@ async def test_multi_stream_appends_of_loops_land_whole_on_ndjson(tmp_path: Path
         out = await service.handle(store, "5m ping", session_id="s1", now=from_ms(0), cfg=d.Config(), origin_id="m",
                                    directory=tmp_path, home=tmp_path)  # fmt: skip
         assert out.error is None
-        assert await store.stream_version(ev.CAP_STREAM) == 1
+        assert await store.stream_version(ev.CAP_STREAM) == 0  # the cap is held beside the log, not as events
+        (cap,) = await store.coord_read(service.CAP_KEY)
+        assert (cap.holder, cap.token) == ("", 1)  # taken once, given back
         assert await service.delete_session(store, "s1", from_ms(1)) == 1
         types = [env.type async for env in store.read_stream(ev.ACTIVE_STREAM)]
         assert types == ["loop.session_activated", "loop.session_deleted"]
