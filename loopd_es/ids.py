@@ -16,6 +16,7 @@ instead of touching another file.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
@@ -64,3 +65,32 @@ def path_under(root: Path, kind: str, value: str, suffix: str = "") -> Path:
     if path.parent != root or path.name != name or "/" in suffix or "\0" in suffix:
         raise InvalidIdError(kind, value, f"path {str(path)!r} is not directly under {str(root)!r}")
     return path
+
+
+class UnknownGoalError(UsageError):
+    """Raised when no goal (or more than one) has an id equal to or starting with what was given."""
+
+    def __init__(self, text: str, matches: list[str]) -> None:
+        self.text = text
+        self.matches = matches
+        if not matches:
+            message = f"no goal matches {text!r}; `loopd-es goals --all` lists the goals and their ids"
+        else:
+            shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+            message = (
+                f"goal id prefix {text!r} is ambiguous ({len(matches)} goals: {shown}); give more characters"
+            )
+        super().__init__(message)
+
+
+def resolve_goal_id(text: str, ids: Iterable[str]) -> str:
+    """The goal id ``text`` is, or the one id it starts (an empty text names none).
+
+    Every command that takes a goal id resolves it here, so they all accept and refuse the same texts.
+
+    :raises UnknownGoalError: when no goal or several goals match.
+    """
+    matches = sorted(i for i in ids if text and i.startswith(text))
+    if text in matches or len(matches) == 1:
+        return text if text in matches else matches[0]
+    raise UnknownGoalError(text, matches)

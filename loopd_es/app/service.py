@@ -20,9 +20,10 @@ from ..domain import goal_commands as c
 from ..domain.decide import decide
 from ..domain.evolve import evolve, fold, initial
 from ..domain.streams import GOAL_PREFIX, goal_stream
-from ..errors import ConflictError, DomainError, UsageError, WrongExpectedVersionError
+from ..errors import ConflictError, DomainError, WrongExpectedVersionError
 from ..events.catalogue import new_event
 from ..events.envelope import ANY, Envelope, ExpectedVersion, NewEvent
+from ..ids import resolve_goal_id
 from ..log.coord import Fence
 from ..sagas.crashpoints import crashpoint
 from ..sagas.ports import Companion, Ctx
@@ -160,17 +161,7 @@ class GoalService:
 
         :raises UsageError: when no goal or more than one goal matches.
         """
-        ids = await self.goal_ids()
-        if text in ids:
-            return text
-        matches = [goal_id for goal_id in ids if goal_id.startswith(text)] if text else []
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise UsageError(
-                f"no goal matches {text!r}; `loopd-es goals --all` lists the goals and their ids"
-            )
-        raise UsageError(f"goal id prefix {text!r} is ambiguous ({len(matches)} goals); give more characters")
+        return resolve_goal_id(text, await self.goal_ids())
 
     async def facts(self, state: GoalState, command: Any = None, *, catalogs: bool | None = None) -> c.Facts:
         """What ``command`` needs from outside the stream: worker status, catalogs, active writers, the time.

@@ -22,7 +22,8 @@ import msgspec
 from ..clock import display, parse_or_none, stamped_builtins
 from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
-from ..errors import EXIT_OK, UsageError
+from ..errors import EXIT_OK
+from ..ids import resolve_goal_id
 from ..log.base import NeedsEventLoop
 from ..postmortem.who import CALLER_COLUMNS, who_lines
 from ..projector import default_read_db, load_registry
@@ -220,14 +221,8 @@ def resolve_goal(conn: sqlite3.Connection, text: str) -> Row:
     found = _rows(
         conn, "SELECT * FROM goals WHERE substr(goal_id, 1, ?) = ? ORDER BY goal_id", (len(text), text)
     )
-    if len(found) == 1 and text:
-        return found[0]
-    if not found or not text:
-        raise UsageError(f"no goal matches {text!r}; `loopd-es goals --all` lists the goals and their ids")
-    raise UsageError(
-        f"goal id prefix {text!r} is ambiguous ({len(found)} goals: "
-        f"{', '.join(r['goal_id'] for r in found[:5])}); give more characters"
-    )
+    goal_id = resolve_goal_id(text, [r["goal_id"] for r in found])
+    return next(r for r in found if r["goal_id"] == goal_id)
 
 
 def _list_goals(conn: sqlite3.Connection, status: str | None, owner: str | None, all_: bool) -> list[Row]:

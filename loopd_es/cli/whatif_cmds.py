@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ..errors import EXIT_CONFLICT, EXIT_OK, UsageError
+from ..ids import resolve_goal_id
 from ..text_safe import term_line
 from .options import store_url
 
@@ -122,14 +123,7 @@ async def _resolve(store: LogStore, text: str) -> str:
     from ..domain.streams import GOAL_PREFIX
 
     ids = [s[len(GOAL_PREFIX) :] for s in await store.streams() if s.startswith(GOAL_PREFIX)]
-    if text in ids:
-        return text
-    matches = [g for g in ids if text and g.startswith(text)]
-    if len(matches) == 1:
-        return matches[0]
-    if not matches:
-        raise UsageError(f"no goal matches {text!r}; `loopd-es goals` lists the goals")
-    raise UsageError(f"goal id prefix {text!r} is ambiguous ({len(matches)} goals); give more characters")
+    return resolve_goal_id(text, ids)
 
 
 async def check(args: argparse.Namespace) -> int:

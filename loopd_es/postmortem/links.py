@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from ..domain.streams import GOAL_PREFIX, goal_stream
-from ..errors import UsageError
+from ..ids import UnknownGoalError as UnknownGoalError
+from ..ids import resolve_goal_id
 from ..log.base import NeedsEventLoop
 
 if TYPE_CHECKING:
@@ -26,20 +27,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("loopd_es.postmortem")
 
 LINKS_NAME: Final = "goal_links"
-
-
-class UnknownGoalError(UsageError):
-    """Raised when no goal (or more than one) has an id equal to or starting with what was given."""
-
-    def __init__(self, text: str, matches: list[str]) -> None:
-        self.text = text
-        self.matches = matches
-        if not matches:
-            message = f"no goal matches {text!r}; `loopd-es goals` (or `loopd-es replay`) lists the goal ids"
-        else:
-            shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
-            message = f"goal id prefix {text!r} is ambiguous ({shown}); give more characters"
-        super().__init__(message)
 
 
 class GoalStreams(msgspec.Struct, frozen=True):
@@ -70,7 +57,7 @@ async def find_goal(
     if links is not None and read_db is not None:
         await _catch_up(store, links, read_db)
         with closing(_connect(read_db)) as conn:
-            goal_id = _resolve(text, _goal_ids_sql(conn, text))
+            goal_id = resolve_goal_id(text, _goal_ids_sql(conn, text))
             rows = conn.execute("SELECT stream FROM goal_links WHERE goal_id = ?", (goal_id,)).fetchall()
         return GoalStreams(goal_id, _ordered(goal_id, [r[0] for r in rows]), LINKS_NAME)
     goal_id = await resolve_goal(store, text)
@@ -83,15 +70,7 @@ async def resolve_goal(store: LogStore, text: str) -> str:
     :raises UnknownGoalError: when no goal or several goals match ``text``.
     """
     ids = [s[len(GOAL_PREFIX) :] for s in await store.streams() if s.startswith(GOAL_PREFIX)]
-    return _resolve(text, [i for i in ids if i.startswith(text)] if text else [])
-
-
-def _resolve(text: str, candidates: list[str]) -> str:
-    if text in candidates:
-        return text
-    if len(candidates) == 1 and text:
-        return candidates[0]
-    raise UnknownGoalError(text, sorted(candidates))
+    return resolve_goal_id(text, ids)
 
 
 def _goal_ids_sql(conn: sqlite3.Connection, text: str) -> list[str]:

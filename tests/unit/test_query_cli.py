@@ -250,3 +250,22 @@ def test_short_ids_stay_unique() -> None:
         "01a236ff-2c50-7001": "01a236ff-2c",
         "abc": "abc",
     }
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("goal", "show"), ("explain",), ("history",), ("identities",), ("whatif", "--set", "max_turns=3"),
+     ("goal", "pause")],
+)  # fmt: skip
+def test_every_command_taking_a_goal_id_resolves_it_alike(
+    log: Path, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]
+) -> None:
+    # explain '' once said "ambiguous" where identities '' said "no goal matches": four resolvers, one rule now
+    where = 2 if argv[0] == "goal" else 1
+    for text, expected in [
+        ("", "no goal matches ''; `loopd-es goals --all` lists the goals and their ids"),
+        ("zz", "no goal matches 'zz'; `loopd-es goals --all` lists the goals and their ids"),
+        ("a1b2", f"goal id prefix 'a1b2' is ambiguous (2 goals: {A}, {B}); give more characters"),
+    ]:
+        code, out, err = _run(capsys, *argv[:where], text, *argv[where:])
+        assert (code, out, err) == (2, "", f"loopd-es: {expected}\n"), argv
