@@ -16,7 +16,27 @@ import msgspec
 from ..engine.tool_args import CREATE_OPTIONS, CreateGoalArgs
 from ..errors import UsageError
 
-_TYPES: dict[str, type] = {"integer": int, "number": float, "string": str}
+_DECIMAL = re.compile(
+    r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE | re.ASCII
+)
+_WHOLE = re.compile(r"[+-]?\d+", re.ASCII)
+
+
+def _number(text: str) -> float:
+    """A decimal number as JSON or JavaScript writes it (``1_0``, ``0x10`` and ``١`` are not), bounds later."""
+    if not _DECIMAL.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    return float(text)
+
+
+def _integer(text: str) -> int:
+    """A whole decimal number (``1_0`` and ``٣`` are not), bounds later."""
+    if not _WHOLE.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(text)
+
+
+_TYPES: dict[str, Any] = {"integer": _integer, "number": _number, "string": str}
 
 
 def _properties() -> dict[str, dict[str, Any]]:

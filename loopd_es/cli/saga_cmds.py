@@ -172,11 +172,16 @@ async def _create(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     except BadArgument as e:  # the tool's words for the tool's fields; here, the flags
         raise UsageError(in_flags(str(e))) from None
     _say(state.goal_id)
-    if state.status == "blocked":
-        _say(
-            f'Goal "{state.name}" could not start: {state.blocker.reason if state.blocker else "worker failed"}',
-            f"Resume the persisted goal with `loopd-es goal resume {state.goal_id}` after fixing the cause — "
-            "do not create another goal for the same task.",
+    if (
+        state.status == "blocked"
+    ):  # recorded blocked, as the reference does: the id is on stdout, the why on stderr
+        reason = state.blocker.reason if state.blocker else "worker failed"
+        sys.stderr.write(
+            term_line(
+                f'loopd-es: goal "{state.name}" was recorded but could not start: {cli_words(reason)}; fix the '
+                f"cause, then `loopd-es goal resume {state.goal_id}` (do not create another goal for this task)"
+            )
+            + "\n"
         )
         return EXIT_STORAGE
     _say(

@@ -10,7 +10,7 @@ workers, inbox delivery) in :mod:`loopd_es.domain.engine_rules`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Final
 
@@ -69,6 +69,16 @@ def decide(command: c.GoalCommand, state: GoalState, facts: c.Facts) -> list[Eve
 # -- create -------------------------------------------------------------------------------------------
 
 
+def _clean(text: str | None) -> str | None:
+    """A caller's text trimmed, or None when nothing is left (the reference's ``cleanText``)."""
+    return (text.strip() or None) if text is not None else None
+
+
+def _clean_list(texts: Sequence[str]) -> tuple[str, ...]:
+    """Each text trimmed, the blank ones dropped, order kept (the reference's ``cleanList``)."""
+    return tuple(text for text in (t.strip() for t in texts) if text)
+
+
 @_on(c.CreateGoal)
 def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     owner = cmd.owner_session_id
@@ -92,10 +102,8 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     if cmd.cost_budget is not None and not (math.isfinite(cmd.cost_budget) and cmd.cost_budget > 0):
         raise BadArgument("costBudget must be a positive number of dollars", "invalid_cost_budget")
     defaults = facts.defaults
-    if cmd.agent is not None and cmd.agent and not cmd.agent.strip():
-        raise BadArgument("Agent name is required.")
-    agent = cmd.agent or defaults.agent
-    model = cmd.model or defaults.model
+    agent = _clean(cmd.agent) or _clean(defaults.agent)  # trimmed; blank is absent (reference cleanText)
+    model = _clean(cmd.model) or _clean(defaults.model)
     if model is not None and not is_model_ref(model):
         raise BadArgument(invalid_model(model, long=True), "invalid_model")
     catalog = facts.model_catalog
@@ -103,7 +111,10 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
         if not catalog.usable(model):  # refused here: the worker's creation would fail naming no model
             raise BadArgument(unusable_model(model), "invalid_model")
     writer = True if cmd.workspace_write is None else cmd.workspace_write
-    checks = cmd.checks or (tuple(defaults.checks or ("bun test",)) if writer else ())
+    explicit = _clean_list(cmd.checks or ())  # blank checks are none: the default ones run
+    configured = defaults.checks if defaults.checks is not None else ("bun test",)  # [] configured stays []
+    default_checks = _clean_list(configured) if writer else ()
+    checks = explicit or default_checks
     if writer and not checks:
         raise BadArgument(
             "Workspace-writing goals require completion checks. Pass checks or configure plugin option "

@@ -137,7 +137,6 @@ def test_rule_violations_exit_3_and_bad_arguments_exit_2_with_the_reference_mess
         (["--schedule-every-ms", "1e20"], "--schedule-every-ms must be at most 3153600000000 (100 years)"),
         (["--schedule-max-runs", "2"], "--schedule-max-runs requires --schedule-every-ms"),
         (["--cost-budget", "nan"], "--cost-budget must be a positive number of dollars"),
-        (["--agent", " "], "Agent name is required."),
     ]:
         code, out, err = _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", *flags)
         assert (code, out, err.strip()) == (2, "", f"loopd-es: {said}"), flags
@@ -237,3 +236,58 @@ def test_a_refused_first_goal_leaves_no_log_behind(env: Path, capsys: pytest.Cap
     assert "--schedule-every-ms" in err  # the flag, not the tool's field
     _create(capsys)  # a good one makes it
     assert (env / "events.db").exists()
+
+
+def _config(capsys: pytest.CaptureFixture[str], gid: str) -> dict[str, object]:
+    code, out, _ = _run(capsys, "read", "--stream", f"goal-{gid}", "--json")
+    assert code == 0
+    created = json.loads(out.splitlines()[0])
+    assert created["type"] == "goal.created"
+    config: dict[str, object] = created["data"]["config"]
+    return config
+
+
+def test_create_trims_texts_and_a_blank_check_means_the_default_one(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a blank check once replaced `bun test`, and a workspace-writing goal then completed without any check
+    code, out, err = _run(capsys, "goal", "create", "w", "--objective", "o", "--check", "", "--check", "  ",
+                          "--model", " p/old ", "--agent", " old ")  # fmt: skip
+    assert code == 0 and err == ""
+    config = _config(capsys, out.splitlines()[0])
+    assert (config["checks"], config["model"], config["agent"]) == (["bun test"], "p/old", "old")
+    code, out, err = _run(capsys, "goal", "create", "r", "--objective", "o", "--read-only", "--check", " ls ",
+                          "--check", "", "--agent", " ")  # fmt: skip
+    assert code == 0 and err == ""
+    config = _config(capsys, out.splitlines()[0])
+    assert (config["checks"], config["agent"]) == (["ls"], None)  # blank agent: absent, the host's default
+
+
+def test_a_goal_whose_worker_the_host_refuses_is_recorded_blocked_and_said_on_stderr(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(
+        capsys, "goal", "create", "x", "--objective", "o", "--read-only", "--agent", "nosuch"
+    )
+    assert code == 4 and len(out.splitlines()) == 1  # the id only: scripts can resume it
+    gid = out.strip()
+    assert err.count("\n") == 1 and err.startswith(
+        'loopd-es: goal "x" was recorded but could not start: host '
+    )
+    assert f"`loopd-es goal resume {gid}`" in err
+    code, out, _ = _run(capsys, "goal", "show", gid, "--json")
+    assert code == 0 and json.loads(out)["goal"]["status"] == "blocked"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--cost-budget", "1_0"), ("--cost-budget", "0x10"), ("--cost-budget", "٣"), ("--max-turns", "1_0"),
+     ("--max-turns", "٣"), ("--schedule-every-ms", "1_000")],
+)  # fmt: skip
+def test_numbers_are_decimal_as_the_tools_json_writes_them(
+    env: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    # Python's float() and int() took `1_0` as 10 and Arabic-Indic digits as numbers
+    code, out, err = _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", flag, value)
+    assert (code, out) == (2, "") and f"argument {flag}: not a" in err and err.count("\n") == 1
+    assert _run(capsys, "streams")[1] == ""  # nothing stored
