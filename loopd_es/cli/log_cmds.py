@@ -252,7 +252,12 @@ async def _read(args: argparse.Namespace) -> int:
                 out.write(ENVELOPE_ENCODER.encode_lines(batch))
             out.flush()
         else:
+            first: list[Envelope] = await anext(
+                batches, []
+            )  # a store that refuses the read says so before any header
             print(f"{'POSITION':>8}  {'STREAM':<24} {'VER':>5}  {'TYPE':<28} {'RECORDED AT':<27} DATA")
+            for env in first:
+                print(_row(env))
             async for batch in batches:
                 for env in batch:
                     print(_row(env))

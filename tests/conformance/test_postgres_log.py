@@ -312,6 +312,15 @@ async def test_a_role_without_privileges_on_a_log_is_told_so_not_that_there_is_n
             async with await open_store(stranger, create=False) as s:
                 await s.head()
         assert not isinstance(raised.value, LogNotFoundError)
+        import sys
+
+        import anyio
+
+        ran = await anyio.run_process(
+            [sys.executable, "-m", "loopd_es", "--store", stranger, "read"], check=False
+        )
+        assert (ran.returncode, ran.stdout) == (4, b"")  # no table header before the refusal
+        assert b"permission denied" in ran.stderr and ran.stderr.count(b"\n") == 1
     finally:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}")
