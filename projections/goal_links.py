@@ -4,7 +4,8 @@
 that ran for it, the commands started for it or awaited by it. Finding them by scanning a million-event log
 costs seconds; this read model answers with one indexed query. A stream is linked to a goal by its name
 (``goal-<id>``) or by the first event on it whose payload names a top-level ``goal_id``; from then on every
-event on that stream counts towards the goal. A stream may belong to several goals (a command awaited by two).
+event on that stream counts towards the goal, except on ``notifications``, the stream of every goal's notices,
+where each counts for the goal it names. A stream may belong to several goals (a command awaited by two).
 
 Tables (rows are a pure function of the log, so a rebuild is identical to the incremental model):
 
@@ -19,6 +20,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 import msgspec
+
+from loopd_es.events.notification import STREAM as NOTICES_STREAM
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import Envelope
@@ -66,7 +69,7 @@ class GoalLinks:
     """The goal <-> stream index behind ``loopd-es history`` (see the module docstring for the tables)."""
 
     name = "goal_links"
-    version = 1
+    version = 2  # 2: a notice counts for the goal it names only
     rebuild_cost = 1.0  # CPU s per 1M events of tools/bench_rebuild.py, alone: balances a parallel rebuild
 
     def schema(self, conn: sqlite3.Connection) -> None:
@@ -93,6 +96,8 @@ class GoalLinks:
                 (goal, e.stream, e.position, e.position),
             )
         for (owner,) in conn.execute(_GOALS_OF, (e.stream,)).fetchall():
+            if goal is not None and goal != owner and e.stream == NOTICES_STREAM:
+                continue  # each notice is the goal's it names
             conn.execute(_LINK, (owner, e.stream, e.position, e.position, 1))
             conn.execute(_GOAL, (owner, e.position, e.position, 1))
 
@@ -110,6 +115,8 @@ class GoalLinks:
             if goal is not None and goal not in known:
                 known.append(goal)
             for owner in known:
+                if goal is not None and goal != owner and stream == NOTICES_STREAM:
+                    continue  # each notice is the goal's it names
                 link = links.get((owner, stream))
                 if link is None:
                     links[(owner, stream)] = [position, position, 1]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..log.base import LogStore
     from ..log.coord import Fence
 
-STREAM: Final = "notifications"
+STREAM: Final = n.STREAM
 _NAMESPACE: Final = uuid.UUID("5b0c3f1e-7c1d-4c55-9a57-5f0e8b1d2a10")
 
 

@@ -8,11 +8,14 @@ already, so a crash between showing and recording cannot show it twice.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from .base import Event, event
 from .times import UtcTime
 from .upcasting import register_upcaster, times_to_utc
+
+STREAM: Final = "notifications"
+"""The one stream of every goal's and command's notices: an event there belongs to the goal it names only."""
 
 NotificationKind = Literal[
     "complete", "blocked", "failed", "stopped", "unreachable", "stuck", "await", "command", "watch"

@@ -34,6 +34,7 @@ from ..domain.streams import goal_stream, short_id
 from ..events.base import Caller
 from ..events.imported import Provenance, stamped
 from .branches import branch_lines, branches
+from .links import of_another_goal
 
 if TYPE_CHECKING:
     from ..domain.reducers import Cut
@@ -142,7 +143,12 @@ async def build_history(
         cut = Cut(until, None)
     own = goal_stream(goal.goal_id)
     per_stream = [
-        [Entry(env, stream == own) for env in await _read(store, stream, cut)] for stream in goal.streams
+        [
+            Entry(env, stream == own)
+            for env in await _read(store, stream, cut)
+            if stream == own or not of_another_goal(env, goal.goal_id)
+        ]
+        for stream in goal.streams
     ]
     imported = False
     for entries_ in per_stream:

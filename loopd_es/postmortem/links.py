@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Final
 import msgspec
 
 from ..domain.streams import GOAL_PREFIX, goal_stream
+from ..events.notification import STREAM as NOTICES_STREAM
 from ..ids import UnknownGoalError as UnknownGoalError
 from ..ids import resolve_goal_id
 from ..log.base import NeedsEventLoop
 
 if TYPE_CHECKING:
+    from ..events.envelope import Envelope
     from ..log.base import LogStore
     from ..projector.base import Projection
 
@@ -87,6 +89,19 @@ def _goal_ids_sql(conn: sqlite3.Connection, text: str) -> list[str]:
 def _ordered(goal_id: str, streams: list[str]) -> tuple[str, ...]:
     own = goal_stream(goal_id)
     return (own, *sorted(s for s in set(streams) if s != own))
+
+
+def of_another_goal(envelope: Envelope, goal_id: str) -> bool:
+    """Whether an event on ``notifications``, linked to ``goal_id``, names another goal: that stream holds every
+    goal's notices, and each is the goal's it names (a command's or a saga's stream is all of its goals')."""
+    data = bytes(envelope.data)
+    if envelope.stream != NOTICES_STREAM or b'"goal_id"' not in data:
+        return False
+    try:
+        named = _REF.decode(data).goal_id
+    except msgspec.DecodeError:
+        return False
+    return bool(named) and named != goal_id
 
 
 async def _scan(store: LogStore, goal_id: str) -> list[str]:

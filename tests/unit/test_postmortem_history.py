@@ -271,3 +271,28 @@ def test_cli_history_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert code == 2 and "invalid --at 'yesterday'" in err
     code, _, err = _run(capsys, "--store", url, "history", GOAL, "--until", "3", "--at", f"{T0}05Z")
     assert code == 2 and "not allowed with" in err
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(*args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_goals_history_holds_only_its_own_notices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the notifications stream holds every goal's notices; a goal's history once showed the other goals' too
+    demo = tmp_path / "demo"
+    assert main("demo", "--dir", str(demo)) == 0
+    url = f"sqlite:{demo / 'events.db'}"
+    capsys.readouterr()
+    goals = json.loads(_cli(capsys, "--store", url, "goals", "--all", "--json")[1])["goals"]
+    told = 0
+    for goal in (row["goal_id"] for row in goals):
+        history = json.loads(_cli(capsys, "--store", url, "history", goal, "--json")[1])
+        notices = [e for e in history["events"] if e["stream"] == "notifications"]
+        assert all(e["data"]["goal_id"] == goal for e in notices), goal
+        told += len(notices)
+    everything = _cli(capsys, "--store", url, "read", "--stream", "notifications", "--json")[1]
+    assert told == len(everything.splitlines()) >= 2  # each notice in exactly one goal's history
