@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..errors import EXIT_OK, LogNotFoundError, UsageError
+from ..errors import EXIT_INTERNAL, EXIT_OK, LogNotFoundError, UsageError
 from .main import store_url
+
+if TYPE_CHECKING:
+    from ..dash.app import Dashboard
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,8 +44,19 @@ async def _dash(args: argparse.Namespace) -> int:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="loopd-es-bundle-") as scratch:
-            await Dashboard(main_config(url, Path(scratch) / "read.db")).run_async()
-        return EXIT_OK
+            return _ended(await _run(Dashboard(main_config(url, Path(scratch) / "read.db"))))
     read_db = args.read_db if args.read_db is not None else default_read_db(url)
-    await Dashboard(main_config(url, Path(read_db))).run_async()
+    return _ended(await _run(Dashboard(main_config(url, Path(read_db)))))
+
+
+async def _run(app: Dashboard) -> Dashboard:
+    await app.run_async()
+    return app
+
+
+def _ended(app: Dashboard) -> int:
+    """0 when the screen was closed; a crash inside it (Textual showed its traceback) is exit 1, a bug."""
+    if app.return_code:
+        sys.stderr.write("loopd-es: the dashboard stopped on an internal error (above); please report it\n")
+        return EXIT_INTERNAL
     return EXIT_OK

@@ -153,6 +153,7 @@ class Dashboard(App[None]):
     """The dashboard app; ``config`` says which log, which read database and how to run the CLI."""
 
     TITLE = "loopd-es"
+    AUTO_FOCUS = "#goal-table"  # the arrows select goals at once, as the help says (not the tab bar)
     CSS = """
     #goal-pane, #command-pane { height: 1fr; border: round $accent; padding: 0 1; }
     #tables { height: 1fr; }

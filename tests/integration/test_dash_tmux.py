@@ -126,3 +126,58 @@ def test_at_80x24_the_cost_shows_and_tab_changes_tabs(terminal: tuple[str, Path,
     subprocess.run(["tmux", "send-keys", "-t", session, "BTab"], check=True)  # Shift-Tab
     until(session, lambda s: "$0.0000" in s, "the goals tab again")
     subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+
+
+def test_the_arrows_select_a_goal_from_the_start(terminal: tuple[str, Path, dict[str, str]]) -> None:
+    # the focus once started on the tab bar: Down did nothing and `p` paused the first goal
+    session, cwd, env = terminal
+    subprocess.run(
+        [sys.executable, "-m", "loopd_es.cli", "goal", "create", "second", "--objective", "Two", "--read-only"],
+        cwd=cwd, env=env, check=True, capture_output=True,
+    )  # fmt: skip
+
+    def rows(text: str) -> list[str]:  # the goal table's rows (the detail pane names a goal too)
+        return [line for line in text.splitlines() if "/50" in line and "│" not in line]
+
+    shown = until(session, lambda s: len(rows(s)) == 2, "both goals")
+    second_row = rows(shown)[1]
+    subprocess.run(["tmux", "send-keys", "-t", session, "Down"], check=True)
+    subprocess.run(["tmux", "send-keys", "-t", session, "p"], check=True)
+    shown = until(session, lambda s: any("paused" in line for line in rows(s)), "a paused goal")
+    paused = [line.split()[0] for line in rows(shown) if "paused" in line]
+    assert paused == [second_row.split()[0]], shown
+    subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+
+
+def test_a_crash_inside_the_screen_exits_1_not_0(tmp_path: Path) -> None:
+    tmux = tmux_or_skip()
+    session = f"loopd-dash-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "LOOPD_ES_STORE": f"sqlite:{tmp_path / 'events.db'}"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-m", "loopd_es.cli", "goal", "create", "g", "--objective", "o", "--read-only"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True)  # fmt: skip
+    crashing = (
+        "import loopd_es.dash.app as a\n"
+        "def boom(self): raise RuntimeError('boom')\n"
+        "a.Dashboard.action_help = boom\n"
+        "from loopd_es.cli.main import main\n"
+        "raise SystemExit(main('dash'))\n"
+    )
+    (tmp_path / "crash.py").write_text(crashing)
+    status = tmp_path / "status"
+    command = (
+        f"cd {tmp_path} && LOOPD_ES_STORE={env['LOOPD_ES_STORE']} PYTHONPATH={env['PYTHONPATH']} "
+        f"{sys.executable} crash.py; echo $? > {status}; cat > /dev/null"  # the pane stays: its last words
+    )
+    subprocess.run(
+        [tmux, "new-session", "-d", "-s", session, "-x", "100", "-y", "30", command], env=env, check=True
+    )
+    try:
+        until(session, lambda s: "loopd-es" in s, "the dashboard")
+        subprocess.run([tmux, "send-keys", "-t", session, "?"], check=True)
+        code = wait_until("the dashboard to exit", lambda: status.read_text() if status.exists() else "",
+                          done=lambda text: text.endswith("\n"))  # fmt: skip
+        assert code.strip() == "1"
+        until(session, lambda s: "loopd-es: the dashboard stopped on an internal error" in s, "the one line")
+    finally:
+        subprocess.run([tmux, "kill-session", "-t", session], check=False, capture_output=True)
