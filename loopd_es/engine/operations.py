@@ -164,7 +164,12 @@ class Operations:
             message=report.message(),
             goal_id=goal_id,
             status=state.status,
-            data={"outcome": report.outcome, "resumed": report.resumed},
+            data={
+                "outcome": report.outcome,
+                "resumed": report.resumed,
+                "model": report.model,
+                "agent": report.agent,
+            },
         )
 
     async def inspect(self, goal_id: str) -> GoalState:

@@ -47,6 +47,7 @@ from .tool_replies import (
 from .tool_roles import CALLER, caller_of, role_refusal
 from .tool_server import Handler, socket_path
 from .tool_spec import ToolArgs, ToolArgsError, ToolSpec
+from .tool_switch import switch_reply
 from .tool_titles import title_for
 
 if TYPE_CHECKING:
@@ -95,12 +96,15 @@ OWNER_TOOLS: Final = (
         "owner",
         "Send text to one of your goals' worker as its next turn.",
         a.SendInputArgs,
+        blank_reaches=True,
     ),
     ToolSpec(
         "switch_goal_identity",
         "owner",
-        "Switch a goal's worker model and/or agent (deferred while it works).",
+        "Switch an existing goal's worker model and/or agent on the same worker session (deferred while it "
+        "works); resume=true resumes a blocked goal after a safe switch.",
         a.SwitchIdentityArgs,
+        blank_reaches=True,
     ),
     ToolSpec("loopd_list_models", "owner", "List the models and agents a goal can use."),
     ToolSpec("list_background_goals", "owner", "List your background goals and their state."),
@@ -216,7 +220,7 @@ class ToolDispatcher:
             return refused
         CALLER.set(caller_of(spec, session, call.context))
         empty: tuple[object, ...] = (
-            (None,) if command else (None, "")
+            (None,) if command or spec.blank_reaches else (None, "")
         )  # "" reaches the reference's own checks
         missing = [name for name in spec.required() if call.args.get(name) in empty]
         if missing:
@@ -253,7 +257,7 @@ class ToolDispatcher:
         return result
 
     async def _report_goal_progress(self, session: str, args: a.ReportProgressArgs) -> Result:
-        return await self._ops(session).report_progress(session, args.summary, _opt(args.next))
+        return await self._ops(session).report_progress(session, args.summary, args.next or None)
 
     async def _complete_goal(self, session: str, args: a.CompleteArgs) -> Result:
         return await self._ops(session).complete(session, args.summary, args.evidence)
@@ -304,7 +308,14 @@ class ToolDispatcher:
             missing="No matching paused/blocked goal for this session.",
         )
         ops = self._ops(session)
-        return await (ops.retry(goal.goal_id) if goal.status == "blocked" else ops.resume(goal.goal_id))
+        if goal.status == "blocked":
+            return await ops.retry(goal.goal_id)
+        if goal.status in ("active", "paused"):
+            return await ops.resume(goal.goal_id)
+        # docs/reference/loopd.md#s3-4: the owner tool resumes a paused goal and retries a blocked one; any
+        # other status (budget_limited, complete ...) is left as it is, answered in the reference's words (the
+        # unchanged status beside them)
+        return Result(message=f'Goal "{goal.name}" resumed.', goal_id=goal.goal_id, status=goal.status)
 
     async def _clear_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).clear((await self._owned(session, args)).goal_id)
@@ -313,14 +324,18 @@ class ToolDispatcher:
         return await self._ops(session).nudge((await self._owned(session, args)).goal_id)
 
     async def _send_goal_input(self, session: str, args: a.SendInputArgs) -> Result:
-        return await self._ops(session).send((await self._owned(session, args)).goal_id, args.text)
-
-    async def _switch_goal_identity(self, session: str, args: a.SwitchIdentityArgs) -> Result:
-        model, agent = _opt(args.model), _opt(args.agent)
-        if model is None and agent is None:
-            raise RuleError("At least one of model or agent is required.")
         goal = await self._owned(session, args)
-        return await self._ops(session).switch_identity(goal.goal_id, model=model, agent=agent)
+        if not args.text.strip():  # docs/reference/loopd.md#s3-7
+            return Result(ok=False, message="Nothing to send.", goal_id=goal.goal_id, status=goal.status)
+        return await self._ops(session).send(goal.goal_id, args.text)
+
+    async def _switch_goal_identity(self, session: str, args: a.SwitchIdentityArgs) -> dict[str, Any]:
+        model = None if isinstance(args.model, UnsetType) else args.model
+        agent = None if isinstance(args.agent, UnsetType) else args.agent
+        goals = await self._service(session).goals_of_owner(session)
+        return await switch_reply(
+            self._ops(session), goals, session, args.goal_id, model, agent, resume=args.resume is True
+        )
 
     async def _loopd_list_models(self, session: str, args: ToolArgs) -> dict[str, Any]:
         models, agents = await self.host.list_models(), await self.host.list_agents()

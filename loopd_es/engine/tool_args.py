@@ -33,8 +33,12 @@ class GoalTarget(ToolArgs, frozen=True, kw_only=True):
 
 
 class ReportProgressArgs(ToolArgs, frozen=True, kw_only=True):
+    """docs/reference/loopd.md#s3-16: ``{summary, next, evidence?}``; the evidence is taken and not kept, as
+    the reference's progress record has no place for it."""
+
     summary: Annotated[Text, _doc("what was done")]
-    next: Annotated[Text, _doc("what comes next")] | UnsetType = UNSET
+    next: Annotated[Text, _doc("the next concrete step")]
+    evidence: Annotated[Text, _doc("optional concrete evidence")] | UnsetType = UNSET
 
 
 class CompleteArgs(ToolArgs, frozen=True, kw_only=True):
@@ -52,9 +56,14 @@ class SendInputArgs(GoalTarget, frozen=True, kw_only=True):
 
 
 class SwitchIdentityArgs(ToolArgs, frozen=True, kw_only=True):
+    """docs/reference/loopd.md#s3-10: only an absent field is absent; ``""`` reaches the rules and is refused."""
+
     goal_id: Annotated[str, _doc("the goal's id")]
     model: Annotated[str, _doc("providerID/modelID")] | UnsetType = UNSET
     agent: Annotated[str, _doc("agent name")] | UnsetType = UNSET
+    resume: (
+        Annotated[bool, _doc("resume the blocked goal after a safe switch (default false)")] | UnsetType
+    ) = UNSET
 
 
 class ForceCompleteArgs(GoalTarget, frozen=True, kw_only=True):
