@@ -35,13 +35,13 @@ from ..errors import LoopdError, UsageError
 from . import tool_args as a
 from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandCall, CommandTools
 from .operations import Operations, Result
+from .tool_inspect import inspect_reply
 from .tool_replies import (
     CreatedReply,
     CreateFailedReply,
-    GoalList,
+    completion_reply,
     create_failed_reply,
     created_reply,
-    goal_row,
     reply_of,
 )
 from .tool_roles import CALLER, caller_of, role_refusal
@@ -49,6 +49,7 @@ from .tool_server import Handler, socket_path
 from .tool_spec import ToolArgs, ToolArgsError, ToolSpec
 from .tool_switch import switch_reply
 from .tool_titles import title_for
+from .tool_views import assigned_goal, goal_structured, list_row, reference_json
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -106,8 +107,20 @@ OWNER_TOOLS: Final = (
         a.SwitchIdentityArgs,
         blank_reaches=True,
     ),
-    ToolSpec("loopd_list_models", "owner", "List the models and agents a goal can use."),
-    ToolSpec("list_background_goals", "owner", "List your background goals and their state."),
+    ToolSpec(
+        "loopd_list_models",
+        "owner",
+        "List the host's providers, models and agents, the quota limitation, and the identity of each of your "
+        "goals (no secrets are returned).",
+    ),
+    ToolSpec("list_background_goals", "owner", "List your background goals that are not complete."),
+    ToolSpec(
+        "inspect_background_goal",
+        "owner",
+        "Inspect one of your goals in full: objective, config, progress, blocker, identity switches, runtime, "
+        "and what its worker is doing (transcript tail, progress history, artifacts, pending input).",
+        a.InspectArgs,
+    ),
     ToolSpec("abort_goal_worker", "owner", "Abort the worker's current turn.", a.GoalTarget),
     ToolSpec(
         "force_complete_goal",
@@ -250,17 +263,20 @@ class ToolDispatcher:
 
     # -- worker tools --------------------------------------------------------------------------------
 
-    async def _get_goal(self, session: str, args: ToolArgs) -> Result:
-        result = await self._ops(session).get_goal(session)
-        if not result.ok:
-            return Result(ok=False, message=result.message, status="none")
-        return result
+    async def _get_goal(self, session: str, args: ToolArgs) -> Result | dict[str, Any]:
+        ops = self._ops(session)
+        state = await ops.worker_goal(session)
+        if state is None or state.status not in ("active", "blocked"):
+            return Result(ok=False, message="No active goal found for this worker session.", status="none")
+        return {"ok": True, "goalID": state.goal_id, **goal_structured(state)}
 
     async def _report_goal_progress(self, session: str, args: a.ReportProgressArgs) -> Result:
-        return await self._ops(session).report_progress(session, args.summary, args.next or None)
+        return await self._ops(session).report_progress(
+            session, args.summary, args.next or None, _opt(args.evidence)
+        )
 
-    async def _complete_goal(self, session: str, args: a.CompleteArgs) -> Result:
-        return await self._ops(session).complete(session, args.summary, args.evidence)
+    async def _complete_goal(self, session: str, args: a.CompleteArgs) -> dict[str, Any]:
+        return completion_reply(await self._ops(session).complete(session, args.summary, args.evidence))
 
     async def _block_goal(self, session: str, args: a.BlockArgs) -> Result:
         return await self._ops(session).block(session, args.reason, args.needed)
@@ -276,12 +292,12 @@ class ToolDispatcher:
             return result
         if not result.ok:
             return create_failed_reply(result)
-        return created_reply(result, await ops.service.load(result.goal_id))
+        return created_reply(result, await ops.service.load(result.goal_id), args)
 
     async def _owned(
         self,
         session: str,
-        args: a.GoalTarget | a.SwitchIdentityArgs,
+        args: a.GoalTarget | a.InspectArgs,
         *,
         want: Callable[[GoalState], bool] | None = None,
         missing: str = "No matching active goal for this session.",
@@ -338,12 +354,28 @@ class ToolDispatcher:
         )
 
     async def _loopd_list_models(self, session: str, args: ToolArgs) -> dict[str, Any]:
+        """docs/reference/loopd.md#s3-21: the catalogs, and this session's goals (none for a worker)."""
         models, agents = await self.host.list_models(), await self.host.list_agents()
-        return {"ok": True, **msgspec.to_builtins(models), "agents": list(agents.names())}
+        owned = await self._service(session).goals_of_owner(session)
+        agent_catalog = reference_json(agents)
+        return {
+            "ok": True,
+            **reference_json(models),
+            "agents": agent_catalog.get("agents", []),
+            "agentCatalog": agent_catalog,
+            "assignedGoals": [assigned_goal(g) for g in owned if g.owner_session_id == session],
+        }
 
-    async def _list_background_goals(self, session: str, args: ToolArgs) -> GoalList:
+    async def _list_background_goals(self, session: str, args: ToolArgs) -> dict[str, Any]:
         goals = await self._service(session).goals_of_owner(session)
-        return GoalList(ok=True, goals=[goal_row(g) for g in goals])
+        rows = [list_row(g) for g in goals if g.status != "complete"]
+        if not rows:
+            return {"ok": True, "goals": [], "message": "No active background goals for this session."}
+        return {"ok": True, "goals": rows}
+
+    async def _inspect_background_goal(self, session: str, args: a.InspectArgs) -> dict[str, Any]:
+        goal = await self._owned(session, args)
+        return await inspect_reply(self.store, self.host, goal, args)
 
     async def _abort_goal_worker(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).abort_worker((await self._owned(session, args)).goal_id)

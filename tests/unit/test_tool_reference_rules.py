@@ -124,6 +124,8 @@ async def test_progress_takes_next_and_optional_evidence(tmp_path: Path) -> None
         assert with_evidence["ok"] is True and with_evidence["title"] == "Progress recorded", with_evidence
         progress = (await r.state(gid)).last_progress
         assert progress is not None and (progress.summary, progress.next) == ("s", "n")
+        recorded = [e async for e in r.store.read_stream(f"goal-{gid}") if e.type == "goal.progress"]
+        assert recorded[-1].data_dict()["evidence"] == "e"
         without_next = await _call(d, "report_goal_progress", worker, summary="s")
         assert without_next == {"ok": False, "message": "Missing required argument(s): next."}
 
