@@ -316,7 +316,7 @@ class ToolDispatcher:
     async def _pause_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).pause((await self._owned(session, args)).goal_id)
 
-    async def _resume_goal(self, session: str, args: a.GoalTarget) -> Result:
+    async def _resume_goal(self, session: str, args: a.GoalTarget) -> Result | dict[str, Any]:
         goal = await self._owned(
             session,
             args,
@@ -329,9 +329,15 @@ class ToolDispatcher:
         if goal.status in ("active", "paused"):
             return await ops.resume(goal.goal_id)
         # docs/reference/loopd.md#s3-4: the owner tool resumes a paused goal and retries a blocked one; any
-        # other status (budget_limited, complete ...) is left as it is, answered in the reference's words (the
-        # unchanged status beside them)
-        return Result(message=f'Goal "{goal.name}" resumed.', goal_id=goal.goal_id, status=goal.status)
+        # other status (budget_limited, complete ...) is left as it is. The reference then still answers that it
+        # resumed (#s8-2, a bug designed around): the answer here says that nothing changed, and why.
+        return {
+            "ok": False,
+            "goalID": goal.goal_id,
+            "status": goal.status,
+            "message": f'Goal "{goal.name}" is {goal.status}; only a paused or blocked goal can be resumed. '
+            "Nothing changed.",
+        }
 
     async def _clear_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).clear((await self._owned(session, args)).goal_id)

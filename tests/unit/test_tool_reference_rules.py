@@ -137,7 +137,13 @@ async def test_resume_leaves_a_complete_goal_complete(tmp_path: Path) -> None:
         assert (await _call(d, "force_complete_goal", goal_id=gid))["ok"]
         head = await r.store.head()
         answer = await _call(d, "resume_goal", goal_id=gid)
-        assert answer["message"] == 'Goal "g" resumed.' and answer["status"] == "complete", answer
+        assert answer == {  # the reference answers "resumed" here (its bug, #s8-2): this says nothing changed
+            "ok": False,
+            "title": "Resume failed",
+            "goalID": gid,
+            "status": "complete",
+            "message": 'Goal "g" is complete; only a paused or blocked goal can be resumed. Nothing changed.',
+        }, answer
         assert await r.store.head() == head
         assert (await r.state(gid)).status == "complete"
         assert (await _call(d, "resume_goal"))[
