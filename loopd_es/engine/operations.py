@@ -164,7 +164,12 @@ class Operations:
             message=report.message(),
             goal_id=goal_id,
             status=state.status,
-            data={"outcome": report.outcome, "resumed": report.resumed},
+            data={
+                "outcome": report.outcome,
+                "resumed": report.resumed,
+                "model": report.model,
+                "agent": report.agent,
+            },
         )
 
     async def inspect(self, goal_id: str) -> GoalState:
@@ -301,10 +306,13 @@ class Operations:
             return Result(ok=False, message="No active goal found for this worker session.", status="none")
         return Result(goal_id=state.goal_id, status=state.status, data=stamped_builtins(state))
 
-    async def report_progress(self, session_id: str, summary: str, next: str | None = None) -> Result:
+    async def report_progress(
+        self, session_id: str, summary: str, next: str | None = None, evidence: str | None = None
+    ) -> Result:
         state = await self._worker_state(session_id)
         await self.service.execute(
-            c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next), self._ctx()
+            c.ReportProgress(goal_id=state.goal_id, summary=summary, next=next, evidence=evidence),
+            self._ctx(),
         )
         return Result(message="Progress recorded.", goal_id=state.goal_id, status="active")
 
@@ -335,7 +343,7 @@ class Operations:
                 message=f'Goal "{after.name}" complete.',
                 goal_id=state.goal_id,
                 status=after.status,
-                data={"summary": summary, "evidence": evidence},
+                data={"goal_name": after.name, "summary": summary, "evidence": evidence},
             )
         blocked = after.status == "blocked"
         message = (
@@ -349,6 +357,7 @@ class Operations:
             goal_id=state.goal_id,
             status=after.status,
             data={
+                "goal_name": after.name,
                 "passed": False,
                 "rejection_count": after.evaluator_rejection_count,
                 "failed_checks": [msgspec.to_builtins(r) for r in failed],

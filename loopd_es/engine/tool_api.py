@@ -35,19 +35,21 @@ from ..errors import LoopdError, UsageError
 from . import tool_args as a
 from .command_tools import COMMAND_TOOL_NAMES, COMMAND_TOOLS, NO_SESSION, CommandCall, CommandTools
 from .operations import Operations, Result
+from .tool_inspect import inspect_reply
 from .tool_replies import (
     CreatedReply,
     CreateFailedReply,
-    GoalList,
+    completion_reply,
     create_failed_reply,
     created_reply,
-    goal_row,
     reply_of,
 )
 from .tool_roles import CALLER, caller_of, role_refusal
 from .tool_server import Handler, socket_path
 from .tool_spec import ToolArgs, ToolArgsError, ToolSpec
+from .tool_switch import switch_reply
 from .tool_titles import title_for
+from .tool_views import assigned_goal, goal_structured, list_row, reference_json
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -95,15 +97,30 @@ OWNER_TOOLS: Final = (
         "owner",
         "Send text to one of your goals' worker as its next turn.",
         a.SendInputArgs,
+        blank_reaches=True,
     ),
     ToolSpec(
         "switch_goal_identity",
         "owner",
-        "Switch a goal's worker model and/or agent (deferred while it works).",
+        "Switch an existing goal's worker model and/or agent on the same worker session (deferred while it "
+        "works); resume=true resumes a blocked goal after a safe switch.",
         a.SwitchIdentityArgs,
+        blank_reaches=True,
     ),
-    ToolSpec("loopd_list_models", "owner", "List the models and agents a goal can use."),
-    ToolSpec("list_background_goals", "owner", "List your background goals and their state."),
+    ToolSpec(
+        "loopd_list_models",
+        "owner",
+        "List the host's providers, models and agents, the quota limitation, and the identity of each of your "
+        "goals (no secrets are returned).",
+    ),
+    ToolSpec("list_background_goals", "owner", "List your background goals that are not complete."),
+    ToolSpec(
+        "inspect_background_goal",
+        "owner",
+        "Inspect one of your goals in full: objective, config, progress, blocker, identity switches, runtime, "
+        "and what its worker is doing (transcript tail, progress history, artifacts, pending input).",
+        a.InspectArgs,
+    ),
     ToolSpec("abort_goal_worker", "owner", "Abort the worker's current turn.", a.GoalTarget),
     ToolSpec(
         "force_complete_goal",
@@ -216,7 +233,7 @@ class ToolDispatcher:
             return refused
         CALLER.set(caller_of(spec, session, call.context))
         empty: tuple[object, ...] = (
-            (None,) if command else (None, "")
+            (None,) if command or spec.blank_reaches else (None, "")
         )  # "" reaches the reference's own checks
         missing = [name for name in spec.required() if call.args.get(name) in empty]
         if missing:
@@ -246,17 +263,20 @@ class ToolDispatcher:
 
     # -- worker tools --------------------------------------------------------------------------------
 
-    async def _get_goal(self, session: str, args: ToolArgs) -> Result:
-        result = await self._ops(session).get_goal(session)
-        if not result.ok:
-            return Result(ok=False, message=result.message, status="none")
-        return result
+    async def _get_goal(self, session: str, args: ToolArgs) -> Result | dict[str, Any]:
+        ops = self._ops(session)
+        state = await ops.worker_goal(session)
+        if state is None or state.status not in ("active", "blocked"):
+            return Result(ok=False, message="No active goal found for this worker session.", status="none")
+        return {"ok": True, "goalID": state.goal_id, **goal_structured(state)}
 
     async def _report_goal_progress(self, session: str, args: a.ReportProgressArgs) -> Result:
-        return await self._ops(session).report_progress(session, args.summary, _opt(args.next))
+        return await self._ops(session).report_progress(
+            session, args.summary, args.next or None, _opt(args.evidence)
+        )
 
-    async def _complete_goal(self, session: str, args: a.CompleteArgs) -> Result:
-        return await self._ops(session).complete(session, args.summary, args.evidence)
+    async def _complete_goal(self, session: str, args: a.CompleteArgs) -> dict[str, Any]:
+        return completion_reply(await self._ops(session).complete(session, args.summary, args.evidence))
 
     async def _block_goal(self, session: str, args: a.BlockArgs) -> Result:
         return await self._ops(session).block(session, args.reason, args.needed)
@@ -272,12 +292,12 @@ class ToolDispatcher:
             return result
         if not result.ok:
             return create_failed_reply(result)
-        return created_reply(result, await ops.service.load(result.goal_id))
+        return created_reply(result, await ops.service.load(result.goal_id), args)
 
     async def _owned(
         self,
         session: str,
-        args: a.GoalTarget | a.SwitchIdentityArgs,
+        args: a.GoalTarget | a.InspectArgs,
         *,
         want: Callable[[GoalState], bool] | None = None,
         missing: str = "No matching active goal for this session.",
@@ -296,7 +316,7 @@ class ToolDispatcher:
     async def _pause_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).pause((await self._owned(session, args)).goal_id)
 
-    async def _resume_goal(self, session: str, args: a.GoalTarget) -> Result:
+    async def _resume_goal(self, session: str, args: a.GoalTarget) -> Result | dict[str, Any]:
         goal = await self._owned(
             session,
             args,
@@ -304,7 +324,20 @@ class ToolDispatcher:
             missing="No matching paused/blocked goal for this session.",
         )
         ops = self._ops(session)
-        return await (ops.retry(goal.goal_id) if goal.status == "blocked" else ops.resume(goal.goal_id))
+        if goal.status == "blocked":
+            return await ops.retry(goal.goal_id)
+        if goal.status in ("active", "paused"):
+            return await ops.resume(goal.goal_id)
+        # docs/reference/loopd.md#s3-4: the owner tool resumes a paused goal and retries a blocked one; any
+        # other status (budget_limited, complete ...) is left as it is. The reference then still answers that it
+        # resumed (#s8-2, a bug designed around): the answer here says that nothing changed, and why.
+        return {
+            "ok": False,
+            "goalID": goal.goal_id,
+            "status": goal.status,
+            "message": f'Goal "{goal.name}" is {goal.status}; only a paused or blocked goal can be resumed. '
+            "Nothing changed.",
+        }
 
     async def _clear_goal(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).clear((await self._owned(session, args)).goal_id)
@@ -313,22 +346,42 @@ class ToolDispatcher:
         return await self._ops(session).nudge((await self._owned(session, args)).goal_id)
 
     async def _send_goal_input(self, session: str, args: a.SendInputArgs) -> Result:
-        return await self._ops(session).send((await self._owned(session, args)).goal_id, args.text)
-
-    async def _switch_goal_identity(self, session: str, args: a.SwitchIdentityArgs) -> Result:
-        model, agent = _opt(args.model), _opt(args.agent)
-        if model is None and agent is None:
-            raise RuleError("At least one of model or agent is required.")
         goal = await self._owned(session, args)
-        return await self._ops(session).switch_identity(goal.goal_id, model=model, agent=agent)
+        if not args.text.strip():  # docs/reference/loopd.md#s3-7
+            return Result(ok=False, message="Nothing to send.", goal_id=goal.goal_id, status=goal.status)
+        return await self._ops(session).send(goal.goal_id, args.text)
+
+    async def _switch_goal_identity(self, session: str, args: a.SwitchIdentityArgs) -> dict[str, Any]:
+        model = None if isinstance(args.model, UnsetType) else args.model
+        agent = None if isinstance(args.agent, UnsetType) else args.agent
+        goals = await self._service(session).goals_of_owner(session)
+        return await switch_reply(
+            self._ops(session), goals, session, args.goal_id, model, agent, resume=args.resume is True
+        )
 
     async def _loopd_list_models(self, session: str, args: ToolArgs) -> dict[str, Any]:
+        """docs/reference/loopd.md#s3-21: the catalogs, and this session's goals (none for a worker)."""
         models, agents = await self.host.list_models(), await self.host.list_agents()
-        return {"ok": True, **msgspec.to_builtins(models), "agents": list(agents.names())}
+        owned = await self._service(session).goals_of_owner(session)
+        agent_catalog = reference_json(agents)
+        return {
+            "ok": True,
+            **reference_json(models),
+            "agents": agent_catalog.get("agents", []),
+            "agentCatalog": agent_catalog,
+            "assignedGoals": [assigned_goal(g) for g in owned if g.owner_session_id == session],
+        }
 
-    async def _list_background_goals(self, session: str, args: ToolArgs) -> GoalList:
+    async def _list_background_goals(self, session: str, args: ToolArgs) -> dict[str, Any]:
         goals = await self._service(session).goals_of_owner(session)
-        return GoalList(ok=True, goals=[goal_row(g) for g in goals])
+        rows = [list_row(g) for g in goals if g.status != "complete"]
+        if not rows:
+            return {"ok": True, "goals": [], "message": "No active background goals for this session."}
+        return {"ok": True, "goals": rows}
+
+    async def _inspect_background_goal(self, session: str, args: a.InspectArgs) -> dict[str, Any]:
+        goal = await self._owned(session, args)
+        return await inspect_reply(self.store, self.host, goal, args)
 
     async def _abort_goal_worker(self, session: str, args: a.GoalTarget) -> Result:
         return await self._ops(session).abort_worker((await self._owned(session, args)).goal_id)

@@ -33,8 +33,12 @@ class GoalTarget(ToolArgs, frozen=True, kw_only=True):
 
 
 class ReportProgressArgs(ToolArgs, frozen=True, kw_only=True):
+    """docs/reference/loopd.md#s3-16: ``{summary, next, evidence?}`` (the evidence is recorded on the
+    ``goal.progress`` event)."""
+
     summary: Annotated[Text, _doc("what was done")]
-    next: Annotated[Text, _doc("what comes next")] | UnsetType = UNSET
+    next: Annotated[Text, _doc("the next concrete step")]
+    evidence: Annotated[Text, _doc("optional concrete evidence")] | UnsetType = UNSET
 
 
 class CompleteArgs(ToolArgs, frozen=True, kw_only=True):
@@ -52,9 +56,29 @@ class SendInputArgs(GoalTarget, frozen=True, kw_only=True):
 
 
 class SwitchIdentityArgs(ToolArgs, frozen=True, kw_only=True):
+    """docs/reference/loopd.md#s3-10: only an absent field is absent; ``""`` reaches the rules and is refused."""
+
     goal_id: Annotated[str, _doc("the goal's id")]
     model: Annotated[str, _doc("providerID/modelID")] | UnsetType = UNSET
     agent: Annotated[str, _doc("agent name")] | UnsetType = UNSET
+    resume: (
+        Annotated[bool, _doc("resume the blocked goal after a safe switch (default false)")] | UnsetType
+    ) = UNSET
+
+
+class InspectArgs(ToolArgs, frozen=True, kw_only=True):
+    """``inspect_background_goal`` (docs/reference/loopd.md#s3-22): a goal, and how much of its transcript."""
+
+    goal_id: (
+        Annotated[str, _doc("the goal's id (default: your first goal that is not complete)")] | UnsetType
+    ) = UNSET
+    includeTranscript: (
+        Annotated[bool, _doc("include the worker's last messages (default true; false: metadata only)")]
+        | UnsetType
+    ) = UNSET
+    transcriptLimit: Annotated[float, _doc("how many transcript messages (1-10, default 3)")] | UnsetType = (
+        UNSET
+    )
 
 
 class ForceCompleteArgs(GoalTarget, frozen=True, kw_only=True):

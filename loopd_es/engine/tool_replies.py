@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET
 
 from ..domain.options import config_options
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
     from .operations import Result
+    from .tool_args import CreateGoalArgs
 
 
 class GoalReply(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -26,12 +28,23 @@ class GoalReply(msgspec.Struct, kw_only=True, omit_defaults=True):
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class DefaultsApplied(msgspec.Struct, kw_only=True):
+    """Which of agent, model and checks a created goal took from a default rather than from the call."""
+
+    agent: bool
+    model: bool
+    checks: bool
+
+
 class CreatedReply(GoalReply, kw_only=True, omit_defaults=True):
     """``loopd_create_goal``'s answer (docs/reference/loopd.md#s3-1): the goal and its resolved
     configuration."""
 
     name: str = ""
     workerSessionID: str | None = None
+    workerTopology: str | None = None
+    nativeParentID: str | None = None
+    defaultsApplied: DefaultsApplied | None = None
     artifactDir: str | None = None
     progressFile: str | None = None
     agent: str | None = None
@@ -73,25 +86,6 @@ def create_failed_reply(result: Result) -> CreateFailedReply:
     )
 
 
-class GoalRow(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One goal in ``list_background_goals``."""
-
-    id: str
-    name: str
-    status: str
-    phase: str
-    model: str | None = None
-    agent: str | None = None
-    workerSessionID: str | None = None
-
-
-class GoalList(msgspec.Struct, kw_only=True):
-    """``list_background_goals``'s answer."""
-
-    ok: bool
-    goals: list[GoalRow]
-
-
 def reply_of(result: Result) -> dict[str, Any]:
     """An operation's :class:`~.operations.Result` as the tool's JSON reply."""
     reply = GoalReply(
@@ -101,8 +95,14 @@ def reply_of(result: Result) -> dict[str, Any]:
     return out
 
 
-def created_reply(result: Result, state: GoalState) -> CreatedReply:
-    """The reply to a goal that was created: what :meth:`~.operations.Operations.create` said, and its config."""
+def created_reply(result: Result, state: GoalState, args: CreateGoalArgs) -> CreatedReply:
+    """The reply to a goal that was created: what :meth:`~.operations.Operations.create` said, its config, and
+    which of agent, model and checks came from a default (a parent's identity, a default, ``bun test``)."""
+    cfg = state.config
+    given = {
+        name: bool(getattr(args, name, None)) and getattr(args, name) is not UNSET
+        for name in ("agent", "model", "checks")
+    }
     return CreatedReply(
         ok=result.ok,
         message=result.message,
@@ -110,18 +110,41 @@ def created_reply(result: Result, state: GoalState) -> CreatedReply:
         status=state.status,
         name=state.name,
         workerSessionID=state.worker_session_id,
-        **config_options(state.config),
+        workerTopology=state.topology,
+        nativeParentID=state.native_parent_id,
+        defaultsApplied=DefaultsApplied(
+            agent=not given["agent"] and cfg.agent is not None,
+            model=not given["model"] and cfg.model is not None,
+            checks=not given["checks"] and bool(cfg.checks),
+        ),
+        **config_options(cfg),
     )
 
 
-def goal_row(goal: GoalState) -> GoalRow:
-    """``goal`` as ``list_background_goals`` lists it."""
-    return GoalRow(
-        id=goal.goal_id,
-        name=goal.name,
-        status=goal.status,
-        phase=goal.phase,
-        model=goal.config.model,
-        agent=goal.config.agent,
-        workerSessionID=goal.worker_session_id,
-    )
+def completion_reply(result: Result) -> dict[str, Any]:
+    """``complete_goal``'s answer (docs/reference/loopd.md#s3-16): accepted ``{goalID, goalName, status, summary,
+    evidence}``; rejected ``{goalID, goalName, passed, failedChecks[{command, exitCode, stderr, stdout}],
+    message, rejectionCount, status}``; a refusal as any tool's. ``ok`` is loopd-es's, beside them."""
+    data = result.data
+    if result.goal_id is None or "goal_name" not in data:
+        return reply_of(result)
+    head = {"ok": result.ok, "goalID": result.goal_id, "goalName": data["goal_name"]}
+    if data.get("passed") is False:
+        names = {"command": "command", "exit_code": "exitCode", "stderr": "stderr", "stdout": "stdout"}
+        checks = [
+            {names[k]: v for k, v in check.items() if k in names and v is not None}
+            for check in data["failed_checks"]
+        ]
+        return head | {
+            "passed": False,
+            "failedChecks": checks,
+            "message": result.message,
+            "rejectionCount": data["rejection_count"],
+            "status": result.status,
+        }
+    return head | {
+        "status": result.status,
+        "summary": data["summary"],
+        "evidence": data["evidence"],
+        "message": result.message,
+    }

@@ -4,7 +4,8 @@ A worker session's prompts carry a tools map that hides the owner tools, but tha
 a worker that calls ``loopd_create_goal`` anyway must not end up owning goals, pausing its own goal or
 starting commands. So every call is checked against the calling session's role as the log records it:
 
-- a session that is the worker of a goal may call the worker tools only;
+- a session that is the worker of a goal may call the worker tools only (and ``loopd_list_models``, which
+  shows it the catalogs and none of its owner's goals);
 - a worker tool called by a session that is no goal's worker but owns goals is told so (the reference's own
   "No active goal" would hide the mistake).
 
@@ -24,6 +25,10 @@ if TYPE_CHECKING:
     from .tool_spec import ToolSpec
 
 WORKER_TOOL_NAMES: Final = ("get_goal", "report_goal_progress", "complete_goal", "block_goal")
+
+OPEN_TO_WORKERS: Final = ("loopd_list_models",)
+"""Owner tools a worker session may call too: the reference answers it with the catalogs and no goals
+(``assignedGoals: []``, docs/reference/loopd.md#s3-21)."""
 
 CALLER: Final[ContextVar[Caller | None]] = ContextVar("loopd_tool_caller", default=None)
 """The tool call being answered in this task: the operations it runs stamp it on the events they record."""
@@ -50,7 +55,7 @@ async def role_refusal(spec: ToolSpec, session: str, index: GoalIndex) -> dict[s
     await index.catch_up()
     if spec.role == "owner":
         worked = index.of_worker(session)
-        if worked:
+        if worked and spec.name not in OPEN_TO_WORKERS:
             goal = worked[0]
             return {
                 "ok": False,

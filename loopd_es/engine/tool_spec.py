@@ -46,6 +46,9 @@ class ToolSpec:
     asks: str | None = None
     """An OpenCode permission the tool file asks for before it forwards the call (``bash`` for a command start,
     as the reference does: patterns ``[argv joined]``, always ``[command]``)."""
+    blank_reaches: bool = False
+    """A required argument given as ``""`` reaches the tool, which answers it in the reference's own words
+    (``Nothing to send.``, ``Switch denied``), rather than being refused as missing."""
 
     def schema(self) -> dict[str, Any]:
         """The JSON schema of the arguments object (msgspec's, with the Struct's own title and doc left out)."""

@@ -49,12 +49,17 @@ def title_for(tool: str, reply: dict[str, Any]) -> str | None:
         count = len(reply.get("goals") or ())
         return f"{count} active goal(s)" if count else "No active goals"
     if tool == "get_goal":
-        name = (reply.get("data") or {}).get("name")
+        name = reply.get("name")
         return f"Goal: {name}" if ok and name is not None else "No active goal"
+    if tool == "inspect_background_goal":
+        if ok and reply.get("name") is not None:
+            return f"Goal: {reply['name']}"
+        return "No goal found" if str(reply.get("message") or "").startswith("No matching") else None
+    if tool == "loopd_list_models":
+        return "Provider/model capabilities" if ok else None
     if tool not in ("report_goal_progress", "complete_goal", "block_goal"):
         return None
-    data = reply.get("data") or {}
-    if tool == "complete_goal" and data.get("passed") is False:
+    if tool == "complete_goal" and reply.get("passed") is False:
         blocked = reply.get("status") == "blocked"
         return "Completion rejected — goal blocked" if blocked else "Completion rejected — keep working"
     if ok:

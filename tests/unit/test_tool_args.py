@@ -284,7 +284,7 @@ async def test_max_no_progress_finishes_a_goal_whose_turns_report_nothing(tmp_pa
 
         async def turn(session: str, progress: bool = False) -> None:
             if progress:
-                assert (await _call(d, "report_goal_progress", session, summary="step"))["ok"]
+                assert (await _call(d, "report_goal_progress", session, summary="step", next="n"))["ok"]
             await r.host.reply(session)
             await r.pump()
             await r.advance(0)

@@ -50,7 +50,9 @@ async def test_completion_titles_say_keep_working_then_goal_blocked(tmp_path: Pa
         again = await _call(d, "complete_goal", sid, summary="s", evidence="e")
         assert again["title"] == "Invalid transition", again
         assert (await _call(d, "get_goal", "ses_nobody"))["title"] == "No active goal"
-        assert (await _call(d, "report_goal_progress", "ses_nobody", summary="s"))["title"] == "No goal"
+        assert (await _call(d, "report_goal_progress", "ses_nobody", summary="s", next="n"))[
+            "title"
+        ] == "No goal"
 
 
 async def test_a_completed_and_a_blocked_goal_have_their_titles(tmp_path: Path) -> None:
