@@ -68,8 +68,13 @@ async def fork_point(store: LogStore, goal_id: str, at: int | datetime) -> tuple
     """The last event of ``goal_id``'s stream at or before ``at`` (a global position, or a time compared
     with each event's effective time), and the goal's state after it.
 
-    :raises UsageError: when the goal has no event by then.
+    :raises UsageError: when the goal has no event by then, or ``at`` is a position past the log's end (a typo
+        that would otherwise fork at the goal's last event without a word).
     """
+    if isinstance(at, int) and at > (head := await store.head()):
+        raise UsageError(
+            f"--at {at} is past the end of the log (its last position is {head}); pick one up to it"
+        )
     events: list[Envelope] = []
     async for env in store.read_stream(goal_stream(goal_id)):
         if isinstance(at, int) and env.position > at:

@@ -14,7 +14,7 @@ import msgspec
 
 from ..errors import UsageError
 from ..text_safe import term_line
-from .options import add_host_option, store_url
+from .options import add_host_option, decimal_integer, decimal_number, store_url
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,10 +35,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--objective", help="the fork's objective (default: the source's)")
     p.add_argument("--model", metavar="PROVIDER/MODEL", help="the fork's model")
     p.add_argument("--agent", help="the fork's agent")
-    p.add_argument("--max-turns", type=int, metavar="N", help="the fork's turn limit")
-    p.add_argument("--max-failures", type=int, metavar="N", help="the fork's failure limit")
-    p.add_argument("--token-budget", type=int, metavar="N", help="the fork's token budget")
-    p.add_argument("--cost-budget", type=float, metavar="USD", help="the fork's cost budget")
+    p.add_argument("--max-turns", type=decimal_integer, metavar="N", help="the fork's turn limit (0: none)")
+    p.add_argument("--max-failures", type=decimal_integer, metavar="N", help="the fork's failure limit")
+    p.add_argument("--token-budget", type=decimal_integer, metavar="N", help="the fork's token budget")
+    p.add_argument("--cost-budget", type=decimal_number, metavar="USD", help="the fork's cost budget")
     p.add_argument("--no-worker", action="store_true", help="record the fork only; make no worker session")
     p.add_argument(
         "--no-start",
@@ -77,6 +77,8 @@ def _in_bounds(name: str, value: float | None) -> None:
     flag = "--" + name.replace("_", "-")
     if value is None:
         return
+    if name == "max_turns" and value == 0:
+        return  # no turn limit, as `goal create --max-turns 0`
     if not math.isfinite(value) or value <= 0:
         raise UsageError(f"{flag} must be a number > 0, got {value}")
     upper = _UPPER[name]

@@ -15,28 +15,9 @@ import msgspec
 
 from ..engine.tool_args import CREATE_OPTIONS, CreateGoalArgs
 from ..errors import UsageError
+from .options import decimal_integer, decimal_number
 
-_DECIMAL = re.compile(
-    r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE | re.ASCII
-)
-_WHOLE = re.compile(r"[+-]?\d+", re.ASCII)
-
-
-def _number(text: str) -> float:
-    """A decimal number as JSON or JavaScript writes it (``1_0``, ``0x10`` and ``١`` are not), bounds later."""
-    if not _DECIMAL.fullmatch(text.strip()):
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    return float(text)
-
-
-def _integer(text: str) -> int:
-    """A whole decimal number (``1_0`` and ``٣`` are not), bounds later."""
-    if not _WHOLE.fullmatch(text.strip()):
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    return int(text)
-
-
-_TYPES: dict[str, Any] = {"integer": _integer, "number": _number, "string": str}
+_TYPES: dict[str, Any] = {"integer": decimal_integer, "number": decimal_number, "string": str}
 
 
 def _properties() -> dict[str, dict[str, Any]]:

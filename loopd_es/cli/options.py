@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 
 from ..errors import UsageError
 
@@ -184,3 +185,23 @@ def _amount(text: str, fits: bool, bound: str) -> float:
     if not fits:
         raise argparse.ArgumentTypeError(f"must be a finite number {bound}, got {text!r}")
     return float(text)
+
+
+_DECIMAL = re.compile(
+    r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE | re.ASCII
+)
+_WHOLE = re.compile(r"[+-]?\d+", re.ASCII)
+
+
+def decimal_number(text: str) -> float:
+    """An argparse type: a decimal number as JSON or JavaScript writes it (``1_0``, ``0x10`` and ``١`` are not), bounds later."""
+    if not _DECIMAL.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    return float(text)
+
+
+def decimal_integer(text: str) -> int:
+    """An argparse type: a whole decimal number (``1_0`` and ``٣`` are not), bounds later."""
+    if not _WHOLE.fullmatch(text.strip()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    return int(text)

@@ -239,7 +239,9 @@ def test_compare_lays_a_fork_beside_its_source(demo: Path, capsys: pytest.Captur
     [
         (("--at", "yesterday"), "invalid --at"),
         (("--at", "1"), "did not exist yet"),
-        (("--at", "9", "--max-turns", "0"), "--max-turns must be a number > 0"),
+        (("--at", "9", "--max-turns", "-1"), "--max-turns must be a number > 0"),
+        (("--at", "9", "--max-turns", "1_0"), "--max-turns: not a whole number: '1_0'"),
+        (("--at", "9999"), "--at 9999 is past the end of the log (its last position is "),
         (("--at", "9", "--max-turns", "99999999999999999999"), "--max-turns must be at most 1000000"),
         (("--at", "9", "--token-budget", str(10**16)), "--token-budget must be at most 1000000000000000"),
         (("--at", "9", "--cost-budget", "nan"), "--cost-budget must be a number > 0, got nan"),
@@ -259,6 +261,20 @@ def test_bad_fork_requests_get_one_line_and_exit_2(
     code, out, err = run(capsys, "--store", url, "fork", source, *args, "--host", f"sim:{demo / 'host.json'}")
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1 and out == ""
     assert envelopes(url, f"goal-{source}") == before  # nothing written
+
+
+def test_a_fork_may_lift_the_turn_limit_as_goal_create_does(
+    demo: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:{demo / 'events.db'}"
+    source = goal_id_named(url, "report")
+    code, out, err = run(capsys, "--store", url, "fork", source, "--at", "60", "--max-turns", "0", "--no-worker",
+                         "--no-start", "--json", "--host", f"sim:{demo / 'host.json'}")  # fmt: skip
+    assert code == 0, err
+    fork = json.loads(out)
+    assert fork["changed"] == ["max_turns"]
+    (created,) = [e for e in envelopes(url, f"goal-{fork['goal_id']}") if e.type == "goal.forked_from"]
+    assert created.data_dict()["config"]["max_turns"] == 0  # 0: no turn limit
 
 
 def test_a_fork_may_not_be_a_second_active_writer(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
