@@ -103,16 +103,18 @@ def parse_policy(settings: list[str]) -> Policy:
             base_ms=engine.get("backoff_base_ms", default.base_ms),
             cap_ms=engine.get("backoff_cap_ms", default.cap_ms),
         )
+        if backoff.cap_ms < backoff.base_ms:
+            raise UsageError(
+                f"--set backoff_cap_ms={backoff.cap_ms} is below backoff_base_ms={backoff.base_ms}: the first "
+                "retry waits the base and later ones double up to the cap; give a cap at least the base"
+            )
     return Policy(goal=goal, backoff=backoff, confirm_idle_ms=engine.get("confirm_idle_ms"))
 
 
 def _positive_int(key: str, raw: str, *, allow_none: bool) -> int | None:
-    if allow_none and raw.lower() in ("none", "off", ""):
+    if allow_none and raw.lower() in ("none", "off"):
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
+    value = int(raw) if raw.isascii() and raw.isdigit() else 0  # decimal digits only: not 1_0, not empty
     if value < 1:
         more = " or none" if allow_none else ""
         raise UsageError(f"--set {key}={raw}: expected a whole number >= 1{more}")

@@ -32,6 +32,7 @@ from ..events import run as r
 from ..events.base import Event
 from ..events.catalogue import decode_payload
 from ..events.envelope import Envelope
+from ..events.imported import stamped
 from .controls import CHECKS, remade
 from .policy import Policy
 from .remake import facts_for, now_of, remake
@@ -217,6 +218,15 @@ def _count(report: GoalReplay, steps: list[Step], cut: int, d: Divergence | None
             if isinstance(event, g.GoalUsageAccounted):
                 report.recorded_tokens += event.token_delta
                 report.recorded_cost += event.cost_delta
+                provenance = stamped(env.data)[1]
+                if provenance is not None and provenance.synthesised:  # a total an import filled in
+                    if d is not None and d.outcome == "stops_earlier":
+                        report.assumptions.append(
+                            f"the usage at event #{env.position} ({event.token_delta} tokens, "
+                            f"${event.cost_delta:.4f}) was filled in from state.json as one total, not per turn: "
+                            "the tokens and cost saved leave it out"
+                        )
+                    continue
                 if saving and after and started_after > grace:
                     report.saved_tokens += event.token_delta
                     report.saved_cost += event.cost_delta

@@ -196,6 +196,21 @@ def test_a_higher_failure_limit_runs_longer_than_the_log_can_tell(
     assert goal["saved_turns"] == 0 and body["totals"]["run_longer"] == 1
 
 
+def test_usage_an_import_filled_in_as_one_total_is_not_charged_to_a_skipped_turn(
+    busy_day: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "Investigate flaky CI": loopd kept its usage as one total (88000 tokens, $0.61), filled in as one event in
+    # the third turn; a lower turn limit once "saved" all of it, though the first two turns would still run
+    flaky = "5e1f0a3c-7b2d-4c8e-9f10-0000000000c3"
+    code, body = _json(capsys, "--store", busy_day, "whatif", flaky, "--set", "max_turns=1", "--json")
+    (goal,) = body["goals"]
+    assert goal["divergence"]["outcome"] == "stops_earlier" and goal["saved_turns"] == 1
+    assert (goal["saved_tokens"], goal["saved_cost"], goal["recorded_tokens"]) == (0, 0.0, 88000)
+    assert any("filled in from state.json as one total" in a for a in goal["assumptions"]), goal[
+        "assumptions"
+    ]
+
+
 def test_another_fallback_order_changes_the_demo_fallback_and_says_what_it_assumes(
     demo: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -270,11 +285,19 @@ def test_bad_settings_are_one_line_usage_errors(demo: str, capsys: pytest.Captur
         "cost_budget=-1",
         "fallback_models=nope",
         "max_turns",
+        "max_turns=",  # once "none"
+        "max_turns=1_0",  # once 10
     ):
         capsys.readouterr()
         assert main("--store", demo, "whatif", "--all", "--set", bad) == 2, bad
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--set" in err, err
+    capsys.readouterr()  # a cap below the base once retried after 1 ms
+    assert (
+        main("--store", demo, "whatif", "--all", "--set", "backoff_base_ms=1000", "--set", "backoff_cap_ms=1")
+        == 2
+    )
+    assert "is below backoff_base_ms=1000" in capsys.readouterr().err
     assert main("--store", demo, "whatif", "--all") == 2
     assert main("--store", demo, "whatif", "nosuchgoal", "--set", "max_turns=2") == 2
     assert main("--store", demo, "replay", "--check", "--until", "3") == 2
