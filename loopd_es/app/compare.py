@@ -49,7 +49,7 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _ROWS: Final[tuple[tuple[str, Callable[[GoalState], Any]], ...]] = (
-    ("status", lambda s: s.status),
+    ("status", lambda s: f"cleared (was {s.status})" if s.cleared else s.status),
     ("phase", lambda s: s.phase),
     ("objective", lambda s: s.objective),
     ("model", lambda s: s.config.model),

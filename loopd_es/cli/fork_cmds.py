@@ -162,6 +162,10 @@ async def _compare(args: argparse.Namespace) -> int:
 
     async with await open_store(store_url(args), create=False) as store:
         a, b = await resolve_goal(store, args.a), await resolve_goal(store, args.b)
+        if a == b:
+            raise UsageError(
+                f"{args.a!r} and {args.b!r} are the same goal ({a}); compare two different goals"
+            )
         result = await compare_goals(store, a, b)
     if args.json:
         sys.stdout.write(msgspec.json.encode(result).decode() + "\n")

@@ -232,6 +232,14 @@ def test_compare_lays_a_fork_beside_its_source(demo: Path, capsys: pytest.Captur
     assert result["a"]["events_after"] >= 1 and "goal.forked" in result["a"]["types_after"]
     code, out, _ = run(capsys, "--store", url, "compare", fork[:8], source[:8])
     assert code == 0 and "A was forked from B" in out and "≠ cost_budget" in out
+    code, out, err = run(capsys, "--store", url, "compare", source, source[:6])  # once a goal against itself
+    assert (code, out) == (2, "") and err == (
+        f"loopd-es: {source!r} and {source[:6]!r} are the same goal ({source}); compare two different goals\n"
+    )
+    assert run(capsys, "--store", url, "goal", "clear", source)[0] == 0
+    code, out, err = run(capsys, "--store", url, "compare", source, fork, "--json")
+    rows = {r["field"]: r for r in json.loads(out)["rows"]}
+    assert rows["status"]["a"] == "cleared (was blocked)"  # once shown as its status before the clear
 
 
 @pytest.mark.parametrize(
