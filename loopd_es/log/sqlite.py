@@ -7,7 +7,9 @@ The store owns one plain :mod:`sqlite3` connection and runs blocking work on one
   thread with a zero busy timeout: a thread hand-off costs about half an fsync here, so this is the fast
   path. Every call on the worker thread first restores the busy timeout, so nothing else runs without it.
 - When another process holds the write lock, the commit moves to the worker thread and waits there (busy
-  timeout :data:`~.sqlite_ops.BUSY_TIMEOUT_MS`), so waiting never blocks the loop.
+  timeout :data:`~.sqlite_ops.BUSY_TIMEOUT_MS`), so waiting never blocks the loop. It waits in slices of
+  :data:`WAIT_SLICE_MS` (an attempt that finds the lock still taken writes nothing and is made again), so a
+  cancelled caller - a SIGTERM'd engine, say - stops within a slice instead of after the whole timeout.
 - A group of several requests always commits on the worker thread: while one group syncs, the loop runs the
   callers that will form the next group (committed inline, one group's sync would hold up all of them).
 - Short reads (the head, a stream's version, a coordination record, the first :data:`INLINE_ROWS` rows of a
@@ -59,6 +61,8 @@ R = TypeVar("R", "Envelope", "Recorded")
 
 SYNCHRONOUS: Final = ("FULL", "NORMAL", "OFF", "EXTRA")
 BUSY_TIMEOUT_MS: Final = ops.BUSY_TIMEOUT_MS
+WAIT_SLICE_MS: Final = 250
+"""The longest one attempt on the worker thread waits for another process's lock; cancellation lands between."""
 INLINE_ROWS: Final = 128
 """Rows a type- or prefix-filtered read fetches first on the event-loop thread (an index's catch-up); the rest go
 to the worker thread, so a filter that scans far never holds the loop for long."""
@@ -132,6 +136,7 @@ class SqliteLog(LogStore):
             conn.close()
             store._closed = True
             raise
+        conn.execute(f"PRAGMA busy_timeout = {WAIT_SLICE_MS}")  # setup waited whole; from now on, in slices
         store._reader = _open_reader(path)
         return store
 
@@ -142,7 +147,13 @@ class SqliteLog(LogStore):
         self._in_flight += 1
         started = time.monotonic()
         try:
-            return await anyio.to_thread.run_sync(self._waiting, fn, args, limiter=self._limiter)
+            while True:
+                try:
+                    return await anyio.to_thread.run_sync(self._waiting, fn, args, limiter=self._limiter)
+                except sqlite3.OperationalError as e:  # busy: nothing written; again, unless waited enough
+                    if not ops.is_busy(e) or (time.monotonic() - started) * 1000 >= self._busy_timeout_ms:
+                        raise
+                await anyio.lowlevel.checkpoint()  # a cancelled caller stops here, between two slices
         except LoopdError:
             raise
         except sqlite3.Error as e:
@@ -152,11 +163,17 @@ class SqliteLog(LogStore):
             self._in_flight -= 1
 
     def _waiting(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
-        """On the worker thread: restore the busy timeout an inline commit lowered, then run ``fn``."""
+        """On the worker thread: restore the busy timeout (one slice) an inline commit lowered, then run ``fn``;
+        an attempt refused as busy leaves no transaction open, so it can be made again."""
         if not self._waits:
-            self._db.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+            self._db.execute(f"PRAGMA busy_timeout = {min(self._busy_timeout_ms, WAIT_SLICE_MS)}")
             self._waits = True
-        return fn(self._db, *args)
+        try:
+            return fn(self._db, *args)
+        except sqlite3.OperationalError as e:
+            if ops.is_busy(e) and self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     def _read_now(self, fn: Callable[..., T], *args: Any) -> T | None:
         """``fn(reader, *args)`` on the event-loop thread; None, having read nothing, when it must run on the

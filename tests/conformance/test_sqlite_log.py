@@ -22,7 +22,7 @@ from loopd_es.errors import (
 from loopd_es.events.envelope import NO_STREAM, NewEvent
 from loopd_es.log import open_store
 from loopd_es.log.coord import Claim, Fence, FenceLostError
-from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, SqliteLog
+from loopd_es.log.sqlite import BUSY_TIMEOUT_MS, WAIT_SLICE_MS, SqliteLog
 from loopd_es.testing import IntegrityContract, LogStoreContract, assert_log_invariants, everything, new
 from tests.waits import alet_time_pass, await_until, scaled_timeout
 
@@ -197,11 +197,12 @@ class TestSqliteLog(LogStoreContract, IntegrityContract):
         assert len(groups) <= tasks * appends / 4, f"{len(groups)} commits for {tasks * appends} appends"
 
     async def test_busy_timeout_is_restored_after_an_inline_commit(self, store: LogStore) -> None:
-        """An uncontended commit runs with a zero busy timeout; whatever runs next must wait again."""
+        """An uncontended commit runs with a zero busy timeout; whatever runs next must wait again (in slices of
+        WAIT_SLICE_MS, made again up to BUSY_TIMEOUT_MS: tests/unit/test_sqlite_lock_waits.py)."""
         assert isinstance(store, SqliteLog)
         await store.append("s", [new()])
         timeout = await store._run(lambda conn: conn.execute("PRAGMA busy_timeout").fetchone()[0])
-        assert timeout == BUSY_TIMEOUT_MS
+        assert timeout == WAIT_SLICE_MS and store.busy_timeout_ms == BUSY_TIMEOUT_MS
 
     def test_no_private_aiosqlite_api(self) -> None:
         """No module of the log reaches into a driver's private attributes (aiosqlite's ``_execute`` and

@@ -16,6 +16,7 @@ from loopd_es.events.catalogue import new_event
 from loopd_es.log import open_store
 from loopd_es.log.coord import FenceLostError
 from loopd_es.log.coord_hold import coord_hold
+from tests.waits import alet_time_pass
 
 if TYPE_CHECKING:
     from loopd_es.events.envelope import NewEvent
@@ -47,7 +48,7 @@ async def test_one_holder_at_a_time_and_the_next_waits_for_the_release(tmp_path:
             async with coord_hold(store, "k", hold_us=10_000_000, wait_s=20, busy="busy"):
                 order.append("first in")
                 first_in.set()
-                await anyio.sleep(0.3)  # the second must not get in meanwhile, however long this takes
+                await alet_time_pass(0.3, "the second must not get in while the first holds it")
                 order.append("first out")
 
         async def second() -> None:
