@@ -67,8 +67,8 @@ class StreamNotFoundError(UsageError):
 class LogNotFoundError(UsageError):
     """Raised when a command that only reads is pointed at a log that does not exist."""
 
-    def __init__(self, where: str) -> None:
-        super().__init__(f"no log at {where}; check --store (or $LOOPD_ES_STORE), or append an event first")
+    def __init__(self, where: str, hint: str = "append an event first") -> None:
+        super().__init__(f"no log at {where}; check --store (or $LOOPD_ES_STORE), or {hint}")
 
 
 class InvalidEventError(UsageError):

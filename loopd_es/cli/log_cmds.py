@@ -12,7 +12,7 @@ import msgspec
 
 from ..errors import EXIT_OK, EXIT_STORAGE, StreamNotFoundError, UsageError
 from ..events.envelope import ANY, ENVELOPE_ENCODER, Envelope, NewEvent
-from ..log import LogStore, open_store
+from ..log import POSTGRES_SCHEMES, LogStore, open_store
 from ..log.base import parse_expected_version
 from ..text_safe import term_line
 from .main import store_url
@@ -357,23 +357,47 @@ async def _verify(args: argparse.Namespace) -> int:
 
 
 async def _export(args: argparse.Namespace) -> int:
-    return await _copy(store_url(args), args.to)
+    return await _copy(store_url(args), args.to, "export")
 
 
 async def _import(args: argparse.Namespace) -> int:
-    return await _copy(args.source, store_url(args))
+    return await _copy(args.source, store_url(args), "import")
 
 
-async def _copy(source_url: str, target_url: str) -> int:
+async def _copy(source_url: str, target_url: str, verb: str) -> int:
+    """Copy the whole log at ``source_url`` into the new log at ``target_url``, all or nothing.
+
+    The source is read as :meth:`~loopd_es.log.base.LogStore.read_for_copy` reads it, so damage in it is named
+    there and never copied; a target this command made is removed again when the copy fails.
+    """
+    from ..log.files import NewFiles
+
+    if verb == "export" and _is_bundle(target_url):  # import into one: the bundle says it is read-only
+        raise UsageError(
+            f"cannot export into {target_url}: a bundle is written from a goal with `loopd-es bundle GOAL -o "
+            "FILE`; export into sqlite:, ndjson: or postgresql://"
+        )
     source = await open_store(source_url, create=False)
     try:
-        target = await open_store(target_url)
+        made = NewFiles(target_url)
         try:
-            batches: AsyncIterator[list[Envelope]] = source.read_batches()
-            count = await target.import_envelopes(batches)
-        finally:
-            await target.aclose()
+            target = await open_store(target_url)
+            try:
+                if not target.read_only and (held := await target.head()):  # a bundle says it is read-only
+                    raise UsageError(f"{target.url} is not empty ({held} events); {verb} only into a new log")
+                count = await target.import_envelopes(source.read_for_copy())
+            finally:
+                await target.aclose()
+        except BaseException:
+            made.remove()
+            raise
     finally:
         await source.aclose()
     print(f"copied {count} events from {source.url} to {target.url}")
     return EXIT_OK
+
+
+def _is_bundle(url: str) -> bool:
+    from ..log import parse_store_url
+
+    return not url.strip().startswith(POSTGRES_SCHEMES) and parse_store_url(url)[0] == "bundle"

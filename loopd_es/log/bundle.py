@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .group_commit import Request
 
 FORMAT: Final = "loopd-es-bundle"
+BUNDLE_HINT: Final = "write the bundle first: `loopd-es bundle GOAL -o FILE` (a bundle is never appended to)"
 
 
 class BundleHeader(msgspec.Struct, kw_only=True):
@@ -89,7 +90,7 @@ def read_bundle(path: Path) -> tuple[BundleHeader, list[Envelope]]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise LogNotFoundError(where) from None
+        raise LogNotFoundError(where, BUNDLE_HINT) from None
     except OSError as e:
         raise StoreUnavailableError(f"cannot read {where}: {e.strerror}") from None
     lines = raw.splitlines()

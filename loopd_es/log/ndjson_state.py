@@ -435,6 +435,9 @@ class NdjsonState:
         return self._tail[position - self._indexed - 1].offset
 
     def _catch_up(self, stop: int) -> None:
+        """Take in the whole writes up to ``stop``, a chunk at a time: the end read and the head move together
+        after each chunk, so a damaged line in a later chunk leaves a state the next call resumes from (and
+        names the same line again), not a head past an end read from the start again."""
         offset = self._end
         for lines, envs in scan(self.path, self._fd, offset, stop, first_position=self._head + 1):
             for line, env in zip(lines, envs, strict=True):
@@ -450,7 +453,7 @@ class NdjsonState:
                 self._heads[env.stream] = (env.version, env.position)
                 if self._keys is not None:
                     self._keys.add(key)
-        self._end = offset
+            self._end = offset
 
     def _sync_locked(self) -> None:
         """Under the lock: cut a crashed writer's unfinished write, catch up, bring the index up to date.

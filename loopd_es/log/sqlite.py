@@ -25,6 +25,7 @@ loopd-es log is refused without writing to it; only a writer (``create=True``) t
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -47,6 +48,7 @@ from .base import (
     LogStore,
     SequenceChecker,
     VerifyReport,
+    in_order,
     prefix_bounds,
     stream_rows_batches,
 )
@@ -241,6 +243,13 @@ class SqliteLog(LogStore):
         async for batch in self._select(
             from_position, limit, stream, from_version, None, None, reads.read_rows
         ):
+            yield batch
+
+    async def read_for_copy(self) -> AsyncIterator[list[Envelope]]:
+        """Every row with its checksum recomputed (a CRC-32 per row, no payload decoded), in global order."""
+        checked = await self._read(ops.check_log, self.url) is True
+        read = functools.partial(reads.read_checked, where=self.url, checked=checked)
+        async for batch in in_order(self.url, self._select(1, None, None, 1, None, None, read)):
             yield batch
 
     async def read_recorded(

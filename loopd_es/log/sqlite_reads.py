@@ -9,15 +9,17 @@ the stream's name.
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from collections.abc import Sequence
 from itertools import starmap
 from typing import Any, Final
 
 import msgspec
 
+from ..errors import CorruptLogError
 from ..events.envelope import Envelope, LogRow, Recorded, StreamRows
 from .base import MAX_POSITION, check_contiguous
-from .sqlite_ops import COLUMNS
+from .sqlite_ops import _PACK, COLUMNS
 
 _STREAM_COLUMNS: Final = COLUMNS.replace(" stream,", "")
 _Raw: Final = msgspec.Raw
@@ -67,6 +69,40 @@ def read_rows(
     return [
         Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, s, v, i, t, sv, r, c, co, d in cursor.fetchall()
     ]
+
+
+def read_checked(
+    conn: sqlite3.Connection,
+    _stream: None,
+    after: int,
+    size: int,
+    _types: None,
+    _prefix: None,
+    *,
+    where: str,
+    checked: bool,
+) -> list[Envelope]:
+    """At most ``size`` envelopes after position ``after``, each row's checksum (``checked``: the log has them)
+    recomputed as :func:`~.sqlite_ops.row_crc` does, inline.
+
+    :raises CorruptLogError: naming ``where`` and the first row whose checksum does not match.
+    """
+    rows = conn.execute(
+        f"SELECT {COLUMNS}, crc FROM events WHERE position > ? ORDER BY position LIMIT ?", (after, size)
+    ).fetchall()
+    if checked:
+        pack, crc32 = _PACK, zlib.crc32
+        for p, s, v, i, t, sv, r, c, co, d, crc in rows:
+            body = d if type(d) is bytes else str(d).encode()
+            if crc32(body, crc32(pack((p, s, v, i, t, sv, r, c, co)))) != crc:
+                raise CorruptLogError(
+                    where,
+                    None,
+                    f"event at position {p}: checksum mismatch: the row was changed after it was written (or its "
+                    "checksum was); nothing was copied",
+                )
+    raw = _Raw
+    return [Envelope(p, s, v, i, t, sv, r, c, co, raw(d)) for p, s, v, i, t, sv, r, c, co, d, _crc in rows]
 
 
 def read_recorded(

@@ -77,13 +77,37 @@ def redacted(events: list[Envelope], redactor: Redactor) -> list[Envelope]:
     out = []
     for env in events:
         position, version = places[env.position]
-        data = env.data if redactor.off else msgspec.Raw(_ENCODER.encode(redactor.payload(env.data_dict())))
+        data = env.data if redactor.off else _still_readable(env, redactor)
         if env.type in _FORK_FACTS:
             fact = msgspec.json.decode(data)
             fact["at_position"], fact["at_version"] = places.get(fact.get("at_position"), (0, 0))
             data = msgspec.Raw(_ENCODER.encode(fact))
         out.append(msgspec.structs.replace(env, position=position, version=version, data=data))
     return out
+
+
+def _still_readable(env: Envelope, redactor: Redactor) -> msgspec.Raw:
+    """``env``'s payload redacted, refused when the redaction made a readable event unreadable (a rules
+    pattern rewrote a status or a time): a bundle must not give other answers than its log.
+
+    :raises UsageError: naming the event and what no longer decodes.
+    """
+    from ..errors import InvalidEventError, UsageError
+    from ..events.catalogue import decode_data
+
+    data = _ENCODER.encode(redactor.payload(env.data_dict()))
+    try:
+        decode_data(env.type, data, env.schema_version)
+    except InvalidEventError as after:
+        try:
+            decode_data(env.type, bytes(env.data), env.schema_version)
+        except InvalidEventError:
+            return msgspec.Raw(data)  # unreadable (or unknown) in the log too: the bundle says no more
+        raise UsageError(
+            f"redaction {redactor.report().mode} would make event {env.position} ({env.type}) unreadable "
+            f"({after}); no bundle written - narrow the rules file's patterns"
+        ) from None
+    return msgspec.Raw(data)
 
 
 async def make_bundle(store: LogStore, goal: GoalStreams, path: Path, redactor: Redactor) -> BundleSummary:

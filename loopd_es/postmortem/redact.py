@@ -1,8 +1,11 @@
 """Redaction for shareable bundles: secrets out of every string, and prompt, transcript and output text
 replaced by its length and hash (unless kept).
 
-Every string of every payload is scrubbed (names and reasons included, so the story still reads): env-like
-``NAME=value`` secrets, bearer tokens, API keys of the common providers, private keys, emails and home paths.
+Every string value of every payload is scrubbed (names, reasons and errors included, so the story still
+reads): env-like ``NAME=value`` secrets, bearer tokens, API keys of the common providers, private keys, emails
+and home paths. Field names are never rewritten: a rules file's patterns skip a key shaped like one
+(``token_delta``: lower-case letters, digits, ``_``; no default secret shape fits one); any other key (an email or
+a path keying a map) is data and is scrubbed as a value is.
 A value under a secret-looking key (``password``, ``api_key``, ``token``...) is replaced whole. A secret becomes
 ``[kind:TAG]`` where TAG is a keyed hash of it, keyed per bundle: the same secret reads the same everywhere in
 one bundle (ids stay consistent) and cannot be looked up across bundles. Event ids, stream names and
@@ -55,7 +58,6 @@ TEXT_KEYS: Final = frozenset(
         "last_rejection_details",
         "message",
         "detail",
-        "last_error",
         "needed",
     }
 )
@@ -93,6 +95,9 @@ _DEFAULT_PATTERNS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ),
     ("email", re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")),
 )
+_FIELD_NAME: Final = re.compile(r"[a-z_][a-z0-9_]*")
+"""A key shaped like a payload field name: no rules-file pattern rewrites it (``token`` must not turn
+``token_delta`` into another field)."""
 _HOME: Final = re.compile(r"(?:/home/|/Users/|[A-Za-z]:\\\\?Users\\\\?)[^/\\\s\"']+|/root(?=/|\b)")
 
 
@@ -158,13 +163,17 @@ class Redactor:
         if isinstance(value, str):
             return self._string(value, key)
         if isinstance(value, dict):
-            return {  # keys too: a map keyed by an email or a path must not keep it
-                self.scrub(k) if isinstance(k, str) else k: self._walk(v, k if isinstance(k, str) else key)
-                for k, v in value.items()
+            return {  # a field name is kept; a map keyed by an email or a path must not keep it
+                self._key_of(k): self._walk(v, k if isinstance(k, str) else key) for k, v in value.items()
             }
         if isinstance(value, list):
             return [self._walk(v, key) for v in value]
         return value
+
+    def _key_of(self, key: Any) -> Any:
+        if not isinstance(key, str):
+            return key
+        return self.scrub(key, user=_FIELD_NAME.fullmatch(key) is None)
 
     def _string(self, value: str, key: str | None) -> str:
         if key is not None and _SECRET_KEY.search(key) and not _NOT_SECRET_KEY.search(key) and value:
@@ -176,13 +185,14 @@ class Redactor:
             return f"[text: {len(value)} chars, sha256 {digest}]"
         return scrubbed
 
-    def scrub(self, text: str) -> str:
-        """``text`` with every secret, email and home path replaced."""
+    def scrub(self, text: str, *, user: bool = True) -> str:
+        """``text`` with every secret, email and home path replaced (and, with ``user``, what the rules file's
+        patterns match)."""
         for kind, pattern in _DEFAULT_PATTERNS:
             text = pattern.sub(functools.partial(self._match, kind), text)
         text = _HOME.sub(self._home, text)
-        for name, user in self.extra:
-            text = self._user(name, user, text)
+        for name, rule in self.extra if user else ():
+            text = self._user(name, rule, text)
         return text
 
     def _match(self, kind: str, match: re.Match[str]) -> str:

@@ -258,6 +258,28 @@ class TestNdjsonLog(LogStoreContract, IntegrityContract):
                     assert any("line 3" in p for p in report.problems), report.problems
         assert log.read_bytes() == bytes(data)
 
+    async def test_damage_past_the_first_read_chunk_is_named_as_verify_names_it(self, tmp_path: Path) -> None:
+        """Without its index a read scans the log a 1 MiB chunk at a time; the first scan stopped at the damage
+        had moved the head but not the end it read to, so the next read named the line starting the second
+        chunk ("expected position 3661, found 1") instead of the damaged one."""
+        log = tmp_path / "log.ndjson"
+        async with await NdjsonLog.open(log, durability=self.durability) as s:
+            for batch in range(3):
+                await s.append(f"s{batch}", [new(i=i, pad="x" * 500) for i in range(1000)])
+        assert log.stat().st_size > 1 << 20  # the damage is past the first chunk
+        lines = log.read_bytes().splitlines(keepends=True)
+        lines[2499] = lines[2499].replace(b'"version":', b'"version"X', 1)
+        log.write_bytes(b"".join(lines))
+        for path in _sidecars(log) + [log.with_name(log.name + ".lock")]:
+            path.unlink()
+        async with await open_store(f"ndjson:{log}", create=False) as s:
+            for read in range(2):  # the open, then each read: the same line, the same problem
+                with pytest.raises(CorruptLogError) as info:
+                    await s.head() if read == 0 else [b async for b in s.read_backwards(limit=1)]
+                assert info.value.line == 2500 and "does not decode" in str(info.value), info.value
+            report = await s.verify()
+        assert any("line 2500" in p and "does not decode" in p for p in report.problems), report.problems
+
     @pytest.mark.parametrize("then", ["append", "repair"])
     async def test_a_writer_killed_between_write_and_sync_is_reported_until_synced(
         self, tmp_path: Path, then: str

@@ -64,6 +64,21 @@ def test_export_and_import_move_a_whole_log_between_every_backend(pg_url: str, t
     assert again.returncode == 2 and "not empty" in again.stderr
 
 
+def test_a_server_log_with_a_missing_row_is_named_and_no_file_is_made(pg_url: str, tmp_path: Path) -> None:
+    import psycopg
+
+    lines = "\n".join(json.dumps({"type": "goal.nudged", "data": {"goal_id": f"g{i}"}}) for i in range(50))
+    assert run("--store", pg_url, "append", "--stream", "goal-a", stdin=lines).returncode == 0
+    base, schema = pg_url.split("?schema=")
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {schema}.events WHERE position = 30")
+    for target in (f"ndjson:{tmp_path / 'out.ndjson'}", f"sqlite:{tmp_path / 'out.db'}"):
+        result = run("--store", pg_url, "export", "--to", target)
+        assert result.returncode == 4 and "expected position 30, got 31" in result.stderr, result
+        assert schema in result.stderr and "out." not in result.stderr, result
+        assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("schema", ["bad-name", "x;drop"])
 def test_an_invalid_schema_is_a_usage_error(schema: str) -> None:
     result = run("--store", f"postgresql://nobody@127.0.0.1:1/none?schema={schema}", "read")

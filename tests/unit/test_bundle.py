@@ -75,6 +75,7 @@ def planted(url: str) -> None:
             goal_id=GOAL,
             reason=f"push failed: https://bob:{s['url_password']}@git.example.com/x.git as {s['email']}",
             needed=f"set DB_PASSWORD={s['env']} in /home/{s['home_user']}/.env",
+            last_error=f"push failed: https://bob:{s['url_password']}@git.example.com/x.git as {s['email']}",
         ),
     ]
     command = "c0ffee00-1111-4222-8333-444455556666"
@@ -120,7 +121,7 @@ def planted(url: str) -> None:
                 data={
                     **json.loads(json.dumps(_builtins(notes[0]))),
                     "api_key": s["field"],
-                    "seen_by": {s["email"]: "yes"},  # a secret as a key
+                    "seen_by": {s["email"]: "yes", s["ticket"]: "yes"},  # secrets as keys
                 },
                 correlation_id="flow-1",
                 causation_id=first[0].event_id,
@@ -413,3 +414,61 @@ def test_scrub_removes_a_secret_wherever_it_sits_in_a_string(before: str, after:
 )
 def test_scrub_leaves_ordinary_words_alone(text: str) -> None:
     assert Redactor().scrub(text) == text
+
+
+def _usage(url: str) -> None:
+    async def write() -> None:
+        async with await open_store(url) as store:
+            usage = g.GoalUsageAccounted(goal_id=GOAL, message_ids=("m1",), token_delta=4500, cost_delta=0.06)
+            await store.append(f"goal-{GOAL}", [new_event(usage)])
+
+    anyio.run(write)
+
+
+@pytest.mark.parametrize("regex", ["token", "model", "_", "[a-z]+"])
+def test_a_rules_pattern_rewrites_values_never_field_names(
+    log: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], regex: str
+) -> None:
+    """``regex = "token"`` once turned ``token_delta`` into ``[tok:...]_delta``: the bundle said 0 tokens."""
+    _usage(log)
+    rules = tmp_path / "rules.toml"
+    rules.write_text(f'[[pattern]]\nname = "tok"\nregex = "{regex}"\n')
+    out_file = tmp_path / "goal.bundle"
+    code, _, err = run(capsys, "--store", log, "bundle", GOAL, "-o", str(out_file), "--redact", str(rules))
+    if regex == "[a-z]+":  # it rewrites statuses and kinds: refused, not a bundle that answers otherwise
+        assert code == 2 and "unreadable" in err and len(err.strip().splitlines()) == 1, err
+        assert not out_file.exists()
+        return
+    assert code == 0, err
+    original = json.loads(run(capsys, "--store", log, "history", GOAL, "--json")[1])
+    bundled = json.loads(run(capsys, "--store", f"bundle:{out_file}", "history", GOAL, "--json")[1])
+    for key in ("tokens_used", "cost_used", "status", "phase", "run_count"):
+        assert bundled["state"][key] == original["state"][key], key
+    assert bundled["state"]["tokens_used"] == 4500
+    assert set(bundled["state"]) == set(original["state"])
+    raw = out_file.read_bytes()
+    assert b'"token_delta":4500' in raw and b'"model":"openai/gpt-5"' in raw
+    assert leaks(raw, ignore=("ticket",)) == [] and SECRETS["email"].encode() not in raw
+
+
+def test_a_rules_pattern_still_scrubs_a_key_that_is_data(
+    log: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[pattern]]\nname = "ticket"\nregex = "TICKET-[0-9]+"\n')
+    out_file = tmp_path / "goal.bundle"
+    assert run(capsys, "--store", log, "bundle", GOAL, "-o", str(out_file), "--redact", str(rules))[0] == 0
+    raw = out_file.read_bytes()
+    assert leaks(raw) == [] and re.search(rb'"\[ticket:[0-9a-f]{10}\]":"yes"', raw)
+
+
+def test_an_error_reads_alike_in_every_field_that_holds_it(
+    log: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``reason`` and ``last_error`` hold the same words: both kept (secrets out), neither hashed."""
+    out_file = tmp_path / "goal.bundle"
+    assert run(capsys, "--store", log, "bundle", GOAL, "-o", str(out_file))[0] == 0
+    lines = [json.loads(line) for line in out_file.read_bytes().splitlines()[1:]]
+    (blocked,) = [e["data"] for e in lines if e["type"] == "goal.blocked"]
+    assert blocked["last_error"] == blocked["reason"]
+    assert blocked["reason"].startswith("push failed: https://") and "[email:" in blocked["reason"]
