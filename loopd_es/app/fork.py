@@ -27,6 +27,7 @@ from ..events.envelope import ANY, NO_STREAM
 from ..events.imported import happened_at
 from ..host.base import ForkedWorker
 from ..host.errors import HostError
+from .goals import make_artifact_dir
 from .writer_slot import writer_slot
 
 if TYPE_CHECKING:
@@ -230,6 +231,7 @@ async def fork_goal(
             ],
             fences=slot,
         )
+    make_artifact_dir(await service.load(goal_id))  # the fork's own, beside the source's
     report = ForkReport(goal_id=goal_id, source_goal_id=source_id, point=point, changed=changed)
     if not worker or point.worker_session_id is None:
         return report

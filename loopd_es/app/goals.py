@@ -8,6 +8,7 @@ event that caused it.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -96,19 +97,26 @@ class Goals:
             **options,
         )
         created = await self.service.execute(command, ctx)
-        state = await self.service.load(goal_id)
-        ctx = ctx.caused_by(created[-1].event_id)
-        try:
-            worker = await self.host.create_worker(
-                title=f"loopd: {name}", model=state.config.model, agent=state.config.agent
-            )
-        except HostError as e:
-            await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
-            return await self.service.load(goal_id)
-        assigned = await self._assign_worker(goal_id, worker.session_id, ctx)
-        if assigned:
+        make_artifact_dir(await self.service.load(goal_id))
+        assigned = await self.ensure_worker(goal_id, ctx.caused_by(created[-1].event_id))
+        if assigned and assigned[-1].type == "goal.worker_assigned":
             await self.continue_turn(goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True)
         return await self.service.load(goal_id)
+
+    async def ensure_worker(self, goal_id: str, ctx: Ctx) -> list[Envelope]:
+        """Give an active goal without a worker session one (docs/reference/loopd.md#s3-1, #s3-4: create, resume
+        and retry make one only when none is recorded). A host that refuses records the failure (the goal is
+        blocked again, with why); ``[]`` when there is nothing to do or the goal went away meanwhile."""
+        state = await self.service.load(goal_id)
+        if not state.exists or state.status != "active" or state.worker_session_id is not None:
+            return []
+        try:
+            worker = await self.host.create_worker(
+                title=f"loopd: {state.name}", model=state.config.model, agent=state.config.agent
+            )
+        except HostError as e:
+            return await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
+        return await self._assign_worker(goal_id, worker.session_id, ctx)
 
     async def _assign_worker(self, goal_id: str, session_id: str, ctx: Ctx) -> list[Envelope]:
         """Record the new worker on the goal's current version; nothing when the goal went away meanwhile."""
@@ -142,6 +150,7 @@ class Goals:
         recorded = await self.service.execute(c.ResumeGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
+        recorded += await self.ensure_worker(goal_id, ctx.caused_by(recorded[-1].event_id))
         return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
 
     async def retry(self, goal_id: str, ctx: Ctx) -> tuple[list[Envelope], TurnReport | None]:
@@ -149,6 +158,7 @@ class Goals:
         recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
         if not recorded:
             return recorded, None
+        recorded += await self.ensure_worker(goal_id, ctx.caused_by(recorded[-1].event_id))
         return recorded, await self._owner_turn(goal_id, ctx.caused_by(recorded[-1].event_id))
 
     async def _owner_turn(
@@ -352,3 +362,10 @@ class Goals:
             generation=generation,
             via=via,
         )
+
+
+def make_artifact_dir(state: GoalState) -> None:
+    """Make the goal's artifact directory, where its progress file lives and its checks run by default (the
+    reference makes it when the goal starts; a check in a missing directory fails every completion)."""
+    if state.config.artifact_dir:
+        os.makedirs(state.config.artifact_dir, exist_ok=True)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..app.goals import Goals, TurnReport
     from ..app.service import Ctx
     from ..domain.state import GoalState
+    from ..events.envelope import Envelope
 
 _Action = Callable[["Goals", argparse.Namespace, "Ctx"], Awaitable[int]]
 
@@ -174,20 +175,26 @@ async def _create(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     _say(state.goal_id)
     if (
         state.status == "blocked"
-    ):  # recorded blocked, as the reference does: the id is on stdout, the why on stderr
-        reason = state.blocker.reason if state.blocker else "worker failed"
-        sys.stderr.write(
-            term_line(
-                f'loopd-es: goal "{state.name}" was recorded but could not start: {cli_words(reason)}; fix the '
-                f"cause, then `loopd-es goal resume {state.goal_id}` (do not create another goal for this task)"
-            )
-            + "\n"
-        )
-        return EXIT_STORAGE
+    ):  # recorded blocked, as the reference does: the id on stdout, the why on stderr
+        return await _not_started(goals, state.goal_id, "was recorded but could not start")
     _say(
         f'Goal "{state.name}" created and started in the background. Artifacts: {state.config.artifact_dir}.'
     )
     return EXIT_OK
+
+
+async def _not_started(goals: Goals, goal_id: str, what: str = "could not start") -> int:
+    """A worker session the host would not make: why, on stderr, and what to do (exit 4, a host problem)."""
+    state = await _state(goals, goal_id)
+    reason = state.blocker.reason if state.blocker else "worker failed"
+    sys.stderr.write(
+        term_line(
+            f'loopd-es: goal "{state.name}" {what}: {cli_words(reason)}; once the host can make its worker, '
+            f"`loopd-es goal resume {state.goal_id}` starts it (a model or agent the host refuses needs a new goal)"
+        )
+        + "\n"
+    )
+    return EXIT_STORAGE
 
 
 async def _switch(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
@@ -225,9 +232,11 @@ async def _resume(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
         _say(f'Goal "{before.name}" is already active.')
         return EXIT_OK
     if before.status == "blocked":
-        _recorded, turn = await goals.retry(args.goal, ctx)
+        recorded, turn = await goals.retry(args.goal, ctx)
     else:
-        _recorded, turn = await goals.resume(args.goal, ctx)
+        recorded, turn = await goals.resume(args.goal, ctx)
+    if _worker_refused(recorded):
+        return await _not_started(goals, args.goal)
     _say(f'Goal "{before.name}" resumed.', *_turn_lines(turn))
     return _turn_exit(turn)
 
@@ -240,8 +249,15 @@ async def _retry(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
         raise ConflictError(
             f'Goal "{before.name}" is {before.status}; only a blocked goal can be retried{hint}.'
         )
+    if _worker_refused(recorded):
+        return await _not_started(goals, args.goal)
     _say(f'Goal "{before.name}" retried.', *_turn_lines(turn))
     return _turn_exit(turn)
+
+
+def _worker_refused(recorded: list[Envelope]) -> bool:
+    """Whether the host refused the worker session resume or retry had to make (the goal is blocked again)."""
+    return len(recorded) > 1 and recorded[-1].type == "goal.blocked"
 
 
 def _turn_exit(turn: TurnReport | None) -> int:

@@ -9,13 +9,12 @@ go through the outbox. They return a :class:`Result` whose ``message`` is what t
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from ..app.goals import Goals, SwitchFailedError, TurnReport
+from ..app.goals import Goals, SwitchFailedError, TurnReport, make_artifact_dir
 from ..app.service import Ctx, GoalService
 from ..clock import Clock, SystemClock, stamped_builtins
 from ..domain import goal_commands as c
@@ -86,8 +85,7 @@ class Operations:
         )
         created = await self.service.execute(command, ctx)
         state = await self.service.load(goal_id)
-        if state.config.artifact_dir:
-            os.makedirs(state.config.artifact_dir, exist_ok=True)
+        make_artifact_dir(state)
         ctx = ctx.caused_by(created[-1].event_id)
         try:
             worker = await self.host.create_worker(

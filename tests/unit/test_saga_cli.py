@@ -274,7 +274,7 @@ def test_a_goal_whose_worker_the_host_refuses_is_recorded_blocked_and_said_on_st
     assert err.count("\n") == 1 and err.startswith(
         'loopd-es: goal "x" was recorded but could not start: host '
     )
-    assert f"`loopd-es goal resume {gid}`" in err
+    assert f"`loopd-es goal resume {gid}` starts it" in err
     code, out, _ = _run(capsys, "goal", "show", gid, "--json")
     assert code == 0 and json.loads(out)["goal"]["status"] == "blocked"
 
@@ -291,3 +291,32 @@ def test_numbers_are_decimal_as_the_tools_json_writes_them(
     code, out, err = _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", flag, value)
     assert (code, out) == (2, "") and f"argument {flag}: not a" in err and err.count("\n") == 1
     assert _run(capsys, "streams")[1] == ""  # nothing stored
+
+
+def test_resume_makes_the_worker_a_refused_create_could_not(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # resume once said "resumed" then "goal has no worker session", and the goal sat active with no worker
+    code, out, _ = _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", "--agent", "later")
+    gid = out.strip()
+    assert code == 4
+    code, out, err = _run(capsys, "goal", "resume", gid)  # the host still refuses: said as create says it
+    assert (code, out) == (4, "") and err.startswith('loopd-es: goal "x" could not start: host ')
+    assert err.count("\n") == 1
+    agents = [*SCRIPT["agents"], {"name": "later"}]
+    (env / "host.json").write_text(json.dumps({**SCRIPT, "agents": agents}))  # the cause is fixed
+    code, out, err = _run(capsys, "goal", "resume", gid)
+    assert (code, err) == (0, "") and out.splitlines() == ['Goal "x" resumed.', "turn started"]
+    code, out, _ = _run(capsys, "goal", "show", gid, "--json")
+    row = json.loads(out)["goal"]
+    assert (row["status"], row["agent"]) == ("active", "later") and row["worker_session_id"]
+
+
+def test_create_makes_the_artifact_directory_where_checks_run(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # only the tool path made it: a read-only goal's checks then failed in a missing directory, every time
+    code, out, _ = _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", "--check", "true")
+    assert code == 0
+    gid = out.splitlines()[0]
+    assert (env / ".opencode" / "loopd" / "goals" / gid).is_dir()
