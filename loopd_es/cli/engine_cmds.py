@@ -220,6 +220,7 @@ async def _run(args: argparse.Namespace) -> int:
         claim_ttl_ms=args.claim_ttl_ms,
     )
     check_tool_channel(options)  # one line before anything starts (a task group would wrap it)
+    await (await open_host(options.host_url)).aclose()  # a bad --host is said before a log is made for it
     stop = anyio.Event()
 
     def say(line: str) -> None:
@@ -275,14 +276,16 @@ def _tool_api(given: Path | None) -> Path | None:
     engine takes the lease.
     """
     from ..engine.tool_api import CONFIG_NAME, ToolApiConfig
-    from ..engine.tool_server import private_socket_dir
+    from ..engine.tool_server import check_socket_path, private_socket_dir
 
     if given is not None and not given.is_file():
         raise UsageError(f"--tool-api {given}: no such file; run `loopd-es opencode install` first")
     default = Path(".opencode") / "loopd" / CONFIG_NAME
     path = given if given is not None else default if default.is_file() else None
     if path is not None:
-        private_socket_dir(Path(ToolApiConfig.load(path).socket).parent)
+        socket = Path(ToolApiConfig.load(path).socket)
+        private_socket_dir(socket.parent)
+        check_socket_path(socket)
     return path
 
 

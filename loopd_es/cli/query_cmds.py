@@ -427,7 +427,15 @@ def _of(used: Any, limit: Any) -> str:
 
 
 def _cost(used: float, limit: float | None) -> str:
-    return f"${used:.4f}" + (f"/${limit:.2f}" if limit else "")
+    """``$0.0123/$5.00``: a budget in cents, or as many places as it has (``$0.0005`` is not ``$0.00``)."""
+    return f"${used:.4f}" + (f"/${_dollars(limit)}" if limit else "")
+
+
+def _dollars(amount: float) -> str:
+    if abs(amount - round(amount, 2)) < 1e-9:
+        return f"{amount:.2f}"
+    text = f"{amount:.8f}".rstrip("0")
+    return text if float(text) else f"{amount:.2e}"
 
 
 def _time(stamp: str | None) -> str:

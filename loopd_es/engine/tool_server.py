@@ -65,12 +65,30 @@ def socket_path(name: str) -> Path:
     :raises SocketPathError: when the path is too long for a Unix socket.
     """
     path = socket_dir() / name
+    check_socket_path(path)
+    return path
+
+
+def check_socket_path(path: Path) -> None:
+    """A tool socket may go at ``path``: short enough for a Unix socket, and nothing but a socket is there.
+
+    :raises SocketPathError: saying what to do (a hand-edited config can name any path; a file there is the
+        user's, and is never removed to make room).
+    """
     if len(os.fsencode(path)) > MAX_SOCKET_PATH:
         raise SocketPathError(
             f"the tool socket path {str(path)!r} is longer than {MAX_SOCKET_PATH} bytes; "
-            "set XDG_RUNTIME_DIR or TMPDIR to a shorter directory"
+            "set XDG_RUNTIME_DIR or TMPDIR to a shorter directory and run `loopd-es opencode install` again"
         )
-    return path
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise SocketPathError(
+            f"cannot serve the OpenCode tools at {path}: something that is not a socket is there; remove it, or "
+            "run `loopd-es opencode install` again"
+        )
 
 
 def private_socket_dir(path: Path) -> Path:
@@ -133,8 +151,12 @@ async def _bind(tg: anyio.abc.TaskGroup, path: Path, token: str, handler: Handle
     """Listen on a socket beside ``path`` and rename it over ``path`` (atomic: a client finds the old server's
     socket or ours, never nothing); serve it in ``tg``."""
     private_socket_dir(path.parent)
+    check_socket_path(path)
     bound = path.with_name(f".{path.name}.{os.getpid()}")
-    listener = await anyio.create_unix_listener(bound, mode=0o600)
+    try:
+        listener = await anyio.create_unix_listener(bound, mode=0o600)
+    except OSError as e:
+        raise StorageError(f"cannot serve the OpenCode tools at {path}: {e.strerror or e}") from e
     try:
         os.replace(bound, path)
         ours.add(os.stat(path).st_ino)

@@ -31,6 +31,7 @@ import os
 import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
@@ -124,6 +125,14 @@ class OpenCodeHost:
         base = url.strip().removeprefix("opencode:")
         if not base.startswith(("http://", "https://")):
             raise HostConfigError(url, "use opencode:http://HOST:PORT (the address `opencode serve` prints)")
+        try:  # a port past 65535, a bracket left open: said here, not as a crash at the first connect
+            parts = urlsplit(base)
+            _ = parts.port
+            httpx.URL(base)
+        except (ValueError, httpx.InvalidURL) as e:
+            raise HostConfigError(url, f"{e}; use opencode:http://HOST:PORT") from None
+        if not parts.hostname:
+            raise HostConfigError(url, "no host name; use opencode:http://HOST:PORT")
         password = next((os.environ[name] for name in PASSWORD_ENVS if os.environ.get(name)), None)
         return cls(base, password=password, **options)
 

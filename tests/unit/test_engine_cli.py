@@ -90,8 +90,11 @@ def test_sim_takes_a_goal_id_for_its_worker(env: Path, capsys: pytest.CaptureFix
         (("--store", "sqlite:notes.txt", "run"), 4, "notes.txt is not a loopd-es log"),
         (("--store", "bogus:x", "run"), EXIT_USAGE, "unknown store scheme"),
         (("run", "--host", "bogus:x"), EXIT_USAGE, "unknown host scheme 'bogus'"),
+        (("models", "--host", "opencode:http://127.0.0.1:abc"), EXIT_USAGE, "Port could not be cast"),
+        (("goal", "create", "g", "--objective", "o", "--host", "opencode:http://[::1"), EXIT_USAGE,
+         "Invalid IPv6 URL"),
     ],
-)
+)  # fmt: skip
 def test_a_run_that_cannot_start_says_why_in_one_line_with_its_exit_code(
     env: Path, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], code: int, words: str
 ) -> None:
@@ -100,7 +103,9 @@ def test_a_run_that_cannot_start_says_why_in_one_line_with_its_exit_code(
     assert main(*args) == code
     err = capsys.readouterr().err
     assert words in err and "ExceptionGroup" not in err and "internal error" not in err, err
+    assert err.count("\n") == 1
     assert (env / "notes.txt").read_text() == "my notes\n"
+    assert not (env / "events.db").exists()  # a bad --host made no log (`run --host bogus:x` once did)
 
 
 def test_first_failure_finds_our_error_however_deep_the_groups_nest() -> None:
@@ -125,3 +130,32 @@ def test_sim_reply_refuses_usage_no_host_could_report(
     assert "must be" in capsys.readouterr().err
     assert (env / "host.state.json").read_text() == state
     assert main("sim", "reply", goal_id, "--cost", "0.5") == 0
+
+
+def test_an_engine_with_a_malformed_opencode_url_says_so_before_it_runs(
+    env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it once said "engine running", then "internal error: OverflowError: connect(): port must be 0-65535"
+    assert main("opencode", "install", str(env)) == 0
+    capsys.readouterr()
+    assert main("run", "--host", "opencode:http://127.0.0.1:99999") == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "Port out of range 0-65535" in err, err
+    assert not (env / "events.db").exists()
+
+
+def test_a_tool_socket_path_that_cannot_be_a_socket_is_one_line_and_touches_nothing(
+    env: Path, capsys: pytest.CaptureFixture[str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # a path past sun_path's size was "internal error: OSError: AF_UNIX path too long"; a file there was removed
+    here = tmp_path_factory.mktemp("sock")
+    here.chmod(0o700)
+    squatter = here / "tools-x.sock"
+    squatter.write_text("mine\n")
+    for socket, words in [(here / ("d" * 120) / "tools.sock", "is longer than"), (squatter, "not a socket")]:
+        config = env / "engine.json"
+        config.write_text(json.dumps({"socket": str(socket), "token": "t" * 32}))
+        assert main("run", "--tool-api", str(config)) == 4
+        out, err = capsys.readouterr()
+        assert out == "" and err.count("\n") == 1 and words in err and "internal error" not in err, err
+    assert squatter.read_text() == "mine\n"

@@ -320,3 +320,16 @@ def test_create_makes_the_artifact_directory_where_checks_run(
     assert code == 0
     gid = out.splitlines()[0]
     assert (env / ".opencode" / "loopd" / "goals" / gid).is_dir()
+
+
+@pytest.mark.parametrize(("budget", "shown"), [("0.0005", "/$0.0005"), ("0.004", "/$0.004"), ("5", "/$5.00")])
+def test_a_small_cost_budget_shows_as_itself(
+    env: Path, capsys: pytest.CaptureFixture[str], budget: str, shown: str
+) -> None:
+    # a budget under half a cent was shown as $0.00
+    assert (
+        _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", "--cost-budget", budget)[0]
+        == 0
+    )
+    code, out, _ = _run(capsys, "goals")
+    assert code == 0 and f"$0.0000{shown}" in out, out
