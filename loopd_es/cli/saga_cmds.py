@@ -168,6 +168,11 @@ async def _state(goals: Goals, goal_id: str) -> GoalState:
 async def _create(goals: Goals, args: argparse.Namespace, ctx: Ctx) -> int:
     from ..domain.rules import BadArgument
 
+    for what, text in (("NAME", args.name), ("--objective", args.objective)):
+        if (
+            not text.strip()
+        ):  # the tool refuses them as missing; a goal needs both to be told apart and steered
+            raise UsageError(f"{what} must not be empty")
     try:
         state = await goals.create(args.name, args.objective, ctx, **create_options(args))
     except BadArgument as e:  # the tool's words for the tool's fields; here, the flags

@@ -140,6 +140,10 @@ def test_rule_violations_exit_3_and_bad_arguments_exit_2_with_the_reference_mess
     ]:
         code, out, err = _run(capsys, "goal", "create", "x", "--objective", "o", "--read-only", *flags)
         assert (code, out, err.strip()) == (2, "", f"loopd-es: {said}"), flags
+    for argv, said in [(("", "--objective", "o"), "NAME must not be empty"),
+                       (("x", "--objective", "  "), "--objective must not be empty")]:  # fmt: skip
+        code, out, err = _run(capsys, "goal", "create", *argv, "--read-only")
+        assert (code, out, err.strip()) == (2, "", f"loopd-es: {said}"), argv
     code, out, _ = _run(capsys, "streams")
     assert out.count("goal-") == 1  # only the first goal: nothing was stored for a refused one
 
