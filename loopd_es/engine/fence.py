@@ -19,9 +19,9 @@ from .lease import LeaseLostError
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, ExpectedVersion, NewEvent
-    from ..log.base import VerifyReport
     from ..log.coord import Claim
     from ..log.group_commit import Request
+    from ..log.invariants import VerifyReport
     from .lease import Lease
 
 

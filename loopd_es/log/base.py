@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, ClassVar, Final, NamedTuple, Self
 
-from ..errors import CorruptLogError, StreamNotFoundError, UsageError
+from ..errors import StreamNotFoundError, UsageError
 from ..events.envelope import (
     ANY,
     EXISTS,
@@ -27,6 +27,7 @@ from ..events.envelope import (
     StreamRows,
 )
 from .coord import Claim, Fence, check_key
+from .invariants import VerifyReport, check_contiguous, in_order
 
 if TYPE_CHECKING:
     import anyio
@@ -456,53 +457,6 @@ def _checked_fences(fences: Sequence[Fence]) -> tuple[Fence, ...]:
     return out
 
 
-class SequenceChecker:
-    """Checks that copied envelopes keep the log's invariants: positions 1, 2, 3 ... and contiguous versions."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-        self.position = 0
-        self.versions: dict[str, int] = {}
-
-    def check(self, env: Envelope) -> None:
-        from ..errors import CorruptLogError
-
-        if env.position != self.position + 1:
-            raise CorruptLogError(
-                self.where, None, f"expected position {self.position + 1}, got {env.position}"
-            )
-        expected = self.versions.get(env.stream, 0) + 1
-        if env.version != expected:
-            raise CorruptLogError(
-                self.where, None, f"stream {env.stream!r}: expected version {expected}, got {env.version}"
-            )
-        self.position = env.position
-        self.versions[env.stream] = env.version
-
-
-async def in_order(where: str, batches: AsyncIterator[list[Envelope]]) -> AsyncIterator[list[Envelope]]:
-    """``batches``, checked as a :class:`SequenceChecker` naming ``where`` (the log they are read from) checks
-    them, inline: a copy reads every event of a log, and a call per event cost as much as reading it."""
-    from ..errors import CorruptLogError
-
-    position = 0
-    versions: dict[str, int] = {}
-    get = versions.get
-    async for batch in batches:
-        for env in batch:
-            position += 1
-            stream = env.stream
-            version = get(stream, 0) + 1
-            if env.position != position:
-                raise CorruptLogError(where, None, f"expected position {position}, got {env.position}")
-            if env.version != version:
-                raise CorruptLogError(
-                    where, None, f"stream {stream!r}: expected version {version}, got {env.version}"
-                )
-            versions[stream] = version
-        yield batch
-
-
 async def stream_rows_batches(
     read: Callable[[int], Awaitable[StreamRows | None]], from_version: int
 ) -> AsyncIterator[StreamRows]:
@@ -528,17 +482,6 @@ def prefix_bounds(prefix: str) -> tuple[str, str]:
 
 MAX_POSITION: Final = (1 << 63) - 1
 """The largest position a log can hold (SQLite's and PostgreSQL's 64-bit integers): "no cut"."""
-
-
-def check_contiguous(where: str, stream: str, first: int, last: int, count: int) -> None:
-    """Check that ``count`` events of ``stream`` read in version order run from ``first`` to ``last``.
-
-    :raises CorruptLogError: when they do not (a gap in the stream's versions, which ``verify`` also finds).
-    """
-    if last - first + 1 != count:
-        raise CorruptLogError(
-            where, None, f"stream {stream!r} has a gap in its versions between {first} and {last}"
-        )
 
 
 def check_expected_version(stream: str, expected: ExpectedVersion, actual: int) -> None:
@@ -591,25 +534,3 @@ def check_stream_name(stream: str) -> None:
     """
     if not stream or len(stream) > 200 or not stream.isprintable():
         raise UsageError(f"invalid stream name {stream!r}: use 1 to 200 printable characters, e.g. 'goal-42'")
-
-
-class VerifyReport:
-    """What ``verify`` found: counts, problems (each a sentence saying where), and what a repair did."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.events = 0
-        self.streams = 0
-        self.problems: list[str] = []
-        self.notes: list[str] = []
-        """What is worth knowing but not a problem, e.g. a log written before checksums."""
-        self.repaired: list[str] = []
-        self.torn_offset: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def summary(self) -> str:
-        state = "clean" if self.ok else f"{len(self.problems)} problem(s)"
-        return f"{self.url}: {self.events} events in {self.streams} streams: {state}"

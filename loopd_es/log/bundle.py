@@ -20,7 +20,7 @@ import msgspec
 
 from ..errors import CorruptLogError, LogNotFoundError, StoreUnavailableError, UsageError
 from ..events.envelope import Envelope
-from .base import SequenceChecker
+from .invariants import SequenceChecker
 from .memory import MemoryLog, _Shared
 
 if TYPE_CHECKING:

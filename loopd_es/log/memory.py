@@ -20,12 +20,11 @@ from ..events.envelope import Envelope
 from .base import (
     READ_BATCH,
     LogStore,
-    SequenceChecker,
-    VerifyReport,
     check_expected_version,
 )
 from .coord import Claim, check_swap, failed_fence, swap_in, with_prefix
 from .group_commit import GroupCommitter, Request
+from .invariants import SequenceChecker, VerifyReport
 
 _Raw: Final = msgspec.Raw
 

@@ -28,11 +28,10 @@ from ..private_files import PRIVATE_FILE
 from .base import (
     READ_BATCH,
     LogStore,
-    SequenceChecker,
-    VerifyReport,
 )
 from .coord import Claim, check_swap, failed_fence, swap_in, with_prefix
 from .group_commit import Request, prepare_path
+from .invariants import SequenceChecker, VerifyReport
 from .ndjson_coord import CoordFile
 from .ndjson_files import event_id_key, id_time_range
 from .ndjson_foreign import check_is_log

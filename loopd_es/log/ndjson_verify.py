@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 
 from ..events.envelope import ENVELOPE_DECODER
-from .base import VerifyReport
+from .invariants import VerifyReport
 from .ndjson_index import CRC, RECORD_FIELDS, IndexFile
 from .ndjson_scan import CHUNK, body_crc, last_write_end
 

@@ -17,12 +17,13 @@ import msgspec
 from ..clock import now_rfc3339
 from ..errors import LoopdError
 from ..events.envelope import ENVELOPE_ENCODER, Envelope
-from .base import SequenceChecker, check_expected_version
+from .base import check_expected_version
 from .ndjson_files import StreamNames, event_id_key, id_time
 from .ndjson_index import PREFIX, seal
 
 if TYPE_CHECKING:
     from .group_commit import Request
+    from .invariants import SequenceChecker
 
 FindRetry = Callable[["Request", list[int], dict[int, Envelope]], "list[Envelope] | None"]
 StreamHead = Callable[[str], tuple[int, int]]

@@ -44,13 +44,12 @@ from .base import (
     MAX_POSITION,
     READ_BATCH,
     LogStore,
-    SequenceChecker,
-    VerifyReport,
     check_expected_version,
     stream_rows_batches,
 )
 from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, Part, Request
+from .invariants import SequenceChecker, VerifyReport
 from .postgres_errors import TranslatedConnection
 from .postgres_sql import (
     ANY_VERSION,

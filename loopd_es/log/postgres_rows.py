@@ -12,7 +12,7 @@ from typing import Any, Final
 from psycopg import sql
 
 from ..events.envelope import StreamRows
-from .base import check_contiguous
+from .invariants import check_contiguous
 
 _WHERE: Final = " FROM {} WHERE stream = %s AND version > %s AND position <= %s ORDER BY version"
 ROWS: Final = sql.SQL("SELECT type, schema_version, data" + _WHERE + " LIMIT %s")

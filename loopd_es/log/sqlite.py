@@ -46,14 +46,12 @@ from .base import (
     MAX_POSITION,
     READ_BATCH,
     LogStore,
-    SequenceChecker,
-    VerifyReport,
-    in_order,
     prefix_bounds,
     stream_rows_batches,
 )
 from .coord import Claim, check_swap
 from .group_commit import GroupCommitter, RecentUsers, Request, prepare_path
+from .invariants import SequenceChecker, VerifyReport, in_order
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope, Recorded, StreamRows

@@ -28,10 +28,11 @@ from ..errors import (
 )
 from ..events.envelope import Envelope
 from . import sqlite_coord
-from .base import VerifyReport, check_expected_version
+from .base import check_expected_version
 
 if TYPE_CHECKING:
     from .group_commit import Request
+    from .invariants import VerifyReport
 
 BUSY_TIMEOUT_MS: Final = 60_000
 APPLICATION_ID: Final = 0x6C6F6F70  # "loop": marks a database this library created

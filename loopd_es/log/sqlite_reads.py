@@ -18,7 +18,8 @@ import msgspec
 
 from ..errors import CorruptLogError
 from ..events.envelope import Envelope, LogRow, Recorded, StreamRows
-from .base import MAX_POSITION, check_contiguous
+from .base import MAX_POSITION
+from .invariants import check_contiguous
 from .sqlite_ops import _PACK, COLUMNS
 
 _STREAM_COLUMNS: Final = COLUMNS.replace(" stream,", "")

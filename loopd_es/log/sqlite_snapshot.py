@@ -19,7 +19,8 @@ from ..errors import LoopdError, StorageError, UsageError
 from . import sqlite_coord
 from . import sqlite_ops as ops
 from . import sqlite_reads as reads
-from .base import READ_BATCH, LogStore, NeedsEventLoop, VerifyReport
+from .base import READ_BATCH, LogStore, NeedsEventLoop
+from .invariants import VerifyReport
 
 if TYPE_CHECKING:
     from ..events.envelope import Envelope
