@@ -22,7 +22,7 @@ import msgspec
 from ..clock import display, parse_or_none, stamped_builtins
 from ..domain.state import GoalState
 from ..domain.streams import short_ids as short_ids  # re-exported: `identities` tests use it here
-from ..errors import EXIT_OK
+from ..errors import EXIT_OK, StoreUnavailableError
 from ..ids import resolve_goal_id
 from ..log.base import NeedsEventLoop
 from ..postmortem.who import CALLER_COLUMNS, who_lines
@@ -129,9 +129,20 @@ async def read_models(args: argparse.Namespace, query: Callable[[sqlite3.Connect
     :raises NeedsEventLoop: (run without a loop) when the read models need a catch-up or setting up.
     """
     url = store_url(args)
-    store = await open_reader(args)
+    read_db = Path(args.read_db if args.read_db is not None else default_read_db(url))
     try:
-        read_db = Path(args.read_db if args.read_db is not None else default_read_db(url))
+        store = await open_reader(args)
+    except StoreUnavailableError as e:
+        found = settled_status(read_db, load_registry()) if args.no_catch_up else None
+        if found is None:
+            raise
+        print(  # what the read models hold is the answer asked for; the log's head is what cannot be had
+            f"loopd-es: the log cannot be reached ({e}); answering from the read models as they are, up to "
+            f"position {min((r.position for r in found[1] if r.name in QUERY_PROJECTIONS), default=0)}",
+            file=sys.stderr,
+        )
+        return _run_query(read_db, query)
+    try:
         if store.loopless:
             head, rows = await _settled(store, read_db, catch_up=not args.no_catch_up)
         else:

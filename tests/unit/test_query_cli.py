@@ -269,3 +269,17 @@ def test_every_command_taking_a_goal_id_resolves_it_alike(
     ]:
         code, out, err = _run(capsys, *argv[:where], text, *argv[where:])
         assert (code, out, err) == (2, "", f"loopd-es: {expected}\n"), argv
+
+
+def test_no_catch_up_answers_from_the_read_models_when_the_log_cannot_be_reached(
+    log: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it exited 4: the read models were there, only the log's head (for the "behind" note) could not be had
+    assert _run(capsys, "goals")[0] == 0  # the read models, caught up
+    read_db = str(log.parent / "read.db")
+    away = "postgresql://nobody@127.0.0.1:1/none"  # nothing listens on port 1: refused at once
+    code, out, err = _run(capsys, "--store", away, "goals", "--read-db", read_db, "--no-catch-up")
+    assert code == 0 and "docs" in out, (out, err)
+    assert err.startswith("loopd-es: the log cannot be reached (") and "answering from the read models" in err
+    code, out, err = _run(capsys, "--store", away, "goals", "--read-db", read_db)  # a catch-up needs the log
+    assert (code, out) == (4, "") and "cannot connect" in err
