@@ -84,23 +84,10 @@ class Operations:
             goal_id=goal_id, name=name, objective=objective, owner_session_id=self.service.owner, **config
         )
         created = await self.service.execute(command, ctx)
-        state = await self.service.load(goal_id)
-        make_artifact_dir(state)
-        ctx = ctx.caused_by(created[-1].event_id)
-        try:
-            worker = await self.host.create_worker(
-                title=f"loopd: {name}", model=state.config.model, agent=state.config.agent
-            )
-        except HostError as e:
-            await self.service.execute(c.RecordWorkerFailure(goal_id=goal_id, detail=str(e)), ctx)
-            blocker = (await self.service.load(goal_id)).blocker
-            detail = blocker.reason if blocker is not None else str(e)  # names the model and agent
-            return Result(
-                ok=False, message=f"Goal creation failed: {detail}", goal_id=goal_id, status="blocked"
-            )
-        assigned = await self.service.execute(
-            c.AssignWorker(goal_id=goal_id, worker_session_id=worker.session_id), ctx
-        )
+        make_artifact_dir(await self.service.load(goal_id))
+        assigned = await self.goals.ensure_worker(goal_id, ctx.caused_by(created[-1].event_id))
+        if (refused := await self._worker_refused(goal_id, assigned, "Goal creation failed")) is not None:
+            return refused
         if assigned:  # nothing when the goal was cleared meanwhile
             await self.turns.continue_turn(
                 goal_id, ctx.caused_by(assigned[-1].event_id), explicit=True, force=True
@@ -111,6 +98,16 @@ class Operations:
             goal_id=goal_id,
             status=state.status,
         )
+
+    async def _worker_refused(self, goal_id: str, recorded: list[Envelope], what: str) -> Result | None:
+        """The answer when the host would not make the goal's worker (the goal is blocked, saying why)."""
+        if not recorded or recorded[-1].type != "goal.blocked":
+            return None
+        state = await self.service.load(goal_id)
+        detail = (
+            state.blocker.reason if state.blocker is not None else "the host refused"
+        )  # names model, agent
+        return Result(ok=False, message=f"{what}: {detail}", goal_id=goal_id, status="blocked")
 
     async def pause(self, goal_id: str) -> Result:
         state = await self.service.load(goal_id)
@@ -132,19 +129,24 @@ class Operations:
         command: c.GoalCommand = (
             c.RetryGoal(goal_id=goal_id) if state.status == "blocked" else c.ResumeGoal(goal_id=goal_id)
         )
-        ctx = self._ctx()
-        recorded = await self.service.execute(command, ctx)
-        if recorded:
-            await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
-        state = await self.service.load(goal_id)
-        return Result(message=f'Goal "{state.name}" resumed.', goal_id=goal_id, status=state.status)
+        return await self._restart(goal_id, command)
 
     async def retry(self, goal_id: str) -> Result:
         """Retry a blocked goal: failure, rejection and force-finish counters reset, then a turn."""
+        return await self._restart(goal_id, c.RetryGoal(goal_id=goal_id))
+
+    async def _restart(self, goal_id: str, command: c.GoalCommand) -> Result:
+        """Record a resume or a retry, make the worker if none is recorded (docs/reference/loopd.md#s3-4), turn."""
         ctx = self._ctx()
-        recorded = await self.service.execute(c.RetryGoal(goal_id=goal_id), ctx)
+        recorded = await self.service.execute(command, ctx)
         if recorded:
-            await self.turns.continue_turn(goal_id, ctx.caused_by(recorded[-1].event_id), explicit=True)
+            made = await self.goals.ensure_worker(goal_id, ctx.caused_by(recorded[-1].event_id))
+            name = (await self.service.load(goal_id)).name
+            refused = await self._worker_refused(goal_id, made, f'Goal "{name}" could not start')
+            if refused is not None:
+                return refused
+            cause = (made or recorded)[-1].event_id
+            await self.turns.continue_turn(goal_id, ctx.caused_by(cause), explicit=True)
         state = await self.service.load(goal_id)
         return Result(message=f'Goal "{state.name}" resumed.', goal_id=goal_id, status=state.status)
 

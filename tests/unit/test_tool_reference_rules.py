@@ -164,3 +164,24 @@ async def test_sending_nothing_says_nothing_to_send(tmp_path: Path) -> None:
                 "Send failed",
             )
         assert await r.store.head() == head
+
+
+async def test_resume_goal_makes_the_worker_a_failed_creation_could_not(tmp_path: Path) -> None:
+    # the tool path answered "resumed" and left the goal active with no worker (only the CLI made one)
+    from loopd_es.host.sim_script import FailureRule
+
+    async with rig(tmp_path) as r:
+        d = ToolDispatcher(r.store, r.host, r.clock, str(tmp_path))
+        await r.host.inject(FailureRule(op="create_worker", error="unavailable"))
+        created = await _call(d, "loopd_create_goal", name="g", objective="o", workspaceWrite=False)
+        gid = created["goalID"]
+        assert created["ok"] is False and (await r.state(gid)).status == "blocked"
+        again = await _call(d, "resume_goal", goal_id=gid)  # the host still refuses: said, not "resumed"
+        assert again["ok"] is False and again["message"].startswith('Goal "g" could not start: host '), again
+        state = await r.state(gid)
+        assert (state.status, state.worker_session_id) == ("blocked", None)
+        await r.host.clear_failures()  # the host is back
+        resumed = await _call(d, "resume_goal", goal_id=gid)
+        assert resumed["ok"] is True and resumed["message"] == 'Goal "g" resumed.', resumed
+        state = await r.state(gid)
+        assert state.status == "active" and state.worker_session_id is not None and state.run_count == 1
