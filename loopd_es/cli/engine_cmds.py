@@ -293,7 +293,7 @@ def _tool_api(given: Path | None) -> Path | None:
 
 
 async def _notifications(args: argparse.Namespace) -> int:
-    from .query_cmds import read_models
+    from .read_models import read_models
 
     def query(conn: sqlite3.Connection) -> list[dict[str, Any]]:
         sql = "SELECT * FROM notifications"

@@ -10,7 +10,7 @@ workers, inbox delivery) in :mod:`loopd_es.domain.engine_rules`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
@@ -31,6 +31,8 @@ from .rules import (
     after_ms,
     assert_writer_slot,
     backoff_ms,
+    clean_list,
+    clean_text,
     invalid_model,
     is_model_ref,
     js_number,
@@ -69,16 +71,6 @@ def decide(command: c.GoalCommand, state: GoalState, facts: c.Facts) -> list[Eve
 # -- create -------------------------------------------------------------------------------------------
 
 
-def _clean(text: str | None) -> str | None:
-    """A caller's text trimmed, or None when nothing is left (the reference's ``cleanText``)."""
-    return (text.strip() or None) if text is not None else None
-
-
-def _clean_list(texts: Sequence[str]) -> tuple[str, ...]:
-    """Each text trimmed, the blank ones dropped, order kept (the reference's ``cleanList``)."""
-    return tuple(text for text in (t.strip() for t in texts) if text)
-
-
 @_on(c.CreateGoal)
 def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     owner = cmd.owner_session_id
@@ -102,8 +94,10 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
     if cmd.cost_budget is not None and not (math.isfinite(cmd.cost_budget) and cmd.cost_budget > 0):
         raise BadArgument("costBudget must be a positive number of dollars", "invalid_cost_budget")
     defaults = facts.defaults
-    agent = _clean(cmd.agent) or _clean(defaults.agent)  # trimmed; blank is absent (reference cleanText)
-    model = _clean(cmd.model) or _clean(defaults.model)
+    agent = clean_text(cmd.agent) or clean_text(
+        defaults.agent
+    )  # trimmed; blank is absent (reference cleanText)
+    model = clean_text(cmd.model) or clean_text(defaults.model)
     if model is not None and not is_model_ref(model):
         raise BadArgument(invalid_model(model, long=True), "invalid_model")
     catalog = facts.model_catalog
@@ -111,9 +105,9 @@ def _create(cmd: c.CreateGoal, state: GoalState, facts: c.Facts) -> list[Event]:
         if not catalog.usable(model):  # refused here: the worker's creation would fail naming no model
             raise BadArgument(unusable_model(model), "invalid_model")
     writer = True if cmd.workspace_write is None else cmd.workspace_write
-    explicit = _clean_list(cmd.checks or ())  # blank checks are none: the default ones run
+    explicit = clean_list(cmd.checks or ())  # blank checks are none: the default ones run
     configured = defaults.checks if defaults.checks is not None else ("bun test",)  # [] configured stays []
-    default_checks = _clean_list(configured) if writer else ()
+    default_checks = clean_list(configured) if writer else ()
     checks = explicit or default_checks
     if writer and not checks:
         raise BadArgument(

@@ -7,6 +7,7 @@ match on it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ClassVar, Final
 
@@ -122,3 +123,13 @@ def after_ms(now: datetime, ms: float) -> datetime:
 def backoff_ms(failures: int, base_ms: int = 1000, cap_ms: int = RETRY_BACKOFF_CAP_MS) -> int:
     """``min(cap, base * 2^failures)``: by default 2 s, 4 s, 8 s, 16 s, then 30 s."""
     return int(min(cap_ms, base_ms * 2 ** min(failures, 16)))
+
+
+def clean_text(text: str | None) -> str | None:
+    """A caller's text trimmed, or None when nothing is left (the reference's ``cleanText``)."""
+    return (text.strip() or None) if text is not None else None
+
+
+def clean_list(texts: Sequence[str]) -> tuple[str, ...]:
+    """Each text trimmed, the blank ones dropped, order kept (the reference's ``cleanList``)."""
+    return tuple(text for text in (t.strip() for t in texts) if text)

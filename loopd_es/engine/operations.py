@@ -16,7 +16,7 @@ import msgspec
 
 from ..app.goals import Goals, SwitchFailedError, TurnReport, make_artifact_dir
 from ..app.service import Ctx, GoalService
-from ..clock import Clock, SystemClock, stamped_builtins
+from ..clock import Clock, SystemClock
 from ..domain import goal_commands as c
 from ..domain.rules import RuleError
 from ..events.envelope import new_event_id
@@ -24,6 +24,7 @@ from ..host.errors import HostError
 from .checks import run_checks
 from .notices import notice_for
 from .outbox import Outbox
+from .tool_views import goal_structured
 
 if TYPE_CHECKING:
     from ..app.goal_index import GoalIndex
@@ -304,7 +305,7 @@ class Operations:
         state = await self.worker_goal(session_id)
         if state is None or state.status not in ("active", "blocked"):
             return Result(ok=False, message="No active goal found for this worker session.", status="none")
-        return Result(goal_id=state.goal_id, status=state.status, data=stamped_builtins(state))
+        return Result(goal_id=state.goal_id, status=state.status, data=goal_structured(state))
 
     async def report_progress(
         self, session_id: str, summary: str, next: str | None = None, evidence: str | None = None

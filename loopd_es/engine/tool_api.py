@@ -49,7 +49,7 @@ from .tool_server import Handler, socket_path
 from .tool_spec import ToolArgs, ToolArgsError, ToolSpec
 from .tool_switch import switch_reply
 from .tool_titles import title_for
-from .tool_views import assigned_goal, goal_structured, list_row, reference_json
+from .tool_views import assigned_goal, list_row, reference_json
 
 if TYPE_CHECKING:
     from ..clock import Clock
@@ -264,11 +264,8 @@ class ToolDispatcher:
     # -- worker tools --------------------------------------------------------------------------------
 
     async def _get_goal(self, session: str, args: ToolArgs) -> Result | dict[str, Any]:
-        ops = self._ops(session)
-        state = await ops.worker_goal(session)
-        if state is None or state.status not in ("active", "blocked"):
-            return Result(ok=False, message="No active goal found for this worker session.", status="none")
-        return {"ok": True, "goalID": state.goal_id, **goal_structured(state)}
+        result = await self._ops(session).get_goal(session)
+        return {"ok": True, "goalID": result.goal_id, **result.data} if result.ok else result
 
     async def _report_goal_progress(self, session: str, args: a.ReportProgressArgs) -> Result:
         return await self._ops(session).report_progress(

@@ -11,6 +11,7 @@ import msgspec
 from msgspec import UNSET
 
 from ..domain.options import config_options
+from ..domain.rules import clean_list, clean_text
 
 if TYPE_CHECKING:
     from ..domain.state import GoalState
@@ -99,9 +100,10 @@ def created_reply(result: Result, state: GoalState, args: CreateGoalArgs) -> Cre
     """The reply to a goal that was created: what :meth:`~.operations.Operations.create` said, its config, and
     which of agent, model and checks came from a default (a parent's identity, a default, ``bun test``)."""
     cfg = state.config
-    given = {
-        name: bool(getattr(args, name, None)) and getattr(args, name) is not UNSET
-        for name in ("agent", "model", "checks")
+    given = {  # what the caller gave that is left once trimmed (a blank one is absent: the default applies)
+        "agent": args.agent is not UNSET and clean_text(args.agent) is not None,
+        "model": args.model is not UNSET and clean_text(args.model) is not None,
+        "checks": args.checks is not UNSET and bool(clean_list(args.checks or ())),
     }
     return CreatedReply(
         ok=result.ok,

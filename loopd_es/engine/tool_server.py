@@ -65,7 +65,7 @@ def socket_path(name: str) -> Path:
     :raises SocketPathError: when the path is too long for a Unix socket.
     """
     path = socket_dir() / name
-    check_socket_path(path)
+    _check_length(path)
     return path
 
 
@@ -75,19 +75,22 @@ def check_socket_path(path: Path) -> None:
     :raises SocketPathError: saying what to do (a hand-edited config can name any path; a file there is the
         user's, and is never removed to make room).
     """
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
-        raise SocketPathError(
-            f"the tool socket path {str(path)!r} is longer than {MAX_SOCKET_PATH} bytes; "
-            "set XDG_RUNTIME_DIR or TMPDIR to a shorter directory and run `loopd-es opencode install` again"
-        )
+    _check_length(path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    if not stat.S_ISSOCK(st.st_mode):
+    if not stat.S_ISSOCK(st.st_mode):  # the path is fixed per project: installing again names it again
         raise SocketPathError(
-            f"cannot serve the OpenCode tools at {path}: something that is not a socket is there; remove it, or "
-            "run `loopd-es opencode install` again"
+            f"cannot serve the OpenCode tools at {path}: something that is not a socket is there; move it away"
+        )
+
+
+def _check_length(path: Path) -> None:
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise SocketPathError(
+            f"the tool socket path {str(path)!r} is longer than {MAX_SOCKET_PATH} bytes; "
+            "set XDG_RUNTIME_DIR or TMPDIR to a shorter directory and run `loopd-es opencode install` again"
         )
 
 

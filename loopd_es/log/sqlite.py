@@ -88,6 +88,7 @@ class SqliteLog(LogStore):
             True  # the connection's busy timeout is busy_timeout_ms (False: 0, for an inline commit)
         )
         self._busy_timeout_ms = BUSY_TIMEOUT_MS
+        self._attempt_s = 0.0  # how long the last call on the worker thread took
         self._heads = (
             sqlite_fast.Heads()
         )  # the head this connection last wrote: lone appends skip the look-up
@@ -145,19 +146,22 @@ class SqliteLog(LogStore):
         if self._closed:
             raise StorageError(f"{self.url} is closed; open the store again")
         self._in_flight += 1
-        started = time.monotonic()
+        waited = 0.0  # time spent waiting for the lock itself (not queued behind this store's other calls)
         try:
             while True:
                 try:
                     return await anyio.to_thread.run_sync(self._waiting, fn, args, limiter=self._limiter)
                 except sqlite3.OperationalError as e:  # busy: nothing written; again, unless waited enough
-                    if not ops.is_busy(e) or (time.monotonic() - started) * 1000 >= self._busy_timeout_ms:
+                    took = self._attempt_s
+                    waited += took
+                    slice_s = min(self._busy_timeout_ms, WAIT_SLICE_MS) / 1000
+                    declined = took < slice_s / 2  # SQLite did not wait (recovering a WAL): said at once
+                    if not ops.is_busy(e) or declined or waited * 1000 >= self._busy_timeout_ms:
                         raise
                 await anyio.lowlevel.checkpoint()  # a cancelled caller stops here, between two slices
         except LoopdError:
             raise
         except sqlite3.Error as e:
-            waited = time.monotonic() - started
             raise ops.translate(e, str(self.path), waited, self._busy_timeout_ms) from e
         finally:
             self._in_flight -= 1
@@ -168,12 +172,15 @@ class SqliteLog(LogStore):
         if not self._waits:
             self._db.execute(f"PRAGMA busy_timeout = {min(self._busy_timeout_ms, WAIT_SLICE_MS)}")
             self._waits = True
+        started = time.monotonic()
         try:
             return fn(self._db, *args)
         except sqlite3.OperationalError as e:
             if ops.is_busy(e) and self._db.in_transaction:
                 self._db.execute("ROLLBACK")
             raise
+        finally:
+            self._attempt_s = time.monotonic() - started  # one call at a time on this thread (the limiter)
 
     def _read_now(self, fn: Callable[..., T], *args: Any) -> T | None:
         """``fn(reader, *args)`` on the event-loop thread; None, having read nothing, when it must run on the

@@ -88,8 +88,9 @@ def read_checked(
 
     :raises CorruptLogError: naming ``where`` and the first row whose checksum does not match.
     """
+    crc = "crc" if checked else "NULL"  # a log written before checksums has no such column
     rows = conn.execute(
-        f"SELECT {COLUMNS}, crc FROM events WHERE position > ? ORDER BY position LIMIT ?", (after, size)
+        f"SELECT {COLUMNS}, {crc} FROM events WHERE position > ? ORDER BY position LIMIT ?", (after, size)
     ).fetchall()
     if checked:
         pack, crc32 = _PACK, zlib.crc32

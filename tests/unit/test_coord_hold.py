@@ -87,3 +87,47 @@ async def test_a_record_held_past_the_wait_is_reported_busy(tmp_path: Path) -> N
                     store, "k", hold_us=60_000_000, wait_s=0.2, busy="someone else holds it"
                 ):
                     pass
+
+
+async def test_a_locked_log_is_a_storage_error_not_another_holder(tmp_path: Path) -> None:
+    # with cancellable lock waits, the hold's own deadline once cut a locked write short and said "busy" (exit 3)
+    import sqlite3
+
+    from loopd_es.errors import LockTimeoutError
+    from loopd_es.log.sqlite import SqliteLog
+
+    async with await open_store(_url("sqlite", tmp_path)) as store:
+        assert isinstance(store, SqliteLog)
+        store.busy_timeout_ms = 600
+        locker = sqlite3.connect(tmp_path / "l.db", isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(LockTimeoutError):
+                async with coord_hold(store, "k", hold_us=10_000_000, wait_s=0.1, busy="busy"):
+                    pass
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+
+
+async def test_a_release_that_cannot_land_does_not_undo_what_the_hold_decided(tmp_path: Path) -> None:
+    # the fenced write landed; a locked log at the release once turned that success into exit 4
+    import sqlite3
+
+    from loopd_es.log.sqlite import SqliteLog
+
+    async with await open_store(_url("sqlite", tmp_path)) as store:
+        assert isinstance(store, SqliteLog)
+        locker = sqlite3.connect(tmp_path / "l.db", isolation_level=None)
+        try:
+            async with coord_hold(store, "k", hold_us=10_000_000, wait_s=20, busy="busy") as fence:
+                await store.append("x", _event(), fences=(fence,))
+                store.busy_timeout_ms = 300
+                locker.execute("BEGIN IMMEDIATE")  # the release cannot write
+        finally:
+            if locker.in_transaction:
+                locker.execute("ROLLBACK")
+            locker.close()
+        assert await store.stream_version("x") == 1
+        (record,) = await store.coord_read("k")
+        assert record.holder and record.token == fence.token  # still held: it runs out by itself

@@ -20,7 +20,7 @@ from loopd_es.errors import LockTimeoutError
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log.coord import Claim
 from loopd_es.log.sqlite import WAIT_SLICE_MS, SqliteLog
-from tests.waits import alet_time_pass
+from tests.waits import alet_time_pass, scaled_timeout
 
 pytestmark = pytest.mark.anyio
 
@@ -58,19 +58,23 @@ async def test_a_cancelled_lease_renewal_stops_within_a_slice_and_writes_nothing
 async def test_the_wait_goes_on_across_slices_up_to_the_timeout(tmp_path: Path) -> None:
     store = await SqliteLog.open(tmp_path / "log.db")
     try:
-        store.busy_timeout_ms = 6 * WAIT_SLICE_MS
+        store.busy_timeout_ms = int(
+            scaled_timeout(30) * 1000
+        )  # far past the release, however slow the machine
         locker = _locked(tmp_path / "log.db")
+        released_at: list[float] = []
 
         async def release_later() -> None:
-            await alet_time_pass(
-                3 * WAIT_SLICE_MS / 1000, "the append waits past one slice, within the timeout"
-            )
+            await alet_time_pass(3 * WAIT_SLICE_MS / 1000, "the append waits past several slices")
+            released_at.append(time.monotonic())
             locker.execute("ROLLBACK")
 
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(release_later)
                 assert [e.version for e in await store.append("s", [NewEvent(type="t.x")])] == [1]
+            assert released_at  # it landed after the release: it did not give up after a slice
+            store.busy_timeout_ms = 3 * WAIT_SLICE_MS  # now the lock outlasts the timeout: a lock timeout
             locker.execute("BEGIN EXCLUSIVE")
             with pytest.raises(LockTimeoutError):
                 await store.append("s", [NewEvent(type="t.x")])

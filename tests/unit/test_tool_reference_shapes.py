@@ -175,6 +175,10 @@ async def test_create_says_which_defaults_it_applied_and_the_worker_topology(tmp
         writer = await _call(d, "loopd_create_goal", name="b", objective="o")
         assert writer["ok"] is True and writer["defaultsApplied"]["checks"] is True, writer
         assert writer["checks"] == ["bun test"]
+        await _call(d, "pause_goal", goal_id=writer["goalID"])
+        blank = await _call(d, "loopd_create_goal", name="c", objective="o", checks=[" "], agent="  ")
+        assert blank["ok"] is True and blank["checks"] == ["bun test"], blank  # a blank check is none
+        assert blank["defaultsApplied"]["checks"] is True, blank  # once False: the raw [" "] counted as given
 
 
 async def test_list_rows_carry_turns_progress_blocker_and_identity(tmp_path: Path) -> None:
