@@ -237,3 +237,28 @@ async def test_a_command_that_keeps_losing_races_says_so(tmp_path: Path) -> None
         w.store.append = always_moved  # type: ignore[method-assign,assignment]
         with pytest.raises(ConflictError, match="kept changing during 20 attempts; run the command again"):
             await w.loop(f"pause {task_id_for('p')}")
+
+
+async def test_the_task_cap_holds_across_connections_as_across_processes(tmp_path: Path) -> None:
+    # two processes on one log count the live tasks each on its own connection: the cap's hold is beside the log
+    from loopd_es.domain.loop import decide as d
+    from loopd_es.log import open_store
+
+    url = f"sqlite:{tmp_path / 'log.db'}"
+    cfg = d.Config(max_tasks=1)
+    async with await open_store(url) as first, await open_store(url) as second:
+        errors: list[str | None] = []
+
+        async def create(store: Any, session: str) -> None:
+            out = await service.handle(store, "5m ping", session_id=session, now=from_ms(0), cfg=cfg,
+                                       origin_id=f"m-{session}", directory=tmp_path, home=tmp_path)  # fmt: skip
+            errors.append(out.error)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(create, first, "s1")
+            tg.start_soon(create, second, "s2")
+        live = [len((await service.read_session(first, s)).live()) for s in ("s1", "s2")]
+        assert sum(live) == 1 and sorted(errors, key=str) == sorted([None, "conflict"], key=str), (
+            live,
+            errors,
+        )
