@@ -213,3 +213,33 @@ async def test_the_balance_pass_spreads_goals_and_adopts_a_dead_members_share(tm
         assert {t["reason"] for t in takeovers} == {"takeover"}
         moved = [e async for e in r.store.read_all(types=["engine.goal_moved"])]
         assert len(moved) == len(takeovers), "first claims are no history; only moves are"
+
+
+async def test_a_goal_whose_first_turn_ended_before_any_member_claimed_it_is_confirmed_at_its_claim(
+    tmp_path: Path,
+) -> None:
+    """``goal create`` sends the first prompt itself; a worker that answers at once goes idle before a member
+    of the group claimed the goal, and a member acts only on the events of goals it holds. The claiming member
+    takes the idle worker as the turn's first idle signal: the turn is confirmed one quiet period later, not
+    at the next maintenance pass (it waited up to 30 s)."""
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=100)) as r:
+        member = Shares(r.store, "m", r.clock, ttl_ms=3_000)
+        await member.join()
+        engine = Engine(GoalFencedStore(r.store, member), r.host, r.clock, r.engine.config, shares=member)
+        await engine.start()
+        engine.next_maintenance = None  # no maintenance pass: what it would have done must not be needed
+        gid, sid = await r.started("first", workspace_write=False, max_turns=3)
+        await r.host.reply(sid)
+        for event in r.seen:  # the idle goes by while nobody holds the goal: the member ignores it
+            assert not await engine.on_host_event(event)
+        r.seen.clear()
+        await engine.catch_up()
+        await Balancer(engine, member, r.clock).run()
+        assert gid in member.held
+        r.clock.advance(0.2)
+        await engine.run_due()
+        await engine.catch_up()
+        types = await r.types(gid)
+        assert types.count("run.completed") == 1 and types.count("run.started") == 2, types
+        assert len(await r.prompts(sid)) == 2
+        r.engine = engine
