@@ -79,6 +79,7 @@ ENGINE_TYPES: Final = (
     "command.await-discarded",
     "notification.requested",
     "notification.delivered",
+    "notification.undeliverable",
     *sorted(NOTICE_TYPES),
     *COMMAND_TYPES,
 )

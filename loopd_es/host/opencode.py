@@ -55,6 +55,7 @@ from .errors import (
     HostReplyError,
     HostTimeoutError,
     HostUnavailableError,
+    NotASessionError,
     SessionNotFoundError,
 )
 from .opencode_catalog import CatalogChecks, agent_catalog, model_catalog
@@ -71,6 +72,8 @@ log = logging.getLogger("loopd_es.host.opencode")
 
 PASSWORD_ENVS: Final = ("LOOPD_ES_OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD")
 PermissionPolicy = Literal["allow", "reject"]
+SESSION_PREFIX: Final = "ses"
+"""Every OpenCode session id starts with it (``ses_…``); OpenCode answers another id on a session path with a 500."""
 STATUS_TTL_S: Final = 0.05
 ALIVE_TTL_S: Final = 30.0
 ACTIVITY_EVERY_S: Final = 1.0
@@ -374,7 +377,15 @@ class OpenCodeHost:
         return True
 
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
-        """Put ``text`` in the owner's session without asking for a reply (``noReply``); shown once per id."""
+        """Put ``text`` in the owner's session without asking for a reply (``noReply``); shown once per id.
+
+        :raises NotASessionError: for an owner that is no OpenCode session (``cli``: OpenCode answers such a path
+            with a 500, which would read as an outage and be retried for ever).
+        """
+        if not session_id.startswith(SESSION_PREFIX):
+            raise NotASessionError(
+                "notify", session_id=session_id, detail="OpenCode session ids start with ses"
+            )
         message_id = "msg_" + hashlib.sha256(notification_id.encode()).hexdigest()[:26]
         if await self._has_message(session_id, message_id):
             return False

@@ -19,6 +19,7 @@ from loopd_es.engine.shares import CLAIM_PREFIX, GoalLostError, Shares, claim_ke
 from loopd_es.events import goal as g
 from loopd_es.events import notification as n
 from loopd_es.events.catalogue import new_event
+from loopd_es.host.errors import NotASessionError
 from loopd_es.log.base import StreamWrite
 from loopd_es.log.coord import Fence
 
@@ -243,3 +244,43 @@ async def test_a_goal_whose_first_turn_ended_before_any_member_claimed_it_is_con
         assert types.count("run.completed") == 1 and types.count("run.started") == 2, types
         assert len(await r.prompts(sid)) == 2
         r.engine = engine
+
+
+async def test_a_finished_goal_whose_notice_has_no_session_is_given_up_and_never_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A goal created from the CLI is owned by ``cli``, which is no OpenCode session: its notice is recorded
+    undeliverable, so the finished goal has nothing pending and its holder gives it up. It used to stay
+    pending for ever: every member kept its finished goals, and every stop moved each of them to another
+    member (``engine.goal_moved`` per finished goal) - a move is history only for a goal that still turns."""
+
+    async def no_session(session_id: str, text: str, *, notification_id: str) -> bool:
+        raise NotASessionError("notify", session_id=session_id)
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        monkeypatch.setattr(r.host, "notify", no_session)
+        gid, sid = await r.started("done", workspace_write=False)
+        a = Shares(r.store, "a", r.clock, ttl_ms=3_000)
+        await a.join()
+        engine_a = Engine(GoalFencedStore(r.store, a), r.host, r.clock, r.engine.config, shares=a)
+        await engine_a.start()
+        balancer_a = Balancer(engine_a, a, r.clock)
+        await engine_a.catch_up()
+        await balancer_a.run()
+        assert gid in a.held
+        assert (await r.ops.complete(sid, "all done", "it works")).status != "error"
+        await engine_a.catch_up()  # the completion's notice: recorded, and settled as undeliverable
+        await balancer_a.run()
+        assert gid not in a.held, "a finished goal with nothing left to deliver is given up"
+        types = [e.type async for e in r.store.read_stream(n.STREAM)]
+        assert types == ["notification.requested", "notification.undeliverable"], types
+        b = Shares(r.store, "b", r.clock, ttl_ms=3_000)
+        await b.join()
+        engine_b = Engine(GoalFencedStore(r.store, b), r.host, r.clock, r.engine.config, shares=b)
+        await engine_b.start()
+        await a.leave()
+        await engine_b.catch_up()
+        await Balancer(engine_b, b, r.clock).run()
+        assert gid not in b.held
+        assert [e async for e in r.store.read_all(types=["engine.goal_moved"])] == []
+        r.engine = engine_a
