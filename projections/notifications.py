@@ -2,7 +2,8 @@
 
 One row per ``notification_id`` (``<cause event id>:<kind>``): opened by ``notification.requested`` (a second
 request of the same id changes nothing, as in the log, where it appends nothing), stamped by
-``notification.delivered``.
+``notification.delivered``, or settled by ``notification.undeliverable`` (no session of the host to show it in:
+a goal created from the CLI; the row is where its owner reads it).
 """
 
 from __future__ import annotations
@@ -22,18 +23,25 @@ _DDL: Final = (
     """CREATE TABLE IF NOT EXISTS notifications (
         notification_id TEXT PRIMARY KEY, position INTEGER NOT NULL, goal_id TEXT NOT NULL,
         owner_session_id TEXT NOT NULL, kind TEXT NOT NULL, text TEXT NOT NULL, cause_event_id TEXT NOT NULL,
-        requested_at TEXT NOT NULL, delivered_at TEXT, delivered_position INTEGER
+        requested_at TEXT NOT NULL, delivered_at TEXT, delivered_position INTEGER, undeliverable TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS notifications_by_goal ON notifications (goal_id, position)",
 )
-_TYPES: Final = frozenset((n.NotificationRequested.event_type, n.NotificationDelivered.event_type))
+_TYPES: Final = frozenset(
+    (
+        n.NotificationRequested.event_type,
+        n.NotificationDelivered.event_type,
+        n.NotificationUndeliverable.event_type,
+    )
+)
 
 
 class Notifications:
-    """Rows of ``notifications``: id -> goal, owner, kind, text, cause, requested and delivered times."""
+    """Rows of ``notifications``: id -> goal, owner, kind, text, cause, requested and delivered times, and why
+    it could not be delivered (``undeliverable``)."""
 
     name = "notifications"
-    version = 1
+    version = 2
 
     def schema(self, conn: sqlite3.Connection) -> None:
         for ddl in _DDL:
@@ -67,6 +75,11 @@ class Notifications:
                 "UPDATE notifications SET delivered_at = ?, delivered_position = ? "
                 "WHERE notification_id = ? AND delivered_at IS NULL",
                 (when(e.at, envelope), envelope.position, e.notification_id),
+            )
+        elif isinstance(e, n.NotificationUndeliverable):
+            conn.execute(
+                "UPDATE notifications SET undeliverable = ? WHERE notification_id = ? AND delivered_at IS NULL",
+                (e.reason, e.notification_id),
             )
 
     def reset(self, conn: sqlite3.Connection) -> None:

@@ -308,7 +308,13 @@ async def _notifications(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps({"notifications": rows}) + "\n")
         return EXIT_OK
     for row in rows:  # goal names and errors in the text come from outside: sanitised like every text view
-        state = f"delivered {row['delivered_at']}" if row["delivered_at"] else "pending"
+        state = (
+            f"delivered {row['delivered_at']}"
+            if row["delivered_at"]
+            else "here only (no session to show it in)"
+            if row.get("undeliverable")
+            else "pending"
+        )
         head = term_line(f"{row['requested_at']}  {row['goal_id'][:8]}  {row['kind']:<11}  {state}")
         text = "".join(f"  {line}\n" for line in term_block(str(row["text"])).splitlines() or [""])
         sys.stdout.write(f"{head}\n{text}")

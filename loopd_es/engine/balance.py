@@ -76,7 +76,8 @@ class Balancer:
             finished = claim is not None and claim.released and claim.reason == "finished"
             if not state.exists or (finished and state.status != "active"):
                 continue  # a finished goal's notices were recorded before it was given up: nothing left to do
-            if await shares.claim(goal_id, "stranded" if best != me else "preferred"):
+            reason = "stranded" if best != me else "preferred"
+            if await shares.claim(goal_id, reason, history=state.status == "active"):
                 claimed += 1
                 # the running turn is resent only when taken from an engine that died: a goal never claimed
                 # or handed over by a live holder had its prompt sent by whoever started the turn

@@ -79,6 +79,7 @@ ENGINE_TYPES: Final = (
     "command.await-discarded",
     "notification.requested",
     "notification.delivered",
+    "notification.undeliverable",
     *sorted(NOTICE_TYPES),
     *COMMAND_TYPES,
 )
@@ -492,15 +493,28 @@ class Engine:
             await self.awaits.adopt(goal_id, ctx)
             state = await self.service.load(goal_id)
             if state.status == "active" and state.phase == "running":
-                self.tracker.live(goal_id).watched_since = self.clock.now()
+                live = self.tracker.live(goal_id)
+                live.watched_since = self.clock.now()
                 if resend:
                     await self.turns.resend(goal_id, ctx)
-                self.tracker.schedule(goal_id, "confirm", self.clock.now())
+                await self._idle_at_adoption(goal_id, state.worker_session_id)
+                if live.candidate_at is not None and live.candidate_generation == state.run_generation:
+                    # the candidate's timer went off while another member held the goal (or none did)
+                    due = after(live.candidate_at, self.config.confirm_idle_ms)
+                    self.tracker.schedule(goal_id, "confirm", max(due, self.clock.now()))
             elif state.status == "active" and state.phase == "waiting_retry" and state.retry_after:
                 self.tracker.schedule(goal_id, "retry", state.retry_after)
         except GoalLostError as e:
             log.info("lost a goal while adopting it: %s", e)
         await self.catch_up()
+
+    async def _idle_at_adoption(self, goal_id: str, worker: str | None) -> None:
+        """An idle worker at adoption is the turn's first idle signal: the host's own idle event went by while
+        no member held the goal (a new goal's first turn often ends before any member claimed it), and only the
+        holder acts on a goal's events, so waiting for the next one would wait for the maintenance pass."""
+        if worker is not None and await self.host.session_status(worker) == "idle":
+            await self.on_idle(goal_id)
+            await self.catch_up(react=False)  # the candidate it may have staged sets the goal's timer
 
     async def _replay_notices(self, goal_id: str) -> None:
         """Record the notices the goal's events call for that nobody recorded yet (recording is idempotent)."""

@@ -27,7 +27,7 @@ from ..domain.loop import decide
 from ..errors import StorageError, UsageError
 from ..host import open_host
 from ..host.errors import HostError
-from ..host.events import AnyHostEvent, EngineHost
+from ..host.events import AnyHostEvent, EngineHost, ReportsHealth
 from ..log import open_store
 from ..log.sqlite import SqliteLog
 from ..procs.paths import CommandPaths
@@ -126,6 +126,8 @@ async def run_daemon(options: RunOptions, stop: anyio.Event, say: Say, clock: Cl
                 raise UsageError(f"host {options.host_url} has no event stream; `loopd-es run` needs one")
             status = EngineStatus(options.store_url, options.holder)
             run = Running(options, store, host, clock, stop, say, Outage(say, status))
+            if isinstance(host, ReportsHealth):  # a host that stops answering is an outage, said once
+                host.on_health = run.outage.host_health
             lease = Lease(store, options.holder, clock, ttl_ms=options.lease_ms)
             try:
                 async with anyio.create_task_group() as tools:
@@ -183,6 +185,9 @@ class Outage:
         """The lease cannot be renewed: reads that go through (a full disk, a locked SQLite file) end nothing."""
         self.host_failing = False
         """The host failed: the store answering (the lease taken again) ends nothing, only serving does."""
+        self.host_down: BaseException | None = None
+        """The host says it does not answer (:meth:`host_health`): only the host saying it answers again ends
+        the outage, whatever else goes through meanwhile."""
 
     def now(self, state: str, detail: str = "") -> None:
         """What the engine is doing now (the status keeps saying "waiting" until the store answers again)."""
@@ -203,6 +208,16 @@ class Outage:
         else:
             self.delay = min(self.delay * 2, MAX_BACKOFF_S)
 
+    def host_health(self, error: BaseException | None) -> None:
+        """The host stopped answering (``error``: said once, as a store outage is) or answers again."""
+        if error is not None:
+            self.host_down = error
+            self.failed(error)
+        elif self.host_down is not None:
+            self.host_down = None
+            self.host_failing = False
+            self.ok()
+
     def backoff(self) -> float:
         return self.delay
 
@@ -217,6 +232,8 @@ class Outage:
         if lease:
             self.lease_failing = False
         elif self.lease_failing:
+            return
+        if self.host_down is not None:
             return
         if store_only and self.host_failing:
             return

@@ -3,7 +3,10 @@
 A notice is recorded as ``notification.requested`` whose event id is derived from its cause and kind, so the
 same cause recorded twice (a retry, a restart replaying its reaction) appends nothing. Delivery shows it
 through the host under its ``notification_id`` (the host shows an id once) and then records
-``notification.delivered``. Undelivered notices are found again at start-up by reading the stream.
+``notification.delivered``. Undelivered notices are found again at start-up by reading the stream. A notice
+whose owner is no session of the host (a goal created from the CLI: owner ``cli``) is recorded
+``notification.undeliverable`` instead, once: it is settled, never retried, and read with ``loopd-es
+notifications``.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from ..errors import DuplicateEventIdError
 from ..events import notification as n
 from ..events.catalogue import decode_payload, new_event
 from ..events.envelope import ANY
-from ..host.errors import HostError
+from ..host.errors import HostError, SessionNotFoundError
 from .shares import GoalLostError
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ class Outbox:
         self.guard = guard or no_guard
         self.pending: dict[str, n.NotificationRequested] = {}
         self.delivered: set[str] = set()
+        """Settled notices: shown by the host, or recorded as having no session to be shown in."""
 
     async def load(self) -> None:
         """Find every requested notice that was not delivered (start-up)."""
@@ -95,7 +99,7 @@ class Outbox:
             assert isinstance(payload, n.NotificationRequested)
             if payload.notification_id not in self.delivered:
                 self.pending.setdefault(payload.notification_id, payload)
-        elif env.type == "notification.delivered":
+        elif env.type in ("notification.delivered", "notification.undeliverable"):
             notification_id = env.data_dict()["notification_id"]
             self.delivered.add(notification_id)
             self.pending.pop(notification_id, None)
@@ -179,6 +183,16 @@ class Outbox:
                     payload.owner_session_id, payload.text, notification_id=notification_id
                 )
             )
+        except SessionNotFoundError as e:  # no session to show it in: retrying would fail the same way
+            gone = n.NotificationUndeliverable(
+                notification_id=notification_id,
+                goal_id=payload.goal_id,
+                reason=f"{payload.owner_session_id!r} is not a session of the host ({e.reason})",
+                at=whole_ms(self.clock.now()),
+                command_id=payload.command_id,
+            )
+            await self._settle(notification_id, payload, gone, "undeliverable")
+            return 0
         except HostError:
             return 0  # stays pending: the next delivery pass tries again
         done = n.NotificationDelivered(
@@ -187,13 +201,24 @@ class Outbox:
             at=whole_ms(self.clock.now()),
             command_id=payload.command_id,
         )
+        await self._settle(notification_id, payload, done, "delivered")
+        return shown
+
+    async def _settle(
+        self,
+        notification_id: str,
+        payload: n.NotificationRequested,
+        fact: n.NotificationDelivered | n.NotificationUndeliverable,
+        what: str,
+    ) -> None:
+        """Record the notice delivered (or undeliverable), once whoever records it, and stop retrying it."""
         try:
             await self.store.append(
                 STREAM,
                 [
                     new_event(
-                        done,
-                        event_id=notification_event_id(notification_id, "delivered"),
+                        fact,
+                        event_id=notification_event_id(notification_id, what),
                         causation_id=notification_event_id(notification_id),
                     )
                 ],
@@ -201,7 +226,6 @@ class Outbox:
                 fences=self._fences(payload),
             )
         except DuplicateEventIdError:
-            pass  # another process (an engine, a CLI operation) recorded the same delivery first
+            pass  # another process (an engine, a CLI operation) recorded the same outcome first
         self.pending.pop(notification_id, None)
         self.delivered.add(notification_id)
-        return shown

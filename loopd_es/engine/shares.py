@@ -254,8 +254,11 @@ class Shares:
         record = next((r for r in await self.store.coord_read(key) if r.key == key), None)
         return record is not None and record.live(to_us(now))
 
-    async def claim(self, goal_id: str, reason: str) -> bool:
-        """Claim the goal unless someone holds it live; ``True`` when this member now holds it."""
+    async def claim(self, goal_id: str, reason: str, *, history: bool = True) -> bool:
+        """Claim the goal unless someone holds it live; ``True`` when this member now holds it.
+
+        ``history``: record the move (``engine.goal_moved``) when the goal came from another member; ``False``
+        for a goal that needs no more turns (a finished goal claimed only to deliver its notices)."""
         if not self.alive():
             return False  # a member whose own membership ran out claims nothing until it renewed
         async with self.lock:
@@ -279,7 +282,7 @@ class Shares:
             self.held[goal_id] = token
             self._seen[goal_id] = (self.member, token)
             self.claims[goal_id] = Claim(self.member, False, reason, now)
-            if current is not None:
+            if current is not None and history:
                 await self._record_move(goal_id, current, token, now)
             return True
 

@@ -3,7 +3,9 @@
 ``notification.requested`` is keyed by its cause: its ``notification_id`` is ``<cause event id>:<kind>`` and its
 event id is derived from that, so recording the same notice twice (a retry, a restart) appends nothing.
 ``notification.delivered`` follows once the host showed it; the host ignores a notification id it has shown
-already, so a crash between showing and recording cannot show it twice.
+already, so a crash between showing and recording cannot show it twice. ``notification.undeliverable`` settles
+a notice whose owner is no session of the host (a goal created from the CLI, whose owner is ``cli``; a session
+deleted since): it is not retried, and it stays readable in ``loopd-es notifications``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,20 @@ class NotificationDelivered(Event, frozen=True):
 
     notification_id: str
     goal_id: str
+    at: UtcTime | None = None
+    command_id: str = ""
+
+
+@event("notification.undeliverable", version=1)
+class NotificationUndeliverable(Event, frozen=True):
+    """The notice ``notification_id`` has no host session to be shown in; settled, read with ``notifications``.
+
+    ``reason`` says why (the owner ``cli`` of a goal created from the CLI is no OpenCode session); the notice is
+    not asked of the host again."""
+
+    notification_id: str
+    goal_id: str
+    reason: str
     at: UtcTime | None = None
     command_id: str = ""
 

@@ -27,6 +27,7 @@ __all__ = (
     "HostUnavailableError",
     "ProviderError",
     "ProviderErrorInfo",
+    "NotASessionError",
     "SessionNotFoundError",
     "WorkerBusyError",
 )
@@ -93,6 +94,14 @@ class SessionNotFoundError(HostError):
 
     reason: ClassVar[str] = "session-not-found"
     _what: ClassVar[str] = "the worker session does not exist on this host"
+
+
+class NotASessionError(SessionNotFoundError):
+    """Raised when a session id cannot name a session of this host at all (a goal created from the CLI has the
+    owner ``cli``, which no OpenCode session is): asking again can never succeed."""
+
+    reason: ClassVar[str] = "not-a-session"
+    _what: ClassVar[str] = "no session of this host has that id"
 
 
 class ProviderErrorInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -20,12 +20,15 @@ maintenance does.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Literal, Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import msgspec
 
 from .base import WorkerHost
+
+if TYPE_CHECKING:
+    from .errors import HostError
 
 Role = Literal["user", "assistant"]
 
@@ -166,3 +169,12 @@ class EngineHost(WorkerHost, Protocol):
         :raises HostUnavailableError: when the host cannot be reached.
         """
         ...
+
+
+@runtime_checkable
+class ReportsHealth(Protocol):
+    """A host that tells when it stops answering and when it answers again (OpenCode, through its event
+    stream: a refused connection, or a server that hangs without dropping it)."""
+
+    on_health: Callable[[HostError | None], None] | None
+    """Called once when the host stops answering (with the error) and once when it answers again (``None``)."""

@@ -13,7 +13,10 @@ opencode-ai 1.18.33, ``shared/reference/opencode-host.md``):
   fenced engine a moment before, is not looked up: no one else can have sent it).
 - ``/session/status`` is a sparse map (absent = idle); a session that does not exist is told apart by a 404 on
   ``GET /session/{id}``. While the event stream is read, the statuses it tells are used instead of polling.
-- ``/event`` has no resume id: after a reconnect the engine reconciles from status and messages. Streamed text
+- ``/event`` has no resume id: after a reconnect the engine reconciles from status and messages. OpenCode sends
+  ``server.heartbeat`` every 10 s, so a stream silent for :data:`STREAM_SILENT_S` is a server that hangs without
+  dropping the connection (``kill -STOP``): it is dropped and reconnected like a closed one. A host that cannot
+  be reached is told once per outage (:attr:`OpenCodeHost.on_health`), not on every retry. Streamed text
   (``message.part.delta``) counts as activity, idle pairs may repeat or come out of order (the engine's
   two-stage idle handles that), and ``permission.asked`` is answered by the configured policy so a headless
   worker never hangs.
@@ -29,7 +32,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -56,6 +59,7 @@ from .errors import (
     HostReplyError,
     HostTimeoutError,
     HostUnavailableError,
+    NotASessionError,
     SessionNotFoundError,
 )
 from .opencode_catalog import CatalogChecks, agent_catalog, model_catalog
@@ -72,6 +76,13 @@ log = logging.getLogger("loopd_es.host.opencode")
 
 PASSWORD_ENVS: Final = ("LOOPD_ES_OPENCODE_PASSWORD", "OPENCODE_SERVER_PASSWORD")
 PermissionPolicy = Literal["allow", "reject"]
+SESSION_PREFIX: Final = "ses"
+"""Every OpenCode session id starts with it (``ses_…``); OpenCode answers another id on a session path with a 500."""
+STREAM_SILENT_S: Final = 25.0
+"""How long the event stream may say nothing, not even OpenCode's heartbeat (every 10 s), before it counts as
+hung (docs/reference/opencode-host.md#s4)."""
+STATUS_TIMEOUT_S: Final = 10.0
+"""A status poll's timeout: maintenance polls every worker, and a hung server must not hold it 30 s per goal."""
 STATUS_TTL_S: Final = 0.05
 ALIVE_TTL_S: Final = 30.0
 ACTIVITY_EVERY_S: Final = 1.0
@@ -90,6 +101,7 @@ class OpenCodeHost:
         permission: PermissionPolicy = "reject",
         timeout: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        stream_silent_s: float = STREAM_SILENT_S,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.tools = dict(tools or {})
@@ -104,6 +116,11 @@ class OpenCodeHost:
         )
         self._seq = 0
         self._closed = False
+        self.stream_silent_s = stream_silent_s
+        self.on_health: Callable[[HostError | None], None] | None = None
+        """Told once when the server stops answering (the error) and once when it answers again (``None``);
+        without it, each is one warning in the log."""
+        self._down: HostError | None = None
         self._check = CatalogChecks(self.list_models, self.list_agents)
         self._last_activity: dict[str, float] = {}
         self._open_tools: dict[str, set[str]] = {}
@@ -260,14 +277,21 @@ class OpenCodeHost:
             if status is None:
                 if self._statuses is None or now - self._statuses[0] > STATUS_TTL_S:
                     statuses = await self._read(
-                        dict[str, j.StatusInfo], "status", "GET", "/session/status", empty={}
+                        dict[str, j.StatusInfo],
+                        "status",
+                        "GET",
+                        "/session/status",
+                        empty={},
+                        timeout=STATUS_TIMEOUT_S,
                     )
                     self._statuses = (now, statuses)
                 entry = self._statuses[1].get(session_id)
                 status = "idle" if entry is None else _status_kind(entry.type)
             # idle is also what a missing session looks like: only GET /session/{id} tells them apart
             if status == "idle" and now - self._alive.get(session_id, -math.inf) > ALIVE_TTL_S:
-                await self._call("status", "GET", f"/session/{session_id}", session_id=session_id)
+                await self._call(
+                    "status", "GET", f"/session/{session_id}", session_id=session_id, timeout=STATUS_TIMEOUT_S
+                )
                 self._alive[session_id] = now
         except SessionNotFoundError:
             self._alive.pop(session_id, None)
@@ -383,7 +407,17 @@ class OpenCodeHost:
         return True
 
     async def notify(self, session_id: str, text: str, *, notification_id: str) -> bool:
-        """Put ``text`` in the owner's session without asking for a reply (``noReply``); shown once per id."""
+        """Put ``text`` in the owner's session without asking for a reply (``noReply``); shown once per id.
+
+        :raises NotASessionError: for an owner that is no OpenCode session (``cli``: OpenCode answers such a path
+            with a 500, which would read as an outage and be retried for ever).
+        """
+        if self._down is not None:  # a hung server would hold each notice for the whole request timeout
+            raise HostUnavailableError("notify", session_id=session_id, detail="the server does not answer")
+        if not session_id.startswith(SESSION_PREFIX):
+            raise NotASessionError(
+                "notify", session_id=session_id, detail="OpenCode session ids start with ses"
+            )
         message_id = "msg_" + hashlib.sha256(notification_id.encode()).hexdigest()[:26]
         if await self._has_message(session_id, message_id):
             return False
@@ -430,17 +464,24 @@ class OpenCodeHost:
         return self._streamed is not None
 
     async def events(self) -> AsyncGenerator[AnyHostEvent, None]:
-        """Host events from now on, reconnecting (with backoff) when the stream drops, until closed."""
+        """Host events from now on, reconnecting (with backoff) when the stream drops or goes silent, until
+        closed. A connection that fails, or a stream silent past :data:`STREAM_SILENT_S` (a hung server), is an
+        outage, told once through :attr:`on_health`; a stream that drops and reconnects at once is not."""
         delay = 0.1
+        silent = httpx.Timeout(self.stream_silent_s)  # each read, the heartbeats included
         while not self._closed:
+            connected = False
             try:
-                async with httpx_sse.aconnect_sse(self._client, "GET", "/event", timeout=None) as source:
+                async with httpx_sse.aconnect_sse(self._client, "GET", "/event", timeout=silent) as source:
                     source.response.raise_for_status()
                     delay = 0.1
                     self._streamed = {}  # no resume: what happened before this connection is polled
                     self._mirror.connect(True)  # nor mirrored: each session's mirror is seeded again
                     try:
                         async for sse in source.aiter_sse():
+                            if not connected:  # OpenCode's first event (server.connected): it answers
+                                connected = True
+                                self._health(None)
                             for event in await self._translate(sse.data):
                                 yield event
                     finally:
@@ -449,7 +490,12 @@ class OpenCodeHost:
             except (httpx.HTTPError, httpx_sse.SSEError) as e:
                 if self._closed:
                     return
-                log.warning(
+                timed_out = isinstance(e, httpx.TimeoutException)
+                if timed_out or not connected:
+                    self._health(
+                        HostUnavailableError(f"event stream at {self.base_url} ({type(e).__name__})")
+                    )
+                log.info(  # each retry only with --verbose: the outage itself is told once (_health)
                     "OpenCode event stream at %s dropped (%s); reconnecting in %.1f s",
                     self.base_url,
                     type(e).__name__,
@@ -457,6 +503,18 @@ class OpenCodeHost:
                 )
                 await anyio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _health(self, error: HostError | None) -> None:
+        """The server stopped answering (``error``) or answers again (``None``): told once per change."""
+        if (error is None) == (self._down is None):
+            return
+        self._down = error
+        if self.on_health is not None:
+            self.on_health(error)
+        elif error is not None:
+            log.warning("OpenCode at %s does not answer (%s); retrying with backoff", self.base_url, error)
+        else:
+            log.warning("OpenCode at %s answers again", self.base_url)
 
     async def _translate(self, data: str) -> list[AnyHostEvent]:
         """One ``/event`` payload as host events; one that does not decode is logged (naming the field) and

@@ -66,7 +66,7 @@ class Stack:
         self.env["LOOPD_ES_HOST"] = f"opencode:{self.opencode.url}"
         self.engine: subprocess.Popen[str] | None = None
 
-    def start_engine(self, confirm_idle_ms: int = 300) -> None:
+    def start_engine(self, confirm_idle_ms: int = 300, *extra: str) -> None:
         log = self.project.parent / f"engine-{time.monotonic_ns()}.log"  # kept for post-mortems of failures
         with log.open("w") as out:
             self.engine = subprocess.Popen(
@@ -80,6 +80,7 @@ class Stack:
                     str(confirm_idle_ms),
                     "--lease-ms",
                     "3000",
+                    *extra,
                 ],
                 cwd=self.project,
                 env=self.env,
@@ -412,3 +413,91 @@ async def test_an_opencode_restart_is_noticed_once_and_the_goal_goes_on(stack: S
     requested = [n for n in notices if n.get("kind") == "unreachable"]
     assert len(requested) == 1, notices
     assert len(of_type(envs, "run.started")) >= 2  # it went on after the restart
+
+
+WAITING = "waiting for the store or host"
+
+
+def engine_states(stack: Stack) -> list[str]:
+    """What ``loopd-es engines`` says each engine of the project's log is doing."""
+    out = cli(stack.project, stack.env, "engines", "--json")
+    return [d["state"] for d in json.loads(out.stdout)["here"]] if out.returncode == 0 else []
+
+
+async def test_an_opencode_that_hangs_is_said_once_shown_in_engines_and_the_goal_goes_on_after_it(
+    stack: Stack,
+) -> None:
+    """``kill -STOP`` on OpenCode: the connections stay open and nothing comes back, not even the heartbeat the
+    event stream carries every 10 s. The engine used to trust the stream's last word (busy) for as long as the
+    hang lasted: nothing on stderr, "running" in ``engines``, the goal running past its turn deadline. Now the
+    silent stream is an outage said once (stderr and ``engines``), the worker is polled, found unreachable and the
+    owner told once, as for an OpenCode that died; after ``kill -CONT`` the engine says so once and the goal
+    goes on."""
+    stack.fake.worker_script = [("slow", 6), ("text",), ("text",)]
+    stack.start_engine(300, "--maintenance-ms", "500")
+    created = cli(
+        stack.project,
+        stack.env,
+        *("goal", "create", "frozen", "--objective", "Wait it out", "--model", "fake/good"),
+        *("--max-turns", "3", "--check", "true", "--timeout-ms", "3000"),
+    )
+    assert created.returncode == 0, created.stderr
+    await await_until("the first (slow) turn to reach the model", lambda: bool(stack.fake.requests))
+    assert stack.opencode.process is not None
+    group = stack.opencode.process.pid
+    os.killpg(group, signal.SIGSTOP)
+    try:
+        await await_until(
+            "the engine to say it waits for the host",
+            lambda: WAITING in stack.engine_log.read_text(),
+            within=90,
+        )
+        await await_until("`engines` to say so", lambda: engine_states(stack) == [WAITING], within=30)
+        await stack.until(
+            "the unreachable notice (the turn's 3 s deadline long past)",
+            lambda e: any(x.type == "notification.requested" and data(x)["kind"] == "unreachable" for x in e),
+            within=120,
+        )
+    finally:
+        os.killpg(group, signal.SIGCONT)
+    await await_until(
+        "the engine to say the host answers again",
+        lambda: "answer again" in stack.engine_log.read_text(),
+        within=90,
+    )
+    envs = await stack.until(
+        "the goal to end",
+        lambda e: any(x.type in ("goal.blocked", "goal.completed", "goal.budget_limited") for x in e),
+        within=120,
+    )
+    said = stack.engine_log.read_text()
+    assert said.count(WAITING) == 1 and said.count("answer again") == 1, said[-3000:]
+    requested = [data(x) for x in of_type(envs, "notification.requested") if data(x)["kind"] == "unreachable"]
+    assert len(requested) == 1, requested
+    await await_until("`engines` to say it runs", lambda: engine_states(stack) == ["running"], within=30)
+
+
+async def test_an_unreachable_opencode_is_said_once_not_on_every_retry_and_once_when_it_is_back(
+    stack: Stack,
+) -> None:
+    """OpenCode not running when the engine starts: "event stream ... dropped; reconnecting" was printed every
+    5 s without ``--verbose`` and ``engines`` said "running". It is said once (each retry only with
+    ``--verbose``), ``engines`` says the engine waits, and its return is said once."""
+    stack.opencode.stop()
+    stack.start_engine()  # with --verbose: each retry is one line, so the test can count them
+    await await_until(
+        "three retries of the event stream",
+        lambda: stack.engine_log.read_text().count("reconnecting in") >= 3,
+        within=60,
+    )
+    await await_until("`engines` to say it waits", lambda: engine_states(stack) == [WAITING], within=30)
+    assert stack.engine_log.read_text().count(WAITING) == 1
+    stack.opencode.start()
+    await await_until(
+        "the engine to say the host answers again",
+        lambda: "answer again" in stack.engine_log.read_text(),
+        within=60,
+    )
+    await await_until("`engines` to say it runs", lambda: engine_states(stack) == ["running"], within=30)
+    said = stack.engine_log.read_text()
+    assert said.count(WAITING) == 1 and said.count("answer again") == 1, said[-3000:]

@@ -19,6 +19,7 @@ from loopd_es.engine.shares import CLAIM_PREFIX, GoalLostError, Shares, claim_ke
 from loopd_es.events import goal as g
 from loopd_es.events import notification as n
 from loopd_es.events.catalogue import new_event
+from loopd_es.host.errors import NotASessionError
 from loopd_es.log.base import StreamWrite
 from loopd_es.log.coord import Fence
 
@@ -213,3 +214,73 @@ async def test_the_balance_pass_spreads_goals_and_adopts_a_dead_members_share(tm
         assert {t["reason"] for t in takeovers} == {"takeover"}
         moved = [e async for e in r.store.read_all(types=["engine.goal_moved"])]
         assert len(moved) == len(takeovers), "first claims are no history; only moves are"
+
+
+async def test_a_goal_whose_first_turn_ended_before_any_member_claimed_it_is_confirmed_at_its_claim(
+    tmp_path: Path,
+) -> None:
+    """``goal create`` sends the first prompt itself; a worker that answers at once goes idle before a member
+    of the group claimed the goal, and a member acts only on the events of goals it holds. The claiming member
+    takes the idle worker as the turn's first idle signal: the turn is confirmed one quiet period later, not
+    at the next maintenance pass (it waited up to 30 s)."""
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=100)) as r:
+        member = Shares(r.store, "m", r.clock, ttl_ms=3_000)
+        await member.join()
+        engine = Engine(GoalFencedStore(r.store, member), r.host, r.clock, r.engine.config, shares=member)
+        await engine.start()
+        engine.next_maintenance = None  # no maintenance pass: what it would have done must not be needed
+        gid, sid = await r.started("first", workspace_write=False, max_turns=3)
+        await r.host.reply(sid)
+        for event in r.seen:  # the idle goes by while nobody holds the goal: the member ignores it
+            assert not await engine.on_host_event(event)
+        r.seen.clear()
+        await engine.catch_up()
+        await Balancer(engine, member, r.clock).run()
+        assert gid in member.held
+        r.clock.advance(0.2)
+        await engine.run_due()
+        await engine.catch_up()
+        types = await r.types(gid)
+        assert types.count("run.completed") == 1 and types.count("run.started") == 2, types
+        assert len(await r.prompts(sid)) == 2
+        r.engine = engine
+
+
+async def test_a_finished_goal_whose_notice_has_no_session_is_given_up_and_never_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A goal created from the CLI is owned by ``cli``, which is no OpenCode session: its notice is recorded
+    undeliverable, so the finished goal has nothing pending and its holder gives it up. It used to stay
+    pending for ever: every member kept its finished goals, and every stop moved each of them to another
+    member (``engine.goal_moved`` per finished goal) - a move is history only for a goal that still turns."""
+
+    async def no_session(session_id: str, text: str, *, notification_id: str) -> bool:
+        raise NotASessionError("notify", session_id=session_id)
+
+    async with rig(tmp_path, config=EngineConfig(confirm_idle_ms=0)) as r:
+        monkeypatch.setattr(r.host, "notify", no_session)
+        gid, sid = await r.started("done", workspace_write=False)
+        a = Shares(r.store, "a", r.clock, ttl_ms=3_000)
+        await a.join()
+        engine_a = Engine(GoalFencedStore(r.store, a), r.host, r.clock, r.engine.config, shares=a)
+        await engine_a.start()
+        balancer_a = Balancer(engine_a, a, r.clock)
+        await engine_a.catch_up()
+        await balancer_a.run()
+        assert gid in a.held
+        assert (await r.ops.complete(sid, "all done", "it works")).status != "error"
+        await engine_a.catch_up()  # the completion's notice: recorded, and settled as undeliverable
+        await balancer_a.run()
+        assert gid not in a.held, "a finished goal with nothing left to deliver is given up"
+        types = [e.type async for e in r.store.read_stream(n.STREAM)]
+        assert types == ["notification.requested", "notification.undeliverable"], types
+        b = Shares(r.store, "b", r.clock, ttl_ms=3_000)
+        await b.join()
+        engine_b = Engine(GoalFencedStore(r.store, b), r.host, r.clock, r.engine.config, shares=b)
+        await engine_b.start()
+        await a.leave()
+        await engine_b.catch_up()
+        await Balancer(engine_b, b, r.clock).run()
+        assert gid not in b.held
+        assert [e async for e in r.store.read_all(types=["engine.goal_moved"])] == []
+        r.engine = engine_a
