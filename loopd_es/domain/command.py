@@ -40,6 +40,7 @@ from .command_checks import (
     compile_read_pattern,
     compile_watch_regex,
     is_dangerous_regex,
+    validate_process,
     validate_size,
     validate_start,
     validate_watch,
@@ -98,6 +99,7 @@ __all__ = [
     "is_dangerous_regex",
     "until_evidence",
     "validate_size",
+    "validate_process",
     "validate_start",
     "validate_watch",
 ]

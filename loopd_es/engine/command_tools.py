@@ -26,6 +26,7 @@ from ..domain.command import (
     CommandState,
     CommandStateError,
     compile_read_pattern,
+    validate_start,
     validate_watch,
 )
 from ..errors import UsageError
@@ -200,6 +201,15 @@ class CommandTools:
         action = _given(args.watch_until_action)
         if action is not None and action not in ("stop", "keep"):
             raise UsageError(f'Invalid watch_until_action \'{action}\': must be "stop" or "keep".')
+        watch = WatchSpec(
+            filter=_given(args.watch_filter) or "",
+            until=_given(args.watch_until) or "",
+            ignore_case=_given(args.watch_ignore_case) or False,
+            until_action="keep" if action == "keep" else "stop",
+        )
+        timeout = _timeout(_given(args.timeout_seconds))
+        # the reference's order: title, command, owner, timeout, watch; then what it did not check
+        validate_start(args.title, args.command, timeout, None if watch.empty else watch, call.session)
         cols, rows = _size(args.cols, args.rows)
         goal_id = _given(args.goal_id) or None
         if goal_id is not None:
@@ -212,14 +222,9 @@ class CommandTools:
             args=_given(args.args) or (),
             cwd=os.path.join(base, cwd) if cwd else base,
             env=_given(args.env) or {},
-            timeout_seconds=_timeout(_given(args.timeout_seconds)),
+            timeout_seconds=cast(int | None, timeout),  # checked just above
             shell=_given(args.shell) or False,
-            watch=WatchSpec(
-                filter=_given(args.watch_filter) or "",
-                until=_given(args.watch_until) or "",
-                ignore_case=_given(args.watch_ignore_case) or False,
-                until_action="keep" if action == "keep" else "stop",
-            ),
+            watch=watch,
             goal_id=goal_id,
             cols=cols,
             rows=rows,
@@ -377,12 +382,11 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def _timeout(value: float | None) -> int | None:
-    """``timeout_seconds`` as a whole number of seconds (JSON has one number type: 5.0 is 5, as in JavaScript)."""
-    if value is None:
-        return None
-    if not float(value).is_integer():
-        raise UsageError("timeoutSeconds must be a positive integer in seconds")  # the reference's words
+def _timeout(value: float | None) -> float | None:
+    """``timeout_seconds`` as a whole number of seconds where it is one (JSON has one number type: 5.0 is 5, as
+    in JavaScript); any other number is left for :func:`validate_start` to refuse in the reference's order."""
+    if value is None or not float(value).is_integer():
+        return value
     return int(value)
 
 

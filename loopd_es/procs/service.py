@@ -42,9 +42,11 @@ from ..domain.command import (
     decide_missing,
     decide_remove,
     evolve,
+    validate_process,
     validate_size,
     validate_start,
 )
+from ..domain.loop.jsclass import trim
 from ..errors import ConflictError, LoopdError, StreamNotFoundError, UsageError, WrongExpectedVersionError
 from ..events.base import Caller, Event
 from ..events.catalogue import decode_payload
@@ -187,7 +189,7 @@ class StartSpec:
         owner_session_id: str | None = None,
         called_by: Caller | None = None,
     ) -> None:
-        self.title, self.command, self.args = title.strip(), command.strip(), list(args)
+        self.title, self.command, self.args = trim(title), trim(command), list(args)
         self.cwd, self.env, self.timeout_seconds, self.shell = cwd, dict(env or {}), timeout_seconds, shell
         self.watch = None if watch is None or watch.empty else watch
         self.goal_id, self.cols, self.rows, self.notify_on_exit = goal_id, cols, rows, notify_on_exit
@@ -221,6 +223,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
     validate_size(spec.cols, spec.rows)
     if spec.goal_id is not None:
         check_id("goal", spec.goal_id)
+    validate_process(spec.command, spec.args, spec.cwd, spec.env)
     paths = CommandPaths(store_url)
     child_env = {**os.environ, **spec.env}
     cwd = _check_runnable(spec, child_env)

@@ -1,0 +1,99 @@
+"""The command tools follow the reference's rules where they had drifted (docs/reference/loopd.md#s3-17): the
+start checks and their order, JavaScript's trim, the owner "main", bad environments refused before spawning."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loopd_es.engine.command_tools import NO_SESSION
+from loopd_es.procs import service
+
+from .test_command_tools import SLEEPER, Tools, tools
+from .test_procs_support import PY, env, store
+
+pytestmark = pytest.mark.anyio
+__all__ = ["env", "store", "tools"]
+
+OWNER = "A valid owner session is required. Run from an active OpenCode session."
+
+
+async def _nothing_recorded(tools: Tools) -> None:
+    assert await service.list_states(tools.store) == []
+    root = tools.env.paths.root
+    assert not root.exists() or not list(root.glob("*.log"))  # nothing spawned
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        ({"A=B": "x"}, "Invalid env name 'A=B': a name must be non-empty, without '=' or a NUL byte."),
+        ({"": "x"}, "Invalid env name '': a name must be non-empty, without '=' or a NUL byte."),
+    ],
+)
+async def test_an_environment_exec_cannot_take_is_refused_before_spawning(
+    tools: Tools, environment: dict[str, str], message: str
+) -> None:
+    """Accepted before (ok:true), then the record ended exit 1 with the owner's own traceback as output."""
+    answer = await tools("loopd_command_start", title="t", command="true", env=environment)
+    assert answer == {"ok": False, "message": message}
+    await _nothing_recorded(tools)
+
+
+@pytest.mark.parametrize("environment", [{"A\0": "x"}, {"A": "x\0"}])
+async def test_a_nul_in_the_environment_is_refused_with_the_arguments(
+    tools: Tools, environment: dict[str, str]
+) -> None:
+    answer = await tools("loopd_command_start", title="t", command="true", env=environment)
+    assert answer["ok"] is False and "NUL" in answer["message"] and "$.env" in answer["message"]
+    await _nothing_recorded(tools)
+
+
+async def test_main_is_refused_as_an_owner_by_the_service_not_as_no_session(tools: Tools) -> None:
+    answer = await tools("loopd_command_start", "main", title="t", command=PY)
+    assert answer == {"ok": False, "message": OWNER}
+    # the checks before the owner's still come first
+    assert (await tools("loopd_command_start", "main", title=" ", command=PY))[
+        "message"
+    ] == "title is required"
+    assert (await tools("loopd_command_get", "main", command_id="abcd"))["message"] == (
+        "Command not found for this session."
+    )
+    for session in (None, ""):
+        answer = await tools("loopd_command_start", session, title="t", command=PY)
+        assert answer == {"ok": False, "errorCode": "no_session", "message": NO_SESSION}
+    await _nothing_recorded(tools)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"title": "", "cols": 0}, "title is required"),
+        ({"title": "", "goal_id": "../bad"}, "title is required"),
+        ({"command": " ", "cols": 0, "goal_id": "../bad"}, "command is required"),
+        ({"timeout_seconds": 1.5, "cols": 0}, "timeoutSeconds must be a positive integer in seconds"),
+        ({"watch_filter": "(", "cols": 0, "goal_id": "../bad"}, "Invalid watch filter regex '('"),
+        ({"title": "", "watch_until_action": "x"}, "Invalid watch_until_action 'x'"),
+    ],
+)
+async def test_start_checks_in_the_reference_order(tools: Tools, extra: dict[str, Any], message: str) -> None:
+    """After the tool's action check: title, command, owner, timeout, watch regex; a size or a goal id after."""
+    answer = await tools("loopd_command_start", **{"title": "t", "command": PY, **extra})
+    assert answer["ok"] is False and answer["message"].startswith(message), answer
+    await _nothing_recorded(tools)
+
+
+@pytest.mark.parametrize("blank", ["\ufeff", " \u2028\u3000\t", "\u00a0"])
+async def test_a_title_of_javascript_whitespace_is_blank(tools: Tools, blank: str) -> None:
+    assert (await tools("loopd_command_start", title=blank, command=PY))["message"] == "title is required"
+    assert (await tools("loopd_command_start", title="t", command=blank))["message"] == "command is required"
+    await _nothing_recorded(tools)
+
+
+@pytest.mark.parametrize("kept", ["\x1f", "\x85", "\x1c"])
+async def test_a_title_javascript_does_not_trim_is_kept(tools: Tools, kept: str) -> None:
+    """Python's ``strip`` took these for whitespace and refused the title as blank; ``trim`` keeps them."""
+    cid = await tools.start(f" {kept} ", "-c", SLEEPER)
+    assert (await tools.env.state(tools.store, cid)).title == kept
+    await tools("loopd_command_terminate", command_id=cid, remove=True)

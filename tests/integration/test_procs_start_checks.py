@@ -1,0 +1,67 @@
+"""What ``exec`` cannot take is refused before a command is recorded, and a child whose exec fails never runs
+on as a copy of its owner (docs/reference/loopd.md#s3-17: every start check comes before spawning)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from loopd_es.cli.main import main
+from loopd_es.errors import EXIT_USAGE
+from loopd_es.procs.pty import PtyChild
+
+from .test_procs_support import Env, env
+
+__all__ = ["env"]
+
+
+@pytest.mark.parametrize("environment", [{"A=B": "x"}, {"": "x"}, {"A\0B": "x"}, {"A": "x\0y"}])
+def test_a_child_whose_exec_fails_ends_and_the_owner_hears_why(environment: dict[str, str]) -> None:
+    """``ValueError`` from ``execve`` escaped in the forked child: the child ran on as a second owner and its
+    traceback became the command's output. Now the spawn fails in the parent, with one line, and no copy runs."""
+    with pytest.raises(OSError, match="cannot exec") as caught:
+        PtyChild.spawn(["/bin/true"], cwd="/", env=environment, cols=80, rows=24)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_failed_exec_leaves_no_copy_of_the_parent_running(tmp_path: Path) -> None:
+    """The parent of a failed spawn is the only one to go on: a forked copy would print a second line."""
+    script = (
+        "import os\n"
+        "from loopd_es.procs.pty import PtyChild\n"
+        "try:\n"
+        "    PtyChild.spawn(['/bin/true'], cwd='/', env={'A=B': 'x'}, cols=80, rows=24)\n"
+        "except Exception:\n"
+        "    pass\n"
+        "with open(os.environ['MARK'], 'a') as marker:\n"
+        "    marker.write(f'{os.getpid()}\\n')\n"
+    )
+    mark = tmp_path / "mark"
+    subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "MARK": str(mark)}, check=True, timeout=60
+    )
+    assert len(mark.read_text().split()) == 1, mark.read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--env", "A=x\0y", "--", "true"), "Invalid env value for 'A'"),
+        (("--", "true", "a\0b"), "Invalid argument 'a\\x00b'"),
+        (("--timeout", "9999999999999", "--", "true"), "timeoutSeconds must be at most 315360000"),
+        (("--timeout", "99999999999999999999", "--", "true"), "timeoutSeconds must be at most 315360000"),
+        (("--timeout", "315360001", "--", "true"), "timeoutSeconds must be at most 315360000"),
+    ],
+)
+def test_cli_start_refuses_what_cannot_run_with_one_line(
+    env: Env, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str
+) -> None:
+    assert main("--store", env.url, "cmd", "start", *argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert main("--store", env.url, "cmd", "list") == 0
+    assert capsys.readouterr().out == ""  # nothing recorded
