@@ -310,16 +310,19 @@ def decide_write(s: CommandState | None, size: int) -> list[Event]:
     return [InputWritten(command_id=s.id, bytes=size)]
 
 
-def decide_watch(s: CommandState, spec: WatchSpec | None) -> list[Event]:
-    """Set, replace (counters reset) or clear (``None``) a running command's watch.
+def decide_watch(s: CommandState, spec: WatchSpec, *, clear: bool = False) -> list[Event]:
+    """Set or replace (counters reset) a running command's watch, or ``clear`` it (docs/reference/loopd.md#s3-17).
+
+    As in the reference, the spec is checked first, even for a clear, and only ``clear`` clears: a spec with
+    neither filter nor until replaces the watch with one that watches nothing.
 
     :raises CommandStateError: when it is not running; :raises UsageError: for a bad spec.
     """
     if not s.running:
         raise CommandStateError(f"Command is {s.status}; watch is meaningless after exit.")
-    if spec is None or spec.empty:
-        return [WatchSuspended(command_id=s.id, reason="cleared", pushes=s.watch_pushes)]
     validate_watch(spec)
+    if clear:
+        return [WatchSuspended(command_id=s.id, reason="cleared", pushes=s.watch_pushes)]
     return [WatchSet(command_id=s.id, watch=spec)]
 
 

@@ -179,8 +179,13 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
     if isinstance(e, CommandSpawned):
         return _replace(s, pid=e.pid, supervisor_pid=e.supervisor_pid)
     if isinstance(e, WatchSet):
-        return _replace(
-            s, watch=None if e.watch.empty else e.watch, watch_state="active", watch_pushes=0, watch_matches=0
+        return _replace(  # a replaced watch starts afresh: {active, 0 matches, 0 pushes, 0 dropped lines}
+            s,
+            watch=None if e.watch.empty else e.watch,
+            watch_state="active",
+            watch_pushes=0,
+            watch_matches=0,
+            watch_dropped_lines=0,
         )
     if isinstance(e, WatchMatched):
         return _replace(
@@ -191,7 +196,9 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
         )
     if isinstance(e, WatchSuspended):
         if e.reason == "cleared":
-            return _replace(s, watch=None, watch_state="active")
+            return _replace(
+                s, watch=None, watch_state="active", watch_pushes=0, watch_matches=0, watch_dropped_lines=0
+            )
         return _replace(
             s,
             watch_state="flood-suspended" if e.reason == "flood" else "budget-exhausted",

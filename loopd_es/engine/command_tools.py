@@ -306,17 +306,17 @@ class CommandTools:
         state = await self._owned(call, args.command_id)
         if not state.running:
             raise CommandStateError(f"Command is {state.status}; watch is meaningless after exit.")
-        if _given(args.clear):
-            request = owner_link.Watch(clear=True, called_by=call.caller)
-            return {"ok": True, "message": await self._request(state, request)}
         spec = WatchSpec(
             filter=_given(args.watch_filter) or "",
             until=_given(args.watch_until) or "",
             ignore_case=_given(args.watch_ignore_case) or False,
             until_action=cast(UntilAction, _given(args.watch_until_action) or "stop"),  # checked just below
         )
-        validate_watch(spec)  # before the owner is asked: a bad watch leaves the previous one untouched
+        # before the owner is asked, a clear too (the reference's order): a bad watch leaves the previous one
+        # untouched; only clear:true clears, anything else replaces the watch
+        validate_watch(spec)
         request = owner_link.Watch(
+            clear=_given(args.clear) or False,
             filter=spec.filter,
             until=spec.until,
             ignore_case=spec.ignore_case,

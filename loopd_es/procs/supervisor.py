@@ -447,16 +447,12 @@ class Supervisor:
             )
             return OwnerAnswer(ok=True, message=f'Terminal resized to {cols}x{rows} for "{title}".')
         if isinstance(r, Watch):
-            spec = (
-                None
-                if r.clear
-                else WatchSpec(
-                    filter=r.filter, until=r.until, ignore_case=r.ignore_case, until_action=r.until_action
-                )
+            spec = WatchSpec(
+                filter=r.filter, until=r.until, ignore_case=r.ignore_case, until_action=r.until_action
             )
-            await self.append(lambda st: decide_watch(st, spec), r.called_by)
-            self._set_watch(spec)
-            if spec is None:
+            await self.append(lambda st: decide_watch(st, spec, clear=r.clear), r.called_by)
+            self._set_watch(None if r.clear else spec)
+            if r.clear:
                 return OwnerAnswer(ok=True, message=f'Watch cleared for "{title}".')
             shown = (
                 (f'filter="{spec.filter}"' if spec.filter else "filter=—")

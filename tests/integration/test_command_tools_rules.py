@@ -97,3 +97,76 @@ async def test_a_title_javascript_does_not_trim_is_kept(tools: Tools, kept: str)
     cid = await tools.start(f" {kept} ", "-c", SLEEPER)
     assert (await tools.env.state(tools.store, cid)).title == kept
     await tools("loopd_command_terminate", command_id=cid, remove=True)
+
+
+NOTHING_SET = 'Watch set for "srv" (filter=—  until=—  action=stop; counters reset to active).'
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"watch_ignore_case": True},
+        {"watch_until_action": "keep"},
+        {"clear": False},
+        {"watch_filter": "", "watch_until": ""},
+    ],
+)
+async def test_only_clear_clears_a_watch(tools: Tools, extra: dict[str, Any]) -> None:
+    """A call with no filter and no until cleared the watch (``watch-suspended cleared``) yet answered "Watch
+    set"; the reference replaces the watch then (counters reset) and clears only on ``clear:true``."""
+    cid = await tools.start("srv", "-c", SLEEPER, watch_filter="ERROR")
+    answer = await tools("loopd_command_watch", command_id=cid, **extra)
+    action = extra.get("watch_until_action", "stop")
+    assert answer == {"ok": True, "message": NOTHING_SET.replace("action=stop", f"action={action}")}
+    types = await tools.env.types(tools.store, cid)
+    assert types[-1] == "command.watch-set" and "command.watch-suspended" not in types
+    await tools("loopd_command_terminate", command_id=cid, remove=True)
+
+
+async def test_clear_checks_the_watch_first_as_the_reference_does(tools: Tools) -> None:
+    cid = await tools.start("srv", "-c", SLEEPER, watch_filter="ERROR")
+    bad = await tools("loopd_command_watch", command_id=cid, clear=True, watch_until="(")
+    assert bad["ok"] is False and bad["message"].startswith("Invalid watch until regex '('")
+    bad = await tools("loopd_command_watch", command_id=cid, clear=True, watch_until_action="x")
+    assert bad["message"] == 'Invalid watch untilAction \'x\': must be "stop" or "keep".'
+    state = await tools.env.state(tools.store, cid)
+    assert state.watch is not None and state.watch.filter == "ERROR"  # untouched
+    cleared = await tools("loopd_command_watch", command_id=cid, clear=True, watch_filter="x")
+    assert cleared == {"ok": True, "message": 'Watch cleared for "srv".'}
+    assert (await tools.env.state(tools.store, cid)).watch is None
+    await tools("loopd_command_terminate", command_id=cid, remove=True)
+
+
+FLOOD = (
+    "import sys\n"
+    "for i in range(2000): print('L%d' % i, flush=True)\n"
+    "print('flooded', flush=True)\n"
+    "sys.stdin.readline()\n"
+)
+
+
+async def test_replacing_a_watch_resets_its_dropped_lines(tools: Tools) -> None:
+    """Reference: a new watch starts at {active, 0 matches, 0 pushes, 0 dropped lines}; the dropped count of a
+    flood-suspended watch survived its replacement."""
+    cid = await tools.start("flood", "-c", FLOOD, watch_filter="L")
+    await tools.env.until(tools.store, cid, lambda s: s.watch_state == "flood-suspended")
+    assert (await tools.env.state(tools.store, cid)).watch_dropped_lines > 0
+    await tools("loopd_command_watch", command_id=cid, watch_filter="Z")
+    state = await tools.env.state(tools.store, cid)
+    assert (state.watch_state, state.watch_dropped_lines, state.watch_pushes) == ("active", 0, 0)
+    await tools("loopd_command_terminate", command_id=cid, remove=True)
+
+
+def test_cli_watch_follows_the_same_rule(env: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from loopd_es.cli.main import main
+
+    assert main("--store", env.url, "cmd", "start", "--title", "srv", "--", PY, "-c", SLEEPER) == 0
+    cid = capsys.readouterr().out.strip()
+    assert main("--store", env.url, "cmd", "watch", cid, "--clear", "--filter", "(") == 2
+    assert "Invalid watch filter regex '('" in capsys.readouterr().err
+    assert main("--store", env.url, "cmd", "watch", cid) == 0
+    assert capsys.readouterr().out.strip() == NOTHING_SET
+    assert main("--store", env.url, "cmd", "watch", cid, "--clear", "--filter", "x") == 0
+    assert capsys.readouterr().out.strip() == 'Watch cleared for "srv".'
+    assert main("--store", env.url, "cmd", "terminate", cid, "--remove") == 0
