@@ -24,6 +24,7 @@ from ..events.command import WatchSpec
 from ..ids import check_id
 from ..log import open_store
 from ..procs import owner_link, service
+from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from ..text_safe import term_block, term_line
@@ -261,12 +262,11 @@ async def _show(args: argparse.Namespace) -> int:
         state = await service.load_state(store, cid)
         if state is None or state.removed:
             raise CommandNotFoundError()
-        record = _record(state, paths)
-        if state.running:
-            live = await owner_link.owner_request(paths, cid, owner_link.Status())
-            if live is not None:
-                answer = msgspec.to_builtins(live)
-                record["live"] = {k: v for k, v in answer.items() if k not in ("ok", "message")}
+        live = await live_answer(paths, state)
+        record = _record(with_live(state, live), paths)  # the counts that change with each chunk, as they are
+        if live is not None:
+            answer = msgspec.to_builtins(live)
+            record["live"] = {k: v for k, v in answer.items() if k not in ("ok", "message")}
     print(json.dumps(record, indent=2))
     return 0
 

@@ -34,6 +34,7 @@ from ..events.base import Caller
 from ..events.command import AwaitFired, UntilAction, WatchSpec
 from ..ids import check_id, is_valid_id
 from ..procs import owner_link, service
+from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from . import command_args as a
@@ -247,6 +248,7 @@ class CommandTools:
     async def _get(self, call: CommandCall, args: a.GetArgs) -> dict[str, Any]:
         state = await self._owned(call, args.command_id, NOT_FOUND_READ)
         offset, limit = _count(args.offset_bytes, "offset_bytes"), _count(args.limit_bytes, "limit_bytes")
+        state = with_live(state, await live_answer(self.paths, state))  # counts that change with each chunk
         pattern = _given(args.pattern)
         log = self.paths.log(state.id)
         if pattern:

@@ -3,8 +3,10 @@ start checks and their order, JavaScript's trim, the owner "main", bad environme
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import anyio
 import pytest
 
 from loopd_es.engine.command_tools import NO_SESSION
@@ -170,3 +172,39 @@ def test_cli_watch_follows_the_same_rule(env: Any, capsys: pytest.CaptureFixture
     assert main("--store", env.url, "cmd", "watch", cid, "--clear", "--filter", "x") == 0
     assert capsys.readouterr().out.strip() == 'Watch cleared for "srv".'
     assert main("--store", env.url, "cmd", "terminate", cid, "--remove") == 0
+
+
+MORE = (
+    "import sys\n"
+    "for i in range(2000): print('L%d' % i, flush=True)\n"
+    "for line in sys.stdin:\n"
+    "    for i in range(50): print('M%d' % i, flush=True)\n"
+)
+
+
+async def test_dropped_lines_count_while_the_command_runs(
+    tools: Tools, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reference: a suspended watch counts every further non-blank line in droppedLines, persisted with each
+    chunk. loopd-es records no event per chunk; a read asks the live owner, so the count moves while it runs."""
+    from loopd_es.cli.main import main
+
+    cid = await tools.start("flood", "-c", MORE, watch_filter="L")
+    suspended = await tools.env.until(tools.store, cid, lambda s: s.watch_state == "flood-suspended")
+    logged = suspended.watch_dropped_lines
+    await tools.output_until(cid, lambda out: "L1999" in out)
+    first = await tools("loopd_command_get", command_id=cid)
+    before = first["command"]["watch_dropped_lines"]
+    assert before >= logged
+    assert (await tools("loopd_command_write", command_id=cid, input="go\n"))["ok"]
+    got = await tools.output_until(cid, lambda out: "M49" in out)
+    assert got["live"] is True
+    assert got["command"]["watch_dropped_lines"] >= before + 50
+    assert (await tools.env.state(tools.store, cid)).watch_dropped_lines == logged  # no event per line
+
+    def shown() -> int:
+        assert main("--store", tools.env.url, "cmd", "show", cid) == 0
+        return int(json.loads(capsys.readouterr().out)["watch_dropped_lines"])
+
+    assert await anyio.to_thread.run_sync(shown) >= before + 50
+    await tools("loopd_command_terminate", command_id=cid, remove=True)
