@@ -234,13 +234,13 @@ def decide_fire_outstanding(s: CommandState, *, output: OutputFacts) -> list[Eve
 
 
 def decide_missing(s: CommandState, *, now: datetime, output: OutputFacts) -> list[Event]:
-    """Reconcile: recorded running, but no owner is alive. ``timeout`` when the deadline had passed."""
+    """Reconcile: recorded running, but no owner is alive. End reason ``missing`` either way, as in the reference
+    (docs/reference/loopd.md#s2-4); a deadline already passed is said in ``last_error``."""
     if not s.running:
         return []
     base = "Host restarted or handle lost — no live execution found"
     reason: EndReason = "missing"
     if s.deadline_at is not None and s.deadline_at <= now:
-        reason = "timeout"
         msg = (
             f"{base} (timeoutSeconds={s.timeout_seconds}s deadline {stamp(s.deadline_at)} already passed; treated as "
             "missing, timeout elapsed). Output log retained; remove to clean up."
