@@ -25,6 +25,7 @@ from ..events.command import (
     AwaitRequested,
     CommandExited,
     CommandRemoved,
+    CommandResized,
     EndReason,
     InputWritten,
     SignalName,
@@ -88,6 +89,7 @@ __all__ = [
     "decide_fire_outstanding",
     "decide_missing",
     "decide_remove",
+    "decide_resize",
     "decide_signal",
     "decide_until_fired",
     "decide_until_stop",
@@ -299,6 +301,17 @@ def decide_remove(s: CommandState | None) -> list[Event]:
         AwaitCancelled(goal_id=a.goal_id, command_id=s.id, reason="command removed") for a in s.awaits
     ]
     return [*cancelled, CommandRemoved(command_id=s.id)]
+
+
+def decide_resize(s: CommandState | None, cols: int, rows: int) -> list[Event]:
+    """Store a terminal size, running or not (docs/reference/loopd.md#s3-17: "size always stored").
+
+    :raises CommandNotFoundError: when there is no such command; :raises UsageError: for a size no terminal has.
+    """
+    if s is None or s.removed:
+        raise CommandNotFoundError()
+    validate_size(cols, rows)
+    return [CommandResized(command_id=s.id, cols=cols, rows=rows)]
 
 
 def decide_write(s: CommandState | None, size: int) -> list[Event]:

@@ -85,6 +85,7 @@ COMMAND_TOOLS: Final = (
         "owner",
         "Write input to a running command's terminal (include \\n to press Enter).",
         a.WriteArgs,
+        nul_allowed=("input",),  # any byte goes to the terminal (the log records only how many)
     ),
     ToolSpec(
         "loopd_command_interrupt",
@@ -107,7 +108,8 @@ COMMAND_TOOLS: Final = (
     ToolSpec(
         "loopd_command_resize",
         "owner",
-        "Resize a running command's terminal (applied live to the PTY winsize).",
+        "Resize a command's terminal (applied live to a running command's PTY winsize; the size is stored "
+        "either way).",
         a.ResizeArgs,
     ),
     ToolSpec(
@@ -299,8 +301,10 @@ class CommandTools:
         return {"ok": True, "message": message, "removed": True}
 
     async def _resize(self, call: CommandCall, args: a.ResizeArgs) -> dict[str, Any]:
+        state = await self._owned(
+            call, args.command_id
+        )  # another session's command: not found, before the size
         cols, rows = _size(args.cols, args.rows)
-        state = await self._owned(call, args.command_id)
         request = owner_link.Resize(cols=cols, rows=rows, called_by=call.caller)
         return {"ok": True, "message": await self._request(state, request)}
 

@@ -41,6 +41,7 @@ from ..domain.command import (
     decide_fire_outstanding,
     decide_missing,
     decide_remove,
+    decide_resize,
     evolve,
     validate_process,
     validate_size,
@@ -61,6 +62,7 @@ from .owner_link import (
     OwnerAnswer,
     OwnerRequest,
     Refresh,
+    Resize,
     Terminate,
     owner_request,
 )
@@ -518,7 +520,6 @@ _NOT_RUNNING = {
     "kill": "nothing to kill",
     "terminate": "nothing to terminate",
     "watch": "watch is meaningless after exit",
-    "resize": "nothing to resize",
 }
 _NO_HANDLE = {
     "write": "Process input unavailable (no live handle — host may have restarted; reconcile marks it honestly).",
@@ -588,6 +589,14 @@ async def command_request(
         assert state is not None
         if state.running:  # the owner refused for another reason
             raise CommandStateError(answer.message if answer else "no live owner")
+    if isinstance(request, Resize):  # the size is stored whether or not there is a terminal to apply it to
+        _, state = await append_decided(
+            store, command_id, partial(decide_resize, cols=request.cols, rows=request.rows), called_by=caller
+        )
+        return (
+            f'Terminal size {request.cols}x{request.rows} stored for "{state.title}" '
+            f"(command is {state.status}; no terminal to resize)."
+        )
     if op == "terminate" and remove:
         try:
             await remove_command(store, paths, command_id, called_by=caller)

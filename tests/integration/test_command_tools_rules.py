@@ -208,3 +208,33 @@ async def test_dropped_lines_count_while_the_command_runs(
 
     assert await anyio.to_thread.run_sync(shown) >= before + 50
     await tools("loopd_command_terminate", command_id=cid, remove=True)
+
+
+async def test_input_with_a_nul_reaches_the_terminal(tools: Tools) -> None:
+    """The reference sends any input to the PTY; the NUL check on every argument refused it (the log records
+    only how many bytes were typed, never the bytes)."""
+    cid = await tools.start("srv", "-c", SLEEPER)
+    answer = await tools("loopd_command_write", command_id=cid, input="\u001b[A\u0000\n")
+    assert answer == {"ok": True, "message": 'Sent 5 byte(s) to "srv".'}
+    assert (await tools.env.state(tools.store, cid)).input_bytes == 5
+    elsewhere = await tools("loopd_command_start", title="t\u0000", command=PY)
+    assert elsewhere["ok"] is False and "NUL" in elsewhere["message"]  # other arguments: still refused
+    await tools("loopd_command_terminate", command_id=cid, remove=True)
+
+
+async def test_resize_finds_the_command_first_and_stores_a_size_when_it_has_ended(tools: Tools) -> None:
+    cid = await tools.start("srv", "-c", SLEEPER)
+    for cols in (0, 1.5):  # another session's command is not found, whatever the size
+        answer = await tools("loopd_command_resize", "ses_b", command_id=cid, cols=cols, rows=10)
+        assert answer == {"ok": False, "message": "Command not found."}
+    await tools("loopd_command_terminate", command_id=cid)
+    stored = await tools("loopd_command_resize", command_id=cid, cols=120, rows=40)
+    assert stored == {
+        "ok": True,
+        "message": 'Terminal size 120x40 stored for "srv" (command is terminated; no terminal to resize).',
+    }
+    state = await tools.env.state(tools.store, cid)
+    assert (state.cols, state.rows) == (120, 40)
+    bad = await tools("loopd_command_resize", command_id=cid, cols=0, rows=40)
+    assert bad["message"] == "Invalid size 0x40: cols and rows must be positive integers."
+    await tools("loopd_command_remove", command_id=cid)
