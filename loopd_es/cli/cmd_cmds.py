@@ -21,7 +21,7 @@ from ..clock import stamped_builtins
 from ..domain.command import CommandNotFoundError, CommandStateError, compile_read_pattern
 from ..errors import UsageError
 from ..events.command import WatchSpec
-from ..ids import check_id
+from ..ids import UnknownGoalError, check_id, resolve_goal_id
 from ..log import open_store
 from ..procs import owner_link, service
 from ..procs.live import live_answer, with_live
@@ -69,7 +69,9 @@ def register(subparsers: Any) -> None:
         default="stop",
         help="on the until line: stop the command (default) or keep it running",
     )
-    p.add_argument("--goal", help="the goal this command belongs to (a display link)")
+    p.add_argument(
+        "--goal", help="the goal this command belongs to (a display link): its id or a unique prefix"
+    )
     p.add_argument("--cols", type=int, default=80)
     p.add_argument("--rows", type=int, default=24)
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
@@ -144,7 +146,7 @@ def register(subparsers: Any) -> None:
 
     p = sub.add_parser("await", help="make GOAL wait for the command's exit (or a line matching --until)")
     p.add_argument("id")
-    p.add_argument("--goal", required=True)
+    p.add_argument("--goal", required=True, help="the goal to wake: its id or a unique prefix of it")
     p.add_argument("--until", metavar="RE")
     p.add_argument("--ignore-case", action="store_true")
     p.set_defaults(handler=_await)
@@ -204,7 +206,7 @@ async def _start(args: argparse.Namespace) -> int:
     url = store_url(args)
     async with await open_store(url) as store:
         if args.goal is not None:
-            await _require_goal(store, args.goal)
+            spec.goal_id, _ = await _goal_named(store, args.goal)  # an id or a unique prefix, as for await
         command_id, _ = await service.start_command(store, url, spec)
     print(command_id)
     return 0
@@ -235,14 +237,32 @@ def _record(s: Any, paths: CommandPaths) -> dict[str, Any]:
     return out
 
 
-async def _require_goal(store: LogStore, goal_id: str) -> None:
-    """:raises UsageError: when the log has no goal ``goal_id`` (a command bound to it would notify nobody)."""
-    from ..domain.streams import goal_stream
+async def _goal_named(store: LogStore, text: str) -> tuple[str, str]:
+    """The goal ``text`` names (its id or a unique prefix, as every goal command takes) and its name.
 
-    if await store.stream_version(goal_stream(goal_id)) == 0:
+    :raises UsageError: when no goal or several goals match, or the goal was cleared.
+    """
+    from ..domain.evolve import fold, initial
+    from ..domain.streams import GOAL_PREFIX, goal_stream
+
+    check_id("goal", text)
+    ids = [s[len(GOAL_PREFIX) :] for s in await store.streams() if s.startswith(GOAL_PREFIX)]
+    try:
+        goal_id = resolve_goal_id(text, ids)
+    except UnknownGoalError as e:
+        if e.matches:
+            raise
+        goal_id = ""
+    goal = (
+        fold([e async for e in store.read_stream(goal_stream(goal_id))], initial(goal_id))
+        if goal_id
+        else None
+    )
+    if goal is None or not goal.exists:
         raise UsageError(
-            f"Goal not found: {goal_id!r} is no goal of this log (`loopd-es goals --all` lists them, with ids)"
+            f"Goal not found: {text!r} is no goal of this log (`loopd-es goals --all` lists them, with ids)"
         )
+    return goal_id, goal.name
 
 
 async def _with_command(args: argparse.Namespace) -> tuple[str, LogStore, CommandPaths, str]:
@@ -343,12 +363,17 @@ async def _remove(args: argparse.Namespace) -> int:
 
 
 async def _await(args: argparse.Namespace) -> int:
-    check_id("goal", args.goal)
     _, store, paths, cid = await _with_command(args)
     async with store:
-        await _require_goal(store, args.goal)
+        goal_id, name = await _goal_named(store, args.goal)
         _, message = await service.request_await(
-            store, paths, cid, goal_id=args.goal, until=args.until, ignore_case=args.ignore_case
+            store,
+            paths,
+            cid,
+            goal_id=goal_id,
+            until=args.until,
+            ignore_case=args.ignore_case,
+            goal_name=name,  # the reference's messages name the goal by its name (docs/reference/loopd.md#s3-18)
         )
     print(term_block(message))
     return 0

@@ -65,3 +65,22 @@ def test_cli_start_refuses_what_cannot_run_with_one_line(
     assert message in err and err.count("\n") == 1, err
     assert main("--store", env.url, "cmd", "list") == 0
     assert capsys.readouterr().out == ""  # nothing recorded
+
+
+def test_cli_await_names_the_goal_and_takes_a_prefix(
+    env: Env, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cmd await ID --goal <uuid>`` answered ``Goal "<uuid>" now awaits ...``; the reference (and the tool)
+    name the goal by its name. ``--goal`` now takes a unique prefix, as the other goal commands do."""
+    monkeypatch.chdir(env.tmp)  # the simulated host keeps its state in the working directory
+    assert main("--store", env.url, "goal", "create", "docs", "--objective", "Write the guide") == 0
+    goal_id = capsys.readouterr().out.split()[0]
+    assert (
+        main("--store", env.url, "cmd", "start", "--title", "build", "--goal", goal_id[:8], "--", "cat") == 0
+    )
+    cid = capsys.readouterr().out.strip()
+    assert main("--store", env.url, "cmd", "await", cid, "--goal", goal_id[:8]) == 0
+    assert capsys.readouterr().out.strip() == 'Goal "docs" now awaits "build" (fires once on exit).'
+    assert main("--store", env.url, "cmd", "show", cid) == 0
+    assert f'"goal_id": "{goal_id}"' in capsys.readouterr().out
+    assert main("--store", env.url, "cmd", "terminate", cid, "--remove") == 0
