@@ -130,6 +130,8 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     """The ``loopd_command_start`` call that started it (``None``: the CLI, or a log from before 0.5)."""
     controlled_by: Caller | None = None
     """The last tool call that acted on it (input, a signal, a resize, the watch, an await, its removal)."""
+    updated_at: datetime | None = None
+    """When its last event was recorded (the reference's ``updatedAt``); set by whoever folds envelopes."""
 
     @property
     def running(self) -> bool:

@@ -20,7 +20,6 @@ import anyio.to_thread
 import msgspec
 from msgspec import UnsetType
 
-from ..clock import stamped_builtins
 from ..domain.command import (
     CommandNotFoundError,
     CommandState,
@@ -38,6 +37,7 @@ from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from . import command_args as a
+from .command_record import reference_record
 from .tool_spec import ToolArgs, ToolSpec
 
 if TYPE_CHECKING:
@@ -244,7 +244,7 @@ class CommandTools:
                 f'Command "{state.title}" started as {command_id[:8]}... (read it with loopd_command_get).'
             ),
             "command_id": command_id,
-            "command": _record(state),
+            "command": reference_record(state),
         }
 
     async def _get(self, call: CommandCall, args: a.GetArgs) -> dict[str, Any]:
@@ -262,7 +262,7 @@ class CommandTools:
             "ok": True,
             "command_id": state.id,
             "live": state.running,
-            "command": _record(state),
+            "command": reference_record(state),
             "output": result.text,
             "offset": result.offset,
             "next_offset": result.next_offset,
@@ -402,11 +402,3 @@ def _count(value: float | UnsetType, name: str) -> int | None:
     if value < 0 or not float(value).is_integer():
         raise UsageError(f"{name} must be a non-negative integer")
     return int(value)
-
-
-def _record(state: CommandState) -> dict[str, Any]:
-    """What the model sees of a command: its record, without the awaits' internals and the fold's version."""
-    out: dict[str, Any] = stamped_builtins(state)  # JSON shapes: lists, not tuples
-    for key in ("awaits", "version", "claim", "supervisor_pid", "removed"):
-        out.pop(key, None)
-    return {k: v for k, v in out.items() if v not in (None, "", [])}

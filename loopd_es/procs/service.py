@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
-from ..clock import EPOCH, WALL
+from ..clock import EPOCH, WALL, parse_or_none
 from ..domain.command import (
     TERMINATE_GRACE_S,
     CommandNotFoundError,
@@ -82,6 +82,7 @@ ANSWER_WITHIN_S = {"terminate": TERMINATE_GRACE_S + 3.0, "kill": 3.0}
 async def load_state(store: LogStore, command_id: str) -> CommandState | None:
     """Fold one command's stream (``None`` when there is no such command)."""
     state: CommandState | None = None
+    last = ""
     try:
         async for env in store.read_stream(command_stream(command_id)):
             try:
@@ -89,9 +90,10 @@ async def load_state(store: LogStore, command_id: str) -> CommandState | None:
             except LoopdError:
                 payload = Event()  # a type this version does not know still counts for the version
             state = evolve(state, payload, env.version)
+            last = env.recorded_at
     except StreamNotFoundError:
         return None
-    return state
+    return None if state is None else msgspec.structs.replace(state, updated_at=parse_or_none(last or None))
 
 
 async def list_states(store: LogStore) -> list[CommandState]:

@@ -11,6 +11,7 @@ import pytest
 
 from loopd_es.engine.command_tools import NO_SESSION
 from loopd_es.procs import service
+from tests.waits import await_until
 
 from .test_command_tools import SLEEPER, Tools, tools
 from .test_procs_support import PY, env, store
@@ -194,12 +195,17 @@ async def test_dropped_lines_count_while_the_command_runs(
     logged = suspended.watch_dropped_lines
     await tools.output_until(cid, lambda out: "L1999" in out)
     first = await tools("loopd_command_get", command_id=cid)
-    before = first["command"]["watch_dropped_lines"]
+    before = first["command"]["watchState"]["droppedLines"]
     assert before >= logged
     assert (await tools("loopd_command_write", command_id=cid, input="go\n"))["ok"]
-    got = await tools.output_until(cid, lambda out: "M49" in out)
+    await tools.output_until(cid, lambda out: "M49" in out)
+    got = await await_until(  # the owner's count, asked before the output is read: wait for it to catch up
+        "the live dropped-line count",
+        lambda: tools("loopd_command_get", command_id=cid),
+        done=lambda a: a["command"]["watchState"]["droppedLines"] >= before + 50,
+        within=20,
+    )
     assert got["live"] is True
-    assert got["command"]["watch_dropped_lines"] >= before + 50
     assert (await tools.env.state(tools.store, cid)).watch_dropped_lines == logged  # no event per line
 
     def shown() -> int:
@@ -237,4 +243,42 @@ async def test_resize_finds_the_command_first_and_stores_a_size_when_it_has_ende
     assert (state.cols, state.rows) == (120, 40)
     bad = await tools("loopd_command_resize", command_id=cid, cols=0, rows=40)
     assert bad["message"] == "Invalid size 0x40: cols and rows must be positive integers."
+    await tools("loopd_command_remove", command_id=cid)
+
+
+async def test_the_tools_answer_the_reference_record(tools: Tools) -> None:
+    """Start, get (and the rest) answered loopd-es's snake_case record (``owner_session_id``, ``end_reason``, a
+    nested ``watch``) with ``totalMatches`` beside it in camelCase; the reference's CommandSession is camelCase."""
+    started = await tools(
+        "loopd_command_start",
+        title="srv",
+        command=PY,
+        args=["-c", SLEEPER],
+        env={"TOKEN": "v"},
+        timeout_seconds=600,
+        watch_until="READY",
+    )
+    record = started["command"]
+    await tools.env.state(tools.store, started["command_id"])
+    assert record["ownerSessionID"] == "ses_a" and record["status"] == "running"
+    assert record["envKeys"] == ["TOKEN"] and record["timeoutSeconds"] == 600
+    assert record["watchUntil"] == "READY" and record["watchUntilAction"] == "stop"
+    assert record["watchIgnoreCase"] is False and "watchFilter" not in record
+    assert record["watchState"] == {"state": "active", "matches": 0, "pushes": 0, "droppedLines": 0}
+    assert record["notifySuccessfulExit"] is True
+    assert {"createdAt", "updatedAt", "deadlineAt", "cols", "rows", "outputBytes", "streamBytes"} <= set(
+        record
+    )
+    assert "truncated" in record and "endReason" not in record and "shell" not in record
+    assert not any("_" in key for key in record), sorted(record)
+    cid = started["command_id"]
+    await tools("loopd_command_terminate", command_id=cid)
+    ended = (await tools("loopd_command_get", command_id=cid))["command"]
+    assert (ended["status"], ended["endReason"], ended["exitCode"] is not None) == (
+        "terminated",
+        "terminate",
+        True,
+    )
+    assert ended["endedAt"] >= ended["createdAt"] and ended["updatedAt"] >= ended["endedAt"]
+    assert ended["signal"] == "SIGTERM" and ended["controlledBy"]["tool"] == "loopd_command_terminate"
     await tools("loopd_command_remove", command_id=cid)
