@@ -1,4 +1,4 @@
-"""``loopd-es cmd ...``: command sessions — start, list, show, read, write, signal, watch, await, attach.
+"""``loopd-es cmd ...``: command sessions — start, list, show, read, write, signal, restart, watch, await, attach.
 
 ``cmd start`` prints the new command's id and returns at once; a detached owner process runs the command
 in a PTY and records every transition on the log (see :mod:`loopd_es.procs.service`). Ids may be given as
@@ -27,6 +27,7 @@ from ..procs import owner_link, service
 from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
+from ..procs.restart import restart_command
 from ..text_safe import term_block, term_line
 from .main import store_url
 from .options import non_negative_number, positive_number
@@ -127,6 +128,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("cols", type=int)
     p.add_argument("rows", type=int)
     p.set_defaults(handler=_resize)
+
+    p = sub.add_parser(
+        "restart",
+        help="stop the command if it runs and start it again as a new command (prints the new id; env values "
+        "were never recorded, so they are not restored)",
+    )
+    p.add_argument("id")
+    p.set_defaults(handler=_restart)
 
     p = sub.add_parser("remove", help="remove a finished command and its output (refused while running)")
     p.add_argument("id")
@@ -353,6 +362,16 @@ async def _watch(args: argparse.Namespace) -> int:
             until_action=args.until_action,
         ),
     )
+
+
+async def _restart(args: argparse.Namespace) -> int:
+    """The new id on stdout (as ``cmd start``), the reference's message on stderr."""
+    url, store, _, cid = await _with_command(args)
+    async with store:
+        new_id, message = await restart_command(store, url, cid)
+    print(new_id)
+    print(term_line(message), file=sys.stderr)
+    return 0
 
 
 async def _remove(args: argparse.Namespace) -> int:

@@ -282,3 +282,16 @@ async def test_the_tools_answer_the_reference_record(tools: Tools) -> None:
     assert ended["endedAt"] >= ended["createdAt"] and ended["updatedAt"] >= ended["endedAt"]
     assert ended["signal"] == "SIGTERM" and ended["controlledBy"]["tool"] == "loopd_command_terminate"
     await tools("loopd_command_remove", command_id=cid)
+
+
+async def test_a_restarted_command_keeps_its_owner_session(tools: Tools) -> None:
+    from loopd_es.procs.restart import restart_command
+
+    cid = await tools.start("srv", "-c", SLEEPER, notify_on_exit=False)
+    new_id, message = await restart_command(tools.store, tools.env.url, cid)
+    assert message == f'Command "srv" restarted as {new_id[:8]}...'
+    new = await tools.env.state(tools.store, new_id)
+    assert (new.owner_session_id, new.notify_on_exit, new.running) == ("ses_a", False, True)
+    assert (await tools("loopd_command_get", command_id=new_id))["command"]["ownerSessionID"] == "ses_a"
+    await tools("loopd_command_terminate", command_id=new_id, remove=True)
+    await tools("loopd_command_remove", command_id=cid)

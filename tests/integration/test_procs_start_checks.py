@@ -7,14 +7,21 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
 from loopd_es.cli.main import main
 from loopd_es.errors import EXIT_USAGE
+from loopd_es.log import open_store
 from loopd_es.procs.pty import PtyChild
+from tests.waits import wait_until
 
 from .test_procs_support import Env, env
+
+if TYPE_CHECKING:
+    from loopd_es.domain.command import CommandState
 
 __all__ = ["env"]
 
@@ -84,3 +91,67 @@ def test_cli_await_names_the_goal_and_takes_a_prefix(
     assert main("--store", env.url, "cmd", "show", cid) == 0
     assert f'"goal_id": "{goal_id}"' in capsys.readouterr().out
     assert main("--store", env.url, "cmd", "terminate", cid, "--remove") == 0
+
+
+SLEEPER = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+
+
+def test_cli_restart_starts_the_spec_again_as_a_new_command(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reference restart: stop it if it runs, start a new command (new id, the old record kept) with the same
+    spec; env values were never recorded, and the answer says which keys are lost."""
+    from loopd_es.procs import service
+
+    from .test_procs_support import PY
+
+    argv = (
+        "--title",
+        "srv",
+        "--env",
+        "TOKEN=s3cr3t",
+        "--watch-until",
+        "READY",
+        "--timeout",
+        "600",
+        "--cols",
+        "90",
+    )
+    assert main("--store", env.url, "cmd", "start", *argv, "--", PY, "-c", SLEEPER) == 0
+    old = capsys.readouterr().out.strip()
+    assert main("--store", env.url, "cmd", "restart", old[:8]) == 0
+    out, err = capsys.readouterr()
+    new = out.strip()
+    assert new != old and err.strip() == (
+        f'Command "srv" restarted as {new[:8]}... (env TOKEN NOT restored — values are never persisted)'
+    )
+
+    async def states() -> tuple[CommandState | None, CommandState | None]:
+        async with await open_store(env.url) as store:
+            return await service.load_state(store, old), await service.load_state(store, new)
+
+    before, after = anyio.run(states)
+    assert before is not None and after is not None
+    assert (before.status, before.end_reason, before.removed) == ("terminated", "terminate", False)
+    assert after.running and after.env_keys == ()
+    same = ("title", "command", "args", "cwd", "shell", "watch", "timeout_seconds", "cols", "rows", "goal_id")
+    assert {k: getattr(after, k) for k in same} == {k: getattr(before, k) for k in same}
+    assert main("--store", env.url, "cmd", "terminate", new) == 0
+    capsys.readouterr()
+    # an ended command restarts without a stop, and says nothing of env when it had none
+    assert main("--store", env.url, "cmd", "start", "--title", "once", "--", "true") == 0
+    once = capsys.readouterr().out.strip()
+    wait_until("the command's exit", lambda: anyio.run(_status, env.url, once), done=lambda s: s != "running")
+    assert main("--store", env.url, "cmd", "restart", once) == 0
+    out, err = capsys.readouterr()
+    assert err.strip() == f'Command "once" restarted as {out.strip()[:8]}...'
+    assert main("--store", env.url, "cmd", "restart", "nosuch") == EXIT_USAGE
+    assert "Command not found." in capsys.readouterr().err
+
+
+async def _status(url: str, cid: str) -> str:
+    from loopd_es.procs import service
+
+    async with await open_store(url) as store:
+        state = await service.load_state(store, cid)
+    return "gone" if state is None else state.status
