@@ -1,4 +1,4 @@
-"""``loopd-es cmd ...``: command sessions — start, list, show, read, write, signal, watch, await, attach.
+"""``loopd-es cmd ...``: command sessions — start, list, show, read, write, signal, restart, watch, await, attach.
 
 ``cmd start`` prints the new command's id and returns at once; a detached owner process runs the command
 in a PTY and records every transition on the log (see :mod:`loopd_es.procs.service`). Ids may be given as
@@ -21,11 +21,13 @@ from ..clock import stamped_builtins
 from ..domain.command import CommandNotFoundError, CommandStateError, compile_read_pattern
 from ..errors import UsageError
 from ..events.command import WatchSpec
-from ..ids import check_id
+from ..ids import UnknownGoalError, check_id, resolve_goal_id
 from ..log import open_store
 from ..procs import owner_link, service
+from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
+from ..procs.restart import restart_command
 from ..text_safe import term_block, term_line
 from .main import store_url
 from .options import non_negative_number, positive_number
@@ -68,7 +70,9 @@ def register(subparsers: Any) -> None:
         default="stop",
         help="on the until line: stop the command (default) or keep it running",
     )
-    p.add_argument("--goal", help="the goal this command belongs to (a display link)")
+    p.add_argument(
+        "--goal", help="the goal this command belongs to (a display link): its id or a unique prefix"
+    )
     p.add_argument("--cols", type=int, default=80)
     p.add_argument("--rows", type=int, default=24)
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND ARGS")
@@ -125,11 +129,22 @@ def register(subparsers: Any) -> None:
     p.add_argument("rows", type=int)
     p.set_defaults(handler=_resize)
 
+    p = sub.add_parser(
+        "restart",
+        help="stop the command if it runs and start it again as a new command (prints the new id; env values "
+        "were never recorded, so they are not restored)",
+    )
+    p.add_argument("id")
+    p.set_defaults(handler=_restart)
+
     p = sub.add_parser("remove", help="remove a finished command and its output (refused while running)")
     p.add_argument("id")
     p.set_defaults(handler=_remove)
 
-    p = sub.add_parser("watch", help="set, replace or clear the watch of a running command")
+    p = sub.add_parser(
+        "watch",
+        help="set or replace (counters reset) the watch of a running command; only --clear clears it",
+    )
     p.add_argument("id")
     p.add_argument("--filter", metavar="RE")
     p.add_argument("--until", metavar="RE")
@@ -140,7 +155,7 @@ def register(subparsers: Any) -> None:
 
     p = sub.add_parser("await", help="make GOAL wait for the command's exit (or a line matching --until)")
     p.add_argument("id")
-    p.add_argument("--goal", required=True)
+    p.add_argument("--goal", required=True, help="the goal to wake: its id or a unique prefix of it")
     p.add_argument("--until", metavar="RE")
     p.add_argument("--ignore-case", action="store_true")
     p.set_defaults(handler=_await)
@@ -200,7 +215,7 @@ async def _start(args: argparse.Namespace) -> int:
     url = store_url(args)
     async with await open_store(url) as store:
         if args.goal is not None:
-            await _require_goal(store, args.goal)
+            spec.goal_id, _ = await _goal_named(store, args.goal)  # an id or a unique prefix, as for await
         command_id, _ = await service.start_command(store, url, spec)
     print(command_id)
     return 0
@@ -231,14 +246,32 @@ def _record(s: Any, paths: CommandPaths) -> dict[str, Any]:
     return out
 
 
-async def _require_goal(store: LogStore, goal_id: str) -> None:
-    """:raises UsageError: when the log has no goal ``goal_id`` (a command bound to it would notify nobody)."""
-    from ..domain.streams import goal_stream
+async def _goal_named(store: LogStore, text: str) -> tuple[str, str]:
+    """The goal ``text`` names (its id or a unique prefix, as every goal command takes) and its name.
 
-    if await store.stream_version(goal_stream(goal_id)) == 0:
+    :raises UsageError: when no goal or several goals match, or the goal was cleared.
+    """
+    from ..domain.evolve import fold, initial
+    from ..domain.streams import GOAL_PREFIX, goal_stream
+
+    check_id("goal", text)
+    ids = [s[len(GOAL_PREFIX) :] for s in await store.streams() if s.startswith(GOAL_PREFIX)]
+    try:
+        goal_id = resolve_goal_id(text, ids)
+    except UnknownGoalError as e:
+        if e.matches:
+            raise
+        goal_id = ""
+    goal = (
+        fold([e async for e in store.read_stream(goal_stream(goal_id))], initial(goal_id))
+        if goal_id
+        else None
+    )
+    if goal is None or not goal.exists:
         raise UsageError(
-            f"Goal not found: {goal_id!r} is no goal of this log (`loopd-es goals --all` lists them, with ids)"
+            f"Goal not found: {text!r} is no goal of this log (`loopd-es goals --all` lists them, with ids)"
         )
+    return goal_id, goal.name
 
 
 async def _with_command(args: argparse.Namespace) -> tuple[str, LogStore, CommandPaths, str]:
@@ -258,12 +291,11 @@ async def _show(args: argparse.Namespace) -> int:
         state = await service.load_state(store, cid)
         if state is None or state.removed:
             raise CommandNotFoundError()
-        record = _record(state, paths)
-        if state.running:
-            live = await owner_link.owner_request(paths, cid, owner_link.Status())
-            if live is not None:
-                answer = msgspec.to_builtins(live)
-                record["live"] = {k: v for k, v in answer.items() if k not in ("ok", "message")}
+        live = await live_answer(paths, state)
+        record = _record(with_live(state, live), paths)  # the counts that change with each chunk, as they are
+        if live is not None:
+            answer = msgspec.to_builtins(live)
+            record["live"] = {k: v for k, v in answer.items() if k not in ("ok", "message")}
     print(json.dumps(record, indent=2))
     return 0
 
@@ -318,8 +350,8 @@ async def _resize(args: argparse.Namespace) -> int:
 
 
 async def _watch(args: argparse.Namespace) -> int:
-    if not args.clear and not args.filter and not args.until:
-        raise UsageError("cmd watch: give --filter and/or --until, or --clear")
+    # as the tool (docs/reference/loopd.md#s3-17): the regexes are checked first, --clear too; only --clear
+    # clears, and no --filter and no --until sets a watch that watches nothing
     return await _request(
         args,
         owner_link.Watch(
@@ -332,6 +364,16 @@ async def _watch(args: argparse.Namespace) -> int:
     )
 
 
+async def _restart(args: argparse.Namespace) -> int:
+    """The new id on stdout (as ``cmd start``), the reference's message on stderr."""
+    url, store, _, cid = await _with_command(args)
+    async with store:
+        new_id, message = await restart_command(store, url, cid)
+    print(new_id)
+    print(term_line(message), file=sys.stderr)
+    return 0
+
+
 async def _remove(args: argparse.Namespace) -> int:
     _, store, paths, cid = await _with_command(args)
     async with store:
@@ -340,12 +382,17 @@ async def _remove(args: argparse.Namespace) -> int:
 
 
 async def _await(args: argparse.Namespace) -> int:
-    check_id("goal", args.goal)
     _, store, paths, cid = await _with_command(args)
     async with store:
-        await _require_goal(store, args.goal)
+        goal_id, name = await _goal_named(store, args.goal)
         _, message = await service.request_await(
-            store, paths, cid, goal_id=args.goal, until=args.until, ignore_case=args.ignore_case
+            store,
+            paths,
+            cid,
+            goal_id=goal_id,
+            until=args.until,
+            ignore_case=args.ignore_case,
+            goal_name=name,  # the reference's messages name the goal by its name (docs/reference/loopd.md#s3-18)
         )
     print(term_block(message))
     return 0

@@ -25,6 +25,7 @@ from ..events.command import (
     AwaitRequested,
     CommandExited,
     CommandRemoved,
+    CommandResized,
     EndReason,
     InputWritten,
     SignalName,
@@ -40,6 +41,7 @@ from .command_checks import (
     compile_read_pattern,
     compile_watch_regex,
     is_dangerous_regex,
+    validate_process,
     validate_size,
     validate_start,
     validate_watch,
@@ -87,6 +89,7 @@ __all__ = [
     "decide_fire_outstanding",
     "decide_missing",
     "decide_remove",
+    "decide_resize",
     "decide_signal",
     "decide_until_fired",
     "decide_until_stop",
@@ -98,6 +101,7 @@ __all__ = [
     "is_dangerous_regex",
     "until_evidence",
     "validate_size",
+    "validate_process",
     "validate_start",
     "validate_watch",
 ]
@@ -232,13 +236,13 @@ def decide_fire_outstanding(s: CommandState, *, output: OutputFacts) -> list[Eve
 
 
 def decide_missing(s: CommandState, *, now: datetime, output: OutputFacts) -> list[Event]:
-    """Reconcile: recorded running, but no owner is alive. ``timeout`` when the deadline had passed."""
+    """Reconcile: recorded running, but no owner is alive. End reason ``missing`` either way, as in the reference
+    (docs/reference/loopd.md#s2-4); a deadline already passed is said in ``last_error``."""
     if not s.running:
         return []
     base = "Host restarted or handle lost — no live execution found"
     reason: EndReason = "missing"
     if s.deadline_at is not None and s.deadline_at <= now:
-        reason = "timeout"
         msg = (
             f"{base} (timeoutSeconds={s.timeout_seconds}s deadline {stamp(s.deadline_at)} already passed; treated as "
             "missing, timeout elapsed). Output log retained; remove to clean up."
@@ -299,6 +303,17 @@ def decide_remove(s: CommandState | None) -> list[Event]:
     return [*cancelled, CommandRemoved(command_id=s.id)]
 
 
+def decide_resize(s: CommandState | None, cols: int, rows: int) -> list[Event]:
+    """Store a terminal size, running or not (docs/reference/loopd.md#s3-17: "size always stored").
+
+    :raises CommandNotFoundError: when there is no such command; :raises UsageError: for a size no terminal has.
+    """
+    if s is None or s.removed:
+        raise CommandNotFoundError()
+    validate_size(cols, rows)
+    return [CommandResized(command_id=s.id, cols=cols, rows=rows)]
+
+
 def decide_write(s: CommandState | None, size: int) -> list[Event]:
     """:raises CommandNotFoundError, CommandStateError: with the reference's messages."""
     if s is None or s.removed:
@@ -308,16 +323,19 @@ def decide_write(s: CommandState | None, size: int) -> list[Event]:
     return [InputWritten(command_id=s.id, bytes=size)]
 
 
-def decide_watch(s: CommandState, spec: WatchSpec | None) -> list[Event]:
-    """Set, replace (counters reset) or clear (``None``) a running command's watch.
+def decide_watch(s: CommandState, spec: WatchSpec, *, clear: bool = False) -> list[Event]:
+    """Set or replace (counters reset) a running command's watch, or ``clear`` it (docs/reference/loopd.md#s3-17).
+
+    As in the reference, the spec is checked first, even for a clear, and only ``clear`` clears: a spec with
+    neither filter nor until replaces the watch with one that watches nothing.
 
     :raises CommandStateError: when it is not running; :raises UsageError: for a bad spec.
     """
     if not s.running:
         raise CommandStateError(f"Command is {s.status}; watch is meaningless after exit.")
-    if spec is None or spec.empty:
-        return [WatchSuspended(command_id=s.id, reason="cleared", pushes=s.watch_pushes)]
     validate_watch(spec)
+    if clear:
+        return [WatchSuspended(command_id=s.id, reason="cleared", pushes=s.watch_pushes)]
     return [WatchSet(command_id=s.id, watch=spec)]
 
 

@@ -5,10 +5,12 @@ Messages are the reference system's own (docs/reference/loopd.md#s3-17, #s3-18).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from ..errors import UsageError
 from ..patterns import PatternError, UserPattern, compile_user_pattern
+from .loop.jsclass import trim
 
 if TYPE_CHECKING:
     from ..events.command import WatchSpec
@@ -72,6 +74,10 @@ def validate_watch(spec: WatchSpec) -> None:
         compile_watch_regex("until", spec.until, spec.ignore_case)
 
 
+MAX_TIMEOUT_SECONDS: Final = 315_360_000
+"""Ten years: the longest ``timeoutSeconds`` taken (a deadline past it would not fit a date)."""
+
+
 def validate_start(
     title: str,
     command: str,
@@ -81,18 +87,22 @@ def validate_start(
 ) -> None:
     """The reference's start checks, in its order (an owner is checked when one is given: the CLI has none).
 
+    ``title`` and ``command`` are trimmed as JavaScript's ``trim`` does (docs/reference/loopd.md#s1-7).
+
     :raises UsageError: naming the first problem.
     """
-    if not title.strip():
+    if not trim(title):
         raise UsageError("title is required")
-    if not command.strip():
+    if not trim(command):
         raise UsageError("command is required")
-    if owner_session_id is not None and owner_session_id.strip() in ("", "main"):
+    if owner_session_id is not None and trim(owner_session_id) in ("", "main"):
         raise UsageError("A valid owner session is required. Run from an active OpenCode session.")
     if timeout_seconds is not None and (
         isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, int) or timeout_seconds <= 0
     ):
         raise UsageError("timeoutSeconds must be a positive integer in seconds")
+    if timeout_seconds is not None and timeout_seconds > MAX_TIMEOUT_SECONDS:
+        raise UsageError(f"timeoutSeconds must be at most {MAX_TIMEOUT_SECONDS} (ten years)")
     if watch is not None:
         validate_watch(watch)
 
@@ -107,3 +117,22 @@ def validate_size(cols: int, rows: int) -> None:
         raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be positive integers.")
     if cols > MAX_TERMINAL_SIDE or rows > MAX_TERMINAL_SIDE:
         raise UsageError(f"Invalid size {cols}x{rows}: cols and rows must be at most {MAX_TERMINAL_SIDE}.")
+
+
+def validate_process(command: str, args: Sequence[str], cwd: str | None, env: Mapping[str, str]) -> None:
+    """What the operating system cannot take in an ``exec``, refused before anything is spawned or recorded:
+    a NUL in the program, an argument or the directory, an environment name that is empty or holds ``=`` or a
+    NUL, a value with a NUL.
+
+    :raises UsageError: naming the first problem (names and values shown quoted, on one line).
+    """
+    for what, text in (("command", command), ("cwd", cwd or ""), *(("argument", a) for a in args)):
+        if "\0" in text:
+            raise UsageError(f"Invalid {what} {text!r}: it must not contain a NUL byte.")
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name:
+            raise UsageError(
+                f"Invalid env name {name!r}: a name must be non-empty, without '=' or a NUL byte."
+            )
+        if "\0" in value:
+            raise UsageError(f"Invalid env value for {name!r}: it must not contain a NUL byte.")

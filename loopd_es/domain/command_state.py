@@ -130,6 +130,8 @@ class CommandState(msgspec.Struct, frozen=True, kw_only=True):
     """The ``loopd_command_start`` call that started it (``None``: the CLI, or a log from before 0.5)."""
     controlled_by: Caller | None = None
     """The last tool call that acted on it (input, a signal, a resize, the watch, an await, its removal)."""
+    updated_at: datetime | None = None
+    """When its last event was recorded (the reference's ``updatedAt``); set by whoever folds envelopes."""
 
     @property
     def running(self) -> bool:
@@ -179,8 +181,13 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
     if isinstance(e, CommandSpawned):
         return _replace(s, pid=e.pid, supervisor_pid=e.supervisor_pid)
     if isinstance(e, WatchSet):
-        return _replace(
-            s, watch=None if e.watch.empty else e.watch, watch_state="active", watch_pushes=0, watch_matches=0
+        return _replace(  # a replaced watch starts afresh: {active, 0 matches, 0 pushes, 0 dropped lines}
+            s,
+            watch=None if e.watch.empty else e.watch,
+            watch_state="active",
+            watch_pushes=0,
+            watch_matches=0,
+            watch_dropped_lines=0,
         )
     if isinstance(e, WatchMatched):
         return _replace(
@@ -191,7 +198,9 @@ def _evolve(s: CommandState, e: Event) -> CommandState:
         )
     if isinstance(e, WatchSuspended):
         if e.reason == "cleared":
-            return _replace(s, watch=None, watch_state="active")
+            return _replace(
+                s, watch=None, watch_state="active", watch_pushes=0, watch_matches=0, watch_dropped_lines=0
+            )
         return _replace(
             s,
             watch_state="flood-suspended" if e.reason == "flood" else "budget-exhausted",

@@ -20,12 +20,12 @@ import anyio.to_thread
 import msgspec
 from msgspec import UnsetType
 
-from ..clock import stamped_builtins
 from ..domain.command import (
     CommandNotFoundError,
     CommandState,
     CommandStateError,
     compile_read_pattern,
+    validate_start,
     validate_watch,
 )
 from ..errors import UsageError
@@ -33,9 +33,11 @@ from ..events.base import Caller
 from ..events.command import AwaitFired, UntilAction, WatchSpec
 from ..ids import check_id, is_valid_id
 from ..procs import owner_link, service
+from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
 from . import command_args as a
+from .command_record import reference_record
 from .tool_spec import ToolArgs, ToolSpec
 
 if TYPE_CHECKING:
@@ -83,6 +85,7 @@ COMMAND_TOOLS: Final = (
         "owner",
         "Write input to a running command's terminal (include \\n to press Enter).",
         a.WriteArgs,
+        nul_allowed=("input",),  # any byte goes to the terminal (the log records only how many)
     ),
     ToolSpec(
         "loopd_command_interrupt",
@@ -105,7 +108,8 @@ COMMAND_TOOLS: Final = (
     ToolSpec(
         "loopd_command_resize",
         "owner",
-        "Resize a running command's terminal (applied live to the PTY winsize).",
+        "Resize a command's terminal (applied live to a running command's PTY winsize; the size is stored "
+        "either way).",
         a.ResizeArgs,
     ),
     ToolSpec(
@@ -200,6 +204,15 @@ class CommandTools:
         action = _given(args.watch_until_action)
         if action is not None and action not in ("stop", "keep"):
             raise UsageError(f'Invalid watch_until_action \'{action}\': must be "stop" or "keep".')
+        watch = WatchSpec(
+            filter=_given(args.watch_filter) or "",
+            until=_given(args.watch_until) or "",
+            ignore_case=_given(args.watch_ignore_case) or False,
+            until_action="keep" if action == "keep" else "stop",
+        )
+        timeout = _timeout(_given(args.timeout_seconds))
+        # the reference's order: title, command, owner, timeout, watch; then what it did not check
+        validate_start(args.title, args.command, timeout, None if watch.empty else watch, call.session)
         cols, rows = _size(args.cols, args.rows)
         goal_id = _given(args.goal_id) or None
         if goal_id is not None:
@@ -212,14 +225,9 @@ class CommandTools:
             args=_given(args.args) or (),
             cwd=os.path.join(base, cwd) if cwd else base,
             env=_given(args.env) or {},
-            timeout_seconds=_timeout(_given(args.timeout_seconds)),
+            timeout_seconds=cast(int | None, timeout),  # checked just above
             shell=_given(args.shell) or False,
-            watch=WatchSpec(
-                filter=_given(args.watch_filter) or "",
-                until=_given(args.watch_until) or "",
-                ignore_case=_given(args.watch_ignore_case) or False,
-                until_action="keep" if action == "keep" else "stop",
-            ),
+            watch=watch,
             goal_id=goal_id,
             cols=cols,
             rows=rows,
@@ -236,12 +244,13 @@ class CommandTools:
                 f'Command "{state.title}" started as {command_id[:8]}... (read it with loopd_command_get).'
             ),
             "command_id": command_id,
-            "command": _record(state),
+            "command": reference_record(state),
         }
 
     async def _get(self, call: CommandCall, args: a.GetArgs) -> dict[str, Any]:
         state = await self._owned(call, args.command_id, NOT_FOUND_READ)
         offset, limit = _count(args.offset_bytes, "offset_bytes"), _count(args.limit_bytes, "limit_bytes")
+        state = with_live(state, await live_answer(self.paths, state))  # counts that change with each chunk
         pattern = _given(args.pattern)
         log = self.paths.log(state.id)
         if pattern:
@@ -253,7 +262,7 @@ class CommandTools:
             "ok": True,
             "command_id": state.id,
             "live": state.running,
-            "command": _record(state),
+            "command": reference_record(state),
             "output": result.text,
             "offset": result.offset,
             "next_offset": result.next_offset,
@@ -292,8 +301,10 @@ class CommandTools:
         return {"ok": True, "message": message, "removed": True}
 
     async def _resize(self, call: CommandCall, args: a.ResizeArgs) -> dict[str, Any]:
+        state = await self._owned(
+            call, args.command_id
+        )  # another session's command: not found, before the size
         cols, rows = _size(args.cols, args.rows)
-        state = await self._owned(call, args.command_id)
         request = owner_link.Resize(cols=cols, rows=rows, called_by=call.caller)
         return {"ok": True, "message": await self._request(state, request)}
 
@@ -301,17 +312,17 @@ class CommandTools:
         state = await self._owned(call, args.command_id)
         if not state.running:
             raise CommandStateError(f"Command is {state.status}; watch is meaningless after exit.")
-        if _given(args.clear):
-            request = owner_link.Watch(clear=True, called_by=call.caller)
-            return {"ok": True, "message": await self._request(state, request)}
         spec = WatchSpec(
             filter=_given(args.watch_filter) or "",
             until=_given(args.watch_until) or "",
             ignore_case=_given(args.watch_ignore_case) or False,
             until_action=cast(UntilAction, _given(args.watch_until_action) or "stop"),  # checked just below
         )
-        validate_watch(spec)  # before the owner is asked: a bad watch leaves the previous one untouched
+        # before the owner is asked, a clear too (the reference's order): a bad watch leaves the previous one
+        # untouched; only clear:true clears, anything else replaces the watch
+        validate_watch(spec)
         request = owner_link.Watch(
+            clear=_given(args.clear) or False,
             filter=spec.filter,
             until=spec.until,
             ignore_case=spec.ignore_case,
@@ -377,12 +388,11 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def _timeout(value: float | None) -> int | None:
-    """``timeout_seconds`` as a whole number of seconds (JSON has one number type: 5.0 is 5, as in JavaScript)."""
-    if value is None:
-        return None
-    if not float(value).is_integer():
-        raise UsageError("timeoutSeconds must be a positive integer in seconds")  # the reference's words
+def _timeout(value: float | None) -> float | None:
+    """``timeout_seconds`` as a whole number of seconds where it is one (JSON has one number type: 5.0 is 5, as
+    in JavaScript); any other number is left for :func:`validate_start` to refuse in the reference's order."""
+    if value is None or not float(value).is_integer():
+        return value
     return int(value)
 
 
@@ -392,11 +402,3 @@ def _count(value: float | UnsetType, name: str) -> int | None:
     if value < 0 or not float(value).is_integer():
         raise UsageError(f"{name} must be a non-negative integer")
     return int(value)
-
-
-def _record(state: CommandState) -> dict[str, Any]:
-    """What the model sees of a command: its record, without the awaits' internals and the fold's version."""
-    out: dict[str, Any] = stamped_builtins(state)  # JSON shapes: lists, not tuples
-    for key in ("awaits", "version", "claim", "supervisor_pid", "removed"):
-        out.pop(key, None)
-    return {k: v for k, v in out.items() if v not in (None, "", [])}

@@ -226,7 +226,9 @@ class ToolDispatcher:
             return {"ok": False, "message": f"Unknown loopd tool {call.tool!r}."}
         command = spec.name in COMMAND_TOOL_NAMES
         session = call.context.get("sessionID")
-        if not isinstance(session, str) or not session or session == "main":
+        if not isinstance(session, str) or not session or (session == "main" and not command):
+            # a command tool takes "main" on to the service, which refuses it as an owner
+            # (docs/reference/loopd.md#s3-17): no_session is for a call that has no session at all
             refusal = NO_SESSION if command else "No session context available."
             return {"ok": False, "errorCode": "no_session", "message": refusal}
         if self.index is not None and (refused := await role_refusal(spec, session, self.index)) is not None:

@@ -46,6 +46,8 @@ class ToolSpec:
     asks: str | None = None
     """An OpenCode permission the tool file asks for before it forwards the call (``bash`` for a command start,
     as the reference does: patterns ``[argv joined]``, always ``[command]``)."""
+    nul_allowed: tuple[str, ...] = ()
+    """Text arguments that may hold a NUL (``input``: bytes typed into a terminal, never recorded)."""
     blank_reaches: bool = False
     """A required argument given as ``""`` reaches the tool, which answers it in the reference's own words
     (``Nothing to send.``, ``Switch denied``), rather than being refused as missing."""
@@ -73,7 +75,7 @@ class ToolSpec:
         except msgspec.ValidationError as e:
             raise ToolArgsError(self.name, str(e)) from None
         for name in decoded.__struct_fields__:
-            if _has_nul(getattr(decoded, name)):
+            if name not in self.nul_allowed and _has_nul(getattr(decoded, name)):
                 raise ToolArgsError(self.name, f"a NUL character is not allowed - at `$.{name}`")
         return decoded
 

@@ -15,10 +15,12 @@ import signal
 import struct
 import termios
 from collections.abc import Mapping, Sequence
+from functools import partial
 
 import anyio
 import anyio.lowlevel
 from ptyprocess import PtyProcess  # the only import of ptyprocess in the package
+from ptyprocess.util import which
 
 _RESET_SIGNALS = (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE, signal.SIGXFSZ)
 """Signals a child must meet with their default action, as in a terminal: an ignored signal stays ignored
@@ -31,6 +33,23 @@ def _default_signals() -> None:
     """Run in the forked child before exec: restore the default action of :data:`_RESET_SIGNALS`."""
     for sig in _RESET_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
+
+
+def _exec_in_child(argv: list[str], env: dict[str, str]) -> None:
+    """Run in the forked child as ptyprocess's ``preexec_fn``: reset the signals and exec ``argv`` here.
+
+    ptyprocess's own exec reports only an ``OSError`` to the parent; anything else (a ``ValueError`` for a NUL
+    byte or an ``=`` in an environment name) escaped in the child, which then ran on as a second copy of the
+    owner and printed its traceback into the command's output. Here every failure becomes an ``OSError`` that
+    ptyprocess sends to the parent (and ends the child); the parent records it as a failed spawn (exit 127).
+    """
+    try:
+        _default_signals()
+        os.execve(argv[0], argv, env)
+    except OSError:
+        raise
+    except BaseException as e:  # the child must never run on as the owner
+        raise OSError(errno.EINVAL, f"cannot exec {argv[0]!r}: {type(e).__name__}: {e}") from None
 
 
 class PtyChild:
@@ -54,8 +73,17 @@ class PtyChild:
 
         :raises OSError: when the program cannot be found or executed.
         """
+        child_env = dict(env)
+        resolved = which(argv[0], path=child_env.get("PATH", os.defpath)) if argv else None
+        if resolved is None:
+            raise FileNotFoundError(f"The command was not found or was not executable: {list(argv)[:1]!r}.")
+        full = [resolved, *argv[1:]]
         proc = PtyProcess.spawn(
-            list(argv), cwd=cwd, env=dict(env), dimensions=(rows, cols), preexec_fn=_default_signals
+            full,
+            cwd=cwd,
+            env=child_env,
+            dimensions=(rows, cols),
+            preexec_fn=partial(_exec_in_child, full, child_env),
         )
         return cls(proc)
 

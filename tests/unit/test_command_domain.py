@@ -145,7 +145,7 @@ def test_missing_and_missing_past_deadline() -> None:
     assert ev.last_error is not None and "no live execution" in ev.last_error
     s = started(timeout_seconds=1, deadline_at=NOW - timedelta(hours=1))
     ev = decide_missing(s, now=NOW, output=FACTS)[0]
-    assert isinstance(ev, CommandExited) and (ev.status, ev.end_reason) == ("missing", "timeout")
+    assert isinstance(ev, CommandExited) and (ev.status, ev.end_reason) == ("missing", "missing")
     assert ev.last_error is not None and "timeout elapsed" in ev.last_error
 
 
