@@ -30,7 +30,7 @@ from loopd_es.clock import parse_rfc3339
 from loopd_es.domain.streams import command_stream
 from loopd_es.events.command import WatchSpec
 from loopd_es.log import open_store
-from loopd_es.procs import owner_link, service
+from loopd_es.procs import awaits, owner_link, service
 from loopd_es.procs.paths import CommandPaths
 from loopd_es.procs.pty import PtyChild
 
@@ -90,7 +90,7 @@ async def bench(lines: int, idle_s: float) -> dict[str, Any]:
             )
             cid, _ = await service.start_command(store, url, spec)
             t_start = time.perf_counter() - t0
-            await service.request_await(
+            await awaits.request_await(
                 store, paths, cid, goal_id="bench", until="NEVER-MATCHES-xyz", ignore_case=False
             )
             await _wait_for(store, cid, lambda s: s.pid is not None or not s.running)

@@ -18,7 +18,7 @@ from ..errors import ConflictError
 from ..events.envelope import Envelope, new_event_id
 from ..host.errors import HostError
 from ..ids import check_id
-from ..procs.service import cancel_goal_awaits
+from ..procs.awaits import cancel_goal_awaits
 from ..sagas.fallback import Source, observe_provider_error
 from ..sagas.identity_switch import SwitchReport, SwitchSaga
 from ..sagas.recovery import recover

@@ -23,7 +23,7 @@ from ..errors import UsageError
 from ..events.command import WatchSpec
 from ..ids import UnknownGoalError, check_id, resolve_goal_id
 from ..log import open_store
-from ..procs import owner_link, service
+from ..procs import awaits, owner_link, service
 from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
@@ -385,7 +385,7 @@ async def _await(args: argparse.Namespace) -> int:
     _, store, paths, cid = await _with_command(args)
     async with store:
         goal_id, name = await _goal_named(store, args.goal)
-        _, message = await service.request_await(
+        _, message = await awaits.request_await(
             store,
             paths,
             cid,

@@ -32,7 +32,7 @@ from ..errors import UsageError
 from ..events.base import Caller
 from ..events.command import AwaitFired, UntilAction, WatchSpec
 from ..ids import check_id, is_valid_id
-from ..procs import owner_link, service
+from ..procs import awaits, owner_link, service
 from ..procs.live import live_answer, with_live
 from ..procs.outlog import read_pattern, read_plain
 from ..procs.paths import CommandPaths
@@ -340,7 +340,7 @@ class CommandTools:
             raise UsageError("Owner mismatch: goal and command are owned by different sessions.")
         if goal.owner_session_id != call.session:
             raise UsageError("Owner mismatch: the await requester must own both the goal and the command.")
-        events, message = await service.request_await(
+        events, message = await awaits.request_await(
             self.store,
             self.paths,
             state.id,

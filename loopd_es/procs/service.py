@@ -33,10 +33,7 @@ from ..domain.command import (
     CommandNotFoundError,
     CommandState,
     CommandStateError,
-    compile_watch_regex,
     deadline_for,
-    decide_await,
-    decide_cancel_goal_awaits,
     decide_discard,
     decide_fire_outstanding,
     decide_missing,
@@ -55,13 +52,12 @@ from ..events.command import STREAM_PREFIX, CommandStarted, WatchSpec, command_s
 from ..events.envelope import NO_STREAM, NewEvent
 from ..ids import check_id, is_valid_id
 from ..private_files import create_private
-from .outlog import stored_facts, until_matches
+from .outlog import stored_facts
 from .owner_link import (
     OWNER_CONNECT_WAIT_S,
     Kill,
     OwnerAnswer,
     OwnerRequest,
-    Refresh,
     Resize,
     Terminate,
     owner_request,
@@ -438,82 +434,6 @@ async def remove_command(
     for p in (paths.log(command_id), paths.lock(command_id), paths.supervisor_log(command_id)):
         p.unlink(missing_ok=True)
     return f'Command "{state.title}" removed.'
-
-
-async def request_await(
-    store: LogStore,
-    paths: CommandPaths,
-    command_id: str,
-    *,
-    goal_id: str,
-    until: str | None,
-    ignore_case: bool,
-    owner_session_id: str | None = None,
-    goal_name: str | None = None,
-    called_by: Caller | None = None,
-) -> tuple[list[Event], str]:
-    """Register an await (or fire it at once when its condition already holds); tells the owner to look.
-
-    ``owner_session_id`` is recorded as the session that asked; ``goal_name`` names the goal in the message.
-    """
-    check_id("goal", goal_id)
-    await reconcile(store, paths, only=command_id)
-    pattern = compile_watch_regex("until", until, ignore_case) if until else None
-    message = ""
-    raced = False
-    state = await load_state(store, command_id)
-
-    def decide(s: CommandState) -> list[Event]:
-        nonlocal message
-        facts = stored_facts(paths.log(command_id), s.stream_bytes)
-        matched = until_matches(paths.log(command_id), pattern) if pattern is not None and s.running else None
-        events, message = decide_await(
-            s,
-            goal_id=goal_id,
-            until=until,
-            ignore_case=ignore_case,
-            output=facts,
-            matched=matched,
-            raced=raced and not s.running,
-            owner_session_id=owner_session_id,
-            goal_name=goal_name,
-        )
-        return events
-
-    if state is None or state.removed:
-        raise CommandNotFoundError()
-    raced = state.running
-    events, state = await append_decided(store, command_id, decide, state, called_by=called_by)
-    if state.running and state.await_for(goal_id) is not None:
-        await owner_request(paths, command_id, Refresh())
-    return events, message
-
-
-async def cancel_goal_awaits(
-    store: LogStore,
-    goal_id: str,
-    reason: str,
-    *,
-    causation_id: str | None = None,
-    correlation_id: str | None = None,
-) -> int:
-    """Cancel every await of a goal (``goal paused`` / ``goal cleared``); returns how many were cancelled.
-
-    The causal ids link each cancellation to the pause or clear that caused it, for ``explain``.
-    """
-    count = 0
-    for s in await list_states(store):
-        if s.await_for(goal_id) is not None:
-            events, _ = await append_decided(
-                store,
-                s.id,
-                lambda st: decide_cancel_goal_awaits(st, goal_id, reason),
-                s,
-                causation_id=causation_id,
-                correlation_id=correlation_id,
-            )
-            count += len(events)
-    return count
 
 
 _NOT_RUNNING = {

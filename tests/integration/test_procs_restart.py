@@ -17,7 +17,7 @@ import pytest
 
 from loopd_es.domain.command import CommandStateError
 from loopd_es.events.command import WatchSpec
-from loopd_es.procs import owner_link, service
+from loopd_es.procs import awaits, owner_link, service
 from loopd_es.procs.paths import owner_alive
 from loopd_es.procs.pty import PtyChild
 from tests.waits import alet_time_pass, await_until
@@ -68,7 +68,7 @@ async def test_a_command_ends_with_its_owner_killed_with_minus_9(env: Env, store
 async def test_restart_marks_missing_and_fires_awaits_once(env: Env, store: LogStore) -> None:
     t0 = time.monotonic()
     cid = await env.start(store, "-c", SLEEPER, watch=WatchSpec(filter="x"))
-    await service.request_await(store, env.paths, cid, goal_id="g", until=None, ignore_case=False)
+    await awaits.request_await(store, env.paths, cid, goal_id="g", until=None, ignore_case=False)
     await _lose_owner(env, store, cid)
     # The second command's owner must be gone before its deadline, or the owner enforces it itself: give it
     # three times what starting and losing the first one took on this machine, now.

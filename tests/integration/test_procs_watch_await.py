@@ -11,7 +11,7 @@ import pytest
 
 from loopd_es.errors import UsageError
 from loopd_es.events.command import WatchSpec
-from loopd_es.procs import owner_link, service
+from loopd_es.procs import awaits, owner_link, service
 from tests.waits import alet_time_pass
 
 from .test_procs_support import Env, env, store
@@ -56,7 +56,7 @@ async def test_await_evidence_tail_is_bounded(env: Env, store: LogStore) -> None
         "print('ENDMARKER', flush=True)\ntime.sleep(0.5)\nsys.exit(7)\n"
     )
     cid = await env.start(store, env.script("evidence", body))
-    _, msg = await service.request_await(store, env.paths, cid, goal_id="g1", until=None, ignore_case=False)
+    _, msg = await awaits.request_await(store, env.paths, cid, goal_id="g1", until=None, ignore_case=False)
     assert msg == 'Goal "g1" now awaits "dev" (fires once on exit).'
     await env.until(store, cid, lambda s: not s.running)
     [fired] = await payloads(store, cid, "command.await-fired")
@@ -64,7 +64,7 @@ async def test_await_evidence_tail_is_bounded(env: Env, store: LogStore) -> None
     head, tail = evidence.split("\n", 1)
     assert "exitCode=7" in head and fired["exit_code"] == 7
     assert len(tail.encode()) <= 4096 and "ENDMARKER" in tail and "chunk-0" not in tail
-    _, msg = await service.request_await(store, env.paths, cid, goal_id="g2", until=None, ignore_case=False)
+    _, msg = await awaits.request_await(store, env.paths, cid, goal_id="g2", until=None, ignore_case=False)
     assert msg == 'Command "dev" already exited; wake-up delivered to goal "g2".'
 
 
@@ -75,7 +75,7 @@ async def test_await_until_fires_once_and_already_present(env: Env, store: LogSt
     )
     cid = await env.start(store, "-c", body)
     await env.until(store, cid, lambda s: b"booting" in env.output(cid))
-    _, msg = await service.request_await(store, env.paths, cid, goal_id="g", until="READY", ignore_case=False)
+    _, msg = await awaits.request_await(store, env.paths, cid, goal_id="g", until="READY", ignore_case=False)
     assert "now awaits pattern" in msg
     for i in range(50):  # output never fires an exit await, nor this one before READY
         assert (await env.state(store, cid)).await_for("g") is not None or i
@@ -84,21 +84,21 @@ async def test_await_until_fires_once_and_already_present(env: Env, store: LogSt
     fired = await payloads(store, cid, "command.await-fired")
     assert len(fired) == 1 and "READY player one" in str(fired[0]["evidence"])
     assert (await env.state(store, cid)).running
-    _, msg = await service.request_await(
+    _, msg = await awaits.request_await(
         store, env.paths, cid, goal_id="late", until="READY", ignore_case=False
     )
     assert msg.startswith('Pattern "READY" already present in "dev" output')
     with pytest.raises(UsageError, match="dangerous"):
-        await service.request_await(store, env.paths, cid, goal_id="x", until="(a+)+", ignore_case=False)
+        await awaits.request_await(store, env.paths, cid, goal_id="x", until="(a+)+", ignore_case=False)
     await service.command_request(store, env.paths, cid, owner_link.Terminate())
     assert len(await payloads(store, cid, "command.await-fired")) == 2
 
 
 async def test_cancel_on_goal_pause_and_on_remove(env: Env, store: LogStore) -> None:
     cid = await env.start(store, "-c", "import time\ntime.sleep(1)")
-    await service.request_await(store, env.paths, cid, goal_id="paused-goal", until=None, ignore_case=False)
-    await service.request_await(store, env.paths, cid, goal_id="other", until=None, ignore_case=False)
-    assert await service.cancel_goal_awaits(store, "paused-goal", "goal paused") == 1
+    await awaits.request_await(store, env.paths, cid, goal_id="paused-goal", until=None, ignore_case=False)
+    await awaits.request_await(store, env.paths, cid, goal_id="other", until=None, ignore_case=False)
+    assert await awaits.cancel_goal_awaits(store, "paused-goal", "goal paused") == 1
     await env.until(store, cid, lambda s: not s.running)
     assert [p["goal_id"] for p in await payloads(store, cid, "command.await-fired")] == ["other"]
 
@@ -108,7 +108,7 @@ async def test_exactly_once_with_concurrent_registrations_and_reconcilers(env: E
     goals = [f"g{i}" for i in range(12)]
 
     async def register(goal: str) -> None:
-        await service.request_await(store, env.paths, cid, goal_id=goal, until=None, ignore_case=False)
+        await awaits.request_await(store, env.paths, cid, goal_id=goal, until=None, ignore_case=False)
 
     async def reconciler() -> None:
         for _ in range(10):
