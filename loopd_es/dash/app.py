@@ -153,7 +153,6 @@ class Dashboard(App[None]):
     """The dashboard app; ``config`` says which log, which read database and how to run the CLI."""
 
     TITLE = "loopd-es"
-    AUTO_FOCUS = "#goal-table"  # the arrows select goals at once, as the help says (not the tab bar)
     CSS = """
     #goal-pane, #command-pane { height: 1fr; border: round $accent; padding: 0 1; }
     #tables { height: 1fr; }
@@ -227,6 +226,8 @@ class Dashboard(App[None]):
         )
         self.w("#notification-table", DataTable).add_columns("requested", "goal", "kind", "state", "text")
         self.w("#event-table", DataTable).add_columns("#", "recorded", "stream", "type")
+        # the arrows select goals at once, as the help says: focused after the screen's own first focus (the tabs)
+        self.call_after_refresh(self.w("#goal-table", DataTable).focus)
         self.follow()
         # a command's output goes to its file, not to the log: while the pane shows it, read its tail twice a second
         self.set_interval(0.5, self._output_tick)
