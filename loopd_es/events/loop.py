@@ -11,8 +11,9 @@ Streams (one aggregate each, so every check that must be atomic is one version-c
 - ``loop-lease-<owner>``: an owner's lease; an ephemeral task dies when its owner's lease expires.
 - ``loop-goal-<goal id>``: the slots of a goal schedule (docs/reference/loopd.md#s3-15), taken the same way.
 - ``loop-cap``: logs of earlier versions hold one ``loop.task_counted`` per creation there (the 50-task cap's
-  fence, kept as events). The cap is now held with a coordination record beside the log (``loops/task-cap``,
-  :func:`loopd_es.sched.service.create_task`); the old events stay readable and nothing writes them any more.
+  fence, kept as events). The cap is a coordination record beside the log now (``loops/task-cap``,
+  :func:`loopd_es.sched.service.create_task`): ``loop.task_counted`` is no event type any more, nothing decodes
+  that stream, and nothing can append one again.
 
 Instants are :data:`~.times.UtcTime` (RFC 3339 UTC text in the log); durations stay milliseconds
 (``interval_ms``, ``jitter_offset_ms``, ``min_ms``, ...), the reference's unit. Before version 2 the instants
@@ -78,14 +79,6 @@ class TaskCreated(Event, frozen=True, kw_only=True):
     next_due_at: UtcTime
     jitter_offset_ms: int = 0
     fallback_u: float | None = None
-
-
-@event("loop.task_counted")
-class TaskCounted(Event, frozen=True, kw_only=True):
-    """A creation passed the task cap (earlier versions wrote it with its ``loop.task_created``; no longer)."""
-
-    task_id: str
-    session_id: str
 
 
 @event("loop.task_paused", version=2)

@@ -21,13 +21,16 @@ from loopd_es.events.catalogue import new_event, validate
 from loopd_es.events.envelope import NewEvent
 from loopd_es.log import open_store
 
-RETIRED = ("loop.owner_lease_renewed", "loop.owner_lease_released")
+RETIRED = ("loop.owner_lease_renewed", "loop.owner_lease_released", "loop.task_counted")
+"""Coordination once written as events: owners' leases (before 0.4) and the 50-task cap's fence."""
 T0 = 1_780_000_000_000
 V1_RENEWED = {"owner": "o", "at": T0, "expires_at": T0 + 15_000}  # as a 0.3 scheduler wrote it: epoch ms
 
 
 def test_no_owner_lease_is_an_event_type() -> None:
-    assert not [t for t in CATALOGUE if t in RETIRED], "/loop owner leases are coordination records"
+    assert not [t for t in CATALOGUE if t in RETIRED], (
+        "/loop leases and the task cap are coordination records"
+    )
     for type_ in RETIRED:
         with pytest.raises(InvalidEventError, match="unknown event type"):
             validate(type_, msgspec.json.encode(V1_RENEWED))
@@ -44,6 +47,11 @@ async def _old_log(url: str) -> None:
         await store.append(
             f"{ev.LEASE_PREFIX}o", [NewEvent(type=RETIRED[1], data={"owner": "o", "at": T0 + 1})]
         )
+        counted = {
+            "task_id": "t1",
+            "session_id": "s1",
+        }  # the cap's fence, as earlier versions wrote it with each creation
+        await store.append(ev.CAP_STREAM, [NewEvent(type=RETIRED[2], data=counted)])
 
 
 def test_a_log_from_before_0_4_still_reads_replays_verifies_and_lists_its_loops(tmp_path: Path) -> None:
@@ -55,7 +63,12 @@ def test_a_log_from_before_0_4_still_reads_replays_verifies_and_lists_its_loops(
         return subprocess.run([sys.executable, "-m", "loopd_es", "--store", url, *args], capture_output=True,
                               text=True, env=env, timeout=60)  # fmt: skip
 
-    for args in (["verify"], ["replay"], ["read", "--stream", "loop-lease-o"]):
+    for args in (
+        ["verify"],
+        ["replay"],
+        ["read", "--stream", "loop-lease-o"],
+        ["read", "--stream", "loop-cap"],
+    ):
         done = cli(*args)
         assert done.returncode == 0, (args, done.stdout, done.stderr)
     listed = cli("loop", "--session", "s1", "--now", str(T0 + 1_000), "--json", "list")
