@@ -173,19 +173,21 @@ def _usage(g: GoalState) -> dict[str, Any]:
     )
 
 
+def _who(g: GoalState) -> dict[str, Any]:
+    """The keys every full view of a goal starts with, in the reference's order."""
+    return {
+        "id": g.goal_id,
+        "name": g.name,
+        "objective": g.objective,
+        "status": g.status,
+        "ownerSessionID": g.owner_session_id,
+        "workerSessionID": g.worker_session_id,
+    }
+
+
 def goal_structured(g: GoalState) -> dict[str, Any]:
     """``get_goal``'s answer: the goal, its config, progress, blocker, usage and runtime (#s3-16)."""
-    head = _present(
-        {
-            "id": g.goal_id,
-            "name": g.name,
-            "objective": g.objective,
-            "status": g.status,
-            "ownerSessionID": g.owner_session_id,
-            "workerSessionID": g.worker_session_id,
-            "config": _config(g, full=True),
-        }
-    )
+    head = _present(_who(g) | {"config": _config(g, full=True)})
     return head | _usage(g) | {"runtime": runtime_view(g)}
 
 
@@ -194,13 +196,8 @@ def inspect_view(
 ) -> dict[str, Any]:
     """``inspect_background_goal``'s answer: everything of the goal, and ``live`` (what the worker is doing)."""
     head = _present(
-        {
-            "id": g.goal_id,
-            "name": g.name,
-            "objective": g.objective,
-            "status": g.status,
-            "ownerSessionID": g.owner_session_id,
-            "workerSessionID": g.worker_session_id,
+        _who(g)
+        | {
             "workerTopology": g.topology,
             "nativeParentID": g.native_parent_id,
             "interactive": g.interactive or None,
